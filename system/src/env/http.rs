@@ -1,0 +1,130 @@
+//! HTTP over the environment: one server loop and one client builder shared by every
+//! component, so hyper is wired to real and simulated sockets in exactly one place.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::combinators::BoxBody;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+use super::{BoxStream, DeadlineStream, Listener, SharedEnv};
+
+/// The response body type every orrery HTTP handler returns (streaming allowed).
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// A full (non-streaming) body from bytes.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    use http_body_util::BodyExt;
+    http_body_util::Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed()
+}
+
+/// Serves HTTP/1.1 on `listener`, one task per connection, until the listener fails.
+///
+/// `handler` is called once per request; a handler error never takes the server down.
+pub async fn serve<H, F>(mut listener: Box<dyn Listener>, handler: H) -> std::io::Result<()>
+where
+    H: Fn(Request<Incoming>, String) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let response = handler(req, peer.clone());
+                async move { Ok::<_, Infallible>(response.await) }
+            });
+            // A broken connection only ends that connection.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// A client connection: the environment's stream with a read deadline.
+pub struct ClientStream(DeadlineStream<BoxStream>);
+
+impl Connection for ClientStream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl tokio::io::AsyncRead for ClientStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for ClientStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// The hyper client type built by [`client`], generic over the request body.
+pub type Client<B> = hyper_util::client::legacy::Client<Connector, B>;
+
+/// Dials through the environment; every connection gets a read deadline.
+#[derive(Clone)]
+pub struct Connector {
+    env: SharedEnv,
+    read_idle: Duration,
+}
+
+impl tower::Service<http::Uri> for Connector {
+    type Response = TokioIo<ClientStream>;
+    type Error = std::io::Error;
+    type Future = super::BoxFuture<'static, std::io::Result<Self::Response>>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let env = self.env.clone();
+        let read_idle = self.read_idle;
+        Box::pin(async move {
+            let authority = uri.authority().map(|a| a.to_string()).ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("uri {uri} has no host:port"))
+            })?;
+            let stream = env.connect(&authority).await?;
+            Ok(TokioIo::new(ClientStream(DeadlineStream::new(stream, read_idle))))
+        })
+    }
+}
+
+/// Builds an HTTP/1.1 client that dials through `env`; reads idle longer than `read_idle` fail.
+pub fn client<B>(env: SharedEnv, read_idle: Duration) -> Client<B>
+where
+    B: hyper::body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(Connector { env, read_idle })
+}

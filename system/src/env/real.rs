@@ -1,0 +1,99 @@
+//! The real environment: tokio's clock and OS sockets. Used by `orrery serve …`,
+//! `orrery apiserver` and the conformance suites.
+
+use std::io;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{BoxFuture, BoxStream, Env, Identity, Listener, Observation, Rng};
+
+/// The environment of a real process.
+pub struct RealEnv {
+    identity: Identity,
+    started: tokio::time::Instant,
+    epoch_at_start_ms: u64,
+    rng: Mutex<Rng>,
+    sink: Option<Box<dyn Fn(&Observation) + Send + Sync>>,
+}
+
+impl RealEnv {
+    /// A real environment for `host`; randomness is seeded from the wall clock and pid.
+    pub fn new(host: impl Into<String>) -> Self {
+        let epoch_at_start_ms = std::time::SystemTime::now() // determinism: real-env
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let seed = epoch_at_start_ms ^ (u64::from(std::process::id()) << 32);
+        RealEnv {
+            identity: Identity::from_host(host),
+            started: tokio::time::Instant::now(), // determinism: real-env
+            epoch_at_start_ms,
+            rng: Mutex::new(Rng::new(seed)),
+            sink: None,
+        }
+    }
+
+    /// Sends observations to `sink` (e.g. a test collecting them) instead of dropping them.
+    #[must_use]
+    pub fn with_observer(mut self, sink: impl Fn(&Observation) + Send + Sync + 'static) -> Self {
+        self.sink = Some(Box::new(sink));
+        self
+    }
+}
+
+struct RealListener(tokio::net::TcpListener);
+
+impl Listener for RealListener {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>> {
+        Box::pin(async move {
+            let (stream, peer) = self.0.accept().await?;
+            stream.set_nodelay(true)?;
+            Ok((Box::new(stream) as BoxStream, peer.to_string()))
+        })
+    }
+}
+
+impl Env for RealEnv {
+    fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn unix_millis(&self) -> u64 {
+        self.epoch_at_start_ms + self.elapsed().as_millis() as u64
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+
+    fn random_u64(&self) -> u64 {
+        self.rng.lock().expect("rng lock poisoned").next_u64()
+    }
+
+    fn connect(&self, addr: &str) -> BoxFuture<'static, io::Result<BoxStream>> {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let stream = tokio::net::TcpStream::connect(&addr).await?;
+            stream.set_nodelay(true)?;
+            Ok(Box::new(stream) as BoxStream)
+        })
+    }
+
+    fn listen(&self, addr: &str) -> BoxFuture<'static, io::Result<Box<dyn Listener>>> {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let listener = tokio::net::TcpListener::bind(&addr).await?;
+            Ok(Box::new(RealListener(listener)) as Box<dyn Listener>)
+        })
+    }
+
+    fn observe(&self, observation: Observation) {
+        if let Some(sink) = &self.sink {
+            sink(&observation);
+        }
+    }
+}
