@@ -1,1 +1,10 @@
-pub fn x(){}
+//! orrery's simulator: the world, the faults, the checkers, the harness and the reports,
+//! each in its own room.
+//!
+//! # Layout
+//! - [`env`]: `SimEnv`, the turmoil implementation of `orrery_system::env::Env`.
+//! - [`world`]: simulated dependencies (API server, Argo CD, Git) and test components.
+//! - [`scenario`]: the YAML scenario model and its strict parser.
+
+pub mod scenario;
+pub mod world;

@@ -17,6 +17,28 @@ use super::{BoxStream, DeadlineStream, Listener, SharedEnv};
 /// The response body type every orrery HTTP handler returns (streaming allowed).
 pub type Body = BoxBody<Bytes, std::io::Error>;
 
+/// A streaming body fed by a channel: each item is a data frame, an `Err` aborts the
+/// response mid-body (the peer sees a broken connection, not a clean end).
+pub fn channel(buffer: usize) -> (tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>, Body) {
+    use http_body_util::BodyExt;
+    let (tx, rx) = tokio::sync::mpsc::channel(buffer.max(1));
+    (tx, ChannelBody(rx).boxed())
+}
+
+struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        self.0.poll_recv(cx).map(|item| item.map(|result| result.map(hyper::body::Frame::data)))
+    }
+}
+
 /// A full (non-streaming) body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     use http_body_util::BodyExt;

@@ -1,0 +1,337 @@
+//! REST routing for the simulated API server: paths, verbs, content types, query
+//! parameters, and the request-level fault knobs (latency, 429 with Retry-After).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use orrery_system::env::http::{channel, full, Body};
+use orrery_system::env::{Observation, SharedEnv};
+
+use super::error::ApiError;
+use super::resources::ResourceKind;
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::Filter;
+use super::watch::{self, WatchRequest};
+use super::ApiServer;
+
+/// Largest accepted request body (kube-apiserver's limit is 3 MiB).
+pub const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
+
+/// A parsed resource path.
+#[derive(Debug, PartialEq)]
+struct Target {
+    kind: ResourceKind,
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+/// Handles requests for one server; cheap to clone per connection.
+#[derive(Clone)]
+pub struct Handler {
+    env: SharedEnv,
+    server: Arc<ApiServer>,
+}
+
+fn percent_decode(text: &str) -> String {
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(high * 16 + low);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(pair), String::new()),
+        })
+        .collect()
+}
+
+fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(full(serde_json::to_vec(value).expect("JSON values serialise")))
+        .expect("static response parts are valid")
+}
+
+fn error_response(error: &ApiError) -> Response<Body> {
+    let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(code, &error.to_status())
+}
+
+impl Handler {
+    /// A handler over `server`, drawing fault decisions from `env`.
+    pub fn new(env: SharedEnv, server: Arc<ApiServer>) -> Self {
+        Handler { env, server }
+    }
+
+    fn route(&self, path: &str) -> Result<Target, ApiError> {
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (group, version, rest) = match segments.as_slice() {
+            ["api", version, rest @ ..] => ("", *version, rest),
+            ["apis", group, version, rest @ ..] => (*group, *version, rest),
+            _ => return Err(ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({path})") }),
+        };
+        let (namespace, rest) = match rest {
+            ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+            rest => (None, rest),
+        };
+        let (plural, name, sub) = match rest {
+            [plural] => (*plural, None, None),
+            [plural, name] => (*plural, Some(name.to_string()), None),
+            [plural, name, sub] => (*plural, Some(name.to_string()), Some(*sub)),
+            _ => return Err(ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({path})") }),
+        };
+        let kind = self
+            .server
+            .kinds()
+            .iter()
+            .find(|k| k.group == group && k.version == version && k.plural == plural)
+            .cloned()
+            .ok_or_else(|| ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({path})") })?;
+        let status = match sub {
+            None => false,
+            Some("status") if kind.status_subresource => true,
+            Some(other) => return Err(ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({plural}/{other})") }),
+        };
+        if kind.namespaced && name.is_some() && namespace.is_none() {
+            return Err(ApiError::bad_request("namespaced objects are addressed under /namespaces/<ns>/"));
+        }
+        Ok(Target { kind, namespace, name, status })
+    }
+
+    /// Answers one request; never panics on bad input.
+    pub async fn handle(&self, req: Request<Incoming>, _peer: String) -> Response<Body> {
+        let knobs = self.server.knobs();
+        if !knobs.latency.is_zero() {
+            self.env.sleep(knobs.latency).await;
+        }
+        let path = req.uri().path().to_string();
+        match path.as_str() {
+            "/version" => {
+                return json_response(StatusCode::OK, &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-orrery-sim", "platform": "orrery/sim"}))
+            }
+            "/healthz" | "/readyz" | "/livez" => return Response::new(full("ok")),
+            _ => {}
+        }
+        if knobs.throttle_rate > 0.0 && self.env.random_u64() % 1_000_000 < (knobs.throttle_rate * 1e6) as u64 {
+            let mut response = error_response(&ApiError::too_many_requests());
+            response.headers_mut().insert("retry-after", knobs.retry_after_seconds.into());
+            return response;
+        }
+        match self.dispatch(req, &path).await {
+            Ok(response) => response,
+            Err(error) => error_response(&error),
+        }
+    }
+
+    async fn dispatch(&self, req: Request<Incoming>, path: &str) -> Result<Response<Body>, ApiError> {
+        let target = self.route(path)?;
+        let params = query(&req);
+        let method = req.method().clone();
+        let content_type = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let now = self.env.elapsed();
+        let unix_millis = self.env.unix_millis();
+        match (&method, &target.name) {
+            (&Method::GET, None) => {
+                let filter = filter(&target, &params)?;
+                if matches!(params.get("watch").map(String::as_str), Some("true" | "1")) {
+                    return self.watch(target.kind, filter, &params);
+                }
+                let limit = params.get("limit").map(|l| l.parse::<usize>().map_err(|_| ApiError::bad_request(&format!("invalid limit {l:?}")))).transpose()?;
+                let page = self.server.store().list(&target.kind, &filter, limit, params.get("continue").map(String::as_str).filter(|c| !c.is_empty()))?;
+                let mut metadata = json!({"resourceVersion": page.rv.to_string()});
+                if let Some(token) = page.continue_token {
+                    metadata["continue"] = json!(token);
+                }
+                Ok(json_response(
+                    StatusCode::OK,
+                    &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": page.items}),
+                ))
+            }
+            (&Method::GET, Some(name)) => Ok(json_response(StatusCode::OK, &self.server.store().get(&target.kind, &namespace, name)?)),
+            (&Method::POST, None) => {
+                let body = read_json(req, &content_type).await?;
+                check_body_namespace(&target, &body)?;
+                let created = self.write("create", &target, |store| store.create(&target.kind, &namespace, body, now, unix_millis))?;
+                Ok(json_response(StatusCode::CREATED, &created))
+            }
+            (&Method::PUT, Some(name)) => {
+                let body = read_json(req, &content_type).await?;
+                check_body_namespace(&target, &body)?;
+                let replaced = self.write("replace", &target, |store| store.replace(&target.kind, &namespace, name, body, target.status, now))?;
+                Ok(json_response(StatusCode::OK, &replaced))
+            }
+            (&Method::PATCH, Some(name)) => {
+                let media = content_type.split(';').next().unwrap_or("").trim().to_string();
+                let patched = match media.as_str() {
+                    "application/merge-patch+json" => {
+                        let patch = read_json(req, "application/json").await?;
+                        self.write("merge_patch", &target, |store| store.patch_merge(&target.kind, &namespace, name, &patch, target.status, now))?
+                    }
+                    "application/apply-patch+yaml" => {
+                        let manager = params.get("fieldManager").filter(|m| !m.is_empty()).cloned().ok_or_else(|| {
+                            ApiError::bad_request("PATCH /apply: fieldManager is required for apply requests")
+                        })?;
+                        let force = params.get("force").is_some_and(|f| f == "true");
+                        let applied = read_yaml(req).await?;
+                        check_body_namespace(&target, &applied)?;
+                        self.write("apply", &target, |store| {
+                            store.apply(&target.kind, &namespace, name, applied, &manager, force, target.status, now, unix_millis)
+                        })?
+                    }
+                    other => return Err(ApiError::unsupported_media_type(other)),
+                };
+                Ok(json_response(StatusCode::OK, &patched))
+            }
+            (&Method::DELETE, Some(name)) => {
+                let deleted = self.write("delete", &target, |store| store.delete(&target.kind, &namespace, name, now))?;
+                Ok(json_response(StatusCode::OK, &deleted))
+            }
+            (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
+        }
+    }
+
+    /// Runs a write under the store lock, compacts, wakes watches and records it.
+    fn write(
+        &self,
+        verb: &str,
+        target: &Target,
+        op: impl FnOnce(&mut super::Store) -> Result<Value, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let window = self.server.knobs().compaction_window;
+        let (result, rv) = {
+            let mut store = self.server.store();
+            let result = op(&mut store);
+            store.compact(self.env.elapsed(), window);
+            (result, store.rv())
+        };
+        let object = result?;
+        self.server.notify(rv);
+        self.env.observe(Observation::new(
+            "apiserver.write",
+            json!({
+                "verb": verb,
+                "resource": target.kind.plural,
+                "name": object["metadata"]["name"],
+                "rv": object["metadata"]["resourceVersion"],
+            }),
+        ));
+        Ok(object)
+    }
+
+    fn watch(&self, kind: ResourceKind, filter: Filter, params: &BTreeMap<String, String>) -> Result<Response<Body>, ApiError> {
+        let resource_version = match params.get("resourceVersion").map(String::as_str) {
+            None | Some("") => None,
+            Some(rv) => Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(&format!("invalid resourceVersion {rv:?}")))?),
+        };
+        let timeout = match params.get("timeoutSeconds") {
+            Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(&format!("invalid timeoutSeconds {t:?}")))?),
+            None => Duration::from_secs(1800),
+        };
+        let request = WatchRequest {
+            kind,
+            filter,
+            resource_version,
+            timeout,
+            bookmarks: params.get("allowWatchBookmarks").is_some_and(|b| b == "true"),
+            send_initial_events: params.get("sendInitialEvents").is_some_and(|b| b == "true"),
+        };
+        let (tx, body) = channel(self.server.knobs().watch_buffer);
+        tokio::spawn(watch::serve(self.env.clone(), self.server.clone(), request, tx));
+        Ok(Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .header("transfer-encoding", "chunked")
+            .body(body)
+            .expect("static response parts are valid"))
+    }
+}
+
+fn filter(target: &Target, params: &BTreeMap<String, String>) -> Result<Filter, ApiError> {
+    Ok(Filter {
+        namespace: target.namespace.clone(),
+        labels: LabelSelector::parse(params.get("labelSelector").map(String::as_str).unwrap_or("")).map_err(|e| ApiError::bad_request(&e))?,
+        fields: FieldSelector::parse(params.get("fieldSelector").map(String::as_str).unwrap_or("")).map_err(|e| ApiError::bad_request(&e))?,
+    })
+}
+
+fn check_body_namespace(target: &Target, body: &Value) -> Result<(), ApiError> {
+    match (body.pointer("/metadata/namespace").and_then(Value::as_str), &target.namespace) {
+        (Some(body_ns), Some(path_ns)) if body_ns != path_ns => Err(ApiError::bad_request(&format!(
+            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({path_ns})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let limited = http_body_util::Limited::new(req.into_body(), BODY_LIMIT_BYTES);
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(ApiError::too_large(BODY_LIMIT_BYTES)),
+        Err(e) => Err(ApiError::bad_request(&format!("reading the request body failed: {e}"))),
+    }
+}
+
+async fn read_json(req: Request<Incoming>, content_type: &str) -> Result<Value, ApiError> {
+    if !content_type.is_empty() && !content_type.starts_with("application/json") && !content_type.contains("json") {
+        return Err(ApiError::unsupported_media_type(content_type));
+    }
+    let bytes = read_body(req).await?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(&format!("the request body is not valid JSON: {e}")))
+}
+
+async fn read_yaml(req: Request<Incoming>) -> Result<Value, ApiError> {
+    let bytes = read_body(req).await?;
+    if let Ok(value) = serde_json::from_slice(&bytes) {
+        return Ok(value);
+    }
+    serde_yaml::from_slice(&bytes).map_err(|e| ApiError::bad_request(&format!("the apply body is not valid YAML: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn percent_decoding_handles_selectors_and_bad_escapes() {
+        assert_eq!(percent_decode("app%3Dweb%2Cenv+in+%28a%29"), "app=web,env in (a)");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+}

@@ -1,0 +1,131 @@
+//! The resource types the simulated API server serves: a few built-in kinds and the
+//! custom resources read from the fixture CRDs in `fixtures/crds/` (the same files are
+//! applied to real clusters, so both worlds serve the same types).
+
+use serde::Deserialize;
+
+/// One servable resource type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceKind {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// Served version, e.g. `v1` or `v1alpha1`.
+    pub version: String,
+    /// `kind` as it appears in objects.
+    pub kind: String,
+    /// URL plural, e.g. `applications`.
+    pub plural: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// With a status subresource, the main endpoint ignores `status` and `/status` writes
+    /// it without bumping `metadata.generation`.
+    pub status_subresource: bool,
+    /// Custom resources answer 422 to a PUT without `metadata.resourceVersion`.
+    pub custom: bool,
+}
+
+impl ResourceKind {
+    /// `group/version`, or `version` for the core group, as in `apiVersion`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// A stable key naming the type in the store (`group/plural`).
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.group, self.plural)
+    }
+
+    fn builtin(group: &str, version: &str, kind: &str, plural: &str, status: bool) -> Self {
+        ResourceKind {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            namespaced: true,
+            status_subresource: status,
+            custom: false,
+        }
+    }
+}
+
+const FIXTURE_CRDS: [(&str, &str); 3] = [
+    ("fixtures/crds/application.yaml", include_str!("../../../../fixtures/crds/application.yaml")),
+    ("fixtures/crds/rollout.yaml", include_str!("../../../../fixtures/crds/rollout.yaml")),
+    ("fixtures/crds/workflow.yaml", include_str!("../../../../fixtures/crds/workflow.yaml")),
+];
+
+#[derive(Deserialize)]
+struct Crd {
+    spec: CrdSpec,
+}
+
+#[derive(Deserialize)]
+struct CrdSpec {
+    group: String,
+    names: CrdNames,
+    scope: String,
+    versions: Vec<CrdVersion>,
+}
+
+#[derive(Deserialize)]
+struct CrdNames {
+    kind: String,
+    plural: String,
+}
+
+#[derive(Deserialize)]
+struct CrdVersion {
+    name: String,
+    #[serde(default)]
+    subresources: Option<serde_json::Value>,
+}
+
+/// All resource types: core `ConfigMap`, `Secret`, `apps/v1 ReplicaSet`, `Lease`, and the fixture CRDs.
+pub fn registry() -> Vec<ResourceKind> {
+    let mut kinds = vec![
+        ResourceKind::builtin("", "v1", "ConfigMap", "configmaps", false),
+        ResourceKind::builtin("", "v1", "Secret", "secrets", false),
+        ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true),
+        ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false),
+    ];
+    for (path, text) in FIXTURE_CRDS {
+        let crd: Crd = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{path}: invalid fixture CRD: {e}"));
+        for version in crd.spec.versions {
+            let status = version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.get("status"))
+                .is_some();
+            kinds.push(ResourceKind {
+                group: crd.spec.group.clone(),
+                version: version.name,
+                kind: crd.spec.names.kind.clone(),
+                plural: crd.spec.names.plural.clone(),
+                namespaced: crd.spec.scope == "Namespaced",
+                status_subresource: status,
+                custom: true,
+            });
+        }
+    }
+    kinds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_reads_subresources_from_the_fixture_crds() {
+        let kinds = registry();
+        let find = |plural: &str| kinds.iter().find(|k| k.plural == plural).expect(plural).clone();
+        assert!(!find("applications").status_subresource, "Argo CD Application has no status subresource");
+        assert!(!find("workflows").status_subresource, "Workflow has no status subresource");
+        assert!(find("rollouts").status_subresource, "Rollout has a status subresource");
+        assert_eq!(find("applications").api_version(), "argoproj.io/v1alpha1");
+        assert_eq!(find("configmaps").api_version(), "v1");
+    }
+}

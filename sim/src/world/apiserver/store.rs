@@ -1,0 +1,614 @@
+//! The API server's storage: one global resource version (like etcd's revision), the
+//! current objects, and a history of changes trimmed by a time-based compaction window.
+//!
+//! Every write goes through [`Store::commit`], which stamps the next RV, records the change
+//! with the object's previous body (needed for selector transitions and for serving pages
+//! at an older snapshot) and compacts history older than the window.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::error::ApiError;
+use super::resources::ResourceKind;
+use super::selector::{FieldSelector, LabelSelector};
+
+/// What a change did to an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeType {
+    /// The object was created.
+    Added,
+    /// The object was updated.
+    Modified,
+    /// The object was deleted; the change carries its last body stamped with the deletion's RV.
+    Deleted,
+}
+
+/// One entry of the history a watch replays.
+#[derive(Clone, Debug)]
+pub struct Change {
+    /// The RV this change created.
+    pub rv: u64,
+    /// [`ResourceKind::key`] of the object's type.
+    pub resource: String,
+    /// Namespace ("" for cluster-scoped objects).
+    pub namespace: String,
+    /// Added, modified or deleted.
+    pub change: ChangeType,
+    /// The body after the change (for deletions: the last body, stamped with `rv`).
+    pub object: Value,
+    /// The body before the change, if the object existed.
+    pub previous: Option<Value>,
+    /// Simulated time of the write, for compaction.
+    pub at: Duration,
+}
+
+type Key = (String, String, String);
+
+/// The storage of the simulated API server.
+#[derive(Debug, Default)]
+pub struct Store {
+    rv: u64,
+    uid_counter: u64,
+    objects: BTreeMap<Key, Value>,
+    history: VecDeque<Change>,
+    /// History holds every change with `rv > compacted_rv`.
+    compacted_rv: u64,
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct ListPage {
+    /// The items in name order (namespace, then name).
+    pub items: Vec<Value>,
+    /// The snapshot RV every page of this list reports.
+    pub rv: u64,
+    /// Set while more items remain.
+    pub continue_token: Option<String>,
+}
+
+/// Which objects a list or watch wants.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Restrict to one namespace.
+    pub namespace: Option<String>,
+    /// Label selector.
+    pub labels: LabelSelector,
+    /// Field selector.
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    /// Whether `object` (in `namespace`) passes the filter.
+    pub fn matches(&self, namespace: &str, object: &Value) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+            && self.labels.matches(object)
+            && self.fields.matches(object)
+    }
+}
+
+fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+    object.get("metadata")?.get(field)?.as_str()
+}
+
+fn set_meta(object: &mut Value, field: &str, value: Value) {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert(field.to_string(), value);
+    }
+}
+
+/// The object without `metadata` (and without `status` when the type has a status
+/// subresource): what `metadata.generation` tracks.
+fn generation_view(object: &Value, kind: &ResourceKind) -> Value {
+    let mut view = object.clone();
+    if let Some(map) = view.as_object_mut() {
+        map.remove("metadata");
+        if kind.status_subresource {
+            map.remove("status");
+        }
+    }
+    view
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(patch_map) => {
+            if !target.is_object() {
+                *target = Value::Object(Map::new());
+            }
+            let target_map = target.as_object_mut().expect("made an object above");
+            for (key, value) in patch_map {
+                if value.is_null() {
+                    target_map.remove(key);
+                } else {
+                    merge_patch(target_map.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+/// RFC 3339 timestamp (second precision) for a Unix time in milliseconds.
+pub fn rfc3339(unix_millis: u64) -> String {
+    let secs = unix_millis / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn encode_continue(rv: u64, key: &Key) -> String {
+    let raw = format!("{rv}\u{1}{}\u{1}{}", key.1, key.2);
+    raw.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_continue(token: &str) -> Option<(u64, String, String)> {
+    if token.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..token.len()).step_by(2).map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok()).collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let mut parts = text.split('\u{1}');
+    let rv = parts.next()?.parse().ok()?;
+    Some((rv, parts.next()?.to_string(), parts.next()?.to_string()))
+}
+
+impl Store {
+    /// The current global resource version.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// Changes with RV at or below this are gone from history.
+    pub fn compacted_rv(&self) -> u64 {
+        self.compacted_rv
+    }
+
+    /// Number of stored objects of every type.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// True when nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Every stored object of `kind` in key order (for checkers and reports).
+    pub fn objects_of(&self, kind: &ResourceKind) -> Vec<Value> {
+        let key = kind.key();
+        self.objects.iter().filter(|((r, _, _), _)| *r == key).map(|(_, v)| v.clone()).collect()
+    }
+
+    /// Drops history written before `now - window`.
+    pub fn compact(&mut self, now: Duration, window: Duration) {
+        while let Some(front) = self.history.front() {
+            if now.saturating_sub(front.at) <= window {
+                break;
+            }
+            self.compacted_rv = front.rv;
+            self.history.pop_front();
+        }
+    }
+
+    fn key(kind: &ResourceKind, namespace: &str, name: &str) -> Key {
+        (kind.key(), namespace.to_string(), name.to_string())
+    }
+
+    /// Records a change and returns the stamped object.
+    fn commit(&mut self, kind: &ResourceKind, key: Key, new: Option<Value>, now: Duration) -> Value {
+        self.rv += 1;
+        let rv = self.rv;
+        let previous = self.objects.get(&key).cloned();
+        let (change, object) = match new {
+            Some(mut object) => {
+                set_meta(&mut object, "resourceVersion", json!(rv.to_string()));
+                self.objects.insert(key.clone(), object.clone());
+                let change = if previous.is_some() { ChangeType::Modified } else { ChangeType::Added };
+                (change, object)
+            }
+            None => {
+                let mut object = self.objects.remove(&key).expect("commit(None) only for existing objects");
+                set_meta(&mut object, "resourceVersion", json!(rv.to_string()));
+                (ChangeType::Deleted, object)
+            }
+        };
+        self.history.push_back(Change {
+            rv,
+            resource: kind.key(),
+            namespace: key.1,
+            change,
+            object: object.clone(),
+            previous,
+            at: now,
+        });
+        object
+    }
+
+    /// Reads one object.
+    pub fn get(&self, kind: &ResourceKind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        self.objects
+            .get(&Self::key(kind, namespace, name))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(kind, name))
+    }
+
+    /// POST: creates a new object; 409 if the name is taken, 422 if it has no name.
+    pub fn create(
+        &mut self,
+        kind: &ResourceKind,
+        namespace: &str,
+        mut object: Value,
+        now: Duration,
+        unix_millis: u64,
+    ) -> Result<Value, ApiError> {
+        if !object.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        let name = match meta_str(&object, "name") {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => match meta_str(&object, "generateName") {
+                Some(prefix) => format!("{prefix}{:05x}", self.rv + 1),
+                None => return Err(ApiError::invalid(kind, "", "metadata.name: Required value: name or generateName is required")),
+            },
+        };
+        let key = Self::key(kind, namespace, &name);
+        if self.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(kind, &name));
+        }
+        self.uid_counter += 1;
+        let map = object.as_object_mut().expect("checked above");
+        map.insert("apiVersion".into(), json!(kind.api_version()));
+        map.insert("kind".into(), json!(kind.kind));
+        if kind.status_subresource {
+            map.remove("status");
+        }
+        let meta = map.entry("metadata").or_insert_with(|| json!({}));
+        if !meta.is_object() {
+            return Err(ApiError::bad_request("metadata must be an object"));
+        }
+        let meta = meta.as_object_mut().expect("checked above");
+        meta.insert("name".into(), json!(name));
+        if kind.namespaced {
+            meta.insert("namespace".into(), json!(namespace));
+        }
+        meta.insert("uid".into(), json!(format!("00000000-0000-4000-8000-{:012x}", self.uid_counter)));
+        meta.insert("creationTimestamp".into(), json!(rfc3339(unix_millis)));
+        meta.insert("generation".into(), json!(1));
+        meta.remove("resourceVersion");
+        Ok(self.commit(kind, key, Some(object), now))
+    }
+
+    /// Carries server-owned metadata over from `current` into an incoming full body and
+    /// decides the new generation.
+    fn prepare_update(kind: &ResourceKind, current: &Value, incoming: &mut Value, status_only: bool) {
+        let mut next = if status_only {
+            let mut next = current.clone();
+            match incoming.get("status") {
+                Some(status) => next["status"] = status.clone(),
+                None => {
+                    next.as_object_mut().map(|m| m.remove("status"));
+                }
+            }
+            next
+        } else {
+            let mut next = incoming.clone();
+            if kind.status_subresource {
+                match current.get("status") {
+                    Some(status) => next["status"] = status.clone(),
+                    None => {
+                        next.as_object_mut().map(|m| m.remove("status"));
+                    }
+                }
+            }
+            next
+        };
+        let map = next.as_object_mut().expect("objects are JSON objects");
+        map.insert("apiVersion".into(), json!(kind.api_version()));
+        map.insert("kind".into(), json!(kind.kind));
+        if !map.get("metadata").is_some_and(Value::is_object) {
+            map.insert("metadata".into(), json!({}));
+        }
+        for field in ["name", "namespace", "uid", "creationTimestamp", "generation", "managedFields"] {
+            match current["metadata"].get(field) {
+                Some(v) if field != "managedFields" || next["metadata"].get(field).is_none() => {
+                    next["metadata"][field] = v.clone();
+                }
+                _ => {}
+            }
+        }
+        let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
+        if generation_view(&next, kind) != generation_view(current, kind) {
+            next["metadata"]["generation"] = json!(generation + 1);
+        }
+        *incoming = next;
+    }
+
+    /// Checks an optional RV precondition in a body against the stored object.
+    fn check_precondition(kind: &ResourceKind, current: &Value, body: &Value) -> Result<(), ApiError> {
+        match meta_str(body, "resourceVersion") {
+            Some(rv) if Some(rv) != meta_str(current, "resourceVersion") => {
+                Err(ApiError::conflict(kind, meta_str(current, "name").unwrap_or("")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// PUT (or PUT `/status` when `status_only`): replaces an object.
+    pub fn replace(
+        &mut self,
+        kind: &ResourceKind,
+        namespace: &str,
+        name: &str,
+        mut body: Value,
+        status_only: bool,
+        now: Duration,
+    ) -> Result<Value, ApiError> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        if let Some(body_name) = meta_str(&body, "name") {
+            if body_name != name {
+                return Err(ApiError::bad_request(&format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        let key = Self::key(kind, namespace, name);
+        let current = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(kind, name))?;
+        if meta_str(&body, "resourceVersion").is_none() && kind.custom {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+            ));
+        }
+        Self::check_precondition(kind, &current, &body)?;
+        Self::prepare_update(kind, &current, &mut body, status_only);
+        Ok(self.commit(kind, key, Some(body), now))
+    }
+
+    /// PATCH with `application/merge-patch+json` (or on `/status` when `status_only`).
+    pub fn patch_merge(
+        &mut self,
+        kind: &ResourceKind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+        status_only: bool,
+        now: Duration,
+    ) -> Result<Value, ApiError> {
+        let key = Self::key(kind, namespace, name);
+        let current = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(kind, name))?;
+        Self::check_precondition(kind, &current, patch)?;
+        let mut next = current.clone();
+        merge_patch(&mut next, patch);
+        if meta_str(&next, "name") != Some(name) {
+            return Err(ApiError::bad_request("metadata.name cannot be changed by a patch"));
+        }
+        Self::prepare_update(kind, &current, &mut next, status_only);
+        Ok(self.commit(kind, key, Some(next), now))
+    }
+
+    /// DELETE: removes an object; the DELETED change carries the deletion's RV.
+    pub fn delete(&mut self, kind: &ResourceKind, namespace: &str, name: &str, now: Duration) -> Result<Value, ApiError> {
+        let key = Self::key(kind, namespace, name);
+        if !self.objects.contains_key(&key) {
+            return Err(ApiError::not_found(kind, name));
+        }
+        Ok(self.commit(kind, key, None, now))
+    }
+
+    /// Server-side apply (simplified, see [`super::apply`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        &mut self,
+        kind: &ResourceKind,
+        namespace: &str,
+        name: &str,
+        applied: Value,
+        manager: &str,
+        force: bool,
+        status_only: bool,
+        now: Duration,
+        unix_millis: u64,
+    ) -> Result<Value, ApiError> {
+        let key = Self::key(kind, namespace, name);
+        match self.objects.get(&key).cloned() {
+            None if status_only => Err(ApiError::not_found(kind, name)),
+            None => {
+                let mut object = applied.clone();
+                super::apply::record_owner(&mut object, &applied, manager, kind);
+                if meta_str(&object, "name").is_none() {
+                    set_meta(&mut object, "name", json!(name));
+                }
+                self.create(kind, namespace, object, now, unix_millis)
+            }
+            Some(current) => {
+                Self::check_precondition(kind, &current, &applied)?;
+                let mut next = super::apply::apply(&current, &applied, manager, force, kind)?;
+                Self::prepare_update(kind, &current, &mut next, status_only);
+                if next == current {
+                    return Ok(current); // an apply that changes nothing writes nothing, as upstream
+                }
+                Ok(self.commit(kind, key, Some(next), now))
+            }
+        }
+    }
+
+    /// The objects of `kind` as they were at `rv`, or `None` if history no longer reaches back.
+    fn snapshot_at(&self, kind: &ResourceKind, rv: u64) -> Option<BTreeMap<Key, Value>> {
+        if rv < self.compacted_rv {
+            return None;
+        }
+        let resource = kind.key();
+        let mut state: BTreeMap<Key, Value> =
+            self.objects.iter().filter(|((r, _, _), _)| *r == resource).map(|(k, v)| (k.clone(), v.clone())).collect();
+        for change in self.history.iter().rev().take_while(|c| c.rv > rv) {
+            if change.resource != resource {
+                continue;
+            }
+            let name = meta_str(&change.object, "name").unwrap_or("").to_string();
+            let key = (resource.clone(), change.namespace.clone(), name);
+            match &change.previous {
+                Some(previous) => state.insert(key, previous.clone()),
+                None => state.remove(&key),
+            };
+        }
+        Some(state)
+    }
+
+    /// A page of a list, consistent with the snapshot of the first page.
+    pub fn list(&self, kind: &ResourceKind, filter: &Filter, limit: Option<usize>, token: Option<&str>) -> Result<ListPage, ApiError> {
+        let (rv, after) = match token {
+            Some(token) => {
+                let (rv, ns, name) = decode_continue(token)
+                    .ok_or_else(|| ApiError::bad_request(&format!("invalid continue token {token:?}")))?;
+                (rv, Some((kind.key(), ns, name)))
+            }
+            None => (self.rv, None),
+        };
+        let snapshot = self.snapshot_at(kind, rv).ok_or_else(|| {
+            ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+        })?;
+        let mut matching = snapshot
+            .into_iter()
+            .filter(|(k, _)| after.as_ref().is_none_or(|a| k > a))
+            .filter(|((_, ns, _), v)| filter.matches(ns, v));
+        let limit = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+        let mut items = Vec::new();
+        let mut last_key = None;
+        for (key, value) in matching.by_ref() {
+            items.push(value);
+            last_key = Some(key);
+            if items.len() == limit {
+                break;
+            }
+        }
+        let more = matching.next().is_some();
+        let continue_token = match (more, last_key) {
+            (true, Some(key)) => Some(encode_continue(rv, &key)),
+            _ => None,
+        };
+        Ok(ListPage { items, rv, continue_token })
+    }
+
+    /// History after `rv`, or `Err(())` if it was compacted away (the watcher must relist).
+    pub fn changes_after(&self, rv: u64) -> Result<Vec<Change>, ()> {
+        if rv < self.compacted_rv {
+            return Err(());
+        }
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        Ok(self.history.iter().skip(start).cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::world::apiserver::resources::registry;
+
+    fn kind(plural: &str) -> ResourceKind {
+        registry().into_iter().find(|k| k.plural == plural).unwrap()
+    }
+
+    fn app(name: &str) -> Value {
+        json!({"metadata": {"name": name}, "spec": {"project": "default"}})
+    }
+
+    #[test]
+    fn resource_versions_are_global_and_strictly_increasing_across_types() {
+        let mut store = Store::default();
+        let a = store.create(&kind("applications"), "ns", app("a"), Duration::ZERO, 0).unwrap();
+        let c = store.create(&kind("configmaps"), "ns", json!({"metadata": {"name": "c"}}), Duration::ZERO, 0).unwrap();
+        assert_eq!(a["metadata"]["resourceVersion"], "1");
+        assert_eq!(c["metadata"]["resourceVersion"], "2");
+        assert_eq!(store.rv(), 2);
+    }
+
+    #[test]
+    fn stale_put_conflicts_and_custom_resource_put_without_rv_is_invalid() {
+        let mut store = Store::default();
+        let k = kind("applications");
+        let created = store.create(&k, "ns", app("a"), Duration::ZERO, 0).unwrap();
+        let mut stale = created.clone();
+        store.patch_merge(&k, "ns", "a", &json!({"spec": {"x": 1}}), false, Duration::ZERO).unwrap();
+        stale["spec"]["y"] = json!(2);
+        assert_eq!(store.replace(&k, "ns", "a", stale, false, Duration::ZERO).unwrap_err().code, 409);
+        let no_rv = app("a");
+        assert_eq!(store.replace(&k, "ns", "a", no_rv, false, Duration::ZERO).unwrap_err().code, 422);
+        assert_eq!(store.replace(&k, "ns", "missing", app("missing"), false, Duration::ZERO).unwrap_err().code, 404);
+        assert_eq!(store.create(&k, "ns", app("a"), Duration::ZERO, 0).unwrap_err().code, 409);
+    }
+
+    #[test]
+    fn status_bumps_generation_without_subresource_and_not_with_it() {
+        let mut store = Store::default();
+        let apps = kind("applications");
+        store.create(&apps, "ns", app("a"), Duration::ZERO, 0).unwrap();
+        let out = store.patch_merge(&apps, "ns", "a", &json!({"status": {"sync": {"status": "Synced"}}}), false, Duration::ZERO).unwrap();
+        assert_eq!(out["metadata"]["generation"], 2, "Application has no status subresource");
+
+        let rollouts = kind("rollouts");
+        store.create(&rollouts, "ns", json!({"metadata": {"name": "r"}, "spec": {"replicas": 1}}), Duration::ZERO, 0).unwrap();
+        let ignored = store.patch_merge(&rollouts, "ns", "r", &json!({"status": {"phase": "Healthy"}}), false, Duration::ZERO).unwrap();
+        assert!(ignored.get("status").is_none(), "main endpoint ignores status with a subresource");
+        let status = store.patch_merge(&rollouts, "ns", "r", &json!({"status": {"phase": "Healthy"}}), true, Duration::ZERO).unwrap();
+        assert_eq!(status["status"]["phase"], "Healthy");
+        assert_eq!(status["metadata"]["generation"], 1);
+        let spec = store.patch_merge(&rollouts, "ns", "r", &json!({"spec": {"replicas": 3}}), false, Duration::ZERO).unwrap();
+        assert_eq!(spec["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn pages_are_served_from_the_first_pages_snapshot() {
+        let mut store = Store::default();
+        let k = kind("configmaps");
+        for i in 0..5 {
+            store.create(&k, "ns", json!({"metadata": {"name": format!("c{i}")}}), Duration::ZERO, 0).unwrap();
+        }
+        let first = store.list(&k, &Filter::default(), Some(2), None).unwrap();
+        store.delete(&k, "ns", "c3", Duration::ZERO).unwrap();
+        let second = store.list(&k, &Filter::default(), Some(2), first.continue_token.as_deref()).unwrap();
+        let third = store.list(&k, &Filter::default(), Some(2), second.continue_token.as_deref()).unwrap();
+        let names: Vec<_> = [first.items, second.items, third.items].concat().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
+        assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
+        assert_eq!(first.rv, second.rv);
+        assert!(third.continue_token.is_none());
+    }
+
+    #[test]
+    fn compaction_expires_old_history_and_continue_tokens() {
+        let mut store = Store::default();
+        let k = kind("configmaps");
+        for i in 0..2 {
+            store.create(&k, "ns", json!({"metadata": {"name": format!("c{i}")}}), Duration::from_secs(i), 0).unwrap();
+        }
+        let first = store.list(&k, &Filter::default(), Some(1), None).unwrap();
+        store.create(&k, "ns", json!({"metadata": {"name": "c2"}}), Duration::from_secs(2), 0).unwrap();
+        store.patch_merge(&k, "ns", "c0", &json!({"data": {"a": "b"}}), false, Duration::from_secs(100)).unwrap();
+        store.compact(Duration::from_secs(100), Duration::from_secs(10));
+        assert!(store.changes_after(1).is_err());
+        assert_eq!(store.changes_after(3).unwrap().len(), 1);
+        assert_eq!(store.list(&k, &Filter::default(), Some(1), first.continue_token.as_deref()).unwrap_err().code, 410);
+    }
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_767_225_600_000), "2026-01-01T00:00:00Z");
+    }
+}

@@ -1,0 +1,203 @@
+//! Watch streams: replay history after an RV, then follow new changes; bookmarks,
+//! selector transitions, in-stream 410 after compaction, clean close at `timeoutSeconds`,
+//! and the fault knobs (cut mid-line, slow watchers dropped).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use orrery_system::env::{Observation, SharedEnv};
+
+use super::resources::ResourceKind;
+use super::store::{Change, ChangeType, Filter};
+use super::ApiServer;
+
+/// What a watch request asked for.
+#[derive(Clone, Debug)]
+pub struct WatchRequest {
+    /// The type watched.
+    pub kind: ResourceKind,
+    /// Namespace and selectors.
+    pub filter: Filter,
+    /// `resourceVersion`; `None` or `"0"` means "send the current state first".
+    pub resource_version: Option<u64>,
+    /// `timeoutSeconds` (the stream closes cleanly then).
+    pub timeout: Duration,
+    /// `allowWatchBookmarks=true`.
+    pub bookmarks: bool,
+    /// `sendInitialEvents=true` (watch-list): synthetic ADDED, then an initial-events-end bookmark.
+    pub send_initial_events: bool,
+}
+
+/// Why a watch stream ended (observed for the trace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    Timeout,
+    Expired,
+    ClientGone,
+    Cut,
+    DroppedSlow,
+}
+
+impl End {
+    fn as_str(self) -> &'static str {
+        match self {
+            End::Timeout => "timeout",
+            End::Expired => "expired",
+            End::ClientGone => "client_gone",
+            End::Cut => "cut_mid_line",
+            End::DroppedSlow => "dropped_slow",
+        }
+    }
+}
+
+/// The event a change produces for a watcher with `filter`, if any (selector transitions:
+/// starts matching → ADDED, stops matching → DELETED with the old body at the new RV).
+fn event_for(change: &Change, filter: &Filter) -> Option<(&'static str, Value)> {
+    let old = change.previous.as_ref().is_some_and(|p| filter.matches(&change.namespace, p));
+    if change.change == ChangeType::Deleted {
+        return old.then(|| ("DELETED", change.object.clone()));
+    }
+    let new = filter.matches(&change.namespace, &change.object);
+    match (old, new) {
+        (true, true) => Some(("MODIFIED", change.object.clone())),
+        (false, true) => Some(("ADDED", change.object.clone())),
+        (true, false) => {
+            let mut gone = change.previous.clone().expect("old implies previous");
+            gone["metadata"]["resourceVersion"] = json!(change.rv.to_string());
+            Some(("DELETED", gone))
+        }
+        (false, false) => None,
+    }
+}
+
+fn line(event_type: &str, object: &Value) -> Bytes {
+    let mut text = serde_json::to_string(&json!({"type": event_type, "object": object})).expect("JSON values serialise");
+    text.push('\n');
+    Bytes::from(text)
+}
+
+fn bookmark(kind: &ResourceKind, rv: u64, initial_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    line("BOOKMARK", &json!({"kind": kind.kind, "apiVersion": kind.api_version(), "metadata": metadata}))
+}
+
+fn expired(rv: u64) -> Bytes {
+    line(
+        "ERROR",
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+                "message": format!("too old resource version: {rv}")}),
+    )
+}
+
+struct Stream {
+    env: SharedEnv,
+    server: Arc<ApiServer>,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+}
+
+impl Stream {
+    /// Sends one line, applying the cut and slow-watcher knobs.
+    async fn send(&self, bytes: Bytes) -> Result<(), End> {
+        let knobs = self.server.knobs();
+        if knobs.cut_stream_rate > 0.0 && self.env.random_u64() % 1_000_000 < (knobs.cut_stream_rate * 1e6) as u64 {
+            let half = bytes.slice(..bytes.len() / 2);
+            let _ = self.tx.send(Ok(half)).await;
+            let _ = self.tx.send(Err(std::io::Error::other("watch stream cut mid-line (fault)"))).await;
+            return Err(End::Cut);
+        }
+        if knobs.drop_slow_watchers {
+            return match self.tx.try_send(Ok(bytes)) {
+                Ok(()) => Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) => Err(End::DroppedSlow),
+                Err(mpsc::error::TrySendError::Closed(_)) => Err(End::ClientGone),
+            };
+        }
+        self.tx.send(Ok(bytes)).await.map_err(|_| End::ClientGone)
+    }
+
+    async fn run(&self, request: WatchRequest) -> End {
+        let kind_key = request.kind.key();
+        let started = self.env.elapsed();
+        let deadline = started + request.timeout;
+        let mut rv_changes = self.server.subscribe();
+        let mut cursor = match request.resource_version {
+            Some(rv) if rv > 0 && !request.send_initial_events => rv,
+            _ => {
+                let (items, rv) = {
+                    let store = self.server.store();
+                    let page = store.list(&request.kind, &request.filter, None, None).expect("an unpaged list of now cannot expire");
+                    (page.items, page.rv)
+                };
+                for item in items {
+                    if let Err(end) = self.send(line("ADDED", &item)).await {
+                        return end;
+                    }
+                }
+                if request.send_initial_events {
+                    if let Err(end) = self.send(bookmark(&request.kind, rv, true)).await {
+                        return end;
+                    }
+                }
+                rv
+            }
+        };
+        let interval = self.server.knobs().bookmark_interval.max(Duration::from_millis(100));
+        let mut next_bookmark = started + interval;
+        loop {
+            let changes = self.server.store().changes_after(cursor);
+            let Ok(changes) = changes else {
+                let _ = self.send(expired(cursor)).await;
+                return End::Expired;
+            };
+            for change in changes.iter().filter(|c| c.resource == kind_key) {
+                if let Some((event_type, object)) = event_for(change, &request.filter) {
+                    if let Err(end) = self.send(line(event_type, &object)).await {
+                        return end;
+                    }
+                }
+            }
+            if let Some(last) = changes.last() {
+                cursor = last.rv;
+            }
+            let now = self.env.elapsed();
+            if now >= deadline {
+                if request.bookmarks {
+                    let _ = self.send(bookmark(&request.kind, cursor, false)).await;
+                }
+                return End::Timeout;
+            }
+            if request.bookmarks && now >= next_bookmark {
+                if let Err(end) = self.send(bookmark(&request.kind, cursor, false)).await {
+                    return end;
+                }
+                next_bookmark = now + interval;
+            }
+            let wake = if request.bookmarks { next_bookmark.min(deadline) } else { deadline };
+            tokio::select! {
+                biased;
+                _ = self.tx.closed() => return End::ClientGone,
+                _ = rv_changes.changed() => {}
+                _ = self.env.sleep(wake.saturating_sub(now)) => {}
+            }
+        }
+    }
+}
+
+/// Runs one watch until it ends, writing NDJSON lines into `tx`.
+pub async fn serve(env: SharedEnv, server: Arc<ApiServer>, request: WatchRequest, tx: mpsc::Sender<Result<Bytes, std::io::Error>>) {
+    let resource = request.kind.plural.clone();
+    let from = request.resource_version;
+    let stream = Stream { env: env.clone(), server, tx };
+    let end = stream.run(request).await;
+    env.observe(Observation::new(
+        "apiserver.watch_end",
+        json!({"resource": resource, "from_rv": from, "end": end.as_str()}),
+    ));
+}
