@@ -44,3 +44,40 @@ pub fn client(env: SharedEnv, target: &KubeTarget) -> kube::Client {
         .service(http);
     kube::Client::new(service, target.namespace.clone())
 }
+
+/// Exponential backoff for kube-rs watchers with jitter drawn from the environment.
+///
+/// kube's `default_backoff()` draws jitter from a thread-local `fastrand` generator, a
+/// determinism leak under simulation; this one has the same shape (800 ms doubling to a
+/// 30 s cap, full jitter in the upper half) but its randomness comes from [`Env`](super::Env).
+pub struct SeededBackoff {
+    env: SharedEnv,
+    next: Duration,
+    /// First delay after a success.
+    pub initial: Duration,
+    /// Largest delay.
+    pub max: Duration,
+}
+
+impl SeededBackoff {
+    /// kube's defaults: 800 ms initial, 30 s cap.
+    pub fn new(env: SharedEnv) -> Self {
+        SeededBackoff { env, next: Duration::from_millis(800), initial: Duration::from_millis(800), max: Duration::from_secs(30) }
+    }
+}
+
+impl Iterator for SeededBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next.min(self.max);
+        self.next = (base * 2).min(self.max);
+        Some(self.env.random_between(base / 2, base))
+    }
+}
+
+impl kube::runtime::utils::Backoff for SeededBackoff {
+    fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}

@@ -1,0 +1,84 @@
+//! `SimEnv`: the turmoil implementation of the environment seam.
+//!
+//! Time is turmoil's simulated clock, randomness is a generator derived from the scenario
+//! seed and the host name, the network is turmoil's, and observations go to the run's
+//! [`Trace`]. Nothing here reads the OS clock or OS randomness.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use orrery_system::env::{BoxFuture, BoxStream, Env, Identity, Listener, Observation, Rng, SharedEnv};
+
+use crate::harness::trace::Trace;
+
+/// Milliseconds since the Unix epoch at simulated time zero: 2026-01-01T00:00:00Z.
+/// Fixed so that timestamps in traces and reports never depend on when a run happens.
+pub const SIM_EPOCH_UNIX_MS: u64 = 1_767_225_600_000;
+
+/// The environment of one simulated host.
+pub struct SimEnv {
+    identity: Identity,
+    rng: Mutex<Rng>,
+    trace: Trace,
+}
+
+impl SimEnv {
+    /// An environment for `host`, its randomness derived from `seed` and the host name.
+    pub fn new(host: &str, seed: u64, trace: Trace) -> SharedEnv {
+        Arc::new(SimEnv { identity: Identity::from_host(host), rng: Mutex::new(Rng::derive(seed, host)), trace })
+    }
+}
+
+struct SimListener(turmoil::net::TcpListener);
+
+impl Listener for SimListener {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>> {
+        Box::pin(async move {
+            let (stream, peer) = self.0.accept().await?;
+            Ok((Box::new(stream) as BoxStream, peer.to_string()))
+        })
+    }
+}
+
+impl Env for SimEnv {
+    fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    fn elapsed(&self) -> Duration {
+        turmoil::sim_elapsed().unwrap_or_default()
+    }
+
+    fn unix_millis(&self) -> u64 {
+        SIM_EPOCH_UNIX_MS + self.elapsed().as_millis() as u64
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+
+    fn random_u64(&self) -> u64 {
+        self.rng.lock().expect("rng lock poisoned").next_u64()
+    }
+
+    fn connect(&self, addr: &str) -> BoxFuture<'static, io::Result<BoxStream>> {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let stream = turmoil::net::TcpStream::connect(addr.as_str()).await?;
+            Ok(Box::new(stream) as BoxStream)
+        })
+    }
+
+    fn listen(&self, addr: &str) -> BoxFuture<'static, io::Result<Box<dyn Listener>>> {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let listener = turmoil::net::TcpListener::bind(addr.as_str()).await?;
+            Ok(Box::new(SimListener(listener)) as Box<dyn Listener>)
+        })
+    }
+
+    fn observe(&self, observation: Observation) {
+        self.trace.record(self.elapsed(), &self.identity.host, observation);
+    }
+}

@@ -1,0 +1,5 @@
+//! The simulator's integration tests, one binary: real kube-rs against the simulated API
+//! server over turmoil TCP, and whole scenario runs.
+
+mod support;
+mod watcher_checklist;

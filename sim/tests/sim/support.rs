@@ -1,0 +1,109 @@
+//! Shared test world: a turmoil sim with the simulated API server on host `apiserver`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::Store as ReflectorStore;
+use orrery_sim::env::SimEnv;
+use orrery_sim::harness::trace::Trace;
+use orrery_sim::world::apiserver::{self, ApiServer, Knobs};
+use orrery_system::env::kube::{client, KubeTarget};
+use orrery_system::env::SharedEnv;
+
+/// A sim with an API server, plus the handles tests inspect.
+pub struct World {
+    pub sim: turmoil::Sim<'static>,
+    pub api: Arc<ApiServer>,
+    pub trace: Trace,
+}
+
+pub const SEED: u64 = 11;
+
+pub fn world(knobs: Knobs) -> World {
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(Duration::from_secs(3600))
+        .tick_duration(Duration::from_millis(10))
+        .epoch(std::time::UNIX_EPOCH + Duration::from_millis(orrery_sim::env::SIM_EPOCH_UNIX_MS))
+        .rng_seed(SEED)
+        .build();
+    let api = ApiServer::new(knobs);
+    let trace = Trace::default();
+    let (host_api, host_trace) = (api.clone(), trace.clone());
+    sim.host("apiserver", move || {
+        let api = host_api.clone();
+        let env = SimEnv::new("apiserver", SEED, host_trace.clone());
+        async move {
+            apiserver::run(env, api, "0.0.0.0:6443").await?;
+            Ok(())
+        }
+    });
+    World { sim, api, trace }
+}
+
+/// The environment and kube client of a test client host (call inside the host).
+pub fn kube(host: &str, trace: &Trace, read_idle: Duration) -> (SharedEnv, kube::Client) {
+    let env = SimEnv::new(host, SEED, trace.clone());
+    let mut target = KubeTarget::new("apiserver:6443");
+    target.read_idle = read_idle;
+    let client = client(env.clone(), &target);
+    (env, client)
+}
+
+pub fn configmap(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.to_string());
+    if !labels.is_empty() {
+        cm.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    }
+    cm
+}
+
+pub async fn create_configmaps(api: &Api<ConfigMap>, names: impl IntoIterator<Item = String>) -> kube::Result<()> {
+    for name in names {
+        api.create(&PostParams::default(), &configmap(&name, &[])).await?;
+    }
+    Ok(())
+}
+
+/// (name, resourceVersion) pairs of a reflector's view, sorted (its map order is random).
+pub fn view_of(reader: &ReflectorStore<ConfigMap>) -> Vec<(String, String)> {
+    let mut view: Vec<_> = reader
+        .state()
+        .iter()
+        .map(|cm| (cm.metadata.name.clone().unwrap_or_default(), cm.metadata.resource_version.clone().unwrap_or_default()))
+        .collect();
+    view.sort();
+    view
+}
+
+/// (name, resourceVersion) pairs of the API server's ConfigMaps, sorted.
+pub fn truth(api: &ApiServer) -> Vec<(String, String)> {
+    let kind = api.kind("configmaps").expect("configmaps are served").clone();
+    let mut view: Vec<_> = api
+        .store()
+        .objects_of(&kind)
+        .iter()
+        .map(|o| (o["metadata"]["name"].as_str().unwrap_or("").to_string(), o["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string()))
+        .collect();
+    view.sort();
+    view
+}
+
+/// Waits (in simulated time) until the reflector's view equals the server's, or panics.
+pub async fn await_convergence(env: &SharedEnv, reader: &ReflectorStore<ConfigMap>, api: &ApiServer, within: Duration) {
+    let deadline = env.elapsed() + within;
+    loop {
+        if view_of(reader) == truth(api) {
+            return;
+        }
+        assert!(env.elapsed() < deadline, "reflector did not converge within {within:?}: view {:?} vs truth {:?}", view_of(reader).len(), truth(api).len());
+        env.sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Counts trace events of `kind` whose detail field `key` equals `value`.
+pub fn count(trace: &Trace, kind: &str, key: &str, value: &str) -> usize {
+    trace.events().iter().filter(|e| e.observation.kind == kind && e.observation.detail[key] == value).count()
+}

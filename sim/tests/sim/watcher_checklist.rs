@@ -1,0 +1,286 @@
+//! The kube-rs watcher checklist (../shared/reference/kubernetes-api.md) run with real
+//! kube-rs `Api`, `watcher` and `reflector` against the simulated API server over turmoil.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use orrery_sim::world::apiserver::Knobs;
+use orrery_system::env::kube::SeededBackoff;
+use orrery_system::env::SharedEnv;
+use serde_json::json;
+
+use crate::support::*;
+
+const IDLE: Duration = Duration::from_secs(60);
+
+/// Runs a watcher on Secrets in the background and counts its `Init` events (one per relist).
+fn count_relists(env: SharedEnv, api: Api<Secret>, config: watcher::Config) -> Arc<AtomicUsize> {
+    let inits = Arc::new(AtomicUsize::new(0));
+    let counter = inits.clone();
+    tokio::spawn(async move {
+        let mut stream = watcher(api, config).backoff(SeededBackoff::new(env)).boxed();
+        while let Some(event) = stream.next().await {
+            if let Ok(watcher::Event::Init) = event {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    inits
+}
+
+/// Keeps writing ConfigMaps once a second so the global RV and history move on.
+async fn churn(api: &Api<ConfigMap>, env: &SharedEnv, seconds: u64) {
+    for i in 0..seconds {
+        api.create(&PostParams::default(), &configmap(&format!("churn-{i}"), &[])).await.expect("create");
+        env.sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[test]
+fn list_pages_carry_continue_tokens_and_one_snapshot_rv() {
+    let mut w = world(Knobs::default());
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (_env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        create_configmaps(&api, (0..7).map(|i| format!("c{i}"))).await?;
+        let first = api.list(&ListParams::default().limit(3)).await?;
+        assert_eq!(first.items.len(), 3);
+        let token = first.metadata.continue_.clone().expect("more pages remain");
+        api.create(&PostParams::default(), &configmap("late", &[])).await?;
+        let second = api.list(&ListParams::default().limit(3).continue_token(&token)).await?;
+        let third = api.list(&ListParams::default().limit(3).continue_token(second.metadata.continue_.as_deref().unwrap())).await?;
+        assert_eq!(first.metadata.resource_version, second.metadata.resource_version, "every page reports the first page's RV");
+        assert_eq!(third.items.len(), 1, "the object created after the first page is not in this list");
+        assert!(third.metadata.continue_.is_none());
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+#[test]
+fn watcher_pages_its_initial_list_then_reports_init_done() {
+    let mut w = world(Knobs::default());
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (_env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        create_configmaps(&api, (0..7).map(|i| format!("c{i}"))).await?;
+        let events: Vec<_> = watcher(api, watcher::Config::default().page_size(2)).take(9).try_collect().await?;
+        assert!(matches!(events[0], watcher::Event::Init));
+        assert_eq!(events.iter().filter(|e| matches!(e, watcher::Event::InitApply(_))).count(), 7);
+        assert!(matches!(events[8], watcher::Event::InitDone));
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+#[test]
+fn watch_list_sends_initial_events_then_the_initial_events_end_bookmark() {
+    let mut w = world(Knobs::default());
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (_env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        create_configmaps(&api, (0..3).map(|i| format!("c{i}"))).await?;
+        let events: Vec<_> = watcher(api, watcher::Config::default().streaming_lists()).take(5).try_collect().await?;
+        assert!(matches!(events[0], watcher::Event::Init));
+        assert!(matches!(events[4], watcher::Event::InitDone), "the annotated bookmark ends the initial events");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+#[test]
+fn compaction_past_the_watched_rv_makes_the_watcher_relist_after_an_in_stream_410() {
+    let knobs = Knobs { compaction_window: Duration::from_secs(10), ..Knobs::default() };
+    let mut w = world(knobs);
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (env, client) = kube("probe", &trace, IDLE);
+        // Nothing changes Secrets, so without bookmarks the watcher's RV stays put while
+        // ConfigMap writes move history on; each 5 s stream end re-watches the old RV.
+        let inits = count_relists(env.clone(), Api::namespaced(client.clone(), "default"), watcher::Config::default().timeout(5).disable_bookmarks());
+        churn(&Api::namespaced(client, "default"), &env, 40).await;
+        assert!(inits.load(Ordering::SeqCst) >= 2, "expected a relist after 410, saw {} Init events", inits.load(Ordering::SeqCst));
+        Ok(())
+    });
+    w.sim.run().unwrap();
+    assert!(count(&w.trace, "apiserver.watch_end", "end", "expired") >= 1, "the server sent an in-stream 410");
+}
+
+#[test]
+fn bookmarks_advance_the_watchers_rv_so_compaction_causes_no_relist() {
+    let knobs = Knobs { compaction_window: Duration::from_secs(10), bookmark_interval: Duration::from_secs(2), ..Knobs::default() };
+    let mut w = world(knobs);
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (env, client) = kube("probe", &trace, IDLE);
+        let inits = count_relists(env.clone(), Api::namespaced(client.clone(), "default"), watcher::Config::default().timeout(5));
+        churn(&Api::namespaced(client, "default"), &env, 40).await;
+        assert_eq!(inits.load(Ordering::SeqCst), 1, "bookmarks kept the RV fresh: only the first list");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+    assert_eq!(count(&w.trace, "apiserver.watch_end", "end", "expired"), 0);
+    assert!(count(&w.trace, "apiserver.watch_end", "end", "timeout") >= 5, "streams closed cleanly at timeoutSeconds");
+}
+
+#[test]
+fn a_stream_that_ends_is_rewatched_from_the_last_rv_without_relisting() {
+    let mut w = world(Knobs::default());
+    let (trace, api_state) = (w.trace.clone(), w.api.clone());
+    w.sim.client("probe", async move {
+        let (env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let (reader, writer) = reflector::store();
+        let inits = Arc::new(AtomicUsize::new(0));
+        let counter = inits.clone();
+        let stream = watcher(api.clone(), watcher::Config::default().timeout(3))
+            .backoff(SeededBackoff::new(env.clone()))
+            .reflect(writer)
+            .inspect_ok(move |e| if matches!(e, watcher::Event::Init) { counter.fetch_add(1, Ordering::SeqCst); })
+            .for_each(|_| async {});
+        tokio::spawn(stream);
+        churn(&api, &env, 20).await;
+        await_convergence(&env, &reader, &api_state, Duration::from_secs(10)).await;
+        assert_eq!(inits.load(Ordering::SeqCst), 1, "stream ends resume, they do not relist");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+    assert!(count(&w.trace, "apiserver.watch_end", "end", "timeout") >= 5);
+}
+
+#[test]
+fn label_selector_transitions_arrive_as_added_and_deleted_with_the_new_rv() {
+    let mut w = world(Knobs::default());
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (_env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let start = api.list(&ListParams::default()).await?.metadata.resource_version.unwrap();
+        let mut events = api.watch(&WatchParams::default().labels("app=web"), &start).await?.boxed();
+        api.create(&PostParams::default(), &configmap("c", &[])).await?;
+        let labelled = api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}}))).await?;
+        let moved = api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}}))).await?;
+        api.create(&PostParams::default(), &configmap("d", &[("app", "web")])).await?;
+        api.delete("d", &DeleteParams::default()).await?;
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            match events.try_next().await?.expect("watch stays open") {
+                WatchEvent::Added(o) => seen.push(("ADDED", o.metadata.name.unwrap(), o.metadata.resource_version.unwrap())),
+                WatchEvent::Deleted(o) => seen.push(("DELETED", o.metadata.name.unwrap(), o.metadata.resource_version.unwrap())),
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+        let rv = |s: &str| s.parse::<u64>().unwrap();
+        assert_eq!(seen[0], ("ADDED", "c".into(), labelled.metadata.resource_version.clone().unwrap()), "starts matching → ADDED");
+        assert_eq!(seen[1], ("DELETED", "c".into(), moved.metadata.resource_version.clone().unwrap()), "stops matching → DELETED at the new RV");
+        assert_eq!((seen[2].0, seen[2].1.as_str()), ("ADDED", "d"));
+        assert_eq!((seen[3].0, seen[3].1.as_str()), ("DELETED", "d"));
+        assert!(rv(&seen[3].2) > rv(&seen[2].2), "a DELETED event carries the deletion's RV");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+/// The HTTP code of a kube API error (panics on success: the test expected a refusal).
+fn code<T>(result: kube::Result<T>) -> u16 {
+    match result {
+        Err(kube::Error::Api(status)) => status.code,
+        Err(other) => panic!("expected an API error, got {other}"),
+        Ok(_) => panic!("expected an API error, the call succeeded"),
+    }
+}
+
+#[test]
+fn writes_follow_the_409_422_404_rules_through_kube_rs() {
+    let mut w = world(Knobs::default());
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (_env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let created = api.create(&PostParams::default(), &configmap("c", &[])).await?;
+        api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v"}}))).await?;
+        assert_eq!(code(api.replace("c", &PostParams::default(), &created).await), 409, "stale RV → Conflict");
+        assert_eq!(code(api.create(&PostParams::default(), &configmap("c", &[])).await), 409, "existing name → AlreadyExists");
+        let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application");
+        let apps: Api<DynamicObject> = Api::namespaced_with(client, "default", &ApiResource::from_gvk(&gvk));
+        let mut app: DynamicObject = serde_json::from_value(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "a"}, "spec": {}}))?;
+        assert_eq!(code(apps.replace("a", &PostParams::default(), &app).await), 404, "PUT of a missing custom resource");
+        apps.create(&PostParams::default(), &app).await?;
+        app.data["spec"] = json!({"project": "x"});
+        assert_eq!(code(apps.replace("a", &PostParams::default(), &app).await), 422, "PUT of a custom resource without RV");
+        let ssa = PatchParams::apply("alice");
+        apps.patch("a", &ssa, &Patch::Apply(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "spec": {"project": "p1"}}))).await?;
+        let conflict = apps.patch("a", &PatchParams::apply("bob"), &Patch::Apply(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "spec": {"project": "p2"}}))).await;
+        assert_eq!(code(conflict), 409, "apply conflict without force");
+        let forced = apps.patch("a", &PatchParams::apply("bob").force(), &Patch::Apply(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "spec": {"project": "p2"}}))).await?;
+        assert_eq!(forced.data["spec"]["project"], "p2");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+#[test]
+fn a_partitioned_watch_hits_its_read_deadline_and_recovers_after_repair() {
+    let knobs = Knobs { bookmark_interval: Duration::from_secs(5), ..Knobs::default() };
+    let mut w = world(knobs);
+    let (trace, api_state) = (w.trace.clone(), w.api.clone());
+    let writer_trace = w.trace.clone();
+    w.sim.client("writer", async move {
+        let (env, client) = kube("writer", &writer_trace, IDLE);
+        churn(&Api::namespaced(client, "default"), &env, 60).await;
+        Ok(())
+    });
+    w.sim.client("probe", async move {
+        let (env, client) = kube("probe", &trace, Duration::from_secs(15));
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let (reader, writer) = reflector::store();
+        let errors = Arc::new(AtomicUsize::new(0));
+        let counter = errors.clone();
+        tokio::spawn(
+            watcher(api, watcher::Config::default())
+                .backoff(SeededBackoff::new(env.clone()))
+                .reflect(writer)
+                .for_each(move |e| { if e.is_err() { counter.fetch_add(1, Ordering::SeqCst); } async {} }),
+        );
+        env.sleep(Duration::from_secs(10)).await;
+        turmoil::partition("probe", "apiserver");
+        env.sleep(Duration::from_secs(30)).await;
+        turmoil::repair("probe", "apiserver");
+        assert!(errors.load(Ordering::SeqCst) >= 1, "a silent partition must surface as an error (read deadline)");
+        env.sleep(Duration::from_secs(25)).await;
+        await_convergence(&env, &reader, &api_state, Duration::from_secs(60)).await;
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+#[test]
+fn streams_cut_mid_line_and_429s_do_not_stop_a_reflector_from_converging() {
+    let knobs = Knobs { cut_stream_rate: 0.1, throttle_rate: 0.2, ..Knobs::default() };
+    let mut w = world(knobs);
+    let (trace, api_state) = (w.trace.clone(), w.api.clone());
+    w.sim.client("probe", async move {
+        let (env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let (reader, writer) = reflector::store();
+        tokio::spawn(watcher(api.clone(), watcher::Config::default()).backoff(SeededBackoff::new(env.clone())).reflect(writer).for_each(|_| async {}));
+        // The writer retries its own 429s.
+        for i in 0..30 {
+            while api.create(&PostParams::default(), &configmap(&format!("c{i}"), &[])).await.is_err() {
+                env.sleep(Duration::from_secs(1)).await;
+            }
+        }
+        await_convergence(&env, &reader, &api_state, Duration::from_secs(120)).await;
+        Ok(())
+    });
+    w.sim.run().unwrap();
+    assert!(count(&w.trace, "apiserver.watch_end", "end", "cut_mid_line") >= 1, "the fault fired");
+}
