@@ -5,8 +5,10 @@
 //! - [`env`]: `SimEnv`, the turmoil implementation of `orrery_system::env::Env`.
 //! - [`world`]: simulated dependencies (API server, Argo CD, Git) and test components.
 //! - [`scenario`]: the YAML scenario model and its strict parser.
+//! - [`checkers`]: invariants, fed by the trace and the final state.
 //! - [`harness`]: runs a scenario seed by seed; the trace and its hash.
 
+pub mod checkers;
 pub mod env;
 pub mod harness;
 pub mod scenario;

@@ -1,3 +1,8 @@
-//! Scenarios: the YAML files in `scenarios/`, their model and their parser.
+//! Scenarios: the YAML files in `scenarios/`, their model and their strict parser.
 
 pub mod duration;
+pub mod model;
+pub mod parse;
+
+pub use model::{Outcome, Scenario, Variant};
+pub use parse::{load, ScenarioError};

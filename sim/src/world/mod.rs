@@ -1,3 +1,13 @@
-//! The simulated world around the system: the Kubernetes API server, Argo CD and Git.
+//! The simulated world around the system, each piece a turmoil host:
+//!
+//! - [`apiserver`]: the Kubernetes API server.
+//! - [`argocd`]: Argo CD's application controller and server.
+//! - [`git`]: the Git provider.
+//! - [`workload`]: commits, app churn, health flaps and refreshes, drawn from the seed.
+//! - [`probe`]: a kube-rs reflector whose view checkers compare with the API server.
 
 pub mod apiserver;
+pub mod argocd;
+pub mod git;
+pub mod probe;
+pub mod workload;

@@ -1,0 +1,274 @@
+//! The scenario model: what a file in `scenarios/` may say, with every default documented.
+//!
+//! Every struct denies unknown fields, so a misspelt key is an error that names the file,
+//! line, column and field instead of a silently ignored setting.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::world::apiserver::Knobs;
+
+/// A whole scenario file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Short identifier; reports go to `reports/<name>/`.
+    pub name: String,
+    /// What the scenario shows and why.
+    pub description: String,
+    /// Seeds `cargo test` and `make reports` run. The first one is the report seed.
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    /// Simulated time per turmoil step. Default 10 ms; smaller is finer and slower.
+    #[serde(default = "default_tick", with = "super::duration")]
+    pub tick: Duration,
+    /// Hosts and what runs on them.
+    pub topology: Topology,
+    /// API server knobs at the start (and restored for the calm phase).
+    #[serde(default)]
+    pub apiserver: Knobs,
+    /// The simulated Argo CD.
+    #[serde(default)]
+    pub argocd: ArgoCd,
+    /// Load applied during the fault phase.
+    #[serde(default)]
+    pub workload: Workload,
+    /// The probe component (a kube-rs reflector).
+    #[serde(default)]
+    pub probe: Probe,
+    /// Timed faults, applied between simulation steps.
+    #[serde(default)]
+    pub faults: Vec<FaultStep>,
+    /// Length of the fault phase (workload and faults active).
+    #[serde(with = "super::duration")]
+    pub duration: Duration,
+    /// Length of the calm phase: faults healed, crashed hosts restarted, workload stopped.
+    #[serde(with = "super::duration")]
+    pub calm: Duration,
+    /// Invariants checked, with their parameters.
+    pub invariants: Vec<Invariant>,
+    /// The expected result per variant (`faithful`, `hardened`).
+    pub expect: BTreeMap<Variant, Outcome>,
+}
+
+fn default_seeds() -> Vec<u64> {
+    vec![1]
+}
+
+fn default_tick() -> Duration {
+    Duration::from_millis(10)
+}
+
+/// Which design of the system runs: the real system's, flaws included, or ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// Reproduces the real system, known flaws included.
+    Faithful,
+    /// orrery's design, which must fix each flaw.
+    Hardened,
+}
+
+impl Variant {
+    /// Both variants, in report order.
+    pub const ALL: [Variant; 2] = [Variant::Faithful, Variant::Hardened];
+
+    /// The lowercase name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::Faithful => "faithful",
+            Variant::Hardened => "hardened",
+        }
+    }
+
+    /// Parses a command-line variant name.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "faithful" => Ok(Variant::Faithful),
+            "hardened" => Ok(Variant::Hardened),
+            other => Err(format!("unknown variant {other:?}: expected \"faithful\" or \"hardened\"")),
+        }
+    }
+}
+
+/// The result classes of a run (TigerBeetle's VOPR distinguishes the same ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every invariant held.
+    Pass,
+    /// A safety invariant was violated (something that must never happen, happened).
+    SafetyViolation,
+    /// A liveness invariant did not hold by the end of the calm phase.
+    LivenessTimeout,
+    /// Two runs of one seed differed.
+    Nondeterminism,
+    /// The harness itself failed (bad scenario, a host crashed with an error, …).
+    HarnessError,
+}
+
+impl Outcome {
+    /// The snake_case name printed in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::SafetyViolation => "safety_violation",
+            Outcome::LivenessTimeout => "liveness_timeout",
+            Outcome::Nondeterminism => "nondeterminism",
+            Outcome::HarnessError => "harness_error",
+        }
+    }
+}
+
+/// The hosts of the simulated world.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Each host and its role; names are what faults refer to.
+    pub hosts: Vec<Host>,
+}
+
+/// One simulated host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// Host name (DNS name inside the simulation).
+    pub name: String,
+    /// What runs there.
+    pub role: Role,
+}
+
+/// What a host runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The simulated Kubernetes API server (port 6443).
+    Apiserver,
+    /// Simulated Argo CD: application controller and server (port 8080), with the Git provider.
+    Argocd,
+    /// The workload generator: commits, app create/delete, health flaps, refreshes.
+    Workload,
+    /// A kube-rs reflector over Applications whose view is checked against the API server.
+    Probe,
+}
+
+/// Simulated Argo CD settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArgoCd {
+    /// The application controller reconciles every app this often. Default 10 s
+    /// (Argo CD's default is 180 s; shorter keeps scenarios short).
+    #[serde(with = "super::duration")]
+    pub reconcile_every: Duration,
+    /// Entries kept in `status.history`. Default 10, as Argo CD's `revisionHistoryLimit`.
+    pub history_limit: usize,
+}
+
+impl Default for ArgoCd {
+    fn default() -> Self {
+        ArgoCd { reconcile_every: Duration::from_secs(10), history_limit: 10 }
+    }
+}
+
+/// Load during the fault phase; every choice is drawn from the seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Workload {
+    /// Applications created at the start. Default 50.
+    pub applications: usize,
+    /// Git repositories they are spread over. Default 5.
+    pub repositories: usize,
+    /// A commit to a random app's path this often. Default 2 s.
+    #[serde(with = "super::duration")]
+    pub commit_every: Duration,
+    /// An app is deleted and another created this often. Default 15 s; 0 disables.
+    #[serde(with = "super::duration")]
+    pub churn_every: Duration,
+    /// A random app's health flips (Degraded ↔ Healthy) this often. Default 5 s; 0 disables.
+    #[serde(with = "super::duration")]
+    pub health_flap_every: Duration,
+    /// Every app is annotated for a hard refresh this often. Default 0 (disabled).
+    #[serde(with = "super::duration")]
+    pub refresh_every: Duration,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload {
+            applications: 50,
+            repositories: 5,
+            commit_every: Duration::from_secs(2),
+            churn_every: Duration::from_secs(15),
+            health_flap_every: Duration::from_secs(5),
+            refresh_every: Duration::ZERO,
+        }
+    }
+}
+
+/// The probe's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Probe {
+    /// Read deadline on its API connections. Default 30 s.
+    #[serde(with = "super::duration")]
+    pub read_idle: Duration,
+    /// `timeoutSeconds` of its watches. Default 290 s, kube-rs's default.
+    pub watch_timeout_seconds: u32,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe { read_idle: Duration::from_secs(30), watch_timeout_seconds: 290 }
+    }
+}
+
+/// One timed fault. Exactly one action per step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultStep {
+    /// When, from the start of the run.
+    #[serde(with = "super::duration")]
+    pub at: Duration,
+    /// Cut the link between two hosts (both directions; silent, like turmoil's partitions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<[String; 2]>,
+    /// Heal the link between two hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<[String; 2]>,
+    /// Crash a host: its software stops, its connections die.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash: Option<String>,
+    /// Restart a crashed host's software.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<String>,
+    /// Change the latency of a link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyChange>,
+    /// Change API server knobs (only the fields given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apiserver: Option<serde_yaml::Value>,
+}
+
+/// A latency change on one link.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyChange {
+    /// The two hosts of the link.
+    pub between: [String; 2],
+    /// New maximum one-way message latency.
+    #[serde(with = "super::duration")]
+    pub max: Duration,
+}
+
+/// An invariant and its parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Invariant {
+    /// Which checker (see `checkers`).
+    pub name: String,
+    /// Checker parameters.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, serde_yaml::Value>,
+}

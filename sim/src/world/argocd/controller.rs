@@ -1,0 +1,112 @@
+//! The simulated application controller.
+//!
+//! Every `reconcile_every` it walks all Applications (sorted by name: the reflector's map
+//! order is random) and computes what Argo CD would report: `sync` against the Git head,
+//! `health` from the simulated workload, auto-sync for apps with `syncPolicy.automated`
+//! (an `operationState` and a `history` entry), `resources`, and clears the refresh
+//! annotation. It writes with a JSON merge patch, and only when something changed
+//! (Argo CD also rewrites `reconciledAt` every time; we skip those writes to keep traces
+//! readable — a documented fidelity gap).
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::Store;
+use serde_json::{json, Value};
+
+use orrery_system::env::{Observation, SharedEnv};
+
+use super::{resources_of, source_of, HealthOverrides, NAMESPACE};
+use crate::world::apiserver::store::rfc3339;
+use crate::world::git::SharedGit;
+
+/// Controller settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Reconcile period.
+    pub reconcile_every: Duration,
+    /// Entries kept in `status.history`.
+    pub history_limit: usize,
+}
+
+/// The status Argo CD would report for `app` now, or `None` if its source is unusable.
+fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides, config: &Config, unix_ms: u64) -> Option<Value> {
+    let name = app.metadata.name.clone()?;
+    let (repo, path) = source_of(app)?;
+    let git = git.lock();
+    let head = git.head(&repo)?;
+    let status = app.data.get("status").cloned().unwrap_or(json!({}));
+    let synced_revision = status.pointer("/sync/revision").and_then(Value::as_str).unwrap_or("").to_string();
+    let head_files = git.files_at(&repo, &head.sha, &path)?;
+    let synced_files = git.files_at(&repo, &synced_revision, &path);
+    let in_sync = synced_files.as_ref() == Some(&head_files);
+    let automated = app.data.pointer("/spec/syncPolicy/automated").is_some();
+    let mut next = status.clone();
+    let now = rfc3339(unix_ms);
+    if in_sync {
+        next["sync"] = json!({"status": "Synced", "revision": synced_revision, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+    } else if automated {
+        let history = next.get("history").and_then(Value::as_array).cloned().unwrap_or_default();
+        let id = history.last().and_then(|h| h["id"].as_i64()).unwrap_or(-1) + 1;
+        let mut history = history;
+        history.push(json!({"id": id, "revision": head.sha, "deployedAt": now, "source": {"repoURL": repo, "path": path}}));
+        let excess = history.len().saturating_sub(config.history_limit);
+        history.drain(..excess);
+        next["history"] = Value::Array(history);
+        next["operationState"] = json!({
+            "operation": {"sync": {"revision": head.sha}, "initiatedBy": {"automated": true}},
+            "phase": "Succeeded",
+            "message": "successfully synced (all tasks run)",
+            "startedAt": now,
+            "finishedAt": now,
+            "syncResult": {"revision": head.sha, "source": {"repoURL": repo, "path": path}},
+        });
+        next["sync"] = json!({"status": "Synced", "revision": head.sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+    } else {
+        next["sync"] = json!({"status": "OutOfSync", "revision": head.sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+    }
+    let health_status = health.get(&name);
+    let sync_status = next["sync"]["status"].clone();
+    next["health"] = json!({"status": health_status});
+    next["resources"] = Value::Array(
+        resources_of(&head_files, &name)
+            .into_iter()
+            .map(|(kind, res)| json!({"kind": kind, "name": res, "namespace": name, "status": sync_status, "health": {"status": health_status}}))
+            .collect(),
+    );
+    next["summary"] = json!({"images": [format!("registry.example/{name}:{}", &head.sha[..7])]});
+    Some(next)
+}
+
+/// Reconciles once: every app, in name order.
+async fn reconcile_all(env: &SharedEnv, api: &Api<DynamicObject>, store: &Store<DynamicObject>, git: &SharedGit, health: &HealthOverrides, config: &Config) {
+    let mut apps = store.state();
+    apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for app in apps {
+        let Some(name) = app.metadata.name.clone() else { continue };
+        let refresh = app.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
+        let Some(mut status) = desired_status(&app, git, health, config, env.unix_millis()) else { continue };
+        let current = app.data.get("status").cloned().unwrap_or(json!({}));
+        if status == current && !refresh {
+            continue;
+        }
+        status["reconciledAt"] = json!(rfc3339(env.unix_millis()));
+        let mut patch = json!({"status": status});
+        if refresh {
+            patch["metadata"] = json!({"annotations": {"argocd.argoproj.io/refresh": null}});
+        }
+        match api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => {}
+            Err(e) => env.observe(Observation::new("argocd.reconcile_error", json!({"app": name, "error": e.to_string()}))),
+        }
+    }
+}
+
+/// Runs the controller until the host stops: a reflector plus a periodic reconcile loop.
+pub async fn run(env: SharedEnv, client: kube::Client, store: Store<DynamicObject>, git: SharedGit, health: HealthOverrides, config: Config) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client, NAMESPACE, &super::application_resource());
+    loop {
+        env.sleep(config.reconcile_every).await;
+        reconcile_all(&env, &api, &store, &git, &health, &config).await;
+    }
+}

@@ -1,0 +1,113 @@
+//! The Argo CD server's REST subset used by the reporters, behind a bearer token:
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /api/v1/applications/{name}` | the Application |
+//! | `GET /api/v1/applications/{name}/resource-tree` | `{nodes: [...]}` from `status.resources` |
+//! | `GET /api/v1/applications/{name}/manifests[?revision=R]` | `{manifests: [...], revision}` from Git |
+//! | `GET /api/v1/applications/{name}/revisions/{rev}/metadata` | `{author, date, message}` |
+//! | `GET /api/v1/applications/{name}/resource?kind=K&resourceName=N` | `{manifest}` live (synced) manifest |
+
+use std::collections::BTreeMap;
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::Store;
+use serde_json::{json, Value};
+
+use orrery_system::env::http::{full, Body};
+
+use super::source_of;
+use crate::world::apiserver::store::rfc3339;
+use crate::world::git::SharedGit;
+
+/// What the server reads from.
+#[derive(Clone)]
+pub struct Server {
+    /// The controller's reflector of Applications.
+    pub apps: Store<DynamicObject>,
+    /// The Git provider.
+    pub git: SharedGit,
+    /// Accepted bearer token.
+    pub token: String,
+}
+
+fn reply(code: StatusCode, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(full(serde_json::to_vec(body).expect("JSON values serialise")))
+        .expect("static response parts are valid")
+}
+
+fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
+    reply(code, &json!({"error": message, "code": grpc, "message": message}))
+}
+
+fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Server {
+    /// Answers one request.
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let authorised = req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {}", self.token));
+        if !authorised {
+            return error(StatusCode::UNAUTHORIZED, 16, "invalid session: token is missing or wrong".into());
+        }
+        let params = query(&req);
+        let path = req.uri().path().to_string();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let ["api", "v1", "applications", name, rest @ ..] = segments.as_slice() else {
+            return error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}"));
+        };
+        let Some(app) = self.apps.state().into_iter().find(|a| a.metadata.name.as_deref() == Some(name)) else {
+            return error(StatusCode::NOT_FOUND, 5, format!("applications.argoproj.io \"{name}\" not found"));
+        };
+        let Some((repo, app_path)) = source_of(&app) else {
+            return error(StatusCode::BAD_REQUEST, 3, format!("application {name} has no spec.source"));
+        };
+        let git = self.git.lock();
+        let status = app.data.get("status").cloned().unwrap_or(json!({}));
+        match rest {
+            [] => reply(StatusCode::OK, &serde_json::to_value(&*app).unwrap_or(Value::Null)),
+            ["resource-tree"] => {
+                let nodes: Vec<Value> = status["resources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| json!({"kind": r["kind"], "name": r["name"], "namespace": r["namespace"], "health": r["health"]}))
+                    .collect();
+                reply(StatusCode::OK, &json!({"nodes": nodes}))
+            }
+            ["manifests"] => {
+                let revision = params.get("revision").cloned().or_else(|| git.head(&repo).map(|c| c.sha.clone())).unwrap_or_default();
+                match git.files_at(&repo, &revision, &app_path) {
+                    Some(files) => reply(StatusCode::OK, &json!({"manifests": files.values().collect::<Vec<_>>(), "revision": revision})),
+                    None => error(StatusCode::NOT_FOUND, 5, format!("revision {revision} not found in {repo}")),
+                }
+            }
+            ["revisions", revision, "metadata"] => match git.commit_by_sha(&repo, revision) {
+                Some(c) => reply(StatusCode::OK, &json!({"author": c.author, "date": rfc3339(c.unix_ms), "message": c.message})),
+                None => error(StatusCode::NOT_FOUND, 5, format!("revision {revision} not found in {repo}")),
+            },
+            ["resource"] => {
+                let revision = status.pointer("/sync/revision").and_then(Value::as_str).unwrap_or("");
+                let kind = params.get("kind").cloned().unwrap_or_default();
+                let file = if kind == "Service" { "service.yaml" } else { "deployment.yaml" };
+                match git.files_at(&repo, revision, &app_path).and_then(|f| f.get(&format!("{app_path}/{file}")).cloned()) {
+                    Some(manifest) => reply(StatusCode::OK, &json!({"manifest": manifest})),
+                    None => error(StatusCode::NOT_FOUND, 5, format!("{kind} of {name} is not live")),
+                }
+            }
+            _ => error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}")),
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The probe: a kube-rs watcher + reflector over Applications whose every event is
+//! observed, so checkers can compare what a real client saw with the API server's truth.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use serde_json::json;
+
+use orrery_system::env::kube::SeededBackoff;
+use orrery_system::env::{fnv1a_64, Observation, SharedEnv};
+
+use crate::world::argocd::{application_resource, NAMESPACE};
+
+/// Probe settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `timeoutSeconds` of each watch.
+    pub watch_timeout_seconds: u32,
+}
+
+fn id(object: &DynamicObject) -> serde_json::Value {
+    json!({"name": object.metadata.name, "rv": object.metadata.resource_version})
+}
+
+/// Digest of a view: (count, FNV-1a over sorted `name@rv` lines).
+pub fn digest(mut entries: Vec<(String, String)>) -> (usize, String) {
+    entries.sort();
+    let text: String = entries.iter().map(|(n, rv)| format!("{n}@{rv}\n")).collect();
+    (entries.len(), format!("{:016x}", fnv1a_64(text.as_bytes())))
+}
+
+/// Runs the probe until the host stops. Observes `probe.*` events and, once a second
+/// when it changed, `probe.view` with the reflector's digest.
+pub async fn run(env: SharedEnv, client: kube::Client, config: Config) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client, NAMESPACE, &application_resource());
+    let writer = reflector::store::Writer::new(application_resource());
+    let reader = writer.as_reader();
+    let events_env = env.clone();
+    let stream = watcher(api, watcher::Config::default().timeout(config.watch_timeout_seconds))
+        .backoff(SeededBackoff::new(env.clone()))
+        .reflect(writer)
+        .for_each(move |event| {
+            let (kind, detail) = match &event {
+                Ok(watcher::Event::Init) => ("probe.init", json!({})),
+                Ok(watcher::Event::InitApply(o)) => ("probe.init_apply", id(o)),
+                Ok(watcher::Event::InitDone) => ("probe.init_done", json!({})),
+                Ok(watcher::Event::Apply(o)) => ("probe.apply", id(o)),
+                Ok(watcher::Event::Delete(o)) => ("probe.delete", id(o)),
+                Err(e) => ("probe.error", json!({"error": e.to_string()})),
+            };
+            events_env.observe(Observation::new(kind, detail));
+            async {}
+        });
+    tokio::spawn(stream);
+    let mut last = None;
+    loop {
+        env.sleep(Duration::from_secs(1)).await;
+        let entries = reader
+            .state()
+            .iter()
+            .map(|o| (o.metadata.name.clone().unwrap_or_default(), o.metadata.resource_version.clone().unwrap_or_default()))
+            .collect();
+        let view = digest(entries);
+        if last.as_ref() != Some(&view) {
+            env.observe(Observation::new("probe.view", json!({"count": view.0, "digest": view.1})));
+            last = Some(view);
+        }
+    }
+}
