@@ -7,9 +7,11 @@
 //! - [`scenario`]: the YAML scenario model and its strict parser.
 //! - [`checkers`]: invariants, fed by the trace and the final state.
 //! - [`harness`]: runs a scenario seed by seed; the trace and its hash.
+//! - [`report`]: gated JSON/Markdown reports, the perf file, the one-line summary.
 
 pub mod checkers;
 pub mod env;
 pub mod harness;
+pub mod report;
 pub mod scenario;
 pub mod world;

@@ -1,1 +1,259 @@
-fn main(){}
+//! `orrery`: run scenarios, sweep seeds, check determinism, regenerate reports, and serve
+//! the simulated API server on a real socket.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use orrery_sim::harness::runner;
+use orrery_sim::report;
+use orrery_sim::scenario::{self, Scenario, Variant};
+
+const USAGE: &str = "orrery — deterministic simulation of a GitOps runtime
+
+USAGE:
+  orrery run FILE [--seed N] [--variant faithful|hardened] [--out DIR]
+      Run one seed (default: the scenario's first seed; variant default: hardened).
+      Prints one JSON line; exits 0 iff the result is the one the scenario expects.
+  orrery sweep FILE --seeds A..B [--variant NAME]
+      Run seeds A..B (half-open; A..=B inclusive) for one or every declared variant;
+      summarise failures by invariant with the first failing seed's repro command.
+  orrery check-determinism FILE [--seed N] [--variant NAME]
+      Run the seed twice in separate processes and compare trace hashes.
+  orrery reports [--scenarios DIR] [--out DIR]
+      Regenerate the gated reports (OUT/<scenario>/<variant>.{json,md}, OUT/README.md)
+      for every scenario and declared variant at its first seed; perf goes to OUT/perf/.
+  orrery apiserver --listen ADDR
+      Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).";
+
+/// Command-line failure: message and exit code.
+struct Fail(String, u8);
+
+fn fail<T>(message: impl Into<String>) -> Result<T, Fail> {
+    Err(Fail(message.into(), 2))
+}
+
+/// Parsed `--flag value` options after the positional arguments.
+struct Args {
+    positional: Vec<String>,
+    flags: std::collections::BTreeMap<String, String>,
+}
+
+fn parse_args(raw: &[String], allowed: &[&str]) -> Result<Args, Fail> {
+    let mut args = Args { positional: Vec::new(), flags: Default::default() };
+    let mut iter = raw.iter();
+    while let Some(arg) = iter.next() {
+        if let Some(flag) = arg.strip_prefix("--") {
+            if !allowed.contains(&flag) {
+                return fail(format!("unknown option --{flag} (allowed: {})", allowed.iter().map(|a| format!("--{a}")).collect::<Vec<_>>().join(", ")));
+            }
+            let Some(value) = iter.next() else { return fail(format!("--{flag} needs a value")) };
+            args.flags.insert(flag.to_string(), value.clone());
+        } else {
+            args.positional.push(arg.clone());
+        }
+    }
+    Ok(args)
+}
+
+fn load(path: &str) -> Result<(Scenario, String), Fail> {
+    let scenario = scenario::load(Path::new(path)).map_err(|e| Fail(e.to_string(), 2))?;
+    let text = std::fs::read_to_string(path).map_err(|e| Fail(format!("{path}: {e}"), 2))?;
+    Ok((scenario, text))
+}
+
+fn one_file(args: &Args, command: &str) -> Result<String, Fail> {
+    match args.positional.as_slice() {
+        [file] => Ok(file.clone()),
+        _ => fail(format!("orrery {command} takes exactly one scenario FILE\n\n{USAGE}")),
+    }
+}
+
+fn seed_arg(args: &Args, scenario: &Scenario) -> Result<u64, Fail> {
+    match args.flags.get("seed") {
+        Some(s) => s.parse().map_err(|_| Fail(format!("--seed {s:?} is not a number"), 2)),
+        None => Ok(scenario.seeds[0]),
+    }
+}
+
+fn variants_arg(args: &Args, scenario: &Scenario, default_all: bool) -> Result<Vec<Variant>, Fail> {
+    match args.flags.get("variant") {
+        Some(v) => Ok(vec![Variant::parse(v).map_err(|e| Fail(e, 2))?]),
+        None if default_all => Ok(scenario.expect.keys().copied().collect()),
+        None => Ok(vec![Variant::Hardened]),
+    }
+}
+
+fn cmd_run(raw: &[String]) -> Result<ExitCode, Fail> {
+    let args = parse_args(raw, &["seed", "variant", "out"])?;
+    let path = one_file(&args, "run")?;
+    let (scenario, text) = load(&path)?;
+    let seed = seed_arg(&args, &scenario)?;
+    let variant = variants_arg(&args, &scenario, false)?[0];
+    let started = Instant::now(); // determinism: real-env (wall-clock perf figure only)
+    let outcome = runner::run(&scenario, seed, variant);
+    let wall = started.elapsed().as_secs_f64();
+    if let Some(out) = args.flags.get("out") {
+        let built = report::build(&scenario, &text, &path, seed, variant, &outcome);
+        report::write(Path::new(out), &built).map_err(|e| Fail(format!("{out}: cannot write report: {e}"), 2))?;
+    }
+    println!("{}", report::summary_line(&scenario, seed, variant, &outcome, wall));
+    Ok(if outcome.result == report::expected(&scenario, variant) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn parse_seeds(text: &str) -> Result<std::ops::Range<u64>, Fail> {
+    let bad = || Fail(format!("--seeds {text:?}: expected A..B (half-open) or A..=B (inclusive)"), 2);
+    if let Some((a, b)) = text.split_once("..=") {
+        let (a, b): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+        return Ok(a..b + 1);
+    }
+    let (a, b) = text.split_once("..").ok_or_else(bad)?;
+    Ok(a.parse().map_err(|_| bad())?..b.parse().map_err(|_| bad())?)
+}
+
+fn cmd_sweep(raw: &[String]) -> Result<ExitCode, Fail> {
+    let args = parse_args(raw, &["seeds", "variant"])?;
+    let path = one_file(&args, "sweep")?;
+    let (scenario, _) = load(&path)?;
+    let seeds = parse_seeds(args.flags.get("seeds").map(String::as_str).unwrap_or("1..11"))?;
+    let variants = variants_arg(&args, &scenario, true)?;
+    let total = (seeds.end.saturating_sub(seeds.start)) as usize * variants.len();
+    let mut done = 0;
+    let mut unexpected = 0;
+    for variant in variants {
+        let expected = report::expected(&scenario, variant);
+        let mut by_result: std::collections::BTreeMap<&str, u64> = Default::default();
+        let mut by_invariant: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        let mut first_failure: Option<(u64, &str)> = None;
+        for seed in seeds.clone() {
+            let outcome = runner::run(&scenario, seed, variant);
+            *by_result.entry(outcome.result.as_str()).or_default() += 1;
+            if outcome.result != expected {
+                unexpected += 1;
+                first_failure.get_or_insert((seed, outcome.result.as_str()));
+                for v in &outcome.violations {
+                    by_invariant.entry(v.invariant.clone()).or_insert((0, seed)).0 += 1;
+                }
+            }
+            done += 1;
+            let width = 30;
+            let filled = done * width / total.max(1);
+            eprint!("\r[{}{}] {done}/{total} runs, {unexpected} unexpected", "=".repeat(filled), " ".repeat(width - filled));
+        }
+        eprintln!();
+        println!("{} / {}: expected {} — results {:?}", scenario.name, variant.as_str(), expected.as_str(), by_result);
+        for (invariant, (count, seed)) in &by_invariant {
+            println!("  unexpected violations of {invariant}: {count} seeds (first: seed {seed})");
+        }
+        if let Some((seed, result)) = first_failure {
+            println!("  first unexpected: seed {seed} ({result}); reproduce with:\n    {}", report::repro(&path, seed, variant));
+        }
+    }
+    Ok(if unexpected == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn cmd_check_determinism(raw: &[String]) -> Result<ExitCode, Fail> {
+    let args = parse_args(raw, &["seed", "variant"])?;
+    let path = one_file(&args, "check-determinism")?;
+    let (scenario, _) = load(&path)?;
+    let seed = seed_arg(&args, &scenario)?;
+    let variant = variants_arg(&args, &scenario, false)?[0];
+    let exe = std::env::current_exe().map_err(|e| Fail(format!("cannot find own executable: {e}"), 2))?;
+    let mut hashes = Vec::new();
+    for _ in 0..2 {
+        let output = std::process::Command::new(&exe)
+            .args(["run", &path, "--seed", &seed.to_string(), "--variant", variant.as_str()])
+            .output()
+            .map_err(|e| Fail(format!("cannot start a run: {e}"), 2))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let line = stdout.lines().last().unwrap_or("");
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|_| Fail(format!("a run printed no result line: {stdout}{}", String::from_utf8_lossy(&output.stderr)), 2))?;
+        hashes.push(value["trace_hash"].as_str().unwrap_or("").to_string());
+    }
+    let same = hashes[0] == hashes[1] && !hashes[0].is_empty();
+    println!(
+        "{}",
+        serde_json::json!({"scenario": scenario.name, "variant": variant.as_str(), "seed": seed, "result": if same { "pass" } else { "nondeterminism" }, "trace_hashes": hashes})
+    );
+    Ok(if same { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn cmd_reports(raw: &[String]) -> Result<ExitCode, Fail> {
+    let args = parse_args(raw, &["scenarios", "out"])?;
+    let dir = PathBuf::from(args.flags.get("scenarios").map(String::as_str).unwrap_or("scenarios"));
+    let out = PathBuf::from(args.flags.get("out").map(String::as_str).unwrap_or("reports"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| Fail(format!("{}: {e}", dir.display()), 2))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut index = String::from("# orrery reports\n\nGenerated by `make reports`; never edit by hand. One row per scenario and variant, at the scenario's first seed.\n\n| scenario | variant | seed | result | expected | trace hash |\n|---|---|---|---|---|---|\n");
+    let mut perf = Vec::new();
+    let mut surprises = 0;
+    for file in files {
+        let path = file.display().to_string();
+        let (scenario, text) = load(&path)?;
+        let seed = scenario.seeds[0];
+        for variant in scenario.expect.keys().copied() {
+            let started = Instant::now(); // determinism: real-env (wall-clock perf figure only)
+            let outcome = runner::run(&scenario, seed, variant);
+            let wall = started.elapsed().as_secs_f64();
+            let built = report::build(&scenario, &text, &path, seed, variant, &outcome);
+            report::write(&out.join(&scenario.name), &built).map_err(|e| Fail(format!("cannot write report: {e}"), 2))?;
+            perf.push(report::perf(&built, wall));
+            let mark = if built.as_expected { "yes" } else { surprises += 1; "**NO**" };
+            index.push_str(&format!(
+                "| [{}]({}/{}.md) | {} | {} | `{}` | `{}` ({mark}) | `{}` |\n",
+                scenario.name, scenario.name, variant.as_str(), variant.as_str(), seed, built.result, built.expected_result, built.trace_hash
+            ));
+            eprintln!("{} / {}: {} in {wall:.1} s wall", scenario.name, variant.as_str(), built.result);
+        }
+    }
+    std::fs::write(out.join("README.md"), index).map_err(|e| Fail(format!("cannot write index: {e}"), 2))?;
+    let perf_dir = out.join("perf");
+    std::fs::create_dir_all(&perf_dir).map_err(|e| Fail(format!("{}: {e}", perf_dir.display()), 2))?;
+    let perf_text = serde_json::to_string_pretty(&perf).expect("JSON values serialise");
+    std::fs::write(perf_dir.join("perf.json"), perf_text + "\n").map_err(|e| Fail(format!("cannot write perf: {e}"), 2))?;
+    Ok(if surprises == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn cmd_apiserver(raw: &[String]) -> Result<ExitCode, Fail> {
+    let args = parse_args(raw, &["listen"])?;
+    let listen = args.flags.get("listen").cloned().unwrap_or_else(|| "127.0.0.1:6443".into());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Fail(format!("cannot start tokio: {e}"), 2))?;
+    runtime.block_on(async {
+        let env: orrery_system::env::SharedEnv = std::sync::Arc::new(orrery_system::env::RealEnv::new("apiserver"));
+        let server = orrery_sim::world::apiserver::ApiServer::new(Default::default());
+        eprintln!("orrery apiserver listening on http://{listen}");
+        orrery_sim::world::apiserver::run(env, server, &listen).await.map_err(|e| Fail(format!("{listen}: {e}"), 1))
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = raw.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match command.as_str() {
+        "run" => cmd_run(rest),
+        "sweep" => cmd_sweep(rest),
+        "check-determinism" => cmd_check_determinism(rest),
+        "reports" => cmd_reports(rest),
+        "apiserver" => cmd_apiserver(rest),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => fail(format!("unknown command {other:?}\n\n{USAGE}")),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Fail(message, code)) => {
+            eprintln!("orrery: {message}");
+            ExitCode::from(code)
+        }
+    }
+}

@@ -1,4 +1,10 @@
 //! The harness: builds a world from a scenario, runs the fault and calm phases, keeps the
 //! trace, and hands verdicts to the reporter.
+//!
+//! - [`runner`]: one seed, one variant → a [`runner::RunOutcome`].
+//! - [`trace`]: the ordered observation log and its hash.
+//! - [`metrics`]: figures derived from the trace (latencies, relists, histograms).
 
+pub mod metrics;
+pub mod runner;
 pub mod trace;

@@ -1,5 +1,6 @@
 //! The simulator's integration tests, one binary: real kube-rs against the simulated API
 //! server over turmoil TCP, and whole scenario runs.
 
+mod scenarios;
 mod support;
 mod watcher_checklist;

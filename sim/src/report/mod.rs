@@ -1,0 +1,179 @@
+//! Reports: the gated JSON and Markdown per scenario and variant, the ungated perf file,
+//! and the one-line JSON summary `orrery run` prints.
+//!
+//! Gated reports contain only what a seed determines (no wall-clock figures, no git
+//! commit), so regenerating them on any machine gives byte-identical files.
+
+pub mod markdown;
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use orrery_system::env::fnv1a_64;
+
+use crate::checkers::Violation;
+use crate::harness::metrics::{self, Metrics};
+use crate::harness::runner::{AppliedFault, RunOutcome};
+use crate::harness::trace::TraceEvent;
+use crate::scenario::{Outcome, Scenario, Variant};
+
+/// How many trace events are shown before a violation.
+pub const TRACE_TAIL: usize = 20;
+
+/// Identity of what produced a report (deterministic: no commit hash, no host name).
+#[derive(Clone, Debug, Serialize)]
+pub struct Build {
+    /// orrery's version.
+    pub orrery_version: &'static str,
+    /// FNV-1a 64 of the scenario file's bytes.
+    pub scenario_fnv: String,
+}
+
+/// One invariant's verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct InvariantVerdict {
+    /// Invariant name.
+    pub name: String,
+    /// `held` or `violated`.
+    pub verdict: &'static str,
+    /// The first violation, with the trace events just before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub violation: Option<ViolationReport>,
+}
+
+/// A violation with its context.
+#[derive(Clone, Debug, Serialize)]
+pub struct ViolationReport {
+    /// The violation.
+    #[serde(flatten)]
+    pub violation: Violation,
+    /// The last trace events at or before it.
+    pub trace_tail: Vec<TraceEvent>,
+}
+
+/// The gated report of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// What it shows.
+    pub description: String,
+    /// Variant run.
+    pub variant: &'static str,
+    /// Seed run.
+    pub seed: u64,
+    /// What produced it.
+    pub build: Build,
+    /// Result class.
+    pub result: &'static str,
+    /// Result the scenario expects for this variant.
+    pub expected_result: &'static str,
+    /// Whether they agree.
+    pub as_expected: bool,
+    /// Harness failure, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub harness_error: Option<String>,
+    /// The fully resolved scenario.
+    pub config: Scenario,
+    /// Faults applied, with times.
+    pub faults: Vec<AppliedFault>,
+    /// Each invariant's verdict.
+    pub invariants: Vec<InvariantVerdict>,
+    /// Figures.
+    pub metrics: Metrics,
+    /// Hash of the full trace.
+    pub trace_hash: String,
+    /// Number of trace events.
+    pub events: usize,
+    /// Simulated seconds.
+    pub sim_seconds: f64,
+    /// Command that reproduces this run.
+    pub repro: String,
+}
+
+/// The expected result of `variant` (a scenario that declares none expects a pass).
+pub fn expected(scenario: &Scenario, variant: Variant) -> Outcome {
+    scenario.expect.get(&variant).copied().unwrap_or(Outcome::Pass)
+}
+
+/// The command that reproduces a run.
+pub fn repro(path: &str, seed: u64, variant: Variant) -> String {
+    format!("cargo run -q -p orrery-sim --bin orrery -- run {path} --seed {seed} --variant {}", variant.as_str())
+}
+
+/// Builds the gated report of a run.
+pub fn build(scenario: &Scenario, scenario_text: &str, path: &str, seed: u64, variant: Variant, outcome: &RunOutcome) -> Report {
+    let expected = expected(scenario, variant);
+    let invariants = scenario
+        .invariants
+        .iter()
+        .map(|i| {
+            let violation = outcome.violations.iter().find(|v| v.invariant == i.name).map(|v| ViolationReport {
+                violation: v.clone(),
+                trace_tail: outcome.trace.tail_before(v.at_ms, TRACE_TAIL),
+            });
+            InvariantVerdict { name: i.name.clone(), verdict: if violation.is_some() { "violated" } else { "held" }, violation }
+        })
+        .collect();
+    Report {
+        scenario: scenario.name.clone(),
+        description: scenario.description.trim().to_string(),
+        variant: variant.as_str(),
+        seed,
+        build: Build { orrery_version: env!("CARGO_PKG_VERSION"), scenario_fnv: format!("{:016x}", fnv1a_64(scenario_text.as_bytes())) },
+        result: outcome.result.as_str(),
+        expected_result: expected.as_str(),
+        as_expected: outcome.result == expected,
+        harness_error: outcome.harness_error.clone(),
+        config: scenario.clone(),
+        faults: outcome.faults.clone(),
+        invariants,
+        metrics: metrics::compute(&outcome.trace.events()),
+        trace_hash: outcome.trace.hash(),
+        events: outcome.trace.len(),
+        sim_seconds: outcome.sim_seconds,
+        repro: repro(path, seed, variant),
+    }
+}
+
+/// The one-line JSON `orrery run` prints (keys in the documented order).
+pub fn summary_line(scenario: &Scenario, seed: u64, variant: Variant, outcome: &RunOutcome, wall_seconds: f64) -> String {
+    let violations: Vec<&str> = outcome.violations.iter().map(|v| v.invariant.as_str()).collect();
+    let value = json!({
+        "scenario": scenario.name,
+        "variant": variant.as_str(),
+        "seed": seed,
+        "result": outcome.result.as_str(),
+        "expected": outcome.result == expected(scenario, variant),
+        "violations": violations,
+        "trace_hash": outcome.trace.hash(),
+        "sim_seconds": outcome.sim_seconds,
+        "wall_seconds": (wall_seconds * 1000.0).round() / 1000.0,
+        "events": outcome.trace.len(),
+    });
+    serde_json::to_string(&value).expect("JSON values serialise")
+}
+
+/// The ungated perf record of a run.
+pub fn perf(report: &Report, wall_seconds: f64) -> Value {
+    json!({
+        "scenario": report.scenario,
+        "variant": report.variant,
+        "seed": report.seed,
+        "sim_seconds": report.sim_seconds,
+        "wall_seconds": wall_seconds,
+        "sim_seconds_per_wall_second": if wall_seconds > 0.0 { report.sim_seconds / wall_seconds } else { 0.0 },
+        "events_per_wall_second": if wall_seconds > 0.0 { report.events as f64 / wall_seconds } else { 0.0 },
+    })
+}
+
+/// Writes `<dir>/<variant>.json` and `.md`.
+pub fn write(dir: &Path, report: &Report) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut json = serde_json::to_string_pretty(report).expect("reports serialise");
+    json.push('\n');
+    std::fs::write(dir.join(format!("{}.json", report.variant)), json)?;
+    std::fs::write(dir.join(format!("{}.md", report.variant)), markdown::render(report))
+}
