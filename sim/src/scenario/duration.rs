@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serializer};
+use serde::{Deserializer, Serializer};
 
 /// Parses `250ms`, `1.5s`, `30s`, `5m`, `1h` or a bare number of seconds.
 pub fn parse(text: &str) -> Result<Duration, String> {
@@ -37,19 +37,38 @@ pub fn render(duration: Duration) -> String {
     }
 }
 
-/// serde `with` support: deserialise.
+/// serde `with` support: deserialise. A visitor (not an untagged enum) so that errors keep
+/// the scalar's line and column.
 pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Number(f64),
-        Text(String),
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a duration such as \"250ms\", \"30s\", \"5m\" or a number of seconds")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
+            parse(v).map_err(E::custom)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
+            Ok(Duration::from_secs(v))
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
+            u64::try_from(v).map(Duration::from_secs).map_err(|_| E::custom(format!("invalid duration {v}: must be a non-negative number")))
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
+            if v.is_finite() && v >= 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(E::custom(format!("invalid duration {v}: must be a non-negative number")))
+            }
+        }
     }
-    match Raw::deserialize(deserializer)? {
-        Raw::Number(n) if n.is_finite() && n >= 0.0 => Ok(Duration::from_secs_f64(n)),
-        Raw::Number(n) => Err(serde::de::Error::custom(format!("invalid duration {n}: must be a non-negative number"))),
-        Raw::Text(t) => parse(&t).map_err(serde::de::Error::custom),
-    }
+    deserializer.deserialize_any(Visitor)
 }
 
 /// serde `with` support: serialise.

@@ -222,7 +222,7 @@ expect:
     #[test]
     fn a_bad_duration_and_a_bad_knob_are_rejected() {
         let err = parse("t.yaml", &GOOD.replace("calm: 10s", "calm: 10 parsecs")).unwrap_err().to_string();
-        assert!(err.contains("t.yaml:14:") && err.contains("unknown unit"), "{err}");
+        assert!(err.contains("t.yaml:13:7: calm:") && err.contains("unknown unit"), "{err}");
         let knob = GOOD.replace("    partition: [probe, apiserver]", "    apiserver: {cut_rate: 0.5}");
         let err = parse("t.yaml", &knob).unwrap_err().to_string();
         assert!(err.contains("faults[0].apiserver") && err.contains("cut_rate"), "{err}");
