@@ -39,6 +39,10 @@ impl Listener for SimListener {
             Ok((Box::new(stream) as BoxStream, peer.to_string()))
         })
     }
+
+    fn local_addr(&self) -> io::Result<String> {
+        self.0.local_addr().map(|a| a.to_string())
+    }
 }
 
 impl Env for SimEnv {

@@ -1,6 +1,8 @@
 //! The simulator's integration tests, one binary: real kube-rs against the simulated API
 //! server over turmoil TCP, and whole scenario runs.
 
+mod argocd_world;
+mod real_mode;
 mod scenarios;
 mod support;
 mod watcher_checklist;

@@ -38,6 +38,8 @@ pub type BoxStream = Box<dyn Stream>;
 pub trait Listener: Send + 'static {
     /// Waits for the next inbound connection; returns it with the peer's address.
     fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>>;
+    /// The bound address (`ip:port`), e.g. to learn the port after binding port 0.
+    fn local_addr(&self) -> io::Result<String>;
 }
 
 /// Who a component is: the host it runs on and, for replicated components, its ordinal.

@@ -51,6 +51,10 @@ impl Listener for RealListener {
             Ok((Box::new(stream) as BoxStream, peer.to_string()))
         })
     }
+
+    fn local_addr(&self) -> io::Result<String> {
+        self.0.local_addr().map(|a| a.to_string())
+    }
 }
 
 impl Env for RealEnv {

@@ -127,6 +127,15 @@ impl ApiServer {
 /// Serves `server` on `addr` through `env` until the listener fails.
 pub async fn run(env: orrery_system::env::SharedEnv, server: Arc<ApiServer>, addr: &str) -> std::io::Result<()> {
     let listener = env.listen(addr).await?;
+    serve(env, server, listener).await
+}
+
+/// Serves `server` on an already bound listener (real mode binds port 0 and reads the port).
+pub async fn serve(
+    env: orrery_system::env::SharedEnv,
+    server: Arc<ApiServer>,
+    listener: Box<dyn orrery_system::env::Listener>,
+) -> std::io::Result<()> {
     let handler = http::Handler::new(env, server);
     orrery_system::env::http::serve(listener, move |req, peer| {
         let handler = handler.clone();

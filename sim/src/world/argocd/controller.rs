@@ -36,7 +36,14 @@ fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides
     let git = git.lock();
     let head = git.head(&repo)?;
     let status = app.data.get("status").cloned().unwrap_or(json!({}));
-    let synced_revision = status.pointer("/sync/revision").and_then(Value::as_str).unwrap_or("").to_string();
+    // What is deployed is the last history entry; `sync.revision` is only what was compared.
+    let synced_revision = status
+        .get("history")
+        .and_then(Value::as_array)
+        .and_then(|h| h.last())
+        .and_then(|h| h["revision"].as_str())
+        .unwrap_or("")
+        .to_string();
     let head_files = git.files_at(&repo, &head.sha, &path)?;
     let synced_files = git.files_at(&repo, &synced_revision, &path);
     let in_sync = synced_files.as_ref() == Some(&head_files);

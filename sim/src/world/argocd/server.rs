@@ -99,7 +99,8 @@ impl Server {
                 None => error(StatusCode::NOT_FOUND, 5, format!("revision {revision} not found in {repo}")),
             },
             ["resource"] => {
-                let revision = status.pointer("/sync/revision").and_then(Value::as_str).unwrap_or("");
+                // Live = what was last deployed (the newest history entry), not what was compared.
+                let revision = status["history"].as_array().and_then(|h| h.last()).and_then(|h| h["revision"].as_str()).unwrap_or("");
                 let kind = params.get("kind").cloned().unwrap_or_default();
                 let file = if kind == "Service" { "service.yaml" } else { "deployment.yaml" };
                 match git.files_at(&repo, revision, &app_path).and_then(|f| f.get(&format!("{app_path}/{file}")).cloned()) {
