@@ -6,8 +6,14 @@
 //! - [`env`]: the seam. Network (listen/dial), time, randomness, identity and
 //!   observations come from an [`env::Env`]; [`env::RealEnv`] is the tokio implementation,
 //!   the simulator provides its own. Also the HTTP and kube-rs glue every component shares.
+//! - [`core`]: wire types and variants, no IO.
+//! - [`runtime`]: components that run in the customer's cluster (the application event
+//!   reporter, the shared dedup cache).
+//! - [`platform`]: control-plane components (the events path).
 //!
-//! Runtime and platform components arrive with their own issues; each will be one module
-//! with one entry point `run(env, config)`.
+//! Each component is one module with one entry point `run(env, …)`.
 
+pub mod core;
 pub mod env;
+pub mod platform;
+pub mod runtime;

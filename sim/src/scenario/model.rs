@@ -61,37 +61,7 @@ fn default_tick() -> Duration {
     Duration::from_millis(10)
 }
 
-/// Which design of the system runs: the real system's, flaws included, or ours.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Variant {
-    /// Reproduces the real system, known flaws included.
-    Faithful,
-    /// orrery's design, which must fix each flaw.
-    Hardened,
-}
-
-impl Variant {
-    /// Both variants, in report order.
-    pub const ALL: [Variant; 2] = [Variant::Faithful, Variant::Hardened];
-
-    /// The lowercase name used on the command line and in reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Variant::Faithful => "faithful",
-            Variant::Hardened => "hardened",
-        }
-    }
-
-    /// Parses a command-line variant name.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        match text {
-            "faithful" => Ok(Variant::Faithful),
-            "hardened" => Ok(Variant::Hardened),
-            other => Err(format!("unknown variant {other:?}: expected \"faithful\" or \"hardened\"")),
-        }
-    }
-}
+pub use orrery_system::core::Variant;
 
 /// The result classes of a run (TigerBeetle's VOPR distinguishes the same ones).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -30,6 +30,25 @@ pub struct Commit {
 pub struct Repo {
     /// Oldest first.
     pub commits: Vec<Commit>,
+    /// Directory → indexes of the commits that wrote a file directly in it, so lookups by
+    /// app path cost O(changes to that path), not O(history) (10,000-app scenarios need it).
+    #[serde(skip)]
+    by_dir: BTreeMap<String, Vec<usize>>,
+}
+
+fn dir_of(file: &str) -> &str {
+    file.rsplit_once('/').map(|(dir, _)| dir).unwrap_or("")
+}
+
+impl Repo {
+    fn index_of(&self, sha: &str) -> Option<usize> {
+        self.commits.iter().rposition(|c| c.sha == sha)
+    }
+
+    fn touching(&self, path: &str, end: usize) -> impl Iterator<Item = &Commit> {
+        let dir = path.trim_end_matches('/');
+        self.by_dir.get(dir).into_iter().flatten().filter(move |i| **i <= end).map(|i| &self.commits[*i])
+    }
 }
 
 /// All repositories, by URL.
@@ -57,6 +76,11 @@ impl Git {
         let repository = self.repos.entry(repo.to_string()).or_default();
         let parent = repository.commits.last().map(|c| c.sha.clone()).unwrap_or_default();
         let sha = sha(&parent, author, message, &changes);
+        let index = repository.commits.len();
+        let dirs: std::collections::BTreeSet<String> = changes.keys().map(|f| dir_of(f).to_string()).collect();
+        for dir in dirs {
+            repository.by_dir.entry(dir).or_default().push(index);
+        }
         repository.commits.push(Commit { sha: sha.clone(), author: author.into(), message: message.into(), unix_ms, changes });
         sha
     }
@@ -71,15 +95,15 @@ impl Git {
         self.repos.get(repo)?.commits.iter().find(|c| c.sha == sha)
     }
 
-    /// The files under `path` as of `sha` (path → content), or `None` if `sha` is unknown.
+    /// The files directly under `path` as of `sha` (path → content), or `None` if `sha` is unknown.
     pub fn files_at(&self, repo: &str, sha: &str, path: &str) -> Option<BTreeMap<String, String>> {
-        let commits = &self.repos.get(repo)?.commits;
-        let end = commits.iter().position(|c| c.sha == sha)?;
-        let prefix = format!("{}/", path.trim_end_matches('/'));
+        let repository = self.repos.get(repo)?;
+        let end = repository.index_of(sha)?;
+        let dir = path.trim_end_matches('/');
         let mut files = BTreeMap::new();
-        for commit in &commits[..=end] {
+        for commit in repository.touching(path, end) {
             for (file, content) in &commit.changes {
-                if file.starts_with(&prefix) {
+                if dir_of(file) == dir {
                     files.insert(file.clone(), content.clone());
                 }
             }
@@ -87,12 +111,11 @@ impl Git {
         Some(files)
     }
 
-    /// The newest commit at or before `sha` that changed anything under `path`.
+    /// The newest commit at or before `sha` that changed a file directly under `path`.
     pub fn last_change(&self, repo: &str, sha: &str, path: &str) -> Option<&Commit> {
-        let commits = &self.repos.get(repo)?.commits;
-        let end = commits.iter().position(|c| c.sha == sha)?;
-        let prefix = format!("{}/", path.trim_end_matches('/'));
-        commits[..=end].iter().rev().find(|c| c.changes.keys().any(|f| f.starts_with(&prefix)))
+        let repository = self.repos.get(repo)?;
+        let end = repository.index_of(sha)?;
+        repository.touching(path, end).last()
     }
 
     /// Repository URLs in order.

@@ -131,23 +131,7 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// RFC 3339 timestamp (second precision) for a Unix time in milliseconds.
-pub fn rfc3339(unix_millis: u64) -> String {
-    let secs = unix_millis / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
+pub use orrery_system::core::time::rfc3339;
 
 fn encode_continue(rv: u64, key: &Key) -> String {
     let raw = format!("{rv}\u{1}{}\u{1}{}", key.1, key.2);
@@ -604,11 +588,5 @@ mod tests {
         assert!(store.changes_after(1).is_err());
         assert_eq!(store.changes_after(3).unwrap().len(), 1);
         assert_eq!(store.list(&k, &Filter::default(), Some(1), first.continue_token.as_deref()).unwrap_err().code, 410);
-    }
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_767_225_600_000), "2026-01-01T00:00:00Z");
     }
 }

@@ -1,0 +1,8 @@
+//! Types shared by the runtime and the platform, with no IO: wire formats and variants.
+
+pub mod base64;
+pub mod event;
+pub mod time;
+pub mod variant;
+
+pub use variant::Variant;

@@ -1,0 +1,256 @@
+//! The platform's events path: `POST /2.0/api/events` (runtime token → 401, gzip JSON,
+//! 5 MB body cap → 413, malformed → 400 with the reason, bus full → 503) → a bounded event
+//! bus → the event handler → the [`read_model::ReadModel`]; `GET /2.0/api/apps` queries it.
+//!
+//! A 2xx answer means *queued*, as in the real platform: the handler projects later.
+
+pub mod read_model;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::core::event::{Envelope, EventPayload};
+use crate::core::base64;
+use crate::env::http::{full, Body};
+use crate::env::{Observation, SharedEnv};
+use read_model::{AppState, ReadModel};
+
+/// Largest accepted (compressed) body: 5 MB, as the real gateway.
+pub const BODY_LIMIT_BYTES: usize = 5 * 1024 * 1024;
+/// Largest accepted decompressed body (a gzip bomb guard).
+pub const DECOMPRESSED_LIMIT_BYTES: u64 = 50 * 1024 * 1024;
+
+/// Events-path settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Runtime token → runtime name (what runtime registration issued).
+    pub tokens: BTreeMap<String, String>,
+    /// Events the bus holds before the API answers 503. Default 10,000.
+    pub bus_capacity: usize,
+}
+
+/// Knobs a scenario may change while running (a slow platform).
+#[derive(Clone, Debug, Default)]
+pub struct Knobs {
+    /// Added before the events API answers.
+    pub api_latency: Duration,
+    /// Time the handler spends on each event.
+    pub handler_delay: Duration,
+}
+
+/// The shared state of the events path.
+pub struct Platform {
+    config: Config,
+    knobs: Mutex<Knobs>,
+    read_model: Mutex<ReadModel>,
+}
+
+impl Platform {
+    /// A platform with an empty read model.
+    pub fn new(config: Config) -> Arc<Self> {
+        Arc::new(Platform { config, knobs: Mutex::new(Knobs::default()), read_model: Mutex::new(ReadModel::default()) })
+    }
+
+    /// Changes the knobs (fault schedule).
+    pub fn set_knobs(&self, knobs: Knobs) {
+        *self.knobs.lock().expect("knobs lock poisoned") = knobs;
+    }
+
+    /// A copy of the knobs.
+    pub fn knobs(&self) -> Knobs {
+        self.knobs.lock().expect("knobs lock poisoned").clone()
+    }
+
+    /// Every app's reported state (what the query endpoint serves).
+    pub fn apps(&self) -> BTreeMap<String, AppState> {
+        self.read_model.lock().expect("read model lock poisoned").snapshot()
+    }
+
+    /// (updated, duplicates, stale) counts of the projection.
+    pub fn projection_counts(&self) -> (u64, u64, u64) {
+        let model = self.read_model.lock().expect("read model lock poisoned");
+        (model.updated, model.duplicates, model.stale)
+    }
+}
+
+/// A rejected request: status and reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{status}: {reason}")]
+pub struct Rejection {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Why, for the caller.
+    pub reason: String,
+}
+
+fn reject(status: StatusCode, reason: impl Into<String>) -> Rejection {
+    Rejection { status, reason: reason.into() }
+}
+
+fn reply(status: StatusCode, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(full(serde_json::to_vec(body).expect("JSON values serialise")))
+        .expect("static response parts are valid")
+}
+
+/// An event accepted onto the bus.
+struct Accepted {
+    runtime: String,
+    payload: EventPayload,
+    object: Value,
+}
+
+/// Decodes and validates one `POST /2.0/api/events` body.
+fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection> {
+    let json = if gzip {
+        let mut text = Vec::new();
+        flate2::read::GzDecoder::new(body)
+            .take(DECOMPRESSED_LIMIT_BYTES + 1)
+            .read_to_end(&mut text)
+            .map_err(|e| reject(StatusCode::BAD_REQUEST, format!("body is not valid gzip: {e}")))?;
+        if text.len() as u64 > DECOMPRESSED_LIMIT_BYTES {
+            return Err(reject(StatusCode::PAYLOAD_TOO_LARGE, format!("decompressed body exceeds {DECOMPRESSED_LIMIT_BYTES} bytes")));
+        }
+        text
+    } else {
+        body.to_vec()
+    };
+    let envelope: Envelope = serde_json::from_slice(&json).map_err(|e| reject(StatusCode::BAD_REQUEST, format!("invalid event envelope: {e}")))?;
+    let object_json = base64::decode(&envelope.data.object).map_err(|e| reject(StatusCode::BAD_REQUEST, format!("data.object: {e}")))?;
+    let object: Value = serde_json::from_slice(&object_json).map_err(|e| reject(StatusCode::BAD_REQUEST, format!("data.object is not JSON: {e}")))?;
+    if object.pointer("/metadata/name").and_then(Value::as_str).is_none() {
+        return Err(reject(StatusCode::BAD_REQUEST, "data.object has no metadata.name"));
+    }
+    Ok(Accepted { runtime: runtime.to_string(), payload: envelope.data, object })
+}
+
+/// Projects one accepted event into the read model.
+fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
+    let name = event.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let namespace = event.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+    let rv = event.object.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|r| r.parse().ok()).unwrap_or(0);
+    let source = &event.payload.source;
+    let state = AppState {
+        resource_version: rv,
+        deleted: event.payload.is_deletion(),
+        sync_status: source.sync_status.clone(),
+        revision: source.revision.clone(),
+        health_status: source.health_status.clone(),
+        runtime: event.runtime,
+    };
+    let applied = platform.read_model.lock().expect("read model lock poisoned").apply(&format!("{namespace}/{name}"), state);
+    env.observe(Observation::new(
+        "platform.event",
+        json!({"app": name, "rv": rv.to_string(), "deleted": event.payload.is_deletion(), "applied": format!("{applied:?}").to_lowercase()}),
+    ));
+}
+
+async fn handle(env: SharedEnv, platform: Arc<Platform>, bus: mpsc::Sender<Accepted>, req: Request<Incoming>) -> Response<Body> {
+    let knobs = platform.knobs();
+    if !knobs.api_latency.is_zero() {
+        env.sleep(knobs.api_latency).await;
+    }
+    match (req.method().as_str(), req.uri().path()) {
+        ("GET", "/healthz") => reply(StatusCode::OK, &json!({"status": "ok"})),
+        ("GET", "/2.0/api/apps") => reply(StatusCode::OK, &serde_json::to_value(platform.apps()).unwrap_or(Value::Null)),
+        ("POST", "/2.0/api/events") => match accept(&platform, req).await {
+            Ok(event) => match bus.try_send(event) {
+                Ok(()) => reply(StatusCode::OK, &json!({"status": "queued"})),
+                Err(_) => reply(StatusCode::SERVICE_UNAVAILABLE, &json!({"error": "event bus is full, retry later"})),
+            },
+            Err(rejection) => {
+                env.observe(Observation::new("platform.rejected", json!({"status": rejection.status.as_u16(), "reason": rejection.reason})));
+                reply(rejection.status, &json!({"error": rejection.reason}))
+            }
+        },
+        (method, path) => reply(StatusCode::NOT_FOUND, &json!({"error": format!("no route for {method} {path}")})),
+    }
+}
+
+async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted, Rejection> {
+    let token = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let Some(runtime) = platform.config.tokens.get(&token).cloned() else {
+        return Err(reject(StatusCode::UNAUTHORIZED, "missing or unknown runtime token"));
+    };
+    let gzip = req.headers().get("content-encoding").and_then(|v| v.to_str().ok()) == Some("gzip");
+    let body: Bytes = http_body_util::Limited::new(req.into_body(), BODY_LIMIT_BYTES)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                reject(StatusCode::PAYLOAD_TOO_LARGE, format!("body exceeds {BODY_LIMIT_BYTES} bytes"))
+            } else {
+                reject(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}"))
+            }
+        })?
+        .to_bytes();
+    decode(&runtime, gzip, &body)
+}
+
+/// Runs the events path on `addr` until its listener fails: the API and the handler task.
+pub async fn run(env: SharedEnv, platform: Arc<Platform>, addr: &str) -> std::io::Result<()> {
+    let (bus, mut events) = mpsc::channel::<Accepted>(platform.config.bus_capacity.max(1));
+    let handler_env = env.clone();
+    let handler_platform = platform.clone();
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            let delay = handler_platform.knobs().handler_delay;
+            if !delay.is_zero() {
+                handler_env.sleep(delay).await;
+            }
+            project(&handler_env, &handler_platform, event);
+        }
+    });
+    let listener = env.listen(addr).await?;
+    crate::env::http::serve(listener, move |req, _peer| handle(env.clone(), platform.clone(), bus.clone(), req)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::event::Source;
+    use std::io::Write;
+
+    fn payload(object: &Value) -> Vec<u8> {
+        let payload = EventPayload {
+            timestamp: "t".into(),
+            object: base64::encode(object.to_string().as_bytes()),
+            source: Source { sync_status: "Synced".into(), desired_manifest: "m".into(), ..Source::default() },
+            errors: vec![],
+            app_versions: Value::Null,
+            idempotency_key: None,
+        };
+        serde_json::to_vec(&json!({"data": payload})).unwrap()
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    #[test]
+    fn a_gzip_envelope_decodes_and_bad_bodies_are_refused_with_a_reason() {
+        let object = json!({"metadata": {"name": "a", "namespace": "argocd", "resourceVersion": "7"}});
+        let ok = decode("rt", true, &gzip(&payload(&object))).unwrap();
+        assert_eq!(ok.object["metadata"]["name"], "a");
+        let not_gzip = decode("rt", true, b"plain").err().unwrap();
+        assert_eq!(not_gzip.status, StatusCode::BAD_REQUEST);
+        assert!(not_gzip.reason.contains("gzip"), "{}", not_gzip.reason);
+        let bad_json = decode("rt", false, b"{\"data\": 3}").err().unwrap();
+        assert!(bad_json.reason.contains("invalid event envelope"), "{}", bad_json.reason);
+        let nameless = decode("rt", false, &payload(&json!({"metadata": {}}))).err().unwrap();
+        assert!(nameless.reason.contains("metadata.name"), "{}", nameless.reason);
+    }
+}

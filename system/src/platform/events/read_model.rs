@@ -1,0 +1,91 @@
+//! The read model the events path projects into: per app, the last reported state and the
+//! resourceVersion it reflects. Projection is idempotent: an event older than what is
+//! stored is ignored, one already applied is counted as a duplicate.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// What the platform shows for one app.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AppState {
+    /// The app's `metadata.resourceVersion` this state reflects.
+    pub resource_version: u64,
+    /// The app was reported deleted.
+    pub deleted: bool,
+    /// `sync.status`.
+    pub sync_status: String,
+    /// Revision compared.
+    pub revision: String,
+    /// `health.status`.
+    pub health_status: String,
+    /// Runtime that reported it.
+    pub runtime: String,
+}
+
+/// What applying one event did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The state moved forward.
+    Updated,
+    /// Same resourceVersion already applied (a harmless duplicate).
+    Duplicate,
+    /// Older than the stored state: ignored.
+    Stale,
+}
+
+/// All apps, keyed by `namespace/name`.
+#[derive(Debug, Default)]
+pub struct ReadModel {
+    apps: BTreeMap<String, AppState>,
+    /// Events that moved state forward.
+    pub updated: u64,
+    /// Duplicates seen.
+    pub duplicates: u64,
+    /// Stale events ignored.
+    pub stale: u64,
+}
+
+impl ReadModel {
+    /// Applies one event for `key` (idempotent).
+    pub fn apply(&mut self, key: &str, state: AppState) -> Applied {
+        let outcome = match self.apps.get(key) {
+            Some(current) if current.resource_version > state.resource_version => Applied::Stale,
+            Some(current) if current.resource_version == state.resource_version && current.deleted == state.deleted => Applied::Duplicate,
+            _ => Applied::Updated,
+        };
+        match outcome {
+            Applied::Updated => {
+                self.updated += 1;
+                self.apps.insert(key.to_string(), state);
+            }
+            Applied::Duplicate => self.duplicates += 1,
+            Applied::Stale => self.stale += 1,
+        }
+        outcome
+    }
+
+    /// A copy of every app's state, in key order.
+    pub fn snapshot(&self) -> BTreeMap<String, AppState> {
+        self.apps.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(rv: u64, sync: &str) -> AppState {
+        AppState { resource_version: rv, deleted: false, sync_status: sync.into(), revision: "r".into(), health_status: "Healthy".into(), runtime: "rt".into() }
+    }
+
+    #[test]
+    fn projection_is_idempotent_and_ignores_older_events() {
+        let mut model = ReadModel::default();
+        assert_eq!(model.apply("ns/a", state(5, "Synced")), Applied::Updated);
+        assert_eq!(model.apply("ns/a", state(5, "Synced")), Applied::Duplicate);
+        assert_eq!(model.apply("ns/a", state(3, "OutOfSync")), Applied::Stale);
+        assert_eq!(model.snapshot()["ns/a"].sync_status, "Synced");
+        assert_eq!((model.updated, model.duplicates, model.stale), (1, 1, 1));
+    }
+}

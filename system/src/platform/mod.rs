@@ -1,0 +1,5 @@
+//! The control plane (platform) components.
+//!
+//! - [`events`]: events API → event bus → event handler → read model, plus the query endpoint.
+
+pub mod events;

@@ -1,0 +1,88 @@
+//! hardened: shard membership from Kubernetes `Lease`s.
+//!
+//! Each replica holds the lease `app-reporter-<host>` and renews it every `lease_renew`;
+//! members are the holders whose lease has not expired. On every change the replica
+//! recomputes which apps it owns (rendezvous hashing), queues the apps it gained (a
+//! targeted resync) and forgets those it lost. A crashed replica's apps move once its
+//! lease expires, so an app is orphaned for at most `lease_duration + lease_renew`.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::{shard, Replica};
+use crate::core::time::{parse_rfc3339, rfc3339_micros};
+use crate::env::Observation;
+
+const PREFIX: &str = "app-reporter-";
+
+/// Renews this replica's lease and refreshes membership until the host stops.
+pub async fn run(replica: Arc<Replica>, client: kube::Client) {
+    let leases: Api<Lease> = Api::namespaced(client, &replica.config.namespace);
+    let name = format!("{PREFIX}{}", replica.me);
+    let duration_s = replica.config.lease_duration.as_secs().max(1) as i32;
+    loop {
+        let now_ms = replica.env.unix_millis();
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name},
+            "spec": {"holderIdentity": replica.me, "leaseDurationSeconds": duration_s, "renewTime": rfc3339_micros(now_ms)},
+        });
+        let renewed = leases.patch(&name, &PatchParams::apply("app-reporter").force(), &Patch::Apply(lease)).await;
+        match leases.list(&ListParams::default()).await {
+            Ok(list) if renewed.is_ok() => {
+                let mut members: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with(PREFIX)))
+                    .filter_map(|l| {
+                        let spec = l.spec.as_ref()?;
+                        let renew = parse_rfc3339(&serde_json::to_value(spec.renew_time.as_ref()?).ok()?.as_str()?.to_string())?;
+                        let live = renew + u64::try_from(spec.lease_duration_seconds?).ok()? * 1000 > now_ms;
+                        live.then(|| spec.holder_identity.clone()).flatten()
+                    })
+                    .collect();
+                members.sort();
+                members.dedup();
+                update(&replica, members);
+            }
+            _ => {
+                // Cannot renew: our lease will expire and others take over; stop reporting
+                // what we can no longer prove we own once it has.
+                replica.env.observe(Observation::new("reporter.lease_error", json!({"replica": replica.me})));
+            }
+        }
+        replica.env.sleep(replica.config.lease_renew).await;
+    }
+}
+
+/// Applies a new member list: queue apps gained, forget apps lost.
+fn update(replica: &Replica, members: Vec<String>) {
+    let previous = replica.state().members.clone();
+    if previous == members {
+        return;
+    }
+    let mut apps = replica.store.state();
+    apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut gained = 0;
+    {
+        let mut state = replica.state();
+        for app in &apps {
+            let Some(name) = app.metadata.name.as_deref() else { continue };
+            let was = shard::rendezvous_owner(name, &previous) == Some(replica.me.as_str());
+            let is = shard::rendezvous_owner(name, &members) == Some(replica.me.as_str());
+            if is && !was {
+                state.hardened.push(name);
+                gained += 1;
+            } else if was && !is {
+                state.hardened.forget(name);
+            }
+        }
+        state.members = members.clone();
+    }
+    replica.env.observe(Observation::new("reporter.membership", json!({"replica": replica.me, "members": members, "gained": gained})));
+    replica.wake.notify_waiters();
+}

@@ -1,0 +1,361 @@
+//! The application event reporter, run as N replicas.
+//!
+//! Each replica watches every `Application` (kube-rs watcher + reflector, seeded backoff),
+//! keeps the ones its shard owns, queues them, and for each one reads the Argo CD server
+//! (resource tree, manifests, revision metadata, live resources), builds an
+//! [`EventPayload`](crate::core::event::EventPayload), skips it if the shared dedup cache
+//! already holds the same state, and delivers it to the platform (gzip JSON, runtime token,
+//! retries with seeded jitter). It serves `/healthz`, `/metrics` and `/app-distribution`.
+//!
+//! The two variants differ only where the real system is flawed:
+//!
+//! | | faithful | hardened |
+//! |---|---|---|
+//! | shard | `fnv1a_32(name) % replicas`, ordinal from config/hostname | rendezvous hashing over live `Lease` holders |
+//! | queue | 1,000-event FIFO, newest dropped when full | per-app coalescing, 1,000 entries + resync set |
+//! | workers | one | `workers` (default 8), per-app ordering |
+//! | failed delivery | lost until the app changes | re-queued |
+//! | duplicates | none marked | idempotency key per event |
+//!
+//! Modules: [`shard`], [`queue`], `process` (payload and delivery), `membership`
+//! (leases), `serve` (health, metrics, distribution).
+
+mod membership;
+mod process;
+pub mod queue;
+mod serve;
+pub mod shard;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::core::Variant;
+use crate::env::kube::{KubeTarget, SeededBackoff};
+use crate::env::{Observation, SharedEnv};
+use queue::{CoalescingQueue, FaithfulQueue, Push, QUEUE_CAPACITY};
+
+/// Reporter settings (defaults from the real reporter where it has them).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Which design runs.
+    pub variant: Variant,
+    /// The Kubernetes API.
+    pub apiserver: KubeTarget,
+    /// Namespace of the Applications.
+    pub namespace: String,
+    /// Argo CD server `host:port` and its bearer token.
+    pub argocd_addr: String,
+    /// Bearer token for the Argo CD server.
+    pub argocd_token: String,
+    /// Platform `host:port` (events API).
+    pub platform_addr: String,
+    /// Runtime token sent in `Authorization`.
+    pub runtime_token: String,
+    /// Dedup cache `host:port`.
+    pub cache_addr: String,
+    /// faithful: `EVENT_REPORTER_REPLICAS`, read once at start.
+    pub replicas: u32,
+    /// faithful: `EVENT_REPORTER_SHARD`; `None` derives it from the hostname ordinal.
+    pub shard: Option<u32>,
+    /// Queue capacity: 1,000, as the real reporter.
+    pub queue_capacity: usize,
+    /// hardened: worker count. Default 8.
+    pub workers: usize,
+    /// hardened: lease duration (ownership handover bound). Default 15 s.
+    pub lease_duration: Duration,
+    /// hardened: lease renewal and membership refresh period. Default 5 s.
+    pub lease_renew: Duration,
+    /// Dedup entry lifetime: 20 minutes, as the real reporter's Redis TTL.
+    pub dedup_ttl: Duration,
+    /// Per-request timeout (Argo CD server reads use 30 s in the real reporter).
+    pub request_timeout: Duration,
+    /// Delivery attempts per event: 5, 1–2 s apart.
+    pub delivery_attempts: u32,
+    /// Address of the health/metrics server (`/healthz` on 8088 and metrics on 8087 in the
+    /// real reporter; one port here).
+    pub serve_addr: String,
+}
+
+impl Config {
+    /// Defaults for `variant` with the given addresses.
+    pub fn new(variant: Variant, apiserver: KubeTarget, namespace: &str) -> Self {
+        Config {
+            variant,
+            apiserver,
+            namespace: namespace.into(),
+            argocd_addr: "argocd:8080".into(),
+            argocd_token: String::new(),
+            platform_addr: "platform:8080".into(),
+            runtime_token: String::new(),
+            cache_addr: "cache:6379".into(),
+            replicas: 1,
+            shard: None,
+            queue_capacity: QUEUE_CAPACITY,
+            workers: 8,
+            lease_duration: Duration::from_secs(15),
+            lease_renew: Duration::from_secs(5),
+            dedup_ttl: Duration::from_secs(20 * 60),
+            request_timeout: Duration::from_secs(30),
+            delivery_attempts: 5,
+            serve_addr: "0.0.0.0:8087".into(),
+        }
+    }
+}
+
+/// The `Application` type for kube-rs dynamic APIs.
+pub fn application_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"))
+}
+
+/// One queued faithful event: the app as it was when the event arrived.
+struct Item {
+    app: Arc<DynamicObject>,
+    deleted: bool,
+}
+
+/// Counters exported on `/metrics` (label `reporter_shard`).
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    enqueued: u64,
+    dropped: u64,
+    errored_delivery: u64,
+    errored_payload: u64,
+    cached_ignored: u64,
+    sent: u64,
+    /// Processing-duration histogram: counts per bucket of [`serve::DURATION_BUCKETS`] and +Inf.
+    duration_buckets: [u64; 8],
+    duration_sum_ms: u64,
+}
+
+/// Mutable state of a replica (never locked across an await).
+struct State {
+    faithful: FaithfulQueue<Item>,
+    hardened: CoalescingQueue,
+    members: Vec<String>,
+    tombstones: BTreeMap<String, Arc<DynamicObject>>,
+    counters: Counters,
+}
+
+/// A running replica's shared pieces.
+struct Replica {
+    env: SharedEnv,
+    config: Config,
+    me: String,
+    shard: Option<u32>,
+    store: Store<DynamicObject>,
+    state: Mutex<State>,
+    wake: Notify,
+}
+
+impl Replica {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("reporter state lock poisoned")
+    }
+
+    /// Whether this replica reports `app` now.
+    fn owns(&self, app: &str) -> bool {
+        match self.config.variant {
+            Variant::Faithful => shard::faithful_owns(app, self.shard, self.config.replicas),
+            Variant::Hardened => shard::rendezvous_owner(app, &self.state().members) == Some(self.me.as_str()),
+        }
+    }
+
+    /// Label used for `reporter_shard` and in `/app-distribution`.
+    fn shard_label(&self) -> String {
+        match (self.config.variant, self.shard) {
+            (Variant::Faithful, Some(s)) => s.to_string(),
+            (Variant::Faithful, None) => "-1".into(),
+            (Variant::Hardened, _) => self.me.clone(),
+        }
+    }
+
+    /// A watch event for `app`: queue it if ours.
+    fn on_change(&self, app: Arc<DynamicObject>, deleted: bool) {
+        let Some(name) = app.metadata.name.clone() else { return };
+        if !self.owns(&name) {
+            return;
+        }
+        let mut state = self.state();
+        state.counters.enqueued += 1;
+        let pushed = match self.config.variant {
+            Variant::Faithful => state.faithful.push(Item { app: app.clone(), deleted }),
+            Variant::Hardened => {
+                if deleted {
+                    state.tombstones.insert(name.clone(), app.clone());
+                } else {
+                    state.tombstones.remove(&name);
+                }
+                state.hardened.push(&name)
+            }
+        };
+        if pushed == Push::Overflowed && self.config.variant == Variant::Faithful {
+            state.counters.dropped += 1;
+        }
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    fn queue_depth(&self) -> (usize, usize) {
+        let state = self.state();
+        match self.config.variant {
+            Variant::Faithful => (state.faithful.len(), 0),
+            Variant::Hardened => (state.hardened.len(), state.hardened.resync_len()),
+        }
+    }
+}
+
+/// Runs one reporter replica until its host stops.
+pub async fn run(env: SharedEnv, config: Config) {
+    let me = env.identity().host.clone();
+    let shard = config.shard.or(env.identity().ordinal);
+    let client = crate::env::kube::client(env.clone(), &config.apiserver);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &config.namespace, &application_resource());
+    let writer = reflector::store::Writer::new(application_resource());
+    let store = writer.as_reader();
+    let replica = Arc::new(Replica {
+        env: env.clone(),
+        me: me.clone(),
+        shard,
+        store,
+        state: Mutex::new(State {
+            faithful: FaithfulQueue::new(config.queue_capacity),
+            hardened: CoalescingQueue::new(config.queue_capacity),
+            members: Vec::new(),
+            tombstones: BTreeMap::new(),
+            counters: Counters::default(),
+        }),
+        wake: Notify::new(),
+        config,
+    });
+    env.observe(Observation::new(
+        "reporter.start",
+        json!({"replica": me, "variant": replica.config.variant.as_str(), "shard": shard, "replicas": replica.config.replicas}),
+    ));
+
+    let watched = replica.clone();
+    let backoff = SeededBackoff::new(env.clone());
+    tokio::spawn(watcher(api, watcher::Config::default()).backoff(backoff).reflect(writer).for_each(move |event| {
+        match event {
+            Ok(watcher::Event::InitApply(app)) | Ok(watcher::Event::Apply(app)) => watched.on_change(Arc::new(app), false),
+            Ok(watcher::Event::Delete(app)) => watched.on_change(Arc::new(app), true),
+            Ok(_) => {}
+            Err(e) => watched.env.observe(Observation::new("reporter.watch_error", json!({"replica": watched.me, "error": e.to_string()}))),
+        }
+        async {}
+    }));
+
+    let workers = match replica.config.variant {
+        Variant::Faithful => 1, // one consumer, as the real reporter
+        Variant::Hardened => replica.config.workers.max(1),
+    };
+    let processor = Arc::new(process::Processor::new(env.clone(), &replica.config));
+    for _ in 0..workers {
+        tokio::spawn(worker(replica.clone(), processor.clone()));
+    }
+    if replica.config.variant == Variant::Hardened {
+        tokio::spawn(membership::run(replica.clone(), client));
+    }
+    tokio::spawn(report_queue(replica.clone()));
+    if let Err(e) = serve::run(replica.clone()).await {
+        env.observe(Observation::new("reporter.serve_error", json!({"replica": me, "error": e.to_string()})));
+    }
+    std::future::pending::<()>().await;
+}
+
+/// Observes queue depth every 5 s (per-shard queue depth over time in reports).
+async fn report_queue(replica: Arc<Replica>) {
+    let mut last = None;
+    loop {
+        replica.env.sleep(Duration::from_secs(5)).await;
+        let (depth, resync) = replica.queue_depth();
+        let dropped = replica.state().counters.dropped;
+        let now = (depth, resync, dropped);
+        if last != Some(now) {
+            replica.env.observe(Observation::new(
+                "reporter.queue",
+                json!({"replica": replica.me, "depth": depth, "resync": resync, "dropped": dropped}),
+            ));
+            last = Some(now);
+        }
+    }
+}
+
+/// Takes the next unit of work, waiting when there is none.
+async fn next(replica: &Replica) -> (Arc<DynamicObject>, bool, Option<String>) {
+    loop {
+        {
+            let mut state = replica.state();
+            match replica.config.variant {
+                Variant::Faithful => {
+                    if let Some(item) = state.faithful.pop() {
+                        return (item.app, item.deleted, None);
+                    }
+                }
+                Variant::Hardened => {
+                    while let Some(name) = state.hardened.pop() {
+                        // Level-based: process the latest state, or the tombstone of a deleted app.
+                        let key = reflector::ObjectRef::new_with(&name, application_resource()).within(&replica.config.namespace);
+                        if let Some(app) = replica.store.get(&key) {
+                            return (app, false, Some(name));
+                        }
+                        if let Some(app) = state.tombstones.get(&name).cloned() {
+                            return (app, true, Some(name));
+                        }
+                        state.hardened.done(&name); // neither live nor deleted-and-known: nothing to say
+                    }
+                }
+            }
+        }
+        replica.wake.notified().await;
+    }
+}
+
+async fn worker(replica: Arc<Replica>, processor: Arc<process::Processor>) {
+    loop {
+        let (app, deleted, hardened_name) = next(&replica).await;
+        let started = replica.env.elapsed();
+        let budget = Duration::from_secs(120); // one app at a time with a 2-minute budget
+        let outcome = tokio::time::timeout(budget, processor.process(&app, deleted, replica.config.variant)).await.unwrap_or(process::Outcome::DeliveryFailed);
+        let elapsed_ms = replica.env.elapsed().saturating_sub(started).as_millis() as u64;
+        let mut state = replica.state();
+        let counters = &mut state.counters;
+        counters.duration_sum_ms += elapsed_ms;
+        let bucket = serve::DURATION_BUCKETS.iter().position(|b| elapsed_ms as f64 <= b * 1000.0).unwrap_or(serve::DURATION_BUCKETS.len());
+        counters.duration_buckets[bucket] += 1;
+        match outcome {
+            process::Outcome::Sent { payload_error } => {
+                counters.sent += 1;
+                if payload_error {
+                    counters.errored_payload += 1;
+                }
+            }
+            process::Outcome::CachedIgnored => counters.cached_ignored += 1,
+            process::Outcome::DeliveryFailed => counters.errored_delivery += 1,
+        }
+        if let Some(name) = hardened_name {
+            if deleted && outcome != process::Outcome::DeliveryFailed {
+                state.tombstones.remove(&name);
+            }
+            state.hardened.done(&name);
+            if outcome == process::Outcome::DeliveryFailed {
+                // No final state is lost: try again later.
+                let again = replica.clone();
+                tokio::spawn(async move {
+                    again.env.sleep(Duration::from_secs(5)).await;
+                    again.state().hardened.push(&name);
+                    again.wake.notify_one();
+                });
+            }
+            drop(state);
+            replica.wake.notify_one();
+        }
+    }
+}

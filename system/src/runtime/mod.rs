@@ -1,0 +1,7 @@
+//! Runtime components (customer cluster).
+//!
+//! - [`app_reporter`]: the application event reporter, `faithful` and `hardened`.
+//! - [`cache`]: the dedup store shared by reporter replicas (Redis in the real runtime).
+
+pub mod app_reporter;
+pub mod cache;
