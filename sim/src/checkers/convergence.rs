@@ -53,13 +53,13 @@ impl Checker for ProbeMatches {
     }
 
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
-        let truth = digest(state.applications.clone());
+        let truth = digest(state.name_rvs());
         let rebuilt: Vec<(String, String)> = self.rebuilt.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let view = self.last_view.as_ref().map(|(_, count, digest)| (*count, digest.clone()));
         if view.as_ref() == Some(&truth) && digest(rebuilt.clone()) == truth {
             return None;
         }
-        let truth_set: BTreeSet<_> = state.applications.iter().cloned().collect();
+        let truth_set: BTreeSet<_> = state.name_rvs().into_iter().collect();
         let seen_set: BTreeSet<_> = rebuilt.into_iter().collect();
         let missing: Vec<_> = truth_set.difference(&seen_set).take(5).map(|(n, rv)| format!("{n}@{rv}")).collect();
         let extra: Vec<_> = seen_set.difference(&truth_set).take(5).map(|(n, rv)| format!("{n}@{rv}")).collect();

@@ -5,9 +5,15 @@
 //! |---|---|---|
 //! | `probe_matches_apiserver` | liveness | at the end of the calm phase the probe's reflector view (name → RV of every Application) equals the API server's |
 //! | `probe_rv_monotonic` | safety | the probe never sees an object's resourceVersion go backwards |
+//! | `platform_converges` | safety | after the calm phase every app's state in the platform's read model (sync status, revision, health; deleted apps absent or marked deleted) equals the API server's. The calm phase is long enough to drain any backlog, so a mismatch left then is a *lost* final state, not a slow one |
+//! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 
 mod convergence;
 mod monotonic;
+pub mod ownership;
+mod platform;
+
+pub use platform::stale_apps;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -40,13 +46,41 @@ pub struct Violation {
     pub details: Value,
 }
 
+/// One Application as the API server holds it at the end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AppTruth {
+    /// `namespace/name`.
+    pub key: String,
+    /// Name.
+    pub name: String,
+    /// resourceVersion.
+    pub rv: String,
+    /// `status.sync.status`.
+    pub sync_status: String,
+    /// `status.sync.revision`.
+    pub revision: String,
+    /// `status.health.status`.
+    pub health_status: String,
+}
+
 /// The world's final state, for end-of-run checks.
 #[derive(Clone, Debug, Default)]
 pub struct FinalState {
-    /// (name, resourceVersion) of every Application in the API server, sorted.
-    pub applications: Vec<(String, String)>,
+    /// Every Application in the API server, sorted by key.
+    pub apps: Vec<AppTruth>,
+    /// The platform's read model (empty without a platform).
+    pub reported: std::collections::BTreeMap<String, orrery_system::platform::events::read_model::AppState>,
     /// Simulated milliseconds at the end of the run.
     pub end_ms: u64,
+}
+
+impl FinalState {
+    /// (name, resourceVersion) of every Application, sorted.
+    pub fn name_rvs(&self) -> Vec<(String, String)> {
+        let mut pairs: Vec<_> = self.apps.iter().map(|a| (a.name.clone(), a.rv.clone())).collect();
+        pairs.sort();
+        pairs
+    }
 }
 
 /// One invariant's checker.
@@ -60,7 +94,7 @@ pub trait Checker {
 }
 
 /// Known invariant names.
-pub const KNOWN: [&str; 2] = ["probe_matches_apiserver", "probe_rv_monotonic"];
+pub const KNOWN: [&str; 4] = ["probe_matches_apiserver", "probe_rv_monotonic", "platform_converges", "single_owner"];
 
 /// Builds the checker an invariant names.
 pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
@@ -68,6 +102,8 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
     Ok(match invariant.name.as_str() {
         "probe_matches_apiserver" => Box::new(convergence::ProbeMatches::default()),
         "probe_rv_monotonic" => Box::new(monotonic::RvMonotonic::default()),
+        "platform_converges" => Box::new(platform::PlatformConverges),
+        "single_owner" => Box::new(ownership::SingleOwner::default()),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

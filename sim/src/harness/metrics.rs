@@ -57,52 +57,93 @@ pub struct Metrics {
     pub counters: BTreeMap<String, u64>,
     /// Named distributions.
     pub histograms: BTreeMap<String, Histogram>,
+    /// Named time series: (simulated second, value) at each change.
+    pub series: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Shard ownership over the run (when reporters ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<crate::checkers::ownership::Analysis>,
 }
 
-/// Computes the figures of a run from its trace.
-pub fn compute(events: &[TraceEvent]) -> Metrics {
-    let mut counters: BTreeMap<String, u64> = BTreeMap::new();
-    // name → writes not yet seen by the probe: (rv, at_ms)
+/// Delays from each Application write to the first `seen` event whose RV covers it.
+/// Writes superseded before anyone saw them resolve with the later write.
+fn lags(events: &[TraceEvent], seen: &[&str], name_field: &str) -> (Vec<u64>, u64) {
     let mut pending: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut lags = Vec::new();
     for event in events {
         let detail = &event.observation.detail;
         let kind = event.observation.kind.as_str();
-        match kind {
-            "apiserver.write" => {
-                *counters.entry(format!("apiserver.writes.{}", detail["verb"].as_str().unwrap_or("?"))).or_default() += 1;
-                if detail["resource"] == "applications" {
-                    if let (Some(name), Some(rv)) = (detail["name"].as_str(), detail["rv"].as_str().and_then(|r| r.parse().ok())) {
-                        pending.entry(name.to_string()).or_default().push((rv, event.at_ms));
-                    }
+        if kind == "apiserver.write" && detail["resource"] == "applications" {
+            if let (Some(name), Some(rv)) = (detail["name"].as_str(), detail["rv"].as_str().and_then(|r| r.parse().ok())) {
+                pending.entry(name.to_string()).or_default().push((rv, event.at_ms));
+            }
+        } else if seen.contains(&kind) {
+            if let (Some(name), Some(rv)) = (detail[name_field].as_str(), detail["rv"].as_str().and_then(|r| r.parse::<u64>().ok())) {
+                if let Some(writes) = pending.get_mut(name) {
+                    writes.retain(|(write_rv, at)| {
+                        let covered = *write_rv <= rv;
+                        if covered {
+                            lags.push(event.at_ms.saturating_sub(*at));
+                        }
+                        !covered
+                    });
                 }
             }
+        }
+    }
+    (lags, pending.values().map(|v| v.len() as u64).sum())
+}
+
+/// Computes the figures of a run from its trace and final state.
+pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Metrics {
+    let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+    let mut series: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut reporters = false;
+    for event in events {
+        let detail = &event.observation.detail;
+        let kind = event.observation.kind.as_str();
+        let second = event.at_ms / 1000;
+        match kind {
+            "apiserver.write" => *counters.entry(format!("apiserver.writes.{}", detail["verb"].as_str().unwrap_or("?"))).or_default() += 1,
             "apiserver.watch_end" => *counters.entry(format!("apiserver.watch_ends.{}", detail["end"].as_str().unwrap_or("?"))).or_default() += 1,
             "probe.init" => *counters.entry("probe.relists".into()).or_default() += 1,
             "probe.error" => *counters.entry("probe.watch_errors".into()).or_default() += 1,
-            "probe.apply" | "probe.init_apply" | "probe.delete" => {
-                if let (Some(name), Some(rv)) = (detail["name"].as_str(), detail["rv"].as_str().and_then(|r| r.parse::<u64>().ok())) {
-                    if let Some(writes) = pending.get_mut(name) {
-                        writes.retain(|(write_rv, at)| {
-                            let seen = *write_rv <= rv;
-                            if seen {
-                                lags.push(event.at_ms.saturating_sub(*at));
-                            }
-                            !seen
-                        });
-                    }
-                }
+            "platform.event" => *counters.entry(format!("platform.events.{}", detail["applied"].as_str().unwrap_or("?"))).or_default() += 1,
+            "reporter.queue" => {
+                reporters = true;
+                let replica = detail["replica"].as_str().unwrap_or("?");
+                series.entry(format!("queue_depth.{replica}")).or_default().push((second, detail["depth"].as_u64().unwrap_or(0)));
+                series.entry(format!("resync_pending.{replica}")).or_default().push((second, detail["resync"].as_u64().unwrap_or(0)));
+                let dropped = detail["dropped"].as_u64().unwrap_or(0);
+                let max = counters.entry(format!("reporter.dropped_events.{replica}")).or_default();
+                *max = (*max).max(dropped);
             }
-            other if other.starts_with("workload.") || other.starts_with("fault.") || other.starts_with("argocd.") => {
+            "harness.stale_apps" => series.entry("stale_apps".into()).or_default().push((second, detail["stale"].as_u64().unwrap_or(0))),
+            other if other.starts_with("workload.") || other.starts_with("fault.") || other.starts_with("argocd.") || other.starts_with("host.") => {
                 *counters.entry(other.to_string()).or_default() += 1;
             }
+            other if other.starts_with("reporter.") => *counters.entry(other.to_string()).or_default() += 1,
             _ => {}
         }
     }
-    counters.insert("probe.writes_never_seen".into(), pending.values().map(|v| v.len() as u64).sum());
+    for points in series.values_mut() {
+        points.dedup_by(|b, a| a.1 == b.1);
+    }
     let mut histograms = BTreeMap::new();
-    histograms.insert("probe_lag_after_write".into(), Histogram::from_ms(lags));
-    Metrics { counters, histograms }
+    let (probe_lags, probe_unseen) = lags(events, &["probe.apply", "probe.init_apply", "probe.delete"], "name");
+    if !probe_lags.is_empty() {
+        counters.insert("probe.writes_never_seen".into(), probe_unseen);
+        histograms.insert("probe_lag_after_write".into(), Histogram::from_ms(probe_lags));
+    }
+    let (platform_lags, platform_unseen) = lags(events, &["platform.event"], "app");
+    if !platform_lags.is_empty() {
+        counters.insert("platform.writes_never_reported".into(), platform_unseen);
+        histograms.insert("end_to_end_latency_write_to_platform".into(), Histogram::from_ms(platform_lags));
+    }
+    let ownership = reporters.then(|| {
+        let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
+        crate::checkers::ownership::analyse(events, &apps, state.end_ms)
+    });
+    Metrics { counters, histograms, series, ownership }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -23,6 +23,8 @@ use crate::world::apiserver::{self, ApiServer};
 use crate::world::argocd::{self, HealthOverrides};
 use crate::world::git::SharedGit;
 use crate::world::{probe, workload};
+use orrery_system::platform::events::{self as platform_events, Platform};
+use orrery_system::runtime::{app_reporter, cache};
 
 /// Port of the simulated API server.
 pub const APISERVER_PORT: u16 = 6443;
@@ -57,11 +59,33 @@ pub struct RunOutcome {
     pub sim_seconds: f64,
     /// A harness error message, if the run could not complete.
     pub harness_error: Option<String>,
+    /// The world at the end (for figures that need it).
+    pub state: FinalState,
 }
 
 fn host_of<'a>(scenario: &'a Scenario, role: Role) -> &'a str {
-    scenario.topology.hosts.iter().find(|h| h.role == role).map(|h| h.name.as_str()).expect("validated: one host per role")
+    scenario.topology.hosts.iter().find(|h| h.role == role).map(|h| h.name.as_str()).unwrap_or("absent")
 }
+
+/// Reporter host names in ordinal order.
+fn reporter_hosts(scenario: &Scenario) -> Vec<String> {
+    let mut hosts: Vec<(u32, String)> = scenario
+        .topology
+        .hosts
+        .iter()
+        .filter(|h| h.role == Role::Reporter)
+        .map(|h| (orrery_system::env::Identity::from_host(h.name.as_str()).ordinal.unwrap_or(0), h.name.clone()))
+        .collect();
+    hosts.sort();
+    hosts.into_iter().map(|(_, h)| h).collect()
+}
+
+/// Runtime token the simulated runtime's reporters present to the platform.
+pub const RUNTIME_TOKEN: &str = "rt-token-acme-runtime";
+/// Port of the platform's events API.
+pub const PLATFORM_PORT: u16 = 8080;
+/// Port of the dedup cache.
+pub const CACHE_PORT: u16 = 6379;
 
 /// Shared state between the harness and the hosts.
 struct World {
@@ -70,9 +94,20 @@ struct World {
     health: HealthOverrides,
     calm: Arc<AtomicBool>,
     trace: Trace,
+    platform: Arc<Platform>,
+    /// The replica count a reporter pod reads when it starts (`EVENT_REPORTER_REPLICAS`).
+    reporter_replicas: Arc<Mutex<u32>>,
 }
 
-fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u64, world: &World) {
+/// A pod change of a rolling update, applied at its time.
+#[derive(Clone, Debug)]
+enum PodChange {
+    Start(String),
+    Stop(String),
+    Restart(String),
+}
+
+fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u64, variant: Variant, world: &World) {
     let apiserver_addr = format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver));
     for host in &scenario.topology.hosts {
         let name = host.name.clone();
@@ -117,6 +152,49 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
                     }
                 });
             }
+            Role::Platform => {
+                let platform = world.platform.clone();
+                sim.host(host.name.as_str(), move || {
+                    let env = SimEnv::new(&name, seed, trace.clone());
+                    let platform = platform.clone();
+                    async move {
+                        platform_events::run(env, platform, &format!("0.0.0.0:{PLATFORM_PORT}")).await?;
+                        Ok(())
+                    }
+                });
+            }
+            Role::Cache => {
+                sim.host(host.name.as_str(), move || {
+                    let env = SimEnv::new(&name, seed, trace.clone());
+                    async move {
+                        cache::run(env, &format!("0.0.0.0:{CACHE_PORT}")).await?;
+                        Ok(())
+                    }
+                });
+            }
+            Role::Reporter => {
+                let replicas = world.reporter_replicas.clone();
+                let mut config = app_reporter::Config::new(variant, target.clone(), argocd::NAMESPACE);
+                config.argocd_addr = format!("{}:8080", host_of(scenario, Role::Argocd));
+                config.argocd_token = ARGOCD_TOKEN.into();
+                config.platform_addr = format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform));
+                config.runtime_token = RUNTIME_TOKEN.into();
+                config.cache_addr = format!("{}:{CACHE_PORT}", host_of(scenario, Role::Cache));
+                config.workers = scenario.reporter.workers;
+                config.queue_capacity = scenario.reporter.queue_capacity;
+                config.lease_duration = scenario.reporter.lease_duration;
+                config.lease_renew = scenario.reporter.lease_renew;
+                sim.host(host.name.as_str(), move || {
+                    let env = SimEnv::new(&name, seed, trace.clone());
+                    let mut config = config.clone();
+                    // Read once at start, like the real reporter's environment variable.
+                    config.replicas = *replicas.lock().expect("replicas lock poisoned");
+                    async move {
+                        app_reporter::run(env, config).await;
+                        Ok(())
+                    }
+                });
+            }
             Role::Probe => {
                 let config = probe::Config { watch_timeout_seconds: scenario.probe.watch_timeout_seconds };
                 sim.host(host.name.as_str(), move || {
@@ -133,8 +211,62 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
     }
 }
 
-/// Applies one scheduled fault.
-fn apply_fault(sim: &mut turmoil::Sim<'static>, world: &World, step: &FaultStep, crashed: &mut BTreeSet<String>) -> Result<AppliedFault, String> {
+/// Hosts the harness has taken down: crashed by a fault (restarted for the calm phase) or
+/// stopped by a scale-down (left down).
+#[derive(Default)]
+struct Down {
+    crashed: BTreeSet<String>,
+    stopped: BTreeSet<String>,
+}
+
+fn stop_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: &str) {
+    sim.crash(host);
+    world.trace.record(sim.elapsed(), "harness", Observation::new("host.stop", json!({"host": host, "why": why})));
+}
+
+fn start_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: &str) {
+    sim.bounce(host);
+    world.trace.record(sim.elapsed(), "harness", Observation::new("host.start", json!({"host": host, "why": why})));
+}
+
+/// Plans a StatefulSet-style rolling change from `current` to `target` replicas.
+fn plan_scale(reporters: &[String], current: u32, target: u32, at: Duration, every: Duration) -> Vec<(Duration, PodChange)> {
+    let mut changes = Vec::new();
+    if target > current {
+        changes.extend((current..target).map(|i| PodChange::Start(reporters[i as usize].clone())));
+    } else {
+        changes.extend((target..current).rev().map(|i| PodChange::Stop(reporters[i as usize].clone())));
+    }
+    changes.extend((0..current.min(target)).rev().map(|i| PodChange::Restart(reporters[i as usize].clone())));
+    changes.into_iter().enumerate().map(|(k, c)| (at + every * k as u32, c)).collect()
+}
+
+fn apply_pod_change(sim: &mut turmoil::Sim<'static>, world: &World, change: &PodChange, down: &mut Down) {
+    match change {
+        PodChange::Start(host) => {
+            down.stopped.remove(host);
+            start_host(sim, world, host, "scale-up");
+        }
+        PodChange::Stop(host) => {
+            down.stopped.insert(host.clone());
+            stop_host(sim, world, host, "scale-down");
+        }
+        PodChange::Restart(host) if !down.crashed.contains(host) && !down.stopped.contains(host) => {
+            start_host(sim, world, host, "rolling-restart");
+        }
+        PodChange::Restart(_) => {}
+    }
+}
+
+/// Applies one scheduled fault; a `scale` returns the pod changes it plans.
+fn apply_fault(
+    sim: &mut turmoil::Sim<'static>,
+    scenario: &Scenario,
+    world: &World,
+    step: &FaultStep,
+    down: &mut Down,
+    pods: &mut Vec<(Duration, PodChange)>,
+) -> Result<AppliedFault, String> {
     let at_ms = sim.elapsed().as_millis() as u64;
     let (action, detail) = if let Some([a, b]) = &step.partition {
         sim.partition(a.as_str(), b.as_str());
@@ -143,12 +275,12 @@ fn apply_fault(sim: &mut turmoil::Sim<'static>, world: &World, step: &FaultStep,
         sim.repair(a.as_str(), b.as_str());
         ("repair", json!([a, b]))
     } else if let Some(host) = &step.crash {
-        sim.crash(host.as_str());
-        crashed.insert(host.clone());
+        down.crashed.insert(host.clone());
+        stop_host(sim, world, host, "crash");
         ("crash", json!(host))
     } else if let Some(host) = &step.restart {
-        sim.bounce(host.as_str());
-        crashed.remove(host);
+        down.crashed.remove(host);
+        start_host(sim, world, host, "restart");
         ("restart", json!(host))
     } else if let Some(latency) = &step.latency {
         let [a, b] = &latency.between;
@@ -158,6 +290,19 @@ fn apply_fault(sim: &mut turmoil::Sim<'static>, world: &World, step: &FaultStep,
         let knobs = apply_knob_patch(&world.api.knobs(), patch)?;
         world.api.set_knobs(knobs);
         ("apiserver", serde_json::to_value(patch).unwrap_or(Value::Null))
+    } else if let Some(scale) = &step.scale {
+        let mut replicas = world.reporter_replicas.lock().expect("replicas lock poisoned");
+        let planned = plan_scale(&reporter_hosts(scenario), *replicas, scale.replicas, sim.elapsed(), scale.every);
+        *replicas = scale.replicas;
+        pods.extend(planned);
+        pods.sort_by_key(|(at, _)| *at);
+        ("scale", json!({"replicas": scale.replicas, "every_ms": scale.every.as_millis() as u64}))
+    } else if let Some(change) = &step.platform {
+        let mut knobs = world.platform.knobs();
+        knobs.api_latency = change.api_latency.unwrap_or(knobs.api_latency);
+        knobs.handler_delay = change.handler_delay.unwrap_or(knobs.handler_delay);
+        world.platform.set_knobs(knobs);
+        ("platform", serde_json::to_value(change).unwrap_or(Value::Null))
     } else {
         return Err("a fault step without an action (the parser should have refused it)".into());
     };
@@ -165,8 +310,9 @@ fn apply_fault(sim: &mut turmoil::Sim<'static>, world: &World, step: &FaultStep,
     Ok(AppliedFault { at_ms, action: action.into(), detail })
 }
 
-/// Heals everything for the calm phase: links, latencies, crashed hosts, knobs; stops the workload.
-fn start_calm(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, world: &World, crashed: &mut BTreeSet<String>) -> AppliedFault {
+/// Heals everything for the calm phase: links, latencies, crashed hosts, knobs; stops the
+/// workload. Hosts stopped by a scale-down stay down (that is the desired state).
+fn start_calm(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, world: &World, down: &mut Down) -> AppliedFault {
     let hosts: Vec<&str> = scenario.topology.hosts.iter().map(|h| h.name.as_str()).collect();
     for (i, a) in hosts.iter().enumerate() {
         for b in &hosts[i + 1..] {
@@ -174,31 +320,76 @@ fn start_calm(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, world: &Worl
             sim.set_link_max_message_latency(*a, *b, DEFAULT_MAX_LATENCY);
         }
     }
-    let restarted: Vec<String> = std::mem::take(crashed).into_iter().collect();
+    let restarted: Vec<String> = std::mem::take(&mut down.crashed).into_iter().filter(|h| !down.stopped.contains(h)).collect();
     for host in &restarted {
-        sim.bounce(host.as_str());
+        start_host(sim, world, host, "calm");
     }
     world.api.set_knobs(scenario.apiserver.clone());
+    world.platform.set_knobs(platform_knobs(scenario));
     world.calm.store(true, Ordering::SeqCst);
-    let detail = json!({"restarted": restarted, "links_repaired": true, "apiserver_knobs_reset": true, "workload_stopped": true});
+    let detail = json!({"restarted": restarted, "links_repaired": true, "knobs_reset": true, "workload_stopped": true});
     world.trace.record(sim.elapsed(), "harness", Observation::new("calm.start", detail.clone()));
     AppliedFault { at_ms: sim.elapsed().as_millis() as u64, action: "calm".into(), detail }
 }
 
+fn platform_knobs(scenario: &Scenario) -> platform_events::Knobs {
+    platform_events::Knobs { api_latency: scenario.platform.api_latency, handler_delay: scenario.platform.handler_delay }
+}
+
+/// The API server's Applications: `namespace/name` → (name, rv, reported state).
+fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
+    let kind = api.kind("applications").expect("applications are served").clone();
+    let text = |o: &Value, p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    let mut apps: Vec<checkers::AppTruth> = api
+        .store()
+        .objects_of(&kind)
+        .iter()
+        .map(|o| checkers::AppTruth {
+            key: format!("{}/{}", text(o, "/metadata/namespace"), text(o, "/metadata/name")),
+            name: text(o, "/metadata/name"),
+            rv: text(o, "/metadata/resourceVersion"),
+            sync_status: text(o, "/status/sync/status"),
+            revision: text(o, "/status/sync/revision"),
+            health_status: text(o, "/status/health/status"),
+        })
+        .collect();
+    apps.sort_by(|a, b| a.key.cmp(&b.key));
+    apps
+}
+
+/// Records how many apps the platform shows differently from the API server (a time series).
+fn sample_staleness(sim: &turmoil::Sim<'static>, world: &World) {
+    let apps = truth(&world.api);
+    let reported = world.platform.apps();
+    let stale = checkers::stale_apps(&apps, &reported);
+    world.trace.record(sim.elapsed(), "harness", Observation::new("harness.stale_apps", json!({"apps": apps.len(), "stale": stale.len()})));
+}
+
+/// How often the harness samples platform staleness when reporters run.
+const STALENESS_SAMPLE_EVERY: Duration = Duration::from_secs(10);
+
 /// Runs `scenario` with `seed` for `variant`.
 ///
-/// The variant is recorded in the trace; components with variants (the reporter, the
-/// tunnel) read it. The watch-convergence world has none yet, so both variants run the
-/// same code there and are expected to pass alike.
+/// The variant selects the design of components that have one (the application event
+/// reporter); the watch-convergence world has none, so there both variants run the same
+/// code and are expected to pass alike.
 pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     let trace = Trace::default();
+    let reporters = reporter_hosts(scenario);
+    let initial_replicas = scenario.reporter.replicas.unwrap_or(reporters.len() as u32);
     let world = World {
         api: ApiServer::new(scenario.apiserver.clone()),
         git: SharedGit::default(),
         health: HealthOverrides::default(),
         calm: Arc::new(AtomicBool::new(false)),
         trace: trace.clone(),
+        platform: Platform::new(platform_events::Config {
+            tokens: [(RUNTIME_TOKEN.to_string(), "acme-runtime".to_string())].into_iter().collect(),
+            bus_capacity: scenario.platform.bus_capacity,
+        }),
+        reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
     };
+    world.platform.set_knobs(platform_knobs(scenario));
     workload::seed_git(&world.git, &scenario.workload, SIM_EPOCH_UNIX_MS);
     let total = scenario.duration + scenario.calm;
     let mut faults = Vec::new();
@@ -209,23 +400,38 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         .simulation_duration(total + Duration::from_secs(60))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(DEFAULT_MAX_LATENCY)
+        .tcp_capacity(1024)
         .build();
     trace.record(Duration::ZERO, "harness", Observation::new("run.start", json!({"scenario": scenario.name, "seed": seed, "variant": variant.as_str()})));
-    register_hosts(&mut sim, scenario, seed, &world);
+    register_hosts(&mut sim, scenario, seed, variant, &world);
+    let mut down = Down::default();
+    for host in reporters.iter().skip(initial_replicas as usize) {
+        down.stopped.insert(host.clone());
+        stop_host(&mut sim, &world, host, "not-yet-scaled");
+    }
     let mut schedule: Vec<&FaultStep> = scenario.faults.iter().collect();
     schedule.sort_by_key(|s| s.at);
-    let mut crashed = BTreeSet::new();
+    let mut pods: Vec<(Duration, PodChange)> = Vec::new();
     let mut next_fault = 0;
     let mut calm_started = false;
+    let mut next_sample = STALENESS_SAMPLE_EVERY;
     let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
         while sim.elapsed() < total {
             while next_fault < schedule.len() && schedule[next_fault].at <= sim.elapsed() {
-                faults.push(apply_fault(&mut sim, &world, schedule[next_fault], &mut crashed)?);
+                faults.push(apply_fault(&mut sim, scenario, &world, schedule[next_fault], &mut down, &mut pods)?);
                 next_fault += 1;
             }
+            while pods.first().is_some_and(|(at, _)| *at <= sim.elapsed()) {
+                let (_, change) = pods.remove(0);
+                apply_pod_change(&mut sim, &world, &change, &mut down);
+            }
             if !calm_started && sim.elapsed() >= scenario.duration {
-                faults.push(start_calm(&mut sim, scenario, &world, &mut crashed));
+                faults.push(start_calm(&mut sim, scenario, &world, &mut down));
                 calm_started = true;
+            }
+            if !reporters.is_empty() && sim.elapsed() >= next_sample {
+                sample_staleness(&sim, &world);
+                next_sample += STALENESS_SAMPLE_EVERY;
             }
             sim.step().map_err(|e| format!("a host failed: {e}"))?;
         }
@@ -242,20 +448,9 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
         )),
     };
-    let applications = {
-        let kind = world.api.kind("applications").expect("applications are served").clone();
-        let mut apps: Vec<(String, String)> = world
-            .api
-            .store()
-            .objects_of(&kind)
-            .iter()
-            .map(|o| (o["metadata"]["name"].as_str().unwrap_or("").into(), o["metadata"]["resourceVersion"].as_str().unwrap_or("").into()))
-            .collect();
-        apps.sort();
-        apps
-    };
+    let state = FinalState { apps: truth(&world.api), reported: world.platform.apps(), end_ms };
     let mut checkers: Vec<_> = scenario.invariants.iter().map(|i| checkers::build(i).expect("validated when parsed")).collect();
-    let violations = checkers::check(&mut checkers, &trace.events(), &FinalState { applications, end_ms });
+    let violations = checkers::check(&mut checkers, &trace.events(), &state);
     let result = if harness_error.is_some() {
         Outcome::HarnessError
     } else if violations.iter().any(|v| v.class == checkers::Class::Safety) {
@@ -265,5 +460,5 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     } else {
         Outcome::Pass
     };
-    RunOutcome { result, violations, faults, trace, sim_seconds, harness_error }
+    RunOutcome { result, violations, faults, trace, sim_seconds, harness_error, state }
 }

@@ -62,10 +62,56 @@ pub fn render(r: &Report) -> String {
     for (name, value) in &r.metrics.counters {
         let _ = writeln!(out, "| {name} | {value} |");
     }
+    render_series(&mut out, r);
+    if let Some(ownership) = &r.metrics.ownership {
+        let _ = writeln!(
+            out,
+            "\n## Shard ownership\n\nLongest window an app had no live owner: **{:.1} s**; apps ever orphaned: **{}**.\n\n| at | cause | apps moved | orphaned | doubly owned |\n|---|---|---|---|---|",
+            ownership.longest_orphan_window_ms as f64 / 1000.0,
+            ownership.apps_ever_orphaned
+        );
+        for c in ownership.changes.iter().filter(|c| c.moved_fraction > 0.0).take(60) {
+            let _ = writeln!(out, "| {:.1} s | {} | {:.1} % | {} | {} |", c.at_ms as f64 / 1000.0, c.cause, c.moved_fraction * 100.0, c.orphaned, c.doubly_owned);
+        }
+    }
     let _ = writeln!(
         out,
         "\n## Resolved configuration\n\n```yaml\n{}```",
         serde_yaml::to_string(&r.config).unwrap_or_default()
     );
     out
+}
+
+/// Width of a time-series window in the Markdown table.
+const WINDOW_S: u64 = 30;
+
+/// Renders step series as a table of the maximum per window (the JSON has every point).
+fn render_series(out: &mut String, r: &Report) {
+    let series = &r.metrics.series;
+    if series.is_empty() {
+        return;
+    }
+    let end = r.sim_seconds as u64;
+    let names: Vec<&String> = series.keys().collect();
+    let _ = writeln!(out, "\n## Time series (maximum per {WINDOW_S} s window)\n");
+    let _ = writeln!(out, "| window | {} |", names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(out, "|---|{}", "---|".repeat(names.len()));
+    let mut start = 0;
+    while start < end {
+        let stop = start + WINDOW_S;
+        let cells: Vec<String> = names
+            .iter()
+            .map(|name| {
+                let points = &series[*name];
+                let carried = points.iter().take_while(|(t, _)| *t < start).last().map(|(_, v)| *v);
+                let inside = points.iter().filter(|(t, _)| *t >= start && *t < stop).map(|(_, v)| *v).max();
+                match (carried, inside) {
+                    (None, None) => "".to_string(),
+                    (c, i) => c.into_iter().chain(i).max().unwrap_or(0).to_string(),
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "| {start}–{stop} s | {} |", cells.join(" | "));
+        start = stop;
+    }
 }

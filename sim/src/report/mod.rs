@@ -130,7 +130,7 @@ pub fn build(scenario: &Scenario, scenario_text: &str, path: &str, seed: u64, va
         config: scenario.clone(),
         faults: outcome.faults.clone(),
         invariants,
-        metrics: metrics::compute(&outcome.trace.events()),
+        metrics: metrics::compute(&outcome.trace.events(), &outcome.state),
         trace_hash: outcome.trace.hash(),
         events: outcome.trace.len(),
         sim_seconds: outcome.sim_seconds,

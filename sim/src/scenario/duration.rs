@@ -90,3 +90,23 @@ mod tests {
         assert_eq!(parse(&render(Duration::from_secs(42))).unwrap(), Duration::from_secs(42));
     }
 }
+
+/// serde `with` support for `Option<Duration>`.
+pub mod option {
+    use std::time::Duration;
+
+    use serde::{Deserializer, Serializer};
+
+    /// Deserialises a present duration.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+        super::deserialize(deserializer).map(Some)
+    }
+
+    /// Serialises a present duration.
+    pub fn serialize<S: Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+        match duration {
+            Some(d) => super::serialize(d, serializer),
+            None => serializer.serialize_none(),
+        }
+    }
+}

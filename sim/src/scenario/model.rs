@@ -38,6 +38,12 @@ pub struct Scenario {
     /// The probe component (a kube-rs reflector).
     #[serde(default)]
     pub probe: Probe,
+    /// The application event reporter replicas (hosts with role `reporter`).
+    #[serde(default)]
+    pub reporter: Reporter,
+    /// The platform's events path (host with role `platform`).
+    #[serde(default)]
+    pub platform: Platform,
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
@@ -122,6 +128,12 @@ pub enum Role {
     Workload,
     /// A kube-rs reflector over Applications whose view is checked against the API server.
     Probe,
+    /// One application event reporter replica; its ordinal is the host name's `-<n>` suffix.
+    Reporter,
+    /// The platform's events API, bus, handler and read model (port 8080).
+    Platform,
+    /// The reporters' shared dedup cache (Redis stand-in, port 6379).
+    Cache,
 }
 
 /// Simulated Argo CD settings.
@@ -194,6 +206,80 @@ impl Default for Probe {
     }
 }
 
+/// Application event reporter settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Reporter {
+    /// Replicas running at the start (`EVENT_REPORTER_REPLICAS`); reporter hosts with a
+    /// higher ordinal start stopped. Default: every reporter host.
+    pub replicas: Option<u32>,
+    /// hardened: workers per replica. Default 8.
+    pub workers: usize,
+    /// Queue capacity per replica. Default 1,000, as the real reporter.
+    pub queue_capacity: usize,
+    /// hardened: lease duration. Default 15 s.
+    #[serde(with = "super::duration")]
+    pub lease_duration: Duration,
+    /// hardened: lease renewal period. Default 5 s.
+    #[serde(with = "super::duration")]
+    pub lease_renew: Duration,
+}
+
+impl Default for Reporter {
+    fn default() -> Self {
+        Reporter { replicas: None, workers: 8, queue_capacity: 1_000, lease_duration: Duration::from_secs(15), lease_renew: Duration::from_secs(5) }
+    }
+}
+
+/// Platform settings at the start (and restored for the calm phase).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Platform {
+    /// Added before the events API answers (a slow gateway).
+    #[serde(with = "super::duration")]
+    pub api_latency: Duration,
+    /// Time the event handler spends per event.
+    #[serde(with = "super::duration")]
+    pub handler_delay: Duration,
+    /// Event bus capacity. Default 10,000.
+    pub bus_capacity: usize,
+}
+
+impl Default for Platform {
+    fn default() -> Self {
+        Platform { api_latency: Duration::ZERO, handler_delay: Duration::ZERO, bus_capacity: 10_000 }
+    }
+}
+
+/// A rolling change of the reporter replica count (a StatefulSet update): new pods start
+/// first (or surplus pods stop, highest ordinal first), then the remaining pods restart one
+/// by one, highest ordinal first, `every` apart. Old and new counts coexist meanwhile.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scale {
+    /// The new replica count.
+    pub replicas: u32,
+    /// Time between two pod changes. Default 10 s.
+    #[serde(default = "default_scale_every", with = "super::duration")]
+    pub every: Duration,
+}
+
+fn default_scale_every() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// Platform knob changes (only the fields given).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlatformChange {
+    /// New events API latency.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "super::duration::option")]
+    pub api_latency: Option<Duration>,
+    /// New handler delay per event.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "super::duration::option")]
+    pub handler_delay: Option<Duration>,
+}
+
 /// One timed fault. Exactly one action per step.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -219,6 +305,12 @@ pub struct FaultStep {
     /// Change API server knobs (only the fields given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apiserver: Option<serde_yaml::Value>,
+    /// Change the reporter replica count with a rolling restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<Scale>,
+    /// Change platform knobs (a slow platform).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<PlatformChange>,
 }
 
 /// A latency change on one link.

@@ -83,10 +83,29 @@ fn validate(path: &str, text: &str, s: &Scenario) -> Result<(), ScenarioError> {
             return Err(invalid(path, text, format!("topology.hosts[{i}].name"), &host.name, format!("host {:?} is declared twice", host.name)));
         }
     }
-    for role in [Role::Apiserver, Role::Argocd, Role::Workload, Role::Probe] {
-        let count = s.topology.hosts.iter().filter(|h| h.role == role).count();
-        if count != 1 {
-            return Err(invalid(path, text, "topology.hosts".into(), "hosts:", format!("exactly one host must have role {role:?} (found {count})")));
+    let count = |role: Role| s.topology.hosts.iter().filter(|h| h.role == role).count();
+    for role in [Role::Apiserver, Role::Argocd, Role::Workload] {
+        if count(role) != 1 {
+            return Err(invalid(path, text, "topology.hosts".into(), "hosts:", format!("exactly one host must have role {role:?} (found {})", count(role))));
+        }
+    }
+    for role in [Role::Probe, Role::Platform, Role::Cache] {
+        if count(role) > 1 {
+            return Err(invalid(path, text, "topology.hosts".into(), "hosts:", format!("at most one host may have role {role:?} (found {})", count(role))));
+        }
+    }
+    let reporters = count(Role::Reporter);
+    if reporters > 0 && (count(Role::Platform) != 1 || count(Role::Cache) != 1) {
+        return Err(invalid(path, text, "topology.hosts".into(), "hosts:", "reporters need one host with role platform and one with role cache".into()));
+    }
+    for (i, host) in s.topology.hosts.iter().enumerate().filter(|(_, h)| h.role == Role::Reporter) {
+        if orrery_system::env::Identity::from_host(host.name.as_str()).ordinal.is_none() {
+            return Err(invalid(path, text, format!("topology.hosts[{i}].name"), &host.name, format!("reporter host {:?} needs an ordinal suffix like reporter-0", host.name)));
+        }
+    }
+    if let Some(replicas) = s.reporter.replicas {
+        if replicas as usize > reporters || replicas == 0 {
+            return Err(invalid(path, text, "reporter.replicas".into(), "replicas:", format!("replicas must be between 1 and the {reporters} reporter hosts declared")));
         }
     }
     if s.tick.is_zero() || s.tick > std::time::Duration::from_secs(1) {
@@ -102,7 +121,7 @@ fn validate(path: &str, text: &str, s: &Scenario) -> Result<(), ScenarioError> {
         return Err(invalid(path, text, "workload.repositories".into(), "repositories:", "at least one repository is needed".into()));
     }
     for (i, step) in s.faults.iter().enumerate() {
-        validate_step(path, text, &hosts, i, step, s.duration)?;
+        validate_step(path, text, &hosts, reporters, i, step, s.duration)?;
     }
     for (i, invariant) in s.invariants.iter().enumerate() {
         checkers::validate(invariant).map_err(|m| invalid(path, text, format!("invariants[{i}]"), &invariant.name, m))?;
@@ -116,7 +135,7 @@ fn validate(path: &str, text: &str, s: &Scenario) -> Result<(), ScenarioError> {
     Ok(())
 }
 
-fn validate_step(path: &str, text: &str, hosts: &[&str], i: usize, step: &FaultStep, duration: std::time::Duration) -> Result<(), ScenarioError> {
+fn validate_step(path: &str, text: &str, hosts: &[&str], reporters: usize, i: usize, step: &FaultStep, duration: std::time::Duration) -> Result<(), ScenarioError> {
     let field = |name: &str| format!("faults[{i}].{name}");
     let actions = [
         step.partition.is_some(),
@@ -125,11 +144,13 @@ fn validate_step(path: &str, text: &str, hosts: &[&str], i: usize, step: &FaultS
         step.restart.is_some(),
         step.latency.is_some(),
         step.apiserver.is_some(),
+        step.scale.is_some(),
+        step.platform.is_some(),
     ];
     let set = actions.iter().filter(|a| **a).count();
     if set != 1 {
         return Err(invalid(path, text, format!("faults[{i}]"), &format!("at: {}", super::duration::render(step.at)), format!(
-            "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver (found {set})"
+            "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform (found {set})"
         )));
     }
     if step.at > duration {
@@ -154,6 +175,11 @@ fn validate_step(path: &str, text: &str, hosts: &[&str], i: usize, step: &FaultS
     for (name, host) in named {
         if !hosts.contains(&host) {
             return Err(invalid(path, text, field(name), host, format!("unknown host {host:?}; hosts are {hosts:?}")));
+        }
+    }
+    if let Some(scale) = &step.scale {
+        if scale.replicas == 0 || scale.replicas as usize > reporters {
+            return Err(invalid(path, text, field("scale.replicas"), "replicas:", format!("scale to between 1 and the {reporters} reporter hosts declared, not {}", scale.replicas)));
         }
     }
     if let Some(patch) = &step.apiserver {

@@ -19,6 +19,9 @@ use crate::scenario::model::Workload as Config;
 use crate::world::argocd::{application_resource, HealthOverrides, NAMESPACE};
 use crate::world::git::SharedGit;
 
+/// Initial Applications created concurrently.
+const CREATE_PARALLELISM: usize = 25;
+
 /// Repository URL of the `i`-th simulated repository.
 pub fn repo_url(i: usize) -> String {
     format!("https://git.example/org/repo-{i}.git")
@@ -154,13 +157,32 @@ impl Generator {
 pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: Handles) {
     let api = Api::namespaced_with(client, NAMESPACE, &application_resource());
     let mut generator = Generator { env: env.clone(), api, next_index: config.applications, config, handles, live: Vec::new(), versions: BTreeMap::new() };
+    // Create the initial apps CREATE_PARALLELISM at a time (10,000 one by one would take
+    // most of a scenario); failed creates are retried after a pause.
     let mut pending: Vec<usize> = (0..generator.config.applications).collect();
     while !pending.is_empty() && !generator.handles.calm.load(Ordering::SeqCst) {
-        let index = pending[0];
-        if generator.create(index).await {
-            generator.live.push(index);
-            pending.remove(0);
-        } else {
+        let batch: Vec<usize> = pending.iter().copied().take(CREATE_PARALLELISM).collect();
+        let api = generator.api.clone();
+        let repositories = generator.config.repositories;
+        let results = futures::future::join_all(batch.iter().map(|index| {
+            let api = api.clone();
+            async move { (*index, api.create(&PostParams::default(), &application(*index, repositories)).await) }
+        }))
+        .await;
+        let mut failed = false;
+        for (index, result) in results {
+            match result {
+                Ok(_) | Err(kube::Error::Api(_)) => {
+                    generator.live.push(index);
+                    pending.retain(|p| *p != index);
+                }
+                Err(e) => {
+                    failed = true;
+                    generator.record("workload.error", json!({"action": "create", "app": app_name(index), "error": e.to_string()}));
+                }
+            }
+        }
+        if failed {
             env.sleep(Duration::from_secs(1)).await;
         }
     }

@@ -180,7 +180,7 @@ impl Handler {
                 }
                 Ok(json_response(
                     StatusCode::OK,
-                    &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": page.items}),
+                    &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": page.items.iter().map(|i| i.as_ref()).collect::<Vec<&Value>>()}),
                 ))
             }
             (&Method::GET, Some(name)) => Ok(json_response(StatusCode::OK, &self.server.store().get(&target.kind, &namespace, name)?)),

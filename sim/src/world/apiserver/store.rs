@@ -6,6 +6,7 @@
 //! at an older snapshot) and compacts history older than the window.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -37,9 +38,10 @@ pub struct Change {
     /// Added, modified or deleted.
     pub change: ChangeType,
     /// The body after the change (for deletions: the last body, stamped with `rv`).
-    pub object: Value,
+    /// Shared: every watcher and page reads the same body without copying it.
+    pub object: Arc<Value>,
     /// The body before the change, if the object existed.
-    pub previous: Option<Value>,
+    pub previous: Option<Arc<Value>>,
     /// Simulated time of the write, for compaction.
     pub at: Duration,
 }
@@ -51,7 +53,7 @@ type Key = (String, String, String);
 pub struct Store {
     rv: u64,
     uid_counter: u64,
-    objects: BTreeMap<Key, Value>,
+    objects: BTreeMap<Key, Arc<Value>>,
     history: VecDeque<Change>,
     /// History holds every change with `rv > compacted_rv`.
     compacted_rv: u64,
@@ -61,7 +63,7 @@ pub struct Store {
 #[derive(Debug)]
 pub struct ListPage {
     /// The items in name order (namespace, then name).
-    pub items: Vec<Value>,
+    pub items: Vec<Arc<Value>>,
     /// The snapshot RV every page of this list reports.
     pub rv: u64,
     /// Set while more items remain.
@@ -174,7 +176,7 @@ impl Store {
     /// Every stored object of `kind` in key order (for checkers and reports).
     pub fn objects_of(&self, kind: &ResourceKind) -> Vec<Value> {
         let key = kind.key();
-        self.objects.iter().filter(|((r, _, _), _)| *r == key).map(|(_, v)| v.clone()).collect()
+        self.objects.iter().filter(|((r, _, _), _)| *r == key).map(|(_, v)| (**v).clone()).collect()
     }
 
     /// Drops history written before `now - window`.
@@ -200,14 +202,15 @@ impl Store {
         let (change, object) = match new {
             Some(mut object) => {
                 set_meta(&mut object, "resourceVersion", json!(rv.to_string()));
+                let object = Arc::new(object);
                 self.objects.insert(key.clone(), object.clone());
                 let change = if previous.is_some() { ChangeType::Modified } else { ChangeType::Added };
                 (change, object)
             }
             None => {
-                let mut object = self.objects.remove(&key).expect("commit(None) only for existing objects");
+                let mut object = (*self.objects.remove(&key).expect("commit(None) only for existing objects")).clone();
                 set_meta(&mut object, "resourceVersion", json!(rv.to_string()));
-                (ChangeType::Deleted, object)
+                (ChangeType::Deleted, Arc::new(object))
             }
         };
         self.history.push_back(Change {
@@ -219,14 +222,14 @@ impl Store {
             previous,
             at: now,
         });
-        object
+        (*object).clone()
     }
 
     /// Reads one object.
     pub fn get(&self, kind: &ResourceKind, namespace: &str, name: &str) -> Result<Value, ApiError> {
         self.objects
             .get(&Self::key(kind, namespace, name))
-            .cloned()
+            .map(|o| (**o).clone())
             .ok_or_else(|| ApiError::not_found(kind, name))
     }
 
@@ -352,7 +355,7 @@ impl Store {
             }
         }
         let key = Self::key(kind, namespace, name);
-        let current = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(kind, name))?;
+        let current = self.objects.get(&key).map(|o| (**o).clone()).ok_or_else(|| ApiError::not_found(kind, name))?;
         if meta_str(&body, "resourceVersion").is_none() && kind.custom {
             return Err(ApiError::invalid(
                 kind,
@@ -376,7 +379,7 @@ impl Store {
         now: Duration,
     ) -> Result<Value, ApiError> {
         let key = Self::key(kind, namespace, name);
-        let current = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(kind, name))?;
+        let current = self.objects.get(&key).map(|o| (**o).clone()).ok_or_else(|| ApiError::not_found(kind, name))?;
         Self::check_precondition(kind, &current, patch)?;
         let mut next = current.clone();
         merge_patch(&mut next, patch);
@@ -411,7 +414,7 @@ impl Store {
         unix_millis: u64,
     ) -> Result<Value, ApiError> {
         let key = Self::key(kind, namespace, name);
-        match self.objects.get(&key).cloned() {
+        match self.objects.get(&key).map(|o| (**o).clone()) {
             None if status_only => Err(ApiError::not_found(kind, name)),
             None => {
                 let mut object = applied.clone();
@@ -434,12 +437,12 @@ impl Store {
     }
 
     /// The objects of `kind` as they were at `rv`, or `None` if history no longer reaches back.
-    fn snapshot_at(&self, kind: &ResourceKind, rv: u64) -> Option<BTreeMap<Key, Value>> {
+    fn snapshot_at(&self, kind: &ResourceKind, rv: u64) -> Option<BTreeMap<Key, Arc<Value>>> {
         if rv < self.compacted_rv {
             return None;
         }
         let resource = kind.key();
-        let mut state: BTreeMap<Key, Value> =
+        let mut state: BTreeMap<Key, Arc<Value>> =
             self.objects.iter().filter(|((r, _, _), _)| *r == resource).map(|(k, v)| (k.clone(), v.clone())).collect();
         for change in self.history.iter().rev().take_while(|c| c.rv > rv) {
             if change.resource != resource {
@@ -490,13 +493,15 @@ impl Store {
         Ok(ListPage { items, rv, continue_token })
     }
 
-    /// History after `rv`, or `Err(())` if it was compacted away (the watcher must relist).
-    pub fn changes_after(&self, rv: u64) -> Result<Vec<Change>, ()> {
+    /// History of `resource` after `rv` and the newest RV looked at, or `Err(())` if it was
+    /// compacted away (the watcher must relist).
+    pub fn changes_after(&self, rv: u64, resource: &str) -> Result<(Vec<Change>, u64), ()> {
         if rv < self.compacted_rv {
             return Err(());
         }
         let start = self.history.partition_point(|c| c.rv <= rv);
-        Ok(self.history.iter().skip(start).cloned().collect())
+        let changes = self.history.range(start..).filter(|c| c.resource == resource).cloned().collect();
+        Ok((changes, self.rv.max(rv)))
     }
 }
 
@@ -585,8 +590,8 @@ mod tests {
         store.create(&k, "ns", json!({"metadata": {"name": "c2"}}), Duration::from_secs(2), 0).unwrap();
         store.patch_merge(&k, "ns", "c0", &json!({"data": {"a": "b"}}), false, Duration::from_secs(100)).unwrap();
         store.compact(Duration::from_secs(100), Duration::from_secs(10));
-        assert!(store.changes_after(1).is_err());
-        assert_eq!(store.changes_after(3).unwrap().len(), 1);
+        assert!(store.changes_after(1, &k.key()).is_err());
+        assert_eq!(store.changes_after(3, &k.key()).unwrap().0.len(), 1);
         assert_eq!(store.list(&k, &Filter::default(), Some(1), first.continue_token.as_deref()).unwrap_err().code, 410);
     }
 }

@@ -59,14 +59,14 @@ impl End {
 fn event_for(change: &Change, filter: &Filter) -> Option<(&'static str, Value)> {
     let old = change.previous.as_ref().is_some_and(|p| filter.matches(&change.namespace, p));
     if change.change == ChangeType::Deleted {
-        return old.then(|| ("DELETED", change.object.clone()));
+        return old.then(|| ("DELETED", (*change.object).clone()));
     }
     let new = filter.matches(&change.namespace, &change.object);
     match (old, new) {
-        (true, true) => Some(("MODIFIED", change.object.clone())),
-        (false, true) => Some(("ADDED", change.object.clone())),
+        (true, true) => Some(("MODIFIED", (*change.object).clone())),
+        (false, true) => Some(("ADDED", (*change.object).clone())),
         (true, false) => {
-            let mut gone = change.previous.clone().expect("old implies previous");
+            let mut gone = (**change.previous.as_ref().expect("old implies previous")).clone();
             gone["metadata"]["resourceVersion"] = json!(change.rv.to_string());
             Some(("DELETED", gone))
         }
@@ -151,21 +151,22 @@ impl Stream {
         let interval = self.server.knobs().bookmark_interval.max(Duration::from_millis(100));
         let mut next_bookmark = started + interval;
         loop {
-            let changes = self.server.store().changes_after(cursor);
-            let Ok(changes) = changes else {
+            let changes = self.server.store().changes_after(cursor, &kind_key);
+            let Ok((changes, newest)) = changes else {
                 let _ = self.send(expired(cursor)).await;
                 return End::Expired;
             };
-            for change in changes.iter().filter(|c| c.resource == kind_key) {
+            for change in &changes {
                 if let Some((event_type, object)) = event_for(change, &request.filter) {
                     if let Err(end) = self.send(line(event_type, &object)).await {
                         return end;
                     }
                 }
+                cursor = change.rv;
             }
-            if let Some(last) = changes.last() {
-                cursor = last.rv;
-            }
+            // Every change up to `newest` was looked at (other types are not ours), so the
+            // cursor may move there: bookmarks then carry the global RV, as upstream.
+            cursor = cursor.max(newest);
             let now = self.env.elapsed();
             if now >= deadline {
                 if request.bookmarks {

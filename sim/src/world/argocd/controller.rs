@@ -49,6 +49,9 @@ fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides
     let in_sync = synced_files.as_ref() == Some(&head_files);
     let automated = app.data.pointer("/spec/syncPolicy/automated").is_some();
     let mut next = status.clone();
+    if let Some(map) = next.as_object_mut() {
+        map.remove("reconciledAt");
+    }
     let now = rfc3339(unix_ms);
     if in_sync {
         next["sync"] = json!({"status": "Synced", "revision": synced_revision, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
@@ -85,28 +88,43 @@ fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides
     Some(next)
 }
 
-/// Reconciles once: every app, in name order.
+/// Status writes in flight at once (Argo CD's status processors default to 20).
+const STATUS_PARALLELISM: usize = 16;
+
+/// Reconciles once: every app, in name order, writing up to [`STATUS_PARALLELISM`] at once.
 async fn reconcile_all(env: &SharedEnv, api: &Api<DynamicObject>, store: &Store<DynamicObject>, git: &SharedGit, health: &HealthOverrides, config: &Config) {
+    use futures::StreamExt;
     let mut apps = store.state();
     apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    for app in apps {
-        let Some(name) = app.metadata.name.clone() else { continue };
-        let refresh = app.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
-        let Some(mut status) = desired_status(&app, git, health, config, env.unix_millis()) else { continue };
-        let current = app.data.get("status").cloned().unwrap_or(json!({}));
-        if status == current && !refresh {
-            continue;
-        }
-        status["reconciledAt"] = json!(rfc3339(env.unix_millis()));
-        let mut patch = json!({"status": status});
-        if refresh {
-            patch["metadata"] = json!({"annotations": {"argocd.argoproj.io/refresh": null}});
-        }
-        match api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
-            Ok(_) => {}
-            Err(e) => env.observe(Observation::new("argocd.reconcile_error", json!({"app": name, "error": e.to_string()}))),
-        }
-    }
+    let patches: Vec<(String, Value)> = apps
+        .iter()
+        .filter_map(|app| {
+            let name = app.metadata.name.clone()?;
+            let refresh = app.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
+            let mut status = desired_status(app, git, health, config, env.unix_millis())?;
+            let current = app.data.get("status").cloned().unwrap_or(json!({}));
+            let mut unchanged = current.clone();
+            if let Some(map) = unchanged.as_object_mut() {
+                map.remove("reconciledAt");
+            }
+            if status == unchanged && !refresh {
+                return None;
+            }
+            status["reconciledAt"] = json!(rfc3339(env.unix_millis()));
+            let mut patch = json!({"status": status});
+            if refresh {
+                patch["metadata"] = json!({"annotations": {"argocd.argoproj.io/refresh": null}});
+            }
+            Some((name, patch))
+        })
+        .collect();
+    futures::stream::iter(patches)
+        .for_each_concurrent(STATUS_PARALLELISM, |(name, patch)| async move {
+            if let Err(e) = api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                env.observe(Observation::new("argocd.reconcile_error", json!({"app": name, "error": e.to_string()})));
+            }
+        })
+        .await;
 }
 
 /// Runs the controller until the host stops: a reflector plus a periodic reconcile loop.
