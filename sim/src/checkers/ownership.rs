@@ -138,7 +138,7 @@ pub struct Analysis {
     pub changes: Vec<Change>,
     /// Longest time any app had no live owner (ms), counting to the end if never resolved.
     pub longest_orphan_window_ms: u64,
-    /// Apps that were ever orphaned after the first ownership was established.
+    /// Apps that were ever orphaned after every app first had an owner.
     pub apps_ever_orphaned: usize,
 }
 
@@ -180,7 +180,8 @@ pub fn analyse(events: &[TraceEvent], apps: &[String], end_ms: u64) -> Analysis 
             }
             owners[i] = now;
         }
-        established = established || orphaned < apps.len();
+        // Orphan windows count only once every app has had an owner (not during start-up).
+        established = established || orphaned == 0;
         let cause = format!("{} {}", event.observation.kind, event.observation.detail.get("replica").or_else(|| event.observation.detail.get("host")).unwrap_or(&Value::Null));
         analysis.changes.push(Change {
             at_ms: event.at_ms,

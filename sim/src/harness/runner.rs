@@ -174,7 +174,9 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
             }
             Role::Reporter => {
                 let replicas = world.reporter_replicas.clone();
-                let mut config = app_reporter::Config::new(variant, target.clone(), argocd::NAMESPACE);
+                // Reporters keep kube's 90 s read deadline (the bookmark interval is 60 s).
+                let reporter_target = KubeTarget { read_idle: Duration::from_secs(90), ..target.clone() };
+                let mut config = app_reporter::Config::new(variant, reporter_target, argocd::NAMESPACE);
                 config.argocd_addr = format!("{}:8080", host_of(scenario, Role::Argocd));
                 config.argocd_token = ARGOCD_TOKEN.into();
                 config.platform_addr = format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform));
@@ -340,11 +342,9 @@ fn platform_knobs(scenario: &Scenario) -> platform_events::Knobs {
 fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
     let kind = api.kind("applications").expect("applications are served").clone();
     let text = |o: &Value, p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
-    let mut apps: Vec<checkers::AppTruth> = api
-        .store()
-        .objects_of(&kind)
-        .iter()
-        .map(|o| checkers::AppTruth {
+    let mut apps: Vec<checkers::AppTruth> = Vec::new();
+    api.store().visit(&kind, |o| {
+        apps.push(checkers::AppTruth {
             key: format!("{}/{}", text(o, "/metadata/namespace"), text(o, "/metadata/name")),
             name: text(o, "/metadata/name"),
             rv: text(o, "/metadata/resourceVersion"),
@@ -352,7 +352,7 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
             revision: text(o, "/status/sync/revision"),
             health_status: text(o, "/status/health/status"),
         })
-        .collect();
+    });
     apps.sort_by(|a, b| a.key.cmp(&b.key));
     apps
 }

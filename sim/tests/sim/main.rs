@@ -6,3 +6,7 @@ mod real_mode;
 mod scenarios;
 mod support;
 mod watcher_checklist;
+
+/// Same allocator as the `orrery` binary (simulations are allocation-heavy).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -179,6 +179,16 @@ impl Store {
         self.objects.iter().filter(|((r, _, _), _)| *r == key).map(|(_, v)| (**v).clone()).collect()
     }
 
+    /// Calls `f` on every stored object of `kind` in key order, without copying them.
+    pub fn visit(&self, kind: &ResourceKind, mut f: impl FnMut(&Value)) {
+        let key = kind.key();
+        for ((resource, _, _), value) in &self.objects {
+            if *resource == key {
+                f(value);
+            }
+        }
+    }
+
     /// Drops history written before `now - window`.
     pub fn compact(&mut self, now: Duration, window: Duration) {
         while let Some(front) = self.history.front() {

@@ -6,7 +6,11 @@
 //! (an `operationState` and a `history` entry), `resources`, and clears the refresh
 //! annotation. It writes with a JSON merge patch, and only when something changed
 //! (Argo CD also rewrites `reconciledAt` every time; we skip those writes to keep traces
-//! readable — a documented fidelity gap).
+//! readable — a documented fidelity gap). The revision an app is compared with is the
+//! newest commit that changed its path, not the repository head (real Argo CD moves
+//! `sync.revision` of every app on a repository to each new head; with thousands of apps
+//! per repository that fan-out would dominate simulation time without changing what the
+//! scenarios test — a second documented gap).
 
 use std::time::Duration;
 
@@ -34,7 +38,12 @@ fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides
     let name = app.metadata.name.clone()?;
     let (repo, path) = source_of(app)?;
     let git = git.lock();
-    let head = git.head(&repo)?;
+    // The revision compared is the newest commit that changed the app's path (what the
+    // change-revision controller reports), not the repository head: unrelated commits to a
+    // shared repository then leave the app's status alone. Simplification, documented in
+    // the module doc.
+    let head_sha = git.head(&repo)?.sha.clone();
+    let head = git.last_change(&repo, &head_sha, &path)?;
     let status = app.data.get("status").cloned().unwrap_or(json!({}));
     // What is deployed is the last history entry; `sync.revision` is only what was compared.
     let synced_revision = status
@@ -44,9 +53,8 @@ fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides
         .and_then(|h| h["revision"].as_str())
         .unwrap_or("")
         .to_string();
-    let head_files = git.files_at(&repo, &head.sha, &path)?;
-    let synced_files = git.files_at(&repo, &synced_revision, &path);
-    let in_sync = synced_files.as_ref() == Some(&head_files);
+    let head_files = git.files_at(&repo, &head_sha, &path)?;
+    let in_sync = synced_revision == head.sha;
     let automated = app.data.pointer("/spec/syncPolicy/automated").is_some();
     let mut next = status.clone();
     if let Some(map) = next.as_object_mut() {
@@ -56,6 +64,7 @@ fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides
     if in_sync {
         next["sync"] = json!({"status": "Synced", "revision": synced_revision, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
     } else if automated {
+        let head = head.clone();
         let history = next.get("history").and_then(Value::as_array).cloned().unwrap_or_default();
         let id = history.last().and_then(|h| h["id"].as_i64()).unwrap_or(-1) + 1;
         let mut history = history;

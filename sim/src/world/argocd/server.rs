@@ -68,7 +68,8 @@ impl Server {
         let ["api", "v1", "applications", name, rest @ ..] = segments.as_slice() else {
             return error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}"));
         };
-        let Some(app) = self.apps.state().into_iter().find(|a| a.metadata.name.as_deref() == Some(name)) else {
+        let key = kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource()).within(super::NAMESPACE);
+        let Some(app) = self.apps.get(&key) else {
             return error(StatusCode::NOT_FOUND, 5, format!("applications.argoproj.io \"{name}\" not found"));
         };
         let Some((repo, app_path)) = source_of(&app) else {

@@ -23,6 +23,7 @@ pub async fn run(replica: Arc<Replica>, client: kube::Client) {
     let leases: Api<Lease> = Api::namespaced(client, &replica.config.namespace);
     let name = format!("{PREFIX}{}", replica.me);
     let duration_s = replica.config.lease_duration.as_secs().max(1) as i32;
+    let mut last_renewed = replica.env.elapsed();
     loop {
         let now_ms = replica.env.unix_millis();
         let lease = json!({
@@ -34,6 +35,7 @@ pub async fn run(replica: Arc<Replica>, client: kube::Client) {
         let renewed = leases.patch(&name, &PatchParams::apply("app-reporter").force(), &Patch::Apply(lease)).await;
         match leases.list(&ListParams::default()).await {
             Ok(list) if renewed.is_ok() => {
+                last_renewed = replica.env.elapsed();
                 let mut members: Vec<String> = list
                     .items
                     .iter()
@@ -50,9 +52,12 @@ pub async fn run(replica: Arc<Replica>, client: kube::Client) {
                 update(&replica, members);
             }
             _ => {
-                // Cannot renew: our lease will expire and others take over; stop reporting
-                // what we can no longer prove we own once it has.
+                // Cannot renew: once our lease has expired others own our apps, so stop
+                // reporting what we can no longer prove we own.
                 replica.env.observe(Observation::new("reporter.lease_error", json!({"replica": replica.me})));
+                if replica.env.elapsed().saturating_sub(last_renewed) > replica.config.lease_duration {
+                    update(&replica, Vec::new());
+                }
             }
         }
         replica.env.sleep(replica.config.lease_renew).await;

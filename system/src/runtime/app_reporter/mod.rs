@@ -17,12 +17,15 @@
 //! | failed delivery | lost until the app changes | re-queued |
 //! | duplicates | none marked | idempotency key per event |
 //!
+//! | lost updates and deletes | stay lost | anti-entropy pass against the platform |
+//!
 //! Modules: [`shard`], [`queue`], `process` (payload and delivery), `membership`
-//! (leases), `serve` (health, metrics, distribution).
+//! (leases), `resync` (anti-entropy), `serve` (health, metrics, distribution).
 
 mod membership;
 mod process;
 pub mod queue;
+mod resync;
 mod serve;
 pub mod shard;
 
@@ -73,6 +76,8 @@ pub struct Config {
     pub lease_duration: Duration,
     /// hardened: lease renewal and membership refresh period. Default 5 s.
     pub lease_renew: Duration,
+    /// hardened: anti-entropy pass against the platform's read model. Default 60 s.
+    pub resync_every: Duration,
     /// Dedup entry lifetime: 20 minutes, as the real reporter's Redis TTL.
     pub dedup_ttl: Duration,
     /// Per-request timeout (Argo CD server reads use 30 s in the real reporter).
@@ -102,6 +107,7 @@ impl Config {
             workers: 8,
             lease_duration: Duration::from_secs(15),
             lease_renew: Duration::from_secs(5),
+            resync_every: Duration::from_secs(60),
             dedup_ttl: Duration::from_secs(20 * 60),
             request_timeout: Duration::from_secs(30),
             delivery_attempts: 5,
@@ -261,7 +267,8 @@ pub async fn run(env: SharedEnv, config: Config) {
         tokio::spawn(worker(replica.clone(), processor.clone()));
     }
     if replica.config.variant == Variant::Hardened {
-        tokio::spawn(membership::run(replica.clone(), client));
+        tokio::spawn(membership::run(replica.clone(), client.clone()));
+        tokio::spawn(resync::run(replica.clone(), processor.clone(), client));
     }
     tokio::spawn(report_queue(replica.clone()));
     if let Err(e) = serve::run(replica.clone()).await {

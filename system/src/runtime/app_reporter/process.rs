@@ -201,6 +201,23 @@ impl Processor {
         false
     }
 
+    /// The platform's read model (`GET /2.0/api/apps`): `namespace/name` → reported state.
+    pub async fn platform_apps(&self) -> Result<std::collections::BTreeMap<String, Value>, String> {
+        let request = Request::get(format!("http://{}/2.0/api/apps", self.config.platform_addr))
+            .header("authorization", self.config.runtime_token.clone())
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = tokio::time::timeout(self.config.request_timeout, self.http.request(request))
+            .await
+            .map_err(|_| "GET /2.0/api/apps timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("GET /2.0/api/apps: {}", response.status()));
+        }
+        let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        serde_json::from_slice(&body).map_err(|e| e.to_string())
+    }
+
     /// Processes one app event end to end.
     pub async fn process(&self, app: &DynamicObject, deleted: bool, variant: Variant) -> Outcome {
         let key = format!("app:{}/{}", app.metadata.namespace.clone().unwrap_or_default(), app.metadata.name.clone().unwrap_or_default());

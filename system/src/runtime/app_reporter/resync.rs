@@ -1,0 +1,75 @@
+//! hardened: anti-entropy with the platform.
+//!
+//! Every `resync_every` the replica reads the platform's read model and re-queues each app
+//! it owns whose reported state lags the API server's; apps the platform still shows but
+//! the replica's store lacks are confirmed gone with a direct GET (404) and reported
+//! deleted. This repairs what the event stream alone cannot: deletes missed while a replica
+//! was restarting or partitioned (a relist shows no DELETED events) and sends lost to
+//! faults. The faithful reporter has no such pass — that is the real system's flaw.
+
+use std::sync::Arc;
+
+use kube::api::{Api, DynamicObject};
+use serde_json::{json, Value};
+
+use super::process::Processor;
+use super::{application_resource, Replica};
+use crate::env::Observation;
+
+/// Runs the pass periodically until the host stops.
+pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube::Client) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &replica.config.namespace, &application_resource());
+    loop {
+        replica.env.sleep(replica.config.resync_every).await;
+        let Ok(reported) = processor.platform_apps().await else {
+            replica.env.observe(Observation::new("reporter.resync_error", json!({"replica": replica.me})));
+            continue;
+        };
+        let mut apps = replica.store.state();
+        apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let namespace = replica.config.namespace.clone();
+        let mut requeued = 0;
+        let mut present = std::collections::BTreeSet::new();
+        for app in &apps {
+            let Some(name) = app.metadata.name.clone() else { continue };
+            present.insert(name.clone());
+            if !replica.owns(&name) {
+                continue;
+            }
+            let status = app.data.get("status").cloned().unwrap_or(Value::Null);
+            let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+            let lagging = match reported.get(&format!("{namespace}/{name}")) {
+                None => true,
+                Some(r) => {
+                    r["deleted"].as_bool().unwrap_or(false)
+                        || text(r, "/sync_status") != text(&status, "/sync/status")
+                        || text(r, "/revision") != text(&status, "/sync/revision")
+                        || text(r, "/health_status") != text(&status, "/health/status")
+                }
+            };
+            if lagging {
+                replica.state().hardened.push(&name);
+                requeued += 1;
+            }
+        }
+        let mut deletions = 0;
+        for (key, r) in &reported {
+            let Some(name) = key.strip_prefix(&format!("{namespace}/")) else { continue };
+            if r["deleted"].as_bool().unwrap_or(false) || present.contains(name) || !replica.owns(name) {
+                continue;
+            }
+            // Our store lacks it: confirm with the API server before reporting a deletion.
+            if let Ok(None) = api.get_opt(name).await {
+                let rv = r["resource_version"].as_u64().unwrap_or(0) + 1;
+                let mut gone = DynamicObject::new(name, &application_resource()).within(&namespace);
+                gone.metadata.resource_version = Some(rv.to_string());
+                let mut state = replica.state();
+                state.tombstones.insert(name.to_string(), Arc::new(gone));
+                state.hardened.push(name);
+                deletions += 1;
+            }
+        }
+        replica.env.observe(Observation::new("reporter.resync", json!({"replica": replica.me, "requeued": requeued, "deletions": deletions})));
+        replica.wake.notify_waiters();
+    }
+}
