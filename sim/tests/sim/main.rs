@@ -2,6 +2,8 @@
 //! server over turmoil TCP, and whole scenario runs.
 
 mod argocd_world;
+mod events_path;
+mod properties;
 mod real_mode;
 mod scenarios;
 mod support;

@@ -1,0 +1,139 @@
+//! The reporter and the platform's events path end to end over turmoil: two hardened
+//! reporter replicas report Argo CD apps to the platform; the events API refuses bad
+//! tokens, bad bodies and oversize bodies with a reason; the reporters serve health,
+//! metrics and their app distribution.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use kube::api::{Api, DynamicObject, PostParams};
+use orrery_sim::env::SimEnv;
+use orrery_sim::world::apiserver::Knobs;
+use orrery_sim::world::argocd::{self, application_resource, HealthOverrides, NAMESPACE};
+use orrery_sim::world::git::SharedGit;
+use orrery_system::core::Variant;
+use orrery_system::env::kube::KubeTarget;
+use orrery_system::env::SharedEnv;
+use orrery_system::platform::events::{self, Platform};
+use orrery_system::runtime::{app_reporter, cache};
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+const TOKEN: &str = "runtime-token";
+const REPO: &str = "https://git.example/r.git";
+
+async fn call(env: &SharedEnv, method: &str, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> (u16, Value, String) {
+    let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(30));
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = client.request(request.body(Full::new(Bytes::from(body))).unwrap()).await.expect("server answers");
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null), text)
+}
+
+fn app(name: &str) -> DynamicObject {
+    let mut app = DynamicObject::new(name, &application_resource()).within(NAMESPACE);
+    app.data = json!({"spec": {"source": {"repoURL": REPO, "path": format!("apps/{name}")}, "syncPolicy": {"automated": {}}}});
+    app
+}
+
+#[test]
+fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_with_a_reason() {
+    let mut w = world(Knobs::default());
+    let git = SharedGit::default();
+    let names: Vec<String> = (0..12).map(|i| format!("app-{i:02}")).collect();
+    let files: BTreeMap<String, String> = names.iter().map(|n| (format!("apps/{n}/deployment.yaml"), format!("image: {n}:v1"))).collect();
+    git.lock().commit(REPO, "Dev <d@x>", "init", 0, files);
+    let platform = Platform::new(events::Config { tokens: [(TOKEN.to_string(), "acme".to_string())].into_iter().collect(), bus_capacity: 100 });
+
+    let (trace, host_git) = (w.trace.clone(), git.clone());
+    w.sim.host("argocd", move || {
+        let env = SimEnv::new("argocd", SEED, trace.clone());
+        let config = argocd::controller::Config { reconcile_every: Duration::from_secs(3), history_limit: 5 };
+        let run = argocd::run(env, KubeTarget::new("apiserver:6443"), host_git.clone(), HealthOverrides::default(), config, "argo".into());
+        async move {
+            run.await?;
+            Ok(())
+        }
+    });
+    let (trace, host_platform) = (w.trace.clone(), platform.clone());
+    w.sim.host("platform", move || {
+        let (env, platform) = (SimEnv::new("platform", SEED, trace.clone()), host_platform.clone());
+        async move {
+            events::run(env, platform, "0.0.0.0:8080").await?;
+            Ok(())
+        }
+    });
+    let trace = w.trace.clone();
+    w.sim.host("cache", move || {
+        let env = SimEnv::new("cache", SEED, trace.clone());
+        async move {
+            cache::run(env, "0.0.0.0:6379").await?;
+            Ok(())
+        }
+    });
+    for replica in ["reporter-0", "reporter-1"] {
+        let trace = w.trace.clone();
+        w.sim.host(replica, move || {
+            let env = SimEnv::new(replica, SEED, trace.clone());
+            let mut config = app_reporter::Config::new(Variant::Hardened, KubeTarget::new("apiserver:6443"), NAMESPACE);
+            config.argocd_token = "argo".into();
+            config.runtime_token = TOKEN.into();
+            config.platform_addr = "platform:8080".into();
+            config.cache_addr = "cache:6379".into();
+            async move {
+                app_reporter::run(env, config).await;
+                Ok(())
+            }
+        });
+    }
+    let (trace, check_platform) = (w.trace.clone(), platform.clone());
+    w.sim.client("client", async move {
+        let (env, client) = kube("client", &trace, Duration::from_secs(60));
+        let apps: Api<DynamicObject> = Api::namespaced_with(client, NAMESPACE, &application_resource());
+        for name in &names {
+            apps.create(&PostParams::default(), &app(name)).await?;
+        }
+        env.sleep(Duration::from_secs(40)).await;
+
+        let (code, body, _) = call(&env, "GET", "http://platform:8080/2.0/api/apps", &[], vec![]).await;
+        assert_eq!(code, 200);
+        assert_eq!(body.as_object().unwrap().len(), names.len(), "every app reported: {body}");
+        assert!(body.as_object().unwrap().values().all(|a| a["sync_status"] == "Synced"), "{body}");
+        let (updated, _, _) = check_platform.projection_counts();
+        assert!(updated >= names.len() as u64);
+
+        let (code, body, _) = call(&env, "POST", "http://platform:8080/2.0/api/events", &[("authorization", "stolen")], b"{}".to_vec()).await;
+        assert_eq!(code, 401, "unknown token");
+        assert!(body["error"].as_str().unwrap().contains("runtime token"));
+        let (code, body, _) = call(&env, "POST", "http://platform:8080/2.0/api/events", &[("authorization", TOKEN), ("content-encoding", "gzip")], b"not gzip".to_vec()).await;
+        assert_eq!(code, 400);
+        assert!(body["error"].as_str().unwrap().contains("gzip"), "{body}");
+        let (code, _, _) = call(&env, "POST", "http://platform:8080/2.0/api/events", &[("authorization", TOKEN)], vec![b' '; 6 * 1024 * 1024]).await;
+        assert_eq!(code, 413, "5 MB cap");
+
+        let mut owners: BTreeMap<String, usize> = BTreeMap::new();
+        for replica in ["reporter-0", "reporter-1"] {
+            let (code, _, text) = call(&env, "GET", &format!("http://{replica}:8087/healthz"), &[], vec![]).await;
+            assert_eq!((code, text.as_str()), (200, "ok"));
+            let (_, _, metrics) = call(&env, "GET", &format!("http://{replica}:8087/metrics"), &[], vec![]).await;
+            assert!(metrics.contains(&format!("cf_argocd_application_event_reporter_queue_size{{reporter_shard=\"{replica}\"}} 0")), "{metrics}");
+            assert!(metrics.contains("cf_argocd_application_event_reporter_processing_duration_seconds_bucket"), "{metrics}");
+            let (_, distribution, _) = call(&env, "GET", &format!("http://{replica}:8087/app-distribution"), &[], vec![]).await;
+            for app in distribution.as_object().unwrap().keys() {
+                *owners.entry(app.clone()).or_default() += 1;
+            }
+        }
+        assert_eq!(owners.len(), names.len(), "every app has an owner");
+        assert!(owners.values().all(|n| *n == 1), "no app has two owners: {owners:?}");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
