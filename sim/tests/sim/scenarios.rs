@@ -65,3 +65,18 @@ fn a_misspelt_field_in_a_scenario_file_is_refused_with_file_line_and_field() {
     assert!(err.contains(&format!("bad.yaml:{line}:")), "{err}");
     assert!(err.contains("unknown field `comit_every`"), "{err}");
 }
+
+#[test]
+fn queue_overflow_scaled_down_shows_the_flaw_in_faithful_and_the_fix_in_hardened() {
+    // The committed scenario (10,000 apps, 1,000-slot queues) runs in `make reports`; here the
+    // fleet and the queues shrink by the same factor so the same overflow happens in seconds.
+    let mut s = scenario::load(Path::new(&scenario_path("queue-overflow.yaml"))).unwrap();
+    s.workload.applications = 1_500;
+    s.reporter.queue_capacity = 150;
+    s.calm = std::time::Duration::from_secs(240);
+    let faithful = runner::run(&s, 1, Variant::Faithful);
+    assert_eq!(faithful.result, Outcome::SafetyViolation, "{:?}", faithful.harness_error);
+    assert!(faithful.violations.iter().any(|v| v.invariant == "platform_converges"));
+    let hardened = runner::run(&s, 1, Variant::Hardened);
+    assert_eq!(hardened.result, Outcome::Pass, "{:?} {:?}", hardened.violations, hardened.harness_error);
+}
