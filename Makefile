@@ -6,7 +6,7 @@
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test reports reports-check determinism build sweep help
+.PHONY: all test reports reports-check determinism build sweep bench help
 
 all: test
 
@@ -42,3 +42,7 @@ reports-check: reports
 SEEDS ?= 1..51
 sweep: build
 	@for f in scenarios/*.yaml; do $(ORRERY) sweep $$f --seeds $(SEEDS) || exit 1; done
+
+## Benchmark of the reporter's hot path and end-to-end delivery in real mode (ungated perf).
+bench: build
+	$(ORRERY) bench --events 20000 --out reports/perf/bench.json

@@ -2,6 +2,7 @@
 //! each in its own room.
 //!
 //! # Layout
+//! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
 //! - [`env`]: `SimEnv`, the turmoil implementation of `orrery_system::env::Env`.
 //! - [`world`]: simulated dependencies (API server, Argo CD, Git) and test components.
 //! - [`scenario`]: the YAML scenario model and its strict parser.
@@ -9,6 +10,7 @@
 //! - [`harness`]: runs a scenario seed by seed; the trace and its hash.
 //! - [`report`]: gated JSON/Markdown reports, the perf file, the one-line summary.
 
+pub mod bench;
 pub mod checkers;
 pub mod env;
 pub mod harness;

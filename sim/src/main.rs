@@ -28,6 +28,9 @@ USAGE:
   orrery reports [--scenarios DIR] [--out DIR]
       Regenerate the gated reports (OUT/<scenario>/<variant>.{json,md}, OUT/README.md)
       for every scenario and declared variant at its first seed; perf goes to OUT/perf/.
+  orrery bench [--events N] [--out FILE]
+      Benchmark the reporter's hot path and end-to-end delivery in real mode (both
+      variants); writes FILE (default reports/perf/bench.json, ungated).
   orrery apiserver --listen ADDR
       Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).";
 
@@ -223,6 +226,19 @@ fn cmd_reports(raw: &[String]) -> Result<ExitCode, Fail> {
     Ok(if surprises == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+fn cmd_bench(raw: &[String]) -> Result<ExitCode, Fail> {
+    let args = parse_args(raw, &["events", "out"])?;
+    let events: usize = args.flags.get("events").map(|e| e.parse().map_err(|_| Fail(format!("--events {e:?} is not a number"), 2))).transpose()?.unwrap_or(20_000);
+    let out = PathBuf::from(args.flags.get("out").map(String::as_str).unwrap_or("reports/perf/bench.json"));
+    let record = orrery_sim::bench::run(events.max(1)).map_err(|e| Fail(format!("benchmark failed: {e}"), 1))?;
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Fail(format!("{}: {e}", dir.display()), 2))?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&record).expect("JSON values serialise") + "\n").map_err(|e| Fail(format!("{}: {e}", out.display()), 2))?;
+    eprintln!("wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
 fn cmd_apiserver(raw: &[String]) -> Result<ExitCode, Fail> {
     let args = parse_args(raw, &["listen"])?;
     let listen = args.flags.get("listen").cloned().unwrap_or_else(|| "127.0.0.1:6443".into());
@@ -248,6 +264,7 @@ fn main() -> ExitCode {
         "check-determinism" => cmd_check_determinism(rest),
         "reports" => cmd_reports(rest),
         "apiserver" => cmd_apiserver(rest),
+        "bench" => cmd_bench(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)

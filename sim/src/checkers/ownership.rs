@@ -138,7 +138,7 @@ pub struct Analysis {
     pub changes: Vec<Change>,
     /// Longest time any app had no live owner (ms), counting to the end if never resolved.
     pub longest_orphan_window_ms: u64,
-    /// Apps that were ever orphaned after every app first had an owner.
+    /// Apps that were ever without a live owner for a non-zero time after every app first had one.
     pub apps_ever_orphaned: usize,
 }
 
@@ -166,7 +166,6 @@ pub fn analyse(events: &[TraceEvent], apps: &[String], end_ms: u64) -> Analysis 
                     orphaned += 1;
                     if established && orphaned_since[i].is_none() {
                         orphaned_since[i] = Some(event.at_ms);
-                        ever[i] = true;
                     }
                 }
                 n => {
@@ -174,6 +173,8 @@ pub fn analyse(events: &[TraceEvent], apps: &[String], end_ms: u64) -> Analysis 
                         doubled += 1;
                     }
                     if let Some(since) = orphaned_since[i].take() {
+                        // A restart that rejoins within the same instant orphans nothing.
+                        ever[i] |= event.at_ms > since;
                         analysis.longest_orphan_window_ms = analysis.longest_orphan_window_ms.max(event.at_ms - since);
                     }
                 }
@@ -191,8 +192,11 @@ pub fn analyse(events: &[TraceEvent], apps: &[String], end_ms: u64) -> Analysis 
             doubly_owned: doubled,
         });
     }
-    for since in orphaned_since.into_iter().flatten() {
-        analysis.longest_orphan_window_ms = analysis.longest_orphan_window_ms.max(end_ms - since);
+    for (i, since) in orphaned_since.into_iter().enumerate() {
+        if let Some(since) = since {
+            ever[i] = true;
+            analysis.longest_orphan_window_ms = analysis.longest_orphan_window_ms.max(end_ms - since);
+        }
     }
     analysis.apps_ever_orphaned = ever.iter().filter(|e| **e).count();
     analysis

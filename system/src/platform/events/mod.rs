@@ -200,6 +200,12 @@ async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted,
 
 /// Runs the events path on `addr` until its listener fails: the API and the handler task.
 pub async fn run(env: SharedEnv, platform: Arc<Platform>, addr: &str) -> std::io::Result<()> {
+    let listener = env.listen(addr).await?;
+    serve(env, platform, listener).await
+}
+
+/// Runs the events path on an already bound listener (real mode binds port 0 first).
+pub async fn serve(env: SharedEnv, platform: Arc<Platform>, listener: Box<dyn crate::env::Listener>) -> std::io::Result<()> {
     let (bus, mut events) = mpsc::channel::<Accepted>(platform.config.bus_capacity.max(1));
     let handler_env = env.clone();
     let handler_platform = platform.clone();
@@ -212,7 +218,6 @@ pub async fn run(env: SharedEnv, platform: Arc<Platform>, addr: &str) -> std::io
             project(&handler_env, &handler_platform, event);
         }
     });
-    let listener = env.listen(addr).await?;
     crate::env::http::serve(listener, move |req, _peer| handle(env.clone(), platform.clone(), bus.clone(), req)).await
 }
 

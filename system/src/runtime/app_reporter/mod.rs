@@ -23,7 +23,7 @@
 //! (leases), `resync` (anti-entropy), `serve` (health, metrics, distribution).
 
 mod membership;
-mod process;
+pub mod process;
 pub mod queue;
 mod resync;
 mod serve;

@@ -39,9 +39,16 @@ pub struct Processor {
     config: Config,
 }
 
+/// The gzip JSON envelope `{"data": payload}` the events API accepts.
+pub fn encode_event(payload: &EventPayload) -> std::io::Result<Bytes> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(&serde_json::to_vec(&json!({"data": payload})).map_err(std::io::Error::other)?)?;
+    Ok(Bytes::from(encoder.finish()?))
+}
+
 /// The app without the fields the real reporter ignores when deduplicating
 /// (`reconciledAt`, resourceVersion, generation, managedFields, transition times).
-fn dedup_digest(app: &DynamicObject) -> String {
+pub fn dedup_digest(app: &DynamicObject) -> String {
     let mut value = serde_json::to_value(app).unwrap_or(Value::Null);
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         for field in ["resourceVersion", "generation", "managedFields"] {
@@ -170,13 +177,7 @@ impl Processor {
     }
 
     async fn deliver(&self, payload: &EventPayload) -> bool {
-        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        let body = serde_json::to_vec(&json!({"data": payload})).expect("payloads serialise");
-        if encoder.write_all(&body).is_err() {
-            return false;
-        }
-        let Ok(gzipped) = encoder.finish() else { return false };
-        let gzipped = Bytes::from(gzipped);
+        let Ok(gzipped) = encode_event(payload) else { return false };
         for attempt in 0..self.config.delivery_attempts {
             if attempt > 0 {
                 let pause = self.env.random_between(Duration::from_secs(1), Duration::from_secs(2));
