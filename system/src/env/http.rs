@@ -39,6 +39,15 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
+/// A JSON response with `status` (every orrery API answers JSON this way).
+pub fn json(status: http::StatusCode, value: &serde_json::Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(full(serde_json::to_vec(value).expect("JSON values serialise")))
+        .expect("static response parts are valid")
+}
+
 /// A full (non-streaming) body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     use http_body_util::BodyExt;

@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use orrery_system::env::http::{channel, full, Body};
+use orrery_system::env::http::{channel, full, json, Body};
 use orrery_system::env::{Observation, SharedEnv};
 
 use super::error::ApiError;
@@ -79,17 +79,10 @@ fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(full(serde_json::to_vec(value).expect("JSON values serialise")))
-        .expect("static response parts are valid")
-}
 
 fn error_response(error: &ApiError) -> Response<Body> {
     let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json_response(code, &error.to_status())
+    json(code, &error.to_status())
 }
 
 impl Handler {
@@ -142,7 +135,7 @@ impl Handler {
         let path = req.uri().path().to_string();
         match path.as_str() {
             "/version" => {
-                return json_response(StatusCode::OK, &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-orrery-sim", "platform": "orrery/sim"}))
+                return json(StatusCode::OK, &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-orrery-sim", "platform": "orrery/sim"}))
             }
             "/healthz" | "/readyz" | "/livez" => return Response::new(full("ok")),
             _ => {}
@@ -178,23 +171,23 @@ impl Handler {
                 if let Some(token) = page.continue_token {
                     metadata["continue"] = json!(token);
                 }
-                Ok(json_response(
+                Ok(json(
                     StatusCode::OK,
                     &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": page.items.iter().map(|i| i.as_ref()).collect::<Vec<&Value>>()}),
                 ))
             }
-            (&Method::GET, Some(name)) => Ok(json_response(StatusCode::OK, &self.server.store().get(&target.kind, &namespace, name)?)),
+            (&Method::GET, Some(name)) => Ok(json(StatusCode::OK, &self.server.store().get(&target.kind, &namespace, name)?)),
             (&Method::POST, None) => {
                 let body = read_json(req, &content_type).await?;
                 check_body_namespace(&target, &body)?;
                 let created = self.write("create", &target, |store| store.create(&target.kind, &namespace, body, now, unix_millis))?;
-                Ok(json_response(StatusCode::CREATED, &created))
+                Ok(json(StatusCode::CREATED, &created))
             }
             (&Method::PUT, Some(name)) => {
                 let body = read_json(req, &content_type).await?;
                 check_body_namespace(&target, &body)?;
                 let replaced = self.write("replace", &target, |store| store.replace(&target.kind, &namespace, name, body, target.status, now))?;
-                Ok(json_response(StatusCode::OK, &replaced))
+                Ok(json(StatusCode::OK, &replaced))
             }
             (&Method::PATCH, Some(name)) => {
                 let media = content_type.split(';').next().unwrap_or("").trim().to_string();
@@ -216,11 +209,11 @@ impl Handler {
                     }
                     other => return Err(ApiError::unsupported_media_type(other)),
                 };
-                Ok(json_response(StatusCode::OK, &patched))
+                Ok(json(StatusCode::OK, &patched))
             }
             (&Method::DELETE, Some(name)) => {
                 let deleted = self.write("delete", &target, |store| store.delete(&target.kind, &namespace, name, now))?;
-                Ok(json_response(StatusCode::OK, &deleted))
+                Ok(json(StatusCode::OK, &deleted))
             }
             (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
         }

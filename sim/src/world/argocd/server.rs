@@ -16,7 +16,7 @@ use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
 use serde_json::{json, Value};
 
-use orrery_system::env::http::{full, Body};
+use orrery_system::env::http::{json, Body};
 
 use super::source_of;
 use crate::world::apiserver::store::rfc3339;
@@ -33,16 +33,9 @@ pub struct Server {
     pub token: String,
 }
 
-fn reply(code: StatusCode, body: &Value) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(full(serde_json::to_vec(body).expect("JSON values serialise")))
-        .expect("static response parts are valid")
-}
 
 fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
-    reply(code, &json!({"error": message, "code": grpc, "message": message}))
+    json(code, &json!({"error": message, "code": grpc, "message": message}))
 }
 
 fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
@@ -78,7 +71,7 @@ impl Server {
         let git = self.git.lock();
         let status = app.data.get("status").cloned().unwrap_or(json!({}));
         match rest {
-            [] => reply(StatusCode::OK, &serde_json::to_value(&*app).unwrap_or(Value::Null)),
+            [] => json(StatusCode::OK, &serde_json::to_value(&*app).unwrap_or(Value::Null)),
             ["resource-tree"] => {
                 let nodes: Vec<Value> = status["resources"]
                     .as_array()
@@ -86,17 +79,17 @@ impl Server {
                     .flatten()
                     .map(|r| json!({"kind": r["kind"], "name": r["name"], "namespace": r["namespace"], "health": r["health"]}))
                     .collect();
-                reply(StatusCode::OK, &json!({"nodes": nodes}))
+                json(StatusCode::OK, &json!({"nodes": nodes}))
             }
             ["manifests"] => {
                 let revision = params.get("revision").cloned().or_else(|| git.head(&repo).map(|c| c.sha.clone())).unwrap_or_default();
                 match git.files_at(&repo, &revision, &app_path) {
-                    Some(files) => reply(StatusCode::OK, &json!({"manifests": files.values().collect::<Vec<_>>(), "revision": revision})),
+                    Some(files) => json(StatusCode::OK, &json!({"manifests": files.values().collect::<Vec<_>>(), "revision": revision})),
                     None => error(StatusCode::NOT_FOUND, 5, format!("revision {revision} not found in {repo}")),
                 }
             }
             ["revisions", revision, "metadata"] => match git.commit_by_sha(&repo, revision) {
-                Some(c) => reply(StatusCode::OK, &json!({"author": c.author, "date": rfc3339(c.unix_ms), "message": c.message})),
+                Some(c) => json(StatusCode::OK, &json!({"author": c.author, "date": rfc3339(c.unix_ms), "message": c.message})),
                 None => error(StatusCode::NOT_FOUND, 5, format!("revision {revision} not found in {repo}")),
             },
             ["resource"] => {
@@ -105,7 +98,7 @@ impl Server {
                 let kind = params.get("kind").cloned().unwrap_or_default();
                 let file = if kind == "Service" { "service.yaml" } else { "deployment.yaml" };
                 match git.files_at(&repo, revision, &app_path).and_then(|f| f.get(&format!("{app_path}/{file}")).cloned()) {
-                    Some(manifest) => reply(StatusCode::OK, &json!({"manifest": manifest})),
+                    Some(manifest) => json(StatusCode::OK, &json!({"manifest": manifest})),
                     None => error(StatusCode::NOT_FOUND, 5, format!("{kind} of {name} is not live")),
                 }
             }

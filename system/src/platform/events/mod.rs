@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::core::event::{Envelope, EventPayload};
 use crate::core::base64;
-use crate::env::http::{full, Body};
+use crate::env::http::{json, Body};
 use crate::env::{Observation, SharedEnv};
 use read_model::{AppState, ReadModel};
 
@@ -96,13 +96,6 @@ fn reject(status: StatusCode, reason: impl Into<String>) -> Rejection {
     Rejection { status, reason: reason.into() }
 }
 
-fn reply(status: StatusCode, body: &Value) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(full(serde_json::to_vec(body).expect("JSON values serialise")))
-        .expect("static response parts are valid")
-}
 
 /// An event accepted onto the bus.
 struct Accepted {
@@ -162,19 +155,19 @@ async fn handle(env: SharedEnv, platform: Arc<Platform>, bus: mpsc::Sender<Accep
         env.sleep(knobs.api_latency).await;
     }
     match (req.method().as_str(), req.uri().path()) {
-        ("GET", "/healthz") => reply(StatusCode::OK, &json!({"status": "ok"})),
-        ("GET", "/2.0/api/apps") => reply(StatusCode::OK, &serde_json::to_value(platform.apps()).unwrap_or(Value::Null)),
+        ("GET", "/healthz") => json(StatusCode::OK, &json!({"status": "ok"})),
+        ("GET", "/2.0/api/apps") => json(StatusCode::OK, &serde_json::to_value(platform.apps()).unwrap_or(Value::Null)),
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
             Ok(event) => match bus.try_send(event) {
-                Ok(()) => reply(StatusCode::OK, &json!({"status": "queued"})),
-                Err(_) => reply(StatusCode::SERVICE_UNAVAILABLE, &json!({"error": "event bus is full, retry later"})),
+                Ok(()) => json(StatusCode::OK, &json!({"status": "queued"})),
+                Err(_) => json(StatusCode::SERVICE_UNAVAILABLE, &json!({"error": "event bus is full, retry later"})),
             },
             Err(rejection) => {
                 env.observe(Observation::new("platform.rejected", json!({"status": rejection.status.as_u16(), "reason": rejection.reason})));
-                reply(rejection.status, &json!({"error": rejection.reason}))
+                json(rejection.status, &json!({"error": rejection.reason}))
             }
         },
-        (method, path) => reply(StatusCode::NOT_FOUND, &json!({"error": format!("no route for {method} {path}")})),
+        (method, path) => json(StatusCode::NOT_FOUND, &json!({"error": format!("no route for {method} {path}")})),
     }
 }
 
