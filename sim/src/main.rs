@@ -25,9 +25,10 @@ USAGE:
       summarise failures by invariant with the first failing seed's repro command.
   orrery check-determinism FILE [--seed N] [--variant NAME]
       Run the seed twice in separate processes and compare trace hashes.
-  orrery reports [--scenarios DIR] [--out DIR]
+  orrery reports [--scenarios DIR] [--out DIR] [--jobs N]
       Regenerate the gated reports (OUT/<scenario>/<variant>.{json,md}, OUT/README.md)
-      for every scenario and declared variant at its first seed; perf goes to OUT/perf/.
+      for every scenario and declared variant at its first seed, N runs at a time (default:
+      the number of cores); perf goes to OUT/perf/.
   orrery bench [--events N] [--out FILE]
       Benchmark the reporter's hot path and end-to-end delivery in real mode (both
       variants); writes FILE (default reports/perf/bench.json, ungated).
@@ -186,37 +187,102 @@ fn cmd_check_determinism(raw: &[String]) -> Result<ExitCode, Fail> {
     Ok(if same { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// One report to produce: a scenario file at its first seed for one variant.
+struct Job {
+    path: String,
+    scenario: Scenario,
+    variant: Variant,
+}
+
+/// Runs `jobs` as `orrery run --out` child processes, `parallel` at a time (each simulation
+/// is single-threaded; separate processes use the machine's cores without threads in the
+/// simulator). Returns each job's summary line, in job order.
+fn run_jobs(jobs: &[Job], out: &Path, parallel: usize) -> Result<Vec<serde_json::Value>, Fail> {
+    let exe = std::env::current_exe().map_err(|e| Fail(format!("cannot find own executable: {e}"), 2))?;
+    let mut results: Vec<Option<serde_json::Value>> = vec![None; jobs.len()];
+    let mut running: Vec<(usize, std::process::Child)> = Vec::new();
+    let mut next = 0;
+    while next < jobs.len() || !running.is_empty() {
+        while next < jobs.len() && running.len() < parallel {
+            let job = &jobs[next];
+            let dir = out.join(&job.scenario.name);
+            let child = std::process::Command::new(&exe)
+                .args(["run", &job.path, "--seed", &job.scenario.seeds[0].to_string(), "--variant", job.variant.as_str(), "--out"])
+                .arg(&dir)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| Fail(format!("cannot start a run: {e}"), 2))?;
+            running.push((next, child));
+            next += 1;
+        }
+        let mut finished = None;
+        for (slot, (_, child)) in running.iter_mut().enumerate() {
+            if child.try_wait().map_err(|e| Fail(format!("waiting for a run: {e}"), 2))?.is_some() {
+                finished = Some(slot);
+                break;
+            }
+        }
+        match finished {
+            Some(slot) => {
+                let (index, child) = running.remove(slot);
+                let output = child.wait_with_output().map_err(|e| Fail(format!("reading a run: {e}"), 2))?;
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                let line = stdout.lines().last().unwrap_or("");
+                let value: serde_json::Value = serde_json::from_str(line)
+                    .map_err(|_| Fail(format!("{} / {}: the run printed no result line", jobs[index].scenario.name, jobs[index].variant.as_str()), 2))?;
+                eprintln!("{} / {}: {} in {:.1} s wall", jobs[index].scenario.name, jobs[index].variant.as_str(), value["result"].as_str().unwrap_or("?"), value["wall_seconds"].as_f64().unwrap_or(0.0));
+                results[index] = Some(value);
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+    Ok(results.into_iter().map(|r| r.expect("every job finished")).collect())
+}
+
 fn cmd_reports(raw: &[String]) -> Result<ExitCode, Fail> {
-    let args = parse_args(raw, &["scenarios", "out"])?;
+    let args = parse_args(raw, &["scenarios", "out", "jobs"])?;
     let dir = PathBuf::from(args.flags.get("scenarios").map(String::as_str).unwrap_or("scenarios"));
     let out = PathBuf::from(args.flags.get("out").map(String::as_str).unwrap_or("reports"));
+    let parallel = match args.flags.get("jobs") {
+        Some(j) => j.parse().map_err(|_| Fail(format!("--jobs {j:?} is not a number"), 2))?,
+        None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+    };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| Fail(format!("{}: {e}", dir.display()), 2))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
+    let mut jobs = Vec::new();
+    for file in files {
+        let path = file.display().to_string();
+        let (scenario, _) = load(&path)?;
+        for variant in scenario.expect.keys().copied() {
+            jobs.push(Job { path: path.clone(), scenario: scenario.clone(), variant });
+        }
+    }
+    let results = run_jobs(&jobs, &out, parallel.max(1))?;
     let mut index = String::from("# orrery reports\n\nGenerated by `make reports`; never edit by hand. One row per scenario and variant, at the scenario's first seed.\n\n| scenario | variant | seed | result | expected | trace hash |\n|---|---|---|---|---|---|\n");
     let mut perf = Vec::new();
     let mut surprises = 0;
-    for file in files {
-        let path = file.display().to_string();
-        let (scenario, text) = load(&path)?;
-        let seed = scenario.seeds[0];
-        for variant in scenario.expect.keys().copied() {
-            let started = Instant::now(); // determinism: real-env (wall-clock perf figure only)
-            let outcome = runner::run(&scenario, seed, variant);
-            let wall = started.elapsed().as_secs_f64();
-            let built = report::build(&scenario, &text, &path, seed, variant, &outcome);
-            report::write(&out.join(&scenario.name), &built).map_err(|e| Fail(format!("cannot write report: {e}"), 2))?;
-            perf.push(report::perf(&built, wall));
-            let mark = if built.as_expected { "yes" } else { surprises += 1; "**NO**" };
-            index.push_str(&format!(
-                "| [{}]({}/{}.md) | {} | {} | `{}` | `{}` ({mark}) | `{}` |\n",
-                scenario.name, scenario.name, variant.as_str(), variant.as_str(), seed, built.result, built.expected_result, built.trace_hash
-            ));
-            eprintln!("{} / {}: {} in {wall:.1} s wall", scenario.name, variant.as_str(), built.result);
-        }
+    for (job, result) in jobs.iter().zip(&results) {
+        let expected = report::expected(&job.scenario, job.variant);
+        let as_expected = result["expected"].as_bool().unwrap_or(false);
+        let mark = if as_expected { "yes" } else { surprises += 1; "**NO**" };
+        let name = &job.scenario.name;
+        index.push_str(&format!(
+            "| [{name}]({name}/{}.md) | {} | {} | `{}` | `{}` ({mark}) | `{}` |\n",
+            job.variant.as_str(), job.variant.as_str(), job.scenario.seeds[0], result["result"].as_str().unwrap_or("?"), expected.as_str(), result["trace_hash"].as_str().unwrap_or("?")
+        ));
+        let (sim, wall) = (result["sim_seconds"].as_f64().unwrap_or(0.0), result["wall_seconds"].as_f64().unwrap_or(0.0));
+        let events = result["events"].as_f64().unwrap_or(0.0);
+        perf.push(serde_json::json!({
+            "scenario": name, "variant": job.variant.as_str(), "seed": job.scenario.seeds[0],
+            "sim_seconds": sim, "wall_seconds": wall,
+            "sim_seconds_per_wall_second": if wall > 0.0 { sim / wall } else { 0.0 },
+            "events_per_wall_second": if wall > 0.0 { events / wall } else { 0.0 },
+            "parallel_runs": parallel,
+        }));
     }
     std::fs::write(out.join("README.md"), index).map_err(|e| Fail(format!("cannot write index: {e}"), 2))?;
     let perf_dir = out.join("perf");

@@ -156,19 +156,6 @@ pub fn summary_line(scenario: &Scenario, seed: u64, variant: Variant, outcome: &
     serde_json::to_string(&value).expect("JSON values serialise")
 }
 
-/// The ungated perf record of a run.
-pub fn perf(report: &Report, wall_seconds: f64) -> Value {
-    json!({
-        "scenario": report.scenario,
-        "variant": report.variant,
-        "seed": report.seed,
-        "sim_seconds": report.sim_seconds,
-        "wall_seconds": wall_seconds,
-        "sim_seconds_per_wall_second": if wall_seconds > 0.0 { report.sim_seconds / wall_seconds } else { 0.0 },
-        "events_per_wall_second": if wall_seconds > 0.0 { report.events as f64 / wall_seconds } else { 0.0 },
-    })
-}
-
 /// Writes `<dir>/<variant>.json` and `.md`.
 pub fn write(dir: &Path, report: &Report) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
