@@ -9,7 +9,7 @@ pub mod markdown;
 use std::path::Path;
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use orrery_system::env::fnv1a_64;
 
