@@ -20,7 +20,7 @@ USAGE:
   orrery run FILE [--seed N] [--variant faithful|hardened] [--out DIR]
       Run one seed (default: the scenario's first seed; variant default: hardened).
       Prints one JSON line; exits 0 iff the result is the one the scenario expects.
-  orrery sweep FILE --seeds A..B [--variant NAME]
+  orrery sweep FILE --seeds A..B [--variant NAME] [--jobs N]
       Run seeds A..B (half-open; A..=B inclusive) for one or every declared variant;
       summarise failures by invariant with the first failing seed's repro command.
   orrery check-determinism FILE [--seed N] [--variant NAME]
@@ -120,36 +120,49 @@ fn parse_seeds(text: &str) -> Result<std::ops::Range<u64>, Fail> {
     Ok(a.parse().map_err(|_| bad())?..b.parse().map_err(|_| bad())?)
 }
 
+fn jobs_arg(args: &Args) -> Result<usize, Fail> {
+    match args.flags.get("jobs") {
+        Some(j) => j.parse::<usize>().map(|j| j.max(1)).map_err(|_| Fail(format!("--jobs {j:?} is not a number"), 2)),
+        None => Ok(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+    }
+}
+
 fn cmd_sweep(raw: &[String]) -> Result<ExitCode, Fail> {
-    let args = parse_args(raw, &["seeds", "variant"])?;
+    let args = parse_args(raw, &["seeds", "variant", "jobs"])?;
     let path = one_file(&args, "sweep")?;
     let (scenario, _) = load(&path)?;
     let seeds = parse_seeds(args.flags.get("seeds").map(String::as_str).unwrap_or("1..11"))?;
     let variants = variants_arg(&args, &scenario, true)?;
-    let total = (seeds.end.saturating_sub(seeds.start)) as usize * variants.len();
-    let mut done = 0;
-    let mut unexpected = 0;
+    let jobs: Vec<Job> = variants
+        .iter()
+        .flat_map(|v| seeds.clone().map(move |seed| (*v, seed)))
+        .map(|(variant, seed)| Job { path: path.clone(), scenario: scenario.clone(), variant, seed, out: None })
+        .collect();
+    let total = jobs.len();
+    let (mut finished, mut unexpected) = (0, 0);
+    let results = run_jobs(&jobs, jobs_arg(&args)?, |_, value| {
+        finished += 1;
+        unexpected += usize::from(!value["expected"].as_bool().unwrap_or(false));
+        let width = 30;
+        let filled = finished * width / total.max(1);
+        eprint!("\r[{}{}] {finished}/{total} runs, {unexpected} unexpected", "=".repeat(filled), " ".repeat(width - filled));
+    })?;
+    eprintln!();
     for variant in variants {
         let expected = report::expected(&scenario, variant);
-        let mut by_result: std::collections::BTreeMap<&str, u64> = Default::default();
+        let mut by_result: std::collections::BTreeMap<String, u64> = Default::default();
         let mut by_invariant: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-        let mut first_failure: Option<(u64, &str)> = None;
-        for seed in seeds.clone() {
-            let outcome = runner::run(&scenario, seed, variant);
-            *by_result.entry(outcome.result.as_str()).or_default() += 1;
-            if outcome.result != expected {
-                unexpected += 1;
-                first_failure.get_or_insert((seed, outcome.result.as_str()));
-                for v in &outcome.violations {
-                    by_invariant.entry(v.invariant.clone()).or_insert((0, seed)).0 += 1;
+        let mut first_failure: Option<(u64, String)> = None;
+        for (job, value) in jobs.iter().zip(&results).filter(|(j, _)| j.variant == variant) {
+            let result = value["result"].as_str().unwrap_or("?").to_string();
+            *by_result.entry(result.clone()).or_default() += 1;
+            if !value["expected"].as_bool().unwrap_or(false) {
+                first_failure.get_or_insert((job.seed, result));
+                for invariant in value["violations"].as_array().into_iter().flatten().filter_map(|v| v.as_str()) {
+                    by_invariant.entry(invariant.to_string()).or_insert((0, job.seed)).0 += 1;
                 }
             }
-            done += 1;
-            let width = 30;
-            let filled = done * width / total.max(1);
-            eprint!("\r[{}{}] {done}/{total} runs, {unexpected} unexpected", "=".repeat(filled), " ".repeat(width - filled));
         }
-        eprintln!();
         println!("{} / {}: expected {} — results {:?}", scenario.name, variant.as_str(), expected.as_str(), by_result);
         for (invariant, (count, seed)) in &by_invariant {
             println!("  unexpected violations of {invariant}: {count} seeds (first: seed {seed})");
@@ -187,17 +200,20 @@ fn cmd_check_determinism(raw: &[String]) -> Result<ExitCode, Fail> {
     Ok(if same { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// One report to produce: a scenario file at its first seed for one variant.
+/// One run to make in a child process: a scenario file, a seed, a variant, and where its
+/// report goes (none for sweeps).
 struct Job {
     path: String,
     scenario: Scenario,
     variant: Variant,
+    seed: u64,
+    out: Option<PathBuf>,
 }
 
-/// Runs `jobs` as `orrery run --out` child processes, `parallel` at a time (each simulation
-/// is single-threaded; separate processes use the machine's cores without threads in the
-/// simulator). Returns each job's summary line, in job order.
-fn run_jobs(jobs: &[Job], out: &Path, parallel: usize) -> Result<Vec<serde_json::Value>, Fail> {
+/// Runs `jobs` as `orrery run` child processes, `parallel` at a time (each simulation is
+/// single-threaded; separate processes use the machine's cores without threads in the
+/// simulator). Calls `done` as each finishes; returns the summary lines in job order.
+fn run_jobs(jobs: &[Job], parallel: usize, mut done: impl FnMut(&Job, &serde_json::Value)) -> Result<Vec<serde_json::Value>, Fail> {
     let exe = std::env::current_exe().map_err(|e| Fail(format!("cannot find own executable: {e}"), 2))?;
     let mut results: Vec<Option<serde_json::Value>> = vec![None; jobs.len()];
     let mut running: Vec<(usize, std::process::Child)> = Vec::new();
@@ -205,10 +221,12 @@ fn run_jobs(jobs: &[Job], out: &Path, parallel: usize) -> Result<Vec<serde_json:
     while next < jobs.len() || !running.is_empty() {
         while next < jobs.len() && running.len() < parallel {
             let job = &jobs[next];
-            let dir = out.join(&job.scenario.name);
-            let child = std::process::Command::new(&exe)
-                .args(["run", &job.path, "--seed", &job.scenario.seeds[0].to_string(), "--variant", job.variant.as_str(), "--out"])
-                .arg(&dir)
+            let mut command = std::process::Command::new(&exe);
+            command.args(["run", &job.path, "--seed", &job.seed.to_string(), "--variant", job.variant.as_str()]);
+            if let Some(dir) = &job.out {
+                command.arg("--out").arg(dir);
+            }
+            let child = command
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .map_err(|e| Fail(format!("cannot start a run: {e}"), 2))?;
@@ -230,7 +248,7 @@ fn run_jobs(jobs: &[Job], out: &Path, parallel: usize) -> Result<Vec<serde_json:
                 let line = stdout.lines().last().unwrap_or("");
                 let value: serde_json::Value = serde_json::from_str(line)
                     .map_err(|_| Fail(format!("{} / {}: the run printed no result line", jobs[index].scenario.name, jobs[index].variant.as_str()), 2))?;
-                eprintln!("{} / {}: {} in {:.1} s wall", jobs[index].scenario.name, jobs[index].variant.as_str(), value["result"].as_str().unwrap_or("?"), value["wall_seconds"].as_f64().unwrap_or(0.0));
+                done(&jobs[index], &value);
                 results[index] = Some(value);
             }
             None => std::thread::sleep(std::time::Duration::from_millis(50)),
@@ -243,10 +261,7 @@ fn cmd_reports(raw: &[String]) -> Result<ExitCode, Fail> {
     let args = parse_args(raw, &["scenarios", "out", "jobs"])?;
     let dir = PathBuf::from(args.flags.get("scenarios").map(String::as_str).unwrap_or("scenarios"));
     let out = PathBuf::from(args.flags.get("out").map(String::as_str).unwrap_or("reports"));
-    let parallel = match args.flags.get("jobs") {
-        Some(j) => j.parse().map_err(|_| Fail(format!("--jobs {j:?} is not a number"), 2))?,
-        None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-    };
+    let parallel = jobs_arg(&args)?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| Fail(format!("{}: {e}", dir.display()), 2))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -258,10 +273,13 @@ fn cmd_reports(raw: &[String]) -> Result<ExitCode, Fail> {
         let path = file.display().to_string();
         let (scenario, _) = load(&path)?;
         for variant in scenario.expect.keys().copied() {
-            jobs.push(Job { path: path.clone(), scenario: scenario.clone(), variant });
+            let out = Some(out.join(&scenario.name));
+            jobs.push(Job { path: path.clone(), seed: scenario.seeds[0], scenario: scenario.clone(), variant, out });
         }
     }
-    let results = run_jobs(&jobs, &out, parallel.max(1))?;
+    let results = run_jobs(&jobs, parallel.max(1), |job, value| {
+        eprintln!("{} / {}: {} in {:.1} s wall", job.scenario.name, job.variant.as_str(), value["result"].as_str().unwrap_or("?"), value["wall_seconds"].as_f64().unwrap_or(0.0));
+    })?;
     let mut index = String::from("# orrery reports\n\nGenerated by `make reports`; never edit by hand. One row per scenario and variant, at the scenario's first seed.\n\n| scenario | variant | seed | result | expected | trace hash |\n|---|---|---|---|---|---|\n");
     let mut perf = Vec::new();
     let mut surprises = 0;
