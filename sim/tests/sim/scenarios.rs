@@ -80,3 +80,14 @@ fn queue_overflow_scaled_down_shows_the_flaw_in_faithful_and_the_fix_in_hardened
     let hardened = runner::run(&s, 1, Variant::Hardened);
     assert_eq!(hardened.result, Outcome::Pass, "{:?} {:?}", hardened.violations, hardened.harness_error);
 }
+
+/// Regression, found by `orrery sweep shard-rebalance.yaml --seeds 1..201`: with seed 16 a
+/// slow replica wrote an older state's digest into the dedup cache after a newer state was
+/// sent, so the newest state was "already sent" forever and even the anti-entropy pass
+/// skipped it. Anti-entropy now bypasses the cache for the apps it finds lagging.
+#[test]
+fn shard_rebalance_seed_16_converges_although_the_dedup_cache_went_stale() {
+    let s = scenario::load(Path::new(&scenario_path("shard-rebalance.yaml"))).unwrap();
+    let outcome = runner::run(&s, 16, Variant::Hardened);
+    assert_eq!(outcome.result, Outcome::Pass, "{:?}", outcome.violations);
+}

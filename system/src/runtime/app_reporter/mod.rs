@@ -147,6 +147,10 @@ struct State {
     hardened: CoalescingQueue,
     members: Vec<String>,
     tombstones: BTreeMap<String, Arc<DynamicObject>>,
+    /// hardened: apps the anti-entropy pass found lagging; sent without the dedup check,
+    /// since the platform's read model proves the cache wrong for them (a slow replica can
+    /// write an older state's digest after a newer one was sent).
+    forced: std::collections::BTreeSet<String>,
     counters: Counters,
 }
 
@@ -236,6 +240,7 @@ pub async fn run(env: SharedEnv, config: Config) {
             hardened: CoalescingQueue::new(config.queue_capacity),
             members: Vec::new(),
             tombstones: BTreeMap::new(),
+            forced: Default::default(),
             counters: Counters::default(),
         }),
         wake: Notify::new(),
@@ -295,26 +300,36 @@ async fn report_queue(replica: Arc<Replica>) {
     }
 }
 
+/// A unit of work: the app, whether it was deleted, the hardened queue entry to release,
+/// and whether to bypass the dedup cache.
+struct Work {
+    app: Arc<DynamicObject>,
+    deleted: bool,
+    hardened_name: Option<String>,
+    force: bool,
+}
+
 /// Takes the next unit of work, waiting when there is none.
-async fn next(replica: &Replica) -> (Arc<DynamicObject>, bool, Option<String>) {
+async fn next(replica: &Replica) -> Work {
     loop {
         {
             let mut state = replica.state();
             match replica.config.variant {
                 Variant::Faithful => {
                     if let Some(item) = state.faithful.pop() {
-                        return (item.app, item.deleted, None);
+                        return Work { app: item.app, deleted: item.deleted, hardened_name: None, force: false };
                     }
                 }
                 Variant::Hardened => {
                     while let Some(name) = state.hardened.pop() {
                         // Level-based: process the latest state, or the tombstone of a deleted app.
                         let key = reflector::ObjectRef::new_with(&name, application_resource()).within(&replica.config.namespace);
+                        let force = state.forced.remove(&name);
                         if let Some(app) = replica.store.get(&key) {
-                            return (app, false, Some(name));
+                            return Work { app, deleted: false, hardened_name: Some(name), force };
                         }
                         if let Some(app) = state.tombstones.get(&name).cloned() {
-                            return (app, true, Some(name));
+                            return Work { app, deleted: true, hardened_name: Some(name), force };
                         }
                         state.hardened.done(&name); // neither live nor deleted-and-known: nothing to say
                     }
@@ -327,10 +342,10 @@ async fn next(replica: &Replica) -> (Arc<DynamicObject>, bool, Option<String>) {
 
 async fn worker(replica: Arc<Replica>, processor: Arc<process::Processor>) {
     loop {
-        let (app, deleted, hardened_name) = next(&replica).await;
+        let Work { app, deleted, hardened_name, force } = next(&replica).await;
         let started = replica.env.elapsed();
         let budget = Duration::from_secs(120); // one app at a time with a 2-minute budget
-        let outcome = tokio::time::timeout(budget, processor.process(&app, deleted, replica.config.variant)).await.unwrap_or(process::Outcome::DeliveryFailed);
+        let outcome = tokio::time::timeout(budget, processor.process(&app, deleted, force, replica.config.variant)).await.unwrap_or(process::Outcome::DeliveryFailed);
         let elapsed_ms = replica.env.elapsed().saturating_sub(started).as_millis() as u64;
         let mut state = replica.state();
         let counters = &mut state.counters;

@@ -219,11 +219,11 @@ impl Processor {
         serde_json::from_slice(&body).map_err(|e| e.to_string())
     }
 
-    /// Processes one app event end to end.
-    pub async fn process(&self, app: &DynamicObject, deleted: bool, variant: Variant) -> Outcome {
+    /// Processes one app event end to end; `force` skips the dedup check.
+    pub async fn process(&self, app: &DynamicObject, deleted: bool, force: bool, variant: Variant) -> Outcome {
         let key = format!("app:{}/{}", app.metadata.namespace.clone().unwrap_or_default(), app.metadata.name.clone().unwrap_or_default());
         let digest = dedup_digest(app);
-        if !deleted {
+        if !deleted && !force {
             if let Ok(Some(cached)) = self.cache.get(&key).await {
                 if cached == digest.as_bytes() {
                     return Outcome::CachedIgnored;

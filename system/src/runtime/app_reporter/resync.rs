@@ -48,7 +48,9 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
                 }
             };
             if lagging {
-                replica.state().hardened.push(&name);
+                let mut state = replica.state();
+                state.forced.insert(name.clone());
+                state.hardened.push(&name);
                 requeued += 1;
             }
         }
