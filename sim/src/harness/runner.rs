@@ -112,7 +112,7 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
     for host in &scenario.topology.hosts {
         let name = host.name.clone();
         let trace = world.trace.clone();
-        let target = KubeTarget { addr: apiserver_addr.clone(), namespace: argocd::NAMESPACE.into(), read_idle: scenario.probe.read_idle };
+        let target = KubeTarget { addr: apiserver_addr.clone(), namespace: argocd::NAMESPACE.into(), read_idle: scenario.probe.read_idle, kubeconfig: None };
         match host.role {
             Role::Apiserver => {
                 let api = world.api.clone();

@@ -18,18 +18,60 @@ pub struct KubeTarget {
     /// Reads idle longer than this fail; must exceed the server's bookmark interval.
     /// Default 90 s: kube-apiserver sends a bookmark about every minute.
     pub read_idle: Duration,
+    /// A real cluster (kubeconfig, TLS, credentials) instead of `addr`: the runtime runs
+    /// unchanged against kind or a real kube-apiserver. Not used under simulation.
+    pub kubeconfig: Option<kube::Config>,
 }
 
 impl KubeTarget {
     /// A target at `addr` in namespace `default` with a 90 s read deadline.
     pub fn new(addr: impl Into<String>) -> Self {
-        KubeTarget { addr: addr.into(), namespace: "default".into(), read_idle: Duration::from_secs(90) }
+        KubeTarget { addr: addr.into(), namespace: "default".into(), read_idle: Duration::from_secs(90), kubeconfig: None }
     }
+
+    /// A real cluster from a kubeconfig (e.g. `kube::Config::infer()`), in `namespace`.
+    pub fn real(config: kube::Config, namespace: &str) -> Self {
+        KubeTarget { addr: config.cluster_url.to_string(), namespace: namespace.into(), read_idle: Duration::from_secs(90), kubeconfig: Some(config) }
+    }
+}
+
+/// Why a kube client could not be built for a real cluster.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build a kube client for {cluster}: {source}")]
+pub struct ClientError {
+    /// The cluster URL from the kubeconfig.
+    pub cluster: String,
+    /// kube's reason (TLS material, auth plugin, …).
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Builds a kube client for a real cluster described by `target.kubeconfig`, with the
+/// target's read deadline and default namespace.
+pub fn real_client(target: &KubeTarget) -> Result<Option<kube::Client>, ClientError> {
+    let Some(config) = &target.kubeconfig else { return Ok(None) };
+    let mut config = config.clone();
+    config.read_timeout = Some(target.read_idle);
+    config.default_namespace = target.namespace.clone();
+    let cluster = config.cluster_url.to_string();
+    kube::Client::try_from(config).map(Some).map_err(|source| ClientError { cluster, source })
 }
 
 /// Builds a kube client dialling through `env`. Must be called inside a tokio runtime
 /// (the client spawns its request buffer task).
+///
+/// With `target.kubeconfig` set this is a real-cluster client (OS sockets, TLS); if that
+/// kubeconfig cannot be turned into a client the error is logged and the client points at
+/// an address that refuses connections, so callers see ordinary, retried request errors.
 pub fn client(env: SharedEnv, target: &KubeTarget) -> kube::Client {
+    match real_client(target) {
+        Ok(Some(client)) => return client,
+        Ok(None) => {}
+        Err(error) => {
+            env.observe(super::Observation::new("kube.client_error", serde_json::json!({"error": error.to_string()})));
+            eprintln!("orrery: {error}");
+        }
+    }
     let http = super::http::client::<kube::client::Body>(env, target.read_idle);
     let base = target.addr.clone();
     let service = tower::ServiceBuilder::new()

@@ -6,7 +6,8 @@
 //! managers are not tracked). What is reproduced: create-if-missing, 409 listing the
 //! conflicting fields and their manager unless `force=true`, ownership moving on force,
 //! fields dropped from a manager's apply being removed when nobody else owns them, and
-//! `metadata.managedFields` in the real `FieldsV1` shape.
+//! `metadata.managedFields` in the real `FieldsV1` shape, with each manager's `time` set
+//! only when its apply changed the object and entries sorted as upstream sorts them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,8 +67,11 @@ fn remove_path(object: &mut Value, path: &[String]) {
     }
 }
 
-/// Reads `metadata.managedFields` into manager → owned paths.
-fn owners(object: &Value) -> BTreeMap<String, BTreeSet<Vec<String>>> {
+/// A manager's owned field paths and the time of its last apply that changed the object.
+type Owners = BTreeMap<String, (BTreeSet<Vec<String>>, Option<String>)>;
+
+/// Reads `metadata.managedFields` into manager → (owned paths, time).
+fn owners(object: &Value) -> Owners {
     fn walk(value: &Value, prefix: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
         let Some(map) = value.as_object() else { return };
         if map.is_empty() && !prefix.is_empty() {
@@ -91,16 +95,19 @@ fn owners(object: &Value) -> BTreeMap<String, BTreeSet<Vec<String>>> {
         if let Some(fields) = entry.get("fieldsV1") {
             walk(fields, &mut Vec::new(), &mut owned);
         }
-        result.insert(manager.to_string(), owned);
+        let time = entry.get("time").and_then(Value::as_str).map(str::to_string);
+        result.insert(manager.to_string(), (owned, time));
     }
     result
 }
 
-fn render_owners(owners: &BTreeMap<String, BTreeSet<Vec<String>>>, api_version: &str) -> Value {
-    let entries: Vec<Value> = owners
-        .iter()
-        .filter(|(_, paths)| !paths.is_empty())
-        .map(|(manager, paths)| {
+fn render_owners(owners: &Owners, api_version: &str) -> Value {
+    // Upstream sorts entries by operation, then time (an entry without one first), then manager.
+    let mut sorted: Vec<(&String, &(BTreeSet<Vec<String>>, Option<String>))> = owners.iter().filter(|(_, (paths, _))| !paths.is_empty()).collect();
+    sorted.sort_by(|(m1, (_, t1)), (m2, (_, t2))| t1.cmp(t2).then(m1.cmp(m2)));
+    let entries: Vec<Value> = sorted
+        .into_iter()
+        .map(|(manager, (paths, time))| {
             let mut fields = Value::Object(Map::new());
             for path in paths {
                 let mut cursor = &mut fields;
@@ -112,28 +119,40 @@ fn render_owners(owners: &BTreeMap<String, BTreeSet<Vec<String>>>, api_version: 
                         .or_insert_with(|| json!({}));
                 }
             }
-            json!({"manager": manager, "operation": "Apply", "apiVersion": api_version, "fieldsType": "FieldsV1", "fieldsV1": fields})
+            let mut entry = json!({"manager": manager, "operation": "Apply", "apiVersion": api_version, "fieldsType": "FieldsV1", "fieldsV1": fields});
+            if let Some(time) = time {
+                entry["time"] = json!(time);
+            }
+            entry
         })
         .collect();
     Value::Array(entries)
 }
 
-/// Records `manager` as owner of everything `applied` sets (used when apply creates).
-pub fn record_owner(object: &mut Value, applied: &Value, manager: &str, kind: &ResourceKind) {
+fn without_managed_fields(object: &Value) -> Value {
+    let mut copy = object.clone();
+    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.shift_remove("managedFields");
+    }
+    copy
+}
+
+/// Records `manager` as owner of everything `applied` sets (used when apply creates, at `time`).
+pub fn record_owner(object: &mut Value, applied: &Value, manager: &str, kind: &ResourceKind, time: &str) {
     let mut map = BTreeMap::new();
-    map.insert(manager.to_string(), paths(applied, kind));
+    map.insert(manager.to_string(), (paths(applied, kind), Some(time.to_string())));
     let rendered = render_owners(&map, &kind.api_version());
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("managedFields".into(), rendered);
     }
 }
 
-/// Applies `applied` as `manager` onto `current`; returns the new body or a 409 conflict.
-pub fn apply(current: &Value, applied: &Value, manager: &str, force: bool, kind: &ResourceKind) -> Result<Value, ApiError> {
+/// Applies `applied` as `manager` onto `current` at `time`; returns the new body or a 409 conflict.
+pub fn apply(current: &Value, applied: &Value, manager: &str, force: bool, kind: &ResourceKind, time: &str) -> Result<Value, ApiError> {
     let mut owners = owners(current);
     let wanted = paths(applied, kind);
     let mut conflicts = Vec::new();
-    for (other, owned) in &owners {
+    for (other, (owned, _)) in &owners {
         if other == manager {
             continue;
         }
@@ -148,9 +167,9 @@ pub fn apply(current: &Value, applied: &Value, manager: &str, force: bool, kind:
     }
     let mut next = current.clone();
     // Fields this manager applied before but no longer applies are removed, unless shared.
-    let previously = owners.remove(manager).unwrap_or_default();
+    let (previously, previous_time) = owners.remove(manager).unwrap_or_default();
     for path in previously.difference(&wanted) {
-        if !owners.values().any(|o| o.contains(path)) {
+        if !owners.values().any(|(o, _)| o.contains(path)) {
             remove_path(&mut next, path);
         }
     }
@@ -160,11 +179,12 @@ pub fn apply(current: &Value, applied: &Value, manager: &str, force: bool, kind:
     }
     merge_patch(&mut next, &patch);
     if force {
-        for owned in owners.values_mut() {
+        for (owned, _) in owners.values_mut() {
             owned.retain(|p| !wanted.contains(p));
         }
     }
-    owners.insert(manager.to_string(), wanted);
+    let changed = without_managed_fields(&next) != without_managed_fields(current);
+    owners.insert(manager.to_string(), (wanted, if changed { Some(time.to_string()) } else { previous_time }));
     next["metadata"]["managedFields"] = render_owners(&owners, &kind.api_version());
     Ok(next)
 }
@@ -173,6 +193,8 @@ pub fn apply(current: &Value, applied: &Value, manager: &str, force: bool, kind:
 mod tests {
     use super::*;
     use crate::world::apiserver::resources::registry;
+
+    const T: &str = "2026-01-01T00:00:01Z";
 
     fn cm() -> ResourceKind {
         registry().into_iter().find(|k| k.plural == "configmaps").unwrap()
@@ -183,13 +205,13 @@ mod tests {
         let kind = cm();
         let mut object = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
         let applied = object.clone();
-        record_owner(&mut object, &applied, "alice", &kind);
-        let err = apply(&object, &json!({"data": {"a": "2"}}), "bob", false, &kind).unwrap_err();
+        record_owner(&mut object, &applied, "alice", &kind, "2026-01-01T00:00:00Z");
+        let err = apply(&object, &json!({"data": {"a": "2"}}), "bob", false, &kind, T).unwrap_err();
         assert_eq!(err.code, 409);
         assert!(err.message.contains("\"alice\": .data.a"), "{}", err.message);
-        let forced = apply(&object, &json!({"data": {"a": "2"}}), "bob", true, &kind).unwrap();
+        let forced = apply(&object, &json!({"data": {"a": "2"}}), "bob", true, &kind, T).unwrap();
         assert_eq!(forced["data"]["a"], "2");
-        assert_eq!(owners(&forced)["bob"].len(), 1);
+        assert_eq!(owners(&forced)["bob"].0.len(), 1);
         assert!(!owners(&forced).contains_key("alice"), "alice lost her only field");
     }
 
@@ -198,9 +220,9 @@ mod tests {
         let kind = cm();
         let mut object = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
         let applied = object.clone();
-        record_owner(&mut object, &applied, "alice", &kind);
-        let shared = apply(&object, &json!({"data": {"a": "1"}}), "bob", false, &kind).unwrap();
-        let dropped = apply(&shared, &json!({"data": {"a": "1"}}), "alice", false, &kind).unwrap();
+        record_owner(&mut object, &applied, "alice", &kind, "2026-01-01T00:00:00Z");
+        let shared = apply(&object, &json!({"data": {"a": "1"}}), "bob", false, &kind, T).unwrap();
+        let dropped = apply(&shared, &json!({"data": {"a": "1"}}), "alice", false, &kind, T).unwrap();
         assert_eq!(dropped["data"], json!({"a": "1"}), "alice stopped applying b");
     }
 }

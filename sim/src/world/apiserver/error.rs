@@ -14,6 +14,16 @@ pub struct ApiError {
     pub reason: &'static str,
     /// Human-readable message.
     pub message: String,
+    /// `Status.details` (`name`, `group`, `kind` as the plural, `causes`), or `null` for none.
+    pub details: Value,
+}
+
+fn details(kind: &ResourceKind, name: &str) -> Value {
+    let mut out = json!({"name": name, "kind": kind.plural});
+    if !kind.group.is_empty() {
+        out["group"] = json!(kind.group);
+    }
+    out
 }
 
 fn resource_name(kind: &ResourceKind) -> String {
@@ -27,12 +37,12 @@ fn resource_name(kind: &ResourceKind) -> String {
 impl ApiError {
     /// 404 NotFound.
     pub fn not_found(kind: &ResourceKind, name: &str) -> Self {
-        ApiError { code: 404, reason: "NotFound", message: format!("{} {name:?} not found", resource_name(kind)) }
+        ApiError { code: 404, reason: "NotFound", message: format!("{} {name:?} not found", resource_name(kind)), details: details(kind, name) }
     }
 
     /// 409 AlreadyExists (POST of an existing name).
     pub fn already_exists(kind: &ResourceKind, name: &str) -> Self {
-        ApiError { code: 409, reason: "AlreadyExists", message: format!("{} {name:?} already exists", resource_name(kind)) }
+        ApiError { code: 409, reason: "AlreadyExists", message: format!("{} {name:?} already exists", resource_name(kind)), details: details(kind, name) }
     }
 
     /// 409 Conflict (stale resourceVersion).
@@ -44,57 +54,89 @@ impl ApiError {
                 "Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again",
                 resource_name(kind)
             ),
+            details: details(kind, name),
         }
     }
 
-    /// 409 Conflict from server-side apply, naming the conflicting fields and managers.
-    pub fn apply_conflict(details: &[(String, String)]) -> Self {
-        let list: Vec<String> = details.iter().map(|(m, f)| format!("conflict with {m:?}: .{f}")).collect();
+    /// 409 Conflict from server-side apply, naming the conflicting fields and managers
+    /// (`(manager, field path)` pairs, worded as kube-apiserver words them).
+    pub fn apply_conflict(conflicts: &[(String, String)]) -> Self {
+        let causes: Vec<Value> = conflicts
+            .iter()
+            .map(|(m, f)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m:?}"), "field": format!(".{f}")}))
+            .collect();
+        let message = match conflicts {
+            [(m, f)] => format!("Apply failed with 1 conflict: conflict with {m:?}: .{f}"),
+            _ => {
+                let mut managers: Vec<&String> = conflicts.iter().map(|(m, _)| m).collect();
+                managers.dedup();
+                let mut text = format!("Apply failed with {} conflicts:", conflicts.len());
+                for manager in managers {
+                    let fields: Vec<String> = conflicts.iter().filter(|(m, _)| m == manager).map(|(_, f)| format!("- .{f}")).collect();
+                    text.push_str(&format!(" conflicts with {manager:?}:\n{}", fields.join("\n")));
+                }
+                text
+            }
+        };
+        ApiError { code: 409, reason: "Conflict", message, details: json!({"causes": causes}) }
+    }
+
+    /// 422 Invalid: `field` failed validation with `detail` (e.g. `Invalid value: 0: must be …`).
+    pub fn invalid(kind: &ResourceKind, name: &str, field: &str, reason: &str, detail: &str) -> Self {
+        let mut details = details(kind, name);
+        details["causes"] = json!([{"reason": reason, "message": detail, "field": field}]);
+        ApiError { code: 422, reason: "Invalid", message: format!("{} {name:?} is invalid: {field}: {detail}", resource_name(kind)), details }
+    }
+
+    /// 422 for an apply request without `fieldManager`, worded as kube-apiserver does.
+    pub fn field_manager_required() -> Self {
+        let cause = json!({"reason": "FieldValueRequired", "message": "Required value: is required for apply patch", "field": "fieldManager"});
         ApiError {
-            code: 409,
-            reason: "Conflict",
-            message: format!("Apply failed with {} conflict{}: {}", list.len(), if list.len() == 1 { "" } else { "s" }, list.join(", ")),
+            code: 422,
+            reason: "Invalid",
+            message: "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into(),
+            details: json!({"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [cause]}),
         }
     }
 
-    /// 422 Invalid.
-    pub fn invalid(kind: &ResourceKind, name: &str, detail: &str) -> Self {
-        ApiError { code: 422, reason: "Invalid", message: format!("{} {name:?} is invalid: {detail}", kind.kind) }
+    /// 404 for a path that names no resource (`details` empty, as upstream).
+    pub fn no_such_path(what: &str) -> Self {
+        ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({what})"), details: Value::Null }
     }
 
     /// 400 BadRequest.
     pub fn bad_request(message: &str) -> Self {
-        ApiError { code: 400, reason: "BadRequest", message: message.to_string() }
+        ApiError { code: 400, reason: "BadRequest", message: message.to_string(), details: Value::Null }
     }
 
     /// 410 Expired (old continue token or resource version).
     pub fn expired(message: &str) -> Self {
-        ApiError { code: 410, reason: "Expired", message: message.to_string() }
+        ApiError { code: 410, reason: "Expired", message: message.to_string(), details: Value::Null }
     }
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(method: &str) -> Self {
-        ApiError { code: 405, reason: "MethodNotAllowed", message: format!("the server does not allow this method on the requested resource: {method}") }
+        ApiError { code: 405, reason: "MethodNotAllowed", message: format!("the server does not allow this method on the requested resource: {method}"), details: Value::Null }
     }
 
-    /// 415 UnsupportedMediaType.
-    pub fn unsupported_media_type(content_type: &str) -> Self {
-        ApiError { code: 415, reason: "UnsupportedMediaType", message: format!("the body of the request was in an unknown format: {content_type}") }
+    /// 415 UnsupportedMediaType, worded as kube-apiserver words it (the media type is not named).
+    pub fn unsupported_media_type(_content_type: &str) -> Self {
+        ApiError { code: 415, reason: "UnsupportedMediaType", message: "415: Unsupported Media Type".into(), details: json!({}) }
     }
 
     /// 429 TooManyRequests (a fault knob: the real server says this while not ready or overloaded).
     pub fn too_many_requests() -> Self {
-        ApiError { code: 429, reason: "TooManyRequests", message: "Too many requests, please try again later.".into() }
+        ApiError { code: 429, reason: "TooManyRequests", message: "Too many requests, please try again later.".into(), details: Value::Null }
     }
 
     /// 413 RequestEntityTooLarge.
     pub fn too_large(limit: usize) -> Self {
-        ApiError { code: 413, reason: "RequestEntityTooLarge", message: format!("the request body is larger than {limit} bytes") }
+        ApiError { code: 413, reason: "RequestEntityTooLarge", message: format!("the request body is larger than {limit} bytes"), details: Value::Null }
     }
 
     /// The `Status` object kube clients parse.
     pub fn to_status(&self) -> Value {
-        json!({
+        let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -102,6 +144,17 @@ impl ApiError {
             "message": self.message,
             "reason": self.reason,
             "code": self.code,
-        })
+        });
+        if !self.details.is_null() {
+            status["details"] = self.details.clone();
+        }
+        status
+    }
+
+    /// The `Status` a successful DELETE answers with.
+    pub fn deleted_status(kind: &ResourceKind, name: &str, uid: &Value) -> Value {
+        let mut details = details(kind, name);
+        details["uid"] = uid.clone();
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
     }
 }

@@ -96,7 +96,7 @@ impl Handler {
         let (group, version, rest) = match segments.as_slice() {
             ["api", version, rest @ ..] => ("", *version, rest),
             ["apis", group, version, rest @ ..] => (*group, *version, rest),
-            _ => return Err(ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({path})") }),
+            _ => return Err(ApiError::no_such_path(path)),
         };
         let (namespace, rest) = match rest {
             ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
@@ -106,7 +106,7 @@ impl Handler {
             [plural] => (*plural, None, None),
             [plural, name] => (*plural, Some(name.to_string()), None),
             [plural, name, sub] => (*plural, Some(name.to_string()), Some(*sub)),
-            _ => return Err(ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({path})") }),
+            _ => return Err(ApiError::no_such_path(path)),
         };
         let kind = self
             .server
@@ -114,11 +114,13 @@ impl Handler {
             .iter()
             .find(|k| k.group == group && k.version == version && k.plural == plural)
             .cloned()
-            .ok_or_else(|| ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({path})") })?;
+            .ok_or_else(|| ApiError::no_such_path(path))?;
         let status = match sub {
             None => false,
             Some("status") if kind.status_subresource => true,
-            Some(other) => return Err(ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({plural}/{other})") }),
+            // kube-apiserver answers a missing subresource of a named object as if the object were missing.
+            Some("status") => return Err(ApiError::not_found(&kind, name.as_deref().unwrap_or(""))),
+            Some(other) => return Err(ApiError::no_such_path(&format!("{plural}/{other}"))),
         };
         if kind.namespaced && name.is_some() && namespace.is_none() {
             return Err(ApiError::bad_request("namespaced objects are addressed under /namespaces/<ns>/"));
@@ -171,20 +173,36 @@ impl Handler {
                 if let Some(token) = page.continue_token {
                     metadata["continue"] = json!(token);
                 }
-                Ok(json(
-                    StatusCode::OK,
-                    &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": page.items.iter().map(|i| i.as_ref()).collect::<Vec<&Value>>()}),
-                ))
+                if let Some(remaining) = page.remaining {
+                    metadata["remainingItemCount"] = json!(remaining);
+                }
+                // Items of built-in lists carry no apiVersion/kind (typed Go lists); custom
+                // resource lists are unstructured and keep them.
+                let items: Vec<Value> = page
+                    .items
+                    .iter()
+                    .map(|item| {
+                        let mut item = item.as_ref().clone();
+                        if !target.kind.custom {
+                            if let Some(map) = item.as_object_mut() {
+                                map.shift_remove("apiVersion");
+                                map.shift_remove("kind");
+                            }
+                        }
+                        item
+                    })
+                    .collect();
+                Ok(json(StatusCode::OK, &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": items})))
             }
             (&Method::GET, Some(name)) => Ok(json(StatusCode::OK, &self.server.store().get(&target.kind, &namespace, name)?)),
             (&Method::POST, None) => {
-                let body = read_json(req, &content_type).await?;
+                let body = read_json(req, &content_type, &target.kind.kind).await?;
                 check_body_namespace(&target, &body)?;
                 let created = self.write("create", &target, |store| store.create(&target.kind, &namespace, body, now, unix_millis))?;
                 Ok(json(StatusCode::CREATED, &created))
             }
             (&Method::PUT, Some(name)) => {
-                let body = read_json(req, &content_type).await?;
+                let body = read_json(req, &content_type, &target.kind.kind).await?;
                 check_body_namespace(&target, &body)?;
                 let replaced = self.write("replace", &target, |store| store.replace(&target.kind, &namespace, name, body, target.status, now))?;
                 Ok(json(StatusCode::OK, &replaced))
@@ -193,19 +211,20 @@ impl Handler {
                 let media = content_type.split(';').next().unwrap_or("").trim().to_string();
                 let patched = match media.as_str() {
                     "application/merge-patch+json" => {
-                        let patch = read_json(req, "application/json").await?;
+                        let patch = read_json(req, "application/json", &target.kind.kind).await?;
                         self.write("merge_patch", &target, |store| store.patch_merge(&target.kind, &namespace, name, &patch, target.status, now))?
                     }
                     "application/apply-patch+yaml" => {
-                        let manager = params.get("fieldManager").filter(|m| !m.is_empty()).cloned().ok_or_else(|| {
-                            ApiError::bad_request("PATCH /apply: fieldManager is required for apply requests")
-                        })?;
+                        let manager = params.get("fieldManager").filter(|m| !m.is_empty()).cloned().ok_or_else(ApiError::field_manager_required)?;
                         let force = params.get("force").is_some_and(|f| f == "true");
                         let applied = read_yaml(req).await?;
                         check_body_namespace(&target, &applied)?;
-                        self.write("apply", &target, |store| {
+                        let existed = self.server.store().get(&target.kind, &namespace, name).is_ok();
+                        let applied = self.write("apply", &target, |store| {
                             store.apply(&target.kind, &namespace, name, applied, &manager, force, target.status, now, unix_millis)
-                        })?
+                        })?;
+                        // An apply that creates answers 201, as a POST would.
+                        return Ok(json(if existed { StatusCode::OK } else { StatusCode::CREATED }, &applied));
                     }
                     other => return Err(ApiError::unsupported_media_type(other)),
                 };
@@ -213,7 +232,8 @@ impl Handler {
             }
             (&Method::DELETE, Some(name)) => {
                 let deleted = self.write("delete", &target, |store| store.delete(&target.kind, &namespace, name, now))?;
-                Ok(json(StatusCode::OK, &deleted))
+                // kube-apiserver answers an immediate deletion with a `Status`, not the object.
+                Ok(json(StatusCode::OK, &ApiError::deleted_status(&target.kind, name, &deleted["metadata"]["uid"])))
             }
             (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
         }
@@ -285,9 +305,9 @@ fn filter(target: &Target, params: &BTreeMap<String, String>) -> Result<Filter, 
 
 fn check_body_namespace(target: &Target, body: &Value) -> Result<(), ApiError> {
     match (body.pointer("/metadata/namespace").and_then(Value::as_str), &target.namespace) {
-        (Some(body_ns), Some(path_ns)) if body_ns != path_ns => Err(ApiError::bad_request(&format!(
-            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({path_ns})"
-        ))),
+        (Some(body_ns), Some(path_ns)) if body_ns != path_ns => {
+            Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"))
+        }
         _ => Ok(()),
     }
 }
@@ -301,12 +321,19 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
     }
 }
 
-async fn read_json(req: Request<Incoming>, content_type: &str) -> Result<Value, ApiError> {
+async fn read_json(req: Request<Incoming>, content_type: &str, kind: &str) -> Result<Value, ApiError> {
     if !content_type.is_empty() && !content_type.starts_with("application/json") && !content_type.contains("json") {
         return Err(ApiError::unsupported_media_type(content_type));
     }
     let bytes = read_body(req).await?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(&format!("the request body is not valid JSON: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        // Worded as kube-apiserver words it; the parser's own detail (serde_json here, Go's
+        // encoding/json there) necessarily differs.
+        let excerpt: String = String::from_utf8_lossy(&bytes).chars().take(64).collect();
+        ApiError::bad_request(&format!(
+            "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {e} ({excerpt})"
+        ))
+    })
 }
 
 async fn read_yaml(req: Request<Incoming>) -> Result<Value, ApiError> {

@@ -22,6 +22,9 @@ pub struct ResourceKind {
     pub status_subresource: bool,
     /// Custom resources answer 422 to a PUT without `metadata.resourceVersion`.
     pub custom: bool,
+    /// Whether objects carry `metadata.generation` (custom resources and workload types do;
+    /// ConfigMaps, Secrets and Leases do not).
+    pub has_generation: bool,
 }
 
 impl ResourceKind {
@@ -39,7 +42,7 @@ impl ResourceKind {
         format!("{}/{}", self.group, self.plural)
     }
 
-    fn builtin(group: &str, version: &str, kind: &str, plural: &str, status: bool) -> Self {
+    fn builtin(group: &str, version: &str, kind: &str, plural: &str, status: bool, has_generation: bool) -> Self {
         ResourceKind {
             group: group.into(),
             version: version.into(),
@@ -48,6 +51,7 @@ impl ResourceKind {
             namespaced: true,
             status_subresource: status,
             custom: false,
+            has_generation,
         }
     }
 }
@@ -87,10 +91,10 @@ struct CrdVersion {
 /// All resource types: core `ConfigMap`, `Secret`, `apps/v1 ReplicaSet`, `Lease`, and the fixture CRDs.
 pub fn registry() -> Vec<ResourceKind> {
     let mut kinds = vec![
-        ResourceKind::builtin("", "v1", "ConfigMap", "configmaps", false),
-        ResourceKind::builtin("", "v1", "Secret", "secrets", false),
-        ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true),
-        ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false),
+        ResourceKind::builtin("", "v1", "ConfigMap", "configmaps", false, false),
+        ResourceKind::builtin("", "v1", "Secret", "secrets", false, false),
+        ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true, true),
+        ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false, false),
     ];
     for (path, text) in FIXTURE_CRDS {
         let crd: Crd = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{path}: invalid fixture CRD: {e}"));
@@ -108,6 +112,7 @@ pub fn registry() -> Vec<ResourceKind> {
                 namespaced: crd.spec.scope == "Namespaced",
                 status_subresource: status,
                 custom: true,
+                has_generation: true,
             });
         }
     }

@@ -19,9 +19,23 @@ enum Requirement {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LabelSelector(Vec<Requirement>);
 
+impl LabelSelector {
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A parsed field selector over `metadata.name` / `metadata.namespace`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
+
+impl FieldSelector {
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// Splits on commas that are not inside parentheses.
 fn split_top_level(text: &str) -> Vec<String> {

@@ -68,6 +68,9 @@ pub struct ListPage {
     pub rv: u64,
     /// Set while more items remain.
     pub continue_token: Option<String>,
+    /// How many items remain after this page; like kube-apiserver, only known (and set)
+    /// for paged lists without label or field selectors.
+    pub remaining: Option<usize>,
 }
 
 /// Which objects a list or watch wants.
@@ -111,6 +114,29 @@ fn generation_view(object: &Value, kind: &ResourceKind) -> Value {
         }
     }
     view
+}
+
+/// Drops what kube-apiserver's encoding omits when empty: `metadata.labels` and
+/// `metadata.annotations` always, and a built-in type's empty `data`/`binaryData` maps
+/// (Go `omitempty`); custom resources keep their other empty maps, as unstructured JSON does.
+fn omit_empty(object: &mut Value, kind: &ResourceKind) {
+    let empty = |v: &Value| v.as_object().is_some_and(|m| m.is_empty()) || v.is_null();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in ["labels", "annotations"] {
+            if meta.get(field).is_some_and(empty) {
+                meta.shift_remove(field);
+            }
+        }
+    }
+    if !kind.custom {
+        if let Some(map) = object.as_object_mut() {
+            for field in ["data", "binaryData", "stringData"] {
+                if map.get(field).is_some_and(empty) {
+                    map.shift_remove(field);
+                }
+            }
+        }
+    }
 }
 
 /// RFC 7386 JSON merge patch.
@@ -259,7 +285,9 @@ impl Store {
             Some(n) if !n.is_empty() => n.to_string(),
             _ => match meta_str(&object, "generateName") {
                 Some(prefix) => format!("{prefix}{:05x}", self.rv + 1),
-                None => return Err(ApiError::invalid(kind, "", "metadata.name: Required value: name or generateName is required")),
+                None => {
+                    return Err(ApiError::invalid(kind, "", "metadata.name", "FieldValueRequired", "Required value: name or generateName is required"))
+                }
             },
         };
         let key = Self::key(kind, namespace, &name);
@@ -284,8 +312,13 @@ impl Store {
         }
         meta.insert("uid".into(), json!(format!("00000000-0000-4000-8000-{:012x}", self.uid_counter)));
         meta.insert("creationTimestamp".into(), json!(rfc3339(unix_millis)));
-        meta.insert("generation".into(), json!(1));
-        meta.remove("resourceVersion");
+        if kind.has_generation {
+            meta.insert("generation".into(), json!(1));
+        } else {
+            meta.shift_remove("generation");
+        }
+        meta.shift_remove("resourceVersion");
+        omit_empty(&mut object, kind);
         Ok(self.commit(kind, key, Some(object), now))
     }
 
@@ -327,10 +360,15 @@ impl Store {
                 _ => {}
             }
         }
-        let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
-        if generation_view(&next, kind) != generation_view(current, kind) {
-            next["metadata"]["generation"] = json!(generation + 1);
+        if kind.has_generation {
+            let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
+            if generation_view(&next, kind) != generation_view(current, kind) {
+                next["metadata"]["generation"] = json!(generation + 1);
+            }
+        } else if let Some(meta) = next["metadata"].as_object_mut() {
+            meta.shift_remove("generation");
         }
+        omit_empty(&mut next, kind);
         *incoming = next;
     }
 
@@ -367,11 +405,7 @@ impl Store {
         let key = Self::key(kind, namespace, name);
         let current = self.objects.get(&key).map(|o| (**o).clone()).ok_or_else(|| ApiError::not_found(kind, name))?;
         if meta_str(&body, "resourceVersion").is_none() && kind.custom {
-            return Err(ApiError::invalid(
-                kind,
-                name,
-                "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
-            ));
+            return Err(ApiError::invalid(kind, name, "metadata.resourceVersion", "FieldValueInvalid", "Invalid value: 0: must be specified for an update"));
         }
         Self::check_precondition(kind, &current, &body)?;
         Self::prepare_update(kind, &current, &mut body, status_only);
@@ -428,7 +462,7 @@ impl Store {
             None if status_only => Err(ApiError::not_found(kind, name)),
             None => {
                 let mut object = applied.clone();
-                super::apply::record_owner(&mut object, &applied, manager, kind);
+                super::apply::record_owner(&mut object, &applied, manager, kind, &rfc3339(unix_millis));
                 if meta_str(&object, "name").is_none() {
                     set_meta(&mut object, "name", json!(name));
                 }
@@ -436,7 +470,7 @@ impl Store {
             }
             Some(current) => {
                 Self::check_precondition(kind, &current, &applied)?;
-                let mut next = super::apply::apply(&current, &applied, manager, force, kind)?;
+                let mut next = super::apply::apply(&current, &applied, manager, force, kind, &rfc3339(unix_millis))?;
                 Self::prepare_update(kind, &current, &mut next, status_only);
                 if next == current {
                     return Ok(current); // an apply that changes nothing writes nothing, as upstream
@@ -495,12 +529,13 @@ impl Store {
                 break;
             }
         }
-        let more = matching.next().is_some();
-        let continue_token = match (more, last_key) {
+        let rest = matching.count();
+        let continue_token = match (rest > 0, last_key) {
             (true, Some(key)) => Some(encode_continue(rv, &key)),
             _ => None,
         };
-        Ok(ListPage { items, rv, continue_token })
+        let remaining = (rest > 0 && filter.labels.is_empty() && filter.fields.is_empty()).then_some(rest);
+        Ok(ListPage { items, rv, continue_token, remaining })
     }
 
     /// History of `resource` after `rv` and the newest RV looked at, or `Err(())` if it was

@@ -149,7 +149,14 @@ impl Stream {
             }
         };
         let interval = self.server.knobs().bookmark_interval.max(Duration::from_millis(100));
-        let mut next_bookmark = started + interval;
+        // kube-apiserver sends a bookmark 2 s before a watch's deadline (so the client can
+        // resume from it) and none at the deadline itself; a watch shorter than 2 s gets none.
+        let pre_timeout = deadline.checked_sub(Duration::from_secs(2)).filter(|t| *t > started);
+        let schedule = |from: Duration| match pre_timeout {
+            Some(t) if from < t => (from + interval).min(t),
+            _ => from + interval,
+        };
+        let mut next_bookmark = schedule(started);
         loop {
             let changes = self.server.store().changes_after(cursor, &kind_key);
             let Ok((changes, newest)) = changes else {
@@ -169,16 +176,13 @@ impl Stream {
             cursor = cursor.max(newest);
             let now = self.env.elapsed();
             if now >= deadline {
-                if request.bookmarks {
-                    let _ = self.send(bookmark(&request.kind, cursor, false)).await;
-                }
                 return End::Timeout;
             }
             if request.bookmarks && now >= next_bookmark {
                 if let Err(end) = self.send(bookmark(&request.kind, cursor, false)).await {
                     return end;
                 }
-                next_bookmark = now + interval;
+                next_bookmark = schedule(now);
             }
             let wake = if request.bookmarks { next_bookmark.min(deadline) } else { deadline };
             tokio::select! {

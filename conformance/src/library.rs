@@ -1,0 +1,210 @@
+//! The fidelity scripts: each exercises one behaviour clients rely on, and runs unchanged
+//! against the real and the simulated API server.
+//!
+//! Types used: `ConfigMap` (built-in, no generation), `Application` (custom resource
+//! without a status subresource, as Argo CD's) and `Rollout` (custom resource with a
+//! status subresource), all served by both servers from the same fixture CRDs.
+
+use serde_json::{json, Value};
+
+use crate::script::Script;
+
+const CM: &str = "/api/v1/namespaces/{ns}/configmaps";
+const APPS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/applications";
+const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/rollouts";
+
+/// A ConfigMap; empty `labels`/`data` are left out (sending `{}` would make an applier own the empty map).
+fn cm(name: &str, labels: Value, data: Value) -> Value {
+    let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    if labels.as_object().is_some_and(|l| !l.is_empty()) {
+        object["metadata"]["labels"] = labels;
+    }
+    if data.as_object().is_some_and(|d| !d.is_empty()) {
+        object["data"] = data;
+    }
+    object
+}
+
+fn app(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": name}, "spec": spec})
+}
+
+fn rollout(name: &str, replicas: u32) -> Value {
+    json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": name}, "spec": {"replicas": replicas}})
+}
+
+fn at(base: &str, name: &str) -> String {
+    format!("{base}/{name}")
+}
+
+/// Every fidelity script, in report order.
+pub fn scripts() -> Vec<Script> {
+    vec![
+        // --- create / get / already exists / not found
+        Script::new("create-get-configmap", "POST creates (201) with uid, RV and no generation on a ConfigMap; GET returns it")
+            .post(CM, cm("a", json!({"app": "web"}), json!({"k": "v"})))
+            .get(&at(CM, "a")),
+        Script::new("create-existing-409", "POST of an existing name is 409 AlreadyExists")
+            .post(CM, cm("a", json!({}), json!({})))
+            .post(CM, cm("a", json!({}), json!({}))),
+        Script::new("get-missing-404", "GET of a missing object is 404 NotFound with details")
+            .get(&at(CM, "missing"))
+            .get(&at(APPS, "missing")),
+        Script::new("create-custom-resource", "POST of a custom resource sets generation 1; GET returns it")
+            .post(APPS, app("guestbook", json!({"project": "default"})))
+            .get(&at(APPS, "guestbook")),
+        Script::new("create-namespace-mismatch-400", "a body namespace different from the path's is 400 BadRequest")
+            .post(CM, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "elsewhere"}})),
+        Script::new("malformed-json-400", "a body that is not JSON is 400 BadRequest")
+            .raw("POST", CM, "application/json", "{not json"),
+        // --- updates and optimistic concurrency
+        Script::new("put-stale-rv-409", "PUT with a stale resourceVersion is 409 Conflict")
+            .post(CM, cm("a", json!({}), json!({"k": "1"})))
+            .put(&at(CM, "a"), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "{rv:0}"}, "data": {"k": "2"}}))
+            .put(&at(CM, "a"), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "{rv:0}"}, "data": {"k": "3"}}))
+            .get(&at(CM, "a")),
+        Script::new("put-configmap-without-rv", "PUT of a built-in without resourceVersion is an unconditional update")
+            .post(CM, cm("a", json!({}), json!({"k": "1"})))
+            .put(&at(CM, "a"), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "2"}})),
+        Script::new("put-custom-resource-without-rv-422", "PUT of a custom resource without resourceVersion is 422 Invalid")
+            .post(APPS, app("a", json!({"project": "default"})))
+            .put(&at(APPS, "a"), app("a", json!({"project": "other"}))),
+        Script::new("put-missing-404", "PUT of a missing custom resource with a resourceVersion is 404")
+            .put(&at(APPS, "ghost"), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "ghost", "resourceVersion": "1"}, "spec": {}})),
+        Script::new("merge-patch", "a merge patch changes, adds and (with null) removes fields")
+            .post(CM, cm("a", json!({"keep": "1", "drop": "1"}), json!({"k": "1", "gone": "x"})))
+            .merge_patch(&at(CM, "a"), json!({"metadata": {"labels": {"drop": null, "new": "2"}}, "data": {"k": "2", "gone": null}})),
+        Script::new("merge-patch-missing-404", "a merge patch of a missing object is 404")
+            .merge_patch(&at(CM, "ghost"), json!({"data": {"k": "v"}})),
+        Script::new("patch-unsupported-media-415", "a PATCH with an unknown content type is 415")
+            .post(CM, cm("a", json!({}), json!({})))
+            .raw("PATCH", &at(CM, "a"), "text/plain", "k=v"),
+        // --- server-side apply
+        Script::new("apply-creates", "server-side apply creates a missing object and records its manager")
+            .with_managed_fields()
+            .apply(&format!("{}?fieldManager=alice", at(CM, "a")), cm("a", json!({"team": "x"}), json!({"k": "v"}))),
+        Script::new("apply-same-manager-updates", "a second apply by the same manager updates and drops fields it no longer sets")
+            .with_managed_fields()
+            .apply(&format!("{}?fieldManager=alice", at(CM, "a")), cm("a", json!({}), json!({"k": "1", "old": "x"})))
+            .apply(&format!("{}?fieldManager=alice", at(CM, "a")), cm("a", json!({}), json!({"k": "2"}))),
+        Script::new("apply-conflict-409", "apply of a field owned by another manager is 409 Conflict naming the owner")
+            .apply(&format!("{}?fieldManager=alice", at(CM, "a")), cm("a", json!({}), json!({"k": "1"})))
+            .apply(&format!("{}?fieldManager=bob", at(CM, "a")), cm("a", json!({}), json!({"k": "2"})))
+            .get(&at(CM, "a")),
+        Script::new("apply-force-takes-ownership", "apply with force=true overrides the conflict and moves ownership")
+            .with_managed_fields()
+            .apply(&format!("{}?fieldManager=alice", at(CM, "a")), cm("a", json!({}), json!({"k": "1"})))
+            .apply(&format!("{}?fieldManager=bob&force=true", at(CM, "a")), cm("a", json!({}), json!({"k": "2"}))),
+        Script::new("apply-shared-field-same-value", "two managers applying the same value share the field without conflict")
+            .with_managed_fields()
+            .apply(&format!("{}?fieldManager=alice", at(CM, "a")), cm("a", json!({}), json!({"k": "1"})))
+            .apply(&format!("{}?fieldManager=bob", at(CM, "a")), cm("a", json!({}), json!({"k": "1"}))),
+        Script::new("apply-without-field-manager-400", "apply without fieldManager is 400")
+            .apply(&at(CM, "a"), cm("a", json!({}), json!({"k": "1"}))),
+        // --- delete
+        Script::new("delete-then-get-404", "DELETE answers with the object; a later GET is 404 and a second DELETE is 404")
+            .post(CM, cm("a", json!({}), json!({})))
+            .delete(&at(CM, "a"))
+            .get(&at(CM, "a"))
+            .delete(&at(CM, "a")),
+        Script::new("delete-custom-resource", "DELETE of a custom resource answers with the object")
+            .post(APPS, app("a", json!({})))
+            .delete(&at(APPS, "a")),
+        // --- lists
+        Script::new("list-paged-continue", "a paged list with limit and continue returns every item once, in name order")
+            .post(CM, cm("c", json!({}), json!({})))
+            .post(CM, cm("a", json!({}), json!({})))
+            .post(CM, cm("b", json!({}), json!({})))
+            .get(&format!("{CM}?limit=2"))
+            .get(&format!("{CM}?limit=2&continue={{continue:3}}")),
+        Script::new("list-paged-snapshot", "later pages are served from the first page's snapshot, not the current state")
+            .post(CM, cm("a", json!({}), json!({})))
+            .post(CM, cm("b", json!({}), json!({})))
+            .get(&format!("{CM}?limit=1"))
+            .post(CM, cm("c", json!({}), json!({})))
+            .merge_patch(&at(CM, "b"), json!({"data": {"changed": "yes"}}))
+            .get(&format!("{CM}?limit=5&continue={{continue:2}}")),
+        Script::new("list-label-selector", "lists filter by equality and set-based label selectors")
+            .post(CM, cm("a", json!({"tier": "web", "env": "prod"}), json!({})))
+            .post(CM, cm("b", json!({"tier": "db", "env": "prod"}), json!({})))
+            .post(CM, cm("c", json!({"tier": "web"}), json!({})))
+            .get(&format!("{CM}?labelSelector=tier%3Dweb"))
+            .get(&format!("{CM}?labelSelector=env%20in%20(prod),tier!%3Dweb"))
+            .get(&format!("{CM}?labelSelector=!env")),
+        Script::new("list-field-selector", "lists filter by metadata.name field selector")
+            .post(CM, cm("a", json!({}), json!({})))
+            .post(CM, cm("b", json!({}), json!({})))
+            .get(&format!("{CM}?fieldSelector=metadata.name%3Db")),
+        // --- watches
+        Script::new("watch-from-rv", "a watch from an RV replays later ADDED/MODIFIED/DELETED events in order")
+            .post(CM, cm("seed", json!({}), json!({})))
+            .post(CM, cm("a", json!({}), json!({"k": "1"})))
+            .merge_patch(&at(CM, "a"), json!({"data": {"k": "2"}}))
+            .delete(&at(CM, "a"))
+            .watch(&format!("{CM}?resourceVersion={{rv:0}}")),
+        Script::new("watch-label-selector-transitions", "with a label selector, objects entering the selection are ADDED and leaving it DELETED")
+            .post(CM, cm("seed", json!({}), json!({})))
+            .post(CM, cm("a", json!({"sel": "no"}), json!({})))
+            .merge_patch(&at(CM, "a"), json!({"metadata": {"labels": {"sel": "yes"}}}))
+            .merge_patch(&at(CM, "a"), json!({"data": {"k": "v"}}))
+            .merge_patch(&at(CM, "a"), json!({"metadata": {"labels": {"sel": "no"}}}))
+            .watch(&format!("{CM}?resourceVersion={{rv:0}}&labelSelector=sel%3Dyes")),
+        Script::new("watch-deletion-rv", "the DELETED event carries a resourceVersion newer than the object's last write")
+            .post(CM, cm("a", json!({}), json!({})))
+            .delete(&at(CM, "a"))
+            .watch(&format!("{CM}?resourceVersion={{rv:0}}")),
+        Script::new("watch-initial-events-bookmark", "sendInitialEvents streams the current state then a bookmark marking its end")
+            .post(CM, cm("a", json!({}), json!({})))
+            .post(CM, cm("b", json!({}), json!({})))
+            .watch(&format!("{CM}?sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")),
+        Script::new("watch-field-selector", "a watch with a metadata.name field selector sees only that object")
+            .post(CM, cm("seed", json!({}), json!({})))
+            .post(CM, cm("a", json!({}), json!({})))
+            .post(CM, cm("b", json!({}), json!({})))
+            .merge_patch(&at(CM, "b"), json!({"data": {"k": "v"}}))
+            .watch(&format!("{CM}?resourceVersion={{rv:0}}&fieldSelector=metadata.name%3Db")),
+        // --- generation and status
+        Script::new("generation-without-status-subresource", "without a status subresource, status changes bump generation like spec changes")
+            .post(APPS, app("a", json!({"project": "default"})))
+            .merge_patch(&at(APPS, "a"), json!({"status": {"sync": {"status": "Synced"}}}))
+            .merge_patch(&at(APPS, "a"), json!({"spec": {"project": "other"}}))
+            .merge_patch(&at(APPS, "a"), json!({"metadata": {"labels": {"x": "y"}}})),
+        Script::new("generation-with-status-subresource", "with a status subresource, /status writes keep generation and the main endpoint ignores status")
+            .post(ROLLOUTS, json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "r"}, "spec": {"replicas": 1}, "status": {"phase": "ignored"}}))
+            .merge_patch(&format!("{}/status", at(ROLLOUTS, "r")), json!({"status": {"phase": "Healthy"}}))
+            .merge_patch(&at(ROLLOUTS, "r"), json!({"spec": {"replicas": 3}, "status": {"phase": "ignored-again"}}))
+            .merge_patch(&at(ROLLOUTS, "r"), json!({"metadata": {"annotations": {"a": "b"}}})),
+        Script::new("status-subresource-put", "PUT to /status changes only status; PUT to the main endpoint keeps it")
+            .post(ROLLOUTS, rollout("r", 1))
+            .put(&format!("{}/status", at(ROLLOUTS, "r")), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "r", "resourceVersion": "{rv:0}"}, "spec": {"replicas": 9}, "status": {"phase": "Progressing"}}))
+            .put(&at(ROLLOUTS, "r"), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "r", "resourceVersion": "{rv:1}"}, "spec": {"replicas": 2}, "status": {"phase": "dropped"}})),
+        Script::new("status-subresource-missing-404", "the /status subresource of a kind without one is 404")
+            .post(APPS, app("a", json!({})))
+            .merge_patch(&format!("{}/status", at(APPS, "a")), json!({"status": {"x": 1}})),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::script::Step;
+
+    #[test]
+    fn script_names_are_unique_and_there_are_at_least_25() {
+        let scripts = scripts();
+        let mut names: Vec<&str> = scripts.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), scripts.len(), "duplicate script names");
+        assert!(scripts.len() >= 25, "the fidelity suite needs at least 25 scripts, has {}", scripts.len());
+    }
+
+    #[test]
+    fn every_watch_step_comes_after_a_write_it_can_observe() {
+        for script in scripts() {
+            if let Some(position) = script.steps.iter().position(|s| matches!(s, Step::Watch { .. })) {
+                assert!(position > 0, "{}: a watch needs earlier writes to replay", script.name);
+            }
+        }
+    }
+}

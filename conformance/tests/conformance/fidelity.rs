@@ -1,0 +1,110 @@
+//! The differential API fidelity suite.
+
+use orrery_conformance::cluster::Cluster;
+use orrery_conformance::compare::{compare, load_deviations, Verdict};
+use orrery_conformance::library::scripts;
+use orrery_conformance::normalise::{normalise, parse, render, NormalisedStep};
+use orrery_conformance::report::{self, Row};
+use orrery_conformance::script::{run, Script};
+use orrery_conformance::repo_root;
+
+fn snapshot_dir() -> std::path::PathBuf {
+    repo_root().join("conformance/snapshots")
+}
+
+/// The recorded real transcript of `script` (insta's `.snap` file without its header).
+fn recorded(script: &Script) -> Option<Vec<NormalisedStep>> {
+    let text = std::fs::read_to_string(snapshot_dir().join(format!("{}.snap", script.name))).ok()?;
+    let body = text.splitn(3, "---\n").nth(2)?;
+    Some(parse(body))
+}
+
+async fn normalised(cluster: &Cluster, script: &Script, namespace: &str) -> Vec<NormalisedStep> {
+    cluster.prepare(namespace).await.unwrap_or_else(|e| panic!("{}: {e}", script.name));
+    let transcript = run(cluster, script, namespace).await.unwrap_or_else(|e| panic!("{e}"));
+    if let Err(e) = cluster.cleanup(namespace).await {
+        eprintln!("warning: {}: cleanup: {e}", script.name);
+    }
+    normalise(&transcript, script)
+}
+
+fn names(scripts: &[Script]) -> Vec<&'static str> {
+    scripts.iter().map(|s| s.name).collect()
+}
+
+fn failures(rows: &[Row<'_>]) -> String {
+    let mut out = String::new();
+    for row in rows.iter().filter(|r| !r.verdict.ok()) {
+        out.push_str(&format!("\n{} — {}\n", row.script.name, row.verdict.label()));
+        match &row.verdict {
+            Verdict::Different { diffs } => diffs.iter().for_each(|(step, diff)| out.push_str(&format!(" step {step}:\n{diff}"))),
+            Verdict::StaleDeviation { steps } => out.push_str(&format!(" listed steps {steps:?} now match: remove them from conformance/deviations.yaml\n")),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Runs without a real cluster: the simulated server against the real transcripts
+/// recorded by the last live run, so a change that breaks fidelity fails `cargo test`.
+#[tokio::test(flavor = "current_thread")]
+async fn the_simulated_api_server_matches_the_recorded_real_transcripts() {
+    let scripts = scripts();
+    let deviations = load_deviations(&names(&scripts)).unwrap_or_else(|e| panic!("{e}"));
+    let simulated = Cluster::simulated().await.expect("simulated API server");
+    let mut rows = Vec::new();
+    for (index, script) in scripts.iter().enumerate() {
+        let recorded = recorded(script).unwrap_or_else(|| {
+            panic!("no recorded real transcript for {}: run `INSTA_UPDATE=always make conformance-apiserver`", script.name)
+        });
+        let steps = normalised(&simulated, script, &format!("orrery-fidelity-{index}")).await;
+        rows.push(Row { script, verdict: compare(script.name, &recorded, &steps, &deviations) });
+    }
+    let failing = failures(&rows);
+    assert!(failing.is_empty(), "the simulated API server differs from the recorded kube-apiserver:{failing}");
+}
+
+/// Live: every script against the cluster `KUBECONFIG` points to and a fresh simulated
+/// server; compares them, writes `reports/conformance.md`, and checks the real transcripts
+/// against the recorded snapshots (insta).
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn live_real_and_simulated_api_servers_answer_alike() {
+    let scripts = scripts();
+    let deviations = load_deviations(&names(&scripts)).unwrap_or_else(|e| panic!("{e}"));
+    let real = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
+    let simulated = Cluster::simulated().await.expect("simulated API server");
+    let version = real.version().await.unwrap_or_else(|e| panic!("{e}"));
+    let run_id = std::process::id();
+    let mut rows = Vec::new();
+    let mut real_texts = Vec::new();
+    for (index, script) in scripts.iter().enumerate() {
+        let namespace = format!("orrery-fidelity-{run_id}-{index}");
+        let real_steps = normalised(&real, script, &namespace).await;
+        let simulated_steps = normalised(&simulated, script, &namespace).await;
+        let verdict = compare(script.name, &real_steps, &simulated_steps, &deviations);
+        println!("fidelity: {:<40} {}", script.name, verdict.label());
+        rows.push(Row { script, verdict });
+        real_texts.push(render(&real_steps));
+    }
+    let identical = rows.iter().filter(|r| r.verdict == Verdict::Identical).count();
+    let known = rows.iter().filter(|r| matches!(r.verdict, Verdict::KnownDeviation { .. })).count();
+    println!("fidelity: Kubernetes {version}: {} scripts compared, {identical} identical, {known} with known deviations, {} failing", rows.len(), rows.len() - identical - known);
+    for deviation in &deviations {
+        println!("fidelity: known deviation {} {:?}: {}", deviation.script, deviation.steps, deviation.reason.trim());
+    }
+    let report = report::render(&version, &rows, &deviations);
+    std::fs::write(repo_root().join("reports/conformance.md"), report).expect("write reports/conformance.md");
+    let failing = failures(&rows);
+    if !failing.is_empty() {
+        eprintln!("the simulated API server differs from kube-apiserver {version}:{failing}");
+    }
+    // The real transcripts first: a changed real server (a version bump) shows as a snapshot
+    // diff to review (`cargo insta review`), and re-recording keeps the offline test current.
+    for (script, text) in scripts.iter().zip(real_texts) {
+        insta::with_settings!({snapshot_path => snapshot_dir(), prepend_module_to_snapshot => false, omit_expression => true}, {
+            insta::assert_snapshot!(script.name, text);
+        });
+    }
+    assert!(failing.is_empty(), "the simulated API server differs from kube-apiserver {version} (see above)");
+}

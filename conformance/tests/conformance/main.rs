@@ -1,0 +1,5 @@
+//! Conformance tests. The suites that need a real cluster are `#[ignore]`d so plain
+//! `cargo test` reports them as ignored (never as passed); `make conformance-apiserver`
+//! and `make conformance` run them with `--include-ignored` and a `KUBECONFIG`.
+
+mod fidelity;
