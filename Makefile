@@ -1,17 +1,20 @@
 # orrery — the two commands a newcomer needs:
 #   make reports   regenerate the gated reports in reports/ (the main job)
-#   make test      unit + simulation tests, a cross-process determinism check, and a
-#                  check that the committed reports are up to date (what CI runs)
+#   make test      unit + simulation tests, a cross-process determinism check, the
+#                  conformance suites against a real kube-apiserver (built from source
+#                  once; reported as SKIPPED if it cannot be), and a check that the
+#                  committed reports are up to date (what CI runs)
+# Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make sweep, make bench
 
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test reports reports-check determinism build sweep bench help
+.PHONY: all test reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci
 
 all: test
 
 help:
-	@sed -n '1,5p' Makefile
+	@sed -n '1,9p' Makefile
 
 build:
 	$(CARGO) build -p orrery-sim --bin orrery
@@ -24,6 +27,7 @@ reports: build
 test: build
 	$(CARGO) test --workspace
 	$(MAKE) --no-print-directory determinism
+	$(MAKE) --no-print-directory conformance-ci
 	$(MAKE) --no-print-directory reports-check
 
 ## Two runs of one seed in separate processes must print the same trace hash.
@@ -46,3 +50,20 @@ sweep: build
 ## Benchmark of the reporter's hot path and end-to-end delivery in real mode (ungated perf).
 bench: build
 	$(ORRERY) bench --events 20000 --out reports/perf/bench.json
+
+## Conformance suites (API fidelity: real vs simulated API server; runtime on real Kubernetes).
+CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture
+
+## Against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
+conformance:
+	conformance/kind.sh $(CONFORMANCE_TESTS)
+
+## Against a real kube-apiserver + etcd run as local processes, built from source via Go modules
+## (conformance/kube/go.mod pins the version; binaries cached in ~/.cache/orrery).
+conformance-apiserver:
+	conformance/kube/run.sh $(CONFORMANCE_TESTS)
+
+## What make test runs: as conformance-apiserver, but a machine that cannot build or start the
+## real API server prints "CONFORMANCE SKIPPED: <reason>" instead of failing.
+conformance-ci:
+	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/kube/run.sh $(CONFORMANCE_TESTS)

@@ -99,38 +99,44 @@ pub fn scripts() -> Vec<Script> {
             .with_managed_fields()
             .apply(&format!("{}?fieldManager=alice", at(CM, "a")), cm("a", json!({}), json!({"k": "1"})))
             .apply(&format!("{}?fieldManager=bob", at(CM, "a")), cm("a", json!({}), json!({"k": "1"}))),
-        Script::new("apply-without-field-manager-400", "apply without fieldManager is 400")
+        Script::new("apply-without-field-manager-422", "apply without fieldManager is 422 Invalid on PatchOptions")
             .apply(&at(CM, "a"), cm("a", json!({}), json!({"k": "1"}))),
         // --- delete
-        Script::new("delete-then-get-404", "DELETE answers with the object; a later GET is 404 and a second DELETE is 404")
+        Script::new("delete-then-get-404", "DELETE answers with a Success Status naming the object; a later GET and a second DELETE are 404")
             .post(CM, cm("a", json!({}), json!({})))
             .delete(&at(CM, "a"))
             .get(&at(CM, "a"))
             .delete(&at(CM, "a")),
-        Script::new("delete-custom-resource", "DELETE of a custom resource answers with the object")
+        Script::new("delete-custom-resource", "DELETE of a custom resource answers with a Success Status (group, plural, uid)")
             .post(APPS, app("a", json!({})))
             .delete(&at(APPS, "a")),
         // --- lists
-        Script::new("list-paged-continue", "a paged list with limit and continue returns every item once, in name order")
-            .post(CM, cm("c", json!({}), json!({})))
-            .post(CM, cm("a", json!({}), json!({})))
-            .post(CM, cm("b", json!({}), json!({})))
-            .get(&format!("{CM}?limit=2"))
-            .get(&format!("{CM}?limit=2&continue={{continue:3}}")),
+        // Paged lists use a custom resource: clusters with controllers (kind) inject a
+        // `kube-root-ca.crt` ConfigMap into every namespace, which an unfiltered list would see.
+        Script::new("list-paged-continue", "a paged list with limit and continue returns every item once, in name order, with remainingItemCount")
+            .post(APPS, app("c", json!({})))
+            .post(APPS, app("a", json!({})))
+            .post(APPS, app("b", json!({})))
+            .get(&format!("{APPS}?limit=2"))
+            .get(&format!("{APPS}?limit=2&continue={{continue:3}}")),
         Script::new("list-paged-snapshot", "later pages are served from the first page's snapshot, not the current state")
-            .post(CM, cm("a", json!({}), json!({})))
-            .post(CM, cm("b", json!({}), json!({})))
-            .get(&format!("{CM}?limit=1"))
-            .post(CM, cm("c", json!({}), json!({})))
-            .merge_patch(&at(CM, "b"), json!({"data": {"changed": "yes"}}))
-            .get(&format!("{CM}?limit=5&continue={{continue:2}}")),
+            .post(APPS, app("a", json!({})))
+            .post(APPS, app("b", json!({})))
+            .get(&format!("{APPS}?limit=1"))
+            .post(APPS, app("c", json!({})))
+            .merge_patch(&at(APPS, "b"), json!({"spec": {"changed": "yes"}}))
+            .get(&format!("{APPS}?limit=5&continue={{continue:2}}")),
+        Script::new("list-custom-resources", "an unpaged list of custom resources (unstructured) in name order")
+            .post(APPS, app("b", json!({"project": "x"})))
+            .post(APPS, app("a", json!({})))
+            .get(APPS),
         Script::new("list-label-selector", "lists filter by equality and set-based label selectors")
             .post(CM, cm("a", json!({"tier": "web", "env": "prod"}), json!({})))
             .post(CM, cm("b", json!({"tier": "db", "env": "prod"}), json!({})))
             .post(CM, cm("c", json!({"tier": "web"}), json!({})))
             .get(&format!("{CM}?labelSelector=tier%3Dweb"))
             .get(&format!("{CM}?labelSelector=env%20in%20(prod),tier!%3Dweb"))
-            .get(&format!("{CM}?labelSelector=!env")),
+            .get(&format!("{CM}?labelSelector=tier,!env")),
         Script::new("list-field-selector", "lists filter by metadata.name field selector")
             .post(CM, cm("a", json!({}), json!({})))
             .post(CM, cm("b", json!({}), json!({})))
@@ -154,9 +160,9 @@ pub fn scripts() -> Vec<Script> {
             .delete(&at(CM, "a"))
             .watch(&format!("{CM}?resourceVersion={{rv:0}}")),
         Script::new("watch-initial-events-bookmark", "sendInitialEvents streams the current state then a bookmark marking its end")
-            .post(CM, cm("a", json!({}), json!({})))
-            .post(CM, cm("b", json!({}), json!({})))
-            .watch(&format!("{CM}?sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")),
+            .post(CM, cm("a", json!({"set": "x"}), json!({})))
+            .post(CM, cm("b", json!({"set": "x"}), json!({})))
+            .watch(&format!("{CM}?sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&labelSelector=set%3Dx")),
         Script::new("watch-field-selector", "a watch with a metadata.name field selector sees only that object")
             .post(CM, cm("seed", json!({}), json!({})))
             .post(CM, cm("a", json!({}), json!({})))

@@ -3,3 +3,4 @@
 //! and `make conformance` run them with `--include-ignored` and a `KUBECONFIG`.
 
 mod fidelity;
+mod runtime;

@@ -127,7 +127,7 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
             }
             Role::Argocd => {
                 let (git, health) = (world.git.clone(), world.health.clone());
-                let config = argocd::controller::Config { reconcile_every: scenario.argocd.reconcile_every, history_limit: scenario.argocd.history_limit };
+                let config = argocd::controller::Config { reconcile_every: scenario.argocd.reconcile_every, history_limit: scenario.argocd.history_limit, ..Default::default() };
                 sim.host(host.name.as_str(), move || {
                     let env = SimEnv::new(&name, seed, trace.clone());
                     let run = argocd::run(env, target.clone(), git.clone(), health.clone(), config.clone(), ARGOCD_TOKEN.into());

@@ -55,7 +55,7 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
     let (host_git, trace) = (git.clone(), w.trace.clone());
     w.sim.host("argocd", move || {
         let env = SimEnv::new("argocd", SEED, trace.clone());
-        let config = argocd::controller::Config { reconcile_every: Duration::from_secs(5), history_limit: 2 };
+        let config = argocd::controller::Config { reconcile_every: Duration::from_secs(5), history_limit: 2, ..Default::default() };
         let run = argocd::run(env, KubeTarget::new("apiserver:6443"), host_git.clone(), HealthOverrides::default(), config, TOKEN.into());
         async move {
             run.await?;

@@ -56,7 +56,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     let (trace, host_git) = (w.trace.clone(), git.clone());
     w.sim.host("argocd", move || {
         let env = SimEnv::new("argocd", SEED, trace.clone());
-        let config = argocd::controller::Config { reconcile_every: Duration::from_secs(3), history_limit: 5 };
+        let config = argocd::controller::Config { reconcile_every: Duration::from_secs(3), history_limit: 5, ..Default::default() };
         let run = argocd::run(env, KubeTarget::new("apiserver:6443"), host_git.clone(), HealthOverrides::default(), config, "argo".into());
         async move {
             run.await?;

@@ -170,8 +170,11 @@ impl Handler {
                 let limit = params.get("limit").map(|l| l.parse::<usize>().map_err(|_| ApiError::bad_request(&format!("invalid limit {l:?}")))).transpose()?;
                 let page = self.server.store().list(&target.kind, &filter, limit, params.get("continue").map(String::as_str).filter(|c| !c.is_empty()))?;
                 let mut metadata = json!({"resourceVersion": page.rv.to_string()});
-                if let Some(token) = page.continue_token {
-                    metadata["continue"] = json!(token);
+                match page.continue_token {
+                    Some(token) => metadata["continue"] = json!(token),
+                    // Unstructured (custom resource) lists always carry the field; typed lists omit it.
+                    None if target.kind.custom => metadata["continue"] = json!(""),
+                    None => {}
                 }
                 if let Some(remaining) = page.remaining {
                     metadata["remainingItemCount"] = json!(remaining);

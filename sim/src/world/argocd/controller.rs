@@ -31,6 +31,17 @@ pub struct Config {
     pub reconcile_every: Duration,
     /// Entries kept in `status.history`.
     pub history_limit: usize,
+    /// Namespace of the Applications (Argo CD's own namespace).
+    pub namespace: String,
+    /// Address the server listens on.
+    pub listen: String,
+}
+
+impl Default for Config {
+    /// Reconcile every 10 s, keep 10 history entries, `argocd` namespace, port 8080.
+    fn default() -> Self {
+        Config { reconcile_every: Duration::from_secs(10), history_limit: 10, namespace: NAMESPACE.into(), listen: "0.0.0.0:8080".into() }
+    }
 }
 
 /// The status Argo CD would report for `app` now, or `None` if its source is unusable.
@@ -138,7 +149,7 @@ async fn reconcile_all(env: &SharedEnv, api: &Api<DynamicObject>, store: &Store<
 
 /// Runs the controller until the host stops: a reflector plus a periodic reconcile loop.
 pub async fn run(env: SharedEnv, client: kube::Client, store: Store<DynamicObject>, git: SharedGit, health: HealthOverrides, config: Config) {
-    let api: Api<DynamicObject> = Api::namespaced_with(client, NAMESPACE, &super::application_resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &config.namespace, &super::application_resource());
     loop {
         env.sleep(config.reconcile_every).await;
         reconcile_all(&env, &api, &store, &git, &health, &config).await;

@@ -78,14 +78,15 @@ pub async fn run(
     use kube::runtime::{reflector, watcher, WatchStreamExt};
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
-    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(client.clone(), NAMESPACE, &application_resource());
+    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(client.clone(), &config.namespace, &application_resource());
     let writer = reflector::store::Writer::new(application_resource());
     let store = writer.as_reader();
     let backoff = orrery_system::env::kube::SeededBackoff::new(env.clone());
     tokio::spawn(watcher(api, watcher::Config::default()).backoff(backoff).reflect(writer).for_each(|_| async {}));
-    tokio::spawn(controller::run(env.clone(), client, store.clone(), git.clone(), health, config));
-    let server = server::Server { apps: store, git, token };
-    let listener = env.listen("0.0.0.0:8080").await?;
+    let server = server::Server { apps: store.clone(), git: git.clone(), token, namespace: config.namespace.clone() };
+    let listen = config.listen.clone();
+    tokio::spawn(controller::run(env.clone(), client, store, git, health, config));
+    let listener = env.listen(&listen).await?;
     orrery_system::env::http::serve(listener, move |req, _peer| {
         let server = server.clone();
         async move { server.handle(req).await }

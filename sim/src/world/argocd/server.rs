@@ -31,6 +31,8 @@ pub struct Server {
     pub git: SharedGit,
     /// Accepted bearer token.
     pub token: String,
+    /// Namespace of the Applications.
+    pub namespace: String,
 }
 
 
@@ -61,7 +63,7 @@ impl Server {
         let ["api", "v1", "applications", name, rest @ ..] = segments.as_slice() else {
             return error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}"));
         };
-        let key = kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource()).within(super::NAMESPACE);
+        let key = kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource()).within(&self.namespace);
         let Some(app) = self.apps.get(&key) else {
             return error(StatusCode::NOT_FOUND, 5, format!("applications.argoproj.io \"{name}\" not found"));
         };

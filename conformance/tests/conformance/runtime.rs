@@ -1,0 +1,217 @@
+//! The runtime suite: the application event reporter, unchanged, in real mode against a
+//! real API server — several replicas of each variant watching real `Application`s and
+//! holding real `Lease`s, reporting to the platform's events path on loopback. Application
+//! status is written by orrery's Argo CD controller (in-process, real mode) from a Git
+//! provider the test commits to, exactly as it does in simulation.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use orrery_conformance::cluster::Cluster;
+use orrery_sim::world::argocd::{self, application_resource, HealthOverrides};
+use orrery_sim::world::git::SharedGit;
+use orrery_system::core::Variant;
+use orrery_system::env::kube::KubeTarget;
+use orrery_system::env::{RealEnv, SharedEnv};
+use orrery_system::platform::events::{self, Platform};
+use orrery_system::runtime::app_reporter::{self, shard};
+use orrery_system::runtime::cache;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "conformance-runtime-token";
+const ARGO_TOKEN: &str = "conformance-argo-token";
+const REPO: &str = "https://git.example/conformance.git";
+const REPLICAS: u32 = 3;
+const APPS: usize = 24;
+/// How long the platform may take to converge on a real cluster.
+const CONVERGE: Duration = Duration::from_secs(120);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn app(name: &str, namespace: &str) -> DynamicObject {
+    let mut app = DynamicObject::new(name, &application_resource()).within(namespace);
+    app.data = json!({"spec": {"source": {"repoURL": REPO, "path": format!("apps/{name}")}, "syncPolicy": {"automated": {}}}});
+    app
+}
+
+async fn get_json(url: &str) -> Option<Value> {
+    let env: SharedEnv = Arc::new(RealEnv::new("probe"));
+    let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(env, Duration::from_secs(10));
+    let request = http::Request::get(url).body(http_body_util::Full::new(bytes::Bytes::new())).ok()?;
+    let response = client.request(request).await.ok()?;
+    let body = http_body_util::BodyExt::collect(response.into_body()).await.ok()?.to_bytes();
+    serde_json::from_slice(&body).ok()
+}
+
+/// Polls `check` every 500 ms until it returns `Ok`, or fails with its last reason.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(reason) if tokio::time::Instant::now() >= deadline => panic!("{what}: not within {CONVERGE:?}: {reason}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+async fn reporter_suite(variant: Variant) {
+    let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
+    let namespace = format!("orrery-runtime-{}-{}", std::process::id(), variant.as_str());
+    cluster.prepare(&namespace).await.unwrap_or_else(|e| panic!("{e}"));
+    let config = kube::Config::infer().await.expect("kubeconfig");
+    let target = KubeTarget::real(config, &namespace);
+
+    // The world around the runtime, in-process on loopback: Git, Argo CD, the platform, the cache.
+    let git = SharedGit::default();
+    let names: Vec<String> = (0..APPS).map(|i| format!("app-{i:02}")).collect();
+    let files: BTreeMap<String, String> = names.iter().map(|n| (format!("apps/{n}/deployment.yaml"), format!("image: {n}:v1"))).collect();
+    let first = git.lock().commit(REPO, "Dev <dev@example.com>", "init", unix_ms(), files);
+    let (argocd_port, platform_port, cache_port) = (free_port(), free_port(), free_port());
+    let argo_config = argocd::controller::Config {
+        reconcile_every: Duration::from_secs(1),
+        history_limit: 5,
+        namespace: namespace.clone(),
+        listen: format!("127.0.0.1:{argocd_port}"),
+    };
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn({
+        let run = argocd::run(Arc::new(RealEnv::new("argocd")), target.clone(), git.clone(), HealthOverrides::default(), argo_config, ARGO_TOKEN.into());
+        async move { drop(run.await) }
+    }));
+    let platform = Platform::new(events::Config { tokens: [(TOKEN.to_string(), "acme".to_string())].into_iter().collect(), bus_capacity: 1000 });
+    let serving = platform.clone();
+    tasks.push(tokio::spawn(async move { drop(events::run(Arc::new(RealEnv::new("platform")), serving, &format!("127.0.0.1:{platform_port}")).await) }));
+    tasks.push(tokio::spawn(async move { drop(cache::run(Arc::new(RealEnv::new("cache")), &format!("127.0.0.1:{cache_port}")).await) }));
+
+    // The runtime: REPLICAS reporter replicas, unchanged, against the real API server.
+    let mut serve_ports = Vec::new();
+    for replica in 0..REPLICAS {
+        let port = free_port();
+        serve_ports.push(port);
+        let mut config = app_reporter::Config::new(variant, target.clone(), &namespace);
+        config.argocd_addr = format!("127.0.0.1:{argocd_port}");
+        config.argocd_token = ARGO_TOKEN.into();
+        config.platform_addr = format!("127.0.0.1:{platform_port}");
+        config.runtime_token = TOKEN.into();
+        config.cache_addr = format!("127.0.0.1:{cache_port}");
+        config.replicas = REPLICAS;
+        config.shard = Some(replica);
+        config.serve_addr = format!("127.0.0.1:{port}");
+        config.resync_every = Duration::from_secs(10);
+        let env: SharedEnv = Arc::new(RealEnv::new(format!("reporter-{replica}")));
+        tasks.push(tokio::spawn(app_reporter::run(env, config)));
+    }
+
+    let apps: Api<DynamicObject> = Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    for name in &names {
+        apps.create(&PostParams::default(), &app(name, &namespace)).await.unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+
+    // The platform's read model keys apps by `namespace/name`.
+    let key = |name: &str| format!("{namespace}/{name}");
+    // 1. Every app reaches the platform, Synced at the first commit.
+    eventually("every app reported Synced at the first commit", || {
+        let apps = platform.apps();
+        let names: Vec<String> = names.iter().map(|n| key(n)).collect();
+        let first = first.clone();
+        async move {
+            let missing: Vec<&String> = names.iter().filter(|n| !apps.get(*n).is_some_and(|a| a.sync_status == "Synced" && a.revision == first && !a.deleted)).collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} of {} apps not converged (platform knows {}), e.g. {:?}: {:?}", missing.len(), names.len(), apps.len(), missing.first(), missing.first().and_then(|n| apps.get(*n))))
+            }
+        }
+    })
+    .await;
+
+    // 2. Shard ownership as specified: exactly one owner per app; faithful by FNV-1a.
+    eventually("every app owned by exactly one replica", || {
+        let ports = serve_ports.clone();
+        let names = names.clone();
+        async move {
+            let mut owners: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+            for (replica, port) in ports.iter().enumerate() {
+                let distribution = get_json(&format!("http://127.0.0.1:{port}/app-distribution")).await.ok_or("no /app-distribution")?;
+                for app in distribution.as_object().ok_or("distribution is not an object")?.keys() {
+                    owners.entry(app.clone()).or_default().push(replica as u32);
+                }
+            }
+            for name in &names {
+                match owners.get(name).map(Vec::as_slice) {
+                    Some([owner]) if variant == Variant::Faithful && *owner != shard::faithful_shard(name, REPLICAS) => {
+                        return Err(format!("{name} owned by {owner}, FNV-1a says {}", shard::faithful_shard(name, REPLICAS)))
+                    }
+                    Some([_]) => {}
+                    other => return Err(format!("{name} owners: {other:?}")),
+                }
+            }
+            Ok(())
+        }
+    })
+    .await;
+    if variant == Variant::Hardened {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(cluster.client(), &namespace);
+        let held = leases.list(&Default::default()).await.expect("list leases");
+        let holders: Vec<String> = held.items.iter().filter_map(|l| l.metadata.name.clone()).filter(|n| n.starts_with("app-reporter-")).collect();
+        assert_eq!(holders.len(), REPLICAS as usize, "one real Lease per hardened replica: {holders:?}");
+    }
+
+    // 3. A new commit for some apps moves them to the new revision on the platform.
+    let changed: Vec<String> = names.iter().take(6).cloned().collect();
+    let files: BTreeMap<String, String> = changed.iter().map(|n| (format!("apps/{n}/deployment.yaml"), format!("image: {n}:v2"))).collect();
+    let second = git.lock().commit(REPO, "Dev <dev@example.com>", "bump", unix_ms(), files);
+    eventually("changed apps reported at the new revision", || {
+        let apps = platform.apps();
+        let changed: Vec<String> = changed.iter().map(|n| key(n)).collect();
+        let second = second.clone();
+        async move {
+            let behind: Vec<&String> = changed.iter().filter(|n| !apps.get(*n).is_some_and(|a| a.revision == second && a.sync_status == "Synced")).collect();
+            if behind.is_empty() { Ok(()) } else { Err(format!("{} apps behind", behind.len())) }
+        }
+    })
+    .await;
+
+    // 4. A deleted app is reported deleted.
+    apps.delete("app-07", &DeleteParams::default()).await.expect("delete app-07");
+    let deleted = key("app-07");
+    eventually("the deleted app reported deleted", || {
+        let apps = platform.apps();
+        let deleted = deleted.clone();
+        async move { if apps.get(&deleted).is_some_and(|a| a.deleted) { Ok(()) } else { Err(format!("{:?}", apps.get(&deleted))) } }
+    })
+    .await;
+
+    for task in tasks {
+        task.abort();
+    }
+    if let Err(e) = cluster.cleanup(&namespace).await {
+        eprintln!("warning: cleanup of {namespace}: {e}");
+    }
+    println!("runtime: {} reporter ({REPLICAS} replicas, {APPS} apps) converged on a real API server; ownership as specified", variant.as_str());
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn faithful_reporter_replicas_converge_on_a_real_api_server_with_fnv_sharding() {
+    reporter_suite(Variant::Faithful).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn hardened_reporter_replicas_converge_on_a_real_api_server_with_lease_ownership() {
+    reporter_suite(Variant::Hardened).await;
+}
