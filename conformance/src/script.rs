@@ -34,7 +34,7 @@ pub enum Step {
     },
 }
 
-/// Server-side timeout of every watch step.
+/// Server-side timeout of a watch step whose path does not set `timeoutSeconds` itself.
 pub const WATCH_SECONDS: u32 = 2;
 
 /// A named sequence of steps exercising one API behaviour.
@@ -210,7 +210,12 @@ pub async fn run(cluster: &Cluster, script: &Script, namespace: &str) -> Result<
             Step::Watch { path: template } => {
                 let path = resolve(template, script, index, namespace, &exchanges)?;
                 let separator = if path.contains('?') { '&' } else { '?' };
-                let full = format!("{path}{separator}watch=true&timeoutSeconds={WATCH_SECONDS}");
+                // A script may set its own timeoutSeconds (bookmark timing); otherwise WATCH_SECONDS.
+                let full = if path.contains("timeoutSeconds=") {
+                    format!("{path}{separator}watch=true")
+                } else {
+                    format!("{path}{separator}watch=true&timeoutSeconds={WATCH_SECONDS}")
+                };
                 let answer = cluster.send("GET", &full, None, None).await.map_err(cluster_error)?;
                 let events: Vec<Value> = String::from_utf8_lossy(&answer.body)
                     .lines()

@@ -148,6 +148,9 @@ impl Stream {
                 rv
             }
         };
+        // kube-apiserver's cache watcher drops a bookmark whose RV is not newer than the
+        // last RV the stream carried, so a quiet watch gets no bookmarks at all.
+        let mut last_sent = cursor;
         let interval = self.server.knobs().bookmark_interval.max(Duration::from_millis(100));
         // kube-apiserver sends a bookmark 2 s before a watch's deadline (so the client can
         // resume from it) and none at the deadline itself; a watch shorter than 2 s gets none.
@@ -168,6 +171,7 @@ impl Stream {
                     if let Err(end) = self.send(line(event_type, &object)).await {
                         return end;
                     }
+                    last_sent = change.rv;
                 }
                 cursor = change.rv;
             }
@@ -179,8 +183,11 @@ impl Stream {
                 return End::Timeout;
             }
             if request.bookmarks && now >= next_bookmark {
-                if let Err(end) = self.send(bookmark(&request.kind, cursor, false)).await {
-                    return end;
+                if cursor > last_sent {
+                    if let Err(end) = self.send(bookmark(&request.kind, cursor, false)).await {
+                        return end;
+                    }
+                    last_sent = cursor;
                 }
                 next_bookmark = schedule(now);
             }
