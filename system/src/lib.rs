@@ -17,3 +17,4 @@ pub mod core;
 pub mod env;
 pub mod platform;
 pub mod runtime;
+pub mod tunnel;

@@ -7,6 +7,7 @@ mod properties;
 mod real_mode;
 mod scenarios;
 mod support;
+mod tunnel;
 mod watcher_checklist;
 
 /// Same allocator as the `orrery` binary (simulations are allocation-heavy).

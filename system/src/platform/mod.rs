@@ -3,3 +3,6 @@
 //! - [`events`]: events API → event bus → event handler → read model, plus the query endpoint.
 
 pub mod events;
+pub mod gateway;
+pub mod registry;
+pub mod tunnel;

@@ -5,3 +5,5 @@
 
 pub mod app_reporter;
 pub mod cache;
+pub mod router;
+pub mod tunnel_client;

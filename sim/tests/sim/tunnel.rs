@@ -1,0 +1,228 @@
+//! The tunnel end to end over turmoil: client → platform gateway → tunnel server →
+//! WebSocket/HTTP2 → tunnel client → router → an upstream. Requests across a drop are
+//! answered with a clear error within the deadline, state-changing requests run at most
+//! once, refused registrations carry a reason, and the variants differ in drop detection.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use orrery_sim::env::SimEnv;
+use orrery_system::core::Variant;
+use orrery_system::env::http::{full, json as json_response};
+use orrery_system::env::SharedEnv;
+use orrery_system::platform::gateway::{self, Gateway};
+use orrery_system::platform::registry::Registry;
+use orrery_system::platform::tunnel::{self, TunnelServer};
+use orrery_system::runtime::router::{Router, Routes};
+use orrery_system::runtime::tunnel_client;
+use serde_json::{json, Value};
+
+use crate::support::SEED;
+use orrery_sim::harness::trace::Trace;
+
+const TOKEN: &str = "rt-token-acme-prod";
+const NAME: &str = "acme-prod";
+
+async fn call(env: &SharedEnv, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(60));
+    let mut request = http::Request::builder().method(method).uri(format!("http://platform:8080{path}"));
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    match client.request(request.body(Full::new(Bytes::new())).unwrap()).await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let bytes = response.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            (status, serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into())))
+        }
+        Err(e) => (0, Value::String(e.to_string())),
+    }
+}
+
+struct TunnelWorld {
+    sim: turmoil::Sim<'static>,
+    tunnels: Arc<TunnelServer>,
+    executed: Arc<AtomicU64>,
+    refused: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(Duration::from_secs(600))
+        .tick_duration(Duration::from_millis(10))
+        .epoch(std::time::UNIX_EPOCH + Duration::from_millis(orrery_sim::env::SIM_EPOCH_UNIX_MS))
+        .rng_seed(SEED)
+        .build();
+    let trace = Trace::default();
+    let registry = Arc::new(Registry::default());
+    registry.insert(TOKEN, "acme", "prod");
+    let tunnels = TunnelServer::new(tunnel::Config::new(variant), registry.clone());
+    let gateway = Arc::new(Gateway { admin_token: "admin".into(), registry, tunnels: tunnels.clone() });
+    let host_trace = trace.clone();
+    let host_tunnels = tunnels.clone();
+    sim.host("platform", move || {
+        let env = SimEnv::new("platform", SEED, host_trace.clone());
+        let (tunnels, gateway) = (host_tunnels.clone(), gateway.clone());
+        async move {
+            tokio::spawn(tunnel::run(env.clone(), tunnels, "0.0.0.0:8443"));
+            gateway::run(env, gateway, "0.0.0.0:8080").await?;
+            Ok(())
+        }
+    });
+    // The edge: an upstream that counts the state-changing requests it executes.
+    let executed = Arc::new(AtomicU64::new(0));
+    let (host_trace, counter) = (trace.clone(), executed.clone());
+    sim.host("app-proxy", move || {
+        let (env, counter) = (SimEnv::new("app-proxy", SEED, host_trace.clone()), counter.clone());
+        async move {
+            let listener = env.listen("0.0.0.0:3017").await?;
+            orrery_system::env::http::serve(listener, move |request, _| {
+                let counter = counter.clone();
+                async move {
+                    if request.method() == http::Method::POST {
+                        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                        json_response(http::StatusCode::CREATED, &json!({"executed": n}))
+                    } else {
+                        http::Response::new(full("proxy"))
+                    }
+                }
+            })
+            .await?;
+            Ok(())
+        }
+    });
+    let refused = Arc::new(std::sync::Mutex::new(None));
+    let (host_trace, token, host_refused) = (trace.clone(), runtime_token.to_string(), refused.clone());
+    sim.host("runtime", move || {
+        let env = SimEnv::new("runtime", SEED, host_trace.clone());
+        let (token, refused) = (token.clone(), host_refused.clone());
+        async move {
+            let router = Router::new(env.clone(), Routes { app_proxy: "app-proxy:3017".into(), ..Default::default() });
+            let handler: tunnel_client::Handler = Arc::new(move |request| {
+                let router = router.clone();
+                Box::pin(async move { router.handle(request).await })
+            });
+            let config = tunnel_client::Config::new(variant, "platform:8443", NAME, &token);
+            if let Err(fatal) = tunnel_client::run(env, config, handler).await {
+                *refused.lock().unwrap() = Some(fatal.to_string());
+            }
+            Ok(())
+        }
+    });
+    TunnelWorld { sim, tunnels, executed, refused }
+}
+
+#[test]
+fn requests_cross_the_tunnel_and_state_changes_run_once_even_when_retried() {
+    let mut w = tunnel_world(Variant::Hardened, TOKEN);
+    let (tunnels, executed) = (w.tunnels.clone(), w.executed.clone());
+    w.sim.client("client", async move {
+        let env = SimEnv::new("client", SEED, Trace::default());
+        env.sleep(Duration::from_secs(3)).await;
+        assert_eq!(tunnels.connected(), vec![NAME.to_string()]);
+        assert_eq!(call(&env, "GET", "/api/runtimes/acme-prod/healthz", &[]).await.0, 200);
+        assert_eq!(call(&env, "GET", "/api/runtimes/acme-prod/app-proxy/api/x", &[]).await, (200, json!("proxy")));
+        assert_eq!(call(&env, "GET", "/api/runtimes/acme-prod/nowhere", &[]).await.0, 404);
+        let (code, body) = call(&env, "GET", "/api/runtimes/acme-other/healthz", &[]).await;
+        assert_eq!(code, 503, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("runtime unreachable"), "{body}");
+
+        let key = [("idempotency-key", "commit-1")];
+        assert_eq!(call(&env, "POST", "/api/runtimes/acme-prod/app-proxy/commit", &key).await, (201, json!({"executed": 1})));
+        assert_eq!(call(&env, "POST", "/api/runtimes/acme-prod/app-proxy/commit", &key).await, (201, json!({"executed": 1})), "a retry replays the answer");
+        assert_eq!(executed.load(Ordering::SeqCst), 1, "executed once");
+        assert_eq!(call(&env, "POST", "/api/runtimes/acme-prod/app-proxy/commit", &[("idempotency-key", "commit-2")]).await.1, json!({"executed": 2}));
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+/// Partitions the runtime from the platform at 5 s and reports (seconds until the platform
+/// dropped the tunnel, the answer a request got during the partition, seconds from repair
+/// until the tunnel was back).
+fn partition_and_repair(variant: Variant) -> (u64, u16, u64) {
+    let mut w = tunnel_world(variant, TOKEN);
+    let tunnels = w.tunnels.clone();
+    let outcome = Arc::new(std::sync::Mutex::new((0, 0, 0)));
+    let result = outcome.clone();
+    w.sim.client("client", async move {
+        let env = SimEnv::new("client", SEED, Trace::default());
+        env.sleep(Duration::from_secs(5)).await;
+        assert_eq!(tunnels.connected(), vec![NAME.to_string()], "tunnel up before the fault");
+        turmoil::partition("runtime", "platform");
+        let cut = env.elapsed();
+        let started = env.elapsed();
+        let (code, body) = call(&env, "GET", "/api/runtimes/acme-prod/healthz", &[]).await;
+        let answered = env.elapsed() - started;
+        assert!(matches!(code, 502 | 503 | 504), "a request across a drop gets a clear error, got {code} {body}");
+        assert!(answered <= Duration::from_secs(11), "answered within the deadline, took {answered:?}");
+        let mut detected = 0;
+        for second in 1..=120 {
+            if !tunnels.connected().contains(&NAME.to_string()) {
+                detected = (env.elapsed() - cut).as_secs();
+                break;
+            }
+            env.sleep(Duration::from_secs(1)).await;
+            if second == 120 {
+                detected = 999;
+            }
+        }
+        turmoil::repair("runtime", "platform");
+        let repaired = env.elapsed();
+        let mut back = 999;
+        for _ in 0..180 {
+            if tunnels.connected().contains(&NAME.to_string()) {
+                back = (env.elapsed() - repaired).as_secs();
+                break;
+            }
+            env.sleep(Duration::from_secs(1)).await;
+        }
+        *result.lock().unwrap() = (detected, code, back);
+        Ok(())
+    });
+    w.sim.run().unwrap();
+    let outcome = *outcome.lock().unwrap();
+    eprintln!("{}: drop detected after {} s, request answered {}, back {} s after repair", variant.as_str(), outcome.0, outcome.1, outcome.2);
+    outcome
+}
+
+#[test]
+fn hardened_detects_a_silent_drop_in_seconds_and_reconnects_after_repair() {
+    let (detected, code, back) = partition_and_repair(Variant::Hardened);
+    assert!(detected <= 6, "hardened drops a silent tunnel within ~5 s (PING 2 s + 3 s timeout), took {detected} s");
+    assert!(matches!(code, 502 | 503 | 504));
+    assert!(back <= 35, "tunnel back within the backoff cap after repair, took {back} s");
+}
+
+#[test]
+fn faithful_leaves_a_silent_drop_unnoticed_for_about_a_minute() {
+    let (detected, _, back) = partition_and_repair(Variant::Faithful);
+    assert!((55..=90).contains(&detected), "the real keepalive (60 s + timeout) notices a silent drop after about a minute, took {detected} s");
+    assert!(back <= 60, "tunnel back after repair, took {back} s");
+}
+
+#[test]
+fn a_foreign_or_unknown_token_is_refused_with_a_reason_and_faithful_exits_on_the_first_refusal() {
+    let mut w = tunnel_world(Variant::Faithful, "stolen-token");
+    let (tunnels, refused) = (w.tunnels.clone(), w.refused.clone());
+    w.sim.client("client", async move {
+        let env = SimEnv::new("client", SEED, Trace::default());
+        env.sleep(Duration::from_secs(10)).await;
+        assert!(tunnels.connected().is_empty());
+        let reason = refused.lock().unwrap().clone().expect("the faithful client exits after the first refused login");
+        assert!(reason.contains("401") && reason.contains("unknown runtime token"), "{reason}");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+
+    let registry = Registry::default();
+    registry.insert("t1", "acme", "prod");
+    let foreign = tunnel::authorise(&registry, Some("Bearer t1"), Some("globex-prod")).unwrap_err();
+    assert_eq!(foreign.status(), 403);
+    assert!(foreign.to_string().contains("does not belong"), "{foreign}");
+    assert_eq!(tunnel::authorise(&registry, None, Some("acme-prod")).unwrap_err(), orrery_system::tunnel::Rejection::MissingToken);
+    assert_eq!(tunnel::authorise(&registry, Some("Bearer t1"), Some("acme-prod")).unwrap(), "acme-prod");
+}

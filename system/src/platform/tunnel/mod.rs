@@ -1,0 +1,218 @@
+//! The tunnel server: accepts each runtime's WebSocket, checks its token and name against
+//! the [`Registry`](super::registry::Registry), and forwards client requests into it over
+//! HTTP/2 with a deadline: no tunnel → 503, tunnel broken mid-request → 502, no answer in
+//! time → 504. Never hangs a caller; a bad frame or handshake only ends that connection.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use serde_json::json;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request as WsRequest, Response as WsResponse};
+
+use crate::core::Variant;
+use crate::env::http::{json, Body};
+use crate::env::{Listener, Observation, SharedEnv};
+use crate::platform::registry::Registry;
+use crate::tunnel::{self, ws::WsIo, Rejection};
+
+/// Tunnel server settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Which design.
+    pub variant: Variant,
+    /// HTTP/2 PING interval on each tunnel (drop detection).
+    pub keepalive: Duration,
+    /// How long a PING may go unanswered before the tunnel counts as dropped.
+    pub keepalive_timeout: Duration,
+    /// Longest a forwarded request may take before the caller gets 504.
+    pub request_deadline: Duration,
+}
+
+impl Config {
+    /// Faithful: multiplexer keepalive every 60 s (a silent drop goes unnoticed ~1 min);
+    /// hardened: PING every 2 s, dropped after 3 s without an answer.
+    pub fn new(variant: Variant) -> Self {
+        let (keepalive, keepalive_timeout) = match variant {
+            Variant::Faithful => (Duration::from_secs(60), Duration::from_secs(20)),
+            Variant::Hardened => (Duration::from_secs(2), Duration::from_secs(3)),
+        };
+        Config { variant, keepalive, keepalive_timeout, request_deadline: Duration::from_secs(10) }
+    }
+}
+
+struct Tunnel {
+    generation: u64,
+    send: hyper::client::conn::http2::SendRequest<Body>,
+}
+
+/// The server's state: live tunnels by runtime name.
+pub struct TunnelServer {
+    config: Config,
+    registry: Arc<Registry>,
+    tunnels: Mutex<BTreeMap<String, Tunnel>>,
+    generation: Mutex<u64>,
+    requests: Mutex<u64>,
+}
+
+/// Checks a registration: the token's runtime must be the one named.
+pub fn authorise(registry: &Registry, authorization: Option<&str>, name: Option<&str>) -> Result<String, Rejection> {
+    let token = authorization.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim).filter(|t| !t.is_empty()).ok_or(Rejection::MissingToken)?;
+    let runtime = registry.lookup(token).ok_or(Rejection::UnknownToken)?;
+    let name = name.filter(|n| n.contains('-') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')).ok_or(Rejection::BadName)?;
+    let owner = runtime.tunnel_name();
+    if name != owner {
+        return Err(Rejection::ForeignName { claimed: name.to_string(), owner });
+    }
+    Ok(owner)
+}
+
+impl TunnelServer {
+    /// A server with no tunnels yet.
+    pub fn new(config: Config, registry: Arc<Registry>) -> Arc<Self> {
+        Arc::new(TunnelServer { config, registry, tunnels: Mutex::default(), generation: Mutex::new(0), requests: Mutex::new(0) })
+    }
+
+    /// Names of runtimes with a live tunnel, sorted.
+    pub fn connected(&self) -> Vec<String> {
+        self.tunnels.lock().expect("tunnels lock").keys().cloned().collect()
+    }
+
+    fn next_request_id(&self) -> u64 {
+        let mut n = self.requests.lock().expect("requests lock");
+        *n += 1;
+        *n
+    }
+
+    /// Forwards `request` to runtime `name` through its tunnel and returns its answer, or a
+    /// clear 502/503/504 within the configured deadline.
+    pub async fn forward(&self, env: &SharedEnv, name: &str, mut request: Request<Body>) -> Response<Body> {
+        let tunnel = self.tunnels.lock().expect("tunnels lock").get(name).map(|t| (t.generation, t.send.clone()));
+        let Some((generation, mut send)) = tunnel else {
+            return unavailable(name);
+        };
+        if !request.headers().contains_key(tunnel::REQUEST_ID_HEADER) {
+            let id = format!("{name}-{}", self.next_request_id());
+            if let Ok(value) = id.parse() {
+                request.headers_mut().insert(tunnel::REQUEST_ID_HEADER, value);
+            }
+        }
+        let deadline = self.config.request_deadline;
+        let exchange = async {
+            send.ready().await?;
+            send.send_request(request).await
+        };
+        tokio::select! {
+            biased;
+            answer = exchange => match answer {
+                Ok(response) => response.map(|body| {
+                    use http_body_util::BodyExt;
+                    body.map_err(std::io::Error::other).boxed()
+                }),
+                Err(error) => {
+                    self.drop_tunnel(env, name, generation, "request failed");
+                    json(StatusCode::BAD_GATEWAY, &json!({"error": format!("tunnel to runtime {name} broke during the request: {error}")}))
+                }
+            },
+            _ = env.sleep(deadline) => json(
+                StatusCode::GATEWAY_TIMEOUT,
+                &json!({"error": format!("runtime {name} did not answer within {} ms", deadline.as_millis())}),
+            ),
+        }
+    }
+
+    fn drop_tunnel(&self, env: &SharedEnv, name: &str, generation: u64, why: &str) {
+        let mut tunnels = self.tunnels.lock().expect("tunnels lock");
+        if tunnels.get(name).is_some_and(|t| t.generation == generation) {
+            tunnels.remove(name);
+            env.observe(Observation::new("tunnel.server_down", json!({"runtime": name, "generation": generation, "why": why})));
+        }
+    }
+}
+
+fn unavailable(name: &str) -> Response<Body> {
+    json(StatusCode::SERVICE_UNAVAILABLE, &json!({"error": format!("runtime unreachable: runtime {name} has no tunnel")}))
+}
+
+/// Accepts tunnels on `listener` until it fails; each connection runs in its own task.
+pub async fn serve(env: SharedEnv, server: Arc<TunnelServer>, mut listener: Box<dyn Listener>) -> std::io::Result<()> {
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        tokio::spawn(connection(env.clone(), server.clone(), stream, peer));
+    }
+}
+
+/// Binds `addr` and serves.
+pub async fn run(env: SharedEnv, server: Arc<TunnelServer>, addr: &str) -> std::io::Result<()> {
+    let listener = env.listen(addr).await?;
+    serve(env, server, listener).await
+}
+
+async fn connection(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::env::BoxStream, peer: String) {
+    let accepted: Arc<Mutex<Option<Result<String, Rejection>>>> = Arc::default();
+    let verdict = accepted.clone();
+    let registry = server.registry.clone();
+    let callback = move |request: &WsRequest, response: WsResponse| -> Result<WsResponse, ErrorResponse> {
+        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+        let result = if request.uri().path() != tunnel::PATH {
+            Err(Rejection::BadName)
+        } else {
+            authorise(&registry, header("authorization"), header(tunnel::RUNTIME_HEADER))
+        };
+        *verdict.lock().expect("verdict lock") = Some(result.clone());
+        match result {
+            Ok(_) => Ok(response),
+            Err(rejection) => {
+                let mut refusal = ErrorResponse::new(Some(json!({"error": rejection.to_string()}).to_string()));
+                *refusal.status_mut() = StatusCode::from_u16(rejection.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+                Err(refusal)
+            }
+        }
+    };
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(tunnel::ws_config())).await;
+    let verdict = accepted.lock().expect("verdict lock").take();
+    let (ws, name) = match (handshake, verdict) {
+        (Ok(ws), Some(Ok(name))) => (ws, name),
+        (_, Some(Err(rejection))) => {
+            // Logged with its reason: a refused runtime is an operator's problem to see.
+            eprintln!("tunnel: refused {peer}: {rejection}");
+            env.observe(Observation::new("tunnel.rejected", json!({"peer": peer, "reason": rejection.to_string()})));
+            return;
+        }
+        (Err(error), _) => {
+            env.observe(Observation::new("tunnel.handshake_failed", json!({"peer": peer, "error": error.to_string()})));
+            return;
+        }
+        (Ok(_), None) => return,
+    };
+    let handshake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(server.config.keepalive)
+        .keep_alive_timeout(server.config.keepalive_timeout)
+        .keep_alive_while_idle(true)
+        .handshake::<_, Body>(TokioIo::new(WsIo::new(ws)))
+        .await;
+    let (send, h2) = match handshake {
+        Ok(parts) => parts,
+        Err(error) => {
+            env.observe(Observation::new("tunnel.handshake_failed", json!({"peer": peer, "error": error.to_string()})));
+            return;
+        }
+    };
+    let generation = {
+        let mut g = server.generation.lock().expect("generation lock");
+        *g += 1;
+        *g
+    };
+    // A newer tunnel for the same runtime replaces the old one (the old one drains).
+    server.tunnels.lock().expect("tunnels lock").insert(name.clone(), Tunnel { generation, send });
+    env.observe(Observation::new("tunnel.server_up", json!({"runtime": name, "generation": generation})));
+    let outcome = h2.await;
+    let why = match outcome {
+        Ok(()) => "closed".to_string(),
+        Err(error) => error.to_string(),
+    };
+    server.drop_tunnel(&env, &name, generation, &why);
+}

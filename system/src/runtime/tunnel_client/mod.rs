@@ -1,0 +1,169 @@
+//! The tunnel client: dials the platform's tunnel server, registers as
+//! `<account>-<runtime>` with the runtime token over a WebSocket, and serves the platform's
+//! requests (HTTP/2 inside the WebSocket) with the request routing service, at most once per
+//! state-changing request. Reconnects on a drop with the variant's schedule
+//! ([`backoff::Reconnect`]); detects silent drops with HTTP/2 PINGs (faithful: every 60 s,
+//! as the real multiplexer keepalive; hardened: every 2 s).
+
+pub mod backoff;
+pub mod dedup;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Error as WsError;
+
+use crate::core::Variant;
+use crate::env::{Observation, SharedEnv};
+use crate::tunnel::{self, ws::WsIo};
+
+pub use dedup::Handler;
+
+/// Tunnel client settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Which design.
+    pub variant: Variant,
+    /// The tunnel server, `host:port`.
+    pub server_addr: String,
+    /// `<account>-<runtime>`.
+    pub name: String,
+    /// The runtime token issued at registration.
+    pub token: String,
+    /// HTTP/2 PING interval (drop detection on the runtime side).
+    pub keepalive: Duration,
+    /// How long a PING may go unanswered.
+    pub keepalive_timeout: Duration,
+    /// Longest wait for the TCP connection and the WebSocket handshake.
+    pub connect_timeout: Duration,
+}
+
+impl Config {
+    /// Defaults per variant (see the module doc).
+    pub fn new(variant: Variant, server_addr: &str, name: &str, token: &str) -> Self {
+        let (keepalive, keepalive_timeout) = match variant {
+            Variant::Faithful => (Duration::from_secs(60), Duration::from_secs(20)),
+            Variant::Hardened => (Duration::from_secs(2), Duration::from_secs(3)),
+        };
+        Config {
+            variant,
+            server_addr: server_addr.into(),
+            name: name.into(),
+            token: token.into(),
+            keepalive,
+            keepalive_timeout,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the client stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum Fatal {
+    /// Faithful only: the first login was refused, and the real client exits.
+    #[error("the tunnel server refused the first login: {0}")]
+    FirstLoginRefused(String),
+}
+
+/// One session's end.
+enum Ended {
+    /// The server refused the registration, with its reason.
+    Refused(String),
+    /// Could not connect or handshake.
+    Failed(String),
+    /// Was up for `up`, then dropped.
+    Dropped { up: Duration, why: String },
+}
+
+fn websocket_key(env: &SharedEnv) -> String {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&env.random_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&env.random_u64().to_le_bytes());
+    crate::core::base64::encode(&bytes)
+}
+
+async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Arc<dedup::Dedup>) -> Ended {
+    let connect = async {
+        let stream = env.connect(&config.server_addr).await.map_err(|e| format!("connect {}: {e}", config.server_addr))?;
+        // The key comes from the environment so the handshake is deterministic in simulation.
+        let request = Request::builder()
+            .uri(format!("ws://{}{}", config.server_addr, tunnel::PATH))
+            .header("host", &config.server_addr)
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", websocket_key(env))
+            .header("authorization", format!("Bearer {}", config.token))
+            .header(tunnel::RUNTIME_HEADER, &config.name)
+            .body(())
+            .map_err(|e| format!("bad tunnel request: {e}"))?;
+        match tokio_tungstenite::client_async_with_config(request, stream, Some(tunnel::ws_config())).await {
+            Ok((ws, _)) => Ok(Ok(ws)),
+            Err(WsError::Http(response)) => {
+                let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default().to_string();
+                let reason = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["error"].as_str().map(str::to_string)).unwrap_or(body);
+                Ok(Err(format!("HTTP {}: {reason}", response.status().as_u16())))
+            }
+            Err(e) => Err(format!("websocket handshake: {e}")),
+        }
+    };
+    let ws = tokio::select! {
+        biased;
+        outcome = connect => match outcome {
+            Ok(Ok(ws)) => ws,
+            Ok(Err(refusal)) => return Ended::Refused(refusal),
+            Err(failure) => return Ended::Failed(failure),
+        },
+        _ = env.sleep(config.connect_timeout) => return Ended::Failed(format!("no tunnel within {:?}", config.connect_timeout)),
+    };
+    let started = env.elapsed();
+    env.observe(Observation::new("tunnel.client_up", json!({"runtime": config.name})));
+    let (handler, dedup) = (handler.clone(), dedup.clone());
+    let service = hyper::service::service_fn(move |request| {
+        let (handler, dedup) = (handler.clone(), dedup.clone());
+        async move { Ok::<_, std::convert::Infallible>(dedup.handle(handler, request).await) }
+    });
+    let served = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(config.keepalive)
+        .keep_alive_timeout(config.keepalive_timeout)
+        .serve_connection(TokioIo::new(WsIo::new(ws)), service)
+        .await;
+    let why = match served {
+        Ok(()) => "closed by the server".to_string(),
+        Err(e) => e.to_string(),
+    };
+    Ended::Dropped { up: env.elapsed().saturating_sub(started), why }
+}
+
+/// Keeps the tunnel up until the host stops. Returns only on a faithful first-login refusal.
+pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(), Fatal> {
+    let dedup = Arc::new(dedup::Dedup::default());
+    let mut schedule = backoff::Reconnect::new(config.variant);
+    let mut logged_in = false;
+    loop {
+        match session(&env, &config, &handler, &dedup).await {
+            Ended::Refused(reason) => {
+                eprintln!("tunnel client {}: refused: {reason}", config.name);
+                env.observe(Observation::new("tunnel.client_refused", json!({"runtime": config.name, "reason": reason})));
+                if config.variant == Variant::Faithful && !logged_in {
+                    return Err(Fatal::FirstLoginRefused(reason));
+                }
+            }
+            Ended::Failed(why) => env.observe(Observation::new("tunnel.client_failed", json!({"runtime": config.name, "why": why}))),
+            Ended::Dropped { up, why } => {
+                logged_in = true;
+                env.observe(Observation::new("tunnel.client_down", json!({"runtime": config.name, "up_ms": up.as_millis() as u64, "why": why})));
+                if up >= schedule.reset_after() {
+                    schedule.reset();
+                }
+            }
+        }
+        let delay = schedule.next_delay(&env);
+        env.observe(Observation::new("tunnel.client_wait", json!({"runtime": config.name, "ms": delay.as_millis() as u64})));
+        env.sleep(delay).await;
+    }
+}

@@ -1,0 +1,57 @@
+//! What the tunnel client (runtime) and the tunnel server (platform) share: the
+//! registration handshake, the WebSocket byte-stream adapter and the limits.
+//!
+//! One WebSocket connection per runtime carries an HTTP/2 connection (the multiplexer:
+//! many concurrent request/response streams, flow control, PING keepalives). The platform
+//! is the HTTP/2 client, the runtime the HTTP/2 server, whichever side dialled.
+
+pub mod ws;
+
+/// Path of the WebSocket upgrade.
+pub const PATH: &str = "/tunnel";
+/// Header naming the runtime, `<account>-<runtime>`.
+pub const RUNTIME_HEADER: &str = "x-orrery-runtime";
+/// Header carrying the platform's id of a forwarded request (dedup on the runtime side).
+pub const REQUEST_ID_HEADER: &str = "x-orrery-request-id";
+/// Largest WebSocket message or frame accepted; a bigger one closes that connection.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// Why the tunnel server refused a registration; the reason is sent to the client.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// No `Authorization: Bearer …` header.
+    #[error("missing runtime token (Authorization: Bearer <token>)")]
+    MissingToken,
+    /// The token is not a registered runtime's.
+    #[error("unknown runtime token")]
+    UnknownToken,
+    /// No or malformed runtime name header.
+    #[error("missing or malformed {RUNTIME_HEADER} header (want <account>-<runtime>)")]
+    BadName,
+    /// The token belongs to another runtime.
+    #[error("runtime {claimed:?} does not belong to this token (it registers {owner:?})")]
+    ForeignName {
+        /// The name the client claimed.
+        claimed: String,
+        /// The name the token was issued for.
+        owner: String,
+    },
+}
+
+impl Rejection {
+    /// HTTP status of the refused upgrade: 401 for credentials, 403 for a foreign name.
+    pub fn status(&self) -> u16 {
+        match self {
+            Rejection::ForeignName { .. } => 403,
+            Rejection::BadName => 400,
+            _ => 401,
+        }
+    }
+}
+
+/// The WebSocket limits both sides use.
+pub fn ws_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_MESSAGE_BYTES))
+}
