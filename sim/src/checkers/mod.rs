@@ -6,12 +6,16 @@
 //! | `probe_matches_apiserver` | liveness | at the end of the calm phase the probe's reflector view (name → RV of every Application) equals the API server's |
 //! | `probe_rv_monotonic` | safety | the probe never sees an object's resourceVersion go backwards |
 //! | `platform_converges` | safety | after the calm phase every app's state in the platform's read model (sync status, revision, health; deleted apps absent or marked deleted) equals the API server's. The calm phase is long enough to drain any backlog, so a mismatch left then is a *lost* final state, not a slow one |
+//! | `requests_answered` | safety | every client request through the tunnel is answered (success or a clear error) within 15 s; none hangs |
+//! | `executed_at_most_once` | safety | no state-changing request (idempotency key) is executed twice by the runtime |
+//! | `tunnel_recovers` | liveness | after a repair, a restart or the calm phase, a request succeeds through the tunnel within 30 s (judged from the clients' side: a dead but unnoticed tunnel is not back) |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 
 mod convergence;
 mod monotonic;
 pub mod ownership;
 mod platform;
+pub mod tunnel;
 
 pub use platform::stale_apps;
 
@@ -94,7 +98,15 @@ pub trait Checker {
 }
 
 /// Known invariant names.
-pub const KNOWN: [&str; 4] = ["probe_matches_apiserver", "probe_rv_monotonic", "platform_converges", "single_owner"];
+pub const KNOWN: [&str; 7] = [
+    "probe_matches_apiserver",
+    "probe_rv_monotonic",
+    "platform_converges",
+    "single_owner",
+    "requests_answered",
+    "executed_at_most_once",
+    "tunnel_recovers",
+];
 
 /// Builds the checker an invariant names.
 pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
@@ -104,6 +116,9 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "probe_rv_monotonic" => Box::new(monotonic::RvMonotonic::default()),
         "platform_converges" => Box::new(platform::PlatformConverges),
         "single_owner" => Box::new(ownership::SingleOwner::default()),
+        "requests_answered" => Box::new(tunnel::RequestsAnswered),
+        "executed_at_most_once" => Box::new(tunnel::ExecutedAtMostOnce::default()),
+        "tunnel_recovers" => Box::new(tunnel::TunnelRecovers::default()),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

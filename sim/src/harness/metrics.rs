@@ -139,11 +139,95 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         counters.insert("platform.writes_never_reported".into(), platform_unseen);
         histograms.insert("end_to_end_latency_write_to_platform".into(), Histogram::from_ms(platform_lags));
     }
+    tunnel_figures(events, &mut counters, &mut histograms, &mut series);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
         crate::checkers::ownership::analyse(events, &apps, state.end_ms)
     });
     Metrics { counters, histograms, series, ownership }
+}
+
+/// Tunnel figures: request latency and availability over time, how long a drop took to be
+/// noticed (by the platform and by the runtime), and how long the tunnel took to come back.
+fn tunnel_figures(
+    events: &[TraceEvent],
+    counters: &mut BTreeMap<String, u64>,
+    histograms: &mut BTreeMap<String, Histogram>,
+    series: &mut BTreeMap<String, Vec<(u64, u64)>>,
+) {
+    const WINDOW_MS: u64 = 10_000;
+    let mut latencies = Vec::new();
+    let mut windows: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let (mut detected_platform, mut detected_runtime, mut reconnected) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut fault_at, mut fault_seen_platform, mut fault_seen_runtime): (Option<u64>, bool, bool) = (None, false, false);
+    let mut repair_at: Option<u64> = None;
+    let mut up: BTreeMap<String, bool> = BTreeMap::new();
+    let mut executed: BTreeMap<String, u64> = BTreeMap::new();
+    for event in events {
+        let detail = &event.observation.detail;
+        match event.observation.kind.as_str() {
+            "client.request" => {
+                let status = detail["status"].as_u64().unwrap_or(0);
+                latencies.push(detail["latency_ms"].as_u64().unwrap_or(0));
+                let class = match status {
+                    0 => "hung".to_string(),
+                    1 => "gateway_unreachable".to_string(),
+                    s => format!("{}xx", s / 100),
+                };
+                *counters.entry(format!("client.requests.{class}")).or_default() += 1;
+                let window = windows.entry(event.at_ms / WINDOW_MS).or_default();
+                window.0 += 1;
+                window.1 += u64::from((200..300).contains(&status));
+            }
+            "runtime.execute" => *executed.entry(detail["key"].as_str().unwrap_or("").to_string()).or_default() += 1,
+            "fault.partition" | "fault.crash" => {
+                fault_at = Some(event.at_ms);
+                (fault_seen_platform, fault_seen_runtime) = (false, false);
+            }
+            "fault.repair" | "fault.restart" | "calm.start" if up.values().any(|u| !*u) => repair_at = repair_at.or(Some(event.at_ms)),
+            "tunnel.server_down" => {
+                up.insert(detail["runtime"].as_str().unwrap_or("").to_string(), false);
+                if let (Some(at), false) = (fault_at, fault_seen_platform) {
+                    detected_platform.push(event.at_ms - at);
+                    fault_seen_platform = true;
+                }
+            }
+            "tunnel.client_down" => {
+                if let (Some(at), false) = (fault_at, fault_seen_runtime) {
+                    detected_runtime.push(event.at_ms - at);
+                    fault_seen_runtime = true;
+                }
+            }
+            "host.stop" => up.values_mut().for_each(|u| *u = false),
+            "tunnel.server_up" => {
+                up.insert(detail["runtime"].as_str().unwrap_or("").to_string(), true);
+                if let Some(at) = repair_at.take() {
+                    reconnected.push(event.at_ms - at);
+                }
+            }
+            other if other.starts_with("tunnel.") => *counters.entry(other.to_string()).or_default() += 1,
+            _ => {}
+        }
+    }
+    if latencies.is_empty() {
+        return;
+    }
+    for kind in ["tunnel.server_up", "tunnel.server_down", "tunnel.client_down"] {
+        counters.entry(kind.to_string()).or_default();
+    }
+    for event in events.iter().filter(|e| matches!(e.observation.kind.as_str(), "tunnel.server_up" | "tunnel.server_down" | "tunnel.client_down")) {
+        *counters.entry(event.observation.kind.clone()).or_default() += 1;
+    }
+    counters.insert("runtime.executions".into(), executed.values().sum());
+    counters.insert("runtime.duplicate_executions".into(), executed.values().map(|n| n.saturating_sub(1)).sum());
+    histograms.insert("request_latency".into(), Histogram::from_ms(latencies));
+    histograms.insert("tunnel_drop_noticed_by_platform".into(), Histogram::from_ms(detected_platform));
+    histograms.insert("tunnel_drop_noticed_by_runtime".into(), Histogram::from_ms(detected_runtime));
+    histograms.insert("tunnel_back_after_repair".into(), Histogram::from_ms(reconnected));
+    series.insert(
+        "availability_pct_per_10s".into(),
+        windows.iter().map(|(window, (all, ok))| (window * WINDOW_MS / 1000, ok * 100 / (*all).max(1))).collect(),
+    );
 }
 
 #[cfg(test)]

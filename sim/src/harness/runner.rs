@@ -22,7 +22,7 @@ use crate::scenario::{Outcome, Scenario, Variant};
 use crate::world::apiserver::{self, ApiServer};
 use crate::world::argocd::{self, HealthOverrides};
 use crate::world::git::SharedGit;
-use crate::world::{probe, workload};
+use crate::world::{probe, tunnel, workload};
 use orrery_system::platform::events::{self as platform_events, Platform};
 use orrery_system::runtime::{app_reporter, cache};
 
@@ -97,6 +97,12 @@ struct World {
     platform: Arc<Platform>,
     /// The replica count a reporter pod reads when it starts (`EVENT_REPORTER_REPLICAS`).
     reporter_replicas: Arc<Mutex<u32>>,
+    /// The platform's runtime registry (survives gateway restarts, like its database).
+    registry: Arc<orrery_system::platform::registry::Registry>,
+}
+
+fn hosts_with(scenario: &Scenario, role: Role) -> Vec<String> {
+    scenario.topology.hosts.iter().filter(|h| h.role == role).map(|h| h.name.clone()).collect()
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -193,6 +199,41 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
                     config.replicas = *replicas.lock().expect("replicas lock poisoned");
                     async move {
                         app_reporter::run(env, config).await;
+                        Ok(())
+                    }
+                });
+            }
+            Role::Gateway => {
+                let registry = world.registry.clone();
+                sim.host(host.name.as_str(), move || {
+                    let env = SimEnv::new(&name, seed, trace.clone());
+                    let registry = registry.clone();
+                    async move {
+                        tunnel::run_gateway(env, registry, variant).await?;
+                        Ok(())
+                    }
+                });
+            }
+            Role::Runtime => {
+                let (gateway, settings) = (host_of(scenario, Role::Gateway).to_string(), scenario.tunnel.clone());
+                sim.host(host.name.as_str(), move || {
+                    let env = SimEnv::new(&name, seed, trace.clone());
+                    let (gateway, settings) = (gateway.clone(), settings.clone());
+                    async move {
+                        tunnel::run_runtime(env, variant, gateway, settings).await?;
+                        std::future::pending::<()>().await;
+                        Ok(())
+                    }
+                });
+            }
+            Role::Client => {
+                let (gateway, settings) = (host_of(scenario, Role::Gateway).to_string(), scenario.tunnel.clone());
+                let runtimes = hosts_with(scenario, Role::Runtime);
+                sim.host(host.name.as_str(), move || {
+                    let env = SimEnv::new(&name, seed, trace.clone());
+                    let (gateway, runtimes, settings) = (gateway.clone(), runtimes.clone(), settings.clone());
+                    async move {
+                        tunnel::run_client(env, gateway, runtimes, settings).await;
                         Ok(())
                     }
                 });
@@ -388,7 +429,9 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             bus_capacity: scenario.platform.bus_capacity,
         }),
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
+        registry: Arc::default(),
     };
+    tunnel::register(&world.registry, &hosts_with(scenario, Role::Runtime));
     world.platform.set_knobs(platform_knobs(scenario));
     workload::seed_git(&world.git, &scenario.workload, SIM_EPOCH_UNIX_MS);
     let total = scenario.duration + scenario.calm;
@@ -448,6 +491,11 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
         )),
     };
+    if std::env::var_os("ORRERY_DEBUG_TRACE").is_some() {
+        for e in trace.events() {
+            eprintln!("{}", e.line());
+        }
+    }
     let state = FinalState { apps: truth(&world.api), reported: world.platform.apps(), end_ms };
     let mut checkers: Vec<_> = scenario.invariants.iter().map(|i| checkers::build(i).expect("validated when parsed")).collect();
     let violations = checkers::check(&mut checkers, &trace.events(), &state);

@@ -44,6 +44,9 @@ pub struct Scenario {
     /// The platform's events path (host with role `platform`).
     #[serde(default)]
     pub platform: Platform,
+    /// Tunnel traffic settings.
+    #[serde(default)]
+    pub tunnel: Tunnel,
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
@@ -134,6 +137,13 @@ pub enum Role {
     Platform,
     /// The reporters' shared dedup cache (Redis stand-in, port 6379).
     Cache,
+    /// The platform's tunnel server (port 8443) and client gateway (port 8081).
+    Gateway,
+    /// A runtime reached through the tunnel: tunnel client, request routing service and an
+    /// app-proxy stand-in that executes state-changing requests (port 3017).
+    Runtime,
+    /// Clients sending a steady mix of reads and state-changing requests through the gateway.
+    Client,
 }
 
 /// Simulated Argo CD settings.
@@ -248,6 +258,32 @@ pub struct Platform {
 impl Default for Platform {
     fn default() -> Self {
         Platform { api_latency: Duration::ZERO, handler_delay: Duration::ZERO, bus_capacity: 10_000 }
+    }
+}
+
+/// Tunnel traffic and timing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Tunnel {
+    /// Each client sends a request this often, alternating reads and state-changing writes.
+    /// Default 500 ms.
+    #[serde(with = "super::duration")]
+    pub request_every: Duration,
+    /// How long the runtime takes to execute a write (so some are in flight at a drop).
+    /// Default 300 ms.
+    #[serde(with = "super::duration")]
+    pub execute_delay: Duration,
+    /// A client retries a write whose outcome it does not know (502/503/504, no answer)
+    /// after this long, with the same idempotency key. Default 2 s.
+    #[serde(with = "super::duration")]
+    pub retry_after: Duration,
+    /// Attempts per write, the first included. Default 6.
+    pub write_attempts: u32,
+}
+
+impl Default for Tunnel {
+    fn default() -> Self {
+        Tunnel { request_every: Duration::from_millis(500), execute_delay: Duration::from_millis(300), retry_after: Duration::from_secs(2), write_attempts: 6 }
     }
 }
 

@@ -84,12 +84,18 @@ fn validate(path: &str, text: &str, s: &Scenario) -> Result<(), ScenarioError> {
         }
     }
     let count = |role: Role| s.topology.hosts.iter().filter(|h| h.role == role).count();
+    // The Kubernetes world (API server, Argo CD, workload) is needed by probes and reporters.
+    let kube_world = count(Role::Probe) + count(Role::Reporter) > 0;
     for role in [Role::Apiserver, Role::Argocd, Role::Workload] {
-        if count(role) != 1 {
+        if (kube_world && count(role) != 1) || count(role) > 1 {
             return Err(invalid(path, text, "topology.hosts".into(), "hosts:", format!("exactly one host must have role {role:?} (found {})", count(role))));
         }
     }
-    for role in [Role::Probe, Role::Platform, Role::Cache] {
+    let tunnel_world = count(Role::Runtime) + count(Role::Client) > 0;
+    if tunnel_world && count(Role::Gateway) != 1 {
+        return Err(invalid(path, text, "topology.hosts".into(), "hosts:", "runtimes and clients need exactly one host with role gateway".into()));
+    }
+    for role in [Role::Probe, Role::Platform, Role::Cache, Role::Gateway, Role::Runtime] {
         if count(role) > 1 {
             return Err(invalid(path, text, "topology.hosts".into(), "hosts:", format!("at most one host may have role {role:?} (found {})", count(role))));
         }

@@ -5,9 +5,11 @@
 //! - [`git`]: the Git provider.
 //! - [`workload`]: commits, app churn, health flaps and refreshes, drawn from the seed.
 //! - [`probe`]: a kube-rs reflector whose view checkers compare with the API server.
+//! - [`tunnel`]: the platform gateway, runtimes behind tunnels, and clients.
 
 pub mod apiserver;
 pub mod argocd;
 pub mod git;
 pub mod probe;
+pub mod tunnel;
 pub mod workload;

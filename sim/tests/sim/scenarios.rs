@@ -91,3 +91,22 @@ fn shard_rebalance_seed_16_converges_although_the_dedup_cache_went_stale() {
     let outcome = runner::run(&s, 16, Variant::Hardened);
     assert_eq!(outcome.result, Outcome::Pass, "{:?}", outcome.violations);
 }
+
+#[test]
+fn tunnel_drop_shows_the_flaws_in_faithful_and_the_fixes_in_hardened() {
+    let s = scenario::load(Path::new(&scenario_path("tunnel-drop.yaml"))).unwrap();
+    let faithful = runner::run(&s, 1, Variant::Faithful);
+    let hardened = runner::run(&s, 1, Variant::Hardened);
+    assert_eq!(hardened.result, Outcome::Pass, "hardened: {:?}", hardened.violations);
+    assert_eq!(faithful.result, Outcome::SafetyViolation);
+    let broken: Vec<&str> = faithful.violations.iter().map(|v| v.invariant.as_str()).collect();
+    assert!(broken.contains(&"executed_at_most_once"), "a retried write ran twice without request ids: {broken:?}");
+    assert!(broken.contains(&"tunnel_recovers"), "an unnoticed dead tunnel stays dead after the repair: {broken:?}");
+    assert!(!broken.contains(&"requests_answered"), "the platform's deadline answers every request in both variants");
+    let noticed = |o: &runner::RunOutcome| {
+        let m = orrery_sim::harness::metrics::compute(&o.trace.events(), &o.state);
+        m.histograms["tunnel_drop_noticed_by_platform"].max
+    };
+    assert!(noticed(&hardened) <= 6_000, "hardened notices a drop within seconds");
+    assert!(noticed(&faithful) >= 20_000, "faithful notices it only after its 60 s keepalive");
+}

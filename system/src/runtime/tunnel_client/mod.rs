@@ -1,7 +1,7 @@
 //! The tunnel client: dials the platform's tunnel server, registers as
 //! `<account>-<runtime>` with the runtime token over a WebSocket, and serves the platform's
-//! requests (HTTP/2 inside the WebSocket) with the request routing service, at most once per
-//! state-changing request. Reconnects on a drop with the variant's schedule
+//! requests (HTTP/2 inside the WebSocket) with the request routing service — hardened: at most
+//! once per state-changing request; faithful: as the real runtime, a retried write runs again. Reconnects on a drop with the variant's schedule
 //! ([`backoff::Reconnect`]); detects silent drops with HTTP/2 PINGs (faithful: every 60 s,
 //! as the real multiplexer keepalive; hardened: every 2 s).
 
@@ -121,10 +121,17 @@ async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Ar
     };
     let started = env.elapsed();
     env.observe(Observation::new("tunnel.client_up", json!({"runtime": config.name})));
-    let (handler, dedup) = (handler.clone(), dedup.clone());
+    let (handler, dedup, variant) = (handler.clone(), dedup.clone(), config.variant);
     let service = hyper::service::service_fn(move |request| {
         let (handler, dedup) = (handler.clone(), dedup.clone());
-        async move { Ok::<_, std::convert::Infallible>(dedup.handle(handler, request).await) }
+        async move {
+            // The real runtime has no request ids: a retried write runs again. Ours runs once.
+            let response = match variant {
+                Variant::Faithful => handler(request).await,
+                Variant::Hardened => dedup.handle(handler, request).await,
+            };
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
     let served = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())

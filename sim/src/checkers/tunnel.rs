@@ -1,0 +1,149 @@
+//! Tunnel invariants, from what clients, the gateway and the runtime recorded.
+//!
+//! - `requests_answered` (safety): every client request is answered — success or a clear
+//!   error — within [`ANSWER_BOUND`]; a client that waited [`CLIENT_TIMEOUT`] saw a hang.
+//! - `executed_at_most_once` (safety): no state-changing request (idempotency key) is
+//!   executed twice by the runtime, however often it was retried.
+//! - `tunnel_recovers` (liveness): after a repair, a restart or the calm phase, requests
+//!   succeed through the tunnel again within [`RECOVERY_BOUND`] (unless a new fault hits first).
+//!
+//! [`CLIENT_TIMEOUT`]: crate::world::tunnel::CLIENT_TIMEOUT
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Checker, Class, FinalState, Violation};
+use crate::harness::trace::TraceEvent;
+
+/// Longest acceptable wait for any answer: the platform's 10 s request deadline plus slack.
+pub const ANSWER_BOUND: Duration = Duration::from_secs(15);
+/// Longest acceptable time from a repair to the tunnel being back.
+pub const RECOVERY_BOUND: Duration = Duration::from_secs(30);
+
+/// `requests_answered`.
+#[derive(Default)]
+pub struct RequestsAnswered;
+
+impl Checker for RequestsAnswered {
+    fn name(&self) -> &'static str {
+        "requests_answered"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        if event.observation.kind != "client.request" {
+            return None;
+        }
+        let detail = &event.observation.detail;
+        let status = detail["status"].as_u64().unwrap_or(0);
+        let latency = detail["latency_ms"].as_u64().unwrap_or(0);
+        (status == 0 || latency > ANSWER_BOUND.as_millis() as u64).then(|| Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: event.at_ms,
+            host: event.host.clone(),
+            details: json!({"request": detail, "bound_ms": ANSWER_BOUND.as_millis() as u64, "why": if status == 0 { "no answer at all (hung)" } else { "answered too late" }}),
+        })
+    }
+
+    fn at_end(&mut self, _state: &FinalState) -> Option<Violation> {
+        None
+    }
+}
+
+/// `executed_at_most_once`.
+#[derive(Default)]
+pub struct ExecutedAtMostOnce {
+    executed: BTreeSet<String>,
+}
+
+impl Checker for ExecutedAtMostOnce {
+    fn name(&self) -> &'static str {
+        "executed_at_most_once"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        if event.observation.kind != "runtime.execute" {
+            return None;
+        }
+        let key = event.observation.detail["key"].as_str().unwrap_or("").to_string();
+        if self.executed.insert(key.clone()) {
+            return None;
+        }
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: event.at_ms,
+            host: event.host.clone(),
+            details: json!({"idempotency_key": key, "why": "a state-changing request ran a second time (its retry was executed again)"}),
+        })
+    }
+
+    fn at_end(&mut self, _state: &FinalState) -> Option<Violation> {
+        None
+    }
+}
+
+/// `tunnel_recovers`: judged end to end, from the clients' side — a tunnel that is dead but
+/// not yet noticed is not "back". After a repair, a restart or the calm phase at `t` (with no
+/// new fault before the bound), some request must succeed through the tunnel by `t + bound`.
+#[derive(Default)]
+pub struct TunnelRecovers {
+    /// (start ms, deadline ms, what started the clock).
+    pending: Option<(u64, u64, String)>,
+    violated: bool,
+}
+
+impl TunnelRecovers {
+    fn expire(&mut self, now_ms: u64) -> Option<Violation> {
+        let (_, deadline, cause) = self.pending.clone().filter(|(_, d, _)| *d < now_ms)?;
+        self.pending = None;
+        self.violated = true;
+        Some(Violation {
+            invariant: "tunnel_recovers".into(),
+            class: Class::Liveness,
+            at_ms: deadline,
+            host: "gateway".into(),
+            details: json!({"after": cause, "bound_ms": RECOVERY_BOUND.as_millis() as u64, "why": "no request succeeded through the tunnel within the bound after the repair"}),
+        })
+    }
+}
+
+impl Checker for TunnelRecovers {
+    fn name(&self) -> &'static str {
+        "tunnel_recovers"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        if self.violated {
+            return None;
+        }
+        if let Some(violation) = self.expire(event.at_ms) {
+            return Some(violation);
+        }
+        match event.observation.kind.as_str() {
+            "client.request" => {
+                let ok = event.observation.detail["status"].as_u64().is_some_and(|s| (200..300).contains(&s));
+                if ok && self.pending.as_ref().is_some_and(|(start, _, _)| event.at_ms > *start) {
+                    self.pending = None;
+                }
+            }
+            // A new fault stops the clock: the bound applies to repairs that stay repaired.
+            "fault.partition" | "fault.crash" => self.pending = None,
+            kind @ ("fault.repair" | "fault.restart" | "calm.start") => {
+                let deadline = event.at_ms + RECOVERY_BOUND.as_millis() as u64;
+                self.pending = Some((event.at_ms, deadline, format!("{kind} at {} ms", event.at_ms)));
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        if self.violated {
+            return None;
+        }
+        self.expire(state.end_ms)
+    }
+}
