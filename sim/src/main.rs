@@ -1,6 +1,8 @@
 //! `orrery`: run scenarios, sweep seeds, check determinism, regenerate reports, and serve
 //! the simulated API server on a real socket.
 
+mod serve;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -33,7 +35,14 @@ USAGE:
       Benchmark the reporter's hot path and end-to-end delivery in real mode (both
       variants); writes FILE (default reports/perf/bench.json, ungated).
   orrery apiserver --listen ADDR
-      Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).";
+      Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).
+  orrery serve control-plane --admin-token T [--tunnel ADDR] [--api ADDR] [--variant V]
+                             [--runtimes ACCOUNT-RUNTIME=TOKEN,...]
+      The platform for real: tunnel server (default 127.0.0.1:8443) and client API
+      (default 127.0.0.1:8081: POST /api/runtimes registers, /api/runtimes/NAME/... forwards).
+  orrery serve runtime --platform ADDR --name ACCOUNT-RUNTIME --token T [--variant V]
+                       [--app-proxy ADDR] [--workflows ADDR] [--ingress ADDR]
+      A runtime for real: tunnel client and request routing service.";
 
 /// Command-line failure: message and exit code.
 struct Fail(String, u8);
@@ -349,6 +358,11 @@ fn main() -> ExitCode {
         "reports" => cmd_reports(rest),
         "apiserver" => cmd_apiserver(rest),
         "bench" => cmd_bench(rest),
+        "serve" => match rest.split_first() {
+            Some((what, rest)) if what == "control-plane" => serve::control_plane(rest),
+            Some((what, rest)) if what == "runtime" => serve::runtime_cmd(rest),
+            _ => fail(format!("serve needs control-plane or runtime\n\n{USAGE}")),
+        },
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
