@@ -8,6 +8,7 @@
 //! | `platform_converges` | safety | after the calm phase every app's state in the platform's read model (sync status, revision, health; deleted apps absent or marked deleted) equals the API server's. The calm phase is long enough to drain any backlog, so a mismatch left then is a *lost* final state, not a slow one |
 //! | `requests_answered` | safety | every client request through the tunnel is answered (success or a clear error) within 15 s; none hangs |
 //! | `executed_at_most_once` | safety | no state-changing request (idempotency key) is executed twice by the runtime |
+//! | `all_reconnect` | liveness | after the tunnel server restarts (or the calm phase starts), every runtime that had a tunnel has it back within 60 s |
 //! | `tunnel_recovers` | liveness | after a repair, a restart or the calm phase, a request succeeds through the tunnel within 30 s (judged from the clients' side: a dead but unnoticed tunnel is not back) |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 
@@ -98,7 +99,7 @@ pub trait Checker {
 }
 
 /// Known invariant names.
-pub const KNOWN: [&str; 7] = [
+pub const KNOWN: [&str; 8] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -106,6 +107,7 @@ pub const KNOWN: [&str; 7] = [
     "requests_answered",
     "executed_at_most_once",
     "tunnel_recovers",
+    "all_reconnect",
 ];
 
 /// Builds the checker an invariant names.
@@ -119,6 +121,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "requests_answered" => Box::new(tunnel::RequestsAnswered),
         "executed_at_most_once" => Box::new(tunnel::ExecutedAtMostOnce::default()),
         "tunnel_recovers" => Box::new(tunnel::TunnelRecovers::default()),
+        "all_reconnect" => Box::new(tunnel::AllReconnect::default()),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

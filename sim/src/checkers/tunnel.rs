@@ -4,6 +4,9 @@
 //!   error — within [`ANSWER_BOUND`]; a client that waited [`CLIENT_TIMEOUT`] saw a hang.
 //! - `executed_at_most_once` (safety): no state-changing request (idempotency key) is
 //!   executed twice by the runtime, however often it was retried.
+//! - `all_reconnect` (liveness): after the tunnel server restarts (or the calm phase
+//!   starts), every runtime that had a tunnel has it back within [`RECONNECT_BOUND`]; a
+//!   runtime whose client gave up counts as stuck.
 //! - `tunnel_recovers` (liveness): after a repair, a restart or the calm phase, requests
 //!   succeed through the tunnel again within [`RECOVERY_BOUND`] (unless a new fault hits first).
 //!
@@ -19,6 +22,8 @@ use crate::harness::trace::TraceEvent;
 
 /// Longest acceptable wait for any answer: the platform's 10 s request deadline plus slack.
 pub const ANSWER_BOUND: Duration = Duration::from_secs(15);
+/// Longest acceptable time for a whole fleet to reconnect after the tunnel server restarts.
+pub const RECONNECT_BOUND: Duration = Duration::from_secs(60);
 /// Longest acceptable time from a repair to the tunnel being back.
 pub const RECOVERY_BOUND: Duration = Duration::from_secs(30);
 
@@ -145,5 +150,78 @@ impl Checker for TunnelRecovers {
             return None;
         }
         self.expire(state.end_ms)
+    }
+}
+
+/// `all_reconnect`.
+#[derive(Default)]
+pub struct AllReconnect {
+    /// Runtimes that had a tunnel at some point.
+    known: BTreeSet<String>,
+    /// Still waiting since (start ms, deadline ms, cause).
+    clock: Option<(u64, u64, String)>,
+    waiting: BTreeSet<String>,
+    violated: bool,
+}
+
+impl AllReconnect {
+    fn expire(&mut self, now_ms: u64) -> Option<Violation> {
+        let (start, deadline, cause) = self.clock.clone().filter(|(_, d, _)| *d < now_ms)?;
+        self.clock = None;
+        if self.waiting.is_empty() {
+            return None;
+        }
+        self.violated = true;
+        Some(Violation {
+            invariant: "all_reconnect".into(),
+            class: Class::Liveness,
+            at_ms: deadline,
+            host: "gateway".into(),
+            details: json!({
+                "after": cause,
+                "since_ms": start,
+                "bound_ms": RECONNECT_BOUND.as_millis() as u64,
+                "runtimes": self.known.len(),
+                "not_reconnected": self.waiting.len(),
+                "examples": self.waiting.iter().take(5).collect::<Vec<_>>(),
+            }),
+        })
+    }
+}
+
+impl Checker for AllReconnect {
+    fn name(&self) -> &'static str {
+        "all_reconnect"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        if self.violated {
+            return None;
+        }
+        if let Some(violation) = self.expire(event.at_ms) {
+            return Some(violation);
+        }
+        let runtime = || event.observation.detail["runtime"].as_str().unwrap_or("").to_string();
+        match event.observation.kind.as_str() {
+            "tunnel.server_up" => {
+                let runtime = runtime();
+                self.waiting.remove(&runtime);
+                self.known.insert(runtime);
+            }
+            "fault.restart" | "calm.start" => {
+                let deadline = event.at_ms + RECONNECT_BOUND.as_millis() as u64;
+                self.waiting = self.known.clone();
+                self.clock = Some((event.at_ms, deadline, format!("{} at {} ms", event.observation.kind, event.at_ms)));
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        if self.violated {
+            return None;
+        }
+        self.expire(state.end_ms + 1)
     }
 }

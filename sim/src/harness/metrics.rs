@@ -209,6 +209,34 @@ fn tunnel_figures(
             _ => {}
         }
     }
+    // Fleet figures: registrations per second at the server, and per runtime the time from
+    // the (last) tunnel-server restart to its tunnel being back.
+    let mut per_second: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut restarted_at: Option<u64> = None;
+    let mut back: BTreeMap<String, u64> = BTreeMap::new();
+    for event in events {
+        match event.observation.kind.as_str() {
+            "tunnel.server_up" => {
+                *per_second.entry(event.at_ms / 1000).or_default() += 1;
+                if let Some(at) = restarted_at {
+                    back.entry(event.observation.detail["runtime"].as_str().unwrap_or("").to_string()).or_insert(event.at_ms - at);
+                }
+            }
+            "fault.restart" => {
+                restarted_at = Some(event.at_ms);
+                back.clear();
+            }
+            _ => {}
+        }
+    }
+    if latencies.is_empty() && per_second.is_empty() {
+        return;
+    }
+    counters.insert("tunnel.peak_registrations_per_s".into(), per_second.values().copied().max().unwrap_or(0));
+    if restarted_at.is_some() {
+        histograms.insert("fleet_reconnect_after_restart".into(), Histogram::from_ms(back.into_values().collect()));
+        series.insert("registrations_per_s".into(), per_second.into_iter().collect());
+    }
     if latencies.is_empty() {
         return;
     }

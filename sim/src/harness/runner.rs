@@ -204,12 +204,12 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
                 });
             }
             Role::Gateway => {
-                let registry = world.registry.clone();
+                let (registry, settings) = (world.registry.clone(), scenario.tunnel.clone());
                 sim.host(host.name.as_str(), move || {
                     let env = SimEnv::new(&name, seed, trace.clone());
-                    let registry = registry.clone();
+                    let (registry, settings) = (registry.clone(), settings.clone());
                     async move {
-                        tunnel::run_gateway(env, registry, variant).await?;
+                        tunnel::run_gateway(env, registry, variant, settings).await?;
                         Ok(())
                     }
                 });
@@ -431,7 +431,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
         registry: Arc::default(),
     };
-    tunnel::register(&world.registry, &hosts_with(scenario, Role::Runtime));
+    tunnel::register(&world.registry, &hosts_with(scenario, Role::Runtime), scenario.tunnel.runtimes_per_host);
     world.platform.set_knobs(platform_knobs(scenario));
     workload::seed_git(&world.git, &scenario.workload, SIM_EPOCH_UNIX_MS);
     let total = scenario.duration + scenario.calm;

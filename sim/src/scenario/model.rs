@@ -279,11 +279,26 @@ pub struct Tunnel {
     pub retry_after: Duration,
     /// Attempts per write, the first included. Default 6.
     pub write_attempts: u32,
+    /// Runtimes (tunnel clients) per runtime host, for fleets. Default 1.
+    pub runtimes_per_host: u32,
+    /// Tunnel server work per registration, one at a time. Default 0.
+    #[serde(with = "super::duration")]
+    pub registration_cost: Duration,
+    /// Registrations that may wait for that work; more are refused with 503. Default 1024.
+    pub max_pending_registrations: usize,
 }
 
 impl Default for Tunnel {
     fn default() -> Self {
-        Tunnel { request_every: Duration::from_millis(500), execute_delay: Duration::from_millis(300), retry_after: Duration::from_secs(2), write_attempts: 6 }
+        Tunnel {
+            request_every: Duration::from_millis(500),
+            execute_delay: Duration::from_millis(300),
+            retry_after: Duration::from_secs(2),
+            write_attempts: 6,
+            runtimes_per_host: 1,
+            registration_cost: Duration::ZERO,
+            max_pending_registrations: 1024,
+        }
     }
 }
 

@@ -95,7 +95,7 @@ fn validate(path: &str, text: &str, s: &Scenario) -> Result<(), ScenarioError> {
     if tunnel_world && count(Role::Gateway) != 1 {
         return Err(invalid(path, text, "topology.hosts".into(), "hosts:", "runtimes and clients need exactly one host with role gateway".into()));
     }
-    for role in [Role::Probe, Role::Platform, Role::Cache, Role::Gateway, Role::Runtime] {
+    for role in [Role::Probe, Role::Platform, Role::Cache, Role::Gateway] {
         if count(role) > 1 {
             return Err(invalid(path, text, "topology.hosts".into(), "hosts:", format!("at most one host may have role {role:?} (found {})", count(role))));
         }

@@ -32,33 +32,42 @@ pub const APP_PROXY_PORT: u16 = 3017;
 /// A client gives up on an answer after this long and records the request as hung.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The runtime name and token a runtime host registers with (from its host name).
-pub fn runtime_identity(host: &str) -> (String, String) {
-    (format!("{ACCOUNT}-{host}"), format!("rt-token-{ACCOUNT}-{host}"))
+/// The runtimes a host runs: `(runtime, tunnel name, token)`; one per host is named after
+/// the host (`acme-prod`), fleets get an index (`acme-fleet-0-17`).
+pub fn runtimes_of(host: &str, per_host: u32) -> Vec<(String, String, String)> {
+    (0..per_host.max(1))
+        .map(|i| {
+            let runtime = if per_host <= 1 { host.to_string() } else { format!("{host}-{i}") };
+            (runtime.clone(), format!("{ACCOUNT}-{runtime}"), format!("rt-token-{ACCOUNT}-{runtime}"))
+        })
+        .collect()
 }
 
-/// Registers every runtime host with the platform's registry (platform state that survives
-/// a gateway restart, as a database would).
-pub fn register(registry: &Registry, runtime_hosts: &[String]) {
+/// Registers every runtime with the platform's registry (platform state that survives a
+/// gateway restart, as a database would).
+pub fn register(registry: &Registry, runtime_hosts: &[String], per_host: u32) {
     for host in runtime_hosts {
-        let (_, token) = runtime_identity(host);
-        registry.insert(&token, ACCOUNT, host);
+        for (runtime, _, token) in runtimes_of(host, per_host) {
+            registry.insert(&token, ACCOUNT, &runtime);
+        }
     }
 }
 
 /// Runs the gateway host: a fresh tunnel server (a restart loses every tunnel) and the client API.
-pub async fn run_gateway(env: SharedEnv, registry: Arc<Registry>, variant: Variant) -> std::io::Result<()> {
-    let tunnels = TunnelServer::new(tunnel::Config::new(variant), registry.clone());
+pub async fn run_gateway(env: SharedEnv, registry: Arc<Registry>, variant: Variant, settings: Settings) -> std::io::Result<()> {
+    let mut config = tunnel::Config::new(variant);
+    config.registration_cost = settings.registration_cost;
+    config.max_pending_registrations = settings.max_pending_registrations;
+    let tunnels = TunnelServer::new(config, registry.clone());
     let gateway = Arc::new(Gateway { admin_token: "sim-admin".into(), registry, tunnels: tunnels.clone() });
     let tunnel_env = env.clone();
     tokio::spawn(async move { tunnel::run(tunnel_env, tunnels, &format!("0.0.0.0:{TUNNEL_PORT}")).await });
     gateway::run(env, gateway, &format!("0.0.0.0:{GATEWAY_PORT}")).await
 }
 
-/// Runs a runtime host: the app-proxy stand-in, the router, and the tunnel client.
+/// Runs a runtime host: the app-proxy stand-in, the router, and one tunnel client per runtime.
 pub async fn run_runtime(env: SharedEnv, variant: Variant, gateway_host: String, settings: Settings) -> std::io::Result<()> {
     let host = env.identity().host.clone();
-    let (name, token) = runtime_identity(&host);
     let listener = env.listen(&format!("0.0.0.0:{APP_PROXY_PORT}")).await?;
     let stand_in = env.clone();
     tokio::spawn(orrery_system::env::http::serve(listener, move |request, _| {
@@ -84,9 +93,14 @@ pub async fn run_runtime(env: SharedEnv, variant: Variant, gateway_host: String,
         let router = router.clone();
         Box::pin(async move { router.handle(request).await })
     });
-    let config = tunnel_client::Config::new(variant, &format!("{gateway_host}:{TUNNEL_PORT}"), &name, &token);
-    if let Err(fatal) = tunnel_client::run(env.clone(), config, handler).await {
-        env.observe(Observation::new("tunnel.client_exit", json!({"runtime": name, "why": fatal.to_string()})));
+    for (_, name, token) in runtimes_of(&host, settings.runtimes_per_host) {
+        let config = tunnel_client::Config::new(variant, &format!("{gateway_host}:{TUNNEL_PORT}"), &name, &token);
+        let (env, handler) = (env.clone(), handler.clone());
+        tokio::spawn(async move {
+            if let Err(fatal) = tunnel_client::run(env.clone(), config, handler).await {
+                env.observe(Observation::new("tunnel.client_exit", json!({"runtime": name, "why": fatal.to_string()})));
+            }
+        });
     }
     Ok(())
 }
@@ -124,7 +138,7 @@ pub async fn run_client(env: SharedEnv, gateway_host: String, runtime_hosts: Vec
         env.sleep(settings.request_every).await;
         for host in &runtime_hosts {
             n += 1;
-            let (name, _) = runtime_identity(host);
+            let (_, name, _) = runtimes_of(host, settings.runtimes_per_host).remove(0);
             let write = n % 2 == 0;
             let path = if write { "app-proxy/api/commit" } else { "app-proxy/api/status" };
             let url = format!("http://{gateway_host}:{GATEWAY_PORT}/api/runtimes/{name}/{path}");

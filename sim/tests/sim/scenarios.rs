@@ -110,3 +110,21 @@ fn tunnel_drop_shows_the_flaws_in_faithful_and_the_fixes_in_hardened() {
     assert!(noticed(&hardened) <= 6_000, "hardened notices a drop within seconds");
     assert!(noticed(&faithful) >= 20_000, "faithful notices it only after its 60 s keepalive");
 }
+
+#[test]
+fn reconnect_storm_hardened_takes_the_servers_slots_and_beats_lockstep_backoff() {
+    let s = scenario::load(Path::new(&scenario_path("reconnect-storm.yaml"))).unwrap();
+    let figures = |variant| {
+        let outcome = runner::run(&s, 1, variant);
+        assert_eq!(outcome.result, Outcome::Pass, "{variant:?}: {:?}", outcome.violations);
+        let m = orrery_sim::harness::metrics::compute(&outcome.trace.events(), &outcome.state);
+        let reconnect = m.histograms["fleet_reconnect_after_restart"].clone();
+        assert_eq!(reconnect.count, 1000, "every runtime of the fleet reconnected");
+        (reconnect.max, m.counters["tunnel.server_busy"], m.counters["tunnel.peak_registrations_per_s"])
+    };
+    let (faithful_max, faithful_busy, _) = figures(Variant::Faithful);
+    let (hardened_max, hardened_busy, peak) = figures(Variant::Hardened);
+    assert!(peak <= 50, "the server never registers faster than its capacity ({peak}/s)");
+    assert!(hardened_max < faithful_max, "hardened fleet back sooner: {hardened_max} ms vs {faithful_max} ms");
+    assert!(hardened_busy * 2 < faithful_busy, "hardened wastes fewer attempts: {hardened_busy} vs {faithful_busy} refusals");
+}

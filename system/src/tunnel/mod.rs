@@ -13,6 +13,8 @@ pub const PATH: &str = "/tunnel";
 pub const RUNTIME_HEADER: &str = "x-orrery-runtime";
 /// Header carrying the platform's id of a forwarded request (dedup on the runtime side).
 pub const REQUEST_ID_HEADER: &str = "x-orrery-request-id";
+/// Header of a busy server's 503: when to retry, in milliseconds (finer than `Retry-After`).
+pub const RETRY_AFTER_MS_HEADER: &str = "x-orrery-retry-after-ms";
 /// Largest WebSocket message or frame accepted; a bigger one closes that connection.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
 

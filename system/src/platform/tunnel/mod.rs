@@ -29,6 +29,12 @@ pub struct Config {
     pub keepalive_timeout: Duration,
     /// Longest a forwarded request may take before the caller gets 504.
     pub request_deadline: Duration,
+    /// Server work per registration (checking the token with the platform), done one at a
+    /// time: with 20 ms the server registers at most 50 runtimes per second.
+    pub registration_cost: Duration,
+    /// Registrations allowed to wait for that work; more are refused at once with 503
+    /// ("server busy"), as an overloaded tunnel server does.
+    pub max_pending_registrations: usize,
 }
 
 impl Config {
@@ -39,7 +45,14 @@ impl Config {
             Variant::Faithful => (Duration::from_secs(60), Duration::from_secs(20)),
             Variant::Hardened => (Duration::from_secs(2), Duration::from_secs(3)),
         };
-        Config { variant, keepalive, keepalive_timeout, request_deadline: Duration::from_secs(10) }
+        Config {
+            variant,
+            keepalive,
+            keepalive_timeout,
+            request_deadline: Duration::from_secs(10),
+            registration_cost: Duration::ZERO,
+            max_pending_registrations: 1024,
+        }
     }
 }
 
@@ -55,6 +68,12 @@ pub struct TunnelServer {
     tunnels: Mutex<BTreeMap<String, Tunnel>>,
     generation: Mutex<u64>,
     requests: Mutex<u64>,
+    /// Registrations admitted and not yet through the handshake.
+    pending: Mutex<usize>,
+    /// Serialises the per-registration work.
+    registering: tokio::sync::Mutex<()>,
+    /// Virtual queue of refused registrations: the next free slot handed out in `Retry-After`.
+    next_slot: Mutex<Duration>,
 }
 
 /// Checks a registration: the token's runtime must be the one named.
@@ -72,7 +91,16 @@ pub fn authorise(registry: &Registry, authorization: Option<&str>, name: Option<
 impl TunnelServer {
     /// A server with no tunnels yet.
     pub fn new(config: Config, registry: Arc<Registry>) -> Arc<Self> {
-        Arc::new(TunnelServer { config, registry, tunnels: Mutex::default(), generation: Mutex::new(0), requests: Mutex::new(0) })
+        Arc::new(TunnelServer {
+            config,
+            registry,
+            tunnels: Mutex::default(),
+            generation: Mutex::new(0),
+            requests: Mutex::new(0),
+            pending: Mutex::new(0),
+            registering: tokio::sync::Mutex::new(()),
+            next_slot: Mutex::new(Duration::ZERO),
+        })
     }
 
     /// Names of runtimes with a live tunnel, sorted.
@@ -150,7 +178,50 @@ pub async fn run(env: SharedEnv, server: Arc<TunnelServer>, addr: &str) -> std::
     serve(env, server, listener).await
 }
 
-async fn connection(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::env::BoxStream, peer: String) {
+async fn connection(env: SharedEnv, server: Arc<TunnelServer>, mut stream: crate::env::BoxStream, peer: String) {
+    // Admission: a full registration backlog is refused at once, never queued without bound.
+    let admitted = {
+        let mut pending = server.pending.lock().expect("pending lock");
+        let ok = *pending < server.config.max_pending_registrations;
+        if ok {
+            *pending += 1;
+        }
+        ok
+    };
+    if !admitted {
+        // Each refused registration gets its own future slot after the backlog, so clients
+        // that honour it come back spread out at the rate the server can take them.
+        let retry_after = {
+            let now = env.elapsed();
+            let cost = server.config.registration_cost.max(Duration::from_millis(1));
+            let backlog = cost.saturating_mul(server.config.max_pending_registrations as u32);
+            let mut slot = server.next_slot.lock().expect("slot lock");
+            *slot = (*slot).max(now + backlog) + cost;
+            *slot - now
+        };
+        env.observe(Observation::new("tunnel.server_busy", json!({"peer": peer, "retry_after_ms": retry_after.as_millis() as u64})));
+        let body = json!({"error": "tunnel server busy: too many registrations in progress, retry later"}).to_string();
+        let refusal = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {}\r\n{}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            retry_after.as_secs().max(1),
+            tunnel::RETRY_AFTER_MS_HEADER,
+            retry_after.as_millis(),
+            body.len()
+        );
+        use tokio::io::AsyncWriteExt;
+        let _ = stream.write_all(refusal.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
+    if !server.config.registration_cost.is_zero() {
+        let _turn = server.registering.lock().await;
+        env.sleep(server.config.registration_cost).await;
+    }
+    registration(env, server.clone(), stream, peer).await;
+}
+
+async fn registration(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::env::BoxStream, peer: String) {
+    let release = |server: &TunnelServer| *server.pending.lock().expect("pending lock") -= 1;
     let accepted: Arc<Mutex<Option<Result<String, Rejection>>>> = Arc::default();
     let verdict = accepted.clone();
     let registry = server.registry.clone();
@@ -172,6 +243,7 @@ async fn connection(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::en
         }
     };
     let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(tunnel::ws_config())).await;
+    release(&server);
     let verdict = accepted.lock().expect("verdict lock").take();
     let (ws, name) = match (handshake, verdict) {
         (Ok(ws), Some(Ok(name))) => (ws, name),

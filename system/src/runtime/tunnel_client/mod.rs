@@ -72,8 +72,8 @@ pub enum Fatal {
 enum Ended {
     /// The server refused the registration, with its reason.
     Refused(String),
-    /// Could not connect or handshake.
-    Failed(String),
+    /// Could not connect or handshake; a busy server may say when to come back.
+    Failed(String, Option<Duration>),
     /// Was up for `up`, then dropped.
     Dropped { up: Duration, why: String },
 }
@@ -87,7 +87,7 @@ fn websocket_key(env: &SharedEnv) -> String {
 
 async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Arc<dedup::Dedup>) -> Ended {
     let connect = async {
-        let stream = env.connect(&config.server_addr).await.map_err(|e| format!("connect {}: {e}", config.server_addr))?;
+        let stream = env.connect(&config.server_addr).await.map_err(|e| (format!("connect {}: {e}", config.server_addr), None))?;
         // The key comes from the environment so the handshake is deterministic in simulation.
         let request = Request::builder()
             .uri(format!("ws://{}{}", config.server_addr, tunnel::PATH))
@@ -99,15 +99,21 @@ async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Ar
             .header("authorization", format!("Bearer {}", config.token))
             .header(tunnel::RUNTIME_HEADER, &config.name)
             .body(())
-            .map_err(|e| format!("bad tunnel request: {e}"))?;
+            .map_err(|e| (format!("bad tunnel request: {e}"), None))?;
         match tokio_tungstenite::client_async_with_config(request, stream, Some(tunnel::ws_config())).await {
             Ok((ws, _)) => Ok(Ok(ws)),
             Err(WsError::Http(response)) => {
                 let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default().to_string();
                 let reason = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["error"].as_str().map(str::to_string)).unwrap_or(body);
-                Ok(Err(format!("HTTP {}: {reason}", response.status().as_u16())))
+                let status = response.status().as_u16();
+                if status >= 500 {
+                    // Busy or broken server: a transient failure, not a refusal of this runtime.
+                    let hint = response.headers().get(tunnel::RETRY_AFTER_MS_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).map(Duration::from_millis);
+                    return Err((format!("HTTP {status}: {reason}"), hint));
+                }
+                Ok(Err(format!("HTTP {status}: {reason}")))
             }
-            Err(e) => Err(format!("websocket handshake: {e}")),
+            Err(e) => Err((format!("websocket handshake: {e}"), None)),
         }
     };
     let ws = tokio::select! {
@@ -115,9 +121,9 @@ async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Ar
         outcome = connect => match outcome {
             Ok(Ok(ws)) => ws,
             Ok(Err(refusal)) => return Ended::Refused(refusal),
-            Err(failure) => return Ended::Failed(failure),
+            Err((failure, hint)) => return Ended::Failed(failure, hint),
         },
-        _ = env.sleep(config.connect_timeout) => return Ended::Failed(format!("no tunnel within {:?}", config.connect_timeout)),
+        _ = env.sleep(config.connect_timeout) => return Ended::Failed(format!("no tunnel within {:?}", config.connect_timeout), None),
     };
     let started = env.elapsed();
     env.observe(Observation::new("tunnel.client_up", json!({"runtime": config.name})));
@@ -160,7 +166,16 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
                     return Err(Fatal::FirstLoginRefused(reason));
                 }
             }
-            Ended::Failed(why) => env.observe(Observation::new("tunnel.client_failed", json!({"runtime": config.name, "why": why}))),
+            Ended::Failed(why, hint) => {
+                env.observe(Observation::new("tunnel.client_failed", json!({"runtime": config.name, "why": why})));
+                // Hardened honours a busy server's slot (plus a little jitter); the real client ignores it.
+                if let (Variant::Hardened, Some(slot)) = (config.variant, hint) {
+                    let delay = slot + env.random_between(Duration::ZERO, Duration::from_millis(250));
+                    env.observe(Observation::new("tunnel.client_wait", json!({"runtime": config.name, "ms": delay.as_millis() as u64, "server_slot": true})));
+                    env.sleep(delay).await;
+                    continue;
+                }
+            }
             Ended::Dropped { up, why } => {
                 logged_in = true;
                 env.observe(Observation::new("tunnel.client_down", json!({"runtime": config.name, "up_ms": up.as_millis() as u64, "why": why})));
