@@ -226,3 +226,61 @@ fn a_foreign_or_unknown_token_is_refused_with_a_reason_and_faithful_exits_on_the
     assert_eq!(tunnel::authorise(&registry, None, Some("acme-prod")).unwrap_err(), orrery_system::tunnel::Rejection::MissingToken);
     assert_eq!(tunnel::authorise(&registry, Some("Bearer t1"), Some("acme-prod")).unwrap(), "acme-prod");
 }
+
+#[test]
+fn garbage_and_oversize_frames_close_only_the_offending_connection() {
+    use futures::SinkExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let mut w = tunnel_world(Variant::Hardened, TOKEN);
+    let tunnels = w.tunnels.clone();
+    w.sim.client("client", async move {
+        let env = SimEnv::new("client", SEED, Trace::default());
+        env.sleep(Duration::from_secs(3)).await;
+        assert_eq!(tunnels.connected(), vec![NAME.to_string()]);
+
+        // Not HTTP at all: the server closes that connection (and records why).
+        let mut raw = env.connect("platform:8443").await?;
+        raw.write_all(b"\x16\x03\x01 this is not a websocket upgrade\r\n\r\n").await?;
+        let mut answer = Vec::new();
+        let _ = raw.read_to_end(&mut answer).await;
+        assert!(!String::from_utf8_lossy(&answer).contains(" 101 "), "no upgrade for garbage: {}", String::from_utf8_lossy(&answer));
+
+        // A registered impostor sending a frame over the 1 MiB limit: its connection closes.
+        let stream = env.connect("platform:8443").await?;
+        let request = http::Request::builder()
+            .uri("ws://platform:8443/tunnel")
+            .header("host", "platform:8443")
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .header(orrery_system::tunnel::RUNTIME_HEADER, NAME)
+            .body(())
+            .unwrap();
+        let (mut ws, _) = tokio_tungstenite::client_async(request, stream).await.expect("a valid registration is accepted");
+        let _ = ws.send(Message::Binary(Bytes::from(vec![0u8; 2 << 20]))).await;
+        env.sleep(Duration::from_secs(2)).await;
+        // Whatever the server had already sent (its HTTP/2 preface), the stream then ends.
+        let mut closed = false;
+        for _ in 0..10 {
+            match futures::StreamExt::next(&mut ws).await {
+                Some(Ok(Message::Binary(_))) => continue,
+                _ => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        assert!(closed, "the oversize sender's connection is closed");
+
+        // The server is still up: the real runtime reconnects (the impostor had replaced it) and serves.
+        env.sleep(Duration::from_secs(10)).await;
+        let (code, _) = call(&env, "GET", "/api/runtimes/acme-prod/healthz", &[]).await;
+        assert_eq!(code, 200, "the tunnel server kept serving");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}

@@ -128,6 +128,7 @@ impl TunnelServer {
             }
         }
         let deadline = self.config.request_deadline;
+        let connection = send.clone();
         let exchange = async {
             send.ready().await?;
             send.send_request(request).await
@@ -140,7 +141,10 @@ impl TunnelServer {
                     body.map_err(std::io::Error::other).boxed()
                 }),
                 Err(error) => {
-                    self.drop_tunnel(env, name, generation, "request failed");
+                    // A failed stream alone (a reset) leaves the tunnel up; a closed connection does not.
+                    if connection.is_closed() {
+                        self.drop_tunnel(env, name, generation, "connection closed during a request");
+                    }
                     json(StatusCode::BAD_GATEWAY, &json!({"error": format!("tunnel to runtime {name} broke during the request: {error}")}))
                 }
             },
