@@ -106,6 +106,97 @@ async fn end_to_end(env: SharedEnv, addr: String, bodies: Arc<Vec<Bytes>>, concu
     bodies.len() as f64 / started.elapsed().as_secs_f64()
 }
 
+/// `requests` GETs at `concurrency` against `url`: (requests per second, per-request latency
+/// p50 and p99 in microseconds).
+async fn load(env: SharedEnv, url: String, requests: usize, concurrency: usize) -> (f64, u64, u64) {
+    let started = Instant::now(); // determinism: real-env (benchmark)
+    let mut tasks = Vec::new();
+    for worker in 0..concurrency {
+        let (env, url) = (env.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let client = orrery_system::env::http::client::<Full<Bytes>>(env, Duration::from_secs(30));
+            let mut latencies = Vec::new();
+            for _ in (worker..requests).step_by(concurrency) {
+                let sent = Instant::now(); // determinism: real-env (benchmark)
+                let request = http::Request::get(&url).body(Full::new(Bytes::new())).expect("valid request");
+                let response = client.request(request).await.expect("answers");
+                assert!(response.status().is_success(), "{url}: {}", response.status());
+                let _ = response.into_body().collect().await;
+                latencies.push(sent.elapsed().as_micros() as u64);
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("client finished"));
+    }
+    let rate = requests as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let at = |p: f64| latencies.get(((p * latencies.len() as f64).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0);
+    (rate, at(0.50), at(0.99))
+}
+
+/// Request latency and throughput through platform gateway → tunnel (WebSocket + HTTP/2) →
+/// router → upstream, against the same upstream reached directly, on loopback.
+fn tunnel_bench(runtime: &tokio::runtime::Runtime, requests: usize, concurrency: usize) -> Result<Value, String> {
+    use orrery_system::platform::gateway::Gateway;
+    use orrery_system::platform::registry::Registry;
+    use orrery_system::platform::tunnel;
+    use orrery_system::runtime::router::{Router, Routes};
+    use orrery_system::runtime::tunnel_client;
+    runtime.block_on(async {
+        let env: SharedEnv = Arc::new(RealEnv::new("bench"));
+        let listen = |env: SharedEnv| async move {
+            let listener = env.listen("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            Ok::<_, String>((listener, addr))
+        };
+        let (upstream, upstream_addr) = listen(env.clone()).await?;
+        let (tunnel_listener, tunnel_addr) = listen(env.clone()).await?;
+        let (gateway_listener, gateway_addr) = listen(env.clone()).await?;
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(orrery_system::env::http::serve(upstream, |_, _| async { http::Response::new(orrery_system::env::http::full("ok")) })));
+        let registry = Arc::new(Registry::default());
+        registry.insert("bench-token", "bench", "runtime");
+        let tunnels = tunnel::TunnelServer::new(tunnel::Config::new(Variant::Hardened), registry.clone());
+        tasks.push(tokio::spawn(tunnel::serve(env.clone(), tunnels.clone(), tunnel_listener)));
+        let gateway = Arc::new(Gateway { admin_token: "bench-admin".into(), registry, tunnels: tunnels.clone() });
+        let gateway_env = env.clone();
+        tasks.push(tokio::spawn(orrery_system::env::http::serve(gateway_listener, move |request, _| {
+            let (env, gateway) = (gateway_env.clone(), gateway.clone());
+            async move { gateway.handle(&env, request).await }
+        })));
+        let router = Router::new(env.clone(), Routes { app_proxy: upstream_addr.clone(), ..Default::default() });
+        let handler: tunnel_client::Handler = Arc::new(move |request| {
+            let router = router.clone();
+            Box::pin(async move { router.handle(request).await })
+        });
+        let client = tunnel_client::Config::new(Variant::Hardened, &tunnel_addr, "bench-runtime", "bench-token");
+        let client_env = env.clone();
+        let runtime_task = tokio::spawn(async move { drop(tunnel_client::run(client_env, client, handler).await) });
+        for _ in 0..200 {
+            if !tunnels.connected().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if tunnels.connected().is_empty() {
+            return Err("the benchmark's tunnel did not come up".to_string());
+        }
+        let direct = load(env.clone(), format!("http://{upstream_addr}/app-proxy/ping"), requests, concurrency).await;
+        let through = load(env.clone(), format!("http://{gateway_addr}/api/runtimes/bench-runtime/app-proxy/ping"), requests, concurrency).await;
+        runtime_task.abort();
+        tasks.iter().for_each(|t| t.abort());
+        let record = |(rate, p50, p99): (f64, u64, u64)| json!({"requests_per_second": rate.round(), "latency_p50_us": p50, "latency_p99_us": p99});
+        eprintln!(
+            "  tunnel: direct {:>6.0} req/s (p50 {} µs) vs through the tunnel {:>6.0} req/s (p50 {} µs), {concurrency} clients",
+            direct.0, direct.1, through.0, through.1
+        );
+        Ok(json!({"requests": requests, "concurrency": concurrency, "direct": record(direct), "through_tunnel": record(through)}))
+    })
+}
+
 /// Runs the benchmark and returns its JSON record.
 pub fn run(events: usize) -> Result<Value, String> {
     let apps: Vec<DynamicObject> = (0..events).map(app).collect();
@@ -131,5 +222,6 @@ pub fn run(events: usize) -> Result<Value, String> {
         eprintln!("{:>8}: hot path {:>8.0} ns/event; end to end {:>8.0} events/s ({} sender{})", variant.as_str(), ns, per_second, concurrency, if concurrency == 1 { "" } else { "s" });
         results.push(json!({"variant": variant.as_str(), "hot_path_ns_per_event": ns.round(), "end_to_end_events_per_second": per_second.round(), "senders": concurrency}));
     }
-    Ok(json!({"events": events, "results": results}))
+    let tunnel = tunnel_bench(&runtime, events.min(20_000), 8)?;
+    Ok(json!({"events": events, "results": results, "tunnel": tunnel}))
 }
