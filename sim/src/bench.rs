@@ -161,7 +161,7 @@ fn tunnel_bench(runtime: &tokio::runtime::Runtime, requests: usize, concurrency:
         registry.insert("bench-token", "bench", "runtime");
         let tunnels = tunnel::TunnelServer::new(tunnel::Config::new(Variant::Hardened), registry.clone());
         tasks.push(tokio::spawn(tunnel::serve(env.clone(), tunnels.clone(), tunnel_listener)));
-        let gateway = Arc::new(Gateway { admin_token: "bench-admin".into(), registry, tunnels: tunnels.clone() });
+        let gateway = Arc::new(Gateway { admin_token: "bench-admin".into(), registry, tunnels: tunnels.clone(), permissions: Default::default() });
         let gateway_env = env.clone();
         tasks.push(tokio::spawn(orrery_system::env::http::serve(gateway_listener, move |request, _| {
             let (env, gateway) = (gateway_env.clone(), gateway.clone());

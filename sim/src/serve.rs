@@ -36,9 +36,25 @@ fn preregister(registry: &Registry, list: &str) -> Result<(), Fail> {
     Ok(())
 }
 
+/// `--users TOKEN=alice:repositories:list+workflows:terminate,…` into the permissions.
+fn users(permissions: &orrery_system::platform::permissions::Permissions, list: &str) -> Result<(), Fail> {
+    for entry in list.split(',').filter(|e| !e.is_empty()) {
+        let Some((token, rest)) = entry.split_once('=') else {
+            return fail(format!("--users: {entry:?} is not <token>=<user>:<operation>+<operation>"));
+        };
+        let (user, operations) = rest.split_once(':').unwrap_or((rest, ""));
+        let operations: Vec<&str> = operations.split('+').filter(|o| !o.is_empty()).collect();
+        if let Some(bad) = operations.iter().find(|o| !orrery_system::platform::permissions::OPERATIONS.contains(o)) {
+            return fail(format!("--users: unknown operation {bad:?} (known: {:?})", orrery_system::platform::permissions::OPERATIONS));
+        }
+        permissions.grant(token, user, &operations);
+    }
+    Ok(())
+}
+
 /// The platform: tunnel server and client gateway.
 pub fn control_plane(raw: &[String]) -> Result<ExitCode, Fail> {
-    let args = parse_args(raw, &["tunnel", "api", "variant", "admin-token", "runtimes"])?;
+    let args = parse_args(raw, &["tunnel", "api", "variant", "admin-token", "runtimes", "users"])?;
     let variant = variant(&args)?;
     let tunnel_addr = args.flags.get("tunnel").cloned().unwrap_or_else(|| "127.0.0.1:8443".into());
     let api_addr = args.flags.get("api").cloned().unwrap_or_else(|| "127.0.0.1:8081".into());
@@ -47,10 +63,12 @@ pub fn control_plane(raw: &[String]) -> Result<ExitCode, Fail> {
     };
     let registry = Arc::new(Registry::default());
     preregister(&registry, args.flags.get("runtimes").map(String::as_str).unwrap_or(""))?;
+    let permissions = Arc::new(orrery_system::platform::permissions::Permissions::default());
+    users(&permissions, args.flags.get("users").map(String::as_str).unwrap_or(""))?;
     runtime()?.block_on(async move {
         let env: SharedEnv = Arc::new(RealEnv::new("control-plane"));
         let tunnels = TunnelServer::new(tunnel::Config::new(variant), registry.clone());
-        let gateway = Arc::new(Gateway { admin_token, registry, tunnels: tunnels.clone() });
+        let gateway = Arc::new(Gateway { admin_token, registry, tunnels: tunnels.clone(), permissions: permissions.clone() });
         let tunnel_listener = env.listen(&tunnel_addr).await.map_err(|e| Fail(format!("{tunnel_addr}: {e}"), 1))?;
         eprintln!("orrery control-plane ({}): tunnel on {tunnel_addr}, client API on http://{api_addr}", variant.as_str());
         tokio::spawn(tunnel::serve(env.clone(), tunnels, tunnel_listener));
@@ -59,9 +77,10 @@ pub fn control_plane(raw: &[String]) -> Result<ExitCode, Fail> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A runtime: tunnel client and request routing service (optionally also on an ingress port).
+/// A runtime: tunnel client and request routing service (optionally also on an ingress
+/// port), and the app-proxy when `--git` names a Git provider.
 pub fn runtime_cmd(raw: &[String]) -> Result<ExitCode, Fail> {
-    let args = parse_args(raw, &["platform", "name", "token", "variant", "app-proxy", "workflows", "ingress"])?;
+    let args = parse_args(raw, &["platform", "platform-api", "name", "token", "variant", "app-proxy", "workflows", "ingress", "git", "apiserver"])?;
     let variant = variant(&args)?;
     let required = |flag: &str| args.flags.get(flag).cloned().ok_or_else(|| Fail(format!("runtime needs --{flag}"), 2));
     let (platform, name) = (required("platform")?, required("name")?);
@@ -72,8 +91,35 @@ pub fn runtime_cmd(raw: &[String]) -> Result<ExitCode, Fail> {
         event_sources: Default::default(),
     };
     let ingress = args.flags.get("ingress").cloned();
+    let app_proxy = match args.flags.get("git") {
+        None => None,
+        Some(git) => Some((
+            git.clone(),
+            args.flags.get("platform-api").cloned().ok_or_else(|| Fail("the app-proxy (--git) needs --platform-api ADDR for permissions".into(), 2))?,
+            args.flags.get("apiserver").cloned(),
+        )),
+    };
     runtime()?.block_on(async move {
         let env: SharedEnv = Arc::new(RealEnv::new(name.clone()));
+        if let Some((git_addr, platform_addr, apiserver)) = app_proxy {
+            // The Kubernetes API: a plain-HTTP (simulated) server if given, else KUBECONFIG.
+            let kube = match apiserver {
+                Some(addr) => orrery_system::env::kube::KubeTarget::new(addr),
+                None => {
+                    let config = kube::Config::infer().await.map_err(|e| Fail(format!("the app-proxy needs --apiserver or a kubeconfig: {e}"), 2))?;
+                    orrery_system::env::kube::KubeTarget::real(config, "default")
+                }
+            };
+            let config = orrery_system::runtime::app_proxy::Config {
+                platform_addr,
+                git_addr,
+                kube,
+                permissions_ttl: std::time::Duration::from_secs(30),
+                listen: routes.app_proxy.clone(),
+            };
+            let env = env.clone();
+            tokio::spawn(async move { orrery_system::runtime::app_proxy::run(env, config).await });
+        }
         if let Some(addr) = ingress {
             let (env, routes) = (env.clone(), routes.clone());
             tokio::spawn(async move { router::run(env, routes, &addr).await });

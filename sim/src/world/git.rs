@@ -151,3 +151,39 @@ mod tests {
         assert_eq!(git.head("r").unwrap().sha, two);
     }
 }
+
+/// The Git provider's HTTP API, a small subset shaped after the hosted providers':
+/// `GET /api/repos` → `{"repositories": [...]}`; `POST /api/commits`
+/// `{"repo","path","content","message","author"}` → `201 {"sha": …}` (400 with the reason
+/// for a malformed body). Serves until the listener fails.
+pub async fn serve(env: orrery_system::env::SharedEnv, git: SharedGit, addr: &str) -> std::io::Result<()> {
+    use http_body_util::BodyExt;
+    use orrery_system::env::http::json;
+    use serde_json::{json as j, Value};
+    let listener = env.listen(addr).await?;
+    orrery_system::env::http::serve(listener, move |request, _| {
+        let (env, git) = (env.clone(), git.clone());
+        async move {
+            match (request.method().as_str(), request.uri().path()) {
+                ("GET", "/api/repos") => json(http::StatusCode::OK, &j!({"repositories": git.lock().repos()})),
+                ("POST", "/api/commits") => {
+                    let body = match http_body_util::Limited::new(request.into_body(), 1 << 20).collect().await {
+                        Ok(c) => c.to_bytes(),
+                        Err(e) => return json(http::StatusCode::BAD_REQUEST, &j!({"error": format!("reading the body: {e}")})),
+                    };
+                    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let field = |name: &str| parsed[name].as_str().map(str::to_string);
+                    let (Some(repo), Some(path), Some(content)) = (field("repo"), field("path"), field("content")) else {
+                        return json(http::StatusCode::BAD_REQUEST, &j!({"error": "want repo, path and content"}));
+                    };
+                    let message = field("message").unwrap_or_default();
+                    let author = field("author").unwrap_or_else(|| "unknown".into());
+                    let sha = git.lock().commit(&repo, &author, &message, env.unix_millis(), [(path, content)].into_iter().collect());
+                    json(http::StatusCode::CREATED, &j!({"sha": sha}))
+                }
+                (_, path) => json(http::StatusCode::NOT_FOUND, &j!({"error": format!("no route {path}")})),
+            }
+        }
+    })
+    .await
+}

@@ -59,7 +59,7 @@ pub async fn run_gateway(env: SharedEnv, registry: Arc<Registry>, variant: Varia
     config.registration_cost = settings.registration_cost;
     config.max_pending_registrations = settings.max_pending_registrations;
     let tunnels = TunnelServer::new(config, registry.clone());
-    let gateway = Arc::new(Gateway { admin_token: "sim-admin".into(), registry, tunnels: tunnels.clone() });
+    let gateway = Arc::new(Gateway { admin_token: "sim-admin".into(), registry, tunnels: tunnels.clone(), permissions: Default::default() });
     let tunnel_env = env.clone();
     tokio::spawn(async move { tunnel::run(tunnel_env, tunnels, &format!("0.0.0.0:{TUNNEL_PORT}")).await });
     gateway::run(env, gateway, &format!("0.0.0.0:{GATEWAY_PORT}")).await

@@ -1,6 +1,7 @@
 //! The simulator's integration tests, one binary: real kube-rs against the simulated API
 //! server over turmoil TCP, and whole scenario runs.
 
+mod app_proxy;
 mod argocd_world;
 mod events_path;
 mod properties;

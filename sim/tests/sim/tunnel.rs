@@ -60,7 +60,8 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
     let registry = Arc::new(Registry::default());
     registry.insert(TOKEN, "acme", "prod");
     let tunnels = TunnelServer::new(tunnel::Config::new(variant), registry.clone());
-    let gateway = Arc::new(Gateway { admin_token: "admin".into(), registry, tunnels: tunnels.clone() });
+    let permissions = Arc::new(orrery_system::platform::permissions::Permissions::default());
+    let gateway = Arc::new(Gateway { admin_token: "admin".into(), registry, tunnels: tunnels.clone(), permissions: permissions.clone() });
     let host_trace = trace.clone();
     let host_tunnels = tunnels.clone();
     sim.host("platform", move || {

@@ -1,5 +1,7 @@
 //! The platform's API for clients in front of the runtimes:
 //!
+//! - `GET /api/permissions` with a user's bearer token → `{"user": …, "allow": [...]}` (401
+//!   for an unknown token): what the app-proxy authorises operations with;
 //! - `POST /api/runtimes` `{"account": …, "runtime": …}` with the admin token → `201
 //!   {"name": "<account>-<runtime>", "token": …}`: registers a runtime and issues its token;
 //! - `<any method> /api/runtimes/<name>/<path>` → forwarded to that runtime's request routing
@@ -31,6 +33,8 @@ pub struct Gateway {
     pub registry: Arc<Registry>,
     /// Live tunnels.
     pub tunnels: Arc<TunnelServer>,
+    /// Users and their permissions.
+    pub permissions: Arc<crate::platform::permissions::Permissions>,
 }
 
 impl Gateway {
@@ -39,6 +43,13 @@ impl Gateway {
         let path = request.uri().path().to_string();
         if path == "/api/runtimes" && request.method() == http::Method::POST {
             return self.register(env, request).await;
+        }
+        if path == "/api/permissions" {
+            let token = request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+            return match self.permissions.lookup(token) {
+                Some(answer) => json(StatusCode::OK, &answer),
+                None => json(StatusCode::UNAUTHORIZED, &json!({"error": "unknown user token"})),
+            };
         }
         let Some(rest) = path.strip_prefix("/api/runtimes/") else {
             return json(StatusCode::NOT_FOUND, &json!({"error": format!("no route for {path}")}));

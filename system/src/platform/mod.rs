@@ -4,5 +4,6 @@
 
 pub mod events;
 pub mod gateway;
+pub mod permissions;
 pub mod registry;
 pub mod tunnel;

@@ -1,0 +1,130 @@
+//! The app-proxy end to end over turmoil: a client calls it through the platform gateway,
+//! the tunnel and the router; it authorises each call with permissions fetched from the
+//! platform, lists and commits through the Git provider's API, and terminates an Argo
+//! Workflow by patching it through the (simulated) Kubernetes API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use kube::api::{Api, DynamicObject, PostParams};
+use orrery_sim::env::SimEnv;
+use orrery_sim::world::apiserver::Knobs;
+use orrery_sim::world::git::{self, SharedGit};
+use orrery_system::core::Variant;
+use orrery_system::env::kube::KubeTarget;
+use orrery_system::env::SharedEnv;
+use orrery_system::platform::gateway::{self, Gateway};
+use orrery_system::platform::permissions::Permissions;
+use orrery_system::platform::registry::Registry;
+use orrery_system::platform::tunnel::{self, TunnelServer};
+use orrery_system::runtime::app_proxy::{self, workflow_resource};
+use orrery_system::runtime::router::{Router, Routes};
+use orrery_system::runtime::tunnel_client;
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+const REPO: &str = "https://git.example/apps.git";
+
+async fn call(env: &SharedEnv, method: &str, path: &str, token: &str, body: Value) -> (u16, Value) {
+    let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(60));
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://platform:8080/api/runtimes/acme-prod/app-proxy/api/{path}"))
+        .header("authorization", format!("Bearer {token}"))
+        .body(Full::new(Bytes::from(if body.is_null() { String::new() } else { body.to_string() })))
+        .unwrap();
+    let response = client.request(request).await.expect("the gateway answers");
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[test]
+fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_only() {
+    let mut w = world(Knobs::default());
+    let git = SharedGit::default();
+    git.lock().commit(REPO, "Dev <d@x>", "init", 0, [("apps/a.yaml".to_string(), "a".to_string())].into_iter().collect());
+    let host_git = git.clone();
+    let trace = w.trace.clone();
+    w.sim.host("git", move || {
+        let (env, git) = (SimEnv::new("git", SEED, trace.clone()), host_git.clone());
+        async move {
+            git::serve(env, git, "0.0.0.0:80").await?;
+            Ok(())
+        }
+    });
+    let registry = Arc::new(Registry::default());
+    registry.insert("rt-token", "acme", "prod");
+    let permissions = Arc::new(Permissions::default());
+    permissions.grant("alice-token", "alice", &["repositories:list", "applications:commit", "workflows:terminate"]);
+    permissions.grant("bob-token", "bob", &["repositories:list"]);
+    let trace = w.trace.clone();
+    w.sim.host("platform", move || {
+        let env = SimEnv::new("platform", SEED, trace.clone());
+        let tunnels = TunnelServer::new(tunnel::Config::new(Variant::Hardened), registry.clone());
+        let gateway = Arc::new(Gateway { admin_token: "adm".into(), registry: registry.clone(), tunnels: tunnels.clone(), permissions: permissions.clone() });
+        async move {
+            tokio::spawn(tunnel::run(env.clone(), tunnels, "0.0.0.0:8443"));
+            gateway::run(env, gateway, "0.0.0.0:8080").await?;
+            Ok(())
+        }
+    });
+    let trace = w.trace.clone();
+    w.sim.host("runtime", move || {
+        let env = SimEnv::new("runtime", SEED, trace.clone());
+        async move {
+            let config = app_proxy::Config {
+                platform_addr: "platform:8080".into(),
+                git_addr: "git:80".into(),
+                kube: KubeTarget::new("apiserver:6443"),
+                permissions_ttl: Duration::from_secs(30),
+                listen: "0.0.0.0:3017".into(),
+            };
+            let proxy_env = env.clone();
+            tokio::spawn(async move { app_proxy::run(proxy_env, config).await });
+            let router = Router::new(env.clone(), Routes { app_proxy: "runtime:3017".into(), ..Default::default() });
+            let handler: tunnel_client::Handler = Arc::new(move |request| {
+                let router = router.clone();
+                Box::pin(async move { router.handle(request).await })
+            });
+            let _ = tunnel_client::run(env, tunnel_client::Config::new(Variant::Hardened, "platform:8443", "acme-prod", "rt-token"), handler).await;
+            Ok(())
+        }
+    });
+    let (trace, check_git) = (w.trace.clone(), git.clone());
+    w.sim.client("client", async move {
+        let (env, kube) = kube("client", &trace, Duration::from_secs(60));
+        let workflows: Api<DynamicObject> = Api::namespaced_with(kube, "default", &workflow_resource());
+        let mut wf = DynamicObject::new("build-42", &workflow_resource()).within("default");
+        wf.data = json!({"spec": {"entrypoint": "main"}});
+        workflows.create(&PostParams::default(), &wf).await?;
+        env.sleep(Duration::from_secs(3)).await;
+
+        let (code, body) = call(&env, "GET", "repositories", "alice-token", Value::Null).await;
+        assert_eq!((code, body["repositories"].clone()), (200, json!([REPO])), "{body}");
+        let commit = json!({"repo": REPO, "path": "apps/b.yaml", "content": "kind: Application", "message": "add b"});
+        let (code, body) = call(&env, "POST", "applications/commit", "alice-token", commit.clone()).await;
+        assert_eq!(code, 201, "{body}");
+        let head = check_git.lock().head(REPO).cloned().expect("a head commit");
+        assert_eq!((head.author.as_str(), head.message.as_str()), ("alice", "add b"));
+        assert_eq!(head.changes.get("apps/b.yaml").map(String::as_str), Some("kind: Application"));
+
+        let (code, body) = call(&env, "POST", "workflows/default/build-42/terminate", "alice-token", Value::Null).await;
+        assert_eq!(code, 200, "{body}");
+        let patched = workflows.get("build-42").await?;
+        assert_eq!(patched.data["spec"]["shutdown"], "Terminate", "the workflow is terminated through the Kubernetes API");
+        assert_eq!(call(&env, "POST", "workflows/default/missing/terminate", "alice-token", Value::Null).await.0, 404);
+
+        let (code, body) = call(&env, "POST", "applications/commit", "bob-token", commit).await;
+        assert_eq!(code, 403, "bob may only list: {body}");
+        assert!(body["error"].as_str().unwrap().contains("bob may not applications:commit"), "{body}");
+        assert_eq!(call(&env, "GET", "repositories", "stolen", Value::Null).await.0, 401);
+        let (code, body) = call(&env, "POST", "applications/commit", "alice-token", json!({"repo": REPO})).await;
+        assert_eq!(code, 400, "a malformed body is refused with the reason: {body}");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
