@@ -215,3 +215,66 @@ async fn faithful_reporter_replicas_converge_on_a_real_api_server_with_fnv_shard
 async fn hardened_reporter_replicas_converge_on_a_real_api_server_with_lease_ownership() {
     reporter_suite(Variant::Hardened).await;
 }
+
+/// The app-proxy, unchanged, terminates a real Argo `Workflow` by patching it through the
+/// real API server, after authorising the caller with permissions from the platform.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn the_app_proxy_terminates_a_real_workflow() {
+    use orrery_system::platform::gateway::Gateway;
+    use orrery_system::platform::permissions::Permissions;
+    use orrery_system::platform::registry::Registry;
+    use orrery_system::platform::tunnel::{self as tunnel_server, TunnelServer};
+    use orrery_system::runtime::app_proxy::{self, workflow_resource};
+
+    let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
+    let namespace = format!("orrery-app-proxy-{}", std::process::id());
+    cluster.prepare(&namespace).await.unwrap_or_else(|e| panic!("{e}"));
+    let workflows: Api<DynamicObject> = Api::namespaced_with(cluster.client(), &namespace, &workflow_resource());
+    let mut workflow = DynamicObject::new("build-42", &workflow_resource()).within(&namespace);
+    workflow.data = json!({"spec": {"entrypoint": "main"}});
+    workflows.create(&PostParams::default(), &workflow).await.expect("create a Workflow");
+
+    // The platform's permissions, served by an in-process gateway on loopback.
+    let permissions = Arc::new(Permissions::default());
+    permissions.grant("ops-token", "ops", &["workflows:terminate"]);
+    let registry = Arc::new(Registry::default());
+    let gateway = Arc::new(Gateway {
+        admin_token: "adm".into(),
+        registry: registry.clone(),
+        tunnels: TunnelServer::new(tunnel_server::Config::new(Variant::Hardened), registry),
+        permissions,
+    });
+    let (platform_port, proxy_port) = (free_port(), free_port());
+    let platform = tokio::spawn(async move {
+        drop(orrery_system::platform::gateway::run(Arc::new(RealEnv::new("platform")), gateway, &format!("127.0.0.1:{platform_port}")).await)
+    });
+    let config = kube::Config::infer().await.expect("kubeconfig");
+    let proxy_config = app_proxy::Config {
+        platform_addr: format!("127.0.0.1:{platform_port}"),
+        git_addr: "127.0.0.1:9".into(),
+        kube: KubeTarget::real(config, &namespace),
+        permissions_ttl: Duration::from_secs(30),
+        listen: format!("127.0.0.1:{proxy_port}"),
+    };
+    let proxy = tokio::spawn(async move { drop(app_proxy::run(Arc::new(RealEnv::new("app-proxy")), proxy_config).await) });
+
+    let terminate = |token: &'static str| {
+        let url = format!("http://127.0.0.1:{proxy_port}/app-proxy/api/workflows/{namespace}/build-42/terminate");
+        async move {
+            let env: SharedEnv = Arc::new(RealEnv::new("caller"));
+            let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(env, Duration::from_secs(10));
+            let request = http::Request::post(url).header("authorization", format!("Bearer {token}")).body(http_body_util::Full::new(bytes::Bytes::new())).ok()?;
+            client.request(request).await.ok().map(|r| r.status().as_u16())
+        }
+    };
+    eventually("the app-proxy answers", || async { terminate("nobody").await.map(|_| ()).ok_or_else(|| "no answer".to_string()) }).await;
+    assert_eq!(terminate("nobody").await, Some(401), "an unknown token is refused");
+    assert_eq!(terminate("ops-token").await, Some(200));
+    let patched = workflows.get("build-42").await.expect("get the Workflow");
+    assert_eq!(patched.data["spec"]["shutdown"], "Terminate", "spec.shutdown set on the real Workflow");
+    platform.abort();
+    proxy.abort();
+    let _ = cluster.cleanup(&namespace).await;
+    println!("runtime: the app-proxy terminated a real Workflow through the real API server");
+}
