@@ -38,11 +38,12 @@ USAGE:
       Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).
   orrery serve control-plane --admin-token T [--tunnel ADDR] [--api ADDR] [--variant V]
                              [--runtimes ACCOUNT-RUNTIME=TOKEN,...] [--users TOKEN=USER:OP+OP,...]
+                             [--tls-cert PEM --tls-key PEM]
       The platform for real: tunnel server (default 127.0.0.1:8443) and client API
       (default 127.0.0.1:8081: POST /api/runtimes registers, /api/runtimes/NAME/... forwards).
   orrery serve runtime --platform ADDR --name ACCOUNT-RUNTIME --token T [--variant V]
                        [--app-proxy ADDR] [--workflows ADDR] [--ingress ADDR]
-                       [--git ADDR --platform-api ADDR [--apiserver ADDR]]
+                       [--git ADDR --platform-api ADDR [--apiserver ADDR]] [--tls-ca PEM]
       A runtime for real: tunnel client, request routing service, and with --git the
       app-proxy (permissions from --platform-api; workflows patched through --apiserver,
       a plain-HTTP simulated API server, or the KUBECONFIG cluster).";

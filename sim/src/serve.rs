@@ -54,7 +54,7 @@ fn users(permissions: &orrery_system::platform::permissions::Permissions, list: 
 
 /// The platform: tunnel server and client gateway.
 pub fn control_plane(raw: &[String]) -> Result<ExitCode, Fail> {
-    let args = parse_args(raw, &["tunnel", "api", "variant", "admin-token", "runtimes", "users"])?;
+    let args = parse_args(raw, &["tunnel", "api", "variant", "admin-token", "runtimes", "users", "tls-cert", "tls-key"])?;
     let variant = variant(&args)?;
     let tunnel_addr = args.flags.get("tunnel").cloned().unwrap_or_else(|| "127.0.0.1:8443".into());
     let api_addr = args.flags.get("api").cloned().unwrap_or_else(|| "127.0.0.1:8081".into());
@@ -65,12 +65,22 @@ pub fn control_plane(raw: &[String]) -> Result<ExitCode, Fail> {
     preregister(&registry, args.flags.get("runtimes").map(String::as_str).unwrap_or(""))?;
     let permissions = Arc::new(orrery_system::platform::permissions::Permissions::default());
     users(&permissions, args.flags.get("users").map(String::as_str).unwrap_or(""))?;
+    let mut config = tunnel::Config::new(variant);
+    match (args.flags.get("tls-cert"), args.flags.get("tls-key")) {
+        (Some(cert), Some(key)) => {
+            let read = |path: &String| std::fs::read(path).map_err(|e| Fail(format!("{path}: {e}"), 2));
+            config.tls = Some(orrery_system::tunnel::tls::server_config(&read(cert)?, &read(key)?).map_err(|e| Fail(e.to_string(), 2))?);
+        }
+        (None, None) => {}
+        _ => return fail("--tls-cert and --tls-key go together"),
+    }
+    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
     runtime()?.block_on(async move {
         let env: SharedEnv = Arc::new(RealEnv::new("control-plane"));
-        let tunnels = TunnelServer::new(tunnel::Config::new(variant), registry.clone());
+        let tunnels = TunnelServer::new(config, registry.clone());
         let gateway = Arc::new(Gateway { admin_token, registry, tunnels: tunnels.clone(), permissions: permissions.clone() });
         let tunnel_listener = env.listen(&tunnel_addr).await.map_err(|e| Fail(format!("{tunnel_addr}: {e}"), 1))?;
-        eprintln!("orrery control-plane ({}): tunnel on {tunnel_addr}, client API on http://{api_addr}", variant.as_str());
+        eprintln!("orrery control-plane ({}): tunnel on {scheme}://{tunnel_addr}, client API on http://{api_addr}", variant.as_str());
         tokio::spawn(tunnel::serve(env.clone(), tunnels, tunnel_listener));
         gateway::run(env, gateway, &api_addr).await.map_err(|e| Fail(format!("{api_addr}: {e}"), 1))
     })?;
@@ -80,7 +90,7 @@ pub fn control_plane(raw: &[String]) -> Result<ExitCode, Fail> {
 /// A runtime: tunnel client and request routing service (optionally also on an ingress
 /// port), and the app-proxy when `--git` names a Git provider.
 pub fn runtime_cmd(raw: &[String]) -> Result<ExitCode, Fail> {
-    let args = parse_args(raw, &["platform", "platform-api", "name", "token", "variant", "app-proxy", "workflows", "ingress", "git", "apiserver"])?;
+    let args = parse_args(raw, &["platform", "platform-api", "name", "token", "variant", "app-proxy", "workflows", "ingress", "git", "apiserver", "tls-ca"])?;
     let variant = variant(&args)?;
     let required = |flag: &str| args.flags.get(flag).cloned().ok_or_else(|| Fail(format!("runtime needs --{flag}"), 2));
     let (platform, name) = (required("platform")?, required("name")?);
@@ -91,6 +101,11 @@ pub fn runtime_cmd(raw: &[String]) -> Result<ExitCode, Fail> {
         event_sources: Default::default(),
     };
     let ingress = args.flags.get("ingress").cloned();
+    let mut client = tunnel_client::Config::new(variant, &platform, &name, &token);
+    if let Some(path) = args.flags.get("tls-ca") {
+        let roots = std::fs::read(path).map_err(|e| Fail(format!("{path}: {e}"), 2))?;
+        client.tls = Some(orrery_system::tunnel::tls::client_config(&roots).map_err(|e| Fail(e.to_string(), 2))?);
+    }
     let app_proxy = match args.flags.get("git") {
         None => None,
         Some(git) => Some((
@@ -130,7 +145,7 @@ pub fn runtime_cmd(raw: &[String]) -> Result<ExitCode, Fail> {
             Box::pin(async move { router.handle(request).await })
         });
         eprintln!("orrery runtime {name} ({}): tunnel to {platform}", variant.as_str());
-        tunnel_client::run(env, tunnel_client::Config::new(variant, &platform, &name, &token), handler).await.map_err(|e| Fail(e.to_string(), 1))
+        tunnel_client::run(env, client, handler).await.map_err(|e| Fail(e.to_string(), 1))
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -105,3 +105,42 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
     });
     drop(platform);
 }
+
+/// A test CA and a server certificate for `localhost`/`127.0.0.1`, written as PEM files.
+fn test_certificates(dir: &std::path::Path) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap().signed_by(&server_key, &issuer).unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    (write("ca.pem", ca.pem()), write("server.pem", server.pem()), write("server-key.pem", server_key.serialize_pem()))
+}
+
+#[test]
+fn the_tunnel_runs_over_tls_with_test_certificates_and_an_untrusting_runtime_cannot_connect() {
+    let dir = std::env::temp_dir().join(format!("orrery-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca, cert, key) = test_certificates(&dir);
+    let (tunnel, gateway) = (free_port(), free_port());
+    let (tunnel_addr, gateway_addr) = (format!("127.0.0.1:{tunnel}"), format!("127.0.0.1:{gateway}"));
+    let _platform = orrery(&[
+        "serve", "control-plane", "--admin-token", "adm", "--tunnel", &tunnel_addr, "--api", &gateway_addr,
+        "--runtimes", "acme-prod=tok-1,acme-dev=tok-2", "--tls-cert", &cert, "--tls-key", &key,
+    ]);
+    let _trusting = orrery(&["serve", "runtime", "--platform", &tunnel_addr, "--name", "acme-prod", "--token", "tok-1", "--tls-ca", &ca]);
+    let _plain = orrery(&["serve", "runtime", "--platform", &tunnel_addr, "--name", "acme-dev", "--token", "tok-2"]);
+    eventually("a request crosses the TLS tunnel", Duration::from_secs(20), || {
+        http(gateway, "GET", "/api/runtimes/acme-prod/healthz", "").is_some_and(|(code, body)| code == 200 && body == "ok")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(http(gateway, "GET", "/api/runtimes/acme-dev/healthz", "").map(|r| r.0), Some(503), "plain WebSocket against a TLS server gets no tunnel");
+    let _ = std::fs::remove_dir_all(&dir);
+}

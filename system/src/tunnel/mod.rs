@@ -5,6 +5,7 @@
 //! many concurrent request/response streams, flow control, PING keepalives). The platform
 //! is the HTTP/2 client, the runtime the HTTP/2 server, whichever side dialled.
 
+pub mod tls;
 pub mod ws;
 
 /// Path of the WebSocket upgrade.

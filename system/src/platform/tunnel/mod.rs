@@ -35,6 +35,8 @@ pub struct Config {
     /// Registrations allowed to wait for that work; more are refused at once with 503
     /// ("server busy"), as an overloaded tunnel server does.
     pub max_pending_registrations: usize,
+    /// TLS (WSS) in real mode; plain TCP when absent (the simulator).
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl Config {
@@ -52,6 +54,7 @@ impl Config {
             request_deadline: Duration::from_secs(10),
             registration_cost: Duration::ZERO,
             max_pending_registrations: 1024,
+            tls: None,
         }
     }
 }
@@ -182,7 +185,17 @@ pub async fn run(env: SharedEnv, server: Arc<TunnelServer>, addr: &str) -> std::
     serve(env, server, listener).await
 }
 
-async fn connection(env: SharedEnv, server: Arc<TunnelServer>, mut stream: crate::env::BoxStream, peer: String) {
+async fn connection(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::env::BoxStream, peer: String) {
+    let mut stream: crate::env::BoxStream = match &server.config.tls {
+        Some(tls) => match tokio_rustls::TlsAcceptor::from(tls.clone()).accept(stream).await {
+            Ok(tls_stream) => Box::new(tls_stream),
+            Err(error) => {
+                env.observe(Observation::new("tunnel.tls_failed", json!({"peer": peer, "error": error.to_string()})));
+                return;
+            }
+        },
+        None => stream,
+    };
     // Admission: a full registration backlog is refused at once, never queued without bound.
     let admitted = {
         let mut pending = server.pending.lock().expect("pending lock");

@@ -39,6 +39,8 @@ pub struct Config {
     pub keepalive_timeout: Duration,
     /// Longest wait for the TCP connection and the WebSocket handshake.
     pub connect_timeout: Duration,
+    /// TLS (WSS) in real mode, trusting these roots; plain TCP when absent (the simulator).
+    pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
 }
 
 impl Config {
@@ -56,6 +58,7 @@ impl Config {
             keepalive,
             keepalive_timeout,
             connect_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -88,9 +91,19 @@ fn websocket_key(env: &SharedEnv) -> String {
 async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Arc<dedup::Dedup>) -> Ended {
     let connect = async {
         let stream = env.connect(&config.server_addr).await.map_err(|e| (format!("connect {}: {e}", config.server_addr), None))?;
+        let stream: crate::env::BoxStream = match &config.tls {
+            Some(tls) => {
+                let host = config.server_addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(&config.server_addr).to_string();
+                let name = rustls_pki_types::ServerName::try_from(host.clone()).map_err(|e| (format!("TLS server name {host:?}: {e}"), None))?;
+                let tls_stream = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, stream).await.map_err(|e| (format!("TLS handshake with {}: {e}", config.server_addr), None))?;
+                Box::new(tls_stream)
+            }
+            None => stream,
+        };
+        let scheme = if config.tls.is_some() { "wss" } else { "ws" };
         // The key comes from the environment so the handshake is deterministic in simulation.
         let request = Request::builder()
-            .uri(format!("ws://{}{}", config.server_addr, tunnel::PATH))
+            .uri(format!("{scheme}://{}{}", config.server_addr, tunnel::PATH))
             .header("host", &config.server_addr)
             .header("connection", "Upgrade")
             .header("upgrade", "websocket")
