@@ -56,10 +56,16 @@ fn free_port() -> u16 {
 
 /// A plain HTTP/1.1 exchange over loopback: (status, body), or `None` when the connection fails.
 fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    http_as(port, method, path, body, "")
+}
+
+/// As [`http`], with `Authorization: Bearer <token>` when `token` is not empty.
+fn http_as(port: u16, method: &str, path: &str, body: &str, token: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-    let request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+    let auth = if token.is_empty() { String::new() } else { format!("authorization: Bearer {token}\r\n") };
+    let request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
     stream.write_all(request.as_bytes()).ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
@@ -78,14 +84,21 @@ fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
 
 #[test]
 fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopback_across_a_tunnel_server_restart() {
-    let (api, tunnel, gateway) = (free_port(), free_port(), free_port());
-    let (api_addr, tunnel_addr, gateway_addr) = (format!("127.0.0.1:{api}"), format!("127.0.0.1:{tunnel}"), format!("127.0.0.1:{gateway}"));
+    let (api, tunnel, gateway, proxy) = (free_port(), free_port(), free_port(), free_port());
+    let (api_addr, tunnel_addr, gateway_addr, proxy_addr) =
+        (format!("127.0.0.1:{api}"), format!("127.0.0.1:{tunnel}"), format!("127.0.0.1:{gateway}"), format!("127.0.0.1:{proxy}"));
     let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
     let control_plane = |variant: &str| {
-        orrery(&["serve", "control-plane", "--admin-token", "adm", "--tunnel", &tunnel_addr, "--api", &gateway_addr, "--runtimes", "acme-prod=tok-1", "--variant", variant])
+        orrery(&[
+            "serve", "control-plane", "--admin-token", "adm", "--tunnel", &tunnel_addr, "--api", &gateway_addr,
+            "--runtimes", "acme-prod=tok-1", "--users", "ops-token=ops:workflows:terminate", "--variant", variant,
+        ])
     };
     let mut platform = control_plane("hardened");
-    let _runtime = orrery(&["serve", "runtime", "--platform", &tunnel_addr, "--name", "acme-prod", "--token", "tok-1", "--workflows", &api_addr]);
+    let _runtime = orrery(&[
+        "serve", "runtime", "--platform", &tunnel_addr, "--name", "acme-prod", "--token", "tok-1", "--workflows", &api_addr,
+        "--app-proxy", &proxy_addr, "--git", "127.0.0.1:9", "--platform-api", &gateway_addr, "--apiserver", &api_addr,
+    ]);
     eventually("the API server answers", Duration::from_secs(20), || http(api, "GET", "/healthz", "").is_some());
     let created = http(api, "POST", "/api/v1/namespaces/default/configmaps", r#"{"metadata":{"name":"through-the-tunnel"}}"#);
     assert_eq!(created.map(|c| c.0), Some(201));
@@ -95,6 +108,16 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
         http(gateway, "GET", through, "").is_some_and(|(code, body)| code == 200 && body.contains("through-the-tunnel"))
     });
     assert_eq!(http(gateway, "GET", "/api/runtimes/acme-other/healthz", "").map(|r| r.0), Some(503), "no tunnel → 503");
+
+    // client → platform → tunnel → router → app-proxy → API server: terminate a Workflow.
+    let workflow = r#"{"apiVersion":"argoproj.io/v1alpha1","kind":"Workflow","metadata":{"name":"build-42"},"spec":{"entrypoint":"main"}}"#;
+    assert_eq!(http(api, "POST", "/apis/argoproj.io/v1alpha1/namespaces/default/workflows", workflow).map(|c| c.0), Some(201));
+    let terminate = "/api/runtimes/acme-prod/app-proxy/api/workflows/default/build-42/terminate";
+    assert_eq!(http_as(gateway, "POST", terminate, "", "stolen").map(|r| r.0), Some(401), "unknown user token");
+    let (code, body) = http_as(gateway, "POST", terminate, "", "ops-token").expect("an answer");
+    assert_eq!(code, 200, "{body}");
+    let (_, stored) = http(api, "GET", "/apis/argoproj.io/v1alpha1/namespaces/default/workflows/build-42", "").expect("the workflow");
+    assert!(stored.contains(r#""shutdown":"Terminate""#), "the app-proxy patched the workflow: {stored}");
 
     // Kill the tunnel server mid-traffic, then restart it: the runtime reconnects by itself.
     drop(platform);
