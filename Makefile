@@ -30,9 +30,12 @@ test: build
 	$(MAKE) --no-print-directory conformance-ci
 	$(MAKE) --no-print-directory reports-check
 
-## Two runs of one seed in separate processes must print the same trace hash.
+## Two runs of one seed in separate processes must print the same trace hash (the
+## Kubernetes world, and the tunnel world with its WebSocket and HTTP/2 stack).
 determinism: build
 	$(ORRERY) check-determinism scenarios/watch-convergence.yaml --seed 7
+	$(ORRERY) check-determinism scenarios/tunnel-drop.yaml --seed 3 --variant faithful
+	$(ORRERY) check-determinism scenarios/tunnel-drop.yaml --seed 3 --variant hardened
 
 ## Regenerate the reports and fail if that changed anything committed.
 reports-check: reports
