@@ -163,9 +163,22 @@ fn tunnel_figures(
     let mut repair_at: Option<u64> = None;
     let mut up: BTreeMap<String, bool> = BTreeMap::new();
     let mut executed: BTreeMap<String, u64> = BTreeMap::new();
+    // Fleet figures: registrations per second at the server, and per runtime the time from
+    // the (last) tunnel-server restart to its tunnel being back.
+    let mut per_second: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut restarted_at: Option<u64> = None;
+    let mut back: BTreeMap<String, u64> = BTreeMap::new();
     for event in events {
         let detail = &event.observation.detail;
-        match event.observation.kind.as_str() {
+        let kind = event.observation.kind.as_str();
+        if kind.starts_with("tunnel.") {
+            *counters.entry(kind.to_string()).or_default() += 1;
+        }
+        if kind == "fault.restart" {
+            restarted_at = Some(event.at_ms);
+            back.clear();
+        }
+        match kind {
             "client.request" => {
                 let status = detail["status"].as_u64().unwrap_or(0);
                 latencies.push(detail["latency_ms"].as_u64().unwrap_or(0));
@@ -200,31 +213,15 @@ fn tunnel_figures(
             }
             "host.stop" => up.values_mut().for_each(|u| *u = false),
             "tunnel.server_up" => {
-                up.insert(detail["runtime"].as_str().unwrap_or("").to_string(), true);
+                let runtime = detail["runtime"].as_str().unwrap_or("").to_string();
+                *per_second.entry(event.at_ms / 1000).or_default() += 1;
+                if let Some(at) = restarted_at {
+                    back.entry(runtime.clone()).or_insert(event.at_ms - at);
+                }
+                up.insert(runtime, true);
                 if let Some(at) = repair_at.take() {
                     reconnected.push(event.at_ms - at);
                 }
-            }
-            other if other.starts_with("tunnel.") => *counters.entry(other.to_string()).or_default() += 1,
-            _ => {}
-        }
-    }
-    // Fleet figures: registrations per second at the server, and per runtime the time from
-    // the (last) tunnel-server restart to its tunnel being back.
-    let mut per_second: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut restarted_at: Option<u64> = None;
-    let mut back: BTreeMap<String, u64> = BTreeMap::new();
-    for event in events {
-        match event.observation.kind.as_str() {
-            "tunnel.server_up" => {
-                *per_second.entry(event.at_ms / 1000).or_default() += 1;
-                if let Some(at) = restarted_at {
-                    back.entry(event.observation.detail["runtime"].as_str().unwrap_or("").to_string()).or_insert(event.at_ms - at);
-                }
-            }
-            "fault.restart" => {
-                restarted_at = Some(event.at_ms);
-                back.clear();
             }
             _ => {}
         }
@@ -242,9 +239,6 @@ fn tunnel_figures(
     }
     for kind in ["tunnel.server_up", "tunnel.server_down", "tunnel.client_down"] {
         counters.entry(kind.to_string()).or_default();
-    }
-    for event in events.iter().filter(|e| matches!(e.observation.kind.as_str(), "tunnel.server_up" | "tunnel.server_down" | "tunnel.client_down")) {
-        *counters.entry(event.observation.kind.clone()).or_default() += 1;
     }
     counters.insert("runtime.executions".into(), executed.values().sum());
     counters.insert("runtime.duplicate_executions".into(), executed.values().map(|n| n.saturating_sub(1)).sum());

@@ -75,9 +75,9 @@ fn http_as(port: u16, method: &str, path: &str, body: &str, token: &str) -> Opti
 }
 
 fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + within; // determinism: real-mode test, wall clock on purpose
+    let deadline = std::time::Instant::now() + within; // determinism: real-env (real-mode test, wall clock on purpose)
     while !check() {
-        assert!(std::time::Instant::now() < deadline, "{what}: not within {within:?}"); // determinism: real-mode test
+        assert!(std::time::Instant::now() < deadline, "{what}: not within {within:?}"); // determinism: real-env (real-mode test)
         std::thread::sleep(Duration::from_millis(100));
     }
 }

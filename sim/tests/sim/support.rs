@@ -21,13 +21,18 @@ pub struct World {
 
 pub const SEED: u64 = 11;
 
-pub fn world(knobs: Knobs) -> World {
-    let mut sim = turmoil::Builder::new()
-        .simulation_duration(Duration::from_secs(3600))
+/// A turmoil sim with the tests' seed, epoch and 10 ms tick, running at most `duration`.
+pub fn sim(duration: Duration) -> turmoil::Sim<'static> {
+    turmoil::Builder::new()
+        .simulation_duration(duration)
         .tick_duration(Duration::from_millis(10))
         .epoch(std::time::UNIX_EPOCH + Duration::from_millis(orrery_sim::env::SIM_EPOCH_UNIX_MS))
         .rng_seed(SEED)
-        .build();
+        .build()
+}
+
+pub fn world(knobs: Knobs) -> World {
+    let mut sim = sim(Duration::from_secs(3600));
     let api = ApiServer::new(knobs);
     let trace = Trace::default();
     let (host_api, host_trace) = (api.clone(), trace.clone());

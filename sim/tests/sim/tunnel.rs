@@ -50,12 +50,7 @@ struct TunnelWorld {
 }
 
 fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
-    let mut sim = turmoil::Builder::new()
-        .simulation_duration(Duration::from_secs(600))
-        .tick_duration(Duration::from_millis(10))
-        .epoch(std::time::UNIX_EPOCH + Duration::from_millis(orrery_sim::env::SIM_EPOCH_UNIX_MS))
-        .rng_seed(SEED)
-        .build();
+    let mut sim = crate::support::sim(Duration::from_secs(600));
     let trace = Trace::default();
     let registry = Arc::new(Registry::default());
     registry.insert(TOKEN, "acme", "prod");

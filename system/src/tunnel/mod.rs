@@ -31,6 +31,9 @@ pub enum Rejection {
     /// No or malformed runtime name header.
     #[error("missing or malformed {RUNTIME_HEADER} header (want <account>-<runtime>)")]
     BadName,
+    /// The upgrade asked for another path than [`PATH`].
+    #[error("the tunnel lives at {PATH}, not {0:?}")]
+    WrongPath(String),
     /// The token belongs to another runtime.
     #[error("runtime {claimed:?} does not belong to this token (it registers {owner:?})")]
     ForeignName {
@@ -46,7 +49,7 @@ impl Rejection {
     pub fn status(&self) -> u16 {
         match self {
             Rejection::ForeignName { .. } => 403,
-            Rejection::BadName => 400,
+            Rejection::BadName | Rejection::WrongPath(_) => 400,
             _ => 401,
         }
     }

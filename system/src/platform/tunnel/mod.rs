@@ -245,7 +245,7 @@ async fn registration(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::
     let callback = move |request: &WsRequest, response: WsResponse| -> Result<WsResponse, ErrorResponse> {
         let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
         let result = if request.uri().path() != tunnel::PATH {
-            Err(Rejection::BadName)
+            Err(Rejection::WrongPath(request.uri().path().to_string()))
         } else {
             authorise(&registry, header("authorization"), header(tunnel::RUNTIME_HEADER))
         };
