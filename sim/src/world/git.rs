@@ -100,9 +100,12 @@ impl Git {
         let repository = self.repos.get(repo)?;
         let end = repository.index_of(sha)?;
         let dir = path.trim_end_matches('/');
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
         let mut files = BTreeMap::new();
         for commit in repository.touching(path, end) {
-            for (file, content) in &commit.changes {
+            // `changes` is sorted by path, so the files under `dir/` are one contiguous range.
+            let under = commit.changes.range::<str, _>((std::ops::Bound::Included(prefix.as_str()), std::ops::Bound::Unbounded));
+            for (file, content) in under.take_while(|(file, _)| file.starts_with(&prefix)) {
                 if dir_of(file) == dir {
                     files.insert(file.clone(), content.clone());
                 }
@@ -149,6 +152,23 @@ mod tests {
         assert_eq!(git.files_at("r", &one, "apps/x").unwrap()["apps/x/d.yaml"], "v1");
         assert_eq!(git.last_change("r", &two, "apps/y").unwrap().sha, one);
         assert_eq!(git.head("r").unwrap().sha, two);
+    }
+
+    #[test]
+    fn files_at_takes_only_files_directly_under_the_path() {
+        let mut git = Git::default();
+        let changes = BTreeMap::from([
+            ("apps/x/a.yaml".into(), "a".into()),
+            ("apps/x/sub/b.yaml".into(), "nested".into()),
+            ("apps/x2/c.yaml".into(), "sibling".into()),
+            ("apps/x-y/d.yaml".into(), "sorts-before".into()),
+            ("top.yaml".into(), "root".into()),
+        ]);
+        let sha = git.commit("r", "a", "m", 0, changes);
+        let files = git.files_at("r", &sha, "apps/x/").unwrap();
+        assert_eq!(files.keys().collect::<Vec<_>>(), ["apps/x/a.yaml"]);
+        assert_eq!(git.files_at("r", &sha, "").unwrap().keys().collect::<Vec<_>>(), ["top.yaml"]);
+        assert!(git.files_at("r", "unknown", "apps/x").is_none());
     }
 }
 
