@@ -154,6 +154,12 @@ fn cmd_sweep(raw: &[String]) -> Result<ExitCode, Fail> {
     let total = jobs.len();
     let (mut finished, mut unexpected) = (0, 0);
     let results = run_jobs(&jobs, jobs_arg(&args)?, |_, value| {
+        // Each run's result line goes out as soon as it is known, so an interrupted long
+        // sweep keeps what it found (the progress bar is redrawn under it).
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprint!("\r\x1b[K");
+        }
+        println!("{value}");
         finished += 1;
         unexpected += usize::from(!value["expected"].as_bool().unwrap_or(false));
         let width = 30;

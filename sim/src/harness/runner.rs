@@ -382,18 +382,21 @@ fn platform_knobs(scenario: &Scenario) -> platform_events::Knobs {
 /// The API server's Applications: `namespace/name` → (name, rv, reported state).
 fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
     let kind = api.kind("applications").expect("applications are served").clone();
-    let text = |o: &Value, p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    let text = |o: Option<&Value>, field: &str| o.and_then(|o| o.get(field)).and_then(Value::as_str).unwrap_or("").to_string();
     let mut apps: Vec<checkers::AppTruth> = Vec::new();
     api.store().visit(&kind, |o| {
+        let (metadata, status) = (o.get("metadata"), o.get("status"));
+        let name = text(metadata, "name");
         apps.push(checkers::AppTruth {
-            key: format!("{}/{}", text(o, "/metadata/namespace"), text(o, "/metadata/name")),
-            name: text(o, "/metadata/name"),
-            rv: text(o, "/metadata/resourceVersion"),
-            sync_status: text(o, "/status/sync/status"),
-            revision: text(o, "/status/sync/revision"),
-            health_status: text(o, "/status/health/status"),
+            key: format!("{}/{}", text(metadata, "namespace"), name),
+            name,
+            rv: text(metadata, "resourceVersion"),
+            sync_status: text(status.and_then(|s| s.get("sync")), "status"),
+            revision: text(status.and_then(|s| s.get("sync")), "revision"),
+            health_status: text(status.and_then(|s| s.get("health")), "status"),
         })
     });
+    // Store order is (namespace, name) already; the sort keeps the contract explicit.
     apps.sort_by(|a, b| a.key.cmp(&b.key));
     apps
 }

@@ -208,10 +208,12 @@ impl Store {
     /// Calls `f` on every stored object of `kind` in key order, without copying them.
     pub fn visit(&self, kind: &ResourceKind, mut f: impl FnMut(&Value)) {
         let key = kind.key();
-        for ((resource, _, _), value) in &self.objects {
-            if *resource == key {
-                f(value);
+        let first = (key.clone(), String::new(), String::new());
+        for ((resource, _, _), value) in self.objects.range(first..) {
+            if *resource != key {
+                break;
             }
+            f(value);
         }
     }
 

@@ -36,15 +36,15 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
             if !replica.owns(&name) {
                 continue;
             }
-            let status = app.data.get("status").cloned().unwrap_or(Value::Null);
-            let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+            let status = app.data.get("status").unwrap_or(&Value::Null);
+            let text = |v: &'_ Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_owned();
             let lagging = match reported.get(&format!("{namespace}/{name}")) {
                 None => true,
                 Some(r) => {
                     r["deleted"].as_bool().unwrap_or(false)
-                        || text(r, "/sync_status") != text(&status, "/sync/status")
-                        || text(r, "/revision") != text(&status, "/sync/revision")
-                        || text(r, "/health_status") != text(&status, "/health/status")
+                        || text(r, "/sync_status") != text(status, "/sync/status")
+                        || text(r, "/revision") != text(status, "/sync/revision")
+                        || text(r, "/health_status") != text(status, "/health/status")
                 }
             };
             if lagging {
@@ -55,8 +55,9 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
             }
         }
         let mut deletions = 0;
+        let prefix = format!("{namespace}/");
         for (key, r) in &reported {
-            let Some(name) = key.strip_prefix(&format!("{namespace}/")) else { continue };
+            let Some(name) = key.strip_prefix(&prefix) else { continue };
             if r["deleted"].as_bool().unwrap_or(false) || present.contains(name) || !replica.owns(name) {
                 continue;
             }
