@@ -123,11 +123,19 @@ impl Cluster {
 
     /// Sends one request and reads the whole answer (a watch ends at its `timeoutSeconds`).
     pub async fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> Result<Answer, ClusterError> {
+        self.send_as(None, method, path, content_type, body).await
+    }
+
+    /// [`Cluster::send`] on behalf of `user` (`Impersonate-User`), or as the admin for `None`.
+    pub async fn send_as(&self, user: Option<&str>, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> Result<Answer, ClusterError> {
         let transport = |reason: String| ClusterError::Transport { method: method.to_string(), path: path.to_string(), reason };
         let method_value = Method::from_bytes(method.as_bytes()).map_err(|e| transport(e.to_string()))?;
         let mut builder = Request::builder().method(method_value).uri(path);
         if let Some(content_type) = content_type {
             builder = builder.header("content-type", content_type);
+        }
+        if let Some(user) = user {
+            builder = builder.header("impersonate-user", user);
         }
         let request = builder.body(kube::client::Body::from(body.unwrap_or_default())).map_err(|e| transport(e.to_string()))?;
         let exchange = async {

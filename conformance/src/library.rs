@@ -191,8 +191,37 @@ pub fn scripts() -> Vec<Script> {
         Script::new("status-subresource-missing-404", "the /status subresource of a kind without one is 404")
             .post(APPS, app("a", json!({})))
             .merge_patch(&format!("{}/status", at(APPS, "a")), json!({"status": {"x": 1}})),
+        // --- authorization (a user with no RBAC grants, impersonated by the admin)
+        Script::new("forbidden-list-and-get-403", "a user without RBAC grants gets 403 Forbidden naming user, verb, resource and namespace")
+            .post(CM, cm("a", json!({}), json!({"k": "v"})))
+            .get(CM)
+            .as_user(NOBODY)
+            .get(&at(CM, "a"))
+            .as_user(NOBODY)
+            .get(&at(CM, "missing"))
+            .as_user(NOBODY),
+        Script::new("forbidden-watch-403", "a forbidden watch is refused with 403 before any event is streamed")
+            .post(CM, cm("a", json!({}), json!({})))
+            .get(&format!("{CM}?watch=true&timeoutSeconds=2"))
+            .as_user(NOBODY),
+        Script::new("forbidden-writes-403", "forbidden writes are 403 before their body is read, for built-ins and custom resources alike")
+            .post(APPS, app("a", json!({"project": "default"})))
+            .post(APPS, app("b", json!({"project": "default"})))
+            .as_user(NOBODY)
+            .merge_patch(&at(APPS, "a"), json!({"spec": {"project": "other"}}))
+            .as_user(NOBODY)
+            .merge_patch(&format!("{}/status", at(ROLLOUTS, "r")), json!({"status": {"x": 1}}))
+            .as_user(NOBODY)
+            .delete(&at(APPS, "a"))
+            .as_user(NOBODY)
+            .raw("POST", CM, "application/json", "{not json")
+            .as_user(NOBODY)
+            .get(&at(APPS, "a")),
     ]
 }
+
+/// The user the authorization scripts act as: it has no RBAC grants on either server.
+const NOBODY: &str = "orrery-nobody";
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,8 @@ pub enum Step {
         content_type: Option<&'static str>,
         /// Body text, with placeholders.
         body: Option<String>,
+        /// Sent as `Impersonate-User` (a user with no RBAC grants), or `None` for the admin.
+        user: Option<&'static str>,
     },
     /// A watch read until the server closes it at `timeoutSeconds`.
     Watch {
@@ -63,7 +65,18 @@ impl Script {
     }
 
     fn call(mut self, method: &'static str, path: &str, content_type: Option<&'static str>, body: Option<String>) -> Self {
-        self.steps.push(Step::Call { method, path: path.to_string(), content_type, body });
+        self.steps.push(Step::Call { method, path: path.to_string(), content_type, body, user: None });
+        self
+    }
+
+    /// Makes the previous step a call by `user` (impersonated by the admin; the user has no
+    /// RBAC grants, so authorization refuses it). Scripts are code: calling this after a
+    /// step that is not a call is a bug in the script library, reported at once.
+    pub fn as_user(mut self, user: &'static str) -> Self {
+        match self.steps.last_mut() {
+            Some(Step::Call { user: slot, .. }) => *slot = Some(user),
+            _ => panic!("script {}: as_user must follow a call step", self.name),
+        }
         self
     }
 
@@ -199,13 +212,17 @@ pub async fn run(cluster: &Cluster, script: &Script, namespace: &str) -> Result<
     for (index, step) in script.steps.iter().enumerate() {
         let cluster_error = |source| ScriptError::Cluster { script: script.name, step: index, source };
         let exchange = match step {
-            Step::Call { method, path: template, content_type, body } => {
+            Step::Call { method, path: template, content_type, body, user } => {
                 let path = resolve(template, script, index, namespace, &exchanges)?;
                 let body = body.as_deref().map(|b| resolve(b, script, index, namespace, &exchanges)).transpose()?;
-                let answer = cluster.send(method, &path, *content_type, body.map(String::into_bytes)).await.map_err(cluster_error)?;
+                let answer = cluster.send_as(*user, method, &path, *content_type, body.map(String::into_bytes)).await.map_err(cluster_error)?;
                 let parsed = answer.json();
                 let body = if parsed.is_null() && !answer.body.is_empty() { Value::String(String::from_utf8_lossy(&answer.body).into_owned()) } else { parsed };
-                Exchange { request: format!("{method} {template}"), status: answer.status, body }
+                let request = match user {
+                    Some(user) => format!("{method} {template} (as {user})"),
+                    None => format!("{method} {template}"),
+                };
+                Exchange { request, status: answer.status, body }
             }
             Step::Watch { path: template } => {
                 let path = resolve(template, script, index, namespace, &exchanges)?;

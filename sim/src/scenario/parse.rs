@@ -77,6 +77,11 @@ fn invalid(path: &str, text: &str, field: String, needle: &str, message: String)
 }
 
 fn validate(path: &str, text: &str, s: &Scenario) -> Result<(), ScenarioError> {
+    if !s.apiserver.forbidden.is_empty() {
+        // The calm phase resets knobs to these, so a revoked resource could never converge.
+        let message = "forbidden revokes access for good here; revoke it in a fault step instead".to_string();
+        return Err(invalid(path, text, "apiserver.forbidden".into(), "forbidden:", message));
+    }
     let hosts: Vec<&str> = s.topology.hosts.iter().map(|h| h.name.as_str()).collect();
     for (i, host) in s.topology.hosts.iter().enumerate() {
         if hosts.iter().filter(|h| **h == host.name).count() > 1 {
@@ -189,7 +194,12 @@ fn validate_step(path: &str, text: &str, hosts: &[&str], reporters: usize, i: us
         }
     }
     if let Some(patch) = &step.apiserver {
-        apply_knob_patch(&Knobs::default(), patch).map_err(|m| invalid(path, text, field("apiserver"), "apiserver:", m))?;
+        let knobs = apply_knob_patch(&Knobs::default(), patch).map_err(|m| invalid(path, text, field("apiserver"), "apiserver:", m))?;
+        let served: Vec<String> = crate::world::apiserver::resources::registry().into_iter().map(|k| k.plural).collect();
+        if let Some(unknown) = knobs.forbidden.iter().find(|r| !served.contains(r)) {
+            let message = format!("forbidden: {unknown:?} is not a served resource (one of: {})", served.join(", "));
+            return Err(invalid(path, text, field("apiserver.forbidden"), "forbidden:", message));
+        }
     }
     Ok(())
 }
@@ -258,5 +268,14 @@ expect:
         let knob = GOOD.replace("    partition: [probe, apiserver]", "    apiserver: {cut_rate: 0.5}");
         let err = parse("t.yaml", &knob).unwrap_err().to_string();
         assert!(err.contains("faults[0].apiserver") && err.contains("cut_rate"), "{err}");
+    }
+
+    #[test]
+    fn a_forbidden_fault_must_name_served_resources() {
+        let good = GOOD.replace("    partition: [probe, apiserver]", "    apiserver: {forbidden: [applications, configmaps]}");
+        assert!(parse("t.yaml", &good).is_ok());
+        let typo = GOOD.replace("    partition: [probe, apiserver]", "    apiserver: {forbidden: [aplications]}");
+        let err = parse("t.yaml", &typo).unwrap_err().to_string();
+        assert!(err.contains("faults[0].apiserver.forbidden") && err.contains("\"aplications\" is not a served resource"), "{err}");
     }
 }

@@ -284,3 +284,62 @@ fn streams_cut_mid_line_and_429s_do_not_stop_a_reflector_from_converging() {
     w.sim.run().unwrap();
     assert!(count(&w.trace, "apiserver.watch_end", "end", "cut_mid_line") >= 1, "the fault fired");
 }
+
+#[test]
+fn a_403_keeps_the_watcher_retrying_with_backoff_until_access_returns() {
+    let mut w = world(Knobs::default());
+    let (trace, api_state) = (w.trace.clone(), w.api.clone());
+    w.sim.client("probe", async move {
+        let (env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        create_configmaps(&api, (0..5).map(|i| format!("c{i}"))).await?;
+        // The binding is removed: every request for configmaps is now 403.
+        api_state.set_knobs(Knobs { forbidden: vec!["configmaps".into()], ..Knobs::default() });
+        assert_eq!(code(api.get("c0").await), 403, "a direct read is refused too");
+        let (reader, writer) = reflector::store();
+        let forbidden = Arc::new(AtomicUsize::new(0));
+        let counter = forbidden.clone();
+        tokio::spawn(watcher(api.clone(), watcher::Config::default()).backoff(SeededBackoff::new(env.clone())).reflect(writer).for_each(move |event| {
+            if let Err(watcher::Error::InitialListFailed(kube::Error::Api(status))) = &event {
+                assert_eq!(status.code, 403, "only the authorization error is expected");
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+            async {}
+        }));
+        env.sleep(Duration::from_secs(60)).await;
+        let refused = forbidden.load(Ordering::SeqCst);
+        assert!(refused >= 3, "the watcher must keep retrying a 403, not give up (refused {refused} times)");
+        assert!(refused <= 20, "retries must back off, not spin (refused {refused} times in 60 s)");
+        assert!(reader.state().is_empty(), "nothing is listed while forbidden");
+        // The binding is restored: the next retry lists and the store converges.
+        api_state.set_knobs(Knobs::default());
+        await_convergence(&env, &reader, &api_state, Duration::from_secs(60)).await;
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+#[test]
+fn watcher_backoff_doubles_to_its_cap_ignores_reset_and_starts_over_only_after_a_quiet_period() {
+    let mut w = world(Knobs::default());
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (env, _client) = kube("probe", &trace, IDLE);
+        let mut backoff = SeededBackoff::new(env.clone());
+        let mut base = Duration::from_millis(800);
+        for step in 0..9 {
+            let delay = backoff.next().expect("the backoff never gives up");
+            assert!(delay >= base / 2 && delay <= base, "step {step}: {delay:?} outside [{:?}, {base:?}]", base / 2);
+            base = (base * 2).min(Duration::from_secs(30));
+        }
+        // The watcher yields Ok(Init) before every relist attempt, so reset() must not start over.
+        kube::runtime::utils::Backoff::reset(&mut backoff);
+        assert!(backoff.next().unwrap() >= Duration::from_secs(15), "reset() alone keeps the long delay");
+        env.sleep(Duration::from_secs(119)).await;
+        assert!(backoff.next().unwrap() >= Duration::from_secs(15), "errors 119 s apart keep the long delay");
+        env.sleep(Duration::from_secs(121)).await;
+        assert!(backoff.next().unwrap() <= Duration::from_millis(800), "after 120 s without errors the schedule starts over");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}

@@ -91,20 +91,33 @@ pub fn client(env: SharedEnv, target: &KubeTarget) -> kube::Client {
 ///
 /// kube's `default_backoff()` draws jitter from a thread-local `fastrand` generator, a
 /// determinism leak under simulation; this one has the same shape (800 ms doubling to a
-/// 30 s cap, full jitter in the upper half) but its randomness comes from [`Env`](super::Env).
+/// 30 s cap, full jitter in the upper half) but its randomness and clock come from
+/// [`Env`](super::Env).
+///
+/// Like kube's `ResetTimerBackoff`, it starts over only once [`RESET_AFTER`] has passed
+/// since the last delay, never on `reset()`: a watcher yields `Ok(Init)` before every
+/// relist attempt, so a backoff that reset on any success would retry a persistently
+/// failing list (a 403 after an RBAC change, an API server that refuses connections)
+/// every 0.4–0.8 s forever instead of backing off to 30 s.
 pub struct SeededBackoff {
     env: SharedEnv,
     next: Duration,
-    /// First delay after a success.
+    last_delay_at: Option<Duration>,
+    /// First delay, and the first again after a quiet [`SeededBackoff::reset_after`].
     pub initial: Duration,
     /// Largest delay.
     pub max: Duration,
+    /// Errors further apart than this start the schedule over.
+    pub reset_after: Duration,
 }
 
+/// kube's reset window for watcher backoff: 120 s without an error.
+pub const RESET_AFTER: Duration = Duration::from_secs(120);
+
 impl SeededBackoff {
-    /// kube's defaults: 800 ms initial, 30 s cap.
+    /// kube's defaults: 800 ms initial, 30 s cap, reset after 120 s without errors.
     pub fn new(env: SharedEnv) -> Self {
-        SeededBackoff { env, next: Duration::from_millis(800), initial: Duration::from_millis(800), max: Duration::from_secs(30) }
+        SeededBackoff { env, next: Duration::from_millis(800), last_delay_at: None, initial: Duration::from_millis(800), max: Duration::from_secs(30), reset_after: RESET_AFTER }
     }
 }
 
@@ -112,6 +125,11 @@ impl Iterator for SeededBackoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
+        let now = self.env.elapsed();
+        if self.last_delay_at.is_some_and(|last| now.saturating_sub(last) > self.reset_after) {
+            self.next = self.initial;
+        }
+        self.last_delay_at = Some(now);
         let base = self.next.min(self.max);
         self.next = (base * 2).min(self.max);
         Some(self.env.random_between(base / 2, base))
@@ -119,7 +137,7 @@ impl Iterator for SeededBackoff {
 }
 
 impl kube::runtime::utils::Backoff for SeededBackoff {
-    fn reset(&mut self) {
-        self.next = self.initial;
-    }
+    /// Deliberately nothing: the schedule starts over by time (see the type's doc), as
+    /// kube's `ResetTimerBackoff` does.
+    fn reset(&mut self) {}
 }

@@ -99,6 +99,34 @@ impl ApiError {
         }
     }
 
+    /// 403 Forbidden: `user` may not `verb` the resource (`subresource` such as `status`, if
+    /// any) in `namespace` (`None`: cluster scope). Worded as kube-apiserver's RBAC
+    /// authorizer words a request no rule allows.
+    pub fn forbidden(kind: &ResourceKind, subresource: Option<&str>, name: Option<&str>, namespace: Option<&str>, user: &str, verb: &str) -> Self {
+        let resource = match subresource {
+            Some(sub) => format!("{}/{sub}", kind.plural),
+            None => kind.plural.clone(),
+        };
+        let scope = match namespace {
+            Some(ns) => format!("in the namespace {ns:?}"),
+            None => "at the cluster scope".to_string(),
+        };
+        let reason = format!("User {user:?} cannot {verb} resource {resource:?} in API group {:?} {scope}", kind.group);
+        let message = match name {
+            Some(name) => format!("{} {name:?} is forbidden: {reason}", resource_name(kind)),
+            None => format!("{} is forbidden: {reason}", resource_name(kind)),
+        };
+        let mut details = json!({});
+        if let Some(name) = name {
+            details["name"] = json!(name);
+        }
+        if !kind.group.is_empty() {
+            details["group"] = json!(kind.group);
+        }
+        details["kind"] = json!(kind.plural);
+        ApiError { code: 403, reason: "Forbidden", message, details }
+    }
+
     /// 404 for a path that names no resource (`details` empty, as upstream).
     pub fn no_such_path(what: &str) -> Self {
         ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({what})"), details: Value::Null }

@@ -1,5 +1,13 @@
 //! REST routing for the simulated API server: paths, verbs, content types, query
 //! parameters, and the request-level fault knobs (latency, 429 with Retry-After).
+//!
+//! Authentication is not modelled: a caller is [`ADMIN_USER`] (allowed everything, like
+//! `system:masters`) unless it sends `Impersonate-User`, as an admin may. Authorization is
+//! two rules: an impersonated user has no RBAC grants (every resource request is 403, as
+//! for a fresh user on a real cluster), and the `forbidden` knob revokes resources from
+//! the admin too (the fault "the runtime's RBAC binding was removed"). The check runs
+//! before the body is read or the object looked up, as kube-apiserver's filter chain does;
+//! a path naming no resource is still 404 first (upstream would authorize it too).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +28,25 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::store::Filter;
 use super::watch::{self, WatchRequest};
 use super::ApiServer;
+
+/// Who a caller that impersonates nobody is (the conformance token's user name).
+pub const ADMIN_USER: &str = "orrery-admin";
+
+/// The RBAC verb of a request, as kube-apiserver's request-info resolver names it.
+fn verb_of(method: &Method, target: &Target, params: &BTreeMap<String, String>) -> &'static str {
+    let watching = matches!(params.get("watch").map(String::as_str), Some("true" | "1"));
+    match (method.as_str(), target.name.is_some()) {
+        ("GET", _) if watching => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "unknown",
+    }
+}
 
 /// Largest accepted request body (kube-apiserver's limit is 3 MiB).
 pub const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
@@ -157,6 +184,7 @@ impl Handler {
         let target = self.route(path)?;
         let params = query(&req);
         let method = req.method().clone();
+        self.authorize(&req, &target, verb_of(&method, &target, &params))?;
         let content_type = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let namespace = target.namespace.clone().unwrap_or_default();
         let now = self.env.elapsed();
@@ -240,6 +268,18 @@ impl Handler {
             }
             (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
         }
+    }
+
+    /// Refuses a request its caller may not make (see the module doc for the rules).
+    fn authorize(&self, req: &Request<Incoming>, target: &Target, verb: &str) -> Result<(), ApiError> {
+        let impersonated = req.headers().get("impersonate-user").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let revoked = self.server.knobs().forbidden.iter().any(|r| *r == target.kind.plural);
+        if impersonated.is_none() && !revoked {
+            return Ok(());
+        }
+        let user = impersonated.as_deref().unwrap_or(ADMIN_USER);
+        let subresource = target.status.then_some("status");
+        Err(ApiError::forbidden(&target.kind, subresource, target.name.as_deref(), target.namespace.as_deref(), user, verb))
     }
 
     /// Runs a write under the store lock, compacts, wakes watches and records it.

@@ -53,6 +53,10 @@ pub struct Knobs {
     /// Added before every response.
     #[serde(with = "crate::scenario::duration")]
     pub latency: Duration,
+    /// Resources (plural names, e.g. `applications`) the caller may no longer touch: every
+    /// request for them is `403 Forbidden`, as after its RBAC binding is removed. Empty by
+    /// default. See [`http`] for who "the caller" is.
+    pub forbidden: Vec<String>,
 }
 
 impl Default for Knobs {
@@ -66,6 +70,7 @@ impl Default for Knobs {
             throttle_rate: 0.0,
             retry_after_seconds: 1,
             latency: Duration::ZERO,
+            forbidden: Vec::new(),
         }
     }
 }
