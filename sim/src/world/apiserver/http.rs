@@ -48,6 +48,18 @@ fn verb_of(method: &Method, target: &Target, params: &BTreeMap<String, String>) 
     }
 }
 
+/// Refuses a request its caller may not make (see the module doc for the rules).
+fn authorize(req: &Request<Incoming>, target: &Target, verb: &str, knobs: &super::Knobs) -> Result<(), ApiError> {
+    let impersonated = req.headers().get("impersonate-user").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let revoked = knobs.forbidden.iter().any(|r| *r == target.kind.plural);
+    if impersonated.is_none() && !revoked {
+        return Ok(());
+    }
+    let user = impersonated.as_deref().unwrap_or(ADMIN_USER);
+    let subresource = target.status.then_some("status");
+    Err(ApiError::forbidden(&target.kind, subresource, target.name.as_deref(), target.namespace.as_deref(), user, verb))
+}
+
 /// Largest accepted request body (kube-apiserver's limit is 3 MiB).
 pub const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
 
@@ -174,17 +186,17 @@ impl Handler {
             response.headers_mut().insert("retry-after", knobs.retry_after_seconds.into());
             return response;
         }
-        match self.dispatch(req, &path).await {
+        match self.dispatch(req, &path, &knobs).await {
             Ok(response) => response,
             Err(error) => error_response(&error),
         }
     }
 
-    async fn dispatch(&self, req: Request<Incoming>, path: &str) -> Result<Response<Body>, ApiError> {
+    async fn dispatch(&self, req: Request<Incoming>, path: &str, knobs: &super::Knobs) -> Result<Response<Body>, ApiError> {
         let target = self.route(path)?;
         let params = query(&req);
         let method = req.method().clone();
-        self.authorize(&req, &target, verb_of(&method, &target, &params))?;
+        authorize(&req, &target, verb_of(&method, &target, &params), knobs)?;
         let content_type = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let namespace = target.namespace.clone().unwrap_or_default();
         let now = self.env.elapsed();
@@ -268,18 +280,6 @@ impl Handler {
             }
             (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
         }
-    }
-
-    /// Refuses a request its caller may not make (see the module doc for the rules).
-    fn authorize(&self, req: &Request<Incoming>, target: &Target, verb: &str) -> Result<(), ApiError> {
-        let impersonated = req.headers().get("impersonate-user").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let revoked = self.server.knobs().forbidden.iter().any(|r| *r == target.kind.plural);
-        if impersonated.is_none() && !revoked {
-            return Ok(());
-        }
-        let user = impersonated.as_deref().unwrap_or(ADMIN_USER);
-        let subresource = target.status.then_some("status");
-        Err(ApiError::forbidden(&target.kind, subresource, target.name.as_deref(), target.namespace.as_deref(), user, verb))
     }
 
     /// Runs a write under the store lock, compacts, wakes watches and records it.

@@ -37,7 +37,7 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
                 continue;
             }
             let status = app.data.get("status").unwrap_or(&Value::Null);
-            let text = |v: &'_ Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_owned();
+            let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_owned();
             let lagging = match reported.get(&format!("{namespace}/{name}")) {
                 None => true,
                 Some(r) => {
