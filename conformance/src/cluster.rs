@@ -95,20 +95,38 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
 impl Cluster {
     /// The cluster `KUBECONFIG` points to (kube's usual inference: env, `~/.kube/config`, in-cluster).
     pub async fn real() -> Result<Cluster, ClusterError> {
-        let config = kube::Config::infer().await.map_err(|e| ClusterError::Kubeconfig(e.to_string()))?;
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| ClusterError::Kubeconfig(e.to_string()))?;
         let target = KubeTarget::real(config, "default");
-        let client = orrery_system::env::kube::real_client(&target)?.expect("a real target has a kubeconfig");
-        Ok(Cluster { flavour: Flavour::Real, client, _server: None })
+        let client = orrery_system::env::kube::real_client(&target)?
+            .expect("a real target has a kubeconfig");
+        Ok(Cluster {
+            flavour: Flavour::Real,
+            client,
+            _server: None,
+        })
     }
 
     /// A fresh simulated API server on a loopback port, driven through the same kube client code.
     pub async fn simulated() -> Result<Cluster, ClusterError> {
         let env: SharedEnv = Arc::new(RealEnv::new("conformance"));
-        let listener = env.listen("127.0.0.1:0").await.map_err(ClusterError::Bind)?;
+        let listener = env
+            .listen("127.0.0.1:0")
+            .await
+            .map_err(ClusterError::Bind)?;
         let addr = listener.local_addr().map_err(ClusterError::Bind)?;
-        let server = tokio::spawn(apiserver::serve(env.clone(), ApiServer::new(Knobs::default()), listener));
+        let server = tokio::spawn(apiserver::serve(
+            env.clone(),
+            ApiServer::new(Knobs::default()),
+            listener,
+        ));
         let client = client(env, &KubeTarget::new(addr));
-        Ok(Cluster { flavour: Flavour::Simulated, client, _server: Some(server) })
+        Ok(Cluster {
+            flavour: Flavour::Simulated,
+            client,
+            _server: Some(server),
+        })
     }
 
     /// Real or simulated.
@@ -122,14 +140,32 @@ impl Cluster {
     }
 
     /// Sends one request and reads the whole answer (a watch ends at its `timeoutSeconds`).
-    pub async fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> Result<Answer, ClusterError> {
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, ClusterError> {
         self.send_as(None, method, path, content_type, body).await
     }
 
     /// [`Cluster::send`] on behalf of `user` (`Impersonate-User`), or as the admin for `None`.
-    pub async fn send_as(&self, user: Option<&str>, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> Result<Answer, ClusterError> {
-        let transport = |reason: String| ClusterError::Transport { method: method.to_string(), path: path.to_string(), reason };
-        let method_value = Method::from_bytes(method.as_bytes()).map_err(|e| transport(e.to_string()))?;
+    pub async fn send_as(
+        &self,
+        user: Option<&str>,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, ClusterError> {
+        let transport = |reason: String| ClusterError::Transport {
+            method: method.to_string(),
+            path: path.to_string(),
+            reason,
+        };
+        let method_value =
+            Method::from_bytes(method.as_bytes()).map_err(|e| transport(e.to_string()))?;
         let mut builder = Request::builder().method(method_value).uri(path);
         if let Some(content_type) = content_type {
             builder = builder.header("content-type", content_type);
@@ -137,20 +173,36 @@ impl Cluster {
         if let Some(user) = user {
             builder = builder.header("impersonate-user", user);
         }
-        let request = builder.body(kube::client::Body::from(body.unwrap_or_default())).map_err(|e| transport(e.to_string()))?;
+        let request = builder
+            .body(kube::client::Body::from(body.unwrap_or_default()))
+            .map_err(|e| transport(e.to_string()))?;
         let exchange = async {
-            let response = self.client.send(request).await.map_err(|e| transport(e.to_string()))?;
+            let response = self
+                .client
+                .send(request)
+                .await
+                .map_err(|e| transport(e.to_string()))?;
             let status = response.status().as_u16();
-            let body = response.into_body().collect().await.map_err(|e| transport(e.to_string()))?.to_bytes();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| transport(e.to_string()))?
+                .to_bytes();
             Ok::<Answer, ClusterError>(Answer { status, body })
         };
-        tokio::time::timeout(REQUEST_DEADLINE, exchange).await.map_err(|_| transport(format!("no complete answer within {REQUEST_DEADLINE:?}")))?
+        tokio::time::timeout(REQUEST_DEADLINE, exchange)
+            .await
+            .map_err(|_| transport(format!("no complete answer within {REQUEST_DEADLINE:?}")))?
     }
 
     /// `gitVersion` from `/version`.
     pub async fn version(&self) -> Result<String, ClusterError> {
         let answer = self.send("GET", "/version", None, None).await?;
-        Ok(answer.json()["gitVersion"].as_str().unwrap_or("unknown").to_string())
+        Ok(answer.json()["gitVersion"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string())
     }
 
     /// Makes `namespace` and the fixture CRDs exist. The simulated server serves the fixture
@@ -161,10 +213,20 @@ impl Cluster {
         }
         self.install_crds().await?;
         let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": {"orrery.dev/conformance": "true"}}});
-        let answer = self.send("POST", "/api/v1/namespaces", Some("application/json"), Some(body.to_string().into_bytes())).await?;
+        let answer = self
+            .send(
+                "POST",
+                "/api/v1/namespaces",
+                Some("application/json"),
+                Some(body.to_string().into_bytes()),
+            )
+            .await?;
         match StatusCode::from_u16(answer.status) {
             Ok(StatusCode::CREATED) | Ok(StatusCode::CONFLICT) => Ok(()),
-            _ => Err(setup_error(format!("create namespace {namespace}"), &answer)),
+            _ => Err(setup_error(
+                format!("create namespace {namespace}"),
+                &answer,
+            )),
         }
     }
 
@@ -174,26 +236,52 @@ impl Cluster {
         if self.flavour == Flavour::Simulated {
             return Ok(());
         }
-        let answer = self.send("DELETE", &format!("/api/v1/namespaces/{namespace}"), None, None).await?;
+        let answer = self
+            .send(
+                "DELETE",
+                &format!("/api/v1/namespaces/{namespace}"),
+                None,
+                None,
+            )
+            .await?;
         match answer.status {
             200 | 202 | 404 => Ok(()),
-            _ => Err(setup_error(format!("delete namespace {namespace}"), &answer)),
+            _ => Err(setup_error(
+                format!("delete namespace {namespace}"),
+                &answer,
+            )),
         }
     }
 
     /// Server-side applies `fixtures/crds/*.yaml` and waits until each is established and served.
     pub async fn install_crds(&self) -> Result<(), ClusterError> {
         for (file, text) in fixture_crds() {
-            let crd: Value = serde_yaml::from_str(&text).map_err(|e| ClusterError::Setup { step: format!("parse {file}"), status: 0, body: e.to_string() })?;
-            let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let crd: Value = serde_yaml::from_str(&text).map_err(|e| ClusterError::Setup {
+                step: format!("parse {file}"),
+                status: 0,
+                body: e.to_string(),
+            })?;
+            let name = crd["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}?fieldManager=orrery-conformance&force=true");
-            let answer = self.send("PATCH", &path, Some("application/apply-patch+yaml"), Some(text.into_bytes())).await?;
+            let answer = self
+                .send(
+                    "PATCH",
+                    &path,
+                    Some("application/apply-patch+yaml"),
+                    Some(text.into_bytes()),
+                )
+                .await?;
             if answer.status != 200 && answer.status != 201 {
                 return Err(setup_error(format!("apply {file}"), &answer));
             }
             let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
             let group = crd["spec"]["group"].as_str().unwrap_or_default();
-            let version = crd["spec"]["versions"][0]["name"].as_str().unwrap_or_default();
+            let version = crd["spec"]["versions"][0]["name"]
+                .as_str()
+                .unwrap_or_default();
             let probe = format!("/apis/{group}/{version}/{plural}?limit=1");
             let mut last = None;
             for _ in 0..100 {
@@ -214,7 +302,11 @@ impl Cluster {
 }
 
 fn setup_error(step: String, answer: &Answer) -> ClusterError {
-    ClusterError::Setup { step, status: answer.status, body: String::from_utf8_lossy(&answer.body).into_owned() }
+    ClusterError::Setup {
+        step,
+        status: answer.status,
+        body: String::from_utf8_lossy(&answer.body).into_owned(),
+    }
 }
 
 /// The fixture CRDs as `(file name, YAML text)`, read from `fixtures/crds/`, sorted by name.
@@ -226,7 +318,12 @@ pub fn fixture_crds() -> Vec<(String, String)> {
                 .filter_map(Result::ok)
                 .map(|e| e.path())
                 .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-                .filter_map(|p| Some((p.file_name()?.to_string_lossy().into_owned(), std::fs::read_to_string(&p).ok()?)))
+                .filter_map(|p| {
+                    Some((
+                        p.file_name()?.to_string_lossy().into_owned(),
+                        std::fs::read_to_string(&p).ok()?,
+                    ))
+                })
                 .collect()
         })
         .unwrap_or_default();

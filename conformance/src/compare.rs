@@ -53,12 +53,21 @@ pub enum DeviationError {
 pub fn load_deviations(scripts: &[&str]) -> Result<Vec<Deviation>, DeviationError> {
     let path = crate::repo_root().join("conformance/deviations.yaml");
     let display = "conformance/deviations.yaml".to_string();
-    let text = std::fs::read_to_string(&path).map_err(|source| DeviationError::Read { path: display.clone(), source })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| DeviationError::Read {
+        path: display.clone(),
+        source,
+    })?;
     let list: Vec<Deviation> = serde_yaml::from_str::<Option<Vec<Deviation>>>(&text)
-        .map_err(|source| DeviationError::Parse { path: display.clone(), source })?
+        .map_err(|source| DeviationError::Parse {
+            path: display.clone(),
+            source,
+        })?
         .unwrap_or_default();
     if let Some(bad) = list.iter().find(|d| !scripts.contains(&d.script.as_str())) {
-        return Err(DeviationError::UnknownScript { path: display, script: bad.script.clone() });
+        return Err(DeviationError::UnknownScript {
+            path: display,
+            script: bad.script.clone(),
+        });
     }
     Ok(list)
 }
@@ -109,7 +118,11 @@ fn diff(expected: &str, actual: &str) -> String {
     let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for i in (0..a.len()).rev() {
         for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
         }
     }
     let (mut i, mut j, mut out) = (0, 0, String::new());
@@ -129,12 +142,26 @@ fn diff(expected: &str, actual: &str) -> String {
 }
 
 /// Compares `simulated` against `real` for `script`.
-pub fn compare(script: &str, real: &[NormalisedStep], simulated: &[NormalisedStep], deviations: &[Deviation]) -> Verdict {
-    let listed = |step: usize| deviations.iter().any(|d| d.script == script && (d.steps.is_empty() || d.steps.contains(&step)));
-    let whole_script_listed = deviations.iter().any(|d| d.script == script && d.steps.is_empty());
+pub fn compare(
+    script: &str,
+    real: &[NormalisedStep],
+    simulated: &[NormalisedStep],
+    deviations: &[Deviation],
+) -> Verdict {
+    let listed = |step: usize| {
+        deviations
+            .iter()
+            .any(|d| d.script == script && (d.steps.is_empty() || d.steps.contains(&step)))
+    };
+    let whole_script_listed = deviations
+        .iter()
+        .any(|d| d.script == script && d.steps.is_empty());
     let mut known = Vec::new();
     let mut diffs = Vec::new();
-    let empty = NormalisedStep { request: "<missing step>".into(), text: String::new() };
+    let empty = NormalisedStep {
+        request: "<missing step>".into(),
+        text: String::new(),
+    };
     for step in 0..real.len().max(simulated.len()) {
         let r = real.get(step).unwrap_or(&empty);
         let s = simulated.get(step).unwrap_or(&empty);
@@ -144,7 +171,11 @@ pub fn compare(script: &str, real: &[NormalisedStep], simulated: &[NormalisedSte
         if listed(step) {
             known.push(step);
         } else {
-            let header = if r.request != s.request { format!("  request: {} vs {}\n", r.request, s.request) } else { format!("  {}\n", r.request) };
+            let header = if r.request != s.request {
+                format!("  request: {} vs {}\n", r.request, s.request)
+            } else {
+                format!("  {}\n", r.request)
+            };
             diffs.push((step, header + &diff(&r.text, &s.text)));
         }
     }
@@ -172,20 +203,36 @@ mod tests {
     use super::*;
 
     fn step(text: &str) -> NormalisedStep {
-        NormalisedStep { request: "GET /x".into(), text: text.into() }
+        NormalisedStep {
+            request: "GET /x".into(),
+            text: text.into(),
+        }
     }
 
     fn deviation(steps: Vec<usize>) -> Deviation {
-        Deviation { script: "s".into(), steps, reason: "r".into() }
+        Deviation {
+            script: "s".into(),
+            steps,
+            reason: "r".into(),
+        }
     }
 
     #[test]
     fn unlisted_differences_fail_listed_ones_pass_and_stale_ones_fail() {
         let real = [step("a\n"), step("b\n")];
         let sim = [step("a\n"), step("c\n")];
-        assert!(matches!(compare("s", &real, &sim, &[]), Verdict::Different { .. }));
-        assert_eq!(compare("s", &real, &sim, &[deviation(vec![1])]), Verdict::KnownDeviation { steps: vec![1] });
-        assert_eq!(compare("s", &real, &real, &[deviation(vec![1])]), Verdict::StaleDeviation { steps: vec![1] });
+        assert!(matches!(
+            compare("s", &real, &sim, &[]),
+            Verdict::Different { .. }
+        ));
+        assert_eq!(
+            compare("s", &real, &sim, &[deviation(vec![1])]),
+            Verdict::KnownDeviation { steps: vec![1] }
+        );
+        assert_eq!(
+            compare("s", &real, &real, &[deviation(vec![1])]),
+            Verdict::StaleDeviation { steps: vec![1] }
+        );
         assert_eq!(compare("s", &real, &real, &[]), Verdict::Identical);
     }
 
@@ -193,7 +240,14 @@ mod tests {
     fn a_diff_shows_both_sides_of_each_differing_line() {
         let real = [step("status: 409\n")];
         let sim = [step("status: 422\n")];
-        let Verdict::Different { diffs } = compare("s", &real, &sim, &[]) else { panic!("expected a difference") };
-        assert!(diffs[0].1.contains("real      | status: 409") && diffs[0].1.contains("simulated | status: 422"), "{}", diffs[0].1);
+        let Verdict::Different { diffs } = compare("s", &real, &sim, &[]) else {
+            panic!("expected a difference")
+        };
+        assert!(
+            diffs[0].1.contains("real      | status: 409")
+                && diffs[0].1.contains("simulated | status: 422"),
+            "{}",
+            diffs[0].1
+        );
     }
 }

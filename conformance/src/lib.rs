@@ -22,5 +22,8 @@ pub mod script;
 
 /// The repository root (this crate lives in `conformance/`).
 pub fn repo_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("conformance/ has a parent").to_path_buf()
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("conformance/ has a parent")
+        .to_path_buf()
 }

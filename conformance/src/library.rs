@@ -235,14 +235,26 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), scripts.len(), "duplicate script names");
-        assert!(scripts.len() >= 25, "the fidelity suite needs at least 25 scripts, has {}", scripts.len());
+        assert!(
+            scripts.len() >= 25,
+            "the fidelity suite needs at least 25 scripts, has {}",
+            scripts.len()
+        );
     }
 
     #[test]
     fn every_watch_step_comes_after_a_write_it_can_observe() {
         for script in scripts() {
-            if let Some(position) = script.steps.iter().position(|s| matches!(s, Step::Watch { .. })) {
-                assert!(position > 0, "{}: a watch needs earlier writes to replay", script.name);
+            if let Some(position) = script
+                .steps
+                .iter()
+                .position(|s| matches!(s, Step::Watch { .. }))
+            {
+                assert!(
+                    position > 0,
+                    "{}: a watch needs earlier writes to replay",
+                    script.name
+                );
             }
         }
     }

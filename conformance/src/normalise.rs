@@ -59,7 +59,11 @@ fn collect(value: &Value, maps: &mut Maps) {
                     let next = maps.uids.len() + 1;
                     maps.uids.entry(uid.to_string()).or_insert(next);
                 }
-                if let Some(rv) = value.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|rv| rv.parse().ok()) {
+                if let Some(rv) = value
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .and_then(|rv| rv.parse().ok())
+                {
                     maps.object_rvs.push(rv);
                 }
             }
@@ -100,12 +104,17 @@ fn rewrite(value: &mut Value, maps: &Maps, namespace: &str, keep_managed_fields:
             }
             for (key, child) in map.iter_mut() {
                 match (key.as_str(), &*child) {
-                    ("creationTimestamp" | "deletionTimestamp" | "time" | "lastTransitionTime", Value::String(_)) => *child = Value::String("<time>".into()),
+                    (
+                        "creationTimestamp" | "deletionTimestamp" | "time" | "lastTransitionTime",
+                        Value::String(_),
+                    ) => *child = Value::String("<time>".into()),
                     _ => rewrite(child, maps, namespace, keep_managed_fields),
                 }
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(|i| rewrite(i, maps, namespace, keep_managed_fields)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|i| rewrite(i, maps, namespace, keep_managed_fields)),
         Value::String(text) => {
             if let Some(n) = maps.uids.get(text.as_str()) {
                 *text = format!("uid{n}");
@@ -119,8 +128,15 @@ fn rewrite(value: &mut Value, maps: &Maps, namespace: &str, keep_managed_fields:
 
 /// Normalises a transcript step by step.
 pub fn normalise(transcript: &Transcript, script: &Script) -> Vec<NormalisedStep> {
-    let mut maps = Maps { uids: BTreeMap::new(), object_rvs: Vec::new() };
-    let bodies: Vec<Value> = transcript.exchanges.iter().map(|e| sorted(&e.body)).collect();
+    let mut maps = Maps {
+        uids: BTreeMap::new(),
+        object_rvs: Vec::new(),
+    };
+    let bodies: Vec<Value> = transcript
+        .exchanges
+        .iter()
+        .map(|e| sorted(&e.body))
+        .collect();
     for body in &bodies {
         collect(body, &mut maps);
     }
@@ -131,14 +147,23 @@ pub fn normalise(transcript: &Transcript, script: &Script) -> Vec<NormalisedStep
         .iter()
         .zip(bodies)
         .map(|(exchange, mut body)| {
-            rewrite(&mut body, &maps, &transcript.namespace, script.keep_managed_fields);
+            rewrite(
+                &mut body,
+                &maps,
+                &transcript.namespace,
+                script.keep_managed_fields,
+            );
             let text = if exchange.status == 0 {
                 String::new()
             } else {
-                let rendered = serde_yaml::to_string(&body).unwrap_or_else(|e| format!("<unrenderable: {e}>\n"));
+                let rendered = serde_yaml::to_string(&body)
+                    .unwrap_or_else(|e| format!("<unrenderable: {e}>\n"));
                 format!("status: {}\n{}", exchange.status, indent_body(&rendered))
             };
-            NormalisedStep { request: exchange.request.clone(), text }
+            NormalisedStep {
+                request: exchange.request.clone(),
+                text,
+            }
         })
         .collect()
 }
@@ -167,8 +192,15 @@ pub fn parse(rendered: &str) -> Vec<NormalisedStep> {
     let mut steps: Vec<NormalisedStep> = Vec::new();
     for line in rendered.lines() {
         if let Some(header) = line.strip_prefix("### ") {
-            let request = header.split_once(": ").map(|(_, r)| r).unwrap_or(header).to_string();
-            steps.push(NormalisedStep { request, text: String::new() });
+            let request = header
+                .split_once(": ")
+                .map(|(_, r)| r)
+                .unwrap_or(header)
+                .to_string();
+            steps.push(NormalisedStep {
+                request,
+                text: String::new(),
+            });
         } else if let Some(step) = steps.last_mut() {
             step.text.push_str(line);
             step.text.push('\n');
@@ -187,7 +219,14 @@ mod tests {
         Transcript {
             script: "t",
             namespace: "ns-123".into(),
-            exchanges: bodies.into_iter().map(|body| Exchange { request: "GET /x".into(), status: 200, body }).collect(),
+            exchanges: bodies
+                .into_iter()
+                .map(|body| Exchange {
+                    request: "GET /x".into(),
+                    status: 200,
+                    body,
+                })
+                .collect(),
         }
     }
 
@@ -202,7 +241,11 @@ mod tests {
         assert!(steps[0].text.contains("resourceVersion: rv1"));
         assert!(steps[0].text.contains("namespace: <ns>"));
         assert!(steps[0].text.contains("creationTimestamp: <time>"));
-        assert!(steps[1].text.contains("resourceVersion: after rv2"), "{}", steps[1].text);
+        assert!(
+            steps[1].text.contains("resourceVersion: after rv2"),
+            "{}",
+            steps[1].text
+        );
         assert!(steps[1].text.contains("continue: <continue>"));
     }
 

@@ -55,7 +55,12 @@ pub struct Script {
 impl Script {
     /// An empty script.
     pub fn new(name: &'static str, about: &'static str) -> Self {
-        Script { name, about, steps: Vec::new(), keep_managed_fields: false }
+        Script {
+            name,
+            about,
+            steps: Vec::new(),
+            keep_managed_fields: false,
+        }
     }
 
     /// Compare `metadata.managedFields` too.
@@ -64,8 +69,20 @@ impl Script {
         self
     }
 
-    fn call(mut self, method: &'static str, path: &str, content_type: Option<&'static str>, body: Option<String>) -> Self {
-        self.steps.push(Step::Call { method, path: path.to_string(), content_type, body, user: None });
+    fn call(
+        mut self,
+        method: &'static str,
+        path: &str,
+        content_type: Option<&'static str>,
+        body: Option<String>,
+    ) -> Self {
+        self.steps.push(Step::Call {
+            method,
+            path: path.to_string(),
+            content_type,
+            body,
+            user: None,
+        });
         self
     }
 
@@ -87,26 +104,52 @@ impl Script {
 
     /// `POST path` with a JSON body.
     pub fn post(self, path: &str, body: Value) -> Self {
-        self.call("POST", path, Some("application/json"), Some(body.to_string()))
+        self.call(
+            "POST",
+            path,
+            Some("application/json"),
+            Some(body.to_string()),
+        )
     }
 
     /// `PUT path` with a JSON body.
     pub fn put(self, path: &str, body: Value) -> Self {
-        self.call("PUT", path, Some("application/json"), Some(body.to_string()))
+        self.call(
+            "PUT",
+            path,
+            Some("application/json"),
+            Some(body.to_string()),
+        )
     }
 
     /// `PATCH path` as a JSON merge patch.
     pub fn merge_patch(self, path: &str, body: Value) -> Self {
-        self.call("PATCH", path, Some("application/merge-patch+json"), Some(body.to_string()))
+        self.call(
+            "PATCH",
+            path,
+            Some("application/merge-patch+json"),
+            Some(body.to_string()),
+        )
     }
 
     /// `PATCH path` as a server-side apply (YAML body; JSON is valid YAML).
     pub fn apply(self, path: &str, body: Value) -> Self {
-        self.call("PATCH", path, Some("application/apply-patch+yaml"), Some(body.to_string()))
+        self.call(
+            "PATCH",
+            path,
+            Some("application/apply-patch+yaml"),
+            Some(body.to_string()),
+        )
     }
 
     /// A request with a raw body and content type (malformed-input scripts).
-    pub fn raw(self, method: &'static str, path: &str, content_type: &'static str, body: &str) -> Self {
+    pub fn raw(
+        self,
+        method: &'static str,
+        path: &str,
+        content_type: &'static str,
+        body: &str,
+    ) -> Self {
         self.call(method, path, Some(content_type), Some(body.to_string()))
     }
 
@@ -117,7 +160,9 @@ impl Script {
 
     /// A watch on `path` (which may carry a query) until its server-side timeout.
     pub fn watch(mut self, path: &str) -> Self {
-        self.steps.push(Step::Watch { path: path.to_string() });
+        self.steps.push(Step::Watch {
+            path: path.to_string(),
+        });
         self
     }
 
@@ -176,7 +221,13 @@ pub enum ScriptError {
     },
 }
 
-fn resolve(text: &str, script: &Script, step: usize, namespace: &str, done: &[Exchange]) -> Result<String, ScriptError> {
+fn resolve(
+    text: &str,
+    script: &Script,
+    step: usize,
+    namespace: &str,
+    done: &[Exchange],
+) -> Result<String, ScriptError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find('{') {
@@ -187,11 +238,27 @@ fn resolve(text: &str, script: &Script, step: usize, namespace: &str, done: &[Ex
             return Ok(out);
         };
         let inner = &after[..end];
-        let unresolved = || ScriptError::Placeholder { script: script.name, step, placeholder: inner.to_string() };
+        let unresolved = || ScriptError::Placeholder {
+            script: script.name,
+            step,
+            placeholder: inner.to_string(),
+        };
         let value = match inner.split_once(':') {
             None if inner == "ns" => Some(namespace.to_string()),
-            Some(("rv", n)) => n.parse::<usize>().ok().and_then(|n| done.get(n)).and_then(|e| e.body.pointer("/metadata/resourceVersion")).and_then(Value::as_str).map(str::to_string),
-            Some(("continue", n)) => n.parse::<usize>().ok().and_then(|n| done.get(n)).and_then(|e| e.body.pointer("/metadata/continue")).and_then(Value::as_str).map(str::to_string),
+            Some(("rv", n)) => n
+                .parse::<usize>()
+                .ok()
+                .and_then(|n| done.get(n))
+                .and_then(|e| e.body.pointer("/metadata/resourceVersion"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            Some(("continue", n)) => n
+                .parse::<usize>()
+                .ok()
+                .and_then(|n| done.get(n))
+                .and_then(|e| e.body.pointer("/metadata/continue"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
             _ => {
                 // Not a placeholder (e.g. a JSON brace): keep it.
                 out.push('{');
@@ -207,22 +274,56 @@ fn resolve(text: &str, script: &Script, step: usize, namespace: &str, done: &[Ex
 }
 
 /// Runs `script` on `cluster` in `namespace` (which must already exist on a real cluster).
-pub async fn run(cluster: &Cluster, script: &Script, namespace: &str) -> Result<Transcript, ScriptError> {
+pub async fn run(
+    cluster: &Cluster,
+    script: &Script,
+    namespace: &str,
+) -> Result<Transcript, ScriptError> {
     let mut exchanges: Vec<Exchange> = Vec::with_capacity(script.steps.len());
     for (index, step) in script.steps.iter().enumerate() {
-        let cluster_error = |source| ScriptError::Cluster { script: script.name, step: index, source };
+        let cluster_error = |source| ScriptError::Cluster {
+            script: script.name,
+            step: index,
+            source,
+        };
         let exchange = match step {
-            Step::Call { method, path: template, content_type, body, user } => {
+            Step::Call {
+                method,
+                path: template,
+                content_type,
+                body,
+                user,
+            } => {
                 let path = resolve(template, script, index, namespace, &exchanges)?;
-                let body = body.as_deref().map(|b| resolve(b, script, index, namespace, &exchanges)).transpose()?;
-                let answer = cluster.send_as(*user, method, &path, *content_type, body.map(String::into_bytes)).await.map_err(cluster_error)?;
+                let body = body
+                    .as_deref()
+                    .map(|b| resolve(b, script, index, namespace, &exchanges))
+                    .transpose()?;
+                let answer = cluster
+                    .send_as(
+                        *user,
+                        method,
+                        &path,
+                        *content_type,
+                        body.map(String::into_bytes),
+                    )
+                    .await
+                    .map_err(cluster_error)?;
                 let parsed = answer.json();
-                let body = if parsed.is_null() && !answer.body.is_empty() { Value::String(String::from_utf8_lossy(&answer.body).into_owned()) } else { parsed };
+                let body = if parsed.is_null() && !answer.body.is_empty() {
+                    Value::String(String::from_utf8_lossy(&answer.body).into_owned())
+                } else {
+                    parsed
+                };
                 let request = match user {
                     Some(user) => format!("{method} {template} (as {user})"),
                     None => format!("{method} {template}"),
                 };
-                Exchange { request, status: answer.status, body }
+                Exchange {
+                    request,
+                    status: answer.status,
+                    body,
+                }
             }
             Step::Watch { path: template } => {
                 let path = resolve(template, script, index, namespace, &exchanges)?;
@@ -233,23 +334,45 @@ pub async fn run(cluster: &Cluster, script: &Script, namespace: &str) -> Result<
                 } else {
                     format!("{path}{separator}watch=true&timeoutSeconds={WATCH_SECONDS}")
                 };
-                let answer = cluster.send("GET", &full, None, None).await.map_err(cluster_error)?;
+                let answer = cluster
+                    .send("GET", &full, None, None)
+                    .await
+                    .map_err(cluster_error)?;
                 let events: Vec<Value> = String::from_utf8_lossy(&answer.body)
                     .lines()
                     .filter(|l| !l.trim().is_empty())
-                    .map(|l| serde_json::from_str(l).unwrap_or_else(|_| Value::String(format!("<not JSON: {l}>"))))
+                    .map(|l| {
+                        serde_json::from_str(l)
+                            .unwrap_or_else(|_| Value::String(format!("<not JSON: {l}>")))
+                    })
                     .collect();
-                let body = if answer.status == 200 { Value::Array(events) } else { answer.json() };
-                Exchange { request: format!("WATCH {template}"), status: answer.status, body }
+                let body = if answer.status == 200 {
+                    Value::Array(events)
+                } else {
+                    answer.json()
+                };
+                Exchange {
+                    request: format!("WATCH {template}"),
+                    status: answer.status,
+                    body,
+                }
             }
             Step::Pause { millis } => {
                 tokio::time::sleep(std::time::Duration::from_millis(*millis)).await;
-                Exchange { request: format!("PAUSE {millis}ms"), status: 0, body: Value::Null }
+                Exchange {
+                    request: format!("PAUSE {millis}ms"),
+                    status: 0,
+                    body: Value::Null,
+                }
             }
         };
         exchanges.push(exchange);
     }
-    Ok(Transcript { script: script.name, namespace: namespace.to_string(), exchanges })
+    Ok(Transcript {
+        script: script.name,
+        namespace: namespace.to_string(),
+        exchanges,
+    })
 }
 
 #[cfg(test)]
@@ -257,21 +380,35 @@ mod tests {
     use super::*;
 
     fn exchange(body: Value) -> Exchange {
-        Exchange { request: String::new(), status: 200, body }
+        Exchange {
+            request: String::new(),
+            status: 200,
+            body,
+        }
     }
 
     #[test]
     fn placeholders_resolve_from_earlier_answers_and_json_braces_survive() {
         let script = Script::new("s", "t");
-        let done = vec![exchange(serde_json::json!({"metadata": {"resourceVersion": "42", "continue": "tok"}}))];
+        let done = vec![exchange(
+            serde_json::json!({"metadata": {"resourceVersion": "42", "continue": "tok"}}),
+        )];
         let text = r#"{"metadata":{"resourceVersion":"{rv:0}"}} /api/{ns}?continue={continue:0}"#;
-        assert_eq!(resolve(text, &script, 1, "n1", &done).unwrap(), r#"{"metadata":{"resourceVersion":"42"}} /api/n1?continue=tok"#);
+        assert_eq!(
+            resolve(text, &script, 1, "n1", &done).unwrap(),
+            r#"{"metadata":{"resourceVersion":"42"}} /api/n1?continue=tok"#
+        );
     }
 
     #[test]
     fn an_unresolvable_placeholder_names_the_script_and_step() {
         let script = Script::new("s", "t");
-        let error = resolve("{rv:3}", &script, 1, "n", &[]).unwrap_err().to_string();
-        assert_eq!(error, "script s, step 1: placeholder {rv:3} cannot be resolved");
+        let error = resolve("{rv:3}", &script, 1, "n", &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "script s, step 1: placeholder {rv:3} cannot be resolved"
+        );
     }
 }

@@ -19,7 +19,8 @@ use orrery_system::runtime::app_reporter::{application_resource, queue};
 const TOKEN: &str = "bench-token";
 
 fn app(i: usize) -> DynamicObject {
-    let mut app = DynamicObject::new(&format!("app-{i:05}"), &application_resource()).within("argocd");
+    let mut app =
+        DynamicObject::new(&format!("app-{i:05}"), &application_resource()).within("argocd");
     app.metadata.resource_version = Some((i + 1).to_string());
     app.data = json!({
         "spec": {"source": {"repoURL": "https://git.example/r.git", "path": format!("apps/app-{i:05}")}},
@@ -81,13 +82,19 @@ fn hot_path_ns(variant: Variant, apps: &[DynamicObject]) -> f64 {
 }
 
 /// Events per second delivered to a local platform over loopback with `concurrency` senders.
-async fn end_to_end(env: SharedEnv, addr: String, bodies: Arc<Vec<Bytes>>, concurrency: usize) -> f64 {
+async fn end_to_end(
+    env: SharedEnv,
+    addr: String,
+    bodies: Arc<Vec<Bytes>>,
+    concurrency: usize,
+) -> f64 {
     let started = Instant::now(); // determinism: real-env (benchmark)
     let mut tasks = Vec::new();
     for worker in 0..concurrency {
         let (env, addr, bodies) = (env.clone(), addr.clone(), bodies.clone());
         tasks.push(tokio::spawn(async move {
-            let client = orrery_system::env::http::client::<Full<Bytes>>(env, Duration::from_secs(30));
+            let client =
+                orrery_system::env::http::client::<Full<Bytes>>(env, Duration::from_secs(30));
             for body in bodies.iter().skip(worker).step_by(concurrency) {
                 let request = http::Request::post(format!("http://{addr}/2.0/api/events"))
                     .header("authorization", TOKEN)
@@ -95,7 +102,11 @@ async fn end_to_end(env: SharedEnv, addr: String, bodies: Arc<Vec<Bytes>>, concu
                     .body(Full::new(body.clone()))
                     .expect("valid request");
                 let response = client.request(request).await.expect("platform answers");
-                assert!(response.status().is_success(), "platform refused: {}", response.status());
+                assert!(
+                    response.status().is_success(),
+                    "platform refused: {}",
+                    response.status()
+                );
                 let _ = response.into_body().collect().await;
             }
         }));
@@ -114,13 +125,20 @@ async fn load(env: SharedEnv, url: String, requests: usize, concurrency: usize) 
     for worker in 0..concurrency {
         let (env, url) = (env.clone(), url.clone());
         tasks.push(tokio::spawn(async move {
-            let client = orrery_system::env::http::client::<Full<Bytes>>(env, Duration::from_secs(30));
+            let client =
+                orrery_system::env::http::client::<Full<Bytes>>(env, Duration::from_secs(30));
             let mut latencies = Vec::new();
             for _ in (worker..requests).step_by(concurrency) {
                 let sent = Instant::now(); // determinism: real-env (benchmark)
-                let request = http::Request::get(&url).body(Full::new(Bytes::new())).expect("valid request");
+                let request = http::Request::get(&url)
+                    .body(Full::new(Bytes::new()))
+                    .expect("valid request");
                 let response = client.request(request).await.expect("answers");
-                assert!(response.status().is_success(), "{url}: {}", response.status());
+                assert!(
+                    response.status().is_success(),
+                    "{url}: {}",
+                    response.status()
+                );
                 let _ = response.into_body().collect().await;
                 latencies.push(sent.elapsed().as_micros() as u64);
             }
@@ -133,13 +151,22 @@ async fn load(env: SharedEnv, url: String, requests: usize, concurrency: usize) 
     }
     let rate = requests as f64 / started.elapsed().as_secs_f64();
     latencies.sort_unstable();
-    let at = |p: f64| latencies.get(((p * latencies.len() as f64).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0);
+    let at = |p: f64| {
+        latencies
+            .get(((p * latencies.len() as f64).ceil() as usize).saturating_sub(1))
+            .copied()
+            .unwrap_or(0)
+    };
     (rate, at(0.50), at(0.99))
 }
 
 /// Request latency and throughput through platform gateway → tunnel (WebSocket + HTTP/2) →
 /// router → upstream, against the same upstream reached directly, on loopback.
-fn tunnel_bench(runtime: &tokio::runtime::Runtime, requests: usize, concurrency: usize) -> Result<Value, String> {
+fn tunnel_bench(
+    runtime: &tokio::runtime::Runtime,
+    requests: usize,
+    concurrency: usize,
+) -> Result<Value, String> {
     use orrery_system::platform::gateway::Gateway;
     use orrery_system::platform::registry::Registry;
     use orrery_system::platform::tunnel;
@@ -200,7 +227,10 @@ fn tunnel_bench(runtime: &tokio::runtime::Runtime, requests: usize, concurrency:
 /// Runs the benchmark and returns its JSON record.
 pub fn run(events: usize) -> Result<Value, String> {
     let apps: Vec<DynamicObject> = (0..events).map(app).collect();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut results = Vec::new();
     for variant in Variant::ALL {
         let ns = hot_path_ns(variant, &apps);
@@ -208,10 +238,19 @@ pub fn run(events: usize) -> Result<Value, String> {
             Variant::Faithful => 1,
             Variant::Hardened => 8,
         };
-        let bodies: Arc<Vec<Bytes>> = Arc::new(apps.iter().map(|a| encode_event(&payload(a)).expect("encodes")).collect());
+        let bodies: Arc<Vec<Bytes>> = Arc::new(
+            apps.iter()
+                .map(|a| encode_event(&payload(a)).expect("encodes"))
+                .collect(),
+        );
         let per_second = runtime.block_on(async {
             let env: SharedEnv = Arc::new(RealEnv::new("bench"));
-            let platform = Platform::new(events::Config { tokens: [(TOKEN.to_string(), "bench".to_string())].into_iter().collect(), bus_capacity: events.max(1) });
+            let platform = Platform::new(events::Config {
+                tokens: [(TOKEN.to_string(), "bench".to_string())]
+                    .into_iter()
+                    .collect(),
+                bus_capacity: events.max(1),
+            });
             let listener = env.listen("127.0.0.1:0").await.map_err(|e| e.to_string())?;
             let addr = listener.local_addr().map_err(|e| e.to_string())?;
             let server = tokio::spawn(events::serve(env.clone(), platform, listener));
@@ -219,7 +258,14 @@ pub fn run(events: usize) -> Result<Value, String> {
             server.abort();
             Ok::<f64, String>(rate)
         })?;
-        eprintln!("{:>8}: hot path {:>8.0} ns/event; end to end {:>8.0} events/s ({} sender{})", variant.as_str(), ns, per_second, concurrency, if concurrency == 1 { "" } else { "s" });
+        eprintln!(
+            "{:>8}: hot path {:>8.0} ns/event; end to end {:>8.0} events/s ({} sender{})",
+            variant.as_str(),
+            ns,
+            per_second,
+            concurrency,
+            if concurrency == 1 { "" } else { "s" }
+        );
         results.push(json!({"variant": variant.as_str(), "hot_path_ns_per_event": ns.round(), "end_to_end_events_per_second": per_second.round(), "senders": concurrency}));
     }
     let tunnel = tunnel_bench(&runtime, events.min(20_000), 8)?;

@@ -8,7 +8,9 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use orrery_system::env::{BoxFuture, BoxStream, Env, Identity, Listener, Observation, Rng, SharedEnv};
+use orrery_system::env::{
+    BoxFuture, BoxStream, Env, Identity, Listener, Observation, Rng, SharedEnv,
+};
 
 use crate::harness::trace::Trace;
 
@@ -26,7 +28,11 @@ pub struct SimEnv {
 impl SimEnv {
     /// An environment for `host`, its randomness derived from `seed` and the host name.
     pub fn new(host: &str, seed: u64, trace: Trace) -> SharedEnv {
-        Arc::new(SimEnv { identity: Identity::from_host(host), rng: Mutex::new(Rng::derive(seed, host)), trace })
+        Arc::new(SimEnv {
+            identity: Identity::from_host(host),
+            rng: Mutex::new(Rng::derive(seed, host)),
+            trace,
+        })
     }
 }
 
@@ -83,6 +89,7 @@ impl Env for SimEnv {
     }
 
     fn observe(&self, observation: Observation) {
-        self.trace.record(self.elapsed(), &self.identity.host, observation);
+        self.trace
+            .record(self.elapsed(), &self.identity.host, observation);
     }
 }

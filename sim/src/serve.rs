@@ -15,18 +15,29 @@ use orrery_system::runtime::tunnel_client;
 use crate::{fail, parse_args, Fail};
 
 fn variant(args: &crate::Args) -> Result<Variant, Fail> {
-    Variant::parse(args.flags.get("variant").map(String::as_str).unwrap_or("hardened")).map_err(|e| Fail(e, 2))
+    Variant::parse(
+        args.flags
+            .get("variant")
+            .map(String::as_str)
+            .unwrap_or("hardened"),
+    )
+    .map_err(|e| Fail(e, 2))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Fail> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Fail(format!("cannot start tokio: {e}"), 2))
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Fail(format!("cannot start tokio: {e}"), 2))
 }
 
 /// `--runtimes acme-prod=TOKEN,acme-dev=TOKEN2` into the registry.
 fn preregister(registry: &Registry, list: &str) -> Result<(), Fail> {
     for entry in list.split(',').filter(|e| !e.is_empty()) {
         let Some((name, token)) = entry.split_once('=') else {
-            return fail(format!("--runtimes: {entry:?} is not <account>-<runtime>=<token>"));
+            return fail(format!(
+                "--runtimes: {entry:?} is not <account>-<runtime>=<token>"
+            ));
         };
         let Some((account, runtime)) = name.split_once('-') else {
             return fail(format!("--runtimes: {name:?} is not <account>-<runtime>"));
@@ -37,15 +48,26 @@ fn preregister(registry: &Registry, list: &str) -> Result<(), Fail> {
 }
 
 /// `--users TOKEN=alice:repositories:list+workflows:terminate,…` into the permissions.
-fn users(permissions: &orrery_system::platform::permissions::Permissions, list: &str) -> Result<(), Fail> {
+fn users(
+    permissions: &orrery_system::platform::permissions::Permissions,
+    list: &str,
+) -> Result<(), Fail> {
     for entry in list.split(',').filter(|e| !e.is_empty()) {
         let Some((token, rest)) = entry.split_once('=') else {
-            return fail(format!("--users: {entry:?} is not <token>=<user>:<operation>+<operation>"));
+            return fail(format!(
+                "--users: {entry:?} is not <token>=<user>:<operation>+<operation>"
+            ));
         };
         let (user, operations) = rest.split_once(':').unwrap_or((rest, ""));
         let operations: Vec<&str> = operations.split('+').filter(|o| !o.is_empty()).collect();
-        if let Some(bad) = operations.iter().find(|o| !orrery_system::platform::permissions::OPERATIONS.contains(o)) {
-            return fail(format!("--users: unknown operation {bad:?} (known: {:?})", orrery_system::platform::permissions::OPERATIONS));
+        if let Some(bad) = operations
+            .iter()
+            .find(|o| !orrery_system::platform::permissions::OPERATIONS.contains(o))
+        {
+            return fail(format!(
+                "--users: unknown operation {bad:?} (known: {:?})",
+                orrery_system::platform::permissions::OPERATIONS
+            ));
         }
         permissions.grant(token, user, &operations);
     }
@@ -54,22 +76,57 @@ fn users(permissions: &orrery_system::platform::permissions::Permissions, list: 
 
 /// The platform: tunnel server and client gateway.
 pub fn control_plane(raw: &[String]) -> Result<ExitCode, Fail> {
-    let args = parse_args(raw, &["tunnel", "api", "variant", "admin-token", "runtimes", "users", "tls-cert", "tls-key"])?;
+    let args = parse_args(
+        raw,
+        &[
+            "tunnel",
+            "api",
+            "variant",
+            "admin-token",
+            "runtimes",
+            "users",
+            "tls-cert",
+            "tls-key",
+        ],
+    )?;
     let variant = variant(&args)?;
-    let tunnel_addr = args.flags.get("tunnel").cloned().unwrap_or_else(|| "127.0.0.1:8443".into());
-    let api_addr = args.flags.get("api").cloned().unwrap_or_else(|| "127.0.0.1:8081".into());
-    let Some(admin_token) = args.flags.get("admin-token").cloned().or_else(|| std::env::var("ORRERY_ADMIN_TOKEN").ok()) else {
+    let tunnel_addr = args
+        .flags
+        .get("tunnel")
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1:8443".into());
+    let api_addr = args
+        .flags
+        .get("api")
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1:8081".into());
+    let Some(admin_token) = args
+        .flags
+        .get("admin-token")
+        .cloned()
+        .or_else(|| std::env::var("ORRERY_ADMIN_TOKEN").ok())
+    else {
         return fail("control-plane needs --admin-token TOKEN (or ORRERY_ADMIN_TOKEN) to protect runtime registration");
     };
     let registry = Arc::new(Registry::default());
-    preregister(&registry, args.flags.get("runtimes").map(String::as_str).unwrap_or(""))?;
+    preregister(
+        &registry,
+        args.flags.get("runtimes").map(String::as_str).unwrap_or(""),
+    )?;
     let permissions = Arc::new(orrery_system::platform::permissions::Permissions::default());
-    users(&permissions, args.flags.get("users").map(String::as_str).unwrap_or(""))?;
+    users(
+        &permissions,
+        args.flags.get("users").map(String::as_str).unwrap_or(""),
+    )?;
     let mut config = tunnel::Config::new(variant);
     match (args.flags.get("tls-cert"), args.flags.get("tls-key")) {
         (Some(cert), Some(key)) => {
-            let read = |path: &String| std::fs::read(path).map_err(|e| Fail(format!("{path}: {e}"), 2));
-            config.tls = Some(orrery_system::tunnel::tls::server_config(&read(cert)?, &read(key)?).map_err(|e| Fail(e.to_string(), 2))?);
+            let read =
+                |path: &String| std::fs::read(path).map_err(|e| Fail(format!("{path}: {e}"), 2));
+            config.tls = Some(
+                orrery_system::tunnel::tls::server_config(&read(cert)?, &read(key)?)
+                    .map_err(|e| Fail(e.to_string(), 2))?,
+            );
         }
         (None, None) => {}
         _ => return fail("--tls-cert and --tls-key go together"),
@@ -90,27 +147,68 @@ pub fn control_plane(raw: &[String]) -> Result<ExitCode, Fail> {
 /// A runtime: tunnel client and request routing service (optionally also on an ingress
 /// port), and the app-proxy when `--git` names a Git provider.
 pub fn runtime_cmd(raw: &[String]) -> Result<ExitCode, Fail> {
-    let args = parse_args(raw, &["platform", "platform-api", "name", "token", "variant", "app-proxy", "workflows", "ingress", "git", "apiserver", "tls-ca"])?;
+    let args = parse_args(
+        raw,
+        &[
+            "platform",
+            "platform-api",
+            "name",
+            "token",
+            "variant",
+            "app-proxy",
+            "workflows",
+            "ingress",
+            "git",
+            "apiserver",
+            "tls-ca",
+        ],
+    )?;
     let variant = variant(&args)?;
-    let required = |flag: &str| args.flags.get(flag).cloned().ok_or_else(|| Fail(format!("runtime needs --{flag}"), 2));
+    let required = |flag: &str| {
+        args.flags
+            .get(flag)
+            .cloned()
+            .ok_or_else(|| Fail(format!("runtime needs --{flag}"), 2))
+    };
     let (platform, name) = (required("platform")?, required("name")?);
-    let token = args.flags.get("token").cloned().or_else(|| std::env::var("ORRERY_RUNTIME_TOKEN").ok()).ok_or_else(|| Fail("runtime needs --token (or ORRERY_RUNTIME_TOKEN)".into(), 2))?;
+    let token = args
+        .flags
+        .get("token")
+        .cloned()
+        .or_else(|| std::env::var("ORRERY_RUNTIME_TOKEN").ok())
+        .ok_or_else(|| Fail("runtime needs --token (or ORRERY_RUNTIME_TOKEN)".into(), 2))?;
     let routes = Routes {
-        app_proxy: args.flags.get("app-proxy").cloned().unwrap_or_else(|| "127.0.0.1:3017".into()),
-        workflows: args.flags.get("workflows").cloned().unwrap_or_else(|| "127.0.0.1:2746".into()),
+        app_proxy: args
+            .flags
+            .get("app-proxy")
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1:3017".into()),
+        workflows: args
+            .flags
+            .get("workflows")
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1:2746".into()),
         event_sources: Default::default(),
     };
     let ingress = args.flags.get("ingress").cloned();
     let mut client = tunnel_client::Config::new(variant, &platform, &name, &token);
     if let Some(path) = args.flags.get("tls-ca") {
         let roots = std::fs::read(path).map_err(|e| Fail(format!("{path}: {e}"), 2))?;
-        client.tls = Some(orrery_system::tunnel::tls::client_config(&roots).map_err(|e| Fail(e.to_string(), 2))?);
+        client.tls = Some(
+            orrery_system::tunnel::tls::client_config(&roots)
+                .map_err(|e| Fail(e.to_string(), 2))?,
+        );
     }
     let app_proxy = match args.flags.get("git") {
         None => None,
         Some(git) => Some((
             git.clone(),
-            args.flags.get("platform-api").cloned().ok_or_else(|| Fail("the app-proxy (--git) needs --platform-api ADDR for permissions".into(), 2))?,
+            args.flags.get("platform-api").cloned().ok_or_else(|| {
+                Fail(
+                    "the app-proxy (--git) needs --platform-api ADDR for permissions".into(),
+                    2,
+                )
+            })?,
             args.flags.get("apiserver").cloned(),
         )),
     };
@@ -121,7 +219,12 @@ pub fn runtime_cmd(raw: &[String]) -> Result<ExitCode, Fail> {
             let kube = match apiserver {
                 Some(addr) => orrery_system::env::kube::KubeTarget::new(addr),
                 None => {
-                    let config = kube::Config::infer().await.map_err(|e| Fail(format!("the app-proxy needs --apiserver or a kubeconfig: {e}"), 2))?;
+                    let config = kube::Config::infer().await.map_err(|e| {
+                        Fail(
+                            format!("the app-proxy needs --apiserver or a kubeconfig: {e}"),
+                            2,
+                        )
+                    })?;
                     orrery_system::env::kube::KubeTarget::real(config, "default")
                 }
             };
@@ -144,8 +247,13 @@ pub fn runtime_cmd(raw: &[String]) -> Result<ExitCode, Fail> {
             let router = router.clone();
             Box::pin(async move { router.handle(request).await })
         });
-        eprintln!("orrery runtime {name} ({}): tunnel to {platform}", variant.as_str());
-        tunnel_client::run(env, client, handler).await.map_err(|e| Fail(e.to_string(), 1))
+        eprintln!(
+            "orrery runtime {name} ({}): tunnel to {platform}",
+            variant.as_str()
+        );
+        tunnel_client::run(env, client, handler)
+            .await
+            .map_err(|e| Fail(e.to_string(), 1))
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,9 +4,9 @@ use orrery_conformance::cluster::Cluster;
 use orrery_conformance::compare::{compare, load_deviations, Verdict};
 use orrery_conformance::library::scripts;
 use orrery_conformance::normalise::{normalise, parse, render, NormalisedStep};
+use orrery_conformance::repo_root;
 use orrery_conformance::report::{self, Row};
 use orrery_conformance::script::{run, Script};
-use orrery_conformance::repo_root;
 
 fn snapshot_dir() -> std::path::PathBuf {
     repo_root().join("conformance/snapshots")
@@ -14,14 +14,20 @@ fn snapshot_dir() -> std::path::PathBuf {
 
 /// The recorded real transcript of `script` (insta's `.snap` file without its header).
 fn recorded(script: &Script) -> Option<Vec<NormalisedStep>> {
-    let text = std::fs::read_to_string(snapshot_dir().join(format!("{}.snap", script.name))).ok()?;
+    let text =
+        std::fs::read_to_string(snapshot_dir().join(format!("{}.snap", script.name))).ok()?;
     let body = text.splitn(3, "---\n").nth(2)?;
     Some(parse(body))
 }
 
 async fn normalised(cluster: &Cluster, script: &Script, namespace: &str) -> Vec<NormalisedStep> {
-    cluster.prepare(namespace).await.unwrap_or_else(|e| panic!("{}: {e}", script.name));
-    let transcript = run(cluster, script, namespace).await.unwrap_or_else(|e| panic!("{e}"));
+    cluster
+        .prepare(namespace)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", script.name));
+    let transcript = run(cluster, script, namespace)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     if let Err(e) = cluster.cleanup(namespace).await {
         eprintln!("warning: {}: cleanup: {e}", script.name);
     }
@@ -30,10 +36,15 @@ async fn normalised(cluster: &Cluster, script: &Script, namespace: &str) -> Vec<
 
 /// The Kubernetes version pinned in `conformance/kube/go.mod` (what the snapshots record).
 fn pinned_version() -> String {
-    let gomod = std::fs::read_to_string(repo_root().join("conformance/kube/go.mod")).unwrap_or_default();
+    let gomod =
+        std::fs::read_to_string(repo_root().join("conformance/kube/go.mod")).unwrap_or_default();
     gomod
         .lines()
-        .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes ").map(|v| v.trim().to_string()))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("k8s.io/kubernetes ")
+                .map(|v| v.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -44,10 +55,18 @@ fn names(scripts: &[Script]) -> Vec<&'static str> {
 fn failures(rows: &[Row<'_>]) -> String {
     let mut out = String::new();
     for row in rows.iter().filter(|r| !r.verdict.ok()) {
-        out.push_str(&format!("\n{} — {}\n", row.script.name, row.verdict.label()));
+        out.push_str(&format!(
+            "\n{} — {}\n",
+            row.script.name,
+            row.verdict.label()
+        ));
         match &row.verdict {
-            Verdict::Different { diffs } => diffs.iter().for_each(|(step, diff)| out.push_str(&format!(" step {step}:\n{diff}"))),
-            Verdict::StaleDeviation { steps } => out.push_str(&format!(" listed steps {steps:?} now match: remove them from conformance/deviations.yaml\n")),
+            Verdict::Different { diffs } => diffs
+                .iter()
+                .for_each(|(step, diff)| out.push_str(&format!(" step {step}:\n{diff}"))),
+            Verdict::StaleDeviation { steps } => out.push_str(&format!(
+                " listed steps {steps:?} now match: remove them from conformance/deviations.yaml\n"
+            )),
             _ => {}
         }
     }
@@ -67,10 +86,16 @@ async fn the_simulated_api_server_matches_the_recorded_real_transcripts() {
             panic!("no recorded real transcript for {}: run `INSTA_UPDATE=always make conformance-apiserver`", script.name)
         });
         let steps = normalised(&simulated, script, &format!("orrery-fidelity-{index}")).await;
-        rows.push(Row { script, verdict: compare(script.name, &recorded, &steps, &deviations) });
+        rows.push(Row {
+            script,
+            verdict: compare(script.name, &recorded, &steps, &deviations),
+        });
     }
     let failing = failures(&rows);
-    assert!(failing.is_empty(), "the simulated API server differs from the recorded kube-apiserver:{failing}");
+    assert!(
+        failing.is_empty(),
+        "the simulated API server differs from the recorded kube-apiserver:{failing}"
+    );
 }
 
 /// Live: every script against the cluster `KUBECONFIG` points to and a fresh simulated
@@ -96,14 +121,26 @@ async fn live_real_and_simulated_api_servers_answer_alike() {
         rows.push(Row { script, verdict });
         real_texts.push(render(&real_steps));
     }
-    let identical = rows.iter().filter(|r| r.verdict == Verdict::Identical).count();
-    let known = rows.iter().filter(|r| matches!(r.verdict, Verdict::KnownDeviation { .. })).count();
+    let identical = rows
+        .iter()
+        .filter(|r| r.verdict == Verdict::Identical)
+        .count();
+    let known = rows
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::KnownDeviation { .. }))
+        .count();
     println!("fidelity: Kubernetes {version}: {} scripts compared, {identical} identical, {known} with known deviations, {} failing", rows.len(), rows.len() - identical - known);
     for deviation in &deviations {
-        println!("fidelity: known deviation {} {:?}: {}", deviation.script, deviation.steps, deviation.reason.trim());
+        println!(
+            "fidelity: known deviation {} {:?}: {}",
+            deviation.script,
+            deviation.steps,
+            deviation.reason.trim()
+        );
     }
     let report = report::render(&version, &rows, &deviations);
-    std::fs::write(repo_root().join("reports/conformance.md"), report).expect("write reports/conformance.md");
+    std::fs::write(repo_root().join("reports/conformance.md"), report)
+        .expect("write reports/conformance.md");
     let failing = failures(&rows);
     if !failing.is_empty() {
         eprintln!("the simulated API server differs from kube-apiserver {version}:{failing}");
@@ -115,7 +152,10 @@ async fn live_real_and_simulated_api_servers_answer_alike() {
     let pinned = pinned_version();
     if version != pinned {
         println!("fidelity: snapshots were recorded against {pinned}; this cluster runs {version}: snapshot check skipped, live comparison applied");
-        assert!(failing.is_empty(), "the simulated API server differs from kube-apiserver {version} (see above)");
+        assert!(
+            failing.is_empty(),
+            "the simulated API server differs from kube-apiserver {version} (see above)"
+        );
         return;
     }
     for (script, text) in scripts.iter().zip(real_texts) {
@@ -123,5 +163,8 @@ async fn live_real_and_simulated_api_servers_answer_alike() {
             insta::assert_snapshot!(script.name, text);
         });
     }
-    assert!(failing.is_empty(), "the simulated API server differs from kube-apiserver {version} (see above)");
+    assert!(
+        failing.is_empty(),
+        "the simulated API server differs from kube-apiserver {version} (see above)"
+    );
 }

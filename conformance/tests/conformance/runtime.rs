@@ -29,11 +29,17 @@ const APPS: usize = 24;
 const CONVERGE: Duration = Duration::from_secs(120);
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
 }
 
 fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn app(name: &str, namespace: &str) -> DynamicObject {
@@ -44,10 +50,18 @@ fn app(name: &str, namespace: &str) -> DynamicObject {
 
 async fn get_json(url: &str) -> Option<Value> {
     let env: SharedEnv = Arc::new(RealEnv::new("probe"));
-    let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(env, Duration::from_secs(10));
-    let request = http::Request::get(url).body(http_body_util::Full::new(bytes::Bytes::new())).ok()?;
+    let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
+        env,
+        Duration::from_secs(10),
+    );
+    let request = http::Request::get(url)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .ok()?;
     let response = client.request(request).await.ok()?;
-    let body = http_body_util::BodyExt::collect(response.into_body()).await.ok()?.to_bytes();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .ok()?
+        .to_bytes();
     serde_json::from_slice(&body).ok()
 }
 
@@ -61,7 +75,9 @@ where
     loop {
         match check().await {
             Ok(()) => return,
-            Err(reason) if tokio::time::Instant::now() >= deadline => panic!("{what}: not within {CONVERGE:?}: {reason}"),
+            Err(reason) if tokio::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {CONVERGE:?}: {reason}")
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
@@ -70,15 +86,28 @@ where
 async fn reporter_suite(variant: Variant) {
     let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
     let namespace = format!("orrery-runtime-{}-{}", std::process::id(), variant.as_str());
-    cluster.prepare(&namespace).await.unwrap_or_else(|e| panic!("{e}"));
+    cluster
+        .prepare(&namespace)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let config = kube::Config::infer().await.expect("kubeconfig");
     let target = KubeTarget::real(config, &namespace);
 
     // The world around the runtime, in-process on loopback: Git, Argo CD, the platform, the cache.
     let git = SharedGit::default();
     let names: Vec<String> = (0..APPS).map(|i| format!("app-{i:02}")).collect();
-    let files: BTreeMap<String, String> = names.iter().map(|n| (format!("apps/{n}/deployment.yaml"), format!("image: {n}:v1"))).collect();
-    let first = git.lock().commit(REPO, "Dev <dev@example.com>", "init", unix_ms(), files);
+    let files: BTreeMap<String, String> = names
+        .iter()
+        .map(|n| {
+            (
+                format!("apps/{n}/deployment.yaml"),
+                format!("image: {n}:v1"),
+            )
+        })
+        .collect();
+    let first = git
+        .lock()
+        .commit(REPO, "Dev <dev@example.com>", "init", unix_ms(), files);
     let (argocd_port, platform_port, cache_port) = (free_port(), free_port(), free_port());
     let argo_config = argocd::controller::Config {
         reconcile_every: Duration::from_secs(1),
@@ -88,13 +117,42 @@ async fn reporter_suite(variant: Variant) {
     };
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn({
-        let run = argocd::run(Arc::new(RealEnv::new("argocd")), target.clone(), git.clone(), HealthOverrides::default(), argo_config, ARGO_TOKEN.into());
+        let run = argocd::run(
+            Arc::new(RealEnv::new("argocd")),
+            target.clone(),
+            git.clone(),
+            HealthOverrides::default(),
+            argo_config,
+            ARGO_TOKEN.into(),
+        );
         async move { drop(run.await) }
     }));
-    let platform = Platform::new(events::Config { tokens: [(TOKEN.to_string(), "acme".to_string())].into_iter().collect(), bus_capacity: 1000 });
+    let platform = Platform::new(events::Config {
+        tokens: [(TOKEN.to_string(), "acme".to_string())]
+            .into_iter()
+            .collect(),
+        bus_capacity: 1000,
+    });
     let serving = platform.clone();
-    tasks.push(tokio::spawn(async move { drop(events::run(Arc::new(RealEnv::new("platform")), serving, &format!("127.0.0.1:{platform_port}")).await) }));
-    tasks.push(tokio::spawn(async move { drop(cache::run(Arc::new(RealEnv::new("cache")), &format!("127.0.0.1:{cache_port}")).await) }));
+    tasks.push(tokio::spawn(async move {
+        drop(
+            events::run(
+                Arc::new(RealEnv::new("platform")),
+                serving,
+                &format!("127.0.0.1:{platform_port}"),
+            )
+            .await,
+        )
+    }));
+    tasks.push(tokio::spawn(async move {
+        drop(
+            cache::run(
+                Arc::new(RealEnv::new("cache")),
+                &format!("127.0.0.1:{cache_port}"),
+            )
+            .await,
+        )
+    }));
 
     // The runtime: REPLICAS reporter replicas, unchanged, against the real API server.
     let mut serve_ports = Vec::new();
@@ -115,9 +173,12 @@ async fn reporter_suite(variant: Variant) {
         tasks.push(tokio::spawn(app_reporter::run(env, config)));
     }
 
-    let apps: Api<DynamicObject> = Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    let apps: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &application_resource());
     for name in &names {
-        apps.create(&PostParams::default(), &app(name, &namespace)).await.unwrap_or_else(|e| panic!("create {name}: {e}"));
+        apps.create(&PostParams::default(), &app(name, &namespace))
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
     }
 
     // The platform's read model keys apps by `namespace/name`.
@@ -128,11 +189,25 @@ async fn reporter_suite(variant: Variant) {
         let names: Vec<String> = names.iter().map(|n| key(n)).collect();
         let first = first.clone();
         async move {
-            let missing: Vec<&String> = names.iter().filter(|n| !apps.get(*n).is_some_and(|a| a.sync_status == "Synced" && a.revision == first && !a.deleted)).collect();
+            let missing: Vec<&String> = names
+                .iter()
+                .filter(|n| {
+                    !apps.get(*n).is_some_and(|a| {
+                        a.sync_status == "Synced" && a.revision == first && !a.deleted
+                    })
+                })
+                .collect();
             if missing.is_empty() {
                 Ok(())
             } else {
-                Err(format!("{} of {} apps not converged (platform knows {}), e.g. {:?}: {:?}", missing.len(), names.len(), apps.len(), missing.first(), missing.first().and_then(|n| apps.get(*n))))
+                Err(format!(
+                    "{} of {} apps not converged (platform knows {}), e.g. {:?}: {:?}",
+                    missing.len(),
+                    names.len(),
+                    apps.len(),
+                    missing.first(),
+                    missing.first().and_then(|n| apps.get(*n))
+                ))
             }
         }
     })
@@ -145,15 +220,27 @@ async fn reporter_suite(variant: Variant) {
         async move {
             let mut owners: BTreeMap<String, Vec<u32>> = BTreeMap::new();
             for (replica, port) in ports.iter().enumerate() {
-                let distribution = get_json(&format!("http://127.0.0.1:{port}/app-distribution")).await.ok_or("no /app-distribution")?;
-                for app in distribution.as_object().ok_or("distribution is not an object")?.keys() {
+                let distribution = get_json(&format!("http://127.0.0.1:{port}/app-distribution"))
+                    .await
+                    .ok_or("no /app-distribution")?;
+                for app in distribution
+                    .as_object()
+                    .ok_or("distribution is not an object")?
+                    .keys()
+                {
                     owners.entry(app.clone()).or_default().push(replica as u32);
                 }
             }
             for name in &names {
                 match owners.get(name).map(Vec::as_slice) {
-                    Some([owner]) if variant == Variant::Faithful && *owner != shard::faithful_shard(name, REPLICAS) => {
-                        return Err(format!("{name} owned by {owner}, FNV-1a says {}", shard::faithful_shard(name, REPLICAS)))
+                    Some([owner])
+                        if variant == Variant::Faithful
+                            && *owner != shard::faithful_shard(name, REPLICAS) =>
+                    {
+                        return Err(format!(
+                            "{name} owned by {owner}, FNV-1a says {}",
+                            shard::faithful_shard(name, REPLICAS)
+                        ))
                     }
                     Some([_]) => {}
                     other => return Err(format!("{name} owners: {other:?}")),
@@ -164,34 +251,73 @@ async fn reporter_suite(variant: Variant) {
     })
     .await;
     if variant == Variant::Hardened {
-        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(cluster.client(), &namespace);
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(cluster.client(), &namespace);
         let held = leases.list(&Default::default()).await.expect("list leases");
-        let holders: Vec<String> = held.items.iter().filter_map(|l| l.metadata.name.clone()).filter(|n| n.starts_with("app-reporter-")).collect();
-        assert_eq!(holders.len(), REPLICAS as usize, "one real Lease per hardened replica: {holders:?}");
+        let holders: Vec<String> = held
+            .items
+            .iter()
+            .filter_map(|l| l.metadata.name.clone())
+            .filter(|n| n.starts_with("app-reporter-"))
+            .collect();
+        assert_eq!(
+            holders.len(),
+            REPLICAS as usize,
+            "one real Lease per hardened replica: {holders:?}"
+        );
     }
 
     // 3. A new commit for some apps moves them to the new revision on the platform.
     let changed: Vec<String> = names.iter().take(6).cloned().collect();
-    let files: BTreeMap<String, String> = changed.iter().map(|n| (format!("apps/{n}/deployment.yaml"), format!("image: {n}:v2"))).collect();
-    let second = git.lock().commit(REPO, "Dev <dev@example.com>", "bump", unix_ms(), files);
+    let files: BTreeMap<String, String> = changed
+        .iter()
+        .map(|n| {
+            (
+                format!("apps/{n}/deployment.yaml"),
+                format!("image: {n}:v2"),
+            )
+        })
+        .collect();
+    let second = git
+        .lock()
+        .commit(REPO, "Dev <dev@example.com>", "bump", unix_ms(), files);
     eventually("changed apps reported at the new revision", || {
         let apps = platform.apps();
         let changed: Vec<String> = changed.iter().map(|n| key(n)).collect();
         let second = second.clone();
         async move {
-            let behind: Vec<&String> = changed.iter().filter(|n| !apps.get(*n).is_some_and(|a| a.revision == second && a.sync_status == "Synced")).collect();
-            if behind.is_empty() { Ok(()) } else { Err(format!("{} apps behind", behind.len())) }
+            let behind: Vec<&String> = changed
+                .iter()
+                .filter(|n| {
+                    !apps
+                        .get(*n)
+                        .is_some_and(|a| a.revision == second && a.sync_status == "Synced")
+                })
+                .collect();
+            if behind.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} apps behind", behind.len()))
+            }
         }
     })
     .await;
 
     // 4. A deleted app is reported deleted.
-    apps.delete("app-07", &DeleteParams::default()).await.expect("delete app-07");
+    apps.delete("app-07", &DeleteParams::default())
+        .await
+        .expect("delete app-07");
     let deleted = key("app-07");
     eventually("the deleted app reported deleted", || {
         let apps = platform.apps();
         let deleted = deleted.clone();
-        async move { if apps.get(&deleted).is_some_and(|a| a.deleted) { Ok(()) } else { Err(format!("{:?}", apps.get(&deleted))) } }
+        async move {
+            if apps.get(&deleted).is_some_and(|a| a.deleted) {
+                Ok(())
+            } else {
+                Err(format!("{:?}", apps.get(&deleted)))
+            }
+        }
     })
     .await;
 
@@ -229,11 +355,18 @@ async fn the_app_proxy_terminates_a_real_workflow() {
 
     let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
     let namespace = format!("orrery-app-proxy-{}", std::process::id());
-    cluster.prepare(&namespace).await.unwrap_or_else(|e| panic!("{e}"));
-    let workflows: Api<DynamicObject> = Api::namespaced_with(cluster.client(), &namespace, &workflow_resource());
+    cluster
+        .prepare(&namespace)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let workflows: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &workflow_resource());
     let mut workflow = DynamicObject::new("build-42", &workflow_resource()).within(&namespace);
     workflow.data = json!({"spec": {"entrypoint": "main"}});
-    workflows.create(&PostParams::default(), &workflow).await.expect("create a Workflow");
+    workflows
+        .create(&PostParams::default(), &workflow)
+        .await
+        .expect("create a Workflow");
 
     // The platform's permissions, served by an in-process gateway on loopback.
     let permissions = Arc::new(Permissions::default());
@@ -247,7 +380,14 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     });
     let (platform_port, proxy_port) = (free_port(), free_port());
     let platform = tokio::spawn(async move {
-        drop(orrery_system::platform::gateway::run(Arc::new(RealEnv::new("platform")), gateway, &format!("127.0.0.1:{platform_port}")).await)
+        drop(
+            orrery_system::platform::gateway::run(
+                Arc::new(RealEnv::new("platform")),
+                gateway,
+                &format!("127.0.0.1:{platform_port}"),
+            )
+            .await,
+        )
     });
     let config = kube::Config::infer().await.expect("kubeconfig");
     let proxy_config = app_proxy::Config {
@@ -257,22 +397,49 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         permissions_ttl: Duration::from_secs(30),
         listen: format!("127.0.0.1:{proxy_port}"),
     };
-    let proxy = tokio::spawn(async move { drop(app_proxy::run(Arc::new(RealEnv::new("app-proxy")), proxy_config).await) });
+    let proxy = tokio::spawn(async move {
+        drop(app_proxy::run(Arc::new(RealEnv::new("app-proxy")), proxy_config).await)
+    });
 
     let terminate = |token: &'static str| {
-        let url = format!("http://127.0.0.1:{proxy_port}/app-proxy/api/workflows/{namespace}/build-42/terminate");
+        let url = format!(
+            "http://127.0.0.1:{proxy_port}/app-proxy/api/workflows/{namespace}/build-42/terminate"
+        );
         async move {
             let env: SharedEnv = Arc::new(RealEnv::new("caller"));
-            let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(env, Duration::from_secs(10));
-            let request = http::Request::post(url).header("authorization", format!("Bearer {token}")).body(http_body_util::Full::new(bytes::Bytes::new())).ok()?;
-            client.request(request).await.ok().map(|r| r.status().as_u16())
+            let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
+                env,
+                Duration::from_secs(10),
+            );
+            let request = http::Request::post(url)
+                .header("authorization", format!("Bearer {token}"))
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .ok()?;
+            client
+                .request(request)
+                .await
+                .ok()
+                .map(|r| r.status().as_u16())
         }
     };
-    eventually("the app-proxy answers", || async { terminate("nobody").await.map(|_| ()).ok_or_else(|| "no answer".to_string()) }).await;
-    assert_eq!(terminate("nobody").await, Some(401), "an unknown token is refused");
+    eventually("the app-proxy answers", || async {
+        terminate("nobody")
+            .await
+            .map(|_| ())
+            .ok_or_else(|| "no answer".to_string())
+    })
+    .await;
+    assert_eq!(
+        terminate("nobody").await,
+        Some(401),
+        "an unknown token is refused"
+    );
     assert_eq!(terminate("ops-token").await, Some(200));
     let patched = workflows.get("build-42").await.expect("get the Workflow");
-    assert_eq!(patched.data["spec"]["shutdown"], "Terminate", "spec.shutdown set on the real Workflow");
+    assert_eq!(
+        patched.data["spec"]["shutdown"], "Terminate",
+        "spec.shutdown set on the real Workflow"
+    );
     platform.abort();
     proxy.abort();
     let _ = cluster.cleanup(&namespace).await;

@@ -28,7 +28,11 @@ impl Checker for ProbeMatches {
         let rv = || detail["rv"].as_str().unwrap_or("").to_string();
         match event.observation.kind.as_str() {
             "probe.view" => {
-                self.last_view = Some((event.at_ms, detail["count"].as_u64().unwrap_or(0) as usize, detail["digest"].as_str().unwrap_or("").into()));
+                self.last_view = Some((
+                    event.at_ms,
+                    detail["count"].as_u64().unwrap_or(0) as usize,
+                    detail["digest"].as_str().unwrap_or("").into(),
+                ));
             }
             "probe.init" => self.buffer = Some(Default::default()),
             "probe.init_apply" => {
@@ -54,15 +58,30 @@ impl Checker for ProbeMatches {
 
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
         let truth = digest(state.name_rvs());
-        let rebuilt: Vec<(String, String)> = self.rebuilt.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let view = self.last_view.as_ref().map(|(_, count, digest)| (*count, digest.clone()));
+        let rebuilt: Vec<(String, String)> = self
+            .rebuilt
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let view = self
+            .last_view
+            .as_ref()
+            .map(|(_, count, digest)| (*count, digest.clone()));
         if view.as_ref() == Some(&truth) && digest(rebuilt.clone()) == truth {
             return None;
         }
         let truth_set: BTreeSet<_> = state.name_rvs().into_iter().collect();
         let seen_set: BTreeSet<_> = rebuilt.into_iter().collect();
-        let missing: Vec<_> = truth_set.difference(&seen_set).take(5).map(|(n, rv)| format!("{n}@{rv}")).collect();
-        let extra: Vec<_> = seen_set.difference(&truth_set).take(5).map(|(n, rv)| format!("{n}@{rv}")).collect();
+        let missing: Vec<_> = truth_set
+            .difference(&seen_set)
+            .take(5)
+            .map(|(n, rv)| format!("{n}@{rv}"))
+            .collect();
+        let extra: Vec<_> = seen_set
+            .difference(&truth_set)
+            .take(5)
+            .map(|(n, rv)| format!("{n}@{rv}"))
+            .collect();
         Some(Violation {
             invariant: self.name().into(),
             class: Class::Liveness,

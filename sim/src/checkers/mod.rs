@@ -74,7 +74,8 @@ pub struct FinalState {
     /// Every Application in the API server, sorted by key.
     pub apps: Vec<AppTruth>,
     /// The platform's read model (empty without a platform).
-    pub reported: std::collections::BTreeMap<String, orrery_system::platform::events::read_model::AppState>,
+    pub reported:
+        std::collections::BTreeMap<String, orrery_system::platform::events::read_model::AppState>,
     /// Simulated milliseconds at the end of the run.
     pub end_ms: u64,
 }
@@ -82,7 +83,11 @@ pub struct FinalState {
 impl FinalState {
     /// (name, resourceVersion) of every Application, sorted.
     pub fn name_rvs(&self) -> Vec<(String, String)> {
-        let mut pairs: Vec<_> = self.apps.iter().map(|a| (a.name.clone(), a.rv.clone())).collect();
+        let mut pairs: Vec<_> = self
+            .apps
+            .iter()
+            .map(|a| (a.name.clone(), a.rv.clone()))
+            .collect();
         pairs.sort();
         pairs
     }
@@ -129,16 +134,26 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
 /// Checks an invariant's name and parameters.
 pub fn validate(invariant: &Invariant) -> Result<(), String> {
     if !KNOWN.contains(&invariant.name.as_str()) {
-        return Err(format!("unknown invariant {:?}; known invariants are {KNOWN:?}", invariant.name));
+        return Err(format!(
+            "unknown invariant {:?}; known invariants are {KNOWN:?}",
+            invariant.name
+        ));
     }
     if let Some(param) = invariant.params.keys().next() {
-        return Err(format!("invariant {:?} takes no parameter {param:?}", invariant.name));
+        return Err(format!(
+            "invariant {:?} takes no parameter {param:?}",
+            invariant.name
+        ));
     }
     Ok(())
 }
 
 /// Runs every checker over the trace, then over the final state; violations in time order.
-pub fn check(checkers: &mut [Box<dyn Checker>], events: &[TraceEvent], state: &FinalState) -> Vec<Violation> {
+pub fn check(
+    checkers: &mut [Box<dyn Checker>],
+    events: &[TraceEvent],
+    state: &FinalState,
+) -> Vec<Violation> {
     let mut violations = Vec::new();
     let mut seen: Vec<bool> = vec![false; checkers.len()];
     for event in events {

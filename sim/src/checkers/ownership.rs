@@ -38,13 +38,25 @@ impl Replicas {
         let d = &event.observation.detail;
         match event.observation.kind.as_str() {
             "reporter.start" => {
-                let variant = Variant::parse(d["variant"].as_str().unwrap_or("")).unwrap_or(Variant::Faithful);
-                let belief = Belief { variant, shard: d["shard"].as_u64().map(|s| s as u32), replicas: d["replicas"].as_u64().unwrap_or(1) as u32, members: Vec::new() };
-                self.live.insert(d["replica"].as_str().unwrap_or("").to_string(), belief);
+                let variant = Variant::parse(d["variant"].as_str().unwrap_or(""))
+                    .unwrap_or(Variant::Faithful);
+                let belief = Belief {
+                    variant,
+                    shard: d["shard"].as_u64().map(|s| s as u32),
+                    replicas: d["replicas"].as_u64().unwrap_or(1) as u32,
+                    members: Vec::new(),
+                };
+                self.live
+                    .insert(d["replica"].as_str().unwrap_or("").to_string(), belief);
                 true
             }
             "reporter.membership" => {
-                let members: Vec<String> = d["members"].as_array().into_iter().flatten().filter_map(|m| m.as_str().map(String::from)).collect();
+                let members: Vec<String> = d["members"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m.as_str().map(String::from))
+                    .collect();
                 match self.live.get_mut(d["replica"].as_str().unwrap_or("")) {
                     Some(belief) => {
                         belief.members = members;
@@ -175,7 +187,8 @@ pub fn analyse(events: &[TraceEvent], apps: &[String], end_ms: u64) -> Analysis 
                     if let Some(since) = orphaned_since[i].take() {
                         // A restart that rejoins within the same instant orphans nothing.
                         ever[i] |= event.at_ms > since;
-                        analysis.longest_orphan_window_ms = analysis.longest_orphan_window_ms.max(event.at_ms - since);
+                        analysis.longest_orphan_window_ms =
+                            analysis.longest_orphan_window_ms.max(event.at_ms - since);
                     }
                 }
             }
@@ -183,11 +196,24 @@ pub fn analyse(events: &[TraceEvent], apps: &[String], end_ms: u64) -> Analysis 
         }
         // Orphan windows count only once every app has had an owner (not during start-up).
         established = established || orphaned == 0;
-        let cause = format!("{} {}", event.observation.kind, event.observation.detail.get("replica").or_else(|| event.observation.detail.get("host")).unwrap_or(&Value::Null));
+        let cause = format!(
+            "{} {}",
+            event.observation.kind,
+            event
+                .observation
+                .detail
+                .get("replica")
+                .or_else(|| event.observation.detail.get("host"))
+                .unwrap_or(&Value::Null)
+        );
         analysis.changes.push(Change {
             at_ms: event.at_ms,
             cause,
-            moved_fraction: if apps.is_empty() { 0.0 } else { (moved as f64 / apps.len() as f64 * 1e4).round() / 1e4 },
+            moved_fraction: if apps.is_empty() {
+                0.0
+            } else {
+                (moved as f64 / apps.len() as f64 * 1e4).round() / 1e4
+            },
             orphaned,
             doubly_owned: doubled,
         });
@@ -195,7 +221,8 @@ pub fn analyse(events: &[TraceEvent], apps: &[String], end_ms: u64) -> Analysis 
     for (i, since) in orphaned_since.into_iter().enumerate() {
         if let Some(since) = since {
             ever[i] = true;
-            analysis.longest_orphan_window_ms = analysis.longest_orphan_window_ms.max(end_ms - since);
+            analysis.longest_orphan_window_ms =
+                analysis.longest_orphan_window_ms.max(end_ms - since);
         }
     }
     analysis.apps_ever_orphaned = ever.iter().filter(|e| **e).count();

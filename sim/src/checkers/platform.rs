@@ -16,13 +16,23 @@ pub fn stale_apps(apps: &[AppTruth], reported: &BTreeMap<String, AppState>) -> V
     let mut stale: Vec<String> = apps
         .iter()
         .filter(|a| match reported.get(&a.key) {
-            Some(r) => r.deleted || r.sync_status != a.sync_status || r.revision != a.revision || r.health_status != a.health_status,
+            Some(r) => {
+                r.deleted
+                    || r.sync_status != a.sync_status
+                    || r.revision != a.revision
+                    || r.health_status != a.health_status
+            }
             None => true,
         })
         .map(|a| a.key.clone())
         .collect();
     let live: std::collections::BTreeSet<&str> = apps.iter().map(|a| a.key.as_str()).collect();
-    stale.extend(reported.iter().filter(|(k, r)| !r.deleted && !live.contains(k.as_str())).map(|(k, _)| k.clone()));
+    stale.extend(
+        reported
+            .iter()
+            .filter(|(k, r)| !r.deleted && !live.contains(k.as_str()))
+            .map(|(k, _)| k.clone()),
+    );
     stale.sort();
     stale
 }

@@ -72,7 +72,10 @@ impl Checker for ExecutedAtMostOnce {
         if event.observation.kind != "runtime.execute" {
             return None;
         }
-        let key = event.observation.detail["key"].as_str().unwrap_or("").to_string();
+        let key = event.observation.detail["key"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         if self.executed.insert(key.clone()) {
             return None;
         }
@@ -129,8 +132,15 @@ impl Checker for TunnelRecovers {
         }
         match event.observation.kind.as_str() {
             "client.request" => {
-                let ok = event.observation.detail["status"].as_u64().is_some_and(|s| (200..300).contains(&s));
-                if ok && self.pending.as_ref().is_some_and(|(start, _, _)| event.at_ms > *start) {
+                let ok = event.observation.detail["status"]
+                    .as_u64()
+                    .is_some_and(|s| (200..300).contains(&s));
+                if ok
+                    && self
+                        .pending
+                        .as_ref()
+                        .is_some_and(|(start, _, _)| event.at_ms > *start)
+                {
                     self.pending = None;
                 }
             }
@@ -138,7 +148,11 @@ impl Checker for TunnelRecovers {
             "fault.partition" | "fault.crash" => self.pending = None,
             kind @ ("fault.repair" | "fault.restart" | "calm.start") => {
                 let deadline = event.at_ms + RECOVERY_BOUND.as_millis() as u64;
-                self.pending = Some((event.at_ms, deadline, format!("{kind} at {} ms", event.at_ms)));
+                self.pending = Some((
+                    event.at_ms,
+                    deadline,
+                    format!("{kind} at {} ms", event.at_ms),
+                ));
             }
             _ => {}
         }
@@ -201,7 +215,12 @@ impl Checker for AllReconnect {
         if let Some(violation) = self.expire(event.at_ms) {
             return Some(violation);
         }
-        let runtime = || event.observation.detail["runtime"].as_str().unwrap_or("").to_string();
+        let runtime = || {
+            event.observation.detail["runtime"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        };
         match event.observation.kind.as_str() {
             "tunnel.server_up" => {
                 let runtime = runtime();
@@ -211,7 +230,11 @@ impl Checker for AllReconnect {
             "fault.restart" | "calm.start" => {
                 let deadline = event.at_ms + RECONNECT_BOUND.as_millis() as u64;
                 self.waiting = self.known.clone();
-                self.clock = Some((event.at_ms, deadline, format!("{} at {} ms", event.observation.kind, event.at_ms)));
+                self.clock = Some((
+                    event.at_ms,
+                    deadline,
+                    format!("{} at {} ms", event.observation.kind, event.at_ms),
+                ));
             }
             _ => {}
         }

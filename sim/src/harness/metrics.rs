@@ -42,11 +42,28 @@ impl Histogram {
             .enumerate()
             .map(|(i, upper)| {
                 let lower = if i == 0 { 0 } else { BUCKETS_MS[i - 1] + 1 };
-                let label = if *upper == u64::MAX { format!(">{}ms", BUCKETS_MS[i - 1]) } else { format!("≤{upper}ms") };
-                (label, samples.iter().filter(|s| **s >= lower && **s <= *upper).count())
+                let label = if *upper == u64::MAX {
+                    format!(">{}ms", BUCKETS_MS[i - 1])
+                } else {
+                    format!("≤{upper}ms")
+                };
+                (
+                    label,
+                    samples
+                        .iter()
+                        .filter(|s| **s >= lower && **s <= *upper)
+                        .count(),
+                )
             })
             .collect();
-        Histogram { unit: "ms", count: samples.len(), p50: rank(0.50), p99: rank(0.99), max: samples.last().copied().unwrap_or(0), buckets }
+        Histogram {
+            unit: "ms",
+            count: samples.len(),
+            p50: rank(0.50),
+            p99: rank(0.99),
+            max: samples.last().copied().unwrap_or(0),
+            buckets,
+        }
     }
 }
 
@@ -73,11 +90,20 @@ fn lags(events: &[TraceEvent], seen: &[&str], name_field: &str) -> (Vec<u64>, u6
         let detail = &event.observation.detail;
         let kind = event.observation.kind.as_str();
         if kind == "apiserver.write" && detail["resource"] == "applications" {
-            if let (Some(name), Some(rv)) = (detail["name"].as_str(), detail["rv"].as_str().and_then(|r| r.parse().ok())) {
-                pending.entry(name.to_string()).or_default().push((rv, event.at_ms));
+            if let (Some(name), Some(rv)) = (
+                detail["name"].as_str(),
+                detail["rv"].as_str().and_then(|r| r.parse().ok()),
+            ) {
+                pending
+                    .entry(name.to_string())
+                    .or_default()
+                    .push((rv, event.at_ms));
             }
         } else if seen.contains(&kind) {
-            if let (Some(name), Some(rv)) = (detail[name_field].as_str(), detail["rv"].as_str().and_then(|r| r.parse::<u64>().ok())) {
+            if let (Some(name), Some(rv)) = (
+                detail[name_field].as_str(),
+                detail["rv"].as_str().and_then(|r| r.parse::<u64>().ok()),
+            ) {
                 if let Some(writes) = pending.get_mut(name) {
                     writes.retain(|(write_rv, at)| {
                         let covered = *write_rv <= rv;
@@ -103,25 +129,64 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         let kind = event.observation.kind.as_str();
         let second = event.at_ms / 1000;
         match kind {
-            "apiserver.write" => *counters.entry(format!("apiserver.writes.{}", detail["verb"].as_str().unwrap_or("?"))).or_default() += 1,
-            "apiserver.watch_end" => *counters.entry(format!("apiserver.watch_ends.{}", detail["end"].as_str().unwrap_or("?"))).or_default() += 1,
+            "apiserver.write" => {
+                *counters
+                    .entry(format!(
+                        "apiserver.writes.{}",
+                        detail["verb"].as_str().unwrap_or("?")
+                    ))
+                    .or_default() += 1
+            }
+            "apiserver.watch_end" => {
+                *counters
+                    .entry(format!(
+                        "apiserver.watch_ends.{}",
+                        detail["end"].as_str().unwrap_or("?")
+                    ))
+                    .or_default() += 1
+            }
             "probe.init" => *counters.entry("probe.relists".into()).or_default() += 1,
             "probe.error" => *counters.entry("probe.watch_errors".into()).or_default() += 1,
-            "platform.event" => *counters.entry(format!("platform.events.{}", detail["applied"].as_str().unwrap_or("?"))).or_default() += 1,
+            "platform.event" => {
+                *counters
+                    .entry(format!(
+                        "platform.events.{}",
+                        detail["applied"].as_str().unwrap_or("?")
+                    ))
+                    .or_default() += 1
+            }
             "reporter.queue" => {
                 reporters = true;
                 let replica = detail["replica"].as_str().unwrap_or("?");
-                series.entry(format!("queue_depth.{replica}")).or_default().push((second, detail["depth"].as_u64().unwrap_or(0)));
-                series.entry(format!("resync_pending.{replica}")).or_default().push((second, detail["resync"].as_u64().unwrap_or(0)));
+                series
+                    .entry(format!("queue_depth.{replica}"))
+                    .or_default()
+                    .push((second, detail["depth"].as_u64().unwrap_or(0)));
+                series
+                    .entry(format!("resync_pending.{replica}"))
+                    .or_default()
+                    .push((second, detail["resync"].as_u64().unwrap_or(0)));
                 let dropped = detail["dropped"].as_u64().unwrap_or(0);
-                let max = counters.entry(format!("reporter.dropped_events.{replica}")).or_default();
+                let max = counters
+                    .entry(format!("reporter.dropped_events.{replica}"))
+                    .or_default();
                 *max = (*max).max(dropped);
             }
-            "harness.stale_apps" => series.entry("stale_apps".into()).or_default().push((second, detail["stale"].as_u64().unwrap_or(0))),
-            other if other.starts_with("workload.") || other.starts_with("fault.") || other.starts_with("argocd.") || other.starts_with("host.") => {
+            "harness.stale_apps" => series
+                .entry("stale_apps".into())
+                .or_default()
+                .push((second, detail["stale"].as_u64().unwrap_or(0))),
+            other
+                if other.starts_with("workload.")
+                    || other.starts_with("fault.")
+                    || other.starts_with("argocd.")
+                    || other.starts_with("host.") =>
+            {
                 *counters.entry(other.to_string()).or_default() += 1;
             }
-            other if other.starts_with("reporter.") => *counters.entry(other.to_string()).or_default() += 1,
+            other if other.starts_with("reporter.") => {
+                *counters.entry(other.to_string()).or_default() += 1
+            }
             _ => {}
         }
     }
@@ -129,22 +194,37 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         points.dedup_by(|b, a| a.1 == b.1);
     }
     let mut histograms = BTreeMap::new();
-    let (probe_lags, probe_unseen) = lags(events, &["probe.apply", "probe.init_apply", "probe.delete"], "name");
+    let (probe_lags, probe_unseen) = lags(
+        events,
+        &["probe.apply", "probe.init_apply", "probe.delete"],
+        "name",
+    );
     if !probe_lags.is_empty() {
         counters.insert("probe.writes_never_seen".into(), probe_unseen);
-        histograms.insert("probe_lag_after_write".into(), Histogram::from_ms(probe_lags));
+        histograms.insert(
+            "probe_lag_after_write".into(),
+            Histogram::from_ms(probe_lags),
+        );
     }
     let (platform_lags, platform_unseen) = lags(events, &["platform.event"], "app");
     if !platform_lags.is_empty() {
         counters.insert("platform.writes_never_reported".into(), platform_unseen);
-        histograms.insert("end_to_end_latency_write_to_platform".into(), Histogram::from_ms(platform_lags));
+        histograms.insert(
+            "end_to_end_latency_write_to_platform".into(),
+            Histogram::from_ms(platform_lags),
+        );
     }
     tunnel_figures(events, &mut counters, &mut histograms, &mut series);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
         crate::checkers::ownership::analyse(events, &apps, state.end_ms)
     });
-    Metrics { counters, histograms, series, ownership }
+    Metrics {
+        counters,
+        histograms,
+        series,
+        ownership,
+    }
 }
 
 /// Tunnel figures: request latency and availability over time, how long a drop took to be
@@ -158,8 +238,10 @@ fn tunnel_figures(
     const WINDOW_MS: u64 = 10_000;
     let mut latencies = Vec::new();
     let mut windows: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    let (mut detected_platform, mut detected_runtime, mut reconnected) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut fault_at, mut fault_seen_platform, mut fault_seen_runtime): (Option<u64>, bool, bool) = (None, false, false);
+    let (mut detected_platform, mut detected_runtime, mut reconnected) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let (mut fault_at, mut fault_seen_platform, mut fault_seen_runtime): (Option<u64>, bool, bool) =
+        (None, false, false);
     let mut repair_at: Option<u64> = None;
     let mut up: BTreeMap<String, bool> = BTreeMap::new();
     let mut executed: BTreeMap<String, u64> = BTreeMap::new();
@@ -187,17 +269,25 @@ fn tunnel_figures(
                     1 => "gateway_unreachable".to_string(),
                     s => format!("{}xx", s / 100),
                 };
-                *counters.entry(format!("client.requests.{class}")).or_default() += 1;
+                *counters
+                    .entry(format!("client.requests.{class}"))
+                    .or_default() += 1;
                 let window = windows.entry(event.at_ms / WINDOW_MS).or_default();
                 window.0 += 1;
                 window.1 += u64::from((200..300).contains(&status));
             }
-            "runtime.execute" => *executed.entry(detail["key"].as_str().unwrap_or("").to_string()).or_default() += 1,
+            "runtime.execute" => {
+                *executed
+                    .entry(detail["key"].as_str().unwrap_or("").to_string())
+                    .or_default() += 1
+            }
             "fault.partition" | "fault.crash" => {
                 fault_at = Some(event.at_ms);
                 (fault_seen_platform, fault_seen_runtime) = (false, false);
             }
-            "fault.repair" | "fault.restart" | "calm.start" if up.values().any(|u| !*u) => repair_at = repair_at.or(Some(event.at_ms)),
+            "fault.repair" | "fault.restart" | "calm.start" if up.values().any(|u| !*u) => {
+                repair_at = repair_at.or(Some(event.at_ms))
+            }
             "tunnel.server_down" => {
                 up.insert(detail["runtime"].as_str().unwrap_or("").to_string(), false);
                 if let (Some(at), false) = (fault_at, fault_seen_platform) {
@@ -229,26 +319,54 @@ fn tunnel_figures(
     if latencies.is_empty() && per_second.is_empty() {
         return;
     }
-    counters.insert("tunnel.peak_registrations_per_s".into(), per_second.values().copied().max().unwrap_or(0));
+    counters.insert(
+        "tunnel.peak_registrations_per_s".into(),
+        per_second.values().copied().max().unwrap_or(0),
+    );
     if restarted_at.is_some() {
-        histograms.insert("fleet_reconnect_after_restart".into(), Histogram::from_ms(back.into_values().collect()));
-        series.insert("registrations_per_s".into(), per_second.into_iter().collect());
+        histograms.insert(
+            "fleet_reconnect_after_restart".into(),
+            Histogram::from_ms(back.into_values().collect()),
+        );
+        series.insert(
+            "registrations_per_s".into(),
+            per_second.into_iter().collect(),
+        );
     }
     if latencies.is_empty() {
         return;
     }
-    for kind in ["tunnel.server_up", "tunnel.server_down", "tunnel.client_down"] {
+    for kind in [
+        "tunnel.server_up",
+        "tunnel.server_down",
+        "tunnel.client_down",
+    ] {
         counters.entry(kind.to_string()).or_default();
     }
     counters.insert("runtime.executions".into(), executed.values().sum());
-    counters.insert("runtime.duplicate_executions".into(), executed.values().map(|n| n.saturating_sub(1)).sum());
+    counters.insert(
+        "runtime.duplicate_executions".into(),
+        executed.values().map(|n| n.saturating_sub(1)).sum(),
+    );
     histograms.insert("request_latency".into(), Histogram::from_ms(latencies));
-    histograms.insert("tunnel_drop_noticed_by_platform".into(), Histogram::from_ms(detected_platform));
-    histograms.insert("tunnel_drop_noticed_by_runtime".into(), Histogram::from_ms(detected_runtime));
-    histograms.insert("tunnel_back_after_repair".into(), Histogram::from_ms(reconnected));
+    histograms.insert(
+        "tunnel_drop_noticed_by_platform".into(),
+        Histogram::from_ms(detected_platform),
+    );
+    histograms.insert(
+        "tunnel_drop_noticed_by_runtime".into(),
+        Histogram::from_ms(detected_runtime),
+    );
+    histograms.insert(
+        "tunnel_back_after_repair".into(),
+        Histogram::from_ms(reconnected),
+    );
     series.insert(
         "availability_pct_per_10s".into(),
-        windows.iter().map(|(window, (all, ok))| (window * WINDOW_MS / 1000, ok * 100 / (*all).max(1))).collect(),
+        windows
+            .iter()
+            .map(|(window, (all, ok))| (window * WINDOW_MS / 1000, ok * 100 / (*all).max(1)))
+            .collect(),
     );
 }
 

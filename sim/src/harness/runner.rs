@@ -64,7 +64,13 @@ pub struct RunOutcome {
 }
 
 fn host_of<'a>(scenario: &'a Scenario, role: Role) -> &'a str {
-    scenario.topology.hosts.iter().find(|h| h.role == role).map(|h| h.name.as_str()).unwrap_or("absent")
+    scenario
+        .topology
+        .hosts
+        .iter()
+        .find(|h| h.role == role)
+        .map(|h| h.name.as_str())
+        .unwrap_or("absent")
 }
 
 /// Reporter host names in ordinal order.
@@ -74,7 +80,14 @@ fn reporter_hosts(scenario: &Scenario) -> Vec<String> {
         .hosts
         .iter()
         .filter(|h| h.role == Role::Reporter)
-        .map(|h| (orrery_system::env::Identity::from_host(h.name.as_str()).ordinal.unwrap_or(0), h.name.clone()))
+        .map(|h| {
+            (
+                orrery_system::env::Identity::from_host(h.name.as_str())
+                    .ordinal
+                    .unwrap_or(0),
+                h.name.clone(),
+            )
+        })
         .collect();
     hosts.sort();
     hosts.into_iter().map(|(_, h)| h).collect()
@@ -102,7 +115,13 @@ struct World {
 }
 
 fn hosts_with(scenario: &Scenario, role: Role) -> Vec<String> {
-    scenario.topology.hosts.iter().filter(|h| h.role == role).map(|h| h.name.clone()).collect()
+    scenario
+        .topology
+        .hosts
+        .iter()
+        .filter(|h| h.role == role)
+        .map(|h| h.name.clone())
+        .collect()
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -113,12 +132,23 @@ enum PodChange {
     Restart(String),
 }
 
-fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u64, variant: Variant, world: &World) {
+fn register_hosts(
+    sim: &mut turmoil::Sim<'static>,
+    scenario: &Scenario,
+    seed: u64,
+    variant: Variant,
+    world: &World,
+) {
     let apiserver_addr = format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver));
     for host in &scenario.topology.hosts {
         let name = host.name.clone();
         let trace = world.trace.clone();
-        let target = KubeTarget { addr: apiserver_addr.clone(), namespace: argocd::NAMESPACE.into(), read_idle: scenario.probe.read_idle, kubeconfig: None };
+        let target = KubeTarget {
+            addr: apiserver_addr.clone(),
+            namespace: argocd::NAMESPACE.into(),
+            read_idle: scenario.probe.read_idle,
+            kubeconfig: None,
+        };
         match host.role {
             Role::Apiserver => {
                 let api = world.api.clone();
@@ -133,10 +163,21 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
             }
             Role::Argocd => {
                 let (git, health) = (world.git.clone(), world.health.clone());
-                let config = argocd::controller::Config { reconcile_every: scenario.argocd.reconcile_every, history_limit: scenario.argocd.history_limit, ..Default::default() };
+                let config = argocd::controller::Config {
+                    reconcile_every: scenario.argocd.reconcile_every,
+                    history_limit: scenario.argocd.history_limit,
+                    ..Default::default()
+                };
                 sim.host(host.name.as_str(), move || {
                     let env = SimEnv::new(&name, seed, trace.clone());
-                    let run = argocd::run(env, target.clone(), git.clone(), health.clone(), config.clone(), ARGOCD_TOKEN.into());
+                    let run = argocd::run(
+                        env,
+                        target.clone(),
+                        git.clone(),
+                        health.clone(),
+                        config.clone(),
+                        ARGOCD_TOKEN.into(),
+                    );
                     async move {
                         run.await?;
                         Ok(())
@@ -144,11 +185,16 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
                 });
             }
             Role::Workload => {
-                let (git, health, calm) = (world.git.clone(), world.health.clone(), world.calm.clone());
+                let (git, health, calm) =
+                    (world.git.clone(), world.health.clone(), world.calm.clone());
                 let config = scenario.workload.clone();
                 sim.host(host.name.as_str(), move || {
                     let env = SimEnv::new(&name, seed, trace.clone());
-                    let handles = workload::Handles { git: git.clone(), health: health.clone(), calm: calm.clone() };
+                    let handles = workload::Handles {
+                        git: git.clone(),
+                        health: health.clone(),
+                        calm: calm.clone(),
+                    };
                     let (config, target) = (config.clone(), target.clone());
                     async move {
                         let client = orrery_system::env::kube::client(env.clone(), &target);
@@ -164,7 +210,8 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
                     let env = SimEnv::new(&name, seed, trace.clone());
                     let platform = platform.clone();
                     async move {
-                        platform_events::run(env, platform, &format!("0.0.0.0:{PLATFORM_PORT}")).await?;
+                        platform_events::run(env, platform, &format!("0.0.0.0:{PLATFORM_PORT}"))
+                            .await?;
                         Ok(())
                     }
                 });
@@ -181,11 +228,16 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
             Role::Reporter => {
                 let replicas = world.reporter_replicas.clone();
                 // Reporters keep kube's 90 s read deadline (the bookmark interval is 60 s).
-                let reporter_target = KubeTarget { read_idle: Duration::from_secs(90), ..target.clone() };
-                let mut config = app_reporter::Config::new(variant, reporter_target, argocd::NAMESPACE);
+                let reporter_target = KubeTarget {
+                    read_idle: Duration::from_secs(90),
+                    ..target.clone()
+                };
+                let mut config =
+                    app_reporter::Config::new(variant, reporter_target, argocd::NAMESPACE);
                 config.argocd_addr = format!("{}:8080", host_of(scenario, Role::Argocd));
                 config.argocd_token = ARGOCD_TOKEN.into();
-                config.platform_addr = format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform));
+                config.platform_addr =
+                    format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform));
                 config.runtime_token = RUNTIME_TOKEN.into();
                 config.cache_addr = format!("{}:{CACHE_PORT}", host_of(scenario, Role::Cache));
                 config.workers = scenario.reporter.workers;
@@ -215,7 +267,10 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
                 });
             }
             Role::Runtime => {
-                let (gateway, settings) = (host_of(scenario, Role::Gateway).to_string(), scenario.tunnel.clone());
+                let (gateway, settings) = (
+                    host_of(scenario, Role::Gateway).to_string(),
+                    scenario.tunnel.clone(),
+                );
                 sim.host(host.name.as_str(), move || {
                     let env = SimEnv::new(&name, seed, trace.clone());
                     let (gateway, settings) = (gateway.clone(), settings.clone());
@@ -227,11 +282,15 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
                 });
             }
             Role::Client => {
-                let (gateway, settings) = (host_of(scenario, Role::Gateway).to_string(), scenario.tunnel.clone());
+                let (gateway, settings) = (
+                    host_of(scenario, Role::Gateway).to_string(),
+                    scenario.tunnel.clone(),
+                );
                 let runtimes = hosts_with(scenario, Role::Runtime);
                 sim.host(host.name.as_str(), move || {
                     let env = SimEnv::new(&name, seed, trace.clone());
-                    let (gateway, runtimes, settings) = (gateway.clone(), runtimes.clone(), settings.clone());
+                    let (gateway, runtimes, settings) =
+                        (gateway.clone(), runtimes.clone(), settings.clone());
                     async move {
                         tunnel::run_client(env, gateway, runtimes, settings).await;
                         Ok(())
@@ -239,7 +298,9 @@ fn register_hosts(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, seed: u6
                 });
             }
             Role::Probe => {
-                let config = probe::Config { watch_timeout_seconds: scenario.probe.watch_timeout_seconds };
+                let config = probe::Config {
+                    watch_timeout_seconds: scenario.probe.watch_timeout_seconds,
+                };
                 sim.host(host.name.as_str(), move || {
                     let env = SimEnv::new(&name, seed, trace.clone());
                     let (config, target) = (config.clone(), target.clone());
@@ -264,27 +325,58 @@ struct Down {
 
 fn stop_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: &str) {
     sim.crash(host);
-    world.trace.record(sim.elapsed(), "harness", Observation::new("host.stop", json!({"host": host, "why": why})));
+    world.trace.record(
+        sim.elapsed(),
+        "harness",
+        Observation::new("host.stop", json!({"host": host, "why": why})),
+    );
 }
 
 fn start_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: &str) {
     sim.bounce(host);
-    world.trace.record(sim.elapsed(), "harness", Observation::new("host.start", json!({"host": host, "why": why})));
+    world.trace.record(
+        sim.elapsed(),
+        "harness",
+        Observation::new("host.start", json!({"host": host, "why": why})),
+    );
 }
 
 /// Plans a StatefulSet-style rolling change from `current` to `target` replicas.
-fn plan_scale(reporters: &[String], current: u32, target: u32, at: Duration, every: Duration) -> Vec<(Duration, PodChange)> {
+fn plan_scale(
+    reporters: &[String],
+    current: u32,
+    target: u32,
+    at: Duration,
+    every: Duration,
+) -> Vec<(Duration, PodChange)> {
     let mut changes = Vec::new();
     if target > current {
         changes.extend((current..target).map(|i| PodChange::Start(reporters[i as usize].clone())));
     } else {
-        changes.extend((target..current).rev().map(|i| PodChange::Stop(reporters[i as usize].clone())));
+        changes.extend(
+            (target..current)
+                .rev()
+                .map(|i| PodChange::Stop(reporters[i as usize].clone())),
+        );
     }
-    changes.extend((0..current.min(target)).rev().map(|i| PodChange::Restart(reporters[i as usize].clone())));
-    changes.into_iter().enumerate().map(|(k, c)| (at + every * k as u32, c)).collect()
+    changes.extend(
+        (0..current.min(target))
+            .rev()
+            .map(|i| PodChange::Restart(reporters[i as usize].clone())),
+    );
+    changes
+        .into_iter()
+        .enumerate()
+        .map(|(k, c)| (at + every * k as u32, c))
+        .collect()
 }
 
-fn apply_pod_change(sim: &mut turmoil::Sim<'static>, world: &World, change: &PodChange, down: &mut Down) {
+fn apply_pod_change(
+    sim: &mut turmoil::Sim<'static>,
+    world: &World,
+    change: &PodChange,
+    down: &mut Down,
+) {
     match change {
         PodChange::Start(host) => {
             down.stopped.remove(host);
@@ -294,7 +386,9 @@ fn apply_pod_change(sim: &mut turmoil::Sim<'static>, world: &World, change: &Pod
             down.stopped.insert(host.clone());
             stop_host(sim, world, host, "scale-down");
         }
-        PodChange::Restart(host) if !down.crashed.contains(host) && !down.stopped.contains(host) => {
+        PodChange::Restart(host)
+            if !down.crashed.contains(host) && !down.stopped.contains(host) =>
+        {
             start_host(sim, world, host, "rolling-restart");
         }
         PodChange::Restart(_) => {}
@@ -328,42 +422,84 @@ fn apply_fault(
     } else if let Some(latency) = &step.latency {
         let [a, b] = &latency.between;
         sim.set_link_max_message_latency(a.as_str(), b.as_str(), latency.max);
-        ("latency", json!({"between": [a, b], "max_ms": latency.max.as_millis() as u64}))
+        (
+            "latency",
+            json!({"between": [a, b], "max_ms": latency.max.as_millis() as u64}),
+        )
     } else if let Some(patch) = &step.apiserver {
         let knobs = apply_knob_patch(&world.api.knobs(), patch)?;
         world.api.set_knobs(knobs);
-        ("apiserver", serde_json::to_value(patch).unwrap_or(Value::Null))
+        (
+            "apiserver",
+            serde_json::to_value(patch).unwrap_or(Value::Null),
+        )
     } else if let Some(scale) = &step.scale {
-        let mut replicas = world.reporter_replicas.lock().expect("replicas lock poisoned");
-        let planned = plan_scale(&reporter_hosts(scenario), *replicas, scale.replicas, sim.elapsed(), scale.every);
+        let mut replicas = world
+            .reporter_replicas
+            .lock()
+            .expect("replicas lock poisoned");
+        let planned = plan_scale(
+            &reporter_hosts(scenario),
+            *replicas,
+            scale.replicas,
+            sim.elapsed(),
+            scale.every,
+        );
         *replicas = scale.replicas;
         pods.extend(planned);
         pods.sort_by_key(|(at, _)| *at);
-        ("scale", json!({"replicas": scale.replicas, "every_ms": scale.every.as_millis() as u64}))
+        (
+            "scale",
+            json!({"replicas": scale.replicas, "every_ms": scale.every.as_millis() as u64}),
+        )
     } else if let Some(change) = &step.platform {
         let mut knobs = world.platform.knobs();
         knobs.api_latency = change.api_latency.unwrap_or(knobs.api_latency);
         knobs.handler_delay = change.handler_delay.unwrap_or(knobs.handler_delay);
         world.platform.set_knobs(knobs);
-        ("platform", serde_json::to_value(change).unwrap_or(Value::Null))
+        (
+            "platform",
+            serde_json::to_value(change).unwrap_or(Value::Null),
+        )
     } else {
         return Err("a fault step without an action (the parser should have refused it)".into());
     };
-    world.trace.record(sim.elapsed(), "harness", Observation::new(format!("fault.{action}"), detail.clone()));
-    Ok(AppliedFault { at_ms, action: action.into(), detail })
+    world.trace.record(
+        sim.elapsed(),
+        "harness",
+        Observation::new(format!("fault.{action}"), detail.clone()),
+    );
+    Ok(AppliedFault {
+        at_ms,
+        action: action.into(),
+        detail,
+    })
 }
 
 /// Heals everything for the calm phase: links, latencies, crashed hosts, knobs; stops the
 /// workload. Hosts stopped by a scale-down stay down (that is the desired state).
-fn start_calm(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, world: &World, down: &mut Down) -> AppliedFault {
-    let hosts: Vec<&str> = scenario.topology.hosts.iter().map(|h| h.name.as_str()).collect();
+fn start_calm(
+    sim: &mut turmoil::Sim<'static>,
+    scenario: &Scenario,
+    world: &World,
+    down: &mut Down,
+) -> AppliedFault {
+    let hosts: Vec<&str> = scenario
+        .topology
+        .hosts
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect();
     for (i, a) in hosts.iter().enumerate() {
         for b in &hosts[i + 1..] {
             sim.repair(*a, *b);
             sim.set_link_max_message_latency(*a, *b, DEFAULT_MAX_LATENCY);
         }
     }
-    let restarted: Vec<String> = std::mem::take(&mut down.crashed).into_iter().filter(|h| !down.stopped.contains(h)).collect();
+    let restarted: Vec<String> = std::mem::take(&mut down.crashed)
+        .into_iter()
+        .filter(|h| !down.stopped.contains(h))
+        .collect();
     for host in &restarted {
         start_host(sim, world, host, "calm");
     }
@@ -371,18 +507,37 @@ fn start_calm(sim: &mut turmoil::Sim<'static>, scenario: &Scenario, world: &Worl
     world.platform.set_knobs(platform_knobs(scenario));
     world.calm.store(true, Ordering::SeqCst);
     let detail = json!({"restarted": restarted, "links_repaired": true, "knobs_reset": true, "workload_stopped": true});
-    world.trace.record(sim.elapsed(), "harness", Observation::new("calm.start", detail.clone()));
-    AppliedFault { at_ms: sim.elapsed().as_millis() as u64, action: "calm".into(), detail }
+    world.trace.record(
+        sim.elapsed(),
+        "harness",
+        Observation::new("calm.start", detail.clone()),
+    );
+    AppliedFault {
+        at_ms: sim.elapsed().as_millis() as u64,
+        action: "calm".into(),
+        detail,
+    }
 }
 
 fn platform_knobs(scenario: &Scenario) -> platform_events::Knobs {
-    platform_events::Knobs { api_latency: scenario.platform.api_latency, handler_delay: scenario.platform.handler_delay }
+    platform_events::Knobs {
+        api_latency: scenario.platform.api_latency,
+        handler_delay: scenario.platform.handler_delay,
+    }
 }
 
 /// The API server's Applications: `namespace/name` → (name, rv, reported state).
 fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
-    let kind = api.kind("applications").expect("applications are served").clone();
-    let text = |o: Option<&Value>, field: &str| o.and_then(|o| o.get(field)).and_then(Value::as_str).unwrap_or("").to_string();
+    let kind = api
+        .kind("applications")
+        .expect("applications are served")
+        .clone();
+    let text = |o: Option<&Value>, field: &str| {
+        o.and_then(|o| o.get(field))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     let mut apps: Vec<checkers::AppTruth> = Vec::new();
     api.store().visit(&kind, |o| {
         let (metadata, status) = (o.get("metadata"), o.get("status"));
@@ -406,7 +561,14 @@ fn sample_staleness(sim: &turmoil::Sim<'static>, world: &World) {
     let apps = truth(&world.api);
     let reported = world.platform.apps();
     let stale = checkers::stale_apps(&apps, &reported);
-    world.trace.record(sim.elapsed(), "harness", Observation::new("harness.stale_apps", json!({"apps": apps.len(), "stale": stale.len()})));
+    world.trace.record(
+        sim.elapsed(),
+        "harness",
+        Observation::new(
+            "harness.stale_apps",
+            json!({"apps": apps.len(), "stale": stale.len()}),
+        ),
+    );
 }
 
 /// How often the harness samples platform staleness when reporters run.
@@ -428,13 +590,19 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         calm: Arc::new(AtomicBool::new(false)),
         trace: trace.clone(),
         platform: Platform::new(platform_events::Config {
-            tokens: [(RUNTIME_TOKEN.to_string(), "acme-runtime".to_string())].into_iter().collect(),
+            tokens: [(RUNTIME_TOKEN.to_string(), "acme-runtime".to_string())]
+                .into_iter()
+                .collect(),
             bus_capacity: scenario.platform.bus_capacity,
         }),
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
         registry: Arc::default(),
     };
-    tunnel::register(&world.registry, &hosts_with(scenario, Role::Runtime), scenario.tunnel.runtimes_per_host);
+    tunnel::register(
+        &world.registry,
+        &hosts_with(scenario, Role::Runtime),
+        scenario.tunnel.runtimes_per_host,
+    );
     world.platform.set_knobs(platform_knobs(scenario));
     workload::seed_git(&world.git, &scenario.workload, SIM_EPOCH_UNIX_MS);
     let total = scenario.duration + scenario.calm;
@@ -448,7 +616,14 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         .max_message_latency(DEFAULT_MAX_LATENCY)
         .tcp_capacity(1024)
         .build();
-    trace.record(Duration::ZERO, "harness", Observation::new("run.start", json!({"scenario": scenario.name, "seed": seed, "variant": variant.as_str()})));
+    trace.record(
+        Duration::ZERO,
+        "harness",
+        Observation::new(
+            "run.start",
+            json!({"scenario": scenario.name, "seed": seed, "variant": variant.as_str()}),
+        ),
+    );
     register_hosts(&mut sim, scenario, seed, variant, &world);
     let mut down = Down::default();
     for host in reporters.iter().skip(initial_replicas as usize) {
@@ -464,7 +639,14 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
         while sim.elapsed() < total {
             while next_fault < schedule.len() && schedule[next_fault].at <= sim.elapsed() {
-                faults.push(apply_fault(&mut sim, scenario, &world, schedule[next_fault], &mut down, &mut pods)?);
+                faults.push(apply_fault(
+                    &mut sim,
+                    scenario,
+                    &world,
+                    schedule[next_fault],
+                    &mut down,
+                    &mut pods,
+                )?);
                 next_fault += 1;
             }
             while pods.first().is_some_and(|(at, _)| *at <= sim.elapsed()) {
@@ -491,7 +673,11 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         Ok(Err(message)) => Some(message),
         Err(panic) => Some(format!(
             "the simulation panicked: {}",
-            panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
         )),
     };
     if std::env::var_os("ORRERY_DEBUG_TRACE").is_some() {
@@ -499,17 +685,36 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             eprintln!("{}", e.line());
         }
     }
-    let state = FinalState { apps: truth(&world.api), reported: world.platform.apps(), end_ms };
-    let mut checkers: Vec<_> = scenario.invariants.iter().map(|i| checkers::build(i).expect("validated when parsed")).collect();
+    let state = FinalState {
+        apps: truth(&world.api),
+        reported: world.platform.apps(),
+        end_ms,
+    };
+    let mut checkers: Vec<_> = scenario
+        .invariants
+        .iter()
+        .map(|i| checkers::build(i).expect("validated when parsed"))
+        .collect();
     let violations = checkers::check(&mut checkers, &trace.events(), &state);
     let result = if harness_error.is_some() {
         Outcome::HarnessError
-    } else if violations.iter().any(|v| v.class == checkers::Class::Safety) {
+    } else if violations
+        .iter()
+        .any(|v| v.class == checkers::Class::Safety)
+    {
         Outcome::SafetyViolation
     } else if !violations.is_empty() {
         Outcome::LivenessTimeout
     } else {
         Outcome::Pass
     };
-    RunOutcome { result, violations, faults, trace, sim_seconds, harness_error, state }
+    RunOutcome {
+        result,
+        violations,
+        faults,
+        trace,
+        sim_seconds,
+        harness_error,
+        state,
+    }
 }

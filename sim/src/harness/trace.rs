@@ -39,7 +39,11 @@ pub struct Trace(Arc<Mutex<Inner>>);
 impl Trace {
     /// Appends an observation and folds it into the running hash.
     pub fn record(&self, at: Duration, host: &str, observation: Observation) {
-        let event = TraceEvent { at_ms: at.as_millis() as u64, host: host.to_string(), observation };
+        let event = TraceEvent {
+            at_ms: at.as_millis() as u64,
+            host: host.to_string(),
+            observation,
+        };
         let mut inner = self.0.lock().expect("trace lock poisoned");
         let line_hash = fnv1a_64(event.line().as_bytes());
         inner.hash = fnv1a_64(&[inner.hash.to_le_bytes(), line_hash.to_le_bytes()].concat());

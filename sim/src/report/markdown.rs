@@ -9,8 +9,16 @@ pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# {} — {} (seed {})\n", r.scenario, r.variant, r.seed);
     let _ = writeln!(out, "{}\n", r.description);
-    let mark = if r.as_expected { "as expected" } else { "**NOT as expected**" };
-    let _ = writeln!(out, "**Result:** `{}` (expected `{}`: {mark})\n", r.result, r.expected_result);
+    let mark = if r.as_expected {
+        "as expected"
+    } else {
+        "**NOT as expected**"
+    };
+    let _ = writeln!(
+        out,
+        "**Result:** `{}` (expected `{}`: {mark})\n",
+        r.result, r.expected_result
+    );
     if let Some(error) = &r.harness_error {
         let _ = writeln!(out, "**Harness error:** {error}\n");
     }
@@ -22,11 +30,20 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(out, "| trace hash | `{}` |", r.trace_hash);
     let _ = writeln!(out, "| reproduce | `{}` |\n", r.repro);
 
-    let _ = writeln!(out, "## Invariants\n\n| invariant | verdict | first seen | host |\n|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "## Invariants\n\n| invariant | verdict | first seen | host |\n|---|---|---|---|"
+    );
     for i in &r.invariants {
         match &i.violation {
             Some(v) => {
-                let _ = writeln!(out, "| `{}` | **violated** | {:.3} s | {} |", i.name, v.violation.at_ms as f64 / 1000.0, v.violation.host);
+                let _ = writeln!(
+                    out,
+                    "| `{}` | **violated** | {:.3} s | {} |",
+                    i.name,
+                    v.violation.at_ms as f64 / 1000.0,
+                    v.violation.host
+                );
             }
             None => {
                 let _ = writeln!(out, "| `{}` | held | | |", i.name);
@@ -35,25 +52,53 @@ pub fn render(r: &Report) -> String {
     }
     for i in r.invariants.iter().filter(|i| i.violation.is_some()) {
         let v = i.violation.as_ref().expect("filtered");
-        let _ = writeln!(out, "\n### `{}` violated\n\n```json\n{}\n```\n", i.name, serde_json::to_string_pretty(&v.violation.details).unwrap_or_default());
-        let _ = writeln!(out, "Last {} trace events before it:\n\n```", v.trace_tail.len());
+        let _ = writeln!(
+            out,
+            "\n### `{}` violated\n\n```json\n{}\n```\n",
+            i.name,
+            serde_json::to_string_pretty(&v.violation.details).unwrap_or_default()
+        );
+        let _ = writeln!(
+            out,
+            "Last {} trace events before it:\n\n```",
+            v.trace_tail.len()
+        );
         for e in &v.trace_tail {
             let _ = writeln!(out, "{}", e.line());
         }
         let _ = writeln!(out, "```");
     }
 
-    let _ = writeln!(out, "\n## Faults injected\n\n| at | action | detail |\n|---|---|---|");
+    let _ = writeln!(
+        out,
+        "\n## Faults injected\n\n| at | action | detail |\n|---|---|---|"
+    );
     for f in &r.faults {
-        let _ = writeln!(out, "| {:.3} s | {} | `{}` |", f.at_ms as f64 / 1000.0, f.action, f.detail);
+        let _ = writeln!(
+            out,
+            "| {:.3} s | {} | `{}` |",
+            f.at_ms as f64 / 1000.0,
+            f.action,
+            f.detail
+        );
     }
 
-    let _ = writeln!(out, "\n## Metrics\n\n| histogram | count | p50 | p99 | max |\n|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "\n## Metrics\n\n| histogram | count | p50 | p99 | max |\n|---|---|---|---|---|"
+    );
     for (name, h) in &r.metrics.histograms {
-        let _ = writeln!(out, "| {name} | {} | {} {} | {} {} | {} {} |", h.count, h.p50, h.unit, h.p99, h.unit, h.max, h.unit);
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} {} | {} {} | {} {} |",
+            h.count, h.p50, h.unit, h.p99, h.unit, h.max, h.unit
+        );
     }
     for (name, h) in &r.metrics.histograms {
-        let _ = writeln!(out, "\n`{name}` buckets:\n\n| bucket | samples |\n|---|---|");
+        let _ = writeln!(
+            out,
+            "\n`{name}` buckets:\n\n| bucket | samples |\n|---|---|"
+        );
         for (label, count) in &h.buckets {
             let _ = writeln!(out, "| {label} | {count} |");
         }
@@ -70,8 +115,21 @@ pub fn render(r: &Report) -> String {
             ownership.longest_orphan_window_ms as f64 / 1000.0,
             ownership.apps_ever_orphaned
         );
-        for c in ownership.changes.iter().filter(|c| c.moved_fraction > 0.0).take(60) {
-            let _ = writeln!(out, "| {:.1} s | {} | {:.1} % | {} | {} |", c.at_ms as f64 / 1000.0, c.cause, c.moved_fraction * 100.0, c.orphaned, c.doubly_owned);
+        for c in ownership
+            .changes
+            .iter()
+            .filter(|c| c.moved_fraction > 0.0)
+            .take(60)
+        {
+            let _ = writeln!(
+                out,
+                "| {:.1} s | {} | {:.1} % | {} | {} |",
+                c.at_ms as f64 / 1000.0,
+                c.cause,
+                c.moved_fraction * 100.0,
+                c.orphaned,
+                c.doubly_owned
+            );
         }
     }
     let _ = writeln!(
@@ -94,7 +152,15 @@ fn render_series(out: &mut String, r: &Report) {
     let end = r.sim_seconds as u64;
     let names: Vec<&String> = series.keys().collect();
     let _ = writeln!(out, "\n## Time series (maximum per {WINDOW_S} s window)\n");
-    let _ = writeln!(out, "| window | {} |", names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(
+        out,
+        "| window | {} |",
+        names
+            .iter()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
     let _ = writeln!(out, "|---|{}", "---|".repeat(names.len()));
     let mut start = 0;
     while start < end {
@@ -103,8 +169,16 @@ fn render_series(out: &mut String, r: &Report) {
             .iter()
             .map(|name| {
                 let points = &series[*name];
-                let carried = points.iter().take_while(|(t, _)| *t < start).last().map(|(_, v)| *v);
-                let inside = points.iter().filter(|(t, _)| *t >= start && *t < stop).map(|(_, v)| *v).max();
+                let carried = points
+                    .iter()
+                    .take_while(|(t, _)| *t < start)
+                    .last()
+                    .map(|(_, v)| *v);
+                let inside = points
+                    .iter()
+                    .filter(|(t, _)| *t >= start && *t < stop)
+                    .map(|(_, v)| *v)
+                    .max();
                 match (carried, inside) {
                     (None, None) => "".to_string(),
                     (c, i) => c.into_iter().chain(i).max().unwrap_or(0).to_string(),

@@ -95,26 +95,52 @@ pub struct Report {
 
 /// The expected result of `variant` (a scenario that declares none expects a pass).
 pub fn expected(scenario: &Scenario, variant: Variant) -> Outcome {
-    scenario.expect.get(&variant).copied().unwrap_or(Outcome::Pass)
+    scenario
+        .expect
+        .get(&variant)
+        .copied()
+        .unwrap_or(Outcome::Pass)
 }
 
 /// The command that reproduces a run.
 pub fn repro(path: &str, seed: u64, variant: Variant) -> String {
-    format!("cargo run -q -p orrery-sim --bin orrery -- run {path} --seed {seed} --variant {}", variant.as_str())
+    format!(
+        "cargo run -q -p orrery-sim --bin orrery -- run {path} --seed {seed} --variant {}",
+        variant.as_str()
+    )
 }
 
 /// Builds the gated report of a run.
-pub fn build(scenario: &Scenario, scenario_text: &str, path: &str, seed: u64, variant: Variant, outcome: &RunOutcome) -> Report {
+pub fn build(
+    scenario: &Scenario,
+    scenario_text: &str,
+    path: &str,
+    seed: u64,
+    variant: Variant,
+    outcome: &RunOutcome,
+) -> Report {
     let expected = expected(scenario, variant);
     let invariants = scenario
         .invariants
         .iter()
         .map(|i| {
-            let violation = outcome.violations.iter().find(|v| v.invariant == i.name).map(|v| ViolationReport {
-                violation: v.clone(),
-                trace_tail: outcome.trace.tail_before(v.at_ms, TRACE_TAIL),
-            });
-            InvariantVerdict { name: i.name.clone(), verdict: if violation.is_some() { "violated" } else { "held" }, violation }
+            let violation = outcome
+                .violations
+                .iter()
+                .find(|v| v.invariant == i.name)
+                .map(|v| ViolationReport {
+                    violation: v.clone(),
+                    trace_tail: outcome.trace.tail_before(v.at_ms, TRACE_TAIL),
+                });
+            InvariantVerdict {
+                name: i.name.clone(),
+                verdict: if violation.is_some() {
+                    "violated"
+                } else {
+                    "held"
+                },
+                violation,
+            }
         })
         .collect();
     Report {
@@ -122,7 +148,10 @@ pub fn build(scenario: &Scenario, scenario_text: &str, path: &str, seed: u64, va
         description: scenario.description.trim().to_string(),
         variant: variant.as_str(),
         seed,
-        build: Build { orrery_version: env!("CARGO_PKG_VERSION"), scenario_fnv: format!("{:016x}", fnv1a_64(scenario_text.as_bytes())) },
+        build: Build {
+            orrery_version: env!("CARGO_PKG_VERSION"),
+            scenario_fnv: format!("{:016x}", fnv1a_64(scenario_text.as_bytes())),
+        },
         result: outcome.result.as_str(),
         expected_result: expected.as_str(),
         as_expected: outcome.result == expected,
@@ -139,8 +168,18 @@ pub fn build(scenario: &Scenario, scenario_text: &str, path: &str, seed: u64, va
 }
 
 /// The one-line JSON `orrery run` prints (keys in the documented order).
-pub fn summary_line(scenario: &Scenario, seed: u64, variant: Variant, outcome: &RunOutcome, wall_seconds: f64) -> String {
-    let violations: Vec<&str> = outcome.violations.iter().map(|v| v.invariant.as_str()).collect();
+pub fn summary_line(
+    scenario: &Scenario,
+    seed: u64,
+    variant: Variant,
+    outcome: &RunOutcome,
+    wall_seconds: f64,
+) -> String {
+    let violations: Vec<&str> = outcome
+        .violations
+        .iter()
+        .map(|v| v.invariant.as_str())
+        .collect();
     let value = json!({
         "scenario": scenario.name,
         "variant": variant.as_str(),
@@ -162,5 +201,8 @@ pub fn write(dir: &Path, report: &Report) -> std::io::Result<()> {
     let mut json = serde_json::to_string_pretty(report).expect("reports serialise");
     json.push('\n');
     std::fs::write(dir.join(format!("{}.json", report.variant)), json)?;
-    std::fs::write(dir.join(format!("{}.md", report.variant)), markdown::render(report))
+    std::fs::write(
+        dir.join(format!("{}.md", report.variant)),
+        markdown::render(report),
+    )
 }

@@ -11,19 +11,24 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         Some(i) => text.split_at(i),
         None => (text, "s"),
     };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. \"250ms\", \"30s\", \"5m\""))?;
+    let value: f64 = number.trim().parse().map_err(|_| {
+        format!("invalid duration {text:?}: expected e.g. \"250ms\", \"30s\", \"5m\"")
+    })?;
     let scale = match unit {
         "ms" => 0.001,
         "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
-        _ => return Err(format!("invalid duration {text:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: unknown unit {unit:?} (use ms, s, m or h)"
+            ))
+        }
     };
     if !value.is_finite() || value < 0.0 {
-        return Err(format!("invalid duration {text:?}: must be a non-negative number"));
+        return Err(format!(
+            "invalid duration {text:?}: must be a non-negative number"
+        ));
     }
     Ok(Duration::from_secs_f64(value * scale))
 }
@@ -57,14 +62,20 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duratio
         }
 
         fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
-            u64::try_from(v).map(Duration::from_secs).map_err(|_| E::custom(format!("invalid duration {v}: must be a non-negative number")))
+            u64::try_from(v).map(Duration::from_secs).map_err(|_| {
+                E::custom(format!(
+                    "invalid duration {v}: must be a non-negative number"
+                ))
+            })
         }
 
         fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
             if v.is_finite() && v >= 0.0 {
                 Ok(Duration::from_secs_f64(v))
             } else {
-                Err(E::custom(format!("invalid duration {v}: must be a non-negative number")))
+                Err(E::custom(format!(
+                    "invalid duration {v}: must be a non-negative number"
+                )))
             }
         }
     }
@@ -87,7 +98,10 @@ mod tests {
         assert_eq!(parse("2").unwrap(), Duration::from_secs(2));
         assert!(parse("5 parsecs").unwrap_err().contains("unknown unit"));
         assert_eq!(render(Duration::from_millis(1500)), "1500ms");
-        assert_eq!(parse(&render(Duration::from_secs(42))).unwrap(), Duration::from_secs(42));
+        assert_eq!(
+            parse(&render(Duration::from_secs(42))).unwrap(),
+            Duration::from_secs(42)
+        );
     }
 }
 
@@ -98,12 +112,17 @@ pub mod option {
     use serde::{Deserializer, Serializer};
 
     /// Deserialises a present duration.
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
         super::deserialize(deserializer).map(Some)
     }
 
     /// Serialises a present duration.
-    pub fn serialize<S: Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(
+        duration: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         match duration {
             Some(d) => super::serialize(d, serializer),
             None => serializer.serialize_none(),

@@ -160,7 +160,10 @@ pub struct ArgoCd {
 
 impl Default for ArgoCd {
     fn default() -> Self {
-        ArgoCd { reconcile_every: Duration::from_secs(10), history_limit: 10 }
+        ArgoCd {
+            reconcile_every: Duration::from_secs(10),
+            history_limit: 10,
+        }
     }
 }
 
@@ -212,7 +215,10 @@ pub struct Probe {
 
 impl Default for Probe {
     fn default() -> Self {
-        Probe { read_idle: Duration::from_secs(30), watch_timeout_seconds: 290 }
+        Probe {
+            read_idle: Duration::from_secs(30),
+            watch_timeout_seconds: 290,
+        }
     }
 }
 
@@ -237,7 +243,13 @@ pub struct Reporter {
 
 impl Default for Reporter {
     fn default() -> Self {
-        Reporter { replicas: None, workers: 8, queue_capacity: 1_000, lease_duration: Duration::from_secs(15), lease_renew: Duration::from_secs(5) }
+        Reporter {
+            replicas: None,
+            workers: 8,
+            queue_capacity: 1_000,
+            lease_duration: Duration::from_secs(15),
+            lease_renew: Duration::from_secs(5),
+        }
     }
 }
 
@@ -257,7 +269,11 @@ pub struct Platform {
 
 impl Default for Platform {
     fn default() -> Self {
-        Platform { api_latency: Duration::ZERO, handler_delay: Duration::ZERO, bus_capacity: 10_000 }
+        Platform {
+            api_latency: Duration::ZERO,
+            handler_delay: Duration::ZERO,
+            bus_capacity: 10_000,
+        }
     }
 }
 
@@ -324,10 +340,18 @@ fn default_scale_every() -> Duration {
 #[serde(deny_unknown_fields)]
 pub struct PlatformChange {
     /// New events API latency.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "super::duration::option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::duration::option"
+    )]
     pub api_latency: Option<Duration>,
     /// New handler delay per event.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "super::duration::option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::duration::option"
+    )]
     pub handler_delay: Option<Duration>,
 }
 

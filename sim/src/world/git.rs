@@ -47,7 +47,12 @@ impl Repo {
 
     fn touching(&self, path: &str, end: usize) -> impl Iterator<Item = &Commit> {
         let dir = path.trim_end_matches('/');
-        self.by_dir.get(dir).into_iter().flatten().filter(move |i| **i <= end).map(|i| &self.commits[*i])
+        self.by_dir
+            .get(dir)
+            .into_iter()
+            .flatten()
+            .filter(move |i| **i <= end)
+            .map(|i| &self.commits[*i])
     }
 }
 
@@ -72,16 +77,34 @@ fn sha(parent: &str, author: &str, message: &str, changes: &BTreeMap<String, Str
 
 impl Git {
     /// Appends a commit to `repo` (created on first use) and returns its SHA.
-    pub fn commit(&mut self, repo: &str, author: &str, message: &str, unix_ms: u64, changes: BTreeMap<String, String>) -> String {
+    pub fn commit(
+        &mut self,
+        repo: &str,
+        author: &str,
+        message: &str,
+        unix_ms: u64,
+        changes: BTreeMap<String, String>,
+    ) -> String {
         let repository = self.repos.entry(repo.to_string()).or_default();
-        let parent = repository.commits.last().map(|c| c.sha.clone()).unwrap_or_default();
+        let parent = repository
+            .commits
+            .last()
+            .map(|c| c.sha.clone())
+            .unwrap_or_default();
         let sha = sha(&parent, author, message, &changes);
         let index = repository.commits.len();
-        let dirs: std::collections::BTreeSet<String> = changes.keys().map(|f| dir_of(f).to_string()).collect();
+        let dirs: std::collections::BTreeSet<String> =
+            changes.keys().map(|f| dir_of(f).to_string()).collect();
         for dir in dirs {
             repository.by_dir.entry(dir).or_default().push(index);
         }
-        repository.commits.push(Commit { sha: sha.clone(), author: author.into(), message: message.into(), unix_ms, changes });
+        repository.commits.push(Commit {
+            sha: sha.clone(),
+            author: author.into(),
+            message: message.into(),
+            unix_ms,
+            changes,
+        });
         sha
     }
 
@@ -100,11 +123,18 @@ impl Git {
         let repository = self.repos.get(repo)?;
         let end = repository.index_of(sha)?;
         let dir = path.trim_end_matches('/');
-        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
         let mut files = BTreeMap::new();
         for commit in repository.touching(path, end) {
             // `changes` is sorted by path, so the files under `dir/` are one contiguous range.
-            let under = commit.changes.range::<str, _>((std::ops::Bound::Included(prefix.as_str()), std::ops::Bound::Unbounded));
+            let under = commit.changes.range::<str, _>((
+                std::ops::Bound::Included(prefix.as_str()),
+                std::ops::Bound::Unbounded,
+            ));
             for (file, content) in under.take_while(|(file, _)| file.starts_with(&prefix)) {
                 if dir_of(file) == dir {
                     files.insert(file.clone(), content.clone());
@@ -145,11 +175,32 @@ mod tests {
     #[test]
     fn files_and_last_change_follow_history() {
         let mut git = Git::default();
-        let one = git.commit("r", "a", "m1", 0, BTreeMap::from([("apps/x/d.yaml".into(), "v1".into()), ("apps/y/d.yaml".into(), "v1".into())]));
-        let two = git.commit("r", "a", "m2", 1, BTreeMap::from([("apps/x/d.yaml".into(), "v2".into())]));
+        let one = git.commit(
+            "r",
+            "a",
+            "m1",
+            0,
+            BTreeMap::from([
+                ("apps/x/d.yaml".into(), "v1".into()),
+                ("apps/y/d.yaml".into(), "v1".into()),
+            ]),
+        );
+        let two = git.commit(
+            "r",
+            "a",
+            "m2",
+            1,
+            BTreeMap::from([("apps/x/d.yaml".into(), "v2".into())]),
+        );
         assert_ne!(one, two);
-        assert_eq!(git.files_at("r", &two, "apps/x").unwrap()["apps/x/d.yaml"], "v2");
-        assert_eq!(git.files_at("r", &one, "apps/x").unwrap()["apps/x/d.yaml"], "v1");
+        assert_eq!(
+            git.files_at("r", &two, "apps/x").unwrap()["apps/x/d.yaml"],
+            "v2"
+        );
+        assert_eq!(
+            git.files_at("r", &one, "apps/x").unwrap()["apps/x/d.yaml"],
+            "v1"
+        );
         assert_eq!(git.last_change("r", &two, "apps/y").unwrap().sha, one);
         assert_eq!(git.head("r").unwrap().sha, two);
     }
@@ -167,7 +218,13 @@ mod tests {
         let sha = git.commit("r", "a", "m", 0, changes);
         let files = git.files_at("r", &sha, "apps/x/").unwrap();
         assert_eq!(files.keys().collect::<Vec<_>>(), ["apps/x/a.yaml"]);
-        assert_eq!(git.files_at("r", &sha, "").unwrap().keys().collect::<Vec<_>>(), ["top.yaml"]);
+        assert_eq!(
+            git.files_at("r", &sha, "")
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["top.yaml"]
+        );
         assert!(git.files_at("r", "unknown", "apps/x").is_none());
     }
 }
@@ -176,7 +233,11 @@ mod tests {
 /// `GET /api/repos` → `{"repositories": [...]}`; `POST /api/commits`
 /// `{"repo","path","content","message","author"}` → `201 {"sha": …}` (400 with the reason
 /// for a malformed body). Serves until the listener fails.
-pub async fn serve(env: orrery_system::env::SharedEnv, git: SharedGit, addr: &str) -> std::io::Result<()> {
+pub async fn serve(
+    env: orrery_system::env::SharedEnv,
+    git: SharedGit,
+    addr: &str,
+) -> std::io::Result<()> {
     use http_body_util::BodyExt;
     use orrery_system::env::http::json;
     use serde_json::{json as j, Value};
@@ -185,23 +246,48 @@ pub async fn serve(env: orrery_system::env::SharedEnv, git: SharedGit, addr: &st
         let (env, git) = (env.clone(), git.clone());
         async move {
             match (request.method().as_str(), request.uri().path()) {
-                ("GET", "/api/repos") => json(http::StatusCode::OK, &j!({"repositories": git.lock().repos()})),
+                ("GET", "/api/repos") => json(
+                    http::StatusCode::OK,
+                    &j!({"repositories": git.lock().repos()}),
+                ),
                 ("POST", "/api/commits") => {
-                    let body = match http_body_util::Limited::new(request.into_body(), 1 << 20).collect().await {
+                    let body = match http_body_util::Limited::new(request.into_body(), 1 << 20)
+                        .collect()
+                        .await
+                    {
                         Ok(c) => c.to_bytes(),
-                        Err(e) => return json(http::StatusCode::BAD_REQUEST, &j!({"error": format!("reading the body: {e}")})),
+                        Err(e) => {
+                            return json(
+                                http::StatusCode::BAD_REQUEST,
+                                &j!({"error": format!("reading the body: {e}")}),
+                            )
+                        }
                     };
                     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                     let field = |name: &str| parsed[name].as_str().map(str::to_string);
-                    let (Some(repo), Some(path), Some(content)) = (field("repo"), field("path"), field("content")) else {
-                        return json(http::StatusCode::BAD_REQUEST, &j!({"error": "want repo, path and content"}));
+                    let (Some(repo), Some(path), Some(content)) =
+                        (field("repo"), field("path"), field("content"))
+                    else {
+                        return json(
+                            http::StatusCode::BAD_REQUEST,
+                            &j!({"error": "want repo, path and content"}),
+                        );
                     };
                     let message = field("message").unwrap_or_default();
                     let author = field("author").unwrap_or_else(|| "unknown".into());
-                    let sha = git.lock().commit(&repo, &author, &message, env.unix_millis(), [(path, content)].into_iter().collect());
+                    let sha = git.lock().commit(
+                        &repo,
+                        &author,
+                        &message,
+                        env.unix_millis(),
+                        [(path, content)].into_iter().collect(),
+                    );
                     json(http::StatusCode::CREATED, &j!({"sha": sha}))
                 }
-                (_, path) => json(http::StatusCode::NOT_FOUND, &j!({"error": format!("no route {path}")})),
+                (_, path) => json(
+                    http::StatusCode::NOT_FOUND,
+                    &j!({"error": format!("no route {path}")}),
+                ),
             }
         }
     })

@@ -27,7 +27,10 @@ fn id(object: &DynamicObject) -> serde_json::Value {
 /// Digest of a view: (count, FNV-1a over sorted `name@rv` lines).
 pub fn digest(mut entries: Vec<(String, String)>) -> (usize, String) {
     entries.sort();
-    let text: String = entries.iter().map(|(n, rv)| format!("{n}@{rv}\n")).collect();
+    let text: String = entries
+        .iter()
+        .map(|(n, rv)| format!("{n}@{rv}\n"))
+        .collect();
     (entries.len(), format!("{:016x}", fnv1a_64(text.as_bytes())))
 }
 
@@ -38,21 +41,24 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config) {
     let writer = reflector::store::Writer::new(application_resource());
     let reader = writer.as_reader();
     let events_env = env.clone();
-    let stream = watcher(api, watcher::Config::default().timeout(config.watch_timeout_seconds))
-        .backoff(SeededBackoff::new(env.clone()))
-        .reflect(writer)
-        .for_each(move |event| {
-            let (kind, detail) = match &event {
-                Ok(watcher::Event::Init) => ("probe.init", json!({})),
-                Ok(watcher::Event::InitApply(o)) => ("probe.init_apply", id(o)),
-                Ok(watcher::Event::InitDone) => ("probe.init_done", json!({})),
-                Ok(watcher::Event::Apply(o)) => ("probe.apply", id(o)),
-                Ok(watcher::Event::Delete(o)) => ("probe.delete", id(o)),
-                Err(e) => ("probe.error", json!({"error": e.to_string()})),
-            };
-            events_env.observe(Observation::new(kind, detail));
-            async {}
-        });
+    let stream = watcher(
+        api,
+        watcher::Config::default().timeout(config.watch_timeout_seconds),
+    )
+    .backoff(SeededBackoff::new(env.clone()))
+    .reflect(writer)
+    .for_each(move |event| {
+        let (kind, detail) = match &event {
+            Ok(watcher::Event::Init) => ("probe.init", json!({})),
+            Ok(watcher::Event::InitApply(o)) => ("probe.init_apply", id(o)),
+            Ok(watcher::Event::InitDone) => ("probe.init_done", json!({})),
+            Ok(watcher::Event::Apply(o)) => ("probe.apply", id(o)),
+            Ok(watcher::Event::Delete(o)) => ("probe.delete", id(o)),
+            Err(e) => ("probe.error", json!({"error": e.to_string()})),
+        };
+        events_env.observe(Observation::new(kind, detail));
+        async {}
+    });
     tokio::spawn(stream);
     let mut last = None;
     loop {
@@ -60,11 +66,19 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config) {
         let entries = reader
             .state()
             .iter()
-            .map(|o| (o.metadata.name.clone().unwrap_or_default(), o.metadata.resource_version.clone().unwrap_or_default()))
+            .map(|o| {
+                (
+                    o.metadata.name.clone().unwrap_or_default(),
+                    o.metadata.resource_version.clone().unwrap_or_default(),
+                )
+            })
             .collect();
         let view = digest(entries);
         if last.as_ref() != Some(&view) {
-            env.observe(Observation::new("probe.view", json!({"count": view.0, "digest": view.1})));
+            env.observe(Observation::new(
+                "probe.view",
+                json!({"count": view.0, "digest": view.1}),
+            ));
             last = Some(view);
         }
     }

@@ -47,7 +47,13 @@ pub fn seed_git(git: &SharedGit, config: &Config, unix_ms: u64) {
         for app in (0..config.applications).filter(|a| a % config.repositories == repo) {
             files.extend(manifest(&app_name(app), 1));
         }
-        git.commit(&repo_url(repo), "Bootstrap <ops@example.com>", "initial import", unix_ms, files);
+        git.commit(
+            &repo_url(repo),
+            "Bootstrap <ops@example.com>",
+            "initial import",
+            unix_ms,
+            files,
+        );
     }
 }
 
@@ -89,7 +95,8 @@ struct Generator {
 
 impl Generator {
     fn pick(&self) -> Option<usize> {
-        (!self.live.is_empty()).then(|| self.live[(self.env.random_u64() % self.live.len() as u64) as usize])
+        (!self.live.is_empty())
+            .then(|| self.live[(self.env.random_u64() % self.live.len() as u64) as usize])
     }
 
     fn record(&self, kind: &str, detail: serde_json::Value) {
@@ -97,11 +104,21 @@ impl Generator {
     }
 
     async fn create(&mut self, index: usize) -> bool {
-        match self.api.create(&PostParams::default(), &application(index, self.config.repositories)).await {
+        match self
+            .api
+            .create(
+                &PostParams::default(),
+                &application(index, self.config.repositories),
+            )
+            .await
+        {
             Ok(_) => true,
             Err(kube::Error::Api(status)) if status.code == 409 => true,
             Err(e) => {
-                self.record("workload.error", json!({"action": "create", "app": app_name(index), "error": e.to_string()}));
+                self.record(
+                    "workload.error",
+                    json!({"action": "create", "app": app_name(index), "error": e.to_string()}),
+                );
                 false
             }
         }
@@ -113,20 +130,41 @@ impl Generator {
         *version += 1;
         let name = app_name(index);
         let repo = repo_url(index % self.config.repositories);
-        let sha = self.handles.git.lock().commit(&repo, "Dev <dev@example.com>", &format!("bump {name} to v{version}"), self.env.unix_millis(), manifest(&name, *version));
+        let sha = self.handles.git.lock().commit(
+            &repo,
+            "Dev <dev@example.com>",
+            &format!("bump {name} to v{version}"),
+            self.env.unix_millis(),
+            manifest(&name, *version),
+        );
         self.record("workload.commit", json!({"app": name, "sha": sha}));
     }
 
     async fn churn(&mut self) {
         let Some(victim) = self.pick() else { return };
-        match self.api.delete(&app_name(victim), &DeleteParams::default()).await {
+        match self
+            .api
+            .delete(&app_name(victim), &DeleteParams::default())
+            .await
+        {
             Ok(_) | Err(kube::Error::Api(_)) => self.live.retain(|i| *i != victim),
-            Err(e) => return self.record("workload.error", json!({"action": "delete", "app": app_name(victim), "error": e.to_string()})),
+            Err(e) => {
+                return self.record(
+                    "workload.error",
+                    json!({"action": "delete", "app": app_name(victim), "error": e.to_string()}),
+                )
+            }
         }
         let index = self.next_index;
         // The new app needs manifests before Argo CD can sync it.
         let repo = repo_url(index % self.config.repositories);
-        self.handles.git.lock().commit(&repo, "Dev <dev@example.com>", &format!("add {}", app_name(index)), self.env.unix_millis(), manifest(&app_name(index), 1));
+        self.handles.git.lock().commit(
+            &repo,
+            "Dev <dev@example.com>",
+            &format!("add {}", app_name(index)),
+            self.env.unix_millis(),
+            manifest(&app_name(index), 1),
+        );
         if self.create(index).await {
             self.live.push(index);
             self.next_index += 1;
@@ -136,27 +174,49 @@ impl Generator {
     fn flap(&mut self) {
         let Some(index) = self.pick() else { return };
         let name = app_name(index);
-        let next = if self.handles.health.get(&name) == "Healthy" { "Degraded" } else { "Healthy" };
+        let next = if self.handles.health.get(&name) == "Healthy" {
+            "Degraded"
+        } else {
+            "Healthy"
+        };
         self.handles.health.set(&name, next);
         self.record("workload.health", json!({"app": name, "health": next}));
     }
 
     async fn refresh(&mut self) {
-        let patch = Patch::Merge(json!({"metadata": {"annotations": {"argocd.argoproj.io/refresh": "hard"}}}));
+        let patch = Patch::Merge(
+            json!({"metadata": {"annotations": {"argocd.argoproj.io/refresh": "hard"}}}),
+        );
         let mut failed = 0;
         for index in self.live.clone() {
-            if self.api.patch(&app_name(index), &PatchParams::default(), &patch).await.is_err() {
+            if self
+                .api
+                .patch(&app_name(index), &PatchParams::default(), &patch)
+                .await
+                .is_err()
+            {
                 failed += 1;
             }
         }
-        self.record("workload.refresh", json!({"apps": self.live.len(), "failed": failed}));
+        self.record(
+            "workload.refresh",
+            json!({"apps": self.live.len(), "failed": failed}),
+        );
     }
 }
 
 /// Runs the workload until the calm phase begins, then idles.
 pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: Handles) {
     let api = Api::namespaced_with(client, NAMESPACE, &application_resource());
-    let mut generator = Generator { env: env.clone(), api, next_index: config.applications, config, handles, live: Vec::new(), versions: BTreeMap::new() };
+    let mut generator = Generator {
+        env: env.clone(),
+        api,
+        next_index: config.applications,
+        config,
+        handles,
+        live: Vec::new(),
+        versions: BTreeMap::new(),
+    };
     // Create the initial apps CREATE_PARALLELISM at a time (10,000 one by one would take
     // most of a scenario); failed creates are retried after a pause.
     let mut pending: Vec<usize> = (0..generator.config.applications).collect();
@@ -166,7 +226,13 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
         let repositories = generator.config.repositories;
         let results = futures::future::join_all(batch.iter().map(|index| {
             let api = api.clone();
-            async move { (*index, api.create(&PostParams::default(), &application(*index, repositories)).await) }
+            async move {
+                (
+                    *index,
+                    api.create(&PostParams::default(), &application(*index, repositories))
+                        .await,
+                )
+            }
         }))
         .await;
         let mut failed = false;
@@ -178,7 +244,10 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
                 }
                 Err(e) => {
                     failed = true;
-                    generator.record("workload.error", json!({"action": "create", "app": app_name(index), "error": e.to_string()}));
+                    generator.record(
+                        "workload.error",
+                        json!({"action": "create", "app": app_name(index), "error": e.to_string()}),
+                    );
                 }
             }
         }
@@ -197,7 +266,12 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
     let start = env.elapsed();
     let mut due: Vec<Option<Duration>> = periods.iter().map(|p| p.map(|p| start + p)).collect();
     while !generator.handles.calm.load(Ordering::SeqCst) {
-        let Some((action, at)) = due.iter().enumerate().filter_map(|(i, d)| d.map(|d| (i, d))).min_by_key(|(i, d)| (*d, *i)) else {
+        let Some((action, at)) = due
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.map(|d| (i, d)))
+            .min_by_key(|(i, d)| (*d, *i))
+        else {
             return;
         };
         env.sleep(at.saturating_sub(env.elapsed())).await;

@@ -29,24 +29,42 @@ use crate::support::*;
 const REPO: &str = "https://git.example/apps.git";
 
 async fn call(env: &SharedEnv, method: &str, path: &str, token: &str, body: Value) -> (u16, Value) {
-    let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(60));
+    let client =
+        orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(60));
     let request = http::Request::builder()
         .method(method)
-        .uri(format!("http://platform:8080/api/runtimes/acme-prod/app-proxy/api/{path}"))
+        .uri(format!(
+            "http://platform:8080/api/runtimes/acme-prod/app-proxy/api/{path}"
+        ))
         .header("authorization", format!("Bearer {token}"))
-        .body(Full::new(Bytes::from(if body.is_null() { String::new() } else { body.to_string() })))
+        .body(Full::new(Bytes::from(if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        })))
         .unwrap();
     let response = client.request(request).await.expect("the gateway answers");
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 #[test]
 fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_only() {
     let mut w = world(Knobs::default());
     let git = SharedGit::default();
-    git.lock().commit(REPO, "Dev <d@x>", "init", 0, [("apps/a.yaml".to_string(), "a".to_string())].into_iter().collect());
+    git.lock().commit(
+        REPO,
+        "Dev <d@x>",
+        "init",
+        0,
+        [("apps/a.yaml".to_string(), "a".to_string())]
+            .into_iter()
+            .collect(),
+    );
     let host_git = git.clone();
     let trace = w.trace.clone();
     w.sim.host("git", move || {
@@ -59,13 +77,26 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
     let registry = Arc::new(Registry::default());
     registry.insert("rt-token", "acme", "prod");
     let permissions = Arc::new(Permissions::default());
-    permissions.grant("alice-token", "alice", &["repositories:list", "applications:commit", "workflows:terminate"]);
+    permissions.grant(
+        "alice-token",
+        "alice",
+        &[
+            "repositories:list",
+            "applications:commit",
+            "workflows:terminate",
+        ],
+    );
     permissions.grant("bob-token", "bob", &["repositories:list"]);
     let trace = w.trace.clone();
     w.sim.host("platform", move || {
         let env = SimEnv::new("platform", SEED, trace.clone());
         let tunnels = TunnelServer::new(tunnel::Config::new(Variant::Hardened), registry.clone());
-        let gateway = Arc::new(Gateway { admin_token: "adm".into(), registry: registry.clone(), tunnels: tunnels.clone(), permissions: permissions.clone() });
+        let gateway = Arc::new(Gateway {
+            admin_token: "adm".into(),
+            registry: registry.clone(),
+            tunnels: tunnels.clone(),
+            permissions: permissions.clone(),
+        });
         async move {
             tokio::spawn(tunnel::run(env.clone(), tunnels, "0.0.0.0:8443"));
             gateway::run(env, gateway, "0.0.0.0:8080").await?;
@@ -85,12 +116,28 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
             };
             let proxy_env = env.clone();
             tokio::spawn(async move { app_proxy::run(proxy_env, config).await });
-            let router = Router::new(env.clone(), Routes { app_proxy: "runtime:3017".into(), ..Default::default() });
+            let router = Router::new(
+                env.clone(),
+                Routes {
+                    app_proxy: "runtime:3017".into(),
+                    ..Default::default()
+                },
+            );
             let handler: tunnel_client::Handler = Arc::new(move |request| {
                 let router = router.clone();
                 Box::pin(async move { router.handle(request).await })
             });
-            let _ = tunnel_client::run(env, tunnel_client::Config::new(Variant::Hardened, "platform:8443", "acme-prod", "rt-token"), handler).await;
+            let _ = tunnel_client::run(
+                env,
+                tunnel_client::Config::new(
+                    Variant::Hardened,
+                    "platform:8443",
+                    "acme-prod",
+                    "rt-token",
+                ),
+                handler,
+            )
+            .await;
             Ok(())
         }
     });

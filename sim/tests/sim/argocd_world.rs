@@ -22,12 +22,16 @@ const TOKEN: &str = "t0ken";
 const REPO: &str = "https://git.example/r.git";
 
 async fn get(env: &SharedEnv, path: &str, token: Option<&str>) -> (u16, Value) {
-    let client = orrery_system::env::http::client::<Empty<Bytes>>(env.clone(), Duration::from_secs(10));
+    let client =
+        orrery_system::env::http::client::<Empty<Bytes>>(env.clone(), Duration::from_secs(10));
     let mut request = http::Request::get(format!("http://argocd:8080{path}"));
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }
-    let response = client.request(request.body(Empty::new()).unwrap()).await.expect("argocd answers");
+    let response = client
+        .request(request.body(Empty::new()).unwrap())
+        .await
+        .expect("argocd answers");
     let status = response.status().as_u16();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
@@ -35,7 +39,8 @@ async fn get(env: &SharedEnv, path: &str, token: Option<&str>) -> (u16, Value) {
 
 fn app(name: &str, automated: bool) -> DynamicObject {
     let mut app = DynamicObject::new(name, &application_resource()).within(NAMESPACE);
-    let mut spec = json!({"project": "default", "source": {"repoURL": REPO, "path": format!("apps/{name}")}});
+    let mut spec =
+        json!({"project": "default", "source": {"repoURL": REPO, "path": format!("apps/{name}")}});
     if automated {
         spec["syncPolicy"] = json!({"automated": {}});
     }
@@ -44,19 +49,42 @@ fn app(name: &str, automated: bool) -> DynamicObject {
 }
 
 fn files(app: &str, version: u32) -> BTreeMap<String, String> {
-    BTreeMap::from([(format!("apps/{app}/deployment.yaml"), format!("image: {app}:v{version}"))])
+    BTreeMap::from([(
+        format!("apps/{app}/deployment.yaml"),
+        format!("image: {app}:v{version}"),
+    )])
 }
 
 #[test]
 fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revisions() {
     let mut w = world(Knobs::default());
     let git = SharedGit::default();
-    let first = git.lock().commit(REPO, "Dev <d@x>", "init", 0, files("auto", 1).into_iter().chain(files("manual", 1)).collect());
+    let first = git.lock().commit(
+        REPO,
+        "Dev <d@x>",
+        "init",
+        0,
+        files("auto", 1)
+            .into_iter()
+            .chain(files("manual", 1))
+            .collect(),
+    );
     let (host_git, trace) = (git.clone(), w.trace.clone());
     w.sim.host("argocd", move || {
         let env = SimEnv::new("argocd", SEED, trace.clone());
-        let config = argocd::controller::Config { reconcile_every: Duration::from_secs(5), history_limit: 2, ..Default::default() };
-        let run = argocd::run(env, KubeTarget::new("apiserver:6443"), host_git.clone(), HealthOverrides::default(), config, TOKEN.into());
+        let config = argocd::controller::Config {
+            reconcile_every: Duration::from_secs(5),
+            history_limit: 2,
+            ..Default::default()
+        };
+        let run = argocd::run(
+            env,
+            KubeTarget::new("apiserver:6443"),
+            host_git.clone(),
+            HealthOverrides::default(),
+            config,
+            TOKEN.into(),
+        );
         async move {
             run.await?;
             Ok(())
@@ -65,9 +93,12 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
     let trace = w.trace.clone();
     w.sim.client("client", async move {
         let (env, client) = kube("client", &trace, Duration::from_secs(30));
-        let apps: Api<DynamicObject> = Api::namespaced_with(client, NAMESPACE, &application_resource());
-        apps.create(&PostParams::default(), &app("auto", true)).await?;
-        apps.create(&PostParams::default(), &app("manual", false)).await?;
+        let apps: Api<DynamicObject> =
+            Api::namespaced_with(client, NAMESPACE, &application_resource());
+        apps.create(&PostParams::default(), &app("auto", true))
+            .await?;
+        apps.create(&PostParams::default(), &app("manual", false))
+            .await?;
         env.sleep(Duration::from_secs(12)).await;
         let auto = apps.get("auto").await?;
         assert_eq!(auto.data["status"]["sync"]["status"], "Synced");
@@ -75,28 +106,66 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
         assert_eq!(auto.data["status"]["operationState"]["phase"], "Succeeded");
         assert_eq!(auto.data["status"]["health"]["status"], "Healthy");
         assert_eq!(auto.data["status"]["history"].as_array().unwrap().len(), 1);
-        assert_eq!(apps.get("manual").await?.data["status"]["sync"]["status"], "OutOfSync");
+        assert_eq!(
+            apps.get("manual").await?.data["status"]["sync"]["status"],
+            "OutOfSync"
+        );
 
         for version in 2..=4 {
-            git.lock().commit(REPO, "Dev <d@x>", &format!("bump v{version}"), 0, files("auto", version));
+            git.lock().commit(
+                REPO,
+                "Dev <d@x>",
+                &format!("bump v{version}"),
+                0,
+                files("auto", version),
+            );
             env.sleep(Duration::from_secs(6)).await;
         }
         let auto = apps.get("auto").await?;
         let head = git.lock().head(REPO).unwrap().sha.clone();
-        assert_eq!(auto.data["status"]["sync"]["revision"], head.as_str(), "auto-synced to the new head");
-        assert_eq!(auto.data["status"]["history"].as_array().unwrap().len(), 2, "history is trimmed to its limit");
-        assert!(auto.metadata.generation.unwrap() > 1, "Application has no status subresource: status writes bump generation");
+        assert_eq!(
+            auto.data["status"]["sync"]["revision"],
+            head.as_str(),
+            "auto-synced to the new head"
+        );
+        assert_eq!(
+            auto.data["status"]["history"].as_array().unwrap().len(),
+            2,
+            "history is trimmed to its limit"
+        );
+        assert!(
+            auto.metadata.generation.unwrap() > 1,
+            "Application has no status subresource: status writes bump generation"
+        );
 
         let (code, _) = get(&env, "/api/v1/applications/auto/resource-tree", None).await;
         assert_eq!(code, 401, "no token → unauthorised");
         let (code, tree) = get(&env, "/api/v1/applications/auto/resource-tree", Some(TOKEN)).await;
         assert_eq!(code, 200);
         assert_eq!(tree["nodes"][0]["kind"], "Deployment");
-        let (_, manifests) = get(&env, &format!("/api/v1/applications/auto/manifests?revision={first}"), Some(TOKEN)).await;
-        assert_eq!(manifests["manifests"][0], "image: auto:v1", "manifests at an older revision");
-        let (_, meta) = get(&env, &format!("/api/v1/applications/auto/revisions/{head}/metadata"), Some(TOKEN)).await;
+        let (_, manifests) = get(
+            &env,
+            &format!("/api/v1/applications/auto/manifests?revision={first}"),
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(
+            manifests["manifests"][0], "image: auto:v1",
+            "manifests at an older revision"
+        );
+        let (_, meta) = get(
+            &env,
+            &format!("/api/v1/applications/auto/revisions/{head}/metadata"),
+            Some(TOKEN),
+        )
+        .await;
         assert_eq!(meta["message"], "bump v4");
-        let (_, live) = get(&env, "/api/v1/applications/auto/resource?kind=Deployment&resourceName=auto", Some(TOKEN)).await;
+        let (_, live) = get(
+            &env,
+            "/api/v1/applications/auto/resource?kind=Deployment&resourceName=auto",
+            Some(TOKEN),
+        )
+        .await;
         assert_eq!(live["manifest"], "image: auto:v4");
         let (code, _) = get(&env, "/api/v1/applications/nope/resource-tree", Some(TOKEN)).await;
         assert_eq!(code, 404);

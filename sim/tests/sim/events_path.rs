@@ -25,17 +25,31 @@ use crate::support::*;
 const TOKEN: &str = "runtime-token";
 const REPO: &str = "https://git.example/r.git";
 
-async fn call(env: &SharedEnv, method: &str, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> (u16, Value, String) {
-    let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(30));
+async fn call(
+    env: &SharedEnv,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, Value, String) {
+    let client =
+        orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(30));
     let mut request = http::Request::builder().method(method).uri(url);
     for (k, v) in headers {
         request = request.header(*k, *v);
     }
-    let response = client.request(request.body(Full::new(Bytes::from(body))).unwrap()).await.expect("server answers");
+    let response = client
+        .request(request.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .expect("server answers");
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let text = String::from_utf8_lossy(&bytes).to_string();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null), text)
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        text,
+    )
 }
 
 fn app(name: &str) -> DynamicObject {
@@ -49,15 +63,39 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     let mut w = world(Knobs::default());
     let git = SharedGit::default();
     let names: Vec<String> = (0..12).map(|i| format!("app-{i:02}")).collect();
-    let files: BTreeMap<String, String> = names.iter().map(|n| (format!("apps/{n}/deployment.yaml"), format!("image: {n}:v1"))).collect();
+    let files: BTreeMap<String, String> = names
+        .iter()
+        .map(|n| {
+            (
+                format!("apps/{n}/deployment.yaml"),
+                format!("image: {n}:v1"),
+            )
+        })
+        .collect();
     git.lock().commit(REPO, "Dev <d@x>", "init", 0, files);
-    let platform = Platform::new(events::Config { tokens: [(TOKEN.to_string(), "acme".to_string())].into_iter().collect(), bus_capacity: 100 });
+    let platform = Platform::new(events::Config {
+        tokens: [(TOKEN.to_string(), "acme".to_string())]
+            .into_iter()
+            .collect(),
+        bus_capacity: 100,
+    });
 
     let (trace, host_git) = (w.trace.clone(), git.clone());
     w.sim.host("argocd", move || {
         let env = SimEnv::new("argocd", SEED, trace.clone());
-        let config = argocd::controller::Config { reconcile_every: Duration::from_secs(3), history_limit: 5, ..Default::default() };
-        let run = argocd::run(env, KubeTarget::new("apiserver:6443"), host_git.clone(), HealthOverrides::default(), config, "argo".into());
+        let config = argocd::controller::Config {
+            reconcile_every: Duration::from_secs(3),
+            history_limit: 5,
+            ..Default::default()
+        };
+        let run = argocd::run(
+            env,
+            KubeTarget::new("apiserver:6443"),
+            host_git.clone(),
+            HealthOverrides::default(),
+            config,
+            "argo".into(),
+        );
         async move {
             run.await?;
             Ok(())
@@ -65,7 +103,10 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     });
     let (trace, host_platform) = (w.trace.clone(), platform.clone());
     w.sim.host("platform", move || {
-        let (env, platform) = (SimEnv::new("platform", SEED, trace.clone()), host_platform.clone());
+        let (env, platform) = (
+            SimEnv::new("platform", SEED, trace.clone()),
+            host_platform.clone(),
+        );
         async move {
             events::run(env, platform, "0.0.0.0:8080").await?;
             Ok(())
@@ -83,7 +124,11 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
         let trace = w.trace.clone();
         w.sim.host(replica, move || {
             let env = SimEnv::new(replica, SEED, trace.clone());
-            let mut config = app_reporter::Config::new(Variant::Hardened, KubeTarget::new("apiserver:6443"), NAMESPACE);
+            let mut config = app_reporter::Config::new(
+                Variant::Hardened,
+                KubeTarget::new("apiserver:6443"),
+                NAMESPACE,
+            );
             config.argocd_token = "argo".into();
             config.runtime_token = TOKEN.into();
             config.platform_addr = "platform:8080".into();

@@ -14,7 +14,10 @@ use proptest::test_runner::{Config, RngSeed};
 
 /// A small world (5 reporter hosts, 150 apps) built from the committed shard-rebalance scenario.
 fn base() -> Scenario {
-    let path = format!("{}/../scenarios/shard-rebalance.yaml", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../scenarios/shard-rebalance.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let mut s = scenario::load(Path::new(&path)).expect("shard-rebalance.yaml parses");
     s.name = "property-case".into();
     s.workload.applications = 150;
@@ -32,13 +35,34 @@ fn reporter() -> impl Strategy<Value = String> {
 fn step() -> impl Strategy<Value = FaultStep> {
     let at = (5u64..110).prop_map(Duration::from_secs);
     let action = prop_oneof![
-        reporter().prop_map(|h| FaultStep { crash: Some(h), ..FaultStep::default() }),
-        reporter().prop_map(|h| FaultStep { restart: Some(h), ..FaultStep::default() }),
-        reporter().prop_map(|h| FaultStep { partition: Some([h, "apiserver".into()]), ..FaultStep::default() }),
-        reporter().prop_map(|h| FaultStep { repair: Some([h, "apiserver".into()]), ..FaultStep::default() }),
-        (1u32..=5).prop_map(|r| FaultStep { scale: Some(Scale { replicas: r, every: Duration::from_secs(5) }), ..FaultStep::default() }),
+        reporter().prop_map(|h| FaultStep {
+            crash: Some(h),
+            ..FaultStep::default()
+        }),
+        reporter().prop_map(|h| FaultStep {
+            restart: Some(h),
+            ..FaultStep::default()
+        }),
+        reporter().prop_map(|h| FaultStep {
+            partition: Some([h, "apiserver".into()]),
+            ..FaultStep::default()
+        }),
+        reporter().prop_map(|h| FaultStep {
+            repair: Some([h, "apiserver".into()]),
+            ..FaultStep::default()
+        }),
+        (1u32..=5).prop_map(|r| FaultStep {
+            scale: Some(Scale {
+                replicas: r,
+                every: Duration::from_secs(5)
+            }),
+            ..FaultStep::default()
+        }),
         (0u64..400).prop_map(|ms| FaultStep {
-            platform: Some(PlatformChange { api_latency: Some(Duration::from_millis(ms)), handler_delay: None }),
+            platform: Some(PlatformChange {
+                api_latency: Some(Duration::from_millis(ms)),
+                handler_delay: None
+            }),
             ..FaultStep::default()
         }),
     ];
@@ -49,8 +73,13 @@ fn step() -> impl Strategy<Value = FaultStep> {
 }
 
 fn case() -> impl Strategy<Value = Scenario> {
-    (proptest::collection::vec(step(), 0..6), 100u64..2000, prop_oneof![Just(0u64), 3u64..20], 1u32..=5).prop_map(
-        |(mut faults, commit_ms, churn_s, replicas)| {
+    (
+        proptest::collection::vec(step(), 0..6),
+        100u64..2000,
+        prop_oneof![Just(0u64), 3u64..20],
+        1u32..=5,
+    )
+        .prop_map(|(mut faults, commit_ms, churn_s, replicas)| {
             let mut s = base();
             faults.sort_by_key(|f| f.at);
             s.faults = faults;
@@ -58,8 +87,7 @@ fn case() -> impl Strategy<Value = Scenario> {
             s.workload.churn_every = Duration::from_secs(churn_s);
             s.reporter.replicas = Some(replicas);
             s
-        },
-    )
+        })
 }
 
 proptest! {
@@ -87,7 +115,8 @@ fn a_printed_case_is_a_valid_scenario_file_that_parses_back_to_the_same_case() {
     for _ in 0..20 {
         let s = case().new_tree(&mut runner).unwrap().current();
         let text = serde_yaml::to_string(&s).unwrap();
-        let back = scenario::parse::parse("case.yaml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let back =
+            scenario::parse::parse("case.yaml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         assert_eq!(back, s);
     }
 }

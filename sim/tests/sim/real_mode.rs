@@ -19,14 +19,28 @@ async fn the_api_server_serves_real_kube_rs_over_loopback_tcp() {
     let env: SharedEnv = Arc::new(RealEnv::new("test"));
     let listener = env.listen("127.0.0.1:0").await.expect("bind loopback");
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(apiserver::serve(env.clone(), ApiServer::new(Knobs::default()), listener));
+    tokio::spawn(apiserver::serve(
+        env.clone(),
+        ApiServer::new(Knobs::default()),
+        listener,
+    ));
 
     let kube = client(env.clone(), &KubeTarget::new(addr));
     let api: Api<ConfigMap> = Api::namespaced(kube, "default");
-    let mut events = watcher(api.clone(), watcher::Config::default()).backoff(SeededBackoff::new(env.clone())).applied_objects().boxed();
-    api.create(&PostParams::default(), &configmap("real", &[])).await.expect("create over real TCP");
-    let seen = tokio::time::timeout(Duration::from_secs(10), events.next()).await.expect("watch event within 10 s");
-    assert_eq!(seen.unwrap().unwrap().metadata.name.as_deref(), Some("real"));
+    let mut events = watcher(api.clone(), watcher::Config::default())
+        .backoff(SeededBackoff::new(env.clone()))
+        .applied_objects()
+        .boxed();
+    api.create(&PostParams::default(), &configmap("real", &[]))
+        .await
+        .expect("create over real TCP");
+    let seen = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("watch event within 10 s");
+    assert_eq!(
+        seen.unwrap().unwrap().metadata.name.as_deref(),
+        Some("real")
+    );
 }
 
 /// A child process killed when dropped (tests must not leak servers).
@@ -51,7 +65,11 @@ fn orrery(args: &[&str]) -> Process {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A plain HTTP/1.1 exchange over loopback: (status, body), or `None` when the connection fails.
@@ -63,69 +81,157 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)
 fn http_as(port: u16, method: &str, path: &str, body: &str, token: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-    let auth = if token.is_empty() { String::new() } else { format!("authorization: Bearer {token}\r\n") };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .ok()?;
+    let auth = if token.is_empty() {
+        String::new()
+    } else {
+        format!("authorization: Bearer {token}\r\n")
+    };
     let request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
     stream.write_all(request.as_bytes()).ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Some((status, body))
 }
 
 fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + within; // determinism: real-env (real-mode test, wall clock on purpose)
     while !check() {
-        assert!(std::time::Instant::now() < deadline, "{what}: not within {within:?}"); // determinism: real-env (real-mode test)
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        ); // determinism: real-env (real-mode test)
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 #[test]
-fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopback_across_a_tunnel_server_restart() {
+fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopback_across_a_tunnel_server_restart(
+) {
     let (api, tunnel, gateway, proxy) = (free_port(), free_port(), free_port(), free_port());
-    let (api_addr, tunnel_addr, gateway_addr, proxy_addr) =
-        (format!("127.0.0.1:{api}"), format!("127.0.0.1:{tunnel}"), format!("127.0.0.1:{gateway}"), format!("127.0.0.1:{proxy}"));
+    let (api_addr, tunnel_addr, gateway_addr, proxy_addr) = (
+        format!("127.0.0.1:{api}"),
+        format!("127.0.0.1:{tunnel}"),
+        format!("127.0.0.1:{gateway}"),
+        format!("127.0.0.1:{proxy}"),
+    );
     let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
     let control_plane = |variant: &str| {
         orrery(&[
-            "serve", "control-plane", "--admin-token", "adm", "--tunnel", &tunnel_addr, "--api", &gateway_addr,
-            "--runtimes", "acme-prod=tok-1", "--users", "ops-token=ops:workflows:terminate", "--variant", variant,
+            "serve",
+            "control-plane",
+            "--admin-token",
+            "adm",
+            "--tunnel",
+            &tunnel_addr,
+            "--api",
+            &gateway_addr,
+            "--runtimes",
+            "acme-prod=tok-1",
+            "--users",
+            "ops-token=ops:workflows:terminate",
+            "--variant",
+            variant,
         ])
     };
     let mut platform = control_plane("hardened");
     let _runtime = orrery(&[
-        "serve", "runtime", "--platform", &tunnel_addr, "--name", "acme-prod", "--token", "tok-1", "--workflows", &api_addr,
-        "--app-proxy", &proxy_addr, "--git", "127.0.0.1:9", "--platform-api", &gateway_addr, "--apiserver", &api_addr,
+        "serve",
+        "runtime",
+        "--platform",
+        &tunnel_addr,
+        "--name",
+        "acme-prod",
+        "--token",
+        "tok-1",
+        "--workflows",
+        &api_addr,
+        "--app-proxy",
+        &proxy_addr,
+        "--git",
+        "127.0.0.1:9",
+        "--platform-api",
+        &gateway_addr,
+        "--apiserver",
+        &api_addr,
     ]);
-    eventually("the API server answers", Duration::from_secs(20), || http(api, "GET", "/healthz", "").is_some());
-    let created = http(api, "POST", "/api/v1/namespaces/default/configmaps", r#"{"metadata":{"name":"through-the-tunnel"}}"#);
+    eventually("the API server answers", Duration::from_secs(20), || {
+        http(api, "GET", "/healthz", "").is_some()
+    });
+    let created = http(
+        api,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        r#"{"metadata":{"name":"through-the-tunnel"}}"#,
+    );
     assert_eq!(created.map(|c| c.0), Some(201));
     // client → platform gateway → tunnel → router (/workflows/ prefix stripped) → API server
     let through = "/api/runtimes/acme-prod/workflows/api/v1/namespaces/default/configmaps";
-    eventually("a request crosses the tunnel", Duration::from_secs(20), || {
-        http(gateway, "GET", through, "").is_some_and(|(code, body)| code == 200 && body.contains("through-the-tunnel"))
-    });
-    assert_eq!(http(gateway, "GET", "/api/runtimes/acme-other/healthz", "").map(|r| r.0), Some(503), "no tunnel → 503");
+    eventually(
+        "a request crosses the tunnel",
+        Duration::from_secs(20),
+        || {
+            http(gateway, "GET", through, "")
+                .is_some_and(|(code, body)| code == 200 && body.contains("through-the-tunnel"))
+        },
+    );
+    assert_eq!(
+        http(gateway, "GET", "/api/runtimes/acme-other/healthz", "").map(|r| r.0),
+        Some(503),
+        "no tunnel → 503"
+    );
 
     // client → platform → tunnel → router → app-proxy → API server: terminate a Workflow.
     let workflow = r#"{"apiVersion":"argoproj.io/v1alpha1","kind":"Workflow","metadata":{"name":"build-42"},"spec":{"entrypoint":"main"}}"#;
-    assert_eq!(http(api, "POST", "/apis/argoproj.io/v1alpha1/namespaces/default/workflows", workflow).map(|c| c.0), Some(201));
+    assert_eq!(
+        http(
+            api,
+            "POST",
+            "/apis/argoproj.io/v1alpha1/namespaces/default/workflows",
+            workflow
+        )
+        .map(|c| c.0),
+        Some(201)
+    );
     let terminate = "/api/runtimes/acme-prod/app-proxy/api/workflows/default/build-42/terminate";
-    assert_eq!(http_as(gateway, "POST", terminate, "", "stolen").map(|r| r.0), Some(401), "unknown user token");
+    assert_eq!(
+        http_as(gateway, "POST", terminate, "", "stolen").map(|r| r.0),
+        Some(401),
+        "unknown user token"
+    );
     let (code, body) = http_as(gateway, "POST", terminate, "", "ops-token").expect("an answer");
     assert_eq!(code, 200, "{body}");
-    let (_, stored) = http(api, "GET", "/apis/argoproj.io/v1alpha1/namespaces/default/workflows/build-42", "").expect("the workflow");
-    assert!(stored.contains(r#""shutdown":"Terminate""#), "the app-proxy patched the workflow: {stored}");
+    let (_, stored) = http(
+        api,
+        "GET",
+        "/apis/argoproj.io/v1alpha1/namespaces/default/workflows/build-42",
+        "",
+    )
+    .expect("the workflow");
+    assert!(
+        stored.contains(r#""shutdown":"Terminate""#),
+        "the app-proxy patched the workflow: {stored}"
+    );
 
     // Kill the tunnel server mid-traffic, then restart it: the runtime reconnects by itself.
     drop(platform);
-    assert!(http(gateway, "GET", through, "").is_none_or(|(code, _)| code >= 500), "no success while the platform is down");
+    assert!(
+        http(gateway, "GET", through, "").is_none_or(|(code, _)| code >= 500),
+        "no success while the platform is down"
+    );
     platform = control_plane("hardened");
-    eventually("the runtime reconnects after the tunnel server restarts", Duration::from_secs(40), || {
-        http(gateway, "GET", through, "").is_some_and(|(code, _)| code == 200)
-    });
+    eventually(
+        "the runtime reconnects after the tunnel server restarts",
+        Duration::from_secs(40),
+        || http(gateway, "GET", through, "").is_some_and(|(code, _)| code == 200),
+    );
     drop(platform);
 }
 
@@ -138,13 +244,20 @@ fn test_certificates(dir: &std::path::Path) -> (String, String, String) {
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
     let server_key = KeyPair::generate().unwrap();
-    let server = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap().signed_by(&server_key, &issuer).unwrap();
+    let server = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
     let write = |name: &str, text: String| {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
         path.display().to_string()
     };
-    (write("ca.pem", ca.pem()), write("server.pem", server.pem()), write("server-key.pem", server_key.serialize_pem()))
+    (
+        write("ca.pem", ca.pem()),
+        write("server.pem", server.pem()),
+        write("server-key.pem", server_key.serialize_pem()),
+    )
 }
 
 #[test]
@@ -153,17 +266,61 @@ fn the_tunnel_runs_over_tls_with_test_certificates_and_an_untrusting_runtime_can
     std::fs::create_dir_all(&dir).unwrap();
     let (ca, cert, key) = test_certificates(&dir);
     let (tunnel, gateway) = (free_port(), free_port());
-    let (tunnel_addr, gateway_addr) = (format!("127.0.0.1:{tunnel}"), format!("127.0.0.1:{gateway}"));
+    let (tunnel_addr, gateway_addr) = (
+        format!("127.0.0.1:{tunnel}"),
+        format!("127.0.0.1:{gateway}"),
+    );
     let _platform = orrery(&[
-        "serve", "control-plane", "--admin-token", "adm", "--tunnel", &tunnel_addr, "--api", &gateway_addr,
-        "--runtimes", "acme-prod=tok-1,acme-dev=tok-2", "--tls-cert", &cert, "--tls-key", &key,
+        "serve",
+        "control-plane",
+        "--admin-token",
+        "adm",
+        "--tunnel",
+        &tunnel_addr,
+        "--api",
+        &gateway_addr,
+        "--runtimes",
+        "acme-prod=tok-1,acme-dev=tok-2",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
     ]);
-    let _trusting = orrery(&["serve", "runtime", "--platform", &tunnel_addr, "--name", "acme-prod", "--token", "tok-1", "--tls-ca", &ca]);
-    let _plain = orrery(&["serve", "runtime", "--platform", &tunnel_addr, "--name", "acme-dev", "--token", "tok-2"]);
-    eventually("a request crosses the TLS tunnel", Duration::from_secs(20), || {
-        http(gateway, "GET", "/api/runtimes/acme-prod/healthz", "").is_some_and(|(code, body)| code == 200 && body == "ok")
-    });
+    let _trusting = orrery(&[
+        "serve",
+        "runtime",
+        "--platform",
+        &tunnel_addr,
+        "--name",
+        "acme-prod",
+        "--token",
+        "tok-1",
+        "--tls-ca",
+        &ca,
+    ]);
+    let _plain = orrery(&[
+        "serve",
+        "runtime",
+        "--platform",
+        &tunnel_addr,
+        "--name",
+        "acme-dev",
+        "--token",
+        "tok-2",
+    ]);
+    eventually(
+        "a request crosses the TLS tunnel",
+        Duration::from_secs(20),
+        || {
+            http(gateway, "GET", "/api/runtimes/acme-prod/healthz", "")
+                .is_some_and(|(code, body)| code == 200 && body == "ok")
+        },
+    );
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(http(gateway, "GET", "/api/runtimes/acme-dev/healthz", "").map(|r| r.0), Some(503), "plain WebSocket against a TLS server gets no tunnel");
+    assert_eq!(
+        http(gateway, "GET", "/api/runtimes/acme-dev/healthz", "").map(|r| r.0),
+        Some(503),
+        "plain WebSocket against a TLS server gets no tunnel"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -25,7 +25,11 @@ fn watch_convergence_meets_its_expectation_for_every_listed_seed_and_variant() {
                 outcome.violations,
                 outcome.harness_error
             );
-            assert!(outcome.trace.len() > 1000, "the world did real work ({} events)", outcome.trace.len());
+            assert!(
+                outcome.trace.len() > 1000,
+                "the world did real work ({} events)",
+                outcome.trace.len()
+            );
         }
     }
 }
@@ -48,7 +52,12 @@ fn a_probe_that_cannot_converge_is_reported_as_a_liveness_timeout() {
     s.calm = std::time::Duration::ZERO;
     s.faults.retain(|f| f.repair.is_none());
     let outcome = runner::run(&s, 1, Variant::Hardened);
-    assert_eq!(outcome.result, Outcome::LivenessTimeout, "violations: {:?}", outcome.violations);
+    assert_eq!(
+        outcome.result,
+        Outcome::LivenessTimeout,
+        "violations: {:?}",
+        outcome.violations
+    );
     assert_eq!(outcome.violations[0].invariant, "probe_matches_apiserver");
 }
 
@@ -61,7 +70,11 @@ fn a_misspelt_field_in_a_scenario_file_is_refused_with_file_line_and_field() {
     let path = dir.join("bad.yaml");
     std::fs::write(&path, bad).unwrap();
     let err = scenario::load(&path).unwrap_err().to_string();
-    let line = text.lines().position(|l| l.contains("commit_every")).unwrap() + 1;
+    let line = text
+        .lines()
+        .position(|l| l.contains("commit_every"))
+        .unwrap()
+        + 1;
     assert!(err.contains(&format!("bad.yaml:{line}:")), "{err}");
     assert!(err.contains("unknown field `comit_every`"), "{err}");
 }
@@ -75,10 +88,24 @@ fn queue_overflow_scaled_down_shows_the_flaw_in_faithful_and_the_fix_in_hardened
     s.reporter.queue_capacity = 150;
     s.calm = std::time::Duration::from_secs(240);
     let faithful = runner::run(&s, 1, Variant::Faithful);
-    assert_eq!(faithful.result, Outcome::SafetyViolation, "{:?}", faithful.harness_error);
-    assert!(faithful.violations.iter().any(|v| v.invariant == "platform_converges"));
+    assert_eq!(
+        faithful.result,
+        Outcome::SafetyViolation,
+        "{:?}",
+        faithful.harness_error
+    );
+    assert!(faithful
+        .violations
+        .iter()
+        .any(|v| v.invariant == "platform_converges"));
     let hardened = runner::run(&s, 1, Variant::Hardened);
-    assert_eq!(hardened.result, Outcome::Pass, "{:?} {:?}", hardened.violations, hardened.harness_error);
+    assert_eq!(
+        hardened.result,
+        Outcome::Pass,
+        "{:?} {:?}",
+        hardened.violations,
+        hardened.harness_error
+    );
 }
 
 /// Regression, found by `orrery sweep shard-rebalance.yaml --seeds 1..201`: with seed 16 a
@@ -97,18 +124,42 @@ fn tunnel_drop_shows_the_flaws_in_faithful_and_the_fixes_in_hardened() {
     let s = scenario::load(Path::new(&scenario_path("tunnel-drop.yaml"))).unwrap();
     let faithful = runner::run(&s, 1, Variant::Faithful);
     let hardened = runner::run(&s, 1, Variant::Hardened);
-    assert_eq!(hardened.result, Outcome::Pass, "hardened: {:?}", hardened.violations);
+    assert_eq!(
+        hardened.result,
+        Outcome::Pass,
+        "hardened: {:?}",
+        hardened.violations
+    );
     assert_eq!(faithful.result, Outcome::SafetyViolation);
-    let broken: Vec<&str> = faithful.violations.iter().map(|v| v.invariant.as_str()).collect();
-    assert!(broken.contains(&"executed_at_most_once"), "a retried write ran twice without request ids: {broken:?}");
-    assert!(broken.contains(&"tunnel_recovers"), "an unnoticed dead tunnel stays dead after the repair: {broken:?}");
-    assert!(!broken.contains(&"requests_answered"), "the platform's deadline answers every request in both variants");
+    let broken: Vec<&str> = faithful
+        .violations
+        .iter()
+        .map(|v| v.invariant.as_str())
+        .collect();
+    assert!(
+        broken.contains(&"executed_at_most_once"),
+        "a retried write ran twice without request ids: {broken:?}"
+    );
+    assert!(
+        broken.contains(&"tunnel_recovers"),
+        "an unnoticed dead tunnel stays dead after the repair: {broken:?}"
+    );
+    assert!(
+        !broken.contains(&"requests_answered"),
+        "the platform's deadline answers every request in both variants"
+    );
     let noticed = |o: &runner::RunOutcome| {
         let m = orrery_sim::harness::metrics::compute(&o.trace.events(), &o.state);
         m.histograms["tunnel_drop_noticed_by_platform"].max
     };
-    assert!(noticed(&hardened) <= 6_000, "hardened notices a drop within seconds");
-    assert!(noticed(&faithful) >= 20_000, "faithful notices it only after its 60 s keepalive");
+    assert!(
+        noticed(&hardened) <= 6_000,
+        "hardened notices a drop within seconds"
+    );
+    assert!(
+        noticed(&faithful) >= 20_000,
+        "faithful notices it only after its 60 s keepalive"
+    );
 }
 
 #[test]
@@ -116,15 +167,36 @@ fn reconnect_storm_hardened_takes_the_servers_slots_and_beats_lockstep_backoff()
     let s = scenario::load(Path::new(&scenario_path("reconnect-storm.yaml"))).unwrap();
     let figures = |variant| {
         let outcome = runner::run(&s, 1, variant);
-        assert_eq!(outcome.result, Outcome::Pass, "{variant:?}: {:?}", outcome.violations);
+        assert_eq!(
+            outcome.result,
+            Outcome::Pass,
+            "{variant:?}: {:?}",
+            outcome.violations
+        );
         let m = orrery_sim::harness::metrics::compute(&outcome.trace.events(), &outcome.state);
         let reconnect = m.histograms["fleet_reconnect_after_restart"].clone();
-        assert_eq!(reconnect.count, 1000, "every runtime of the fleet reconnected");
-        (reconnect.max, m.counters["tunnel.server_busy"], m.counters["tunnel.peak_registrations_per_s"])
+        assert_eq!(
+            reconnect.count, 1000,
+            "every runtime of the fleet reconnected"
+        );
+        (
+            reconnect.max,
+            m.counters["tunnel.server_busy"],
+            m.counters["tunnel.peak_registrations_per_s"],
+        )
     };
     let (faithful_max, faithful_busy, _) = figures(Variant::Faithful);
     let (hardened_max, hardened_busy, peak) = figures(Variant::Hardened);
-    assert!(peak <= 50, "the server never registers faster than its capacity ({peak}/s)");
-    assert!(hardened_max < faithful_max, "hardened fleet back sooner: {hardened_max} ms vs {faithful_max} ms");
-    assert!(hardened_busy * 2 < faithful_busy, "hardened wastes fewer attempts: {hardened_busy} vs {faithful_busy} refusals");
+    assert!(
+        peak <= 50,
+        "the server never registers faster than its capacity ({peak}/s)"
+    );
+    assert!(
+        hardened_max < faithful_max,
+        "hardened fleet back sooner: {hardened_max} ms vs {faithful_max} ms"
+    );
+    assert!(
+        hardened_busy * 2 < faithful_busy,
+        "hardened wastes fewer attempts: {hardened_busy} vs {faithful_busy} refusals"
+    );
 }

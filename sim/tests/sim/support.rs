@@ -60,14 +60,23 @@ pub fn configmap(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some(name.to_string());
     if !labels.is_empty() {
-        cm.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        cm.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
     }
     cm
 }
 
-pub async fn create_configmaps(api: &Api<ConfigMap>, names: impl IntoIterator<Item = String>) -> kube::Result<()> {
+pub async fn create_configmaps(
+    api: &Api<ConfigMap>,
+    names: impl IntoIterator<Item = String>,
+) -> kube::Result<()> {
     for name in names {
-        api.create(&PostParams::default(), &configmap(&name, &[])).await?;
+        api.create(&PostParams::default(), &configmap(&name, &[]))
+            .await?;
     }
     Ok(())
 }
@@ -77,7 +86,12 @@ pub fn view_of(reader: &ReflectorStore<ConfigMap>) -> Vec<(String, String)> {
     let mut view: Vec<_> = reader
         .state()
         .iter()
-        .map(|cm| (cm.metadata.name.clone().unwrap_or_default(), cm.metadata.resource_version.clone().unwrap_or_default()))
+        .map(|cm| {
+            (
+                cm.metadata.name.clone().unwrap_or_default(),
+                cm.metadata.resource_version.clone().unwrap_or_default(),
+            )
+        })
         .collect();
     view.sort();
     view
@@ -85,30 +99,55 @@ pub fn view_of(reader: &ReflectorStore<ConfigMap>) -> Vec<(String, String)> {
 
 /// (name, resourceVersion) pairs of the API server's ConfigMaps, sorted.
 pub fn truth(api: &ApiServer) -> Vec<(String, String)> {
-    let kind = api.kind("configmaps").expect("configmaps are served").clone();
+    let kind = api
+        .kind("configmaps")
+        .expect("configmaps are served")
+        .clone();
     let mut view: Vec<_> = api
         .store()
         .objects_of(&kind)
         .iter()
-        .map(|o| (o["metadata"]["name"].as_str().unwrap_or("").to_string(), o["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string()))
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
         .collect();
     view.sort();
     view
 }
 
 /// Waits (in simulated time) until the reflector's view equals the server's, or panics.
-pub async fn await_convergence(env: &SharedEnv, reader: &ReflectorStore<ConfigMap>, api: &ApiServer, within: Duration) {
+pub async fn await_convergence(
+    env: &SharedEnv,
+    reader: &ReflectorStore<ConfigMap>,
+    api: &ApiServer,
+    within: Duration,
+) {
     let deadline = env.elapsed() + within;
     loop {
         if view_of(reader) == truth(api) {
             return;
         }
-        assert!(env.elapsed() < deadline, "reflector did not converge within {within:?}: view {:?} vs truth {:?}", view_of(reader).len(), truth(api).len());
+        assert!(
+            env.elapsed() < deadline,
+            "reflector did not converge within {within:?}: view {:?} vs truth {:?}",
+            view_of(reader).len(),
+            truth(api).len()
+        );
         env.sleep(Duration::from_millis(500)).await;
     }
 }
 
 /// Counts trace events of `kind` whose detail field `key` equals `value`.
 pub fn count(trace: &Trace, kind: &str, key: &str, value: &str) -> usize {
-    trace.events().iter().filter(|e| e.observation.kind == kind && e.observation.detail[key] == value).count()
+    trace
+        .events()
+        .iter()
+        .filter(|e| e.observation.kind == kind && e.observation.detail[key] == value)
+        .count()
 }

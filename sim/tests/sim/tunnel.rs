@@ -27,16 +27,31 @@ const TOKEN: &str = "rt-token-acme-prod";
 const NAME: &str = "acme-prod";
 
 async fn call(env: &SharedEnv, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
-    let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(60));
-    let mut request = http::Request::builder().method(method).uri(format!("http://platform:8080{path}"));
+    let client =
+        orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(60));
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://platform:8080{path}"));
     for (k, v) in headers {
         request = request.header(*k, *v);
     }
-    match client.request(request.body(Full::new(Bytes::new())).unwrap()).await {
+    match client
+        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+    {
         Ok(response) => {
             let status = response.status().as_u16();
-            let bytes = response.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-            (status, serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into())))
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            (
+                status,
+                serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into())),
+            )
         }
         Err(e) => (0, Value::String(e.to_string())),
     }
@@ -56,7 +71,12 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
     registry.insert(TOKEN, "acme", "prod");
     let tunnels = TunnelServer::new(tunnel::Config::new(variant), registry.clone());
     let permissions = Arc::new(orrery_system::platform::permissions::Permissions::default());
-    let gateway = Arc::new(Gateway { admin_token: "admin".into(), registry, tunnels: tunnels.clone(), permissions: permissions.clone() });
+    let gateway = Arc::new(Gateway {
+        admin_token: "admin".into(),
+        registry,
+        tunnels: tunnels.clone(),
+        permissions: permissions.clone(),
+    });
     let host_trace = trace.clone();
     let host_tunnels = tunnels.clone();
     sim.host("platform", move || {
@@ -72,7 +92,10 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
     let executed = Arc::new(AtomicU64::new(0));
     let (host_trace, counter) = (trace.clone(), executed.clone());
     sim.host("app-proxy", move || {
-        let (env, counter) = (SimEnv::new("app-proxy", SEED, host_trace.clone()), counter.clone());
+        let (env, counter) = (
+            SimEnv::new("app-proxy", SEED, host_trace.clone()),
+            counter.clone(),
+        );
         async move {
             let listener = env.listen("0.0.0.0:3017").await?;
             orrery_system::env::http::serve(listener, move |request, _| {
@@ -91,12 +114,19 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
         }
     });
     let refused = Arc::new(std::sync::Mutex::new(None));
-    let (host_trace, token, host_refused) = (trace.clone(), runtime_token.to_string(), refused.clone());
+    let (host_trace, token, host_refused) =
+        (trace.clone(), runtime_token.to_string(), refused.clone());
     sim.host("runtime", move || {
         let env = SimEnv::new("runtime", SEED, host_trace.clone());
         let (token, refused) = (token.clone(), host_refused.clone());
         async move {
-            let router = Router::new(env.clone(), Routes { app_proxy: "app-proxy:3017".into(), ..Default::default() });
+            let router = Router::new(
+                env.clone(),
+                Routes {
+                    app_proxy: "app-proxy:3017".into(),
+                    ..Default::default()
+                },
+            );
             let handler: tunnel_client::Handler = Arc::new(move |request| {
                 let router = router.clone();
                 Box::pin(async move { router.handle(request).await })
@@ -108,7 +138,12 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
             Ok(())
         }
     });
-    TunnelWorld { sim, tunnels, executed, refused }
+    TunnelWorld {
+        sim,
+        tunnels,
+        executed,
+        refused,
+    }
 }
 
 #[test]
@@ -119,18 +154,66 @@ fn requests_cross_the_tunnel_and_state_changes_run_once_even_when_retried() {
         let env = SimEnv::new("client", SEED, Trace::default());
         env.sleep(Duration::from_secs(3)).await;
         assert_eq!(tunnels.connected(), vec![NAME.to_string()]);
-        assert_eq!(call(&env, "GET", "/api/runtimes/acme-prod/healthz", &[]).await.0, 200);
-        assert_eq!(call(&env, "GET", "/api/runtimes/acme-prod/app-proxy/api/x", &[]).await, (200, json!("proxy")));
-        assert_eq!(call(&env, "GET", "/api/runtimes/acme-prod/nowhere", &[]).await.0, 404);
+        assert_eq!(
+            call(&env, "GET", "/api/runtimes/acme-prod/healthz", &[])
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            call(&env, "GET", "/api/runtimes/acme-prod/app-proxy/api/x", &[]).await,
+            (200, json!("proxy"))
+        );
+        assert_eq!(
+            call(&env, "GET", "/api/runtimes/acme-prod/nowhere", &[])
+                .await
+                .0,
+            404
+        );
         let (code, body) = call(&env, "GET", "/api/runtimes/acme-other/healthz", &[]).await;
         assert_eq!(code, 503, "{body}");
-        assert!(body["error"].as_str().unwrap().contains("runtime unreachable"), "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("runtime unreachable"),
+            "{body}"
+        );
 
         let key = [("idempotency-key", "commit-1")];
-        assert_eq!(call(&env, "POST", "/api/runtimes/acme-prod/app-proxy/commit", &key).await, (201, json!({"executed": 1})));
-        assert_eq!(call(&env, "POST", "/api/runtimes/acme-prod/app-proxy/commit", &key).await, (201, json!({"executed": 1})), "a retry replays the answer");
+        assert_eq!(
+            call(
+                &env,
+                "POST",
+                "/api/runtimes/acme-prod/app-proxy/commit",
+                &key
+            )
+            .await,
+            (201, json!({"executed": 1}))
+        );
+        assert_eq!(
+            call(
+                &env,
+                "POST",
+                "/api/runtimes/acme-prod/app-proxy/commit",
+                &key
+            )
+            .await,
+            (201, json!({"executed": 1})),
+            "a retry replays the answer"
+        );
         assert_eq!(executed.load(Ordering::SeqCst), 1, "executed once");
-        assert_eq!(call(&env, "POST", "/api/runtimes/acme-prod/app-proxy/commit", &[("idempotency-key", "commit-2")]).await.1, json!({"executed": 2}));
+        assert_eq!(
+            call(
+                &env,
+                "POST",
+                "/api/runtimes/acme-prod/app-proxy/commit",
+                &[("idempotency-key", "commit-2")]
+            )
+            .await
+            .1,
+            json!({"executed": 2})
+        );
         Ok(())
     });
     w.sim.run().unwrap();
@@ -147,14 +230,24 @@ fn partition_and_repair(variant: Variant) -> (u64, u16, u64) {
     w.sim.client("client", async move {
         let env = SimEnv::new("client", SEED, Trace::default());
         env.sleep(Duration::from_secs(5)).await;
-        assert_eq!(tunnels.connected(), vec![NAME.to_string()], "tunnel up before the fault");
+        assert_eq!(
+            tunnels.connected(),
+            vec![NAME.to_string()],
+            "tunnel up before the fault"
+        );
         turmoil::partition("runtime", "platform");
         let cut = env.elapsed();
         let started = env.elapsed();
         let (code, body) = call(&env, "GET", "/api/runtimes/acme-prod/healthz", &[]).await;
         let answered = env.elapsed() - started;
-        assert!(matches!(code, 502 | 503 | 504), "a request across a drop gets a clear error, got {code} {body}");
-        assert!(answered <= Duration::from_secs(11), "answered within the deadline, took {answered:?}");
+        assert!(
+            matches!(code, 502 | 503 | 504),
+            "a request across a drop gets a clear error, got {code} {body}"
+        );
+        assert!(
+            answered <= Duration::from_secs(11),
+            "answered within the deadline, took {answered:?}"
+        );
         let mut detected = 0;
         for second in 1..=120 {
             if !tunnels.connected().contains(&NAME.to_string()) {
@@ -181,16 +274,28 @@ fn partition_and_repair(variant: Variant) -> (u64, u16, u64) {
     });
     w.sim.run().unwrap();
     let outcome = *outcome.lock().unwrap();
-    eprintln!("{}: drop detected after {} s, request answered {}, back {} s after repair", variant.as_str(), outcome.0, outcome.1, outcome.2);
+    eprintln!(
+        "{}: drop detected after {} s, request answered {}, back {} s after repair",
+        variant.as_str(),
+        outcome.0,
+        outcome.1,
+        outcome.2
+    );
     outcome
 }
 
 #[test]
 fn hardened_detects_a_silent_drop_in_seconds_and_reconnects_after_repair() {
     let (detected, code, back) = partition_and_repair(Variant::Hardened);
-    assert!(detected <= 6, "hardened drops a silent tunnel within ~5 s (PING 2 s + 3 s timeout), took {detected} s");
+    assert!(
+        detected <= 6,
+        "hardened drops a silent tunnel within ~5 s (PING 2 s + 3 s timeout), took {detected} s"
+    );
     assert!(matches!(code, 502 | 503 | 504));
-    assert!(back <= 35, "tunnel back within the backoff cap after repair, took {back} s");
+    assert!(
+        back <= 35,
+        "tunnel back within the backoff cap after repair, took {back} s"
+    );
 }
 
 #[test]
@@ -208,8 +313,15 @@ fn a_foreign_or_unknown_token_is_refused_with_a_reason_and_faithful_exits_on_the
         let env = SimEnv::new("client", SEED, Trace::default());
         env.sleep(Duration::from_secs(10)).await;
         assert!(tunnels.connected().is_empty());
-        let reason = refused.lock().unwrap().clone().expect("the faithful client exits after the first refused login");
-        assert!(reason.contains("401") && reason.contains("unknown runtime token"), "{reason}");
+        let reason = refused
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("the faithful client exits after the first refused login");
+        assert!(
+            reason.contains("401") && reason.contains("unknown runtime token"),
+            "{reason}"
+        );
         Ok(())
     });
     w.sim.run().unwrap();
@@ -219,8 +331,14 @@ fn a_foreign_or_unknown_token_is_refused_with_a_reason_and_faithful_exits_on_the
     let foreign = tunnel::authorise(&registry, Some("Bearer t1"), Some("globex-prod")).unwrap_err();
     assert_eq!(foreign.status(), 403);
     assert!(foreign.to_string().contains("does not belong"), "{foreign}");
-    assert_eq!(tunnel::authorise(&registry, None, Some("acme-prod")).unwrap_err(), orrery_system::tunnel::Rejection::MissingToken);
-    assert_eq!(tunnel::authorise(&registry, Some("Bearer t1"), Some("acme-prod")).unwrap(), "acme-prod");
+    assert_eq!(
+        tunnel::authorise(&registry, None, Some("acme-prod")).unwrap_err(),
+        orrery_system::tunnel::Rejection::MissingToken
+    );
+    assert_eq!(
+        tunnel::authorise(&registry, Some("Bearer t1"), Some("acme-prod")).unwrap(),
+        "acme-prod"
+    );
 }
 
 #[test]
@@ -238,10 +356,15 @@ fn garbage_and_oversize_frames_close_only_the_offending_connection() {
 
         // Not HTTP at all: the server closes that connection (and records why).
         let mut raw = env.connect("platform:8443").await?;
-        raw.write_all(b"\x16\x03\x01 this is not a websocket upgrade\r\n\r\n").await?;
+        raw.write_all(b"\x16\x03\x01 this is not a websocket upgrade\r\n\r\n")
+            .await?;
         let mut answer = Vec::new();
         let _ = raw.read_to_end(&mut answer).await;
-        assert!(!String::from_utf8_lossy(&answer).contains(" 101 "), "no upgrade for garbage: {}", String::from_utf8_lossy(&answer));
+        assert!(
+            !String::from_utf8_lossy(&answer).contains(" 101 "),
+            "no upgrade for garbage: {}",
+            String::from_utf8_lossy(&answer)
+        );
 
         // A registered impostor sending a frame over the 1 MiB limit: its connection closes.
         let stream = env.connect("platform:8443").await?;
@@ -256,8 +379,12 @@ fn garbage_and_oversize_frames_close_only_the_offending_connection() {
             .header(orrery_system::tunnel::RUNTIME_HEADER, NAME)
             .body(())
             .unwrap();
-        let (mut ws, _) = tokio_tungstenite::client_async(request, stream).await.expect("a valid registration is accepted");
-        let _ = ws.send(Message::Binary(Bytes::from(vec![0u8; 2 << 20]))).await;
+        let (mut ws, _) = tokio_tungstenite::client_async(request, stream)
+            .await
+            .expect("a valid registration is accepted");
+        let _ = ws
+            .send(Message::Binary(Bytes::from(vec![0u8; 2 << 20])))
+            .await;
         env.sleep(Duration::from_secs(2)).await;
         // Whatever the server had already sent (its HTTP/2 preface), the stream then ends.
         let mut closed = false;

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use orrery_sim::world::apiserver::Knobs;
 use orrery_system::env::kube::SeededBackoff;
@@ -23,7 +26,9 @@ fn count_relists(env: SharedEnv, api: Api<Secret>, config: watcher::Config) -> A
     let inits = Arc::new(AtomicUsize::new(0));
     let counter = inits.clone();
     tokio::spawn(async move {
-        let mut stream = watcher(api, config).backoff(SeededBackoff::new(env)).boxed();
+        let mut stream = watcher(api, config)
+            .backoff(SeededBackoff::new(env))
+            .boxed();
         while let Some(event) = stream.next().await {
             if let Ok(watcher::Event::Init) = event {
                 counter.fetch_add(1, Ordering::SeqCst);
@@ -36,7 +41,12 @@ fn count_relists(env: SharedEnv, api: Api<Secret>, config: watcher::Config) -> A
 /// Keeps writing ConfigMaps once a second so the global RV and history move on.
 async fn churn(api: &Api<ConfigMap>, env: &SharedEnv, seconds: u64) {
     for i in 0..seconds {
-        api.create(&PostParams::default(), &configmap(&format!("churn-{i}"), &[])).await.expect("create");
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("churn-{i}"), &[]),
+        )
+        .await
+        .expect("create");
         env.sleep(Duration::from_secs(1)).await;
     }
 }
@@ -52,11 +62,27 @@ fn list_pages_carry_continue_tokens_and_one_snapshot_rv() {
         let first = api.list(&ListParams::default().limit(3)).await?;
         assert_eq!(first.items.len(), 3);
         let token = first.metadata.continue_.clone().expect("more pages remain");
-        api.create(&PostParams::default(), &configmap("late", &[])).await?;
-        let second = api.list(&ListParams::default().limit(3).continue_token(&token)).await?;
-        let third = api.list(&ListParams::default().limit(3).continue_token(second.metadata.continue_.as_deref().unwrap())).await?;
-        assert_eq!(first.metadata.resource_version, second.metadata.resource_version, "every page reports the first page's RV");
-        assert_eq!(third.items.len(), 1, "the object created after the first page is not in this list");
+        api.create(&PostParams::default(), &configmap("late", &[]))
+            .await?;
+        let second = api
+            .list(&ListParams::default().limit(3).continue_token(&token))
+            .await?;
+        let third = api
+            .list(
+                &ListParams::default()
+                    .limit(3)
+                    .continue_token(second.metadata.continue_.as_deref().unwrap()),
+            )
+            .await?;
+        assert_eq!(
+            first.metadata.resource_version, second.metadata.resource_version,
+            "every page reports the first page's RV"
+        );
+        assert_eq!(
+            third.items.len(),
+            1,
+            "the object created after the first page is not in this list"
+        );
         assert!(third.metadata.continue_.is_none());
         Ok(())
     });
@@ -71,9 +97,18 @@ fn watcher_pages_its_initial_list_then_reports_init_done() {
         let (_env, client) = kube("probe", &trace, IDLE);
         let api: Api<ConfigMap> = Api::namespaced(client, "default");
         create_configmaps(&api, (0..7).map(|i| format!("c{i}"))).await?;
-        let events: Vec<_> = watcher(api, watcher::Config::default().page_size(2)).take(9).try_collect().await?;
+        let events: Vec<_> = watcher(api, watcher::Config::default().page_size(2))
+            .take(9)
+            .try_collect()
+            .await?;
         assert!(matches!(events[0], watcher::Event::Init));
-        assert_eq!(events.iter().filter(|e| matches!(e, watcher::Event::InitApply(_))).count(), 7);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, watcher::Event::InitApply(_)))
+                .count(),
+            7
+        );
         assert!(matches!(events[8], watcher::Event::InitDone));
         Ok(())
     });
@@ -88,9 +123,15 @@ fn watch_list_sends_initial_events_then_the_initial_events_end_bookmark() {
         let (_env, client) = kube("probe", &trace, IDLE);
         let api: Api<ConfigMap> = Api::namespaced(client, "default");
         create_configmaps(&api, (0..3).map(|i| format!("c{i}"))).await?;
-        let events: Vec<_> = watcher(api, watcher::Config::default().streaming_lists()).take(5).try_collect().await?;
+        let events: Vec<_> = watcher(api, watcher::Config::default().streaming_lists())
+            .take(5)
+            .try_collect()
+            .await?;
         assert!(matches!(events[0], watcher::Event::Init));
-        assert!(matches!(events[4], watcher::Event::InitDone), "the annotated bookmark ends the initial events");
+        assert!(
+            matches!(events[4], watcher::Event::InitDone),
+            "the annotated bookmark ends the initial events"
+        );
         Ok(())
     });
     w.sim.run().unwrap();
@@ -98,37 +139,66 @@ fn watch_list_sends_initial_events_then_the_initial_events_end_bookmark() {
 
 #[test]
 fn compaction_past_the_watched_rv_makes_the_watcher_relist_after_an_in_stream_410() {
-    let knobs = Knobs { compaction_window: Duration::from_secs(10), ..Knobs::default() };
+    let knobs = Knobs {
+        compaction_window: Duration::from_secs(10),
+        ..Knobs::default()
+    };
     let mut w = world(knobs);
     let trace = w.trace.clone();
     w.sim.client("probe", async move {
         let (env, client) = kube("probe", &trace, IDLE);
         // Nothing changes Secrets, so without bookmarks the watcher's RV stays put while
         // ConfigMap writes move history on; each 5 s stream end re-watches the old RV.
-        let inits = count_relists(env.clone(), Api::namespaced(client.clone(), "default"), watcher::Config::default().timeout(5).disable_bookmarks());
+        let inits = count_relists(
+            env.clone(),
+            Api::namespaced(client.clone(), "default"),
+            watcher::Config::default().timeout(5).disable_bookmarks(),
+        );
         churn(&Api::namespaced(client, "default"), &env, 40).await;
-        assert!(inits.load(Ordering::SeqCst) >= 2, "expected a relist after 410, saw {} Init events", inits.load(Ordering::SeqCst));
+        assert!(
+            inits.load(Ordering::SeqCst) >= 2,
+            "expected a relist after 410, saw {} Init events",
+            inits.load(Ordering::SeqCst)
+        );
         Ok(())
     });
     w.sim.run().unwrap();
-    assert!(count(&w.trace, "apiserver.watch_end", "end", "expired") >= 1, "the server sent an in-stream 410");
+    assert!(
+        count(&w.trace, "apiserver.watch_end", "end", "expired") >= 1,
+        "the server sent an in-stream 410"
+    );
 }
 
 #[test]
 fn bookmarks_advance_the_watchers_rv_so_compaction_causes_no_relist() {
-    let knobs = Knobs { compaction_window: Duration::from_secs(10), bookmark_interval: Duration::from_secs(2), ..Knobs::default() };
+    let knobs = Knobs {
+        compaction_window: Duration::from_secs(10),
+        bookmark_interval: Duration::from_secs(2),
+        ..Knobs::default()
+    };
     let mut w = world(knobs);
     let trace = w.trace.clone();
     w.sim.client("probe", async move {
         let (env, client) = kube("probe", &trace, IDLE);
-        let inits = count_relists(env.clone(), Api::namespaced(client.clone(), "default"), watcher::Config::default().timeout(5));
+        let inits = count_relists(
+            env.clone(),
+            Api::namespaced(client.clone(), "default"),
+            watcher::Config::default().timeout(5),
+        );
         churn(&Api::namespaced(client, "default"), &env, 40).await;
-        assert_eq!(inits.load(Ordering::SeqCst), 1, "bookmarks kept the RV fresh: only the first list");
+        assert_eq!(
+            inits.load(Ordering::SeqCst),
+            1,
+            "bookmarks kept the RV fresh: only the first list"
+        );
         Ok(())
     });
     w.sim.run().unwrap();
     assert_eq!(count(&w.trace, "apiserver.watch_end", "end", "expired"), 0);
-    assert!(count(&w.trace, "apiserver.watch_end", "end", "timeout") >= 5, "streams closed cleanly at timeoutSeconds");
+    assert!(
+        count(&w.trace, "apiserver.watch_end", "end", "timeout") >= 5,
+        "streams closed cleanly at timeoutSeconds"
+    );
 }
 
 #[test]
@@ -144,12 +214,20 @@ fn a_stream_that_ends_is_rewatched_from_the_last_rv_without_relisting() {
         let stream = watcher(api.clone(), watcher::Config::default().timeout(3))
             .backoff(SeededBackoff::new(env.clone()))
             .reflect(writer)
-            .inspect_ok(move |e| if matches!(e, watcher::Event::Init) { counter.fetch_add(1, Ordering::SeqCst); })
+            .inspect_ok(move |e| {
+                if matches!(e, watcher::Event::Init) {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+            })
             .for_each(|_| async {});
         tokio::spawn(stream);
         churn(&api, &env, 20).await;
         await_convergence(&env, &reader, &api_state, Duration::from_secs(10)).await;
-        assert_eq!(inits.load(Ordering::SeqCst), 1, "stream ends resume, they do not relist");
+        assert_eq!(
+            inits.load(Ordering::SeqCst),
+            1,
+            "stream ends resume, they do not relist"
+        );
         Ok(())
     });
     w.sim.run().unwrap();
@@ -163,27 +241,76 @@ fn label_selector_transitions_arrive_as_added_and_deleted_with_the_new_rv() {
     w.sim.client("probe", async move {
         let (_env, client) = kube("probe", &trace, IDLE);
         let api: Api<ConfigMap> = Api::namespaced(client, "default");
-        let start = api.list(&ListParams::default()).await?.metadata.resource_version.unwrap();
-        let mut events = api.watch(&WatchParams::default().labels("app=web"), &start).await?.boxed();
-        api.create(&PostParams::default(), &configmap("c", &[])).await?;
-        let labelled = api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}}))).await?;
-        let moved = api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}}))).await?;
-        api.create(&PostParams::default(), &configmap("d", &[("app", "web")])).await?;
+        let start = api
+            .list(&ListParams::default())
+            .await?
+            .metadata
+            .resource_version
+            .unwrap();
+        let mut events = api
+            .watch(&WatchParams::default().labels("app=web"), &start)
+            .await?
+            .boxed();
+        api.create(&PostParams::default(), &configmap("c", &[]))
+            .await?;
+        let labelled = api
+            .patch(
+                "c",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}})),
+            )
+            .await?;
+        let moved = api
+            .patch(
+                "c",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}})),
+            )
+            .await?;
+        api.create(&PostParams::default(), &configmap("d", &[("app", "web")]))
+            .await?;
         api.delete("d", &DeleteParams::default()).await?;
         let mut seen = Vec::new();
         for _ in 0..4 {
             match events.try_next().await?.expect("watch stays open") {
-                WatchEvent::Added(o) => seen.push(("ADDED", o.metadata.name.unwrap(), o.metadata.resource_version.unwrap())),
-                WatchEvent::Deleted(o) => seen.push(("DELETED", o.metadata.name.unwrap(), o.metadata.resource_version.unwrap())),
+                WatchEvent::Added(o) => seen.push((
+                    "ADDED",
+                    o.metadata.name.unwrap(),
+                    o.metadata.resource_version.unwrap(),
+                )),
+                WatchEvent::Deleted(o) => seen.push((
+                    "DELETED",
+                    o.metadata.name.unwrap(),
+                    o.metadata.resource_version.unwrap(),
+                )),
                 other => panic!("unexpected event {other:?}"),
             }
         }
         let rv = |s: &str| s.parse::<u64>().unwrap();
-        assert_eq!(seen[0], ("ADDED", "c".into(), labelled.metadata.resource_version.clone().unwrap()), "starts matching → ADDED");
-        assert_eq!(seen[1], ("DELETED", "c".into(), moved.metadata.resource_version.clone().unwrap()), "stops matching → DELETED at the new RV");
+        assert_eq!(
+            seen[0],
+            (
+                "ADDED",
+                "c".into(),
+                labelled.metadata.resource_version.clone().unwrap()
+            ),
+            "starts matching → ADDED"
+        );
+        assert_eq!(
+            seen[1],
+            (
+                "DELETED",
+                "c".into(),
+                moved.metadata.resource_version.clone().unwrap()
+            ),
+            "stops matching → DELETED at the new RV"
+        );
         assert_eq!((seen[2].0, seen[2].1.as_str()), ("ADDED", "d"));
         assert_eq!((seen[3].0, seen[3].1.as_str()), ("DELETED", "d"));
-        assert!(rv(&seen[3].2) > rv(&seen[2].2), "a DELETED event carries the deletion's RV");
+        assert!(
+            rv(&seen[3].2) > rv(&seen[2].2),
+            "a DELETED event carries the deletion's RV"
+        );
         Ok(())
     });
     w.sim.run().unwrap();
@@ -229,7 +356,10 @@ fn writes_follow_the_409_422_404_rules_through_kube_rs() {
 
 #[test]
 fn a_partitioned_watch_hits_its_read_deadline_and_recovers_after_repair() {
-    let knobs = Knobs { bookmark_interval: Duration::from_secs(5), ..Knobs::default() };
+    let knobs = Knobs {
+        bookmark_interval: Duration::from_secs(5),
+        ..Knobs::default()
+    };
     let mut w = world(knobs);
     let (trace, api_state) = (w.trace.clone(), w.api.clone());
     let writer_trace = w.trace.clone();
@@ -248,13 +378,21 @@ fn a_partitioned_watch_hits_its_read_deadline_and_recovers_after_repair() {
             watcher(api, watcher::Config::default())
                 .backoff(SeededBackoff::new(env.clone()))
                 .reflect(writer)
-                .for_each(move |e| { if e.is_err() { counter.fetch_add(1, Ordering::SeqCst); } async {} }),
+                .for_each(move |e| {
+                    if e.is_err() {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                    }
+                    async {}
+                }),
         );
         env.sleep(Duration::from_secs(10)).await;
         turmoil::partition("probe", "apiserver");
         env.sleep(Duration::from_secs(30)).await;
         turmoil::repair("probe", "apiserver");
-        assert!(errors.load(Ordering::SeqCst) >= 1, "a silent partition must surface as an error (read deadline)");
+        assert!(
+            errors.load(Ordering::SeqCst) >= 1,
+            "a silent partition must surface as an error (read deadline)"
+        );
         env.sleep(Duration::from_secs(25)).await;
         await_convergence(&env, &reader, &api_state, Duration::from_secs(60)).await;
         Ok(())
@@ -264,17 +402,30 @@ fn a_partitioned_watch_hits_its_read_deadline_and_recovers_after_repair() {
 
 #[test]
 fn streams_cut_mid_line_and_429s_do_not_stop_a_reflector_from_converging() {
-    let knobs = Knobs { cut_stream_rate: 0.1, throttle_rate: 0.2, ..Knobs::default() };
+    let knobs = Knobs {
+        cut_stream_rate: 0.1,
+        throttle_rate: 0.2,
+        ..Knobs::default()
+    };
     let mut w = world(knobs);
     let (trace, api_state) = (w.trace.clone(), w.api.clone());
     w.sim.client("probe", async move {
         let (env, client) = kube("probe", &trace, IDLE);
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
         let (reader, writer) = reflector::store();
-        tokio::spawn(watcher(api.clone(), watcher::Config::default()).backoff(SeededBackoff::new(env.clone())).reflect(writer).for_each(|_| async {}));
+        tokio::spawn(
+            watcher(api.clone(), watcher::Config::default())
+                .backoff(SeededBackoff::new(env.clone()))
+                .reflect(writer)
+                .for_each(|_| async {}),
+        );
         // The writer retries its own 429s.
         for i in 0..30 {
-            while api.create(&PostParams::default(), &configmap(&format!("c{i}"), &[])).await.is_err() {
+            while api
+                .create(&PostParams::default(), &configmap(&format!("c{i}"), &[]))
+                .await
+                .is_err()
+            {
                 env.sleep(Duration::from_secs(1)).await;
             }
         }
@@ -282,7 +433,10 @@ fn streams_cut_mid_line_and_429s_do_not_stop_a_reflector_from_converging() {
         Ok(())
     });
     w.sim.run().unwrap();
-    assert!(count(&w.trace, "apiserver.watch_end", "end", "cut_mid_line") >= 1, "the fault fired");
+    assert!(
+        count(&w.trace, "apiserver.watch_end", "end", "cut_mid_line") >= 1,
+        "the fault fired"
+    );
 }
 
 #[test]
@@ -294,23 +448,45 @@ fn a_403_keeps_the_watcher_retrying_with_backoff_until_access_returns() {
         let api: Api<ConfigMap> = Api::namespaced(client, "default");
         create_configmaps(&api, (0..5).map(|i| format!("c{i}"))).await?;
         // The binding is removed: every request for configmaps is now 403.
-        api_state.set_knobs(Knobs { forbidden: vec!["configmaps".into()], ..Knobs::default() });
-        assert_eq!(code(api.get("c0").await), 403, "a direct read is refused too");
+        api_state.set_knobs(Knobs {
+            forbidden: vec!["configmaps".into()],
+            ..Knobs::default()
+        });
+        assert_eq!(
+            code(api.get("c0").await),
+            403,
+            "a direct read is refused too"
+        );
         let (reader, writer) = reflector::store();
         let forbidden = Arc::new(AtomicUsize::new(0));
         let counter = forbidden.clone();
-        tokio::spawn(watcher(api.clone(), watcher::Config::default()).backoff(SeededBackoff::new(env.clone())).reflect(writer).for_each(move |event| {
-            if let Err(watcher::Error::InitialListFailed(kube::Error::Api(status))) = &event {
-                assert_eq!(status.code, 403, "only the authorization error is expected");
-                counter.fetch_add(1, Ordering::SeqCst);
-            }
-            async {}
-        }));
+        tokio::spawn(
+            watcher(api.clone(), watcher::Config::default())
+                .backoff(SeededBackoff::new(env.clone()))
+                .reflect(writer)
+                .for_each(move |event| {
+                    if let Err(watcher::Error::InitialListFailed(kube::Error::Api(status))) = &event
+                    {
+                        assert_eq!(status.code, 403, "only the authorization error is expected");
+                        counter.fetch_add(1, Ordering::SeqCst);
+                    }
+                    async {}
+                }),
+        );
         env.sleep(Duration::from_secs(60)).await;
         let refused = forbidden.load(Ordering::SeqCst);
-        assert!(refused >= 3, "the watcher must keep retrying a 403, not give up (refused {refused} times)");
-        assert!(refused <= 20, "retries must back off, not spin (refused {refused} times in 60 s)");
-        assert!(reader.state().is_empty(), "nothing is listed while forbidden");
+        assert!(
+            refused >= 3,
+            "the watcher must keep retrying a 403, not give up (refused {refused} times)"
+        );
+        assert!(
+            refused <= 20,
+            "retries must back off, not spin (refused {refused} times in 60 s)"
+        );
+        assert!(
+            reader.state().is_empty(),
+            "nothing is listed while forbidden"
+        );
         // The binding is restored: the next retry lists and the store converges.
         api_state.set_knobs(Knobs::default());
         await_convergence(&env, &reader, &api_state, Duration::from_secs(60)).await;
@@ -329,16 +505,29 @@ fn watcher_backoff_doubles_to_its_cap_ignores_reset_and_starts_over_only_after_a
         let mut base = Duration::from_millis(800);
         for step in 0..9 {
             let delay = backoff.next().expect("the backoff never gives up");
-            assert!(delay >= base / 2 && delay <= base, "step {step}: {delay:?} outside [{:?}, {base:?}]", base / 2);
+            assert!(
+                delay >= base / 2 && delay <= base,
+                "step {step}: {delay:?} outside [{:?}, {base:?}]",
+                base / 2
+            );
             base = (base * 2).min(Duration::from_secs(30));
         }
         // The watcher yields Ok(Init) before every relist attempt, so reset() must not start over.
         kube::runtime::utils::Backoff::reset(&mut backoff);
-        assert!(backoff.next().unwrap() >= Duration::from_secs(15), "reset() alone keeps the long delay");
+        assert!(
+            backoff.next().unwrap() >= Duration::from_secs(15),
+            "reset() alone keeps the long delay"
+        );
         env.sleep(Duration::from_secs(119)).await;
-        assert!(backoff.next().unwrap() >= Duration::from_secs(15), "errors 119 s apart keep the long delay");
+        assert!(
+            backoff.next().unwrap() >= Duration::from_secs(15),
+            "errors 119 s apart keep the long delay"
+        );
         env.sleep(Duration::from_secs(121)).await;
-        assert!(backoff.next().unwrap() <= Duration::from_millis(800), "after 120 s without errors the schedule starts over");
+        assert!(
+            backoff.next().unwrap() <= Duration::from_millis(800),
+            "after 120 s without errors the schedule starts over"
+        );
         Ok(())
     });
     w.sim.run().unwrap();

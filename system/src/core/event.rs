@@ -101,6 +101,8 @@ impl EventPayload {
     /// True for a deletion: empty desired and actual manifests and no errors (an event
     /// whose manifests could not be read carries errors and is not a deletion).
     pub fn is_deletion(&self) -> bool {
-        self.source.desired_manifest.is_empty() && self.source.actual_manifest.is_empty() && self.errors.is_empty()
+        self.source.desired_manifest.is_empty()
+            && self.source.actual_manifest.is_empty()
+            && self.errors.is_empty()
     }
 }

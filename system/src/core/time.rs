@@ -40,7 +40,10 @@ pub fn rfc3339(unix_ms: u64) -> String {
 /// `2026-01-01T00:00:00.000000Z` (microsecond precision, as `metav1.MicroTime`).
 pub fn rfc3339_micros(unix_ms: u64) -> String {
     let (y, m, d, h, min, s) = split(unix_ms);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{:06}Z", (unix_ms % 1000) * 1000)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{:06}Z",
+        (unix_ms % 1000) * 1000
+    )
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction]Z` into Unix milliseconds.
@@ -67,7 +70,10 @@ mod tests {
         for ms in [0u64, 1_767_225_600_123, 1_767_312_000_999] {
             assert_eq!(parse_rfc3339(&rfc3339_micros(ms)), Some(ms));
         }
-        assert_eq!(parse_rfc3339("2026-01-01T00:00:00Z"), Some(1_767_225_600_000));
+        assert_eq!(
+            parse_rfc3339("2026-01-01T00:00:00Z"),
+            Some(1_767_225_600_000)
+        );
         assert_eq!(parse_rfc3339("yesterday"), None);
     }
 }

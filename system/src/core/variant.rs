@@ -29,7 +29,9 @@ impl Variant {
         match text {
             "faithful" => Ok(Variant::Faithful),
             "hardened" => Ok(Variant::Hardened),
-            other => Err(format!("unknown variant {other:?}: expected \"faithful\" or \"hardened\"")),
+            other => Err(format!(
+                "unknown variant {other:?}: expected \"faithful\" or \"hardened\""
+            )),
         }
     }
 }

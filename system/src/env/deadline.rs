@@ -22,7 +22,11 @@ pub struct DeadlineStream<S> {
 impl<S> DeadlineStream<S> {
     /// Wraps `inner`; a read pending for more than `idle` returns `TimedOut`.
     pub fn new(inner: S, idle: Duration) -> Self {
-        DeadlineStream { inner, idle, timer: Box::pin(tokio::time::sleep(idle)) }
+        DeadlineStream {
+            inner,
+            idle,
+            timer: Box::pin(tokio::time::sleep(idle)),
+        }
     }
 
     fn rearm(&mut self) {
@@ -56,7 +60,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for DeadlineStream<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for DeadlineStream<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 

@@ -19,7 +19,12 @@ pub type Body = BoxBody<Bytes, std::io::Error>;
 
 /// A streaming body fed by a channel: each item is a data frame, an `Err` aborts the
 /// response mid-body (the peer sees a broken connection, not a clean end).
-pub fn channel(buffer: usize) -> (tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>, Body) {
+pub fn channel(
+    buffer: usize,
+) -> (
+    tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    Body,
+) {
     use http_body_util::BodyExt;
     let (tx, rx) = tokio::sync::mpsc::channel(buffer.max(1));
     (tx, ChannelBody(rx).boxed())
@@ -35,7 +40,9 @@ impl hyper::body::Body for ChannelBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
-        self.0.poll_recv(cx).map(|item| item.map(|result| result.map(hyper::body::Frame::data)))
+        self.0
+            .poll_recv(cx)
+            .map(|item| item.map(|result| result.map(hyper::body::Frame::data)))
     }
 }
 
@@ -44,14 +51,18 @@ pub fn json(status: http::StatusCode, value: &serde_json::Value) -> Response<Bod
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(full(serde_json::to_vec(value).expect("JSON values serialise")))
+        .body(full(
+            serde_json::to_vec(value).expect("JSON values serialise"),
+        ))
         .expect("static response parts are valid")
 }
 
 /// A full (non-streaming) body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     use http_body_util::BodyExt;
-    http_body_util::Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed()
+    http_body_util::Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
 }
 
 /// Serves HTTP/1.1 on `listener`, one task per connection, until the listener fails.
@@ -106,10 +117,16 @@ impl tokio::io::AsyncWrite for ClientStream {
     ) -> std::task::Poll<std::io::Result<usize>> {
         std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
     }
-    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.0).poll_flush(cx)
     }
-    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
@@ -129,7 +146,10 @@ impl tower::Service<http::Uri> for Connector {
     type Error = std::io::Error;
     type Future = super::BoxFuture<'static, std::io::Result<Self::Response>>;
 
-    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
         std::task::Poll::Ready(Ok(()))
     }
 
@@ -138,10 +158,15 @@ impl tower::Service<http::Uri> for Connector {
         let read_idle = self.read_idle;
         Box::pin(async move {
             let authority = uri.authority().map(|a| a.to_string()).ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("uri {uri} has no host:port"))
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("uri {uri} has no host:port"),
+                )
             })?;
             let stream = env.connect(&authority).await?;
-            Ok(TokioIo::new(ClientStream(DeadlineStream::new(stream, read_idle))))
+            Ok(TokioIo::new(ClientStream(DeadlineStream::new(
+                stream, read_idle,
+            ))))
         })
     }
 }

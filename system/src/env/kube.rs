@@ -26,12 +26,22 @@ pub struct KubeTarget {
 impl KubeTarget {
     /// A target at `addr` in namespace `default` with a 90 s read deadline.
     pub fn new(addr: impl Into<String>) -> Self {
-        KubeTarget { addr: addr.into(), namespace: "default".into(), read_idle: Duration::from_secs(90), kubeconfig: None }
+        KubeTarget {
+            addr: addr.into(),
+            namespace: "default".into(),
+            read_idle: Duration::from_secs(90),
+            kubeconfig: None,
+        }
     }
 
     /// A real cluster from a kubeconfig (e.g. `kube::Config::infer()`), in `namespace`.
     pub fn real(config: kube::Config, namespace: &str) -> Self {
-        KubeTarget { addr: config.cluster_url.to_string(), namespace: namespace.into(), read_idle: Duration::from_secs(90), kubeconfig: Some(config) }
+        KubeTarget {
+            addr: config.cluster_url.to_string(),
+            namespace: namespace.into(),
+            read_idle: Duration::from_secs(90),
+            kubeconfig: Some(config),
+        }
     }
 }
 
@@ -49,12 +59,16 @@ pub struct ClientError {
 /// Builds a kube client for a real cluster described by `target.kubeconfig`, with the
 /// target's read deadline and default namespace.
 pub fn real_client(target: &KubeTarget) -> Result<Option<kube::Client>, ClientError> {
-    let Some(config) = &target.kubeconfig else { return Ok(None) };
+    let Some(config) = &target.kubeconfig else {
+        return Ok(None);
+    };
     let mut config = config.clone();
     config.read_timeout = Some(target.read_idle);
     config.default_namespace = target.namespace.clone();
     let cluster = config.cluster_url.to_string();
-    kube::Client::try_from(config).map(Some).map_err(|source| ClientError { cluster, source })
+    kube::Client::try_from(config)
+        .map(Some)
+        .map_err(|source| ClientError { cluster, source })
 }
 
 /// Builds a kube client dialling through `env`. Must be called inside a tokio runtime
@@ -68,7 +82,10 @@ pub fn client(env: SharedEnv, target: &KubeTarget) -> kube::Client {
         Ok(Some(client)) => return client,
         Ok(None) => {}
         Err(error) => {
-            env.observe(super::Observation::new("kube.client_error", serde_json::json!({"error": error.to_string()})));
+            env.observe(super::Observation::new(
+                "kube.client_error",
+                serde_json::json!({"error": error.to_string()}),
+            ));
             eprintln!("orrery: {error}");
         }
     }
@@ -76,7 +93,11 @@ pub fn client(env: SharedEnv, target: &KubeTarget) -> kube::Client {
     let base = target.addr.clone();
     let service = tower::ServiceBuilder::new()
         .map_request(move |mut request: http::Request<kube::client::Body>| {
-            let path = request.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+            let path = request
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
             // The path comes from kube itself and the base from our own config: both are valid.
             if let Ok(uri) = format!("http://{base}{path}").parse::<Uri>() {
                 *request.uri_mut() = uri;
@@ -117,7 +138,14 @@ pub const RESET_AFTER: Duration = Duration::from_secs(120);
 impl SeededBackoff {
     /// kube's defaults: 800 ms initial, 30 s cap, reset after 120 s without errors.
     pub fn new(env: SharedEnv) -> Self {
-        SeededBackoff { env, next: Duration::from_millis(800), last_delay_at: None, initial: Duration::from_millis(800), max: Duration::from_secs(30), reset_after: RESET_AFTER }
+        SeededBackoff {
+            env,
+            next: Duration::from_millis(800),
+            last_delay_at: None,
+            initial: Duration::from_millis(800),
+            max: Duration::from_secs(30),
+            reset_after: RESET_AFTER,
+        }
     }
 }
 
@@ -126,7 +154,10 @@ impl Iterator for SeededBackoff {
 
     fn next(&mut self) -> Option<Duration> {
         let now = self.env.elapsed();
-        if self.last_delay_at.is_some_and(|last| now.saturating_sub(last) > self.reset_after) {
+        if self
+            .last_delay_at
+            .is_some_and(|last| now.saturating_sub(last) > self.reset_after)
+        {
             self.next = self.initial;
         }
         self.last_delay_at = Some(now);

@@ -14,6 +14,9 @@ pub struct Observation {
 impl Observation {
     /// Builds an observation of `kind` with JSON details.
     pub fn new(kind: impl Into<String>, detail: serde_json::Value) -> Self {
-        Observation { kind: kind.into(), detail }
+        Observation {
+            kind: kind.into(),
+            detail,
+        }
     }
 }

@@ -45,17 +45,32 @@ impl Gateway {
             return self.register(env, request).await;
         }
         if path == "/api/permissions" {
-            let token = request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+            let token = request
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
             return match self.permissions.lookup(token) {
                 Some(answer) => json(StatusCode::OK, &answer),
-                None => json(StatusCode::UNAUTHORIZED, &json!({"error": "unknown user token"})),
+                None => json(
+                    StatusCode::UNAUTHORIZED,
+                    &json!({"error": "unknown user token"}),
+                ),
             };
         }
         let Some(rest) = path.strip_prefix("/api/runtimes/") else {
-            return json(StatusCode::NOT_FOUND, &json!({"error": format!("no route for {path}")}));
+            return json(
+                StatusCode::NOT_FOUND,
+                &json!({"error": format!("no route for {path}")}),
+            );
         };
         let (name, inner) = rest.split_once('/').unwrap_or((rest, ""));
-        let query = request.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+        let query = request
+            .uri()
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
         let Ok(uri) = format!("/{inner}{query}").parse::<Uri>() else {
             return json(StatusCode::BAD_REQUEST, &json!({"error": "malformed path"}));
         };
@@ -70,24 +85,57 @@ impl Gateway {
     }
 
     async fn register(&self, env: &SharedEnv, request: Request<Incoming>) -> Response<Body> {
-        let authorised = request.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {}", self.admin_token));
+        let authorised = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            == Some(&format!("Bearer {}", self.admin_token));
         if !authorised {
-            return json(StatusCode::UNAUTHORIZED, &json!({"error": "registering a runtime needs the admin token"}));
+            return json(
+                StatusCode::UNAUTHORIZED,
+                &json!({"error": "registering a runtime needs the admin token"}),
+            );
         }
-        let body = match http_body_util::Limited::new(request.into_body(), REGISTRATION_LIMIT).collect().await {
+        let body = match http_body_util::Limited::new(request.into_body(), REGISTRATION_LIMIT)
+            .collect()
+            .await
+        {
             Ok(collected) => collected.to_bytes(),
-            Err(e) => return json(StatusCode::BAD_REQUEST, &json!({"error": format!("reading the body: {e}")})),
+            Err(e) => {
+                return json(
+                    StatusCode::BAD_REQUEST,
+                    &json!({"error": format!("reading the body: {e}")}),
+                )
+            }
         };
         let parsed: Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
-            Err(e) => return json(StatusCode::BAD_REQUEST, &json!({"error": format!("the body is not JSON: {e}")})),
+            Err(e) => {
+                return json(
+                    StatusCode::BAD_REQUEST,
+                    &json!({"error": format!("the body is not JSON: {e}")}),
+                )
+            }
         };
-        let valid = |field: &str| parsed[field].as_str().filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')).map(str::to_string);
+        let valid = |field: &str| {
+            parsed[field]
+                .as_str()
+                .filter(|s| {
+                    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                })
+                .map(str::to_string)
+        };
         let (Some(account), Some(runtime)) = (valid("account"), valid("runtime")) else {
-            return json(StatusCode::BAD_REQUEST, &json!({"error": "want {\"account\": <name>, \"runtime\": <name>} with [A-Za-z0-9-] names"}));
+            return json(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "want {\"account\": <name>, \"runtime\": <name>} with [A-Za-z0-9-] names"}),
+            );
         };
         let token = self.registry.register(env, &account, &runtime);
-        json(StatusCode::CREATED, &json!({"name": format!("{account}-{runtime}"), "token": token}))
+        json(
+            StatusCode::CREATED,
+            &json!({"name": format!("{account}-{runtime}"), "token": token}),
+        )
     }
 }
 

@@ -7,7 +7,11 @@ use std::sync::Mutex;
 use serde_json::{json, Value};
 
 /// Operations the app-proxy checks.
-pub const OPERATIONS: [&str; 3] = ["repositories:list", "applications:commit", "workflows:terminate"];
+pub const OPERATIONS: [&str; 3] = [
+    "repositories:list",
+    "applications:commit",
+    "workflows:terminate",
+];
 
 /// User tokens → (user, allowed operations).
 #[derive(Default)]
@@ -19,7 +23,10 @@ impl Permissions {
     /// Grants `user` (authenticated by `token`) the listed operations.
     pub fn grant(&self, token: &str, user: &str, operations: &[&str]) {
         let allowed = operations.iter().map(|o| o.to_string()).collect();
-        self.users.lock().expect("permissions lock").insert(token.into(), (user.into(), allowed));
+        self.users
+            .lock()
+            .expect("permissions lock")
+            .insert(token.into(), (user.into(), allowed));
     }
 
     /// The answer for a token: `{"user": …, "allow": [...]}`, or `None` for an unknown token.

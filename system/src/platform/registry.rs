@@ -33,7 +33,10 @@ impl Registry {
     /// Registering again issues a new token and revokes the old one.
     pub fn register(&self, env: &SharedEnv, account: &str, runtime: &str) -> String {
         let token = format!("rt-{:016x}{:016x}", env.random_u64(), env.random_u64());
-        let entry = Runtime { account: account.into(), runtime: runtime.into() };
+        let entry = Runtime {
+            account: account.into(),
+            runtime: runtime.into(),
+        };
         let mut tokens = self.by_token.lock().expect("registry lock");
         tokens.retain(|_, r| *r != entry);
         tokens.insert(token.clone(), entry);
@@ -42,11 +45,21 @@ impl Registry {
 
     /// Registers with a token chosen by the caller (fixtures and tests).
     pub fn insert(&self, token: &str, account: &str, runtime: &str) {
-        self.by_token.lock().expect("registry lock").insert(token.into(), Runtime { account: account.into(), runtime: runtime.into() });
+        self.by_token.lock().expect("registry lock").insert(
+            token.into(),
+            Runtime {
+                account: account.into(),
+                runtime: runtime.into(),
+            },
+        );
     }
 
     /// The runtime a token was issued to.
     pub fn lookup(&self, token: &str) -> Option<Runtime> {
-        self.by_token.lock().expect("registry lock").get(token).cloned()
+        self.by_token
+            .lock()
+            .expect("registry lock")
+            .get(token)
+            .cloned()
     }
 }

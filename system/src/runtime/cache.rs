@@ -20,11 +20,20 @@ pub const VALUE_LIMIT_BYTES: usize = 64 * 1024;
 type Entries = Arc<Mutex<BTreeMap<String, (Bytes, Duration)>>>;
 
 fn status(code: StatusCode, text: &str) -> Response<Body> {
-    Response::builder().status(code).body(full(text.to_string())).expect("static response parts are valid")
+    Response::builder()
+        .status(code)
+        .body(full(text.to_string()))
+        .expect("static response parts are valid")
 }
 
 async fn handle(env: SharedEnv, entries: Entries, req: Request<Incoming>) -> Response<Body> {
-    let Some(key) = req.uri().path().strip_prefix("/kv/").filter(|k| !k.is_empty()).map(str::to_string) else {
+    let Some(key) = req
+        .uri()
+        .path()
+        .strip_prefix("/kv/")
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+    else {
         return status(StatusCode::NOT_FOUND, "use /kv/<key>");
     };
     let now = env.elapsed();
@@ -47,11 +56,22 @@ async fn handle(env: SharedEnv, entries: Entries, req: Request<Incoming>) -> Res
                 .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("ttl_ms=")))
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(20 * 60 * 1000);
-            let body = match http_body_util::Limited::new(req.into_body(), VALUE_LIMIT_BYTES).collect().await {
+            let body = match http_body_util::Limited::new(req.into_body(), VALUE_LIMIT_BYTES)
+                .collect()
+                .await
+            {
                 Ok(body) => body.to_bytes(),
-                Err(e) => return status(StatusCode::PAYLOAD_TOO_LARGE, &format!("value rejected: {e}")),
+                Err(e) => {
+                    return status(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &format!("value rejected: {e}"),
+                    )
+                }
             };
-            entries.lock().expect("cache lock poisoned").insert(key, (body, now + Duration::from_millis(ttl_ms)));
+            entries
+                .lock()
+                .expect("cache lock poisoned")
+                .insert(key, (body, now + Duration::from_millis(ttl_ms)));
             status(StatusCode::NO_CONTENT, "")
         }
         Method::DELETE => {
@@ -66,7 +86,10 @@ async fn handle(env: SharedEnv, entries: Entries, req: Request<Incoming>) -> Res
 pub async fn run(env: SharedEnv, addr: &str) -> std::io::Result<()> {
     let entries: Entries = Arc::default();
     let listener = env.listen(addr).await?;
-    crate::env::http::serve(listener, move |req, _peer| handle(env.clone(), entries.clone(), req)).await
+    crate::env::http::serve(listener, move |req, _peer| {
+        handle(env.clone(), entries.clone(), req)
+    })
+    .await
 }
 
 /// A client of the cache.
@@ -80,15 +103,31 @@ pub struct Client {
 impl Client {
     /// A client of the cache at `addr` (`host:port`).
     pub fn new(env: SharedEnv, addr: &str, timeout: Duration) -> Self {
-        Client { http: crate::env::http::client(env, timeout * 2), base: format!("http://{addr}/kv/"), timeout }
+        Client {
+            http: crate::env::http::client(env, timeout * 2),
+            base: format!("http://{addr}/kv/"),
+            timeout,
+        }
     }
 
     /// The value under `key`, `None` if absent; errors are reported as `Err`.
     pub async fn get(&self, key: &str) -> Result<Option<Bytes>, String> {
-        let request = Request::get(format!("{}{key}", self.base)).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
-        let response = tokio::time::timeout(self.timeout, self.http.request(request)).await.map_err(|_| "cache timed out".to_string())?.map_err(|e| e.to_string())?;
+        let request = Request::get(format!("{}{key}", self.base))
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = tokio::time::timeout(self.timeout, self.http.request(request))
+            .await
+            .map_err(|_| "cache timed out".to_string())?
+            .map_err(|e| e.to_string())?;
         match response.status() {
-            StatusCode::OK => Ok(Some(response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes())),
+            StatusCode::OK => Ok(Some(
+                response
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .to_bytes(),
+            )),
             StatusCode::NOT_FOUND => Ok(None),
             other => Err(format!("cache answered {other}")),
         }
@@ -96,8 +135,17 @@ impl Client {
 
     /// Stores `value` under `key` for `ttl`.
     pub async fn put(&self, key: &str, value: Bytes, ttl: Duration) -> Result<(), String> {
-        let request = Request::put(format!("{}{key}?ttl_ms={}", self.base, ttl.as_millis())).body(Full::new(value)).map_err(|e| e.to_string())?;
-        let response = tokio::time::timeout(self.timeout, self.http.request(request)).await.map_err(|_| "cache timed out".to_string())?.map_err(|e| e.to_string())?;
-        if response.status().is_success() { Ok(()) } else { Err(format!("cache answered {}", response.status())) }
+        let request = Request::put(format!("{}{key}?ttl_ms={}", self.base, ttl.as_millis()))
+            .body(Full::new(value))
+            .map_err(|e| e.to_string())?;
+        let response = tokio::time::timeout(self.timeout, self.http.request(request))
+            .await
+            .map_err(|_| "cache timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("cache answered {}", response.status()))
+        }
     }
 }

@@ -28,17 +28,31 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn certificates(what: &'static str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem).collect::<Result<_, _>>().map_err(|e| TlsError::Pem { what, reason: e.to_string() })?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| TlsError::Pem {
+            what,
+            reason: e.to_string(),
+        })?;
     if certs.is_empty() {
-        return Err(TlsError::Pem { what, reason: "no certificate in the PEM".into() });
+        return Err(TlsError::Pem {
+            what,
+            reason: "no certificate in the PEM".into(),
+        });
     }
     Ok(certs)
 }
 
 /// The tunnel server's TLS: its certificate chain and private key (PEM).
-pub fn server_config(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+pub fn server_config(
+    cert_chain_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let chain = certificates("server certificate", cert_chain_pem)?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Pem { what: "server key", reason: e.to_string() })?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Pem {
+        what: "server key",
+        reason: e.to_string(),
+    })?;
     let config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
@@ -52,6 +66,9 @@ pub fn client_config(roots_pem: &[u8]) -> Result<Arc<rustls::ClientConfig>, TlsE
     for cert in certificates("trusted roots", roots_pem)? {
         roots.add(cert)?;
     }
-    let config = rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?.with_root_certificates(roots).with_no_client_auth();
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     Ok(Arc::new(config))
 }

@@ -20,20 +20,29 @@ pub struct WsIo<S> {
 impl<S> WsIo<S> {
     /// Wraps an established WebSocket.
     pub fn new(ws: WebSocketStream<S>) -> Self {
-        WsIo { ws, pending: Bytes::new() }
+        WsIo {
+            ws,
+            pending: Bytes::new(),
+        }
     }
 }
 
 fn to_io(error: WsError) -> io::Error {
     match error {
         WsError::Io(e) => e,
-        WsError::ConnectionClosed | WsError::AlreadyClosed => io::Error::new(io::ErrorKind::BrokenPipe, "websocket closed"),
+        WsError::ConnectionClosed | WsError::AlreadyClosed => {
+            io::Error::new(io::ErrorKind::BrokenPipe, "websocket closed")
+        }
         other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
     }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WsIo<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         loop {
             if !self.pending.is_empty() {
                 let n = self.pending.len().min(buf.remaining());
@@ -44,7 +53,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WsIo<S> {
             match ready!(Pin::new(&mut self.ws).poll_next(cx)) {
                 Some(Ok(Message::Binary(bytes))) => self.pending = bytes,
                 // Control frames are answered by tungstenite; text is not part of the protocol.
-                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_) | Message::Text(_))) => {}
+                Some(Ok(
+                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) | Message::Text(_),
+                )) => {}
                 Some(Ok(Message::Close(_))) | None => return Poll::Ready(Ok(())),
                 Some(Err(e)) => return Poll::Ready(Err(to_io(e))),
             }
@@ -53,10 +64,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WsIo<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WsIo<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         ready!(Pin::new(&mut self.ws).poll_ready(cx)).map_err(to_io)?;
         let n = buf.len().min(super::MAX_MESSAGE_BYTES);
-        Pin::new(&mut self.ws).start_send(Message::Binary(Bytes::copy_from_slice(&buf[..n]))).map_err(to_io)?;
+        Pin::new(&mut self.ws)
+            .start_send(Message::Binary(Bytes::copy_from_slice(&buf[..n])))
+            .map_err(to_io)?;
         Poll::Ready(Ok(n))
     }
 

@@ -20,7 +20,9 @@ use super::store::merge_patch;
 /// Field paths (two levels) an applied body sets.
 fn paths(applied: &Value, kind: &ResourceKind) -> BTreeSet<Vec<String>> {
     let mut out = BTreeSet::new();
-    let Some(map) = applied.as_object() else { return out };
+    let Some(map) = applied.as_object() else {
+        return out;
+    };
     for (top, value) in map {
         match top.as_str() {
             "apiVersion" | "kind" => {}
@@ -54,7 +56,9 @@ fn get_path<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
 }
 
 fn remove_path(object: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else { return };
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
     let mut cursor = object;
     for segment in parents {
         match cursor.get_mut(segment) {
@@ -86,16 +90,26 @@ fn owners(object: &Value) -> Owners {
         }
     }
     let mut result = BTreeMap::new();
-    for entry in object.pointer("/metadata/managedFields").and_then(Value::as_array).into_iter().flatten() {
+    for entry in object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         if entry.get("operation").and_then(Value::as_str) != Some("Apply") {
             continue;
         }
-        let Some(manager) = entry.get("manager").and_then(Value::as_str) else { continue };
+        let Some(manager) = entry.get("manager").and_then(Value::as_str) else {
+            continue;
+        };
         let mut owned = BTreeSet::new();
         if let Some(fields) = entry.get("fieldsV1") {
             walk(fields, &mut Vec::new(), &mut owned);
         }
-        let time = entry.get("time").and_then(Value::as_str).map(str::to_string);
+        let time = entry
+            .get("time")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         result.insert(manager.to_string(), (owned, time));
     }
     result
@@ -103,7 +117,10 @@ fn owners(object: &Value) -> Owners {
 
 fn render_owners(owners: &Owners, api_version: &str) -> Value {
     // Upstream sorts entries by operation, then time (an entry without one first), then manager.
-    let mut sorted: Vec<(&String, &(BTreeSet<Vec<String>>, Option<String>))> = owners.iter().filter(|(_, (paths, _))| !paths.is_empty()).collect();
+    let mut sorted: Vec<(&String, &(BTreeSet<Vec<String>>, Option<String>))> = owners
+        .iter()
+        .filter(|(_, (paths, _))| !paths.is_empty())
+        .collect();
     sorted.sort_by(|(m1, (_, t1)), (m2, (_, t2))| t1.cmp(t2).then(m1.cmp(m2)));
     let entries: Vec<Value> = sorted
         .into_iter()
@@ -138,9 +155,18 @@ fn without_managed_fields(object: &Value) -> Value {
 }
 
 /// Records `manager` as owner of everything `applied` sets (used when apply creates, at `time`).
-pub fn record_owner(object: &mut Value, applied: &Value, manager: &str, kind: &ResourceKind, time: &str) {
+pub fn record_owner(
+    object: &mut Value,
+    applied: &Value,
+    manager: &str,
+    kind: &ResourceKind,
+    time: &str,
+) {
     let mut map = BTreeMap::new();
-    map.insert(manager.to_string(), (paths(applied, kind), Some(time.to_string())));
+    map.insert(
+        manager.to_string(),
+        (paths(applied, kind), Some(time.to_string())),
+    );
     let rendered = render_owners(&map, &kind.api_version());
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("managedFields".into(), rendered);
@@ -148,7 +174,14 @@ pub fn record_owner(object: &mut Value, applied: &Value, manager: &str, kind: &R
 }
 
 /// Applies `applied` as `manager` onto `current` at `time`; returns the new body or a 409 conflict.
-pub fn apply(current: &Value, applied: &Value, manager: &str, force: bool, kind: &ResourceKind, time: &str) -> Result<Value, ApiError> {
+pub fn apply(
+    current: &Value,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    kind: &ResourceKind,
+    time: &str,
+) -> Result<Value, ApiError> {
     let mut owners = owners(current);
     let wanted = paths(applied, kind);
     let mut conflicts = Vec::new();
@@ -184,7 +217,17 @@ pub fn apply(current: &Value, applied: &Value, manager: &str, force: bool, kind:
         }
     }
     let changed = without_managed_fields(&next) != without_managed_fields(current);
-    owners.insert(manager.to_string(), (wanted, if changed { Some(time.to_string()) } else { previous_time }));
+    owners.insert(
+        manager.to_string(),
+        (
+            wanted,
+            if changed {
+                Some(time.to_string())
+            } else {
+                previous_time
+            },
+        ),
+    );
     next["metadata"]["managedFields"] = render_owners(&owners, &kind.api_version());
     Ok(next)
 }
@@ -197,7 +240,10 @@ mod tests {
     const T: &str = "2026-01-01T00:00:01Z";
 
     fn cm() -> ResourceKind {
-        registry().into_iter().find(|k| k.plural == "configmaps").unwrap()
+        registry()
+            .into_iter()
+            .find(|k| k.plural == "configmaps")
+            .unwrap()
     }
 
     #[test]
@@ -205,14 +251,35 @@ mod tests {
         let kind = cm();
         let mut object = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
         let applied = object.clone();
-        record_owner(&mut object, &applied, "alice", &kind, "2026-01-01T00:00:00Z");
-        let err = apply(&object, &json!({"data": {"a": "2"}}), "bob", false, &kind, T).unwrap_err();
+        record_owner(
+            &mut object,
+            &applied,
+            "alice",
+            &kind,
+            "2026-01-01T00:00:00Z",
+        );
+        let err = apply(
+            &object,
+            &json!({"data": {"a": "2"}}),
+            "bob",
+            false,
+            &kind,
+            T,
+        )
+        .unwrap_err();
         assert_eq!(err.code, 409);
-        assert!(err.message.contains("\"alice\": .data.a"), "{}", err.message);
+        assert!(
+            err.message.contains("\"alice\": .data.a"),
+            "{}",
+            err.message
+        );
         let forced = apply(&object, &json!({"data": {"a": "2"}}), "bob", true, &kind, T).unwrap();
         assert_eq!(forced["data"]["a"], "2");
         assert_eq!(owners(&forced)["bob"].0.len(), 1);
-        assert!(!owners(&forced).contains_key("alice"), "alice lost her only field");
+        assert!(
+            !owners(&forced).contains_key("alice"),
+            "alice lost her only field"
+        );
     }
 
     #[test]
@@ -220,9 +287,35 @@ mod tests {
         let kind = cm();
         let mut object = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
         let applied = object.clone();
-        record_owner(&mut object, &applied, "alice", &kind, "2026-01-01T00:00:00Z");
-        let shared = apply(&object, &json!({"data": {"a": "1"}}), "bob", false, &kind, T).unwrap();
-        let dropped = apply(&shared, &json!({"data": {"a": "1"}}), "alice", false, &kind, T).unwrap();
-        assert_eq!(dropped["data"], json!({"a": "1"}), "alice stopped applying b");
+        record_owner(
+            &mut object,
+            &applied,
+            "alice",
+            &kind,
+            "2026-01-01T00:00:00Z",
+        );
+        let shared = apply(
+            &object,
+            &json!({"data": {"a": "1"}}),
+            "bob",
+            false,
+            &kind,
+            T,
+        )
+        .unwrap();
+        let dropped = apply(
+            &shared,
+            &json!({"data": {"a": "1"}}),
+            "alice",
+            false,
+            &kind,
+            T,
+        )
+        .unwrap();
+        assert_eq!(
+            dropped["data"],
+            json!({"a": "1"}),
+            "alice stopped applying b"
+        );
     }
 }

@@ -37,12 +37,22 @@ fn resource_name(kind: &ResourceKind) -> String {
 impl ApiError {
     /// 404 NotFound.
     pub fn not_found(kind: &ResourceKind, name: &str) -> Self {
-        ApiError { code: 404, reason: "NotFound", message: format!("{} {name:?} not found", resource_name(kind)), details: details(kind, name) }
+        ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("{} {name:?} not found", resource_name(kind)),
+            details: details(kind, name),
+        }
     }
 
     /// 409 AlreadyExists (POST of an existing name).
     pub fn already_exists(kind: &ResourceKind, name: &str) -> Self {
-        ApiError { code: 409, reason: "AlreadyExists", message: format!("{} {name:?} already exists", resource_name(kind)), details: details(kind, name) }
+        ApiError {
+            code: 409,
+            reason: "AlreadyExists",
+            message: format!("{} {name:?} already exists", resource_name(kind)),
+            details: details(kind, name),
+        }
     }
 
     /// 409 Conflict (stale resourceVersion).
@@ -72,20 +82,46 @@ impl ApiError {
                 managers.dedup();
                 let mut text = format!("Apply failed with {} conflicts:", conflicts.len());
                 for manager in managers {
-                    let fields: Vec<String> = conflicts.iter().filter(|(m, _)| m == manager).map(|(_, f)| format!("- .{f}")).collect();
-                    text.push_str(&format!(" conflicts with {manager:?}:\n{}", fields.join("\n")));
+                    let fields: Vec<String> = conflicts
+                        .iter()
+                        .filter(|(m, _)| m == manager)
+                        .map(|(_, f)| format!("- .{f}"))
+                        .collect();
+                    text.push_str(&format!(
+                        " conflicts with {manager:?}:\n{}",
+                        fields.join("\n")
+                    ));
                 }
                 text
             }
         };
-        ApiError { code: 409, reason: "Conflict", message, details: json!({"causes": causes}) }
+        ApiError {
+            code: 409,
+            reason: "Conflict",
+            message,
+            details: json!({"causes": causes}),
+        }
     }
 
     /// 422 Invalid: `field` failed validation with `detail` (e.g. `Invalid value: 0: must be …`).
-    pub fn invalid(kind: &ResourceKind, name: &str, field: &str, reason: &str, detail: &str) -> Self {
+    pub fn invalid(
+        kind: &ResourceKind,
+        name: &str,
+        field: &str,
+        reason: &str,
+        detail: &str,
+    ) -> Self {
         let mut details = details(kind, name);
         details["causes"] = json!([{"reason": reason, "message": detail, "field": field}]);
-        ApiError { code: 422, reason: "Invalid", message: format!("{} {name:?} is invalid: {field}: {detail}", resource_name(kind)), details }
+        ApiError {
+            code: 422,
+            reason: "Invalid",
+            message: format!(
+                "{} {name:?} is invalid: {field}: {detail}",
+                resource_name(kind)
+            ),
+            details,
+        }
     }
 
     /// 422 for an apply request without `fieldManager`, worded as kube-apiserver does.
@@ -102,7 +138,14 @@ impl ApiError {
     /// 403 Forbidden: `user` may not `verb` the resource (`subresource` such as `status`, if
     /// any) in `namespace` (`None`: cluster scope). Worded as kube-apiserver's RBAC
     /// authorizer words a request no rule allows.
-    pub fn forbidden(kind: &ResourceKind, subresource: Option<&str>, name: Option<&str>, namespace: Option<&str>, user: &str, verb: &str) -> Self {
+    pub fn forbidden(
+        kind: &ResourceKind,
+        subresource: Option<&str>,
+        name: Option<&str>,
+        namespace: Option<&str>,
+        user: &str,
+        verb: &str,
+    ) -> Self {
         let resource = match subresource {
             Some(sub) => format!("{}/{sub}", kind.plural),
             None => kind.plural.clone(),
@@ -111,7 +154,10 @@ impl ApiError {
             Some(ns) => format!("in the namespace {ns:?}"),
             None => "at the cluster scope".to_string(),
         };
-        let reason = format!("User {user:?} cannot {verb} resource {resource:?} in API group {:?} {scope}", kind.group);
+        let reason = format!(
+            "User {user:?} cannot {verb} resource {resource:?} in API group {:?} {scope}",
+            kind.group
+        );
         let message = match name {
             Some(name) => format!("{} {name:?} is forbidden: {reason}", resource_name(kind)),
             None => format!("{} is forbidden: {reason}", resource_name(kind)),
@@ -124,42 +170,84 @@ impl ApiError {
             details["group"] = json!(kind.group);
         }
         details["kind"] = json!(kind.plural);
-        ApiError { code: 403, reason: "Forbidden", message, details }
+        ApiError {
+            code: 403,
+            reason: "Forbidden",
+            message,
+            details,
+        }
     }
 
     /// 404 for a path that names no resource (`details` empty, as upstream).
     pub fn no_such_path(what: &str) -> Self {
-        ApiError { code: 404, reason: "NotFound", message: format!("the server could not find the requested resource ({what})"), details: Value::Null }
+        ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("the server could not find the requested resource ({what})"),
+            details: Value::Null,
+        }
     }
 
     /// 400 BadRequest.
     pub fn bad_request(message: &str) -> Self {
-        ApiError { code: 400, reason: "BadRequest", message: message.to_string(), details: Value::Null }
+        ApiError {
+            code: 400,
+            reason: "BadRequest",
+            message: message.to_string(),
+            details: Value::Null,
+        }
     }
 
     /// 410 Expired (old continue token or resource version).
     pub fn expired(message: &str) -> Self {
-        ApiError { code: 410, reason: "Expired", message: message.to_string(), details: Value::Null }
+        ApiError {
+            code: 410,
+            reason: "Expired",
+            message: message.to_string(),
+            details: Value::Null,
+        }
     }
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(method: &str) -> Self {
-        ApiError { code: 405, reason: "MethodNotAllowed", message: format!("the server does not allow this method on the requested resource: {method}"), details: Value::Null }
+        ApiError {
+            code: 405,
+            reason: "MethodNotAllowed",
+            message: format!(
+                "the server does not allow this method on the requested resource: {method}"
+            ),
+            details: Value::Null,
+        }
     }
 
     /// 415 UnsupportedMediaType, worded as kube-apiserver words it (the media type is not named).
     pub fn unsupported_media_type(_content_type: &str) -> Self {
-        ApiError { code: 415, reason: "UnsupportedMediaType", message: "415: Unsupported Media Type".into(), details: json!({}) }
+        ApiError {
+            code: 415,
+            reason: "UnsupportedMediaType",
+            message: "415: Unsupported Media Type".into(),
+            details: json!({}),
+        }
     }
 
     /// 429 TooManyRequests (a fault knob: the real server says this while not ready or overloaded).
     pub fn too_many_requests() -> Self {
-        ApiError { code: 429, reason: "TooManyRequests", message: "Too many requests, please try again later.".into(), details: Value::Null }
+        ApiError {
+            code: 429,
+            reason: "TooManyRequests",
+            message: "Too many requests, please try again later.".into(),
+            details: Value::Null,
+        }
     }
 
     /// 413 RequestEntityTooLarge.
     pub fn too_large(limit: usize) -> Self {
-        ApiError { code: 413, reason: "RequestEntityTooLarge", message: format!("the request body is larger than {limit} bytes"), details: Value::Null }
+        ApiError {
+            code: 413,
+            reason: "RequestEntityTooLarge",
+            message: format!("the request body is larger than {limit} bytes"),
+            details: Value::Null,
+        }
     }
 
     /// The `Status` object kube clients parse.

@@ -49,15 +49,30 @@ fn verb_of(method: &Method, target: &Target, params: &BTreeMap<String, String>) 
 }
 
 /// Refuses a request its caller may not make (see the module doc for the rules).
-fn authorize(req: &Request<Incoming>, target: &Target, verb: &str, knobs: &super::Knobs) -> Result<(), ApiError> {
-    let impersonated = req.headers().get("impersonate-user").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+fn authorize(
+    req: &Request<Incoming>,
+    target: &Target,
+    verb: &str,
+    knobs: &super::Knobs,
+) -> Result<(), ApiError> {
+    let impersonated = req
+        .headers()
+        .get("impersonate-user")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let revoked = knobs.forbidden.iter().any(|r| *r == target.kind.plural);
     if impersonated.is_none() && !revoked {
         return Ok(());
     }
     let user = impersonated.as_deref().unwrap_or(ADMIN_USER);
     let subresource = target.status.then_some("status");
-    Err(ApiError::forbidden(&target.kind, subresource, target.name.as_deref(), target.namespace.as_deref(), user, verb))
+    Err(ApiError::forbidden(
+        &target.kind,
+        subresource,
+        target.name.as_deref(),
+        target.namespace.as_deref(),
+        user,
+        verb,
+    ))
 }
 
 /// Largest accepted request body (kube-apiserver's limit is 3 MiB).
@@ -87,7 +102,11 @@ fn percent_decode(text: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(high), Some(low)) => {
                 out.push(high * 16 + low);
                 i += 3;
@@ -117,7 +136,6 @@ fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
         })
         .collect()
 }
-
 
 fn error_response(error: &ApiError) -> Response<Body> {
     let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -158,13 +176,22 @@ impl Handler {
             None => false,
             Some("status") if kind.status_subresource => true,
             // kube-apiserver answers a missing subresource of a named object as if the object were missing.
-            Some("status") => return Err(ApiError::not_found(&kind, name.as_deref().unwrap_or(""))),
+            Some("status") => {
+                return Err(ApiError::not_found(&kind, name.as_deref().unwrap_or("")))
+            }
             Some(other) => return Err(ApiError::no_such_path(&format!("{plural}/{other}"))),
         };
         if kind.namespaced && name.is_some() && namespace.is_none() {
-            return Err(ApiError::bad_request("namespaced objects are addressed under /namespaces/<ns>/"));
+            return Err(ApiError::bad_request(
+                "namespaced objects are addressed under /namespaces/<ns>/",
+            ));
         }
-        Ok(Target { kind, namespace, name, status })
+        Ok(Target {
+            kind,
+            namespace,
+            name,
+            status,
+        })
     }
 
     /// Answers one request; never panics on bad input.
@@ -176,14 +203,21 @@ impl Handler {
         let path = req.uri().path().to_string();
         match path.as_str() {
             "/version" => {
-                return json(StatusCode::OK, &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-orrery-sim", "platform": "orrery/sim"}))
+                return json(
+                    StatusCode::OK,
+                    &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-orrery-sim", "platform": "orrery/sim"}),
+                )
             }
             "/healthz" | "/readyz" | "/livez" => return Response::new(full("ok")),
             _ => {}
         }
-        if knobs.throttle_rate > 0.0 && self.env.random_u64() % 1_000_000 < (knobs.throttle_rate * 1e6) as u64 {
+        if knobs.throttle_rate > 0.0
+            && self.env.random_u64() % 1_000_000 < (knobs.throttle_rate * 1e6) as u64
+        {
             let mut response = error_response(&ApiError::too_many_requests());
-            response.headers_mut().insert("retry-after", knobs.retry_after_seconds.into());
+            response
+                .headers_mut()
+                .insert("retry-after", knobs.retry_after_seconds.into());
             return response;
         }
         match self.dispatch(req, &path, &knobs).await {
@@ -192,12 +226,22 @@ impl Handler {
         }
     }
 
-    async fn dispatch(&self, req: Request<Incoming>, path: &str, knobs: &super::Knobs) -> Result<Response<Body>, ApiError> {
+    async fn dispatch(
+        &self,
+        req: Request<Incoming>,
+        path: &str,
+        knobs: &super::Knobs,
+    ) -> Result<Response<Body>, ApiError> {
         let target = self.route(path)?;
         let params = query(&req);
         let method = req.method().clone();
         authorize(&req, &target, verb_of(&method, &target, &params), knobs)?;
-        let content_type = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let content_type = req
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
         let namespace = target.namespace.clone().unwrap_or_default();
         let now = self.env.elapsed();
         let unix_millis = self.env.unix_millis();
@@ -207,8 +251,22 @@ impl Handler {
                 if matches!(params.get("watch").map(String::as_str), Some("true" | "1")) {
                     return self.watch(target.kind, filter, &params);
                 }
-                let limit = params.get("limit").map(|l| l.parse::<usize>().map_err(|_| ApiError::bad_request(&format!("invalid limit {l:?}")))).transpose()?;
-                let page = self.server.store().list(&target.kind, &filter, limit, params.get("continue").map(String::as_str).filter(|c| !c.is_empty()))?;
+                let limit = params
+                    .get("limit")
+                    .map(|l| {
+                        l.parse::<usize>()
+                            .map_err(|_| ApiError::bad_request(&format!("invalid limit {l:?}")))
+                    })
+                    .transpose()?;
+                let page = self.server.store().list(
+                    &target.kind,
+                    &filter,
+                    limit,
+                    params
+                        .get("continue")
+                        .map(String::as_str)
+                        .filter(|c| !c.is_empty()),
+                )?;
                 let mut metadata = json!({"resourceVersion": page.rv.to_string()});
                 match page.continue_token {
                     Some(token) => metadata["continue"] = json!(token),
@@ -235,48 +293,102 @@ impl Handler {
                         item
                     })
                     .collect();
-                Ok(json(StatusCode::OK, &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": items})))
+                Ok(json(
+                    StatusCode::OK,
+                    &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": items}),
+                ))
             }
-            (&Method::GET, Some(name)) => Ok(json(StatusCode::OK, &self.server.store().get(&target.kind, &namespace, name)?)),
+            (&Method::GET, Some(name)) => Ok(json(
+                StatusCode::OK,
+                &self.server.store().get(&target.kind, &namespace, name)?,
+            )),
             (&Method::POST, None) => {
                 let body = read_json(req, &content_type, &target.kind.kind).await?;
                 check_body_namespace(&target, &body)?;
-                let created = self.write("create", &target, |store| store.create(&target.kind, &namespace, body, now, unix_millis))?;
+                let created = self.write("create", &target, |store| {
+                    store.create(&target.kind, &namespace, body, now, unix_millis)
+                })?;
                 Ok(json(StatusCode::CREATED, &created))
             }
             (&Method::PUT, Some(name)) => {
                 let body = read_json(req, &content_type, &target.kind.kind).await?;
                 check_body_namespace(&target, &body)?;
-                let replaced = self.write("replace", &target, |store| store.replace(&target.kind, &namespace, name, body, target.status, now))?;
+                let replaced = self.write("replace", &target, |store| {
+                    store.replace(&target.kind, &namespace, name, body, target.status, now)
+                })?;
                 Ok(json(StatusCode::OK, &replaced))
             }
             (&Method::PATCH, Some(name)) => {
-                let media = content_type.split(';').next().unwrap_or("").trim().to_string();
+                let media = content_type
+                    .split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
                 let patched = match media.as_str() {
                     "application/merge-patch+json" => {
                         let patch = read_json(req, "application/json", &target.kind.kind).await?;
-                        self.write("merge_patch", &target, |store| store.patch_merge(&target.kind, &namespace, name, &patch, target.status, now))?
+                        self.write("merge_patch", &target, |store| {
+                            store.patch_merge(
+                                &target.kind,
+                                &namespace,
+                                name,
+                                &patch,
+                                target.status,
+                                now,
+                            )
+                        })?
                     }
                     "application/apply-patch+yaml" => {
-                        let manager = params.get("fieldManager").filter(|m| !m.is_empty()).cloned().ok_or_else(ApiError::field_manager_required)?;
+                        let manager = params
+                            .get("fieldManager")
+                            .filter(|m| !m.is_empty())
+                            .cloned()
+                            .ok_or_else(ApiError::field_manager_required)?;
                         let force = params.get("force").is_some_and(|f| f == "true");
                         let applied = read_yaml(req).await?;
                         check_body_namespace(&target, &applied)?;
-                        let existed = self.server.store().get(&target.kind, &namespace, name).is_ok();
+                        let existed = self
+                            .server
+                            .store()
+                            .get(&target.kind, &namespace, name)
+                            .is_ok();
                         let applied = self.write("apply", &target, |store| {
-                            store.apply(&target.kind, &namespace, name, applied, &manager, force, target.status, now, unix_millis)
+                            store.apply(
+                                &target.kind,
+                                &namespace,
+                                name,
+                                applied,
+                                &manager,
+                                force,
+                                target.status,
+                                now,
+                                unix_millis,
+                            )
                         })?;
                         // An apply that creates answers 201, as a POST would.
-                        return Ok(json(if existed { StatusCode::OK } else { StatusCode::CREATED }, &applied));
+                        return Ok(json(
+                            if existed {
+                                StatusCode::OK
+                            } else {
+                                StatusCode::CREATED
+                            },
+                            &applied,
+                        ));
                     }
                     other => return Err(ApiError::unsupported_media_type(other)),
                 };
                 Ok(json(StatusCode::OK, &patched))
             }
             (&Method::DELETE, Some(name)) => {
-                let deleted = self.write("delete", &target, |store| store.delete(&target.kind, &namespace, name, now))?;
+                let deleted = self.write("delete", &target, |store| {
+                    store.delete(&target.kind, &namespace, name, now)
+                })?;
                 // kube-apiserver answers an immediate deletion with a `Status`, not the object.
-                Ok(json(StatusCode::OK, &ApiError::deleted_status(&target.kind, name, &deleted["metadata"]["uid"])))
+                Ok(json(
+                    StatusCode::OK,
+                    &ApiError::deleted_status(&target.kind, name, &deleted["metadata"]["uid"]),
+                ))
             }
             (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
         }
@@ -310,13 +422,24 @@ impl Handler {
         Ok(object)
     }
 
-    fn watch(&self, kind: ResourceKind, filter: Filter, params: &BTreeMap<String, String>) -> Result<Response<Body>, ApiError> {
-        let resource_version = match params.get("resourceVersion").map(String::as_str) {
-            None | Some("") => None,
-            Some(rv) => Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(&format!("invalid resourceVersion {rv:?}")))?),
-        };
+    fn watch(
+        &self,
+        kind: ResourceKind,
+        filter: Filter,
+        params: &BTreeMap<String, String>,
+    ) -> Result<Response<Body>, ApiError> {
+        let resource_version =
+            match params.get("resourceVersion").map(String::as_str) {
+                None | Some("") => None,
+                Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(&format!("invalid resourceVersion {rv:?}"))
+                })?),
+            };
         let timeout = match params.get("timeoutSeconds") {
-            Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(&format!("invalid timeoutSeconds {t:?}")))?),
+            Some(t) => Duration::from_secs(
+                t.parse()
+                    .map_err(|_| ApiError::bad_request(&format!("invalid timeoutSeconds {t:?}")))?,
+            ),
             None => Duration::from_secs(1800),
         };
         let request = WatchRequest {
@@ -324,11 +447,18 @@ impl Handler {
             filter,
             resource_version,
             timeout,
-            bookmarks: params.get("allowWatchBookmarks").is_some_and(|b| b == "true"),
+            bookmarks: params
+                .get("allowWatchBookmarks")
+                .is_some_and(|b| b == "true"),
             send_initial_events: params.get("sendInitialEvents").is_some_and(|b| b == "true"),
         };
         let (tx, body) = channel(self.server.knobs().watch_buffer);
-        tokio::spawn(watch::serve(self.env.clone(), self.server.clone(), request, tx));
+        tokio::spawn(watch::serve(
+            self.env.clone(),
+            self.server.clone(),
+            request,
+            tx,
+        ));
         Ok(Response::builder()
             .status(StatusCode::OK)
             .header("content-type", "application/json")
@@ -341,16 +471,31 @@ impl Handler {
 fn filter(target: &Target, params: &BTreeMap<String, String>) -> Result<Filter, ApiError> {
     Ok(Filter {
         namespace: target.namespace.clone(),
-        labels: LabelSelector::parse(params.get("labelSelector").map(String::as_str).unwrap_or("")).map_err(|e| ApiError::bad_request(&e))?,
-        fields: FieldSelector::parse(params.get("fieldSelector").map(String::as_str).unwrap_or("")).map_err(|e| ApiError::bad_request(&e))?,
+        labels: LabelSelector::parse(
+            params
+                .get("labelSelector")
+                .map(String::as_str)
+                .unwrap_or(""),
+        )
+        .map_err(|e| ApiError::bad_request(&e))?,
+        fields: FieldSelector::parse(
+            params
+                .get("fieldSelector")
+                .map(String::as_str)
+                .unwrap_or(""),
+        )
+        .map_err(|e| ApiError::bad_request(&e))?,
     })
 }
 
 fn check_body_namespace(target: &Target, body: &Value) -> Result<(), ApiError> {
-    match (body.pointer("/metadata/namespace").and_then(Value::as_str), &target.namespace) {
-        (Some(body_ns), Some(path_ns)) if body_ns != path_ns => {
-            Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"))
-        }
+    match (
+        body.pointer("/metadata/namespace").and_then(Value::as_str),
+        &target.namespace,
+    ) {
+        (Some(body_ns), Some(path_ns)) if body_ns != path_ns => Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
         _ => Ok(()),
     }
 }
@@ -359,13 +504,27 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
     let limited = http_body_util::Limited::new(req.into_body(), BODY_LIMIT_BYTES);
     match limited.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(ApiError::too_large(BODY_LIMIT_BYTES)),
-        Err(e) => Err(ApiError::bad_request(&format!("reading the request body failed: {e}"))),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::too_large(BODY_LIMIT_BYTES))
+        }
+        Err(e) => Err(ApiError::bad_request(&format!(
+            "reading the request body failed: {e}"
+        ))),
     }
 }
 
-async fn read_json(req: Request<Incoming>, content_type: &str, kind: &str) -> Result<Value, ApiError> {
-    if !content_type.is_empty() && !content_type.starts_with("application/json") && !content_type.contains("json") {
+async fn read_json(
+    req: Request<Incoming>,
+    content_type: &str,
+    kind: &str,
+) -> Result<Value, ApiError> {
+    if !content_type.is_empty()
+        && !content_type.starts_with("application/json")
+        && !content_type.contains("json")
+    {
         return Err(ApiError::unsupported_media_type(content_type));
     }
     let bytes = read_body(req).await?;
@@ -384,7 +543,8 @@ async fn read_yaml(req: Request<Incoming>) -> Result<Value, ApiError> {
     if let Ok(value) = serde_json::from_slice(&bytes) {
         return Ok(value);
     }
-    serde_yaml::from_slice(&bytes).map_err(|e| ApiError::bad_request(&format!("the apply body is not valid YAML: {e}")))
+    serde_yaml::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(&format!("the apply body is not valid YAML: {e}")))
 }
 
 #[cfg(test)]
@@ -393,7 +553,10 @@ mod tests {
 
     #[test]
     fn percent_decoding_handles_selectors_and_bad_escapes() {
-        assert_eq!(percent_decode("app%3Dweb%2Cenv+in+%28a%29"), "app=web,env in (a)");
+        assert_eq!(
+            percent_decode("app%3Dweb%2Cenv+in+%28a%29"),
+            "app=web,env in (a)"
+        );
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz"), "%zz");
     }

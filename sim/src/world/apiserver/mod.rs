@@ -130,7 +130,11 @@ impl ApiServer {
 }
 
 /// Serves `server` on `addr` through `env` until the listener fails.
-pub async fn run(env: orrery_system::env::SharedEnv, server: Arc<ApiServer>, addr: &str) -> std::io::Result<()> {
+pub async fn run(
+    env: orrery_system::env::SharedEnv,
+    server: Arc<ApiServer>,
+    addr: &str,
+) -> std::io::Result<()> {
     let listener = env.listen(addr).await?;
     serve(env, server, listener).await
 }

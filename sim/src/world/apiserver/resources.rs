@@ -42,7 +42,14 @@ impl ResourceKind {
         format!("{}/{}", self.group, self.plural)
     }
 
-    fn builtin(group: &str, version: &str, kind: &str, plural: &str, status: bool, has_generation: bool) -> Self {
+    fn builtin(
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+        status: bool,
+        has_generation: bool,
+    ) -> Self {
         ResourceKind {
             group: group.into(),
             version: version.into(),
@@ -57,9 +64,18 @@ impl ResourceKind {
 }
 
 const FIXTURE_CRDS: [(&str, &str); 3] = [
-    ("fixtures/crds/application.yaml", include_str!("../../../../fixtures/crds/application.yaml")),
-    ("fixtures/crds/rollout.yaml", include_str!("../../../../fixtures/crds/rollout.yaml")),
-    ("fixtures/crds/workflow.yaml", include_str!("../../../../fixtures/crds/workflow.yaml")),
+    (
+        "fixtures/crds/application.yaml",
+        include_str!("../../../../fixtures/crds/application.yaml"),
+    ),
+    (
+        "fixtures/crds/rollout.yaml",
+        include_str!("../../../../fixtures/crds/rollout.yaml"),
+    ),
+    (
+        "fixtures/crds/workflow.yaml",
+        include_str!("../../../../fixtures/crds/workflow.yaml"),
+    ),
 ];
 
 #[derive(Deserialize)]
@@ -97,7 +113,8 @@ pub fn registry() -> Vec<ResourceKind> {
         ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false, false),
     ];
     for (path, text) in FIXTURE_CRDS {
-        let crd: Crd = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{path}: invalid fixture CRD: {e}"));
+        let crd: Crd = serde_yaml::from_str(text)
+            .unwrap_or_else(|e| panic!("{path}: invalid fixture CRD: {e}"));
         for version in crd.spec.versions {
             let status = version
                 .subresources
@@ -126,10 +143,25 @@ mod tests {
     #[test]
     fn registry_reads_subresources_from_the_fixture_crds() {
         let kinds = registry();
-        let find = |plural: &str| kinds.iter().find(|k| k.plural == plural).expect(plural).clone();
-        assert!(!find("applications").status_subresource, "Argo CD Application has no status subresource");
-        assert!(!find("workflows").status_subresource, "Workflow has no status subresource");
-        assert!(find("rollouts").status_subresource, "Rollout has a status subresource");
+        let find = |plural: &str| {
+            kinds
+                .iter()
+                .find(|k| k.plural == plural)
+                .expect(plural)
+                .clone()
+        };
+        assert!(
+            !find("applications").status_subresource,
+            "Argo CD Application has no status subresource"
+        );
+        assert!(
+            !find("workflows").status_subresource,
+            "Workflow has no status subresource"
+        );
+        assert!(
+            find("rollouts").status_subresource,
+            "Rollout has a status subresource"
+        );
         assert_eq!(find("applications").api_version(), "argoproj.io/v1alpha1");
         assert_eq!(find("configmaps").api_version(), "v1");
     }

@@ -55,7 +55,11 @@ fn split_top_level(text: &str) -> Vec<String> {
         current.push(c);
     }
     parts.push(current);
-    parts.into_iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()
+    parts
+        .into_iter()
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn parse_set(rest: &str, whole: &str) -> Result<Vec<String>, String> {
@@ -63,12 +67,21 @@ fn parse_set(rest: &str, whole: &str) -> Result<Vec<String>, String> {
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| format!("unable to parse requirement: {whole:?}: expected a (value, …) set"))?;
-    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+        .ok_or_else(|| {
+            format!("unable to parse requirement: {whole:?}: expected a (value, …) set")
+        })?;
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 fn valid_key(key: &str) -> bool {
-    !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
 }
 
 impl LabelSelector {
@@ -100,7 +113,9 @@ impl LabelSelector {
                 | Requirement::NotExists(k) => k,
             };
             if !valid_key(key) {
-                return Err(format!("unable to parse requirement: invalid label key {key:?} in {part:?}"));
+                return Err(format!(
+                    "unable to parse requirement: invalid label key {key:?} in {part:?}"
+                ));
             }
             requirements.push(requirement);
         }
@@ -112,7 +127,11 @@ impl LabelSelector {
         let labels: BTreeMap<String, String> = object
             .pointer("/metadata/labels")
             .and_then(Value::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
             .unwrap_or_default();
         self.0.iter().all(|r| match r {
             Requirement::Equals(k, v) => labels.get(k) == Some(v),
@@ -152,8 +171,15 @@ impl FieldSelector {
     /// Whether an object's name/namespace satisfy every term.
     pub fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let pointer = if field == "metadata.name" { "/metadata/name" } else { "/metadata/namespace" };
-            let actual = object.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+            let pointer = if field == "metadata.name" {
+                "/metadata/name"
+            } else {
+                "/metadata/namespace"
+            };
+            let actual = object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("");
             (actual == value) == *equal
         })
     }
@@ -183,7 +209,11 @@ mod tests {
             ("!missing", true),
             ("env=prod,tier=db", false),
         ] {
-            assert_eq!(LabelSelector::parse(sel).unwrap().matches(&o), want, "selector {sel}");
+            assert_eq!(
+                LabelSelector::parse(sel).unwrap().matches(&o),
+                want,
+                "selector {sel}"
+            );
         }
     }
 
@@ -199,6 +229,8 @@ mod tests {
     fn field_selectors_match_name_and_namespace() {
         let o = obj(json!({}));
         assert!(FieldSelector::parse("metadata.name=a").unwrap().matches(&o));
-        assert!(!FieldSelector::parse("metadata.namespace!=ns").unwrap().matches(&o));
+        assert!(!FieldSelector::parse("metadata.namespace!=ns")
+            .unwrap()
+            .matches(&o));
     }
 }

@@ -170,8 +170,10 @@ fn decode_continue(token: &str) -> Option<(u64, String, String)> {
     if token.len() % 2 != 0 {
         return None;
     }
-    let bytes: Option<Vec<u8>> =
-        (0..token.len()).step_by(2).map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok()).collect();
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
     let text = String::from_utf8(bytes?).ok()?;
     let mut parts = text.split('\u{1}');
     let rv = parts.next()?.parse().ok()?;
@@ -202,7 +204,11 @@ impl Store {
     /// Every stored object of `kind` in key order (for checkers and reports).
     pub fn objects_of(&self, kind: &ResourceKind) -> Vec<Value> {
         let key = kind.key();
-        self.objects.iter().filter(|((r, _, _), _)| *r == key).map(|(_, v)| (**v).clone()).collect()
+        self.objects
+            .iter()
+            .filter(|((r, _, _), _)| *r == key)
+            .map(|(_, v)| (**v).clone())
+            .collect()
     }
 
     /// Calls `f` on every stored object of `kind` in key order, without copying them.
@@ -233,7 +239,13 @@ impl Store {
     }
 
     /// Records a change and returns the stamped object.
-    fn commit(&mut self, kind: &ResourceKind, key: Key, new: Option<Value>, now: Duration) -> Value {
+    fn commit(
+        &mut self,
+        kind: &ResourceKind,
+        key: Key,
+        new: Option<Value>,
+        now: Duration,
+    ) -> Value {
         self.rv += 1;
         let rv = self.rv;
         let previous = self.objects.get(&key).cloned();
@@ -242,11 +254,19 @@ impl Store {
                 set_meta(&mut object, "resourceVersion", json!(rv.to_string()));
                 let object = Arc::new(object);
                 self.objects.insert(key.clone(), object.clone());
-                let change = if previous.is_some() { ChangeType::Modified } else { ChangeType::Added };
+                let change = if previous.is_some() {
+                    ChangeType::Modified
+                } else {
+                    ChangeType::Added
+                };
                 (change, object)
             }
             None => {
-                let mut object = (*self.objects.remove(&key).expect("commit(None) only for existing objects")).clone();
+                let mut object = (*self
+                    .objects
+                    .remove(&key)
+                    .expect("commit(None) only for existing objects"))
+                .clone();
                 set_meta(&mut object, "resourceVersion", json!(rv.to_string()));
                 (ChangeType::Deleted, Arc::new(object))
             }
@@ -288,7 +308,13 @@ impl Store {
             _ => match meta_str(&object, "generateName") {
                 Some(prefix) => format!("{prefix}{:05x}", self.rv + 1),
                 None => {
-                    return Err(ApiError::invalid(kind, "", "metadata.name", "FieldValueRequired", "Required value: name or generateName is required"))
+                    return Err(ApiError::invalid(
+                        kind,
+                        "",
+                        "metadata.name",
+                        "FieldValueRequired",
+                        "Required value: name or generateName is required",
+                    ))
                 }
             },
         };
@@ -312,7 +338,10 @@ impl Store {
         if kind.namespaced {
             meta.insert("namespace".into(), json!(namespace));
         }
-        meta.insert("uid".into(), json!(format!("00000000-0000-4000-8000-{:012x}", self.uid_counter)));
+        meta.insert(
+            "uid".into(),
+            json!(format!("00000000-0000-4000-8000-{:012x}", self.uid_counter)),
+        );
         meta.insert("creationTimestamp".into(), json!(rfc3339(unix_millis)));
         if kind.has_generation {
             meta.insert("generation".into(), json!(1));
@@ -326,7 +355,12 @@ impl Store {
 
     /// Carries server-owned metadata over from `current` into an incoming full body and
     /// decides the new generation.
-    fn prepare_update(kind: &ResourceKind, current: &Value, incoming: &mut Value, status_only: bool) {
+    fn prepare_update(
+        kind: &ResourceKind,
+        current: &Value,
+        incoming: &mut Value,
+        status_only: bool,
+    ) {
         let mut next = if status_only {
             let mut next = current.clone();
             match incoming.get("status") {
@@ -354,7 +388,14 @@ impl Store {
         if !map.get("metadata").is_some_and(Value::is_object) {
             map.insert("metadata".into(), json!({}));
         }
-        for field in ["name", "namespace", "uid", "creationTimestamp", "generation", "managedFields"] {
+        for field in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+        ] {
             match current["metadata"].get(field) {
                 Some(v) if field != "managedFields" || next["metadata"].get(field).is_none() => {
                     next["metadata"][field] = v.clone();
@@ -375,11 +416,15 @@ impl Store {
     }
 
     /// Checks an optional RV precondition in a body against the stored object.
-    fn check_precondition(kind: &ResourceKind, current: &Value, body: &Value) -> Result<(), ApiError> {
+    fn check_precondition(
+        kind: &ResourceKind,
+        current: &Value,
+        body: &Value,
+    ) -> Result<(), ApiError> {
         match meta_str(body, "resourceVersion") {
-            Some(rv) if Some(rv) != meta_str(current, "resourceVersion") => {
-                Err(ApiError::conflict(kind, meta_str(current, "name").unwrap_or("")))
-            }
+            Some(rv) if Some(rv) != meta_str(current, "resourceVersion") => Err(
+                ApiError::conflict(kind, meta_str(current, "name").unwrap_or("")),
+            ),
             _ => Ok(()),
         }
     }
@@ -405,9 +450,19 @@ impl Store {
             }
         }
         let key = Self::key(kind, namespace, name);
-        let current = self.objects.get(&key).map(|o| (**o).clone()).ok_or_else(|| ApiError::not_found(kind, name))?;
+        let current = self
+            .objects
+            .get(&key)
+            .map(|o| (**o).clone())
+            .ok_or_else(|| ApiError::not_found(kind, name))?;
         if meta_str(&body, "resourceVersion").is_none() && kind.custom {
-            return Err(ApiError::invalid(kind, name, "metadata.resourceVersion", "FieldValueInvalid", "Invalid value: 0: must be specified for an update"));
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                "metadata.resourceVersion",
+                "FieldValueInvalid",
+                "Invalid value: 0: must be specified for an update",
+            ));
         }
         Self::check_precondition(kind, &current, &body)?;
         Self::prepare_update(kind, &current, &mut body, status_only);
@@ -425,19 +480,31 @@ impl Store {
         now: Duration,
     ) -> Result<Value, ApiError> {
         let key = Self::key(kind, namespace, name);
-        let current = self.objects.get(&key).map(|o| (**o).clone()).ok_or_else(|| ApiError::not_found(kind, name))?;
+        let current = self
+            .objects
+            .get(&key)
+            .map(|o| (**o).clone())
+            .ok_or_else(|| ApiError::not_found(kind, name))?;
         Self::check_precondition(kind, &current, patch)?;
         let mut next = current.clone();
         merge_patch(&mut next, patch);
         if meta_str(&next, "name") != Some(name) {
-            return Err(ApiError::bad_request("metadata.name cannot be changed by a patch"));
+            return Err(ApiError::bad_request(
+                "metadata.name cannot be changed by a patch",
+            ));
         }
         Self::prepare_update(kind, &current, &mut next, status_only);
         Ok(self.commit(kind, key, Some(next), now))
     }
 
     /// DELETE: removes an object; the DELETED change carries the deletion's RV.
-    pub fn delete(&mut self, kind: &ResourceKind, namespace: &str, name: &str, now: Duration) -> Result<Value, ApiError> {
+    pub fn delete(
+        &mut self,
+        kind: &ResourceKind,
+        namespace: &str,
+        name: &str,
+        now: Duration,
+    ) -> Result<Value, ApiError> {
         let key = Self::key(kind, namespace, name);
         if !self.objects.contains_key(&key) {
             return Err(ApiError::not_found(kind, name));
@@ -464,7 +531,13 @@ impl Store {
             None if status_only => Err(ApiError::not_found(kind, name)),
             None => {
                 let mut object = applied.clone();
-                super::apply::record_owner(&mut object, &applied, manager, kind, &rfc3339(unix_millis));
+                super::apply::record_owner(
+                    &mut object,
+                    &applied,
+                    manager,
+                    kind,
+                    &rfc3339(unix_millis),
+                );
                 if meta_str(&object, "name").is_none() {
                     set_meta(&mut object, "name", json!(name));
                 }
@@ -472,7 +545,14 @@ impl Store {
             }
             Some(current) => {
                 Self::check_precondition(kind, &current, &applied)?;
-                let mut next = super::apply::apply(&current, &applied, manager, force, kind, &rfc3339(unix_millis))?;
+                let mut next = super::apply::apply(
+                    &current,
+                    &applied,
+                    manager,
+                    force,
+                    kind,
+                    &rfc3339(unix_millis),
+                )?;
                 Self::prepare_update(kind, &current, &mut next, status_only);
                 if next == current {
                     return Ok(current); // an apply that changes nothing writes nothing, as upstream
@@ -488,8 +568,12 @@ impl Store {
             return None;
         }
         let resource = kind.key();
-        let mut state: BTreeMap<Key, Arc<Value>> =
-            self.objects.iter().filter(|((r, _, _), _)| *r == resource).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut state: BTreeMap<Key, Arc<Value>> = self
+            .objects
+            .iter()
+            .filter(|((r, _, _), _)| *r == resource)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         for change in self.history.iter().rev().take_while(|c| c.rv > rv) {
             if change.resource != resource {
                 continue;
@@ -505,11 +589,18 @@ impl Store {
     }
 
     /// A page of a list, consistent with the snapshot of the first page.
-    pub fn list(&self, kind: &ResourceKind, filter: &Filter, limit: Option<usize>, token: Option<&str>) -> Result<ListPage, ApiError> {
+    pub fn list(
+        &self,
+        kind: &ResourceKind,
+        filter: &Filter,
+        limit: Option<usize>,
+        token: Option<&str>,
+    ) -> Result<ListPage, ApiError> {
         let (rv, after) = match token {
             Some(token) => {
-                let (rv, ns, name) = decode_continue(token)
-                    .ok_or_else(|| ApiError::bad_request(&format!("invalid continue token {token:?}")))?;
+                let (rv, ns, name) = decode_continue(token).ok_or_else(|| {
+                    ApiError::bad_request(&format!("invalid continue token {token:?}"))
+                })?;
                 (rv, Some((kind.key(), ns, name)))
             }
             None => (self.rv, None),
@@ -536,8 +627,14 @@ impl Store {
             (true, Some(key)) => Some(encode_continue(rv, &key)),
             _ => None,
         };
-        let remaining = (rest > 0 && filter.labels.is_empty() && filter.fields.is_empty()).then_some(rest);
-        Ok(ListPage { items, rv, continue_token, remaining })
+        let remaining =
+            (rest > 0 && filter.labels.is_empty() && filter.fields.is_empty()).then_some(rest);
+        Ok(ListPage {
+            items,
+            rv,
+            continue_token,
+            remaining,
+        })
     }
 
     /// History of `resource` after `rv` and the newest RV looked at, or `Err(())` if it was
@@ -547,7 +644,12 @@ impl Store {
             return Err(());
         }
         let start = self.history.partition_point(|c| c.rv <= rv);
-        let changes = self.history.range(start..).filter(|c| c.resource == resource).cloned().collect();
+        let changes = self
+            .history
+            .range(start..)
+            .filter(|c| c.resource == resource)
+            .cloned()
+            .collect();
         Ok((changes, self.rv.max(rv)))
     }
 }
@@ -568,8 +670,18 @@ mod tests {
     #[test]
     fn resource_versions_are_global_and_strictly_increasing_across_types() {
         let mut store = Store::default();
-        let a = store.create(&kind("applications"), "ns", app("a"), Duration::ZERO, 0).unwrap();
-        let c = store.create(&kind("configmaps"), "ns", json!({"metadata": {"name": "c"}}), Duration::ZERO, 0).unwrap();
+        let a = store
+            .create(&kind("applications"), "ns", app("a"), Duration::ZERO, 0)
+            .unwrap();
+        let c = store
+            .create(
+                &kind("configmaps"),
+                "ns",
+                json!({"metadata": {"name": "c"}}),
+                Duration::ZERO,
+                0,
+            )
+            .unwrap();
         assert_eq!(a["metadata"]["resourceVersion"], "1");
         assert_eq!(c["metadata"]["resourceVersion"], "2");
         assert_eq!(store.rv(), 2);
@@ -581,31 +693,116 @@ mod tests {
         let k = kind("applications");
         let created = store.create(&k, "ns", app("a"), Duration::ZERO, 0).unwrap();
         let mut stale = created.clone();
-        store.patch_merge(&k, "ns", "a", &json!({"spec": {"x": 1}}), false, Duration::ZERO).unwrap();
+        store
+            .patch_merge(
+                &k,
+                "ns",
+                "a",
+                &json!({"spec": {"x": 1}}),
+                false,
+                Duration::ZERO,
+            )
+            .unwrap();
         stale["spec"]["y"] = json!(2);
-        assert_eq!(store.replace(&k, "ns", "a", stale, false, Duration::ZERO).unwrap_err().code, 409);
+        assert_eq!(
+            store
+                .replace(&k, "ns", "a", stale, false, Duration::ZERO)
+                .unwrap_err()
+                .code,
+            409
+        );
         let no_rv = app("a");
-        assert_eq!(store.replace(&k, "ns", "a", no_rv, false, Duration::ZERO).unwrap_err().code, 422);
-        assert_eq!(store.replace(&k, "ns", "missing", app("missing"), false, Duration::ZERO).unwrap_err().code, 404);
-        assert_eq!(store.create(&k, "ns", app("a"), Duration::ZERO, 0).unwrap_err().code, 409);
+        assert_eq!(
+            store
+                .replace(&k, "ns", "a", no_rv, false, Duration::ZERO)
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            store
+                .replace(&k, "ns", "missing", app("missing"), false, Duration::ZERO)
+                .unwrap_err()
+                .code,
+            404
+        );
+        assert_eq!(
+            store
+                .create(&k, "ns", app("a"), Duration::ZERO, 0)
+                .unwrap_err()
+                .code,
+            409
+        );
     }
 
     #[test]
     fn status_bumps_generation_without_subresource_and_not_with_it() {
         let mut store = Store::default();
         let apps = kind("applications");
-        store.create(&apps, "ns", app("a"), Duration::ZERO, 0).unwrap();
-        let out = store.patch_merge(&apps, "ns", "a", &json!({"status": {"sync": {"status": "Synced"}}}), false, Duration::ZERO).unwrap();
-        assert_eq!(out["metadata"]["generation"], 2, "Application has no status subresource");
+        store
+            .create(&apps, "ns", app("a"), Duration::ZERO, 0)
+            .unwrap();
+        let out = store
+            .patch_merge(
+                &apps,
+                "ns",
+                "a",
+                &json!({"status": {"sync": {"status": "Synced"}}}),
+                false,
+                Duration::ZERO,
+            )
+            .unwrap();
+        assert_eq!(
+            out["metadata"]["generation"], 2,
+            "Application has no status subresource"
+        );
 
         let rollouts = kind("rollouts");
-        store.create(&rollouts, "ns", json!({"metadata": {"name": "r"}, "spec": {"replicas": 1}}), Duration::ZERO, 0).unwrap();
-        let ignored = store.patch_merge(&rollouts, "ns", "r", &json!({"status": {"phase": "Healthy"}}), false, Duration::ZERO).unwrap();
-        assert!(ignored.get("status").is_none(), "main endpoint ignores status with a subresource");
-        let status = store.patch_merge(&rollouts, "ns", "r", &json!({"status": {"phase": "Healthy"}}), true, Duration::ZERO).unwrap();
+        store
+            .create(
+                &rollouts,
+                "ns",
+                json!({"metadata": {"name": "r"}, "spec": {"replicas": 1}}),
+                Duration::ZERO,
+                0,
+            )
+            .unwrap();
+        let ignored = store
+            .patch_merge(
+                &rollouts,
+                "ns",
+                "r",
+                &json!({"status": {"phase": "Healthy"}}),
+                false,
+                Duration::ZERO,
+            )
+            .unwrap();
+        assert!(
+            ignored.get("status").is_none(),
+            "main endpoint ignores status with a subresource"
+        );
+        let status = store
+            .patch_merge(
+                &rollouts,
+                "ns",
+                "r",
+                &json!({"status": {"phase": "Healthy"}}),
+                true,
+                Duration::ZERO,
+            )
+            .unwrap();
         assert_eq!(status["status"]["phase"], "Healthy");
         assert_eq!(status["metadata"]["generation"], 1);
-        let spec = store.patch_merge(&rollouts, "ns", "r", &json!({"spec": {"replicas": 3}}), false, Duration::ZERO).unwrap();
+        let spec = store
+            .patch_merge(
+                &rollouts,
+                "ns",
+                "r",
+                &json!({"spec": {"replicas": 3}}),
+                false,
+                Duration::ZERO,
+            )
+            .unwrap();
         assert_eq!(spec["metadata"]["generation"], 2);
     }
 
@@ -614,13 +811,39 @@ mod tests {
         let mut store = Store::default();
         let k = kind("configmaps");
         for i in 0..5 {
-            store.create(&k, "ns", json!({"metadata": {"name": format!("c{i}")}}), Duration::ZERO, 0).unwrap();
+            store
+                .create(
+                    &k,
+                    "ns",
+                    json!({"metadata": {"name": format!("c{i}")}}),
+                    Duration::ZERO,
+                    0,
+                )
+                .unwrap();
         }
         let first = store.list(&k, &Filter::default(), Some(2), None).unwrap();
         store.delete(&k, "ns", "c3", Duration::ZERO).unwrap();
-        let second = store.list(&k, &Filter::default(), Some(2), first.continue_token.as_deref()).unwrap();
-        let third = store.list(&k, &Filter::default(), Some(2), second.continue_token.as_deref()).unwrap();
-        let names: Vec<_> = [first.items, second.items, third.items].concat().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
+        let second = store
+            .list(
+                &k,
+                &Filter::default(),
+                Some(2),
+                first.continue_token.as_deref(),
+            )
+            .unwrap();
+        let third = store
+            .list(
+                &k,
+                &Filter::default(),
+                Some(2),
+                second.continue_token.as_deref(),
+            )
+            .unwrap();
+        let names: Vec<_> = [first.items, second.items, third.items]
+            .concat()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
         assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
         assert_eq!(first.rv, second.rv);
         assert!(third.continue_token.is_none());
@@ -631,14 +854,50 @@ mod tests {
         let mut store = Store::default();
         let k = kind("configmaps");
         for i in 0..2 {
-            store.create(&k, "ns", json!({"metadata": {"name": format!("c{i}")}}), Duration::from_secs(i), 0).unwrap();
+            store
+                .create(
+                    &k,
+                    "ns",
+                    json!({"metadata": {"name": format!("c{i}")}}),
+                    Duration::from_secs(i),
+                    0,
+                )
+                .unwrap();
         }
         let first = store.list(&k, &Filter::default(), Some(1), None).unwrap();
-        store.create(&k, "ns", json!({"metadata": {"name": "c2"}}), Duration::from_secs(2), 0).unwrap();
-        store.patch_merge(&k, "ns", "c0", &json!({"data": {"a": "b"}}), false, Duration::from_secs(100)).unwrap();
+        store
+            .create(
+                &k,
+                "ns",
+                json!({"metadata": {"name": "c2"}}),
+                Duration::from_secs(2),
+                0,
+            )
+            .unwrap();
+        store
+            .patch_merge(
+                &k,
+                "ns",
+                "c0",
+                &json!({"data": {"a": "b"}}),
+                false,
+                Duration::from_secs(100),
+            )
+            .unwrap();
         store.compact(Duration::from_secs(100), Duration::from_secs(10));
         assert!(store.changes_after(1, &k.key()).is_err());
         assert_eq!(store.changes_after(3, &k.key()).unwrap().0.len(), 1);
-        assert_eq!(store.list(&k, &Filter::default(), Some(1), first.continue_token.as_deref()).unwrap_err().code, 410);
+        assert_eq!(
+            store
+                .list(
+                    &k,
+                    &Filter::default(),
+                    Some(1),
+                    first.continue_token.as_deref()
+                )
+                .unwrap_err()
+                .code,
+            410
+        );
     }
 }

@@ -57,7 +57,10 @@ impl End {
 /// The event a change produces for a watcher with `filter`, if any (selector transitions:
 /// starts matching → ADDED, stops matching → DELETED with the old body at the new RV).
 fn event_for(change: &Change, filter: &Filter) -> Option<(&'static str, Value)> {
-    let old = change.previous.as_ref().is_some_and(|p| filter.matches(&change.namespace, p));
+    let old = change
+        .previous
+        .as_ref()
+        .is_some_and(|p| filter.matches(&change.namespace, p));
     if change.change == ChangeType::Deleted {
         return old.then(|| ("DELETED", (*change.object).clone()));
     }
@@ -75,7 +78,8 @@ fn event_for(change: &Change, filter: &Filter) -> Option<(&'static str, Value)> 
 }
 
 fn line(event_type: &str, object: &Value) -> Bytes {
-    let mut text = serde_json::to_string(&json!({"type": event_type, "object": object})).expect("JSON values serialise");
+    let mut text = serde_json::to_string(&json!({"type": event_type, "object": object}))
+        .expect("JSON values serialise");
     text.push('\n');
     Bytes::from(text)
 }
@@ -85,7 +89,10 @@ fn bookmark(kind: &ResourceKind, rv: u64, initial_end: bool) -> Bytes {
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    line("BOOKMARK", &json!({"kind": kind.kind, "apiVersion": kind.api_version(), "metadata": metadata}))
+    line(
+        "BOOKMARK",
+        &json!({"kind": kind.kind, "apiVersion": kind.api_version(), "metadata": metadata}),
+    )
 }
 
 fn expired(rv: u64) -> Bytes {
@@ -106,10 +113,17 @@ impl Stream {
     /// Sends one line, applying the cut and slow-watcher knobs.
     async fn send(&self, bytes: Bytes) -> Result<(), End> {
         let knobs = self.server.knobs();
-        if knobs.cut_stream_rate > 0.0 && self.env.random_u64() % 1_000_000 < (knobs.cut_stream_rate * 1e6) as u64 {
+        if knobs.cut_stream_rate > 0.0
+            && self.env.random_u64() % 1_000_000 < (knobs.cut_stream_rate * 1e6) as u64
+        {
             let half = bytes.slice(..bytes.len() / 2);
             let _ = self.tx.send(Ok(half)).await;
-            let _ = self.tx.send(Err(std::io::Error::other("watch stream cut mid-line (fault)"))).await;
+            let _ = self
+                .tx
+                .send(Err(std::io::Error::other(
+                    "watch stream cut mid-line (fault)",
+                )))
+                .await;
             return Err(End::Cut);
         }
         if knobs.drop_slow_watchers {
@@ -132,7 +146,9 @@ impl Stream {
             _ => {
                 let (items, rv) = {
                     let store = self.server.store();
-                    let page = store.list(&request.kind, &request.filter, None, None).expect("an unpaged list of now cannot expire");
+                    let page = store
+                        .list(&request.kind, &request.filter, None, None)
+                        .expect("an unpaged list of now cannot expire");
                     (page.items, page.rv)
                 };
                 for item in items {
@@ -151,10 +167,16 @@ impl Stream {
         // kube-apiserver's cache watcher drops a bookmark whose RV is not newer than the
         // last RV the stream carried, so a quiet watch gets no bookmarks at all.
         let mut last_sent = cursor;
-        let interval = self.server.knobs().bookmark_interval.max(Duration::from_millis(100));
+        let interval = self
+            .server
+            .knobs()
+            .bookmark_interval
+            .max(Duration::from_millis(100));
         // kube-apiserver sends a bookmark 2 s before a watch's deadline (so the client can
         // resume from it) and none at the deadline itself; a watch shorter than 2 s gets none.
-        let pre_timeout = deadline.checked_sub(Duration::from_secs(2)).filter(|t| *t > started);
+        let pre_timeout = deadline
+            .checked_sub(Duration::from_secs(2))
+            .filter(|t| *t > started);
         let schedule = |from: Duration| match pre_timeout {
             Some(t) if from < t => (from + interval).min(t),
             _ => from + interval,
@@ -191,7 +213,11 @@ impl Stream {
                 }
                 next_bookmark = schedule(now);
             }
-            let wake = if request.bookmarks { next_bookmark.min(deadline) } else { deadline };
+            let wake = if request.bookmarks {
+                next_bookmark.min(deadline)
+            } else {
+                deadline
+            };
             tokio::select! {
                 biased;
                 _ = self.tx.closed() => return End::ClientGone,
@@ -203,10 +229,19 @@ impl Stream {
 }
 
 /// Runs one watch until it ends, writing NDJSON lines into `tx`.
-pub async fn serve(env: SharedEnv, server: Arc<ApiServer>, request: WatchRequest, tx: mpsc::Sender<Result<Bytes, std::io::Error>>) {
+pub async fn serve(
+    env: SharedEnv,
+    server: Arc<ApiServer>,
+    request: WatchRequest,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
     let resource = request.kind.plural.clone();
     let from = request.resource_version;
-    let stream = Stream { env: env.clone(), server, tx };
+    let stream = Stream {
+        env: env.clone(),
+        server,
+        tx,
+    };
     let end = stream.run(request).await;
     env.observe(Observation::new(
         "apiserver.watch_end",

@@ -41,12 +41,23 @@ pub struct Config {
 impl Default for Config {
     /// Reconcile every 10 s, keep 10 history entries, `argocd` namespace, port 8080.
     fn default() -> Self {
-        Config { reconcile_every: Duration::from_secs(10), history_limit: 10, namespace: NAMESPACE.into(), listen: "0.0.0.0:8080".into() }
+        Config {
+            reconcile_every: Duration::from_secs(10),
+            history_limit: 10,
+            namespace: NAMESPACE.into(),
+            listen: "0.0.0.0:8080".into(),
+        }
     }
 }
 
 /// The status Argo CD would report for `app` now, or `None` if its source is unusable.
-fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides, config: &Config, unix_ms: u64) -> Option<Value> {
+fn desired_status(
+    app: &DynamicObject,
+    git: &SharedGit,
+    health: &HealthOverrides,
+    config: &Config,
+    unix_ms: u64,
+) -> Option<Value> {
     let name = app.metadata.name.clone()?;
     let (repo, path) = source_of(app)?;
     let git = git.lock();
@@ -77,7 +88,11 @@ fn desired_status(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides
         next["sync"] = json!({"status": "Synced", "revision": synced_revision, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
     } else if automated {
         let head = head.clone();
-        let history = next.get("history").and_then(Value::as_array).cloned().unwrap_or_default();
+        let history = next
+            .get("history")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         let id = history.last().and_then(|h| h["id"].as_i64()).unwrap_or(-1) + 1;
         let mut history = history;
         history.push(json!({"id": id, "revision": head.sha, "deployedAt": now, "source": {"repoURL": repo, "path": path}}));
@@ -129,7 +144,11 @@ impl Inputs {
             let head_sha = git.head(&repo)?.sha.clone();
             git.last_change(&repo, &head_sha, &path)?.sha.clone()
         };
-        Some(Inputs { resource_version: app.metadata.resource_version.clone()?, path_head, health: health.get(app.metadata.name.as_deref()?) })
+        Some(Inputs {
+            resource_version: app.metadata.resource_version.clone()?,
+            path_head,
+            health: health.get(app.metadata.name.as_deref()?),
+        })
     }
 }
 
@@ -139,7 +158,15 @@ impl Inputs {
 type Quiet = BTreeMap<String, Inputs>;
 
 /// Reconciles once: every app, in name order, writing up to [`STATUS_PARALLELISM`] at once.
-async fn reconcile_all(env: &SharedEnv, api: &Api<DynamicObject>, store: &Store<DynamicObject>, git: &SharedGit, health: &HealthOverrides, config: &Config, quiet: &mut Quiet) {
+async fn reconcile_all(
+    env: &SharedEnv,
+    api: &Api<DynamicObject>,
+    store: &Store<DynamicObject>,
+    git: &SharedGit,
+    health: &HealthOverrides,
+    config: &Config,
+    quiet: &mut Quiet,
+) {
     use futures::StreamExt;
     let mut apps = store.state();
     apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -155,7 +182,11 @@ async fn reconcile_all(env: &SharedEnv, api: &Api<DynamicObject>, store: &Store<
                     return None;
                 }
             }
-            let refresh = app.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
+            let refresh = app
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
             let mut status = desired_status(app, git, health, config, env.unix_millis())?;
             let current = app.data.get("status").cloned().unwrap_or(json!({}));
             let mut unchanged = current.clone();
@@ -179,16 +210,30 @@ async fn reconcile_all(env: &SharedEnv, api: &Api<DynamicObject>, store: &Store<
     *quiet = still_quiet;
     futures::stream::iter(patches)
         .for_each_concurrent(STATUS_PARALLELISM, |(name, patch)| async move {
-            if let Err(e) = api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
-                env.observe(Observation::new("argocd.reconcile_error", json!({"app": name, "error": e.to_string()})));
+            if let Err(e) = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                env.observe(Observation::new(
+                    "argocd.reconcile_error",
+                    json!({"app": name, "error": e.to_string()}),
+                ));
             }
         })
         .await;
 }
 
 /// Runs the controller until the host stops: a reflector plus a periodic reconcile loop.
-pub async fn run(env: SharedEnv, client: kube::Client, store: Store<DynamicObject>, git: SharedGit, health: HealthOverrides, config: Config) {
-    let api: Api<DynamicObject> = Api::namespaced_with(client, &config.namespace, &super::application_resource());
+pub async fn run(
+    env: SharedEnv,
+    client: kube::Client,
+    store: Store<DynamicObject>,
+    git: SharedGit,
+    health: HealthOverrides,
+    config: Config,
+) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client, &config.namespace, &super::application_resource());
     let mut quiet = Quiet::new();
     loop {
         env.sleep(config.reconcile_every).await;

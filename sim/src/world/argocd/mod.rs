@@ -19,7 +19,11 @@ pub const NAMESPACE: &str = "argocd";
 
 /// The `Application` type for kube-rs dynamic APIs.
 pub fn application_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+    ))
 }
 
 /// Health each app's workload reports; the workload generator flips entries to simulate
@@ -40,14 +44,22 @@ impl HealthOverrides {
 
     /// The health `app`'s resources report now.
     pub fn get(&self, app: &str) -> String {
-        self.0.lock().expect("health lock poisoned").get(app).cloned().unwrap_or_else(|| "Healthy".into())
+        self.0
+            .lock()
+            .expect("health lock poisoned")
+            .get(app)
+            .cloned()
+            .unwrap_or_else(|| "Healthy".into())
     }
 }
 
 /// Reads an app's `spec.source` as (repoURL, path).
 pub fn source_of(app: &DynamicObject) -> Option<(String, String)> {
     let source = app.data.get("spec")?.get("source")?;
-    Some((source.get("repoURL")?.as_str()?.to_string(), source.get("path")?.as_str()?.to_string()))
+    Some((
+        source.get("repoURL")?.as_str()?.to_string(),
+        source.get("path")?.as_str()?.to_string(),
+    ))
 }
 
 /// The Kubernetes resources an app's manifests describe: (kind, name) per file.
@@ -55,7 +67,11 @@ pub fn resources_of(files: &BTreeMap<String, String>, app: &str) -> Vec<(String,
     let mut resources: Vec<(String, String)> = files
         .keys()
         .map(|file| {
-            let kind = if file.ends_with("service.yaml") { "Service" } else { "Deployment" };
+            let kind = if file.ends_with("service.yaml") {
+                "Service"
+            } else {
+                "Deployment"
+            };
             (kind.to_string(), app.to_string())
         })
         .collect();
@@ -78,14 +94,32 @@ pub async fn run(
     use kube::runtime::{reflector, watcher, WatchStreamExt};
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
-    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(client.clone(), &config.namespace, &application_resource());
+    let api: kube::Api<DynamicObject> =
+        kube::Api::namespaced_with(client.clone(), &config.namespace, &application_resource());
     let writer = reflector::store::Writer::new(application_resource());
     let store = writer.as_reader();
     let backoff = orrery_system::env::kube::SeededBackoff::new(env.clone());
-    tokio::spawn(watcher(api, watcher::Config::default()).backoff(backoff).reflect(writer).for_each(|_| async {}));
-    let server = server::Server { apps: store.clone(), git: git.clone(), token, namespace: config.namespace.clone() };
+    tokio::spawn(
+        watcher(api, watcher::Config::default())
+            .backoff(backoff)
+            .reflect(writer)
+            .for_each(|_| async {}),
+    );
+    let server = server::Server {
+        apps: store.clone(),
+        git: git.clone(),
+        token,
+        namespace: config.namespace.clone(),
+    };
     let listen = config.listen.clone();
-    tokio::spawn(controller::run(env.clone(), client, store, git, health, config));
+    tokio::spawn(controller::run(
+        env.clone(),
+        client,
+        store,
+        git,
+        health,
+        config,
+    ));
     let listener = env.listen(&listen).await?;
     orrery_system::env::http::serve(listener, move |req, _peer| {
         let server = server.clone();

@@ -35,9 +35,11 @@ pub struct Server {
     pub namespace: String,
 }
 
-
 fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
-    json(code, &json!({"error": message, "code": grpc, "message": message}))
+    json(
+        code,
+        &json!({"error": message, "code": grpc, "message": message}),
+    )
 }
 
 fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
@@ -53,9 +55,17 @@ fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
 impl Server {
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
-        let authorised = req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {}", self.token));
+        let authorised = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            == Some(&format!("Bearer {}", self.token));
         if !authorised {
-            return error(StatusCode::UNAUTHORIZED, 16, "invalid session: token is missing or wrong".into());
+            return error(
+                StatusCode::UNAUTHORIZED,
+                16,
+                "invalid session: token is missing or wrong".into(),
+            );
         }
         let params = query(&req);
         let path = req.uri().path().to_string();
@@ -63,17 +73,30 @@ impl Server {
         let ["api", "v1", "applications", name, rest @ ..] = segments.as_slice() else {
             return error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}"));
         };
-        let key = kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource()).within(&self.namespace);
+        let key =
+            kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource())
+                .within(&self.namespace);
         let Some(app) = self.apps.get(&key) else {
-            return error(StatusCode::NOT_FOUND, 5, format!("applications.argoproj.io \"{name}\" not found"));
+            return error(
+                StatusCode::NOT_FOUND,
+                5,
+                format!("applications.argoproj.io \"{name}\" not found"),
+            );
         };
         let Some((repo, app_path)) = source_of(&app) else {
-            return error(StatusCode::BAD_REQUEST, 3, format!("application {name} has no spec.source"));
+            return error(
+                StatusCode::BAD_REQUEST,
+                3,
+                format!("application {name} has no spec.source"),
+            );
         };
         let git = self.git.lock();
         let status = app.data.get("status").cloned().unwrap_or(json!({}));
         match rest {
-            [] => json(StatusCode::OK, &serde_json::to_value(&*app).unwrap_or(Value::Null)),
+            [] => json(
+                StatusCode::OK,
+                &serde_json::to_value(&*app).unwrap_or(Value::Null),
+            ),
             ["resource-tree"] => {
                 let nodes: Vec<Value> = status["resources"]
                     .as_array()
@@ -84,24 +107,57 @@ impl Server {
                 json(StatusCode::OK, &json!({"nodes": nodes}))
             }
             ["manifests"] => {
-                let revision = params.get("revision").cloned().or_else(|| git.head(&repo).map(|c| c.sha.clone())).unwrap_or_default();
+                let revision = params
+                    .get("revision")
+                    .cloned()
+                    .or_else(|| git.head(&repo).map(|c| c.sha.clone()))
+                    .unwrap_or_default();
                 match git.files_at(&repo, &revision, &app_path) {
-                    Some(files) => json(StatusCode::OK, &json!({"manifests": files.values().collect::<Vec<_>>(), "revision": revision})),
-                    None => error(StatusCode::NOT_FOUND, 5, format!("revision {revision} not found in {repo}")),
+                    Some(files) => json(
+                        StatusCode::OK,
+                        &json!({"manifests": files.values().collect::<Vec<_>>(), "revision": revision}),
+                    ),
+                    None => error(
+                        StatusCode::NOT_FOUND,
+                        5,
+                        format!("revision {revision} not found in {repo}"),
+                    ),
                 }
             }
             ["revisions", revision, "metadata"] => match git.commit_by_sha(&repo, revision) {
-                Some(c) => json(StatusCode::OK, &json!({"author": c.author, "date": rfc3339(c.unix_ms), "message": c.message})),
-                None => error(StatusCode::NOT_FOUND, 5, format!("revision {revision} not found in {repo}")),
+                Some(c) => json(
+                    StatusCode::OK,
+                    &json!({"author": c.author, "date": rfc3339(c.unix_ms), "message": c.message}),
+                ),
+                None => error(
+                    StatusCode::NOT_FOUND,
+                    5,
+                    format!("revision {revision} not found in {repo}"),
+                ),
             },
             ["resource"] => {
                 // Live = what was last deployed (the newest history entry), not what was compared.
-                let revision = status["history"].as_array().and_then(|h| h.last()).and_then(|h| h["revision"].as_str()).unwrap_or("");
+                let revision = status["history"]
+                    .as_array()
+                    .and_then(|h| h.last())
+                    .and_then(|h| h["revision"].as_str())
+                    .unwrap_or("");
                 let kind = params.get("kind").cloned().unwrap_or_default();
-                let file = if kind == "Service" { "service.yaml" } else { "deployment.yaml" };
-                match git.files_at(&repo, revision, &app_path).and_then(|f| f.get(&format!("{app_path}/{file}")).cloned()) {
+                let file = if kind == "Service" {
+                    "service.yaml"
+                } else {
+                    "deployment.yaml"
+                };
+                match git
+                    .files_at(&repo, revision, &app_path)
+                    .and_then(|f| f.get(&format!("{app_path}/{file}")).cloned())
+                {
                     Some(manifest) => json(StatusCode::OK, &json!({"manifest": manifest})),
-                    None => error(StatusCode::NOT_FOUND, 5, format!("{kind} of {name} is not live")),
+                    None => error(
+                        StatusCode::NOT_FOUND,
+                        5,
+                        format!("{kind} of {name} is not live"),
+                    ),
                 }
             }
             _ => error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}")),

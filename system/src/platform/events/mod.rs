@@ -18,8 +18,8 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::core::event::{Envelope, EventPayload};
 use crate::core::base64;
+use crate::core::event::{Envelope, EventPayload};
 use crate::env::http::{json, Body};
 use crate::env::{Observation, SharedEnv};
 use read_model::{AppState, ReadModel};
@@ -57,7 +57,11 @@ pub struct Platform {
 impl Platform {
     /// A platform with an empty read model.
     pub fn new(config: Config) -> Arc<Self> {
-        Arc::new(Platform { config, knobs: Mutex::new(Knobs::default()), read_model: Mutex::new(ReadModel::default()) })
+        Arc::new(Platform {
+            config,
+            knobs: Mutex::new(Knobs::default()),
+            read_model: Mutex::new(ReadModel::default()),
+        })
     }
 
     /// Changes the knobs (fault schedule).
@@ -72,7 +76,10 @@ impl Platform {
 
     /// Every app's reported state (what the query endpoint serves).
     pub fn apps(&self) -> BTreeMap<String, AppState> {
-        self.read_model.lock().expect("read model lock poisoned").snapshot()
+        self.read_model
+            .lock()
+            .expect("read model lock poisoned")
+            .snapshot()
     }
 
     /// (updated, duplicates, stale) counts of the projection.
@@ -93,9 +100,11 @@ pub struct Rejection {
 }
 
 fn reject(status: StatusCode, reason: impl Into<String>) -> Rejection {
-    Rejection { status, reason: reason.into() }
+    Rejection {
+        status,
+        reason: reason.into(),
+    }
 }
-
 
 /// An event accepted onto the bus.
 struct Accepted {
@@ -111,28 +120,73 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
         flate2::read::GzDecoder::new(body)
             .take(DECOMPRESSED_LIMIT_BYTES + 1)
             .read_to_end(&mut text)
-            .map_err(|e| reject(StatusCode::BAD_REQUEST, format!("body is not valid gzip: {e}")))?;
+            .map_err(|e| {
+                reject(
+                    StatusCode::BAD_REQUEST,
+                    format!("body is not valid gzip: {e}"),
+                )
+            })?;
         if text.len() as u64 > DECOMPRESSED_LIMIT_BYTES {
-            return Err(reject(StatusCode::PAYLOAD_TOO_LARGE, format!("decompressed body exceeds {DECOMPRESSED_LIMIT_BYTES} bytes")));
+            return Err(reject(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("decompressed body exceeds {DECOMPRESSED_LIMIT_BYTES} bytes"),
+            ));
         }
         text
     } else {
         body.to_vec()
     };
-    let envelope: Envelope = serde_json::from_slice(&json).map_err(|e| reject(StatusCode::BAD_REQUEST, format!("invalid event envelope: {e}")))?;
-    let object_json = base64::decode(&envelope.data.object).map_err(|e| reject(StatusCode::BAD_REQUEST, format!("data.object: {e}")))?;
-    let object: Value = serde_json::from_slice(&object_json).map_err(|e| reject(StatusCode::BAD_REQUEST, format!("data.object is not JSON: {e}")))?;
-    if object.pointer("/metadata/name").and_then(Value::as_str).is_none() {
-        return Err(reject(StatusCode::BAD_REQUEST, "data.object has no metadata.name"));
+    let envelope: Envelope = serde_json::from_slice(&json).map_err(|e| {
+        reject(
+            StatusCode::BAD_REQUEST,
+            format!("invalid event envelope: {e}"),
+        )
+    })?;
+    let object_json = base64::decode(&envelope.data.object)
+        .map_err(|e| reject(StatusCode::BAD_REQUEST, format!("data.object: {e}")))?;
+    let object: Value = serde_json::from_slice(&object_json).map_err(|e| {
+        reject(
+            StatusCode::BAD_REQUEST,
+            format!("data.object is not JSON: {e}"),
+        )
+    })?;
+    if object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .is_none()
+    {
+        return Err(reject(
+            StatusCode::BAD_REQUEST,
+            "data.object has no metadata.name",
+        ));
     }
-    Ok(Accepted { runtime: runtime.to_string(), payload: envelope.data, object })
+    Ok(Accepted {
+        runtime: runtime.to_string(),
+        payload: envelope.data,
+        object,
+    })
 }
 
 /// Projects one accepted event into the read model.
 fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
-    let name = event.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-    let namespace = event.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
-    let rv = event.object.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|r| r.parse().ok()).unwrap_or(0);
+    let name = event
+        .object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let namespace = event
+        .object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let rv = event
+        .object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
     let source = &event.payload.source;
     let state = AppState {
         resource_version: rv,
@@ -142,49 +196,90 @@ fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
         health_status: source.health_status.clone(),
         runtime: event.runtime,
     };
-    let applied = platform.read_model.lock().expect("read model lock poisoned").apply(&format!("{namespace}/{name}"), state);
+    let applied = platform
+        .read_model
+        .lock()
+        .expect("read model lock poisoned")
+        .apply(&format!("{namespace}/{name}"), state);
     env.observe(Observation::new(
         "platform.event",
         json!({"app": name, "rv": rv.to_string(), "deleted": event.payload.is_deletion(), "applied": format!("{applied:?}").to_lowercase()}),
     ));
 }
 
-async fn handle(env: SharedEnv, platform: Arc<Platform>, bus: mpsc::Sender<Accepted>, req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    env: SharedEnv,
+    platform: Arc<Platform>,
+    bus: mpsc::Sender<Accepted>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let knobs = platform.knobs();
     if !knobs.api_latency.is_zero() {
         env.sleep(knobs.api_latency).await;
     }
     match (req.method().as_str(), req.uri().path()) {
         ("GET", "/healthz") => json(StatusCode::OK, &json!({"status": "ok"})),
-        ("GET", "/2.0/api/apps") => json(StatusCode::OK, &serde_json::to_value(platform.apps()).unwrap_or(Value::Null)),
+        ("GET", "/2.0/api/apps") => json(
+            StatusCode::OK,
+            &serde_json::to_value(platform.apps()).unwrap_or(Value::Null),
+        ),
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
             Ok(event) => match bus.try_send(event) {
                 Ok(()) => json(StatusCode::OK, &json!({"status": "queued"})),
-                Err(_) => json(StatusCode::SERVICE_UNAVAILABLE, &json!({"error": "event bus is full, retry later"})),
+                Err(_) => json(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"error": "event bus is full, retry later"}),
+                ),
             },
             Err(rejection) => {
-                env.observe(Observation::new("platform.rejected", json!({"status": rejection.status.as_u16(), "reason": rejection.reason})));
+                env.observe(Observation::new(
+                    "platform.rejected",
+                    json!({"status": rejection.status.as_u16(), "reason": rejection.reason}),
+                ));
                 json(rejection.status, &json!({"error": rejection.reason}))
             }
         },
-        (method, path) => json(StatusCode::NOT_FOUND, &json!({"error": format!("no route for {method} {path}")})),
+        (method, path) => json(
+            StatusCode::NOT_FOUND,
+            &json!({"error": format!("no route for {method} {path}")}),
+        ),
     }
 }
 
 async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted, Rejection> {
-    let token = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let token = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let Some(runtime) = platform.config.tokens.get(&token).cloned() else {
-        return Err(reject(StatusCode::UNAUTHORIZED, "missing or unknown runtime token"));
+        return Err(reject(
+            StatusCode::UNAUTHORIZED,
+            "missing or unknown runtime token",
+        ));
     };
-    let gzip = req.headers().get("content-encoding").and_then(|v| v.to_str().ok()) == Some("gzip");
+    let gzip = req
+        .headers()
+        .get("content-encoding")
+        .and_then(|v| v.to_str().ok())
+        == Some("gzip");
     let body: Bytes = http_body_util::Limited::new(req.into_body(), BODY_LIMIT_BYTES)
         .collect()
         .await
         .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                reject(StatusCode::PAYLOAD_TOO_LARGE, format!("body exceeds {BODY_LIMIT_BYTES} bytes"))
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                reject(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("body exceeds {BODY_LIMIT_BYTES} bytes"),
+                )
             } else {
-                reject(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}"))
+                reject(
+                    StatusCode::BAD_REQUEST,
+                    format!("reading the body failed: {e}"),
+                )
             }
         })?
         .to_bytes();
@@ -198,7 +293,11 @@ pub async fn run(env: SharedEnv, platform: Arc<Platform>, addr: &str) -> std::io
 }
 
 /// Runs the events path on an already bound listener (real mode binds port 0 first).
-pub async fn serve(env: SharedEnv, platform: Arc<Platform>, listener: Box<dyn crate::env::Listener>) -> std::io::Result<()> {
+pub async fn serve(
+    env: SharedEnv,
+    platform: Arc<Platform>,
+    listener: Box<dyn crate::env::Listener>,
+) -> std::io::Result<()> {
     let (bus, mut events) = mpsc::channel::<Accepted>(platform.config.bus_capacity.max(1));
     let handler_env = env.clone();
     let handler_platform = platform.clone();
@@ -211,7 +310,10 @@ pub async fn serve(env: SharedEnv, platform: Arc<Platform>, listener: Box<dyn cr
             project(&handler_env, &handler_platform, event);
         }
     });
-    crate::env::http::serve(listener, move |req, _peer| handle(env.clone(), platform.clone(), bus.clone(), req)).await
+    crate::env::http::serve(listener, move |req, _peer| {
+        handle(env.clone(), platform.clone(), bus.clone(), req)
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -224,7 +326,11 @@ mod tests {
         let payload = EventPayload {
             timestamp: "t".into(),
             object: base64::encode(object.to_string().as_bytes()),
-            source: Source { sync_status: "Synced".into(), desired_manifest: "m".into(), ..Source::default() },
+            source: Source {
+                sync_status: "Synced".into(),
+                desired_manifest: "m".into(),
+                ..Source::default()
+            },
             errors: vec![],
             app_versions: Value::Null,
             idempotency_key: None,
@@ -240,15 +346,26 @@ mod tests {
 
     #[test]
     fn a_gzip_envelope_decodes_and_bad_bodies_are_refused_with_a_reason() {
-        let object = json!({"metadata": {"name": "a", "namespace": "argocd", "resourceVersion": "7"}});
+        let object =
+            json!({"metadata": {"name": "a", "namespace": "argocd", "resourceVersion": "7"}});
         let ok = decode("rt", true, &gzip(&payload(&object))).unwrap();
         assert_eq!(ok.object["metadata"]["name"], "a");
         let not_gzip = decode("rt", true, b"plain").err().unwrap();
         assert_eq!(not_gzip.status, StatusCode::BAD_REQUEST);
         assert!(not_gzip.reason.contains("gzip"), "{}", not_gzip.reason);
         let bad_json = decode("rt", false, b"{\"data\": 3}").err().unwrap();
-        assert!(bad_json.reason.contains("invalid event envelope"), "{}", bad_json.reason);
-        let nameless = decode("rt", false, &payload(&json!({"metadata": {}}))).err().unwrap();
-        assert!(nameless.reason.contains("metadata.name"), "{}", nameless.reason);
+        assert!(
+            bad_json.reason.contains("invalid event envelope"),
+            "{}",
+            bad_json.reason
+        );
+        let nameless = decode("rt", false, &payload(&json!({"metadata": {}})))
+            .err()
+            .unwrap();
+        assert!(
+            nameless.reason.contains("metadata.name"),
+            "{}",
+            nameless.reason
+        );
     }
 }

@@ -51,7 +51,12 @@ impl ReadModel {
     pub fn apply(&mut self, key: &str, state: AppState) -> Applied {
         let outcome = match self.apps.get(key) {
             Some(current) if current.resource_version > state.resource_version => Applied::Stale,
-            Some(current) if current.resource_version == state.resource_version && current.deleted == state.deleted => Applied::Duplicate,
+            Some(current)
+                if current.resource_version == state.resource_version
+                    && current.deleted == state.deleted =>
+            {
+                Applied::Duplicate
+            }
             _ => Applied::Updated,
         };
         match outcome {
@@ -76,7 +81,14 @@ mod tests {
     use super::*;
 
     fn state(rv: u64, sync: &str) -> AppState {
-        AppState { resource_version: rv, deleted: false, sync_status: sync.into(), revision: "r".into(), health_status: "Healthy".into(), runtime: "rt".into() }
+        AppState {
+            resource_version: rv,
+            deleted: false,
+            sync_status: sync.into(),
+            revision: "r".into(),
+            health_status: "Healthy".into(),
+            runtime: "rt".into(),
+        }
     }
 
     #[test]

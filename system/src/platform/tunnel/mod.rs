@@ -10,7 +10,9 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde_json::json;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request as WsRequest, Response as WsResponse};
+use tokio_tungstenite::tungstenite::handshake::server::{
+    ErrorResponse, Request as WsRequest, Response as WsResponse,
+};
 
 use crate::core::Variant;
 use crate::env::http::{json, Body};
@@ -80,13 +82,26 @@ pub struct TunnelServer {
 }
 
 /// Checks a registration: the token's runtime must be the one named.
-pub fn authorise(registry: &Registry, authorization: Option<&str>, name: Option<&str>) -> Result<String, Rejection> {
-    let token = authorization.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim).filter(|t| !t.is_empty()).ok_or(Rejection::MissingToken)?;
+pub fn authorise(
+    registry: &Registry,
+    authorization: Option<&str>,
+    name: Option<&str>,
+) -> Result<String, Rejection> {
+    let token = authorization
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or(Rejection::MissingToken)?;
     let runtime = registry.lookup(token).ok_or(Rejection::UnknownToken)?;
-    let name = name.filter(|n| n.contains('-') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')).ok_or(Rejection::BadName)?;
+    let name = name
+        .filter(|n| n.contains('-') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        .ok_or(Rejection::BadName)?;
     let owner = runtime.tunnel_name();
     if name != owner {
-        return Err(Rejection::ForeignName { claimed: name.to_string(), owner });
+        return Err(Rejection::ForeignName {
+            claimed: name.to_string(),
+            owner,
+        });
     }
     Ok(owner)
 }
@@ -108,7 +123,12 @@ impl TunnelServer {
 
     /// Names of runtimes with a live tunnel, sorted.
     pub fn connected(&self) -> Vec<String> {
-        self.tunnels.lock().expect("tunnels lock").keys().cloned().collect()
+        self.tunnels
+            .lock()
+            .expect("tunnels lock")
+            .keys()
+            .cloned()
+            .collect()
     }
 
     fn next_request_id(&self) -> u64 {
@@ -119,15 +139,27 @@ impl TunnelServer {
 
     /// Forwards `request` to runtime `name` through its tunnel and returns its answer, or a
     /// clear 502/503/504 within the configured deadline.
-    pub async fn forward(&self, env: &SharedEnv, name: &str, mut request: Request<Body>) -> Response<Body> {
-        let tunnel = self.tunnels.lock().expect("tunnels lock").get(name).map(|t| (t.generation, t.send.clone()));
+    pub async fn forward(
+        &self,
+        env: &SharedEnv,
+        name: &str,
+        mut request: Request<Body>,
+    ) -> Response<Body> {
+        let tunnel = self
+            .tunnels
+            .lock()
+            .expect("tunnels lock")
+            .get(name)
+            .map(|t| (t.generation, t.send.clone()));
         let Some((generation, mut send)) = tunnel else {
             return unavailable(name);
         };
         if !request.headers().contains_key(tunnel::REQUEST_ID_HEADER) {
             let id = format!("{name}-{}", self.next_request_id());
             if let Ok(value) = id.parse() {
-                request.headers_mut().insert(tunnel::REQUEST_ID_HEADER, value);
+                request
+                    .headers_mut()
+                    .insert(tunnel::REQUEST_ID_HEADER, value);
             }
         }
         let deadline = self.config.request_deadline;
@@ -160,19 +192,32 @@ impl TunnelServer {
 
     fn drop_tunnel(&self, env: &SharedEnv, name: &str, generation: u64, why: &str) {
         let mut tunnels = self.tunnels.lock().expect("tunnels lock");
-        if tunnels.get(name).is_some_and(|t| t.generation == generation) {
+        if tunnels
+            .get(name)
+            .is_some_and(|t| t.generation == generation)
+        {
             tunnels.remove(name);
-            env.observe(Observation::new("tunnel.server_down", json!({"runtime": name, "generation": generation, "why": why})));
+            env.observe(Observation::new(
+                "tunnel.server_down",
+                json!({"runtime": name, "generation": generation, "why": why}),
+            ));
         }
     }
 }
 
 fn unavailable(name: &str) -> Response<Body> {
-    json(StatusCode::SERVICE_UNAVAILABLE, &json!({"error": format!("runtime unreachable: runtime {name} has no tunnel")}))
+    json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({"error": format!("runtime unreachable: runtime {name} has no tunnel")}),
+    )
 }
 
 /// Accepts tunnels on `listener` until it fails; each connection runs in its own task.
-pub async fn serve(env: SharedEnv, server: Arc<TunnelServer>, mut listener: Box<dyn Listener>) -> std::io::Result<()> {
+pub async fn serve(
+    env: SharedEnv,
+    server: Arc<TunnelServer>,
+    mut listener: Box<dyn Listener>,
+) -> std::io::Result<()> {
     loop {
         let (stream, peer) = listener.accept().await?;
         tokio::spawn(connection(env.clone(), server.clone(), stream, peer));
@@ -185,12 +230,23 @@ pub async fn run(env: SharedEnv, server: Arc<TunnelServer>, addr: &str) -> std::
     serve(env, server, listener).await
 }
 
-async fn connection(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::env::BoxStream, peer: String) {
+async fn connection(
+    env: SharedEnv,
+    server: Arc<TunnelServer>,
+    stream: crate::env::BoxStream,
+    peer: String,
+) {
     let mut stream: crate::env::BoxStream = match &server.config.tls {
-        Some(tls) => match tokio_rustls::TlsAcceptor::from(tls.clone()).accept(stream).await {
+        Some(tls) => match tokio_rustls::TlsAcceptor::from(tls.clone())
+            .accept(stream)
+            .await
+        {
             Ok(tls_stream) => Box::new(tls_stream),
             Err(error) => {
-                env.observe(Observation::new("tunnel.tls_failed", json!({"peer": peer, "error": error.to_string()})));
+                env.observe(Observation::new(
+                    "tunnel.tls_failed",
+                    json!({"peer": peer, "error": error.to_string()}),
+                ));
                 return;
             }
         },
@@ -210,14 +266,22 @@ async fn connection(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::en
         // that honour it come back spread out at the rate the server can take them.
         let retry_after = {
             let now = env.elapsed();
-            let cost = server.config.registration_cost.max(Duration::from_millis(1));
+            let cost = server
+                .config
+                .registration_cost
+                .max(Duration::from_millis(1));
             let backlog = cost.saturating_mul(server.config.max_pending_registrations as u32);
             let mut slot = server.next_slot.lock().expect("slot lock");
             *slot = (*slot).max(now + backlog) + cost;
             *slot - now
         };
-        env.observe(Observation::new("tunnel.server_busy", json!({"peer": peer, "retry_after_ms": retry_after.as_millis() as u64})));
-        let body = json!({"error": "tunnel server busy: too many registrations in progress, retry later"}).to_string();
+        env.observe(Observation::new(
+            "tunnel.server_busy",
+            json!({"peer": peer, "retry_after_ms": retry_after.as_millis() as u64}),
+        ));
+        let body =
+            json!({"error": "tunnel server busy: too many registrations in progress, retry later"})
+                .to_string();
         let refusal = format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {}\r\n{}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             retry_after.as_secs().max(1),
@@ -237,29 +301,47 @@ async fn connection(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::en
     registration(env, server.clone(), stream, peer).await;
 }
 
-async fn registration(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::env::BoxStream, peer: String) {
+async fn registration(
+    env: SharedEnv,
+    server: Arc<TunnelServer>,
+    stream: crate::env::BoxStream,
+    peer: String,
+) {
     let release = |server: &TunnelServer| *server.pending.lock().expect("pending lock") -= 1;
     let accepted: Arc<Mutex<Option<Result<String, Rejection>>>> = Arc::default();
     let verdict = accepted.clone();
     let registry = server.registry.clone();
-    let callback = move |request: &WsRequest, response: WsResponse| -> Result<WsResponse, ErrorResponse> {
+    let callback = move |request: &WsRequest,
+                         response: WsResponse|
+          -> Result<WsResponse, ErrorResponse> {
         let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
         let result = if request.uri().path() != tunnel::PATH {
             Err(Rejection::WrongPath(request.uri().path().to_string()))
         } else {
-            authorise(&registry, header("authorization"), header(tunnel::RUNTIME_HEADER))
+            authorise(
+                &registry,
+                header("authorization"),
+                header(tunnel::RUNTIME_HEADER),
+            )
         };
         *verdict.lock().expect("verdict lock") = Some(result.clone());
         match result {
             Ok(_) => Ok(response),
             Err(rejection) => {
-                let mut refusal = ErrorResponse::new(Some(json!({"error": rejection.to_string()}).to_string()));
-                *refusal.status_mut() = StatusCode::from_u16(rejection.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+                let mut refusal =
+                    ErrorResponse::new(Some(json!({"error": rejection.to_string()}).to_string()));
+                *refusal.status_mut() =
+                    StatusCode::from_u16(rejection.status()).unwrap_or(StatusCode::UNAUTHORIZED);
                 Err(refusal)
             }
         }
     };
-    let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(tunnel::ws_config())).await;
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(
+        stream,
+        callback,
+        Some(tunnel::ws_config()),
+    )
+    .await;
     release(&server);
     let verdict = accepted.lock().expect("verdict lock").take();
     let (ws, name) = match (handshake, verdict) {
@@ -267,11 +349,17 @@ async fn registration(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::
         (_, Some(Err(rejection))) => {
             // Logged with its reason: a refused runtime is an operator's problem to see.
             eprintln!("tunnel: refused {peer}: {rejection}");
-            env.observe(Observation::new("tunnel.rejected", json!({"peer": peer, "reason": rejection.to_string()})));
+            env.observe(Observation::new(
+                "tunnel.rejected",
+                json!({"peer": peer, "reason": rejection.to_string()}),
+            ));
             return;
         }
         (Err(error), _) => {
-            env.observe(Observation::new("tunnel.handshake_failed", json!({"peer": peer, "error": error.to_string()})));
+            env.observe(Observation::new(
+                "tunnel.handshake_failed",
+                json!({"peer": peer, "error": error.to_string()}),
+            ));
             return;
         }
         (Ok(_), None) => return,
@@ -286,7 +374,10 @@ async fn registration(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::
     let (send, h2) = match handshake {
         Ok(parts) => parts,
         Err(error) => {
-            env.observe(Observation::new("tunnel.handshake_failed", json!({"peer": peer, "error": error.to_string()})));
+            env.observe(Observation::new(
+                "tunnel.handshake_failed",
+                json!({"peer": peer, "error": error.to_string()}),
+            ));
             return;
         }
     };
@@ -296,8 +387,15 @@ async fn registration(env: SharedEnv, server: Arc<TunnelServer>, stream: crate::
         *g
     };
     // A newer tunnel for the same runtime replaces the old one (the old one drains).
-    server.tunnels.lock().expect("tunnels lock").insert(name.clone(), Tunnel { generation, send });
-    env.observe(Observation::new("tunnel.server_up", json!({"runtime": name, "generation": generation})));
+    server
+        .tunnels
+        .lock()
+        .expect("tunnels lock")
+        .insert(name.clone(), Tunnel { generation, send });
+    env.observe(Observation::new(
+        "tunnel.server_up",
+        json!({"runtime": name, "generation": generation}),
+    ));
     let outcome = h2.await;
     let why = match outcome {
         Ok(()) => "closed".to_string(),

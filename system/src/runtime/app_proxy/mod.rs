@@ -66,7 +66,10 @@ pub struct AppProxy {
 
 /// The Argo Workflows `Workflow` type.
 pub fn workflow_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Workflow"), "workflows")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Workflow"),
+        "workflows",
+    )
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
@@ -78,51 +81,129 @@ impl AppProxy {
     pub fn new(env: SharedEnv, config: Config) -> Arc<Self> {
         let kube = crate::env::kube::client(env.clone(), &config.kube);
         let http = crate::env::http::client(env.clone(), Duration::from_secs(30));
-        Arc::new(AppProxy { env, config, http, kube, grants: Mutex::default() })
+        Arc::new(AppProxy {
+            env,
+            config,
+            http,
+            kube,
+            grants: Mutex::default(),
+        })
     }
 
-    async fn call(&self, method: &str, url: String, headers: &[(&str, &str)], body: Option<Value>) -> Result<(u16, Value), String> {
+    async fn call(
+        &self,
+        method: &str,
+        url: String,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> Result<(u16, Value), String> {
         let mut request = Request::builder().method(method).uri(url);
         for (k, v) in headers {
             request = request.header(*k, *v);
         }
         let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let request = request.header("content-type", "application/json").body(Full::new(body)).map_err(|e| e.to_string())?;
-        let response = self.http.request(request).await.map_err(|e| e.to_string())?;
+        let request = request
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+            .map_err(|e| e.to_string())?;
+        let response = self
+            .http
+            .request(request)
+            .await
+            .map_err(|e| e.to_string())?;
         let status = response.status().as_u16();
-        let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
     }
 
     /// Who the caller is and whether they may do `operation`: `Ok(user)` or the error answer.
-    async fn authorise(&self, request: &Request<Incoming>, operation: &str) -> Result<String, Response<Body>> {
-        let token = request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::trim).unwrap_or("");
+    async fn authorise(
+        &self,
+        request: &Request<Incoming>,
+        operation: &str,
+    ) -> Result<String, Response<Body>> {
+        let token = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .unwrap_or("");
         if token.is_empty() {
-            return Err(error(StatusCode::UNAUTHORIZED, "missing user token (Authorization: Bearer <token>)"));
+            return Err(error(
+                StatusCode::UNAUTHORIZED,
+                "missing user token (Authorization: Bearer <token>)",
+            ));
         }
         let now = self.env.elapsed();
-        let cached = self.grants.lock().expect("grants lock").get(token).filter(|g| now.saturating_sub(g.fetched) < self.config.permissions_ttl).cloned();
+        let cached = self
+            .grants
+            .lock()
+            .expect("grants lock")
+            .get(token)
+            .filter(|g| now.saturating_sub(g.fetched) < self.config.permissions_ttl)
+            .cloned();
         let grant = match cached {
             Some(grant) => grant,
             None => {
                 let url = format!("http://{}/api/permissions", self.config.platform_addr);
                 let (status, answer) = self
-                    .call("GET", url, &[("authorization", &format!("Bearer {token}"))], None)
+                    .call(
+                        "GET",
+                        url,
+                        &[("authorization", &format!("Bearer {token}"))],
+                        None,
+                    )
                     .await
-                    .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("cannot reach the platform for permissions: {e}")))?;
+                    .map_err(|e| {
+                        error(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("cannot reach the platform for permissions: {e}"),
+                        )
+                    })?;
                 match status {
                     200 => {}
                     401 => return Err(error(StatusCode::UNAUTHORIZED, "unknown user token")),
-                    other => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("the platform answered {other} for permissions"))),
+                    other => {
+                        return Err(error(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("the platform answered {other} for permissions"),
+                        ))
+                    }
                 }
-                let allow = answer["allow"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default();
-                let grant = Grant { user: answer["user"].as_str().unwrap_or("").to_string(), allow, fetched: now };
-                self.grants.lock().expect("grants lock").insert(token.to_string(), grant.clone());
+                let allow = answer["allow"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let grant = Grant {
+                    user: answer["user"].as_str().unwrap_or("").to_string(),
+                    allow,
+                    fetched: now,
+                };
+                self.grants
+                    .lock()
+                    .expect("grants lock")
+                    .insert(token.to_string(), grant.clone());
                 grant
             }
         };
         if !grant.allow.iter().any(|a| a == operation) {
-            return Err(error(StatusCode::FORBIDDEN, format!("user {} may not {operation}", grant.user)));
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                format!("user {} may not {operation}", grant.user),
+            ));
         }
         Ok(grant.user)
     }
@@ -137,10 +218,24 @@ impl AppProxy {
                 if let Err(refusal) = self.authorise(&request, "repositories:list").await {
                     return refusal;
                 }
-                match self.call("GET", format!("http://{}/api/repos", self.config.git_addr), &[], None).await {
+                match self
+                    .call(
+                        "GET",
+                        format!("http://{}/api/repos", self.config.git_addr),
+                        &[],
+                        None,
+                    )
+                    .await
+                {
                     Ok((200, answer)) => json(StatusCode::OK, &answer),
-                    Ok((status, answer)) => error(StatusCode::BAD_GATEWAY, format!("the Git provider answered {status}: {answer}")),
-                    Err(e) => error(StatusCode::BAD_GATEWAY, format!("cannot reach the Git provider: {e}")),
+                    Ok((status, answer)) => error(
+                        StatusCode::BAD_GATEWAY,
+                        format!("the Git provider answered {status}: {answer}"),
+                    ),
+                    Err(e) => error(
+                        StatusCode::BAD_GATEWAY,
+                        format!("cannot reach the Git provider: {e}"),
+                    ),
                 }
             }
             ("POST", ["app-proxy", "api", "applications", "commit"]) => {
@@ -148,38 +243,85 @@ impl AppProxy {
                     Ok(user) => user,
                     Err(refusal) => return refusal,
                 };
-                let body = match http_body_util::Limited::new(request.into_body(), BODY_LIMIT).collect().await {
+                let body = match http_body_util::Limited::new(request.into_body(), BODY_LIMIT)
+                    .collect()
+                    .await
+                {
                     Ok(collected) => collected.to_bytes(),
-                    Err(e) => return error(StatusCode::BAD_REQUEST, format!("reading the body: {e}")),
+                    Err(e) => {
+                        return error(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
+                    }
                 };
                 let parsed: Value = match serde_json::from_slice(&body) {
                     Ok(v) => v,
-                    Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+                    Err(e) => {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            format!("the body is not JSON: {e}"),
+                        )
+                    }
                 };
-                let field = |name: &str| parsed[name].as_str().filter(|s| !s.is_empty()).map(str::to_string);
-                let (Some(repo), Some(path), Some(content)) = (field("repo"), field("path"), field("content")) else {
+                let field = |name: &str| {
+                    parsed[name]
+                        .as_str()
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                };
+                let (Some(repo), Some(path), Some(content)) =
+                    (field("repo"), field("path"), field("content"))
+                else {
                     return error(StatusCode::BAD_REQUEST, "want {\"repo\", \"path\", \"content\", \"message\"} with non-empty repo, path and content");
                 };
                 let commit = json!({"repo": repo, "path": path, "content": content, "message": field("message").unwrap_or_else(|| format!("update {path}")), "author": user});
-                match self.call("POST", format!("http://{}/api/commits", self.config.git_addr), &[], Some(commit)).await {
+                match self
+                    .call(
+                        "POST",
+                        format!("http://{}/api/commits", self.config.git_addr),
+                        &[],
+                        Some(commit),
+                    )
+                    .await
+                {
                     Ok((201, answer)) => json(StatusCode::CREATED, &answer),
-                    Ok((status, answer)) => error(StatusCode::BAD_GATEWAY, format!("the Git provider answered {status}: {answer}")),
-                    Err(e) => error(StatusCode::BAD_GATEWAY, format!("cannot reach the Git provider: {e}")),
+                    Ok((status, answer)) => error(
+                        StatusCode::BAD_GATEWAY,
+                        format!("the Git provider answered {status}: {answer}"),
+                    ),
+                    Err(e) => error(
+                        StatusCode::BAD_GATEWAY,
+                        format!("cannot reach the Git provider: {e}"),
+                    ),
                 }
             }
             ("POST", ["app-proxy", "api", "workflows", namespace, name, "terminate"]) => {
                 if let Err(refusal) = self.authorise(&request, "workflows:terminate").await {
                     return refusal;
                 }
-                let api: Api<DynamicObject> = Api::namespaced_with(self.kube.clone(), namespace, &workflow_resource());
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.kube.clone(), namespace, &workflow_resource());
                 let patch = json!({"spec": {"shutdown": "Terminate"}});
-                match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    Ok(_) => json(StatusCode::OK, &json!({"workflow": format!("{namespace}/{name}"), "shutdown": "Terminate"})),
-                    Err(kube::Error::Api(status)) if status.code == 404 => error(StatusCode::NOT_FOUND, format!("no workflow {namespace}/{name}")),
-                    Err(e) => error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API refused the patch: {e}")),
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => json(
+                        StatusCode::OK,
+                        &json!({"workflow": format!("{namespace}/{name}"), "shutdown": "Terminate"}),
+                    ),
+                    Err(kube::Error::Api(status)) if status.code == 404 => error(
+                        StatusCode::NOT_FOUND,
+                        format!("no workflow {namespace}/{name}"),
+                    ),
+                    Err(e) => error(
+                        StatusCode::BAD_GATEWAY,
+                        format!("the Kubernetes API refused the patch: {e}"),
+                    ),
                 }
             }
-            _ => error(StatusCode::NOT_FOUND, format!("no app-proxy route for {path}")),
+            _ => error(
+                StatusCode::NOT_FOUND,
+                format!("no app-proxy route for {path}"),
+            ),
         }
     }
 }

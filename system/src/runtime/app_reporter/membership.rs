@@ -32,18 +32,35 @@ pub async fn run(replica: Arc<Replica>, client: kube::Client) {
             "metadata": {"name": name},
             "spec": {"holderIdentity": replica.me, "leaseDurationSeconds": duration_s, "renewTime": rfc3339_micros(now_ms)},
         });
-        let renewed = leases.patch(&name, &PatchParams::apply("app-reporter").force(), &Patch::Apply(lease)).await;
+        let renewed = leases
+            .patch(
+                &name,
+                &PatchParams::apply("app-reporter").force(),
+                &Patch::Apply(lease),
+            )
+            .await;
         match leases.list(&ListParams::default()).await {
             Ok(list) if renewed.is_ok() => {
                 last_renewed = replica.env.elapsed();
                 let mut members: Vec<String> = list
                     .items
                     .iter()
-                    .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with(PREFIX)))
+                    .filter(|l| {
+                        l.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(PREFIX))
+                    })
                     .filter_map(|l| {
                         let spec = l.spec.as_ref()?;
-                        let renew = parse_rfc3339(&serde_json::to_value(spec.renew_time.as_ref()?).ok()?.as_str()?.to_string())?;
-                        let live = renew + u64::try_from(spec.lease_duration_seconds?).ok()? * 1000 > now_ms;
+                        let renew = parse_rfc3339(
+                            &serde_json::to_value(spec.renew_time.as_ref()?)
+                                .ok()?
+                                .as_str()?
+                                .to_string(),
+                        )?;
+                        let live = renew + u64::try_from(spec.lease_duration_seconds?).ok()? * 1000
+                            > now_ms;
                         live.then(|| spec.holder_identity.clone()).flatten()
                     })
                     .collect();
@@ -54,8 +71,13 @@ pub async fn run(replica: Arc<Replica>, client: kube::Client) {
             _ => {
                 // Cannot renew: once our lease has expired others own our apps, so stop
                 // reporting what we can no longer prove we own.
-                replica.env.observe(Observation::new("reporter.lease_error", json!({"replica": replica.me})));
-                if replica.env.elapsed().saturating_sub(last_renewed) > replica.config.lease_duration {
+                replica.env.observe(Observation::new(
+                    "reporter.lease_error",
+                    json!({"replica": replica.me}),
+                ));
+                if replica.env.elapsed().saturating_sub(last_renewed)
+                    > replica.config.lease_duration
+                {
                     update(&replica, Vec::new());
                 }
             }
@@ -76,7 +98,9 @@ fn update(replica: &Replica, members: Vec<String>) {
     {
         let mut state = replica.state();
         for app in &apps {
-            let Some(name) = app.metadata.name.as_deref() else { continue };
+            let Some(name) = app.metadata.name.as_deref() else {
+                continue;
+            };
             let was = shard::rendezvous_owner(name, &previous) == Some(replica.me.as_str());
             let is = shard::rendezvous_owner(name, &members) == Some(replica.me.as_str());
             if is && !was {
@@ -88,6 +112,9 @@ fn update(replica: &Replica, members: Vec<String>) {
         }
         state.members = members.clone();
     }
-    replica.env.observe(Observation::new("reporter.membership", json!({"replica": replica.me, "members": members, "gained": gained})));
+    replica.env.observe(Observation::new(
+        "reporter.membership",
+        json!({"replica": replica.me, "members": members, "gained": gained}),
+    ));
     replica.wake.notify_waiters();
 }

@@ -118,7 +118,11 @@ impl Config {
 
 /// The `Application` type for kube-rs dynamic APIs.
 pub fn application_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+    ))
 }
 
 /// One queued faithful event: the app as it was when the event arrived.
@@ -174,7 +178,9 @@ impl Replica {
     fn owns(&self, app: &str) -> bool {
         match self.config.variant {
             Variant::Faithful => shard::faithful_owns(app, self.shard, self.config.replicas),
-            Variant::Hardened => shard::rendezvous_owner(app, &self.state().members) == Some(self.me.as_str()),
+            Variant::Hardened => {
+                shard::rendezvous_owner(app, &self.state().members) == Some(self.me.as_str())
+            }
         }
     }
 
@@ -189,14 +195,19 @@ impl Replica {
 
     /// A watch event for `app`: queue it if ours.
     fn on_change(&self, app: Arc<DynamicObject>, deleted: bool) {
-        let Some(name) = app.metadata.name.clone() else { return };
+        let Some(name) = app.metadata.name.clone() else {
+            return;
+        };
         if !self.owns(&name) {
             return;
         }
         let mut state = self.state();
         state.counters.enqueued += 1;
         let pushed = match self.config.variant {
-            Variant::Faithful => state.faithful.push(Item { app: app.clone(), deleted }),
+            Variant::Faithful => state.faithful.push(Item {
+                app: app.clone(),
+                deleted,
+            }),
             Variant::Hardened => {
                 if deleted {
                     state.tombstones.insert(name.clone(), app.clone());
@@ -227,7 +238,8 @@ pub async fn run(env: SharedEnv, config: Config) {
     let me = env.identity().host.clone();
     let shard = config.shard.or(env.identity().ordinal);
     let client = crate::env::kube::client(env.clone(), &config.apiserver);
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &config.namespace, &application_resource());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &config.namespace, &application_resource());
     let writer = reflector::store::Writer::new(application_resource());
     let store = writer.as_reader();
     let replica = Arc::new(Replica {
@@ -253,15 +265,25 @@ pub async fn run(env: SharedEnv, config: Config) {
 
     let watched = replica.clone();
     let backoff = SeededBackoff::new(env.clone());
-    tokio::spawn(watcher(api, watcher::Config::default()).backoff(backoff).reflect(writer).for_each(move |event| {
-        match event {
-            Ok(watcher::Event::InitApply(app)) | Ok(watcher::Event::Apply(app)) => watched.on_change(Arc::new(app), false),
-            Ok(watcher::Event::Delete(app)) => watched.on_change(Arc::new(app), true),
-            Ok(_) => {}
-            Err(e) => watched.env.observe(Observation::new("reporter.watch_error", json!({"replica": watched.me, "error": e.to_string()}))),
-        }
-        async {}
-    }));
+    tokio::spawn(
+        watcher(api, watcher::Config::default())
+            .backoff(backoff)
+            .reflect(writer)
+            .for_each(move |event| {
+                match event {
+                    Ok(watcher::Event::InitApply(app)) | Ok(watcher::Event::Apply(app)) => {
+                        watched.on_change(Arc::new(app), false)
+                    }
+                    Ok(watcher::Event::Delete(app)) => watched.on_change(Arc::new(app), true),
+                    Ok(_) => {}
+                    Err(e) => watched.env.observe(Observation::new(
+                        "reporter.watch_error",
+                        json!({"replica": watched.me, "error": e.to_string()}),
+                    )),
+                }
+                async {}
+            }),
+    );
 
     let workers = match replica.config.variant {
         Variant::Faithful => 1, // one consumer, as the real reporter
@@ -277,7 +299,10 @@ pub async fn run(env: SharedEnv, config: Config) {
     }
     tokio::spawn(report_queue(replica.clone()));
     if let Err(e) = serve::run(replica.clone()).await {
-        env.observe(Observation::new("reporter.serve_error", json!({"replica": me, "error": e.to_string()})));
+        env.observe(Observation::new(
+            "reporter.serve_error",
+            json!({"replica": me, "error": e.to_string()}),
+        ));
     }
     std::future::pending::<()>().await;
 }
@@ -317,19 +342,35 @@ async fn next(replica: &Replica) -> Work {
             match replica.config.variant {
                 Variant::Faithful => {
                     if let Some(item) = state.faithful.pop() {
-                        return Work { app: item.app, deleted: item.deleted, hardened_name: None, force: false };
+                        return Work {
+                            app: item.app,
+                            deleted: item.deleted,
+                            hardened_name: None,
+                            force: false,
+                        };
                     }
                 }
                 Variant::Hardened => {
                     while let Some(name) = state.hardened.pop() {
                         // Level-based: process the latest state, or the tombstone of a deleted app.
-                        let key = reflector::ObjectRef::new_with(&name, application_resource()).within(&replica.config.namespace);
+                        let key = reflector::ObjectRef::new_with(&name, application_resource())
+                            .within(&replica.config.namespace);
                         let force = state.forced.remove(&name);
                         if let Some(app) = replica.store.get(&key) {
-                            return Work { app, deleted: false, hardened_name: Some(name), force };
+                            return Work {
+                                app,
+                                deleted: false,
+                                hardened_name: Some(name),
+                                force,
+                            };
                         }
                         if let Some(app) = state.tombstones.get(&name).cloned() {
-                            return Work { app, deleted: true, hardened_name: Some(name), force };
+                            return Work {
+                                app,
+                                deleted: true,
+                                hardened_name: Some(name),
+                                force,
+                            };
                         }
                         state.hardened.done(&name); // neither live nor deleted-and-known: nothing to say
                     }
@@ -342,15 +383,28 @@ async fn next(replica: &Replica) -> Work {
 
 async fn worker(replica: Arc<Replica>, processor: Arc<process::Processor>) {
     loop {
-        let Work { app, deleted, hardened_name, force } = next(&replica).await;
+        let Work {
+            app,
+            deleted,
+            hardened_name,
+            force,
+        } = next(&replica).await;
         let started = replica.env.elapsed();
         let budget = Duration::from_secs(120); // one app at a time with a 2-minute budget
-        let outcome = tokio::time::timeout(budget, processor.process(&app, deleted, force, replica.config.variant)).await.unwrap_or(process::Outcome::DeliveryFailed);
+        let outcome = tokio::time::timeout(
+            budget,
+            processor.process(&app, deleted, force, replica.config.variant),
+        )
+        .await
+        .unwrap_or(process::Outcome::DeliveryFailed);
         let elapsed_ms = replica.env.elapsed().saturating_sub(started).as_millis() as u64;
         let mut state = replica.state();
         let counters = &mut state.counters;
         counters.duration_sum_ms += elapsed_ms;
-        let bucket = serve::DURATION_BUCKETS.iter().position(|b| elapsed_ms as f64 <= b * 1000.0).unwrap_or(serve::DURATION_BUCKETS.len());
+        let bucket = serve::DURATION_BUCKETS
+            .iter()
+            .position(|b| elapsed_ms as f64 <= b * 1000.0)
+            .unwrap_or(serve::DURATION_BUCKETS.len());
         counters.duration_buckets[bucket] += 1;
         match outcome {
             process::Outcome::Sent { payload_error } => {

@@ -42,7 +42,9 @@ pub struct Processor {
 /// The gzip JSON envelope `{"data": payload}` the events API accepts.
 pub fn encode_event(payload: &EventPayload) -> std::io::Result<Bytes> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    encoder.write_all(&serde_json::to_vec(&json!({"data": payload})).map_err(std::io::Error::other)?)?;
+    encoder.write_all(
+        &serde_json::to_vec(&json!({"data": payload})).map_err(std::io::Error::other)?,
+    )?;
     Ok(Bytes::from(encoder.finish()?))
 }
 
@@ -67,7 +69,11 @@ pub fn dedup_digest(app: &DynamicObject) -> String {
 }
 
 fn text(value: &Value, pointer: &str) -> String {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or("").to_string()
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
 }
 
 impl Processor {
@@ -83,23 +89,40 @@ impl Processor {
 
     async fn argocd(&self, path: &str) -> Result<Value, String> {
         let request = Request::get(format!("http://{}{path}", self.config.argocd_addr))
-            .header("authorization", format!("Bearer {}", self.config.argocd_token))
+            .header(
+                "authorization",
+                format!("Bearer {}", self.config.argocd_token),
+            )
             .body(Full::new(Bytes::new()))
             .map_err(|e| e.to_string())?;
-        let response = tokio::time::timeout(self.config.request_timeout, self.http.request(request))
-            .await
-            .map_err(|_| format!("GET {path}: timed out"))?
-            .map_err(|e| format!("GET {path}: {e}"))?;
+        let response =
+            tokio::time::timeout(self.config.request_timeout, self.http.request(request))
+                .await
+                .map_err(|_| format!("GET {path}: timed out"))?
+                .map_err(|e| format!("GET {path}: {e}"))?;
         let status = response.status();
-        let body = response.into_body().collect().await.map_err(|e| format!("GET {path}: {e}"))?.to_bytes();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("GET {path}: {e}"))?
+            .to_bytes();
         if !status.is_success() {
-            return Err(format!("GET {path}: {status}: {}", String::from_utf8_lossy(&body)));
+            return Err(format!(
+                "GET {path}: {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
         }
         serde_json::from_slice(&body).map_err(|e| format!("GET {path}: invalid JSON: {e}"))
     }
 
     /// Builds the event; returns it and whether reading the Argo CD server failed.
-    async fn payload(&self, app: &DynamicObject, deleted: bool, variant: Variant) -> (EventPayload, bool) {
+    async fn payload(
+        &self,
+        app: &DynamicObject,
+        deleted: bool,
+        variant: Variant,
+    ) -> (EventPayload, bool) {
         let name = app.metadata.name.clone().unwrap_or_default();
         let status = app.data.get("status").cloned().unwrap_or(Value::Null);
         let mut source = Source {
@@ -107,7 +130,12 @@ impl Processor {
             path: text(&app.data, "/spec/source/path"),
             revision: text(&status, "/sync/revision"),
             operation_sync_revision: text(&status, "/operationState/syncResult/revision"),
-            history_id: status.pointer("/history").and_then(Value::as_array).and_then(|h| h.last()).and_then(|h| h["id"].as_i64()).unwrap_or(0),
+            history_id: status
+                .pointer("/history")
+                .and_then(Value::as_array)
+                .and_then(|h| h.last())
+                .and_then(|h| h["id"].as_i64())
+                .unwrap_or(0),
             app_name: name.clone(),
             app_namespace: app.metadata.namespace.clone().unwrap_or_default(),
             app_uid: app.metadata.uid.clone().unwrap_or_default(),
@@ -139,7 +167,12 @@ impl Processor {
             object: base64::encode(&object),
             source,
             app_versions: json!({}),
-            idempotency_key: (variant == Variant::Hardened).then(|| format!("{}/{name}@{rv}:{deleted}", app.metadata.namespace.clone().unwrap_or_default())),
+            idempotency_key: (variant == Variant::Hardened).then(|| {
+                format!(
+                    "{}/{name}@{rv}:{deleted}",
+                    app.metadata.namespace.clone().unwrap_or_default()
+                )
+            }),
             errors,
         };
         let failed = !payload.errors.is_empty();
@@ -150,19 +183,32 @@ impl Processor {
         let base = format!("/api/v1/applications/{name}");
         let tree = self.argocd(&format!("{base}/resource-tree")).await?;
         let revision = source.revision.clone();
-        let manifests = self.argocd(&format!("{base}/manifests?revision={revision}")).await?;
-        let joined: Vec<&str> = manifests["manifests"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let manifests = self
+            .argocd(&format!("{base}/manifests?revision={revision}"))
+            .await?;
+        let joined: Vec<&str> = manifests["manifests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
         source.desired_manifest = joined.join("---\n");
         source.git_manifest = source.desired_manifest.clone();
         if !revision.is_empty() {
-            let meta = self.argocd(&format!("{base}/revisions/{revision}/metadata")).await?;
+            let meta = self
+                .argocd(&format!("{base}/revisions/{revision}/metadata"))
+                .await?;
             source.commit_message = text(&meta, "/message");
             source.commit_author = text(&meta, "/author");
             source.commit_date = text(&meta, "/date");
         }
         let mut live = Vec::new();
         for node in tree["nodes"].as_array().into_iter().flatten() {
-            let path = format!("{base}/resource?kind={}&resourceName={}", text(node, "/kind"), text(node, "/name"));
+            let path = format!(
+                "{base}/resource?kind={}&resourceName={}",
+                text(node, "/kind"),
+                text(node, "/name")
+            );
             // A resource not yet live is normal for an OutOfSync app: report what exists.
             if let Ok(resource) = self.argocd(&path).await {
                 live.push(text(&resource, "/manifest"));
@@ -177,21 +223,29 @@ impl Processor {
     }
 
     async fn deliver(&self, payload: &EventPayload) -> bool {
-        let Ok(gzipped) = encode_event(payload) else { return false };
+        let Ok(gzipped) = encode_event(payload) else {
+            return false;
+        };
         for attempt in 0..self.config.delivery_attempts {
             if attempt > 0 {
-                let pause = self.env.random_between(Duration::from_secs(1), Duration::from_secs(2));
+                let pause = self
+                    .env
+                    .random_between(Duration::from_secs(1), Duration::from_secs(2));
                 self.env.sleep(pause).await;
             }
-            let Ok(request) = Request::post(format!("http://{}/2.0/api/events", self.config.platform_addr))
-                .header("authorization", self.config.runtime_token.clone())
-                .header("content-encoding", "gzip")
-                .header("content-type", "application/json")
-                .body(Full::new(gzipped.clone()))
-            else {
+            let Ok(request) = Request::post(format!(
+                "http://{}/2.0/api/events",
+                self.config.platform_addr
+            ))
+            .header("authorization", self.config.runtime_token.clone())
+            .header("content-encoding", "gzip")
+            .header("content-type", "application/json")
+            .body(Full::new(gzipped.clone())) else {
                 return false;
             };
-            if let Ok(Ok(response)) = tokio::time::timeout(self.config.request_timeout, self.http.request(request)).await {
+            if let Ok(Ok(response)) =
+                tokio::time::timeout(self.config.request_timeout, self.http.request(request)).await
+            {
                 let ok = response.status().is_success();
                 let _ = response.into_body().collect().await;
                 if ok {
@@ -208,20 +262,36 @@ impl Processor {
             .header("authorization", self.config.runtime_token.clone())
             .body(Full::new(Bytes::new()))
             .map_err(|e| e.to_string())?;
-        let response = tokio::time::timeout(self.config.request_timeout, self.http.request(request))
-            .await
-            .map_err(|_| "GET /2.0/api/apps timed out".to_string())?
-            .map_err(|e| e.to_string())?;
+        let response =
+            tokio::time::timeout(self.config.request_timeout, self.http.request(request))
+                .await
+                .map_err(|_| "GET /2.0/api/apps timed out".to_string())?
+                .map_err(|e| e.to_string())?;
         if !response.status().is_success() {
             return Err(format!("GET /2.0/api/apps: {}", response.status()));
         }
-        let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         serde_json::from_slice(&body).map_err(|e| e.to_string())
     }
 
     /// Processes one app event end to end; `force` skips the dedup check.
-    pub async fn process(&self, app: &DynamicObject, deleted: bool, force: bool, variant: Variant) -> Outcome {
-        let key = format!("app:{}/{}", app.metadata.namespace.clone().unwrap_or_default(), app.metadata.name.clone().unwrap_or_default());
+    pub async fn process(
+        &self,
+        app: &DynamicObject,
+        deleted: bool,
+        force: bool,
+        variant: Variant,
+    ) -> Outcome {
+        let key = format!(
+            "app:{}/{}",
+            app.metadata.namespace.clone().unwrap_or_default(),
+            app.metadata.name.clone().unwrap_or_default()
+        );
         let digest = dedup_digest(app);
         if !deleted && !force {
             if let Ok(Some(cached)) = self.cache.get(&key).await {
@@ -236,7 +306,10 @@ impl Processor {
         }
         // Written only after a successful send; deletes are always sent.
         if !deleted && !payload_error {
-            let _ = self.cache.put(&key, Bytes::from(digest), self.config.dedup_ttl).await;
+            let _ = self
+                .cache
+                .put(&key, Bytes::from(digest), self.config.dedup_ttl)
+                .await;
         }
         Outcome::Sent { payload_error }
     }

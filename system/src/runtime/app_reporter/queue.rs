@@ -37,7 +37,11 @@ impl<T> FaithfulQueue<T> {
     /// An empty queue holding at most `capacity` items.
     pub fn new(capacity: usize) -> Self {
         assert!(capacity > 0, "a queue needs room for one item");
-        FaithfulQueue { items: VecDeque::new(), capacity, dropped: 0 }
+        FaithfulQueue {
+            items: VecDeque::new(),
+            capacity,
+            dropped: 0,
+        }
     }
 
     /// Non-blocking send: queues `item`, or drops it (the newest) when full.
@@ -148,7 +152,9 @@ impl CoalescingQueue {
 
     fn refill(&mut self) {
         while self.order.len() < self.capacity {
-            let Some(app) = self.resync.pop_first() else { break };
+            let Some(app) = self.resync.pop_first() else {
+                break;
+            };
             self.order.push_back(app.clone());
             self.queued.insert(app);
         }
@@ -186,7 +192,10 @@ mod tests {
         assert_eq!(q.push("a"), Push::Queued);
         assert_eq!(q.push("b"), Push::Queued);
         assert_eq!(q.push("c"), Push::Overflowed);
-        assert_eq!((q.pop(), q.pop(), q.pop(), q.dropped), (Some("a"), Some("b"), None, 1));
+        assert_eq!(
+            (q.pop(), q.pop(), q.pop(), q.dropped),
+            (Some("a"), Some("b"), None, 1)
+        );
     }
 
     #[test]
@@ -197,7 +206,11 @@ mod tests {
         q.push("a");
         assert_eq!(q.pop(), None, "a is in flight: no second worker gets it");
         q.done("a");
-        assert_eq!(q.pop().as_deref(), Some("a"), "the change made while in flight is not lost");
+        assert_eq!(
+            q.pop().as_deref(),
+            Some("a"),
+            "the change made while in flight is not lost"
+        );
     }
 
     proptest! {

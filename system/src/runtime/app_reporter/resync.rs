@@ -18,11 +18,15 @@ use crate::env::Observation;
 
 /// Runs the pass periodically until the host stops.
 pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube::Client) {
-    let api: Api<DynamicObject> = Api::namespaced_with(client, &replica.config.namespace, &application_resource());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client, &replica.config.namespace, &application_resource());
     loop {
         replica.env.sleep(replica.config.resync_every).await;
         let Ok(reported) = processor.platform_apps().await else {
-            replica.env.observe(Observation::new("reporter.resync_error", json!({"replica": replica.me})));
+            replica.env.observe(Observation::new(
+                "reporter.resync_error",
+                json!({"replica": replica.me}),
+            ));
             continue;
         };
         let mut apps = replica.store.state();
@@ -31,13 +35,20 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
         let mut requeued = 0;
         let mut present = std::collections::BTreeSet::new();
         for app in &apps {
-            let Some(name) = app.metadata.name.clone() else { continue };
+            let Some(name) = app.metadata.name.clone() else {
+                continue;
+            };
             present.insert(name.clone());
             if !replica.owns(&name) {
                 continue;
             }
             let status = app.data.get("status").unwrap_or(&Value::Null);
-            let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_owned();
+            let text = |v: &Value, p: &str| {
+                v.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
             let lagging = match reported.get(&format!("{namespace}/{name}")) {
                 None => true,
                 Some(r) => {
@@ -57,8 +68,13 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
         let mut deletions = 0;
         let prefix = format!("{namespace}/");
         for (key, r) in &reported {
-            let Some(name) = key.strip_prefix(&prefix) else { continue };
-            if r["deleted"].as_bool().unwrap_or(false) || present.contains(name) || !replica.owns(name) {
+            let Some(name) = key.strip_prefix(&prefix) else {
+                continue;
+            };
+            if r["deleted"].as_bool().unwrap_or(false)
+                || present.contains(name)
+                || !replica.owns(name)
+            {
                 continue;
             }
             // Our store lacks it: confirm with the API server before reporting a deletion.
@@ -72,7 +88,10 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
                 deletions += 1;
             }
         }
-        replica.env.observe(Observation::new("reporter.resync", json!({"replica": replica.me, "requeued": requeued, "deletions": deletions})));
+        replica.env.observe(Observation::new(
+            "reporter.resync",
+            json!({"replica": replica.me, "requeued": requeued, "deletions": deletions}),
+        ));
         replica.wake.notify_waiters();
     }
 }

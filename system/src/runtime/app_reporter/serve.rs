@@ -18,7 +18,10 @@ fn metrics(replica: &Replica) -> String {
     let shard = replica.shard_label();
     let p = "cf_argocd_application_event_reporter";
     let mut out = String::new();
-    let _ = writeln!(out, "# TYPE {p}_queue_size gauge\n{p}_queue_size{{reporter_shard=\"{shard}\"}} {depth}");
+    let _ = writeln!(
+        out,
+        "# TYPE {p}_queue_size gauge\n{p}_queue_size{{reporter_shard=\"{shard}\"}} {depth}"
+    );
     let _ = writeln!(out, "# TYPE {p}_resync_pending gauge\n{p}_resync_pending{{reporter_shard=\"{shard}\"}} {resync}");
     for (name, value) in [
         ("enqueued_events_total", counters.enqueued),
@@ -26,11 +29,22 @@ fn metrics(replica: &Replica) -> String {
         ("cached_ignored_total", counters.cached_ignored),
         ("sent_events_total", counters.sent),
     ] {
-        let _ = writeln!(out, "# TYPE {p}_{name} counter\n{p}_{name}{{reporter_shard=\"{shard}\"}} {value}");
+        let _ = writeln!(
+            out,
+            "# TYPE {p}_{name} counter\n{p}_{name}{{reporter_shard=\"{shard}\"}} {value}"
+        );
     }
     let _ = writeln!(out, "# TYPE {p}_errored_events_total counter");
-    let _ = writeln!(out, "{p}_errored_events_total{{reporter_shard=\"{shard}\",error_type=\"delivery\"}} {}", counters.errored_delivery);
-    let _ = writeln!(out, "{p}_errored_events_total{{reporter_shard=\"{shard}\",error_type=\"get_payload\"}} {}", counters.errored_payload);
+    let _ = writeln!(
+        out,
+        "{p}_errored_events_total{{reporter_shard=\"{shard}\",error_type=\"delivery\"}} {}",
+        counters.errored_delivery
+    );
+    let _ = writeln!(
+        out,
+        "{p}_errored_events_total{{reporter_shard=\"{shard}\",error_type=\"get_payload\"}} {}",
+        counters.errored_payload
+    );
     let _ = writeln!(out, "# TYPE {p}_processing_duration_seconds histogram");
     let mut cumulative = 0;
     for (i, bound) in DURATION_BUCKETS.iter().enumerate() {
@@ -39,8 +53,15 @@ fn metrics(replica: &Replica) -> String {
     }
     cumulative += counters.duration_buckets[DURATION_BUCKETS.len()];
     let _ = writeln!(out, "{p}_processing_duration_seconds_bucket{{reporter_shard=\"{shard}\",le=\"+Inf\"}} {cumulative}");
-    let _ = writeln!(out, "{p}_processing_duration_seconds_sum{{reporter_shard=\"{shard}\"}} {}", counters.duration_sum_ms as f64 / 1000.0);
-    let _ = writeln!(out, "{p}_processing_duration_seconds_count{{reporter_shard=\"{shard}\"}} {cumulative}");
+    let _ = writeln!(
+        out,
+        "{p}_processing_duration_seconds_sum{{reporter_shard=\"{shard}\"}} {}",
+        counters.duration_sum_ms as f64 / 1000.0
+    );
+    let _ = writeln!(
+        out,
+        "{p}_processing_duration_seconds_count{{reporter_shard=\"{shard}\"}} {cumulative}"
+    );
     out
 }
 
@@ -65,11 +86,23 @@ pub async fn run(replica: Arc<Replica>) -> std::io::Result<()> {
         async move {
             let (status, content_type, body) = match req.uri().path() {
                 "/healthz" => (StatusCode::OK, "text/plain", "ok".to_string()),
-                "/metrics" => (StatusCode::OK, "text/plain; version=0.0.4", metrics(&replica)),
-                "/app-distribution" => (StatusCode::OK, "application/json", distribution(&replica).to_string()),
+                "/metrics" => (
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4",
+                    metrics(&replica),
+                ),
+                "/app-distribution" => (
+                    StatusCode::OK,
+                    "application/json",
+                    distribution(&replica).to_string(),
+                ),
                 _ => (StatusCode::NOT_FOUND, "text/plain", "not found".to_string()),
             };
-            Response::builder().status(status).header("content-type", content_type).body(full(body)).expect("static response parts are valid") as Response<Body>
+            Response::builder()
+                .status(status)
+                .header("content-type", content_type)
+                .body(full(body))
+                .expect("static response parts are valid") as Response<Body>
         }
     })
     .await

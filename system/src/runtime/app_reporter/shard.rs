@@ -42,7 +42,10 @@ fn weight(app: &str, member: &str) -> u64 {
 
 /// The hardened owner of `app` among `members` (None when there are no members).
 pub fn rendezvous_owner<'a>(app: &str, members: &'a [String]) -> Option<&'a str> {
-    members.iter().max_by_key(|m| (weight(app, m), m.as_str())).map(String::as_str)
+    members
+        .iter()
+        .max_by_key(|m| (weight(app, m), m.as_str()))
+        .map(String::as_str)
 }
 
 #[cfg(test)]
@@ -60,7 +63,9 @@ mod tests {
     fn faithful_filter_is_off_with_one_replica_and_unparsable_ordinals_own_nothing() {
         assert!(faithful_owns("x", None, 1));
         assert!(!faithful_owns("x", None, 3));
-        let owners: Vec<u32> = (0..3).filter(|s| faithful_owns("guestbook", Some(*s), 3)).collect();
+        let owners: Vec<u32> = (0..3)
+            .filter(|s| faithful_owns("guestbook", Some(*s), 3))
+            .collect();
         assert_eq!(owners.len(), 1);
     }
 

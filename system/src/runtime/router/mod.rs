@@ -54,16 +54,25 @@ impl Routes {
             return Route::Health;
         }
         if path == "/app-proxy" || path.starts_with("/app-proxy/") {
-            return Route::Upstream { upstream: self.app_proxy.clone(), path: path_and_query.to_string() };
+            return Route::Upstream {
+                upstream: self.app_proxy.clone(),
+                path: path_and_query.to_string(),
+            };
         }
         if let Some(rest) = path.strip_prefix("/workflows/") {
-            return Route::Upstream { upstream: self.workflows.clone(), path: format!("/{rest}{query}") };
+            return Route::Upstream {
+                upstream: self.workflows.clone(),
+                path: format!("/{rest}{query}"),
+            };
         }
         if let Some(rest) = path.strip_prefix("/webhooks/") {
             let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
             return match parts.as_slice() {
                 [ns, name] => match self.event_sources.get(&format!("{ns}/{name}")) {
-                    Some(upstream) => Route::Upstream { upstream: upstream.clone(), path: format!("/{ns}/{name}{query}") },
+                    Some(upstream) => Route::Upstream {
+                        upstream: upstream.clone(),
+                        path: format!("/{ns}/{name}{query}"),
+                    },
                     None => Route::NotFound(format!("no event source {ns}/{name}")),
                 },
                 _ => Route::NotFound("webhook paths are /webhooks/<namespace>/<name>".into()),
@@ -82,28 +91,42 @@ pub struct Router {
 impl Router {
     /// A router over `routes`; upstream reads idle longer than 30 s fail.
     pub fn new(env: SharedEnv, routes: Routes) -> Arc<Self> {
-        Arc::new(Router { routes, client: crate::env::http::client(env, Duration::from_secs(30)) })
+        Arc::new(Router {
+            routes,
+            client: crate::env::http::client(env, Duration::from_secs(30)),
+        })
     }
 
     /// Routes one request.
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
-        let path = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+        let path = request
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
         match self.routes.route(&path) {
             Route::Health => Response::new(full("ok")),
             Route::NotFound(reason) => json(StatusCode::NOT_FOUND, &json!({"error": reason})),
             Route::Upstream { upstream, path } => {
                 let (mut parts, body) = request.into_parts();
                 let Ok(uri) = format!("http://{upstream}{path}").parse::<Uri>() else {
-                    return json(StatusCode::BAD_GATEWAY, &json!({"error": format!("bad upstream {upstream}")}));
+                    return json(
+                        StatusCode::BAD_GATEWAY,
+                        &json!({"error": format!("bad upstream {upstream}")}),
+                    );
                 };
                 parts.uri = uri;
                 // Requests arrive over HTTP/2 (the tunnel); upstreams speak HTTP/1.1.
                 parts.version = http::Version::HTTP_11;
                 parts.headers.remove("host");
-                let forwarded = Request::from_parts(parts, body.map_err(std::io::Error::other).boxed());
+                let forwarded =
+                    Request::from_parts(parts, body.map_err(std::io::Error::other).boxed());
                 match self.client.request(forwarded).await {
                     Ok(response) => response.map(|b| b.map_err(std::io::Error::other).boxed()),
-                    Err(error) => json(StatusCode::BAD_GATEWAY, &json!({"error": format!("upstream {upstream} failed: {error}")})),
+                    Err(error) => json(
+                        StatusCode::BAD_GATEWAY,
+                        &json!({"error": format!("upstream {upstream} failed: {error}")}),
+                    ),
                 }
             }
         }
@@ -129,7 +152,12 @@ mod tests {
         Routes {
             app_proxy: "app-proxy:3017".into(),
             workflows: "workflows:2746".into(),
-            event_sources: [("argo-events/github".to_string(), "github-es:12000".to_string())].into_iter().collect(),
+            event_sources: [(
+                "argo-events/github".to_string(),
+                "github-es:12000".to_string(),
+            )]
+            .into_iter()
+            .collect(),
         }
     }
 
@@ -138,10 +166,31 @@ mod tests {
         let r = routes();
         assert_eq!(r.route("/healthz"), Route::Health);
         assert_eq!(r.route("/readyz"), Route::Health);
-        assert_eq!(r.route("/app-proxy/api/graphql?x=1"), Route::Upstream { upstream: "app-proxy:3017".into(), path: "/app-proxy/api/graphql?x=1".into() });
-        assert_eq!(r.route("/workflows/api/v1/workflows/ns?limit=2"), Route::Upstream { upstream: "workflows:2746".into(), path: "/api/v1/workflows/ns?limit=2".into() });
-        assert_eq!(r.route("/webhooks/argo-events/github"), Route::Upstream { upstream: "github-es:12000".into(), path: "/argo-events/github".into() });
-        assert!(matches!(r.route("/webhooks/argo-events/missing"), Route::NotFound(_)));
+        assert_eq!(
+            r.route("/app-proxy/api/graphql?x=1"),
+            Route::Upstream {
+                upstream: "app-proxy:3017".into(),
+                path: "/app-proxy/api/graphql?x=1".into()
+            }
+        );
+        assert_eq!(
+            r.route("/workflows/api/v1/workflows/ns?limit=2"),
+            Route::Upstream {
+                upstream: "workflows:2746".into(),
+                path: "/api/v1/workflows/ns?limit=2".into()
+            }
+        );
+        assert_eq!(
+            r.route("/webhooks/argo-events/github"),
+            Route::Upstream {
+                upstream: "github-es:12000".into(),
+                path: "/argo-events/github".into()
+            }
+        );
+        assert!(matches!(
+            r.route("/webhooks/argo-events/missing"),
+            Route::NotFound(_)
+        ));
         assert!(matches!(r.route("/webhooks/only-one"), Route::NotFound(_)));
         assert!(matches!(r.route("/app-proxyX"), Route::NotFound(_)));
         assert!(matches!(r.route("/"), Route::NotFound(_)));

@@ -15,7 +15,10 @@ pub struct Reconnect {
 impl Reconnect {
     /// A fresh schedule.
     pub fn new(variant: Variant) -> Self {
-        Reconnect { variant, failures: 0 }
+        Reconnect {
+            variant,
+            failures: 0,
+        }
     }
 
     /// How long a tunnel must stay up before the schedule starts over: the real client
@@ -42,13 +45,19 @@ impl Reconnect {
         let n = self.failures;
         self.failures = self.failures.saturating_add(1);
         match self.variant {
-            Variant::Faithful if n < 3 => env.random_between(Duration::from_millis(1000), Duration::from_millis(1500)),
+            Variant::Faithful if n < 3 => {
+                env.random_between(Duration::from_millis(1000), Duration::from_millis(1500))
+            }
             Variant::Faithful => {
-                let base = Duration::from_secs(1).saturating_mul(1u32 << (n - 3).min(8)).min(Duration::from_secs(20));
+                let base = Duration::from_secs(1)
+                    .saturating_mul(1u32 << (n - 3).min(8))
+                    .min(Duration::from_secs(20));
                 env.random_between(base.mul_f64(0.9), base.mul_f64(1.1))
             }
             Variant::Hardened => {
-                let cap = Duration::from_millis(500).saturating_mul(1u32 << n.min(10)).min(Duration::from_secs(30));
+                let cap = Duration::from_millis(500)
+                    .saturating_mul(1u32 << n.min(10))
+                    .min(Duration::from_secs(30));
                 env.random_between(Duration::ZERO, cap)
             }
         }

@@ -22,11 +22,16 @@ pub const CAPACITY: usize = 10_000;
 #[derive(Clone)]
 enum Entry {
     Running,
-    Done { status: StatusCode, headers: HeaderMap, body: Bytes },
+    Done {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
 }
 
 /// The request handler behind the tunnel.
-pub type Handler = Arc<dyn Fn(Request<Incoming>) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
+pub type Handler =
+    Arc<dyn Fn(Request<Incoming>) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
 
 /// The dedup table.
 #[derive(Default)]
@@ -40,8 +45,16 @@ fn changes_state(method: &Method) -> bool {
 
 impl Dedup {
     /// Runs `request` through `handler` at most once per request id.
-    pub async fn handle(self: Arc<Self>, handler: Handler, request: Request<Incoming>) -> Response<Body> {
-        let id = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+    pub async fn handle(
+        self: Arc<Self>,
+        handler: Handler,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        let id = request
+            .headers()
+            .get(REQUEST_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let Some(id) = id.filter(|_| changes_state(request.method())) else {
             return handler(request).await;
         };
@@ -49,13 +62,22 @@ impl Dedup {
             let mut guard = self.entries.lock().expect("dedup lock");
             match guard.0.get(&id) {
                 Some(Entry::Running) => {
-                    return json(StatusCode::CONFLICT, &json!({"error": format!("request {id} is already executing; retry later for its answer")}));
+                    return json(
+                        StatusCode::CONFLICT,
+                        &json!({"error": format!("request {id} is already executing; retry later for its answer")}),
+                    );
                 }
-                Some(Entry::Done { status, headers, body }) => {
+                Some(Entry::Done {
+                    status,
+                    headers,
+                    body,
+                }) => {
                     let mut response = Response::new(full(body.clone()));
                     *response.status_mut() = *status;
                     *response.headers_mut() = headers.clone();
-                    response.headers_mut().insert("x-orrery-replayed", http::HeaderValue::from_static("true"));
+                    response
+                        .headers_mut()
+                        .insert("x-orrery-replayed", http::HeaderValue::from_static("true"));
                     return response;
                 }
                 None => {
@@ -74,13 +96,27 @@ impl Dedup {
         let task = tokio::spawn(async move {
             let response = handler(request).await;
             let (parts, body) = response.into_parts();
-            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-            this.entries.lock().expect("dedup lock").0.insert(id, Entry::Done { status: parts.status, headers: parts.headers.clone(), body: body.clone() });
+            let body = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            this.entries.lock().expect("dedup lock").0.insert(
+                id,
+                Entry::Done {
+                    status: parts.status,
+                    headers: parts.headers.clone(),
+                    body: body.clone(),
+                },
+            );
             (parts, body)
         });
         match task.await {
             Ok((parts, body)) => Response::from_parts(parts, full(body)),
-            Err(_) => json(StatusCode::INTERNAL_SERVER_ERROR, &json!({"error": "request handler failed"})),
+            Err(_) => json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &json!({"error": "request handler failed"}),
+            ),
         }
     }
 }

@@ -88,14 +88,36 @@ fn websocket_key(env: &SharedEnv) -> String {
     crate::core::base64::encode(&bytes)
 }
 
-async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Arc<dedup::Dedup>) -> Ended {
+async fn session(
+    env: &SharedEnv,
+    config: &Config,
+    handler: &Handler,
+    dedup: &Arc<dedup::Dedup>,
+) -> Ended {
     let connect = async {
-        let stream = env.connect(&config.server_addr).await.map_err(|e| (format!("connect {}: {e}", config.server_addr), None))?;
+        let stream = env
+            .connect(&config.server_addr)
+            .await
+            .map_err(|e| (format!("connect {}: {e}", config.server_addr), None))?;
         let stream: crate::env::BoxStream = match &config.tls {
             Some(tls) => {
-                let host = config.server_addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(&config.server_addr).to_string();
-                let name = rustls_pki_types::ServerName::try_from(host.clone()).map_err(|e| (format!("TLS server name {host:?}: {e}"), None))?;
-                let tls_stream = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, stream).await.map_err(|e| (format!("TLS handshake with {}: {e}", config.server_addr), None))?;
+                let host = config
+                    .server_addr
+                    .rsplit_once(':')
+                    .map(|(h, _)| h)
+                    .unwrap_or(&config.server_addr)
+                    .to_string();
+                let name = rustls_pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| (format!("TLS server name {host:?}: {e}"), None))?;
+                let tls_stream = tokio_rustls::TlsConnector::from(tls.clone())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| {
+                        (
+                            format!("TLS handshake with {}: {e}", config.server_addr),
+                            None,
+                        )
+                    })?;
                 Box::new(tls_stream)
             }
             None => stream,
@@ -113,15 +135,34 @@ async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Ar
             .header(tunnel::RUNTIME_HEADER, &config.name)
             .body(())
             .map_err(|e| (format!("bad tunnel request: {e}"), None))?;
-        match tokio_tungstenite::client_async_with_config(request, stream, Some(tunnel::ws_config())).await {
+        match tokio_tungstenite::client_async_with_config(
+            request,
+            stream,
+            Some(tunnel::ws_config()),
+        )
+        .await
+        {
             Ok((ws, _)) => Ok(Ok(ws)),
             Err(WsError::Http(response)) => {
-                let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default().to_string();
-                let reason = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["error"].as_str().map(str::to_string)).unwrap_or(body);
+                let body = response
+                    .body()
+                    .as_deref()
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default()
+                    .to_string();
+                let reason = serde_json::from_str::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v["error"].as_str().map(str::to_string))
+                    .unwrap_or(body);
                 let status = response.status().as_u16();
                 if status >= 500 {
                     // Busy or broken server: a transient failure, not a refusal of this runtime.
-                    let hint = response.headers().get(tunnel::RETRY_AFTER_MS_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).map(Duration::from_millis);
+                    let hint = response
+                        .headers()
+                        .get(tunnel::RETRY_AFTER_MS_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse().ok())
+                        .map(Duration::from_millis);
                     return Err((format!("HTTP {status}: {reason}"), hint));
                 }
                 Ok(Err(format!("HTTP {status}: {reason}")))
@@ -139,7 +180,10 @@ async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Ar
         _ = env.sleep(config.connect_timeout) => return Ended::Failed(format!("no tunnel within {:?}", config.connect_timeout), None),
     };
     let started = env.elapsed();
-    env.observe(Observation::new("tunnel.client_up", json!({"runtime": config.name})));
+    env.observe(Observation::new(
+        "tunnel.client_up",
+        json!({"runtime": config.name}),
+    ));
     let (handler, dedup, variant) = (handler.clone(), dedup.clone(), config.variant);
     let service = hyper::service::service_fn(move |request| {
         let (handler, dedup) = (handler.clone(), dedup.clone());
@@ -162,7 +206,10 @@ async fn session(env: &SharedEnv, config: &Config, handler: &Handler, dedup: &Ar
         Ok(()) => "closed by the server".to_string(),
         Err(e) => e.to_string(),
     };
-    Ended::Dropped { up: env.elapsed().saturating_sub(started), why }
+    Ended::Dropped {
+        up: env.elapsed().saturating_sub(started),
+        why,
+    }
 }
 
 /// Keeps the tunnel up until the host stops. Returns only on a faithful first-login refusal.
@@ -174,16 +221,23 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
         match session(&env, &config, &handler, &dedup).await {
             Ended::Refused(reason) => {
                 eprintln!("tunnel client {}: refused: {reason}", config.name);
-                env.observe(Observation::new("tunnel.client_refused", json!({"runtime": config.name, "reason": reason})));
+                env.observe(Observation::new(
+                    "tunnel.client_refused",
+                    json!({"runtime": config.name, "reason": reason}),
+                ));
                 if config.variant == Variant::Faithful && !logged_in {
                     return Err(Fatal::FirstLoginRefused(reason));
                 }
             }
             Ended::Failed(why, hint) => {
-                env.observe(Observation::new("tunnel.client_failed", json!({"runtime": config.name, "why": why})));
+                env.observe(Observation::new(
+                    "tunnel.client_failed",
+                    json!({"runtime": config.name, "why": why}),
+                ));
                 // Hardened honours a busy server's slot (plus a little jitter); the real client ignores it.
                 if let (Variant::Hardened, Some(slot)) = (config.variant, hint) {
-                    let delay = slot + env.random_between(Duration::ZERO, Duration::from_millis(250));
+                    let delay =
+                        slot + env.random_between(Duration::ZERO, Duration::from_millis(250));
                     env.observe(Observation::new("tunnel.client_wait", json!({"runtime": config.name, "ms": delay.as_millis() as u64, "server_slot": true})));
                     env.sleep(delay).await;
                     continue;
@@ -191,14 +245,20 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
             }
             Ended::Dropped { up, why } => {
                 logged_in = true;
-                env.observe(Observation::new("tunnel.client_down", json!({"runtime": config.name, "up_ms": up.as_millis() as u64, "why": why})));
+                env.observe(Observation::new(
+                    "tunnel.client_down",
+                    json!({"runtime": config.name, "up_ms": up.as_millis() as u64, "why": why}),
+                ));
                 if up >= schedule.reset_after() {
                     schedule.reset();
                 }
             }
         }
         let delay = schedule.next_delay(&env);
-        env.observe(Observation::new("tunnel.client_wait", json!({"runtime": config.name, "ms": delay.as_millis() as u64})));
+        env.observe(Observation::new(
+            "tunnel.client_wait",
+            json!({"runtime": config.name, "ms": delay.as_millis() as u64}),
+        ));
         env.sleep(delay).await;
     }
 }
