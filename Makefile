@@ -1,6 +1,6 @@
 # orrery — the two commands a newcomer needs:
 #   make reports   regenerate the gated reports in reports/ (the main job)
-#   make test      unit + simulation tests, a cross-process determinism check, the
+#   make test      formatting and lints, unit + simulation tests, a cross-process determinism check, the
 #                  conformance suites against a real kube-apiserver (built from source
 #                  once; reported as SKIPPED if it cannot be), and a check that the
 #                  committed reports are up to date (what CI runs)
@@ -9,7 +9,7 @@
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci
+.PHONY: all test lint reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci
 
 all: test
 
@@ -24,11 +24,16 @@ reports: build
 	$(ORRERY) reports --scenarios scenarios --out reports
 
 ## Tests: everything CI gates on.
-test: build
+test: lint build
 	$(CARGO) test --workspace
 	$(MAKE) --no-print-directory determinism
 	$(MAKE) --no-print-directory conformance-ci
 	$(MAKE) --no-print-directory reports-check
+
+## Formatting and lints (rustfmt defaults; clippy's default set, warnings are errors).
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Two runs of one seed in separate processes must print the same trace hash (the
 ## Kubernetes world, and the tunnel world with its WebSocket and HTTP/2 stack).

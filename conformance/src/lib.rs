@@ -11,7 +11,7 @@
 //!   resourceVersion values, continue tokens, namespace names) to stable placeholders.
 //! - [`library`]: the fidelity scripts themselves.
 //! - [`compare`]: step-by-step comparison under the checked-in known-deviation list.
-//! - [`report`]: `reports/conformance.md`.
+//! - [`report`]: writes `reports/conformance.md`.
 
 pub mod cluster;
 pub mod compare;

@@ -27,7 +27,7 @@ pub struct SimEnv {
 
 impl SimEnv {
     /// An environment for `host`, its randomness derived from `seed` and the host name.
-    pub fn new(host: &str, seed: u64, trace: Trace) -> SharedEnv {
+    pub fn shared(host: &str, seed: u64, trace: Trace) -> SharedEnv {
         Arc::new(SimEnv {
             identity: Identity::from_host(host),
             rng: Mutex::new(Rng::derive(seed, host)),

@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
 //! - [`env`]: `SimEnv`, the turmoil implementation of `orrery_system::env::Env`.
+//! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
 //! - [`world`]: simulated dependencies (API server, Argo CD, Git) and test components.
 //! - [`scenario`]: the YAML scenario model and its strict parser.
 //! - [`checkers`]: invariants, fed by the trace and the final state.
@@ -13,6 +14,7 @@
 pub mod bench;
 pub mod checkers;
 pub mod env;
+pub mod exit;
 pub mod harness;
 pub mod report;
 pub mod scenario;

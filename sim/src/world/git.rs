@@ -168,67 +168,6 @@ impl SharedGit {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn files_and_last_change_follow_history() {
-        let mut git = Git::default();
-        let one = git.commit(
-            "r",
-            "a",
-            "m1",
-            0,
-            BTreeMap::from([
-                ("apps/x/d.yaml".into(), "v1".into()),
-                ("apps/y/d.yaml".into(), "v1".into()),
-            ]),
-        );
-        let two = git.commit(
-            "r",
-            "a",
-            "m2",
-            1,
-            BTreeMap::from([("apps/x/d.yaml".into(), "v2".into())]),
-        );
-        assert_ne!(one, two);
-        assert_eq!(
-            git.files_at("r", &two, "apps/x").unwrap()["apps/x/d.yaml"],
-            "v2"
-        );
-        assert_eq!(
-            git.files_at("r", &one, "apps/x").unwrap()["apps/x/d.yaml"],
-            "v1"
-        );
-        assert_eq!(git.last_change("r", &two, "apps/y").unwrap().sha, one);
-        assert_eq!(git.head("r").unwrap().sha, two);
-    }
-
-    #[test]
-    fn files_at_takes_only_files_directly_under_the_path() {
-        let mut git = Git::default();
-        let changes = BTreeMap::from([
-            ("apps/x/a.yaml".into(), "a".into()),
-            ("apps/x/sub/b.yaml".into(), "nested".into()),
-            ("apps/x2/c.yaml".into(), "sibling".into()),
-            ("apps/x-y/d.yaml".into(), "sorts-before".into()),
-            ("top.yaml".into(), "root".into()),
-        ]);
-        let sha = git.commit("r", "a", "m", 0, changes);
-        let files = git.files_at("r", &sha, "apps/x/").unwrap();
-        assert_eq!(files.keys().collect::<Vec<_>>(), ["apps/x/a.yaml"]);
-        assert_eq!(
-            git.files_at("r", &sha, "")
-                .unwrap()
-                .keys()
-                .collect::<Vec<_>>(),
-            ["top.yaml"]
-        );
-        assert!(git.files_at("r", "unknown", "apps/x").is_none());
-    }
-}
-
 /// The Git provider's HTTP API, a small subset shaped after the hosted providers':
 /// `GET /api/repos` → `{"repositories": [...]}`; `POST /api/commits`
 /// `{"repo","path","content","message","author"}` → `201 {"sha": …}` (400 with the reason
@@ -292,4 +231,65 @@ pub async fn serve(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_and_last_change_follow_history() {
+        let mut git = Git::default();
+        let one = git.commit(
+            "r",
+            "a",
+            "m1",
+            0,
+            BTreeMap::from([
+                ("apps/x/d.yaml".into(), "v1".into()),
+                ("apps/y/d.yaml".into(), "v1".into()),
+            ]),
+        );
+        let two = git.commit(
+            "r",
+            "a",
+            "m2",
+            1,
+            BTreeMap::from([("apps/x/d.yaml".into(), "v2".into())]),
+        );
+        assert_ne!(one, two);
+        assert_eq!(
+            git.files_at("r", &two, "apps/x").unwrap()["apps/x/d.yaml"],
+            "v2"
+        );
+        assert_eq!(
+            git.files_at("r", &one, "apps/x").unwrap()["apps/x/d.yaml"],
+            "v1"
+        );
+        assert_eq!(git.last_change("r", &two, "apps/y").unwrap().sha, one);
+        assert_eq!(git.head("r").unwrap().sha, two);
+    }
+
+    #[test]
+    fn files_at_takes_only_files_directly_under_the_path() {
+        let mut git = Git::default();
+        let changes = BTreeMap::from([
+            ("apps/x/a.yaml".into(), "a".into()),
+            ("apps/x/sub/b.yaml".into(), "nested".into()),
+            ("apps/x2/c.yaml".into(), "sibling".into()),
+            ("apps/x-y/d.yaml".into(), "sorts-before".into()),
+            ("top.yaml".into(), "root".into()),
+        ]);
+        let sha = git.commit("r", "a", "m", 0, changes);
+        let files = git.files_at("r", &sha, "apps/x/").unwrap();
+        assert_eq!(files.keys().collect::<Vec<_>>(), ["apps/x/a.yaml"]);
+        assert_eq!(
+            git.files_at("r", &sha, "")
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["top.yaml"]
+        );
+        assert!(git.files_at("r", "unknown", "apps/x").is_none());
+    }
 }

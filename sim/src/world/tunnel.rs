@@ -201,7 +201,7 @@ pub async fn run_client(
         for host in &runtime_hosts {
             n += 1;
             let (_, name, _) = runtimes_of(host, settings.runtimes_per_host).remove(0);
-            let write = n % 2 == 0;
+            let write = n.is_multiple_of(2);
             let path = if write {
                 "app-proxy/api/commit"
             } else {

@@ -68,7 +68,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
     let host_git = git.clone();
     let trace = w.trace.clone();
     w.sim.host("git", move || {
-        let (env, git) = (SimEnv::new("git", SEED, trace.clone()), host_git.clone());
+        let (env, git) = (SimEnv::shared("git", SEED, trace.clone()), host_git.clone());
         async move {
             git::serve(env, git, "0.0.0.0:80").await?;
             Ok(())
@@ -89,7 +89,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
     permissions.grant("bob-token", "bob", &["repositories:list"]);
     let trace = w.trace.clone();
     w.sim.host("platform", move || {
-        let env = SimEnv::new("platform", SEED, trace.clone());
+        let env = SimEnv::shared("platform", SEED, trace.clone());
         let tunnels = TunnelServer::new(tunnel::Config::new(Variant::Hardened), registry.clone());
         let gateway = Arc::new(Gateway {
             admin_token: "adm".into(),
@@ -105,7 +105,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
     });
     let trace = w.trace.clone();
     w.sim.host("runtime", move || {
-        let env = SimEnv::new("runtime", SEED, trace.clone());
+        let env = SimEnv::shared("runtime", SEED, trace.clone());
         async move {
             let config = app_proxy::Config {
                 platform_addr: "platform:8080".into(),

@@ -71,7 +71,7 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
     );
     let (host_git, trace) = (git.clone(), w.trace.clone());
     w.sim.host("argocd", move || {
-        let env = SimEnv::new("argocd", SEED, trace.clone());
+        let env = SimEnv::shared("argocd", SEED, trace.clone());
         let config = argocd::controller::Config {
             reconcile_every: Duration::from_secs(5),
             history_limit: 2,

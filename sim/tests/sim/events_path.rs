@@ -82,7 +82,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
 
     let (trace, host_git) = (w.trace.clone(), git.clone());
     w.sim.host("argocd", move || {
-        let env = SimEnv::new("argocd", SEED, trace.clone());
+        let env = SimEnv::shared("argocd", SEED, trace.clone());
         let config = argocd::controller::Config {
             reconcile_every: Duration::from_secs(3),
             history_limit: 5,
@@ -104,7 +104,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     let (trace, host_platform) = (w.trace.clone(), platform.clone());
     w.sim.host("platform", move || {
         let (env, platform) = (
-            SimEnv::new("platform", SEED, trace.clone()),
+            SimEnv::shared("platform", SEED, trace.clone()),
             host_platform.clone(),
         );
         async move {
@@ -114,7 +114,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     });
     let trace = w.trace.clone();
     w.sim.host("cache", move || {
-        let env = SimEnv::new("cache", SEED, trace.clone());
+        let env = SimEnv::shared("cache", SEED, trace.clone());
         async move {
             cache::run(env, "0.0.0.0:6379").await?;
             Ok(())
@@ -123,7 +123,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     for replica in ["reporter-0", "reporter-1"] {
         let trace = w.trace.clone();
         w.sim.host(replica, move || {
-            let env = SimEnv::new(replica, SEED, trace.clone());
+            let env = SimEnv::shared(replica, SEED, trace.clone());
             let mut config = app_reporter::Config::new(
                 Variant::Hardened,
                 KubeTarget::new("apiserver:6443"),

@@ -3,6 +3,7 @@
 
 mod app_proxy;
 mod argocd_world;
+mod cli;
 mod events_path;
 mod properties;
 mod real_mode;

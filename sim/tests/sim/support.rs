@@ -38,7 +38,7 @@ pub fn world(knobs: Knobs) -> World {
     let (host_api, host_trace) = (api.clone(), trace.clone());
     sim.host("apiserver", move || {
         let api = host_api.clone();
-        let env = SimEnv::new("apiserver", SEED, host_trace.clone());
+        let env = SimEnv::shared("apiserver", SEED, host_trace.clone());
         async move {
             apiserver::run(env, api, "0.0.0.0:6443").await?;
             Ok(())
@@ -49,7 +49,7 @@ pub fn world(knobs: Knobs) -> World {
 
 /// The environment and kube client of a test client host (call inside the host).
 pub fn kube(host: &str, trace: &Trace, read_idle: Duration) -> (SharedEnv, kube::Client) {
-    let env = SimEnv::new(host, SEED, trace.clone());
+    let env = SimEnv::shared(host, SEED, trace.clone());
     let mut target = KubeTarget::new("apiserver:6443");
     target.read_idle = read_idle;
     let client = client(env.clone(), &target);

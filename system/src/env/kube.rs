@@ -86,7 +86,7 @@ pub fn client(env: SharedEnv, target: &KubeTarget) -> kube::Client {
                 "kube.client_error",
                 serde_json::json!({"error": error.to_string()}),
             ));
-            eprintln!("orrery: {error}");
+            tracing::warn!(%error, "kube client setup failed");
         }
     }
     let http = super::http::client::<kube::client::Body>(env, target.read_idle);

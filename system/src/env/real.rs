@@ -7,13 +7,16 @@ use std::time::Duration;
 
 use super::{BoxFuture, BoxStream, Env, Identity, Listener, Observation, Rng};
 
+/// Where a real process's observations go (a log, a test's collector).
+type ObservationSink = Box<dyn Fn(&Observation) + Send + Sync>;
+
 /// The environment of a real process.
 pub struct RealEnv {
     identity: Identity,
     started: tokio::time::Instant,
     epoch_at_start_ms: u64,
     rng: Mutex<Rng>,
-    sink: Option<Box<dyn Fn(&Observation) + Send + Sync>>,
+    sink: Option<ObservationSink>,
 }
 
 impl RealEnv {

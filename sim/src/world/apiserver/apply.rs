@@ -72,7 +72,9 @@ fn remove_path(object: &mut Value, path: &[String]) {
 }
 
 /// A manager's owned field paths and the time of its last apply that changed the object.
-type Owners = BTreeMap<String, (BTreeSet<Vec<String>>, Option<String>)>;
+/// One manager's owned field paths and the time of its last change.
+type Ownership = (BTreeSet<Vec<String>>, Option<String>);
+type Owners = BTreeMap<String, Ownership>;
 
 /// Reads `metadata.managedFields` into manager → (owned paths, time).
 fn owners(object: &Value) -> Owners {
@@ -117,7 +119,7 @@ fn owners(object: &Value) -> Owners {
 
 fn render_owners(owners: &Owners, api_version: &str) -> Value {
     // Upstream sorts entries by operation, then time (an entry without one first), then manager.
-    let mut sorted: Vec<(&String, &(BTreeSet<Vec<String>>, Option<String>))> = owners
+    let mut sorted: Vec<(&String, &Ownership)> = owners
         .iter()
         .filter(|(_, (paths, _))| !paths.is_empty())
         .collect();

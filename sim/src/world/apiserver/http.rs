@@ -59,7 +59,7 @@ fn authorize(
         .headers()
         .get("impersonate-user")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let revoked = knobs.forbidden.iter().any(|r| *r == target.kind.plural);
+    let revoked = knobs.forbidden.contains(&target.kind.plural);
     if impersonated.is_none() && !revoked {
         return Ok(());
     }

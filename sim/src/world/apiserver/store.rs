@@ -167,7 +167,7 @@ fn encode_continue(rv: u64, key: &Key) -> String {
 }
 
 fn decode_continue(token: &str) -> Option<(u64, String, String)> {
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..token.len())
@@ -637,11 +637,11 @@ impl Store {
         })
     }
 
-    /// History of `resource` after `rv` and the newest RV looked at, or `Err(())` if it was
-    /// compacted away (the watcher must relist).
-    pub fn changes_after(&self, rv: u64, resource: &str) -> Result<(Vec<Change>, u64), ()> {
+    /// History of `resource` after `rv` and the newest RV looked at, or [`Compacted`] if it
+    /// was compacted away (the watcher must relist).
+    pub fn changes_after(&self, rv: u64, resource: &str) -> Result<(Vec<Change>, u64), Compacted> {
         if rv < self.compacted_rv {
-            return Err(());
+            return Err(Compacted);
         }
         let start = self.history.partition_point(|c| c.rv <= rv);
         let changes = self
@@ -653,6 +653,10 @@ impl Store {
         Ok((changes, self.rv.max(rv)))
     }
 }
+
+/// The history a watch asked for was compacted away: the watcher must relist (410 Gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compacted;
 
 #[cfg(test)]
 mod tests {

@@ -311,6 +311,8 @@ async fn registration(
     let accepted: Arc<Mutex<Option<Result<String, Rejection>>>> = Arc::default();
     let verdict = accepted.clone();
     let registry = server.registry.clone();
+    // The callback's signature is tungstenite's (`Callback`): its error type is not ours to shrink.
+    #[allow(clippy::result_large_err)]
     let callback = move |request: &WsRequest,
                          response: WsResponse|
           -> Result<WsResponse, ErrorResponse> {
@@ -348,7 +350,7 @@ async fn registration(
         (Ok(ws), Some(Ok(name))) => (ws, name),
         (_, Some(Err(rejection))) => {
             // Logged with its reason: a refused runtime is an operator's problem to see.
-            eprintln!("tunnel: refused {peer}: {rejection}");
+            tracing::warn!(%peer, %rejection, "tunnel: refused a runtime");
             env.observe(Observation::new(
                 "tunnel.rejected",
                 json!({"peer": peer, "reason": rejection.to_string()}),

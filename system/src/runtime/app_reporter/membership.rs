@@ -54,10 +54,9 @@ pub async fn run(replica: Arc<Replica>, client: kube::Client) {
                     .filter_map(|l| {
                         let spec = l.spec.as_ref()?;
                         let renew = parse_rfc3339(
-                            &serde_json::to_value(spec.renew_time.as_ref()?)
+                            serde_json::to_value(spec.renew_time.as_ref()?)
                                 .ok()?
-                                .as_str()?
-                                .to_string(),
+                                .as_str()?,
                         )?;
                         let live = renew + u64::try_from(spec.lease_duration_seconds?).ok()? * 1000
                             > now_ms;

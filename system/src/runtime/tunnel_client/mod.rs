@@ -220,7 +220,7 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
     loop {
         match session(&env, &config, &handler, &dedup).await {
             Ended::Refused(reason) => {
-                eprintln!("tunnel client {}: refused: {reason}", config.name);
+                tracing::warn!(runtime = %config.name, %reason, "tunnel client refused");
                 env.observe(Observation::new(
                     "tunnel.client_refused",
                     json!({"runtime": config.name, "reason": reason}),

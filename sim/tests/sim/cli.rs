@@ -1,0 +1,221 @@
+//! The `orrery` command line as a user meets it: `--help`, `--version`, `--flag=value`, and
+//! one exit code per result class (documented in `orrery --help` and the README).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn orrery(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(args)
+        .output()
+        .expect("the orrery binary runs")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited, not killed")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A small Kubernetes world: the probe is cut off from the API server at 5 s while apps churn. With
+/// `calm` long enough the probe converges (pass); with `calm: 0s` it cannot (liveness).
+fn probe_world(dir: &std::path::Path, name: &str, calm: &str, expect: &str) -> String {
+    let path: PathBuf = dir.join(format!("{name}.yaml"));
+    let text = format!(
+        "name: {name}
+description: a small world for exit-code tests
+seeds: [1, 2]
+topology:
+  hosts:
+    - {{name: apiserver, role: apiserver}}
+    - {{name: argocd, role: argocd}}
+    - {{name: workload, role: workload}}
+    - {{name: probe, role: probe}}
+workload: {{applications: 20, repositories: 2, commit_every: 500ms, churn_every: 2s}}
+probe: {{read_idle: 30s, watch_timeout_seconds: 60}}
+faults:
+  - {{at: 5s, partition: [probe, apiserver]}}
+duration: 20s
+calm: {calm}
+invariants:
+  - name: probe_matches_apiserver
+expect: {{hardened: {expect}}}
+"
+    );
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("orrery-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn version_and_help_work_for_every_subcommand() {
+    let version = orrery(&["--version"]);
+    assert_eq!(code(&version), 0);
+    assert!(text(&version).starts_with("orrery "), "{}", text(&version));
+    let top = orrery(&["--help"]);
+    assert_eq!(code(&top), 0);
+    for documented in [
+        "Exit codes",
+        "3  unexpected safety violation",
+        "check-determinism",
+    ] {
+        assert!(
+            text(&top).contains(documented),
+            "{documented}: {}",
+            text(&top)
+        );
+    }
+    for (sub, flag) in [
+        (vec!["run"], "--seed"),
+        (vec!["sweep"], "--seeds"),
+        (vec!["check-determinism"], "--variant"),
+        (vec!["reports"], "--scenarios"),
+        (vec!["bench"], "--events"),
+        (vec!["apiserver"], "--listen"),
+        (vec!["serve", "control-plane"], "--admin-token"),
+        (vec!["serve", "runtime"], "--log-format"),
+    ] {
+        let mut args = sub.clone();
+        args.push("--help");
+        let help = orrery(&args);
+        assert_eq!(code(&help), 0, "{sub:?}: {}", text(&help));
+        assert!(text(&help).contains(flag), "{sub:?} lacks {flag}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_and_say_what_is_wrong() {
+    let unknown = orrery(&["run", "x.yaml", "--bogus", "1"]);
+    assert_eq!(code(&unknown), 2);
+    assert!(text(&unknown).contains("--bogus"), "{}", text(&unknown));
+    let missing = orrery(&["run", "/nonexistent/scenario.yaml"]);
+    assert_eq!(code(&missing), 2);
+    assert!(text(&missing).contains("/nonexistent/scenario.yaml"));
+    let seeds = orrery(&["sweep", "x.yaml", "--seeds=9..3"]);
+    assert_eq!(code(&seeds), 2);
+    assert!(text(&seeds).contains("holds no seed"), "{}", text(&seeds));
+    let variant = orrery(&["run", "x.yaml", "--variant", "sturdy"]);
+    assert_eq!(code(&variant), 2);
+    assert!(text(&variant).contains("faithful"), "{}", text(&variant));
+}
+
+#[test]
+fn each_result_class_exits_with_its_own_code() {
+    let dir = tempdir("codes");
+    // 0: the expected pass, with --flag=value syntax.
+    let pass = probe_world(&dir, "expected-pass", "20s", "pass");
+    let out = orrery(&["run", &pass, "--seed=1", "--variant=hardened"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(line["result"], "pass");
+    assert_eq!(line["expected"], true);
+    // 1: an unexpected pass.
+    let surprise = probe_world(&dir, "unexpected-pass", "20s", "safety_violation");
+    assert_eq!(code(&orrery(&["run", &surprise])), 1);
+    // 4: an unexpected liveness timeout (no calm phase to converge in).
+    let stuck = probe_world(&dir, "unexpected-liveness", "0s", "pass");
+    let out = orrery(&["run", &stuck]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    // ... and the same result where it is declared is 0.
+    let declared = probe_world(&dir, "expected-liveness", "0s", "liveness_timeout");
+    assert_eq!(code(&orrery(&["run", &declared])), 0);
+    // A sweep exits with the highest class it saw among unexpected results.
+    let sweep = orrery(&["sweep", &stuck, "--seeds", "1..=2", "--jobs", "2"]);
+    assert_eq!(code(&sweep), 4, "{}", text(&sweep));
+    assert!(text(&sweep).contains("first unexpected: seed 1"));
+    // 5: two runs of one seed that differ (a test hook perturbs each process's trace).
+    let nondeterministic = Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(["check-determinism", &pass])
+        .env("ORRERY_TEST_NONDETERMINISM", "1")
+        .output()
+        .unwrap();
+    assert_eq!(code(&nondeterministic), 5, "{}", text(&nondeterministic));
+    assert_eq!(code(&orrery(&["check-determinism", &pass])), 0);
+}
+
+#[test]
+fn an_unexpected_safety_violation_exits_3() {
+    // The faithful tunnel runs a retried write twice (see scenarios/tunnel-drop.yaml);
+    // declared as a pass here, that is an unexpected safety violation.
+    let dir = tempdir("safety");
+    let original = format!(
+        "{}/../scenarios/tunnel-drop.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text_in = std::fs::read_to_string(original).unwrap();
+    let declared_pass = text_in.replace("faithful: safety_violation", "faithful: pass");
+    assert_ne!(
+        text_in, declared_pass,
+        "tunnel-drop declares its faithful verdict"
+    );
+    let path = dir.join("tunnel-drop-pass.yaml");
+    std::fs::write(&path, declared_pass).unwrap();
+    let out = orrery(&["run", path.to_str().unwrap(), "--variant", "faithful"]);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    assert!(text(&out).contains("\"safety_violation\""));
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn serve_logs_json_lines_and_stops_cleanly_on_sigterm() {
+    let (tunnel, api) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args([
+            "serve",
+            "control-plane",
+            &format!("--tunnel=127.0.0.1:{tunnel}"),
+            &format!("--api=127.0.0.1:{api}"),
+            "--log-format=json",
+        ])
+        .env("ORRERY_ADMIN_TOKEN", "adm") // the token from the environment
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Up once the client API accepts connections.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", api)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "control plane never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "a clean stop exits 0");
+    let logs = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["fields"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("SIGTERM")),
+        "{logs}"
+    );
+}
