@@ -256,7 +256,7 @@ impl Cluster {
     /// Server-side applies `fixtures/crds/*.yaml` and waits until each is established and served.
     pub async fn install_crds(&self) -> Result<(), ClusterError> {
         for (file, text) in fixture_crds() {
-            let crd: Value = serde_yaml::from_str(&text).map_err(|e| ClusterError::Setup {
+            let crd: Value = serde_saphyr::from_str(&text).map_err(|e| ClusterError::Setup {
                 step: format!("parse {file}"),
                 status: 0,
                 body: e.to_string(),

@@ -30,14 +30,14 @@ pub enum DeviationError {
         #[source]
         source: std::io::Error,
     },
-    /// The YAML is invalid (serde_yaml names line and column).
+    /// The YAML is invalid (the parser names line and column).
     #[error("{path}: {source}")]
     Parse {
         /// File path.
         path: String,
         /// The parse error.
         #[source]
-        source: serde_yaml::Error,
+        source: Box<serde_saphyr::Error>,
     },
     /// An entry names a script that does not exist.
     #[error("{path}: deviation for unknown script {script:?}")]
@@ -57,10 +57,10 @@ pub fn load_deviations(scripts: &[&str]) -> Result<Vec<Deviation>, DeviationErro
         path: display.clone(),
         source,
     })?;
-    let list: Vec<Deviation> = serde_yaml::from_str::<Option<Vec<Deviation>>>(&text)
+    let list: Vec<Deviation> = serde_saphyr::from_str::<Option<Vec<Deviation>>>(&text)
         .map_err(|source| DeviationError::Parse {
             path: display.clone(),
-            source,
+            source: Box::new(source),
         })?
         .unwrap_or_default();
     if let Some(bad) = list.iter().find(|d| !scripts.contains(&d.script.as_str())) {

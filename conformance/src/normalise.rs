@@ -156,7 +156,7 @@ pub fn normalise(transcript: &Transcript, script: &Script) -> Vec<NormalisedStep
             let text = if exchange.status == 0 {
                 String::new()
             } else {
-                let rendered = serde_yaml::to_string(&body)
+                let rendered = serde_saphyr::to_string(&body)
                     .unwrap_or_else(|e| format!("<unrenderable: {e}>\n"));
                 format!("status: {}\n{}", exchange.status, indent_body(&rendered))
             };

@@ -9,8 +9,9 @@ use http_body_util::{BodyExt, Full};
 use kube::api::DynamicObject;
 use serde_json::{json, Value};
 
+use base64::prelude::{Engine as _, BASE64_STANDARD};
 use orrery_system::core::event::{EventPayload, Source};
-use orrery_system::core::{base64, Variant};
+use orrery_system::core::Variant;
 use orrery_system::env::{RealEnv, SharedEnv};
 use orrery_system::platform::events::{self, Platform};
 use orrery_system::runtime::app_reporter::process::{dedup_digest, encode_event};
@@ -33,7 +34,7 @@ fn app(i: usize) -> DynamicObject {
 fn payload(app: &DynamicObject) -> EventPayload {
     EventPayload {
         timestamp: "2026-01-01T00:00:00Z".into(),
-        object: base64::encode(&serde_json::to_vec(app).unwrap_or_default()),
+        object: BASE64_STANDARD.encode(serde_json::to_vec(app).unwrap_or_default()),
         source: Source {
             app_name: app.metadata.name.clone().unwrap_or_default(),
             desired_manifest: "kind: Deployment\nspec: {replicas: 2}\n".repeat(4),

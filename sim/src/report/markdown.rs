@@ -135,7 +135,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         out,
         "\n## Resolved configuration\n\n```yaml\n{}```",
-        serde_yaml::to_string(&r.config).unwrap_or_default()
+        serde_saphyr::to_string(&r.config).unwrap_or_default()
     );
     out
 }

@@ -3,6 +3,7 @@
 pub mod duration;
 pub mod model;
 pub mod parse;
+pub mod spans;
 
 pub use model::{Outcome, Scenario, Variant};
 pub use parse::{load, ScenarioError};

@@ -379,7 +379,7 @@ pub struct FaultStep {
     pub latency: Option<LatencyChange>,
     /// Change API server knobs (only the fields given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub apiserver: Option<serde_yaml::Value>,
+    pub apiserver: Option<serde_json::Value>,
     /// Change the reporter replica count with a rolling restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<Scale>,
@@ -407,5 +407,5 @@ pub struct Invariant {
     pub name: String,
     /// Checker parameters.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub params: BTreeMap<String, serde_yaml::Value>,
+    pub params: BTreeMap<String, serde_json::Value>,
 }

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::model::{FaultStep, Role, Scenario};
+use super::spans::{Field, Spans};
 use crate::checkers;
 use crate::world::apiserver::Knobs;
 
@@ -19,7 +20,7 @@ pub enum ScenarioError {
         source: std::io::Error,
     },
     /// YAML syntax, an unknown field or a value of the wrong type.
-    #[error("{path}:{line}:{column}: {message}")]
+    #[error("{path}:{line}:{column}: {field}{message}")]
     Syntax {
         /// The file.
         path: String,
@@ -27,17 +28,21 @@ pub enum ScenarioError {
         line: usize,
         /// 1-based column.
         column: usize,
-        /// serde's message, which names the field.
+        /// The dotted path of the field, followed by `: ` (empty at the top level).
+        field: String,
+        /// The parser's message, which names the field or value.
         message: String,
     },
     /// A value that parses but makes no sense (unknown host, two actions in one step…).
-    #[error("{path}:{line}: {field}: {message}")]
+    #[error("{path}:{line}:{column}: {field}: {message}")]
     Invalid {
         /// The file.
         path: String,
-        /// 1-based line where the field appears (best effort).
+        /// 1-based line of the value.
         line: usize,
-        /// Dotted path of the field, e.g. `faults[2].partition`.
+        /// 1-based column of the value.
+        column: usize,
+        /// Dotted path of the field, e.g. `faults[2].partition[1]`.
         field: String,
         /// What is wrong.
         message: String,
@@ -53,234 +58,205 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
     parse(&path.display().to_string(), &text)
 }
 
-/// Parses and validates scenario text; `path` is only used in messages.
-pub fn parse(path: &str, text: &str) -> Result<Scenario, ScenarioError> {
-    let scenario: Scenario = serde_yaml::from_str(text).map_err(|e| {
-        let (line, column) = e
+/// Deserialises `text`; a failure names the serde path of the field (`faults[1].partiton`),
+/// its line and column, and the parser's message.
+fn from_str_with_path<T: serde::de::DeserializeOwned>(
+    path: &str,
+    text: &str,
+) -> Result<T, ScenarioError> {
+    use serde_saphyr::MessageFormatter;
+    let mut field = String::new();
+    serde_saphyr::with_deserializer_from_str(text, |deserializer| {
+        let mut track = serde_path_to_error::Track::new();
+        let tracked = serde_path_to_error::Deserializer::new(deserializer, &mut track);
+        T::deserialize(tracked).inspect_err(|_| field = track.path().to_string())
+    })
+    .map_err(|error| {
+        let (line, column) = error
             .location()
-            .map(|l| (l.line(), l.column()))
+            .map(|l| (l.line() as usize, l.column() as usize))
             .unwrap_or((0, 0));
-        let message = e.to_string();
-        let message = match message.rfind(" at line ") {
-            Some(i) => message[..i].to_string(),
-            None => message,
+        let message = serde_saphyr::DefaultMessageFormatter
+            .format_message(error.without_snippet())
+            .to_string();
+        let field = match field.as_str() {
+            "" | "." => String::new(),
+            field => format!("{field}: "),
         };
         ScenarioError::Syntax {
             path: path.to_string(),
             line,
             column,
+            field,
             message,
         }
-    })?;
-    validate(path, text, &scenario)?;
+    })
+}
+
+/// Parses and validates scenario text; `path` is only used in messages.
+pub fn parse(path: &str, text: &str) -> Result<Scenario, ScenarioError> {
+    let scenario: Scenario = from_str_with_path(path, text)?;
+    validate(path, &Spans::parse(text), &scenario)?;
     Ok(scenario)
 }
 
-/// The 1-based line of the first line at or after `from` containing `needle` (best effort).
-fn line_of(text: &str, needle: &str, from: usize) -> usize {
-    text.lines()
-        .enumerate()
-        .skip(from.saturating_sub(1))
-        .find(|(_, l)| l.contains(needle))
-        .map(|(i, _)| i + 1)
-        .unwrap_or(0)
+/// The checks that need more than types, each naming the exact value it is about.
+struct Validator<'a> {
+    path: &'a str,
+    spans: &'a Spans,
 }
 
-fn invalid(path: &str, text: &str, field: String, needle: &str, message: String) -> ScenarioError {
-    let section = field.split(['.', '[']).next().unwrap_or("");
-    let from = line_of(text, &format!("{section}:"), 1);
-    ScenarioError::Invalid {
-        path: path.to_string(),
-        line: line_of(text, needle, from),
-        field,
-        message,
+impl Validator<'_> {
+    fn invalid(&self, field: &Field, message: impl Into<String>) -> ScenarioError {
+        let (line, column) = self.spans.locate(field);
+        ScenarioError::Invalid {
+            path: self.path.to_string(),
+            line,
+            column,
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+
+    fn check(
+        &self,
+        ok: bool,
+        field: &Field,
+        message: impl Into<String>,
+    ) -> Result<(), ScenarioError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(self.invalid(field, message))
+        }
     }
 }
 
-fn validate(path: &str, text: &str, s: &Scenario) -> Result<(), ScenarioError> {
-    if !s.apiserver.forbidden.is_empty() {
-        // The calm phase resets knobs to these, so a revoked resource could never converge.
-        let message =
-            "forbidden revokes access for good here; revoke it in a fault step instead".to_string();
-        return Err(invalid(
-            path,
-            text,
-            "apiserver.forbidden".into(),
-            "forbidden:",
-            message,
-        ));
-    }
+fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError> {
+    let v = Validator { path, spans };
+    let hosts_field = Field::root("topology").key("hosts");
+    // The calm phase resets knobs to these, so a revoked resource could never converge.
+    v.check(
+        s.apiserver.forbidden.is_empty(),
+        &Field::root("apiserver").key("forbidden"),
+        "forbidden revokes access for good here; revoke it in a fault step instead",
+    )?;
     let hosts: Vec<&str> = s.topology.hosts.iter().map(|h| h.name.as_str()).collect();
     for (i, host) in s.topology.hosts.iter().enumerate() {
-        if hosts.iter().filter(|h| **h == host.name).count() > 1 {
-            return Err(invalid(
-                path,
-                text,
-                format!("topology.hosts[{i}].name"),
-                &host.name,
-                format!("host {:?} is declared twice", host.name),
-            ));
-        }
+        v.check(
+            !hosts[..i].contains(&host.name.as_str()),
+            &hosts_field.index(i).key("name"),
+            format!("host {:?} is declared twice", host.name),
+        )?;
     }
     let count = |role: Role| s.topology.hosts.iter().filter(|h| h.role == role).count();
     // The Kubernetes world (API server, Argo CD, workload) is needed by probes and reporters.
     let kube_world = count(Role::Probe) + count(Role::Reporter) > 0;
     for role in [Role::Apiserver, Role::Argocd, Role::Workload] {
-        if (kube_world && count(role) != 1) || count(role) > 1 {
-            return Err(invalid(
-                path,
-                text,
-                "topology.hosts".into(),
-                "hosts:",
-                format!(
-                    "exactly one host must have role {role:?} (found {})",
-                    count(role)
-                ),
-            ));
-        }
+        v.check(
+            !((kube_world && count(role) != 1) || count(role) > 1),
+            &hosts_field,
+            format!(
+                "exactly one host must have role {role:?} (found {})",
+                count(role)
+            ),
+        )?;
     }
     let tunnel_world = count(Role::Runtime) + count(Role::Client) > 0;
-    if tunnel_world && count(Role::Gateway) != 1 {
-        return Err(invalid(
-            path,
-            text,
-            "topology.hosts".into(),
-            "hosts:",
-            "runtimes and clients need exactly one host with role gateway".into(),
-        ));
-    }
+    v.check(
+        !tunnel_world || count(Role::Gateway) == 1,
+        &hosts_field,
+        "runtimes and clients need exactly one host with role gateway",
+    )?;
     for role in [Role::Probe, Role::Platform, Role::Cache, Role::Gateway] {
-        if count(role) > 1 {
-            return Err(invalid(
-                path,
-                text,
-                "topology.hosts".into(),
-                "hosts:",
-                format!(
-                    "at most one host may have role {role:?} (found {})",
-                    count(role)
-                ),
-            ));
-        }
+        v.check(
+            count(role) <= 1,
+            &hosts_field,
+            format!(
+                "at most one host may have role {role:?} (found {})",
+                count(role)
+            ),
+        )?;
     }
     let reporters = count(Role::Reporter);
-    if reporters > 0 && (count(Role::Platform) != 1 || count(Role::Cache) != 1) {
-        return Err(invalid(
-            path,
-            text,
-            "topology.hosts".into(),
-            "hosts:",
-            "reporters need one host with role platform and one with role cache".into(),
-        ));
-    }
-    for (i, host) in s
-        .topology
-        .hosts
-        .iter()
-        .enumerate()
-        .filter(|(_, h)| h.role == Role::Reporter)
-    {
-        if orrery_system::env::Identity::from_host(host.name.as_str())
-            .ordinal
-            .is_none()
-        {
-            return Err(invalid(
-                path,
-                text,
-                format!("topology.hosts[{i}].name"),
-                &host.name,
-                format!(
-                    "reporter host {:?} needs an ordinal suffix like reporter-0",
-                    host.name
-                ),
-            ));
-        }
+    v.check(
+        reporters == 0 || (count(Role::Platform) == 1 && count(Role::Cache) == 1),
+        &hosts_field,
+        "reporters need one host with role platform and one with role cache",
+    )?;
+    for (i, host) in s.topology.hosts.iter().enumerate() {
+        let ordinal = orrery_system::env::Identity::from_host(host.name.as_str()).ordinal;
+        v.check(
+            host.role != Role::Reporter || ordinal.is_some(),
+            &hosts_field.index(i).key("name"),
+            format!(
+                "reporter host {:?} needs an ordinal suffix like reporter-0",
+                host.name
+            ),
+        )?;
     }
     if let Some(replicas) = s.reporter.replicas {
-        if replicas as usize > reporters || replicas == 0 {
-            return Err(invalid(
-                path,
-                text,
-                "reporter.replicas".into(),
-                "replicas:",
-                format!("replicas must be between 1 and the {reporters} reporter hosts declared"),
-            ));
-        }
+        v.check(
+            replicas != 0 && replicas as usize <= reporters,
+            &Field::root("reporter").key("replicas"),
+            format!("replicas must be between 1 and the {reporters} reporter hosts declared"),
+        )?;
     }
-    if s.tick.is_zero() || s.tick > std::time::Duration::from_secs(1) {
-        return Err(invalid(
-            path,
-            text,
-            "tick".into(),
-            "tick:",
-            format!("tick must be between 1ms and 1s, got {:?}", s.tick),
-        ));
-    }
-    if s.duration.is_zero() {
-        return Err(invalid(
-            path,
-            text,
-            "duration".into(),
-            "duration:",
-            "the fault phase must last longer than 0s".into(),
-        ));
-    }
-    if s.seeds.is_empty() {
-        return Err(invalid(
-            path,
-            text,
-            "seeds".into(),
-            "seeds:",
-            "list at least one seed".into(),
-        ));
-    }
-    if s.workload.repositories == 0 {
-        return Err(invalid(
-            path,
-            text,
-            "workload.repositories".into(),
-            "repositories:",
-            "at least one repository is needed".into(),
-        ));
-    }
+    v.check(
+        !s.tick.is_zero() && s.tick <= std::time::Duration::from_secs(1),
+        &Field::root("tick"),
+        format!("tick must be between 1ms and 1s, got {:?}", s.tick),
+    )?;
+    v.check(
+        !s.duration.is_zero(),
+        &Field::root("duration"),
+        "the fault phase must last longer than 0s",
+    )?;
+    v.check(
+        !s.seeds.is_empty(),
+        &Field::root("seeds"),
+        "list at least one seed",
+    )?;
+    v.check(
+        s.workload.repositories != 0,
+        &Field::root("workload").key("repositories"),
+        "at least one repository is needed",
+    )?;
     for (i, step) in s.faults.iter().enumerate() {
-        validate_step(path, text, &hosts, reporters, i, step, s.duration)?;
+        validate_step(&v, &hosts, reporters, i, step, s.duration)?;
     }
     for (i, invariant) in s.invariants.iter().enumerate() {
-        checkers::validate(invariant)
-            .map_err(|m| invalid(path, text, format!("invariants[{i}]"), &invariant.name, m))?;
+        let field = Field::root("invariants").index(i);
+        checkers::validate(invariant).map_err(|m| {
+            let at = match invariant.params.keys().next() {
+                Some(param) => field.key("params").key(param),
+                None => field.key("name"),
+            };
+            v.invalid(&at, m)
+        })?;
     }
-    if s.invariants.is_empty() {
-        return Err(invalid(
-            path,
-            text,
-            "invariants".into(),
-            "invariants:",
-            "a scenario must check at least one invariant".into(),
-        ));
-    }
-    if s.expect.is_empty() {
-        return Err(invalid(
-            path,
-            text,
-            "expect".into(),
-            "expect:",
-            "declare the expected result for faithful and/or hardened".into(),
-        ));
-    }
+    v.check(
+        !s.invariants.is_empty(),
+        &Field::root("invariants"),
+        "a scenario must check at least one invariant",
+    )?;
+    v.check(
+        !s.expect.is_empty(),
+        &Field::root("expect"),
+        "declare the expected result for faithful and/or hardened",
+    )?;
     Ok(())
 }
 
 fn validate_step(
-    path: &str,
-    text: &str,
+    v: &Validator<'_>,
     hosts: &[&str],
     reporters: usize,
     i: usize,
     step: &FaultStep,
     duration: std::time::Duration,
 ) -> Result<(), ScenarioError> {
-    let field = |name: &str| format!("faults[{i}].{name}");
+    let field = Field::root("faults").index(i);
     let actions = [
         step.partition.is_some(),
         step.repair.is_some(),
@@ -292,85 +268,71 @@ fn validate_step(
         step.platform.is_some(),
     ];
     let set = actions.iter().filter(|a| **a).count();
-    if set != 1 {
-        return Err(invalid(path, text, format!("faults[{i}]"), &format!("at: {}", super::duration::render(step.at)), format!(
-            "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform (found {set})"
-        )));
+    v.check(set == 1, &field, format!(
+        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform (found {set})"
+    ))?;
+    v.check(
+        step.at <= duration,
+        &field.key("at"),
+        format!(
+            "at {:?} is after the fault phase ends ({duration:?})",
+            step.at
+        ),
+    )?;
+    let mut named: Vec<(Field, &str)> = Vec::new();
+    for (name, pair) in [("partition", &step.partition), ("repair", &step.repair)] {
+        if let Some(pair) = pair {
+            for (k, host) in pair.iter().enumerate() {
+                named.push((field.key(name).index(k), host.as_str()));
+            }
+        }
     }
-    if step.at > duration {
-        return Err(invalid(
-            path,
-            text,
-            field("at"),
-            "at:",
-            format!(
-                "at {:?} is after the fault phase ends ({duration:?})",
-                step.at
-            ),
-        ));
-    }
-    let mut named: Vec<(&str, &str)> = Vec::new();
-    if let Some([a, b]) = &step.partition {
-        named.extend([("partition", a.as_str()), ("partition", b.as_str())]);
-    }
-    if let Some([a, b]) = &step.repair {
-        named.extend([("repair", a.as_str()), ("repair", b.as_str())]);
-    }
-    if let Some(h) = &step.crash {
-        named.push(("crash", h));
-    }
-    if let Some(h) = &step.restart {
-        named.push(("restart", h));
+    for (name, host) in [("crash", &step.crash), ("restart", &step.restart)] {
+        if let Some(host) = host {
+            named.push((field.key(name), host.as_str()));
+        }
     }
     if let Some(l) = &step.latency {
-        named.extend([
-            ("latency.between", l.between[0].as_str()),
-            ("latency.between", l.between[1].as_str()),
-        ]);
-    }
-    for (name, host) in named {
-        if !hosts.contains(&host) {
-            return Err(invalid(
-                path,
-                text,
-                field(name),
-                host,
-                format!("unknown host {host:?}; hosts are {hosts:?}"),
-            ));
+        for (k, host) in l.between.iter().enumerate() {
+            named.push((field.key("latency").key("between").index(k), host.as_str()));
         }
+    }
+    for (at, host) in named {
+        v.check(
+            hosts.contains(&host),
+            &at,
+            format!("unknown host {host:?}; hosts are {hosts:?}"),
+        )?;
     }
     if let Some(scale) = &step.scale {
-        if scale.replicas == 0 || scale.replicas as usize > reporters {
-            return Err(invalid(
-                path,
-                text,
-                field("scale.replicas"),
-                "replicas:",
-                format!(
-                    "scale to between 1 and the {reporters} reporter hosts declared, not {}",
-                    scale.replicas
-                ),
-            ));
-        }
+        v.check(
+            scale.replicas != 0 && scale.replicas as usize <= reporters,
+            &field.key("scale").key("replicas"),
+            format!(
+                "scale to between 1 and the {reporters} reporter hosts declared, not {}",
+                scale.replicas
+            ),
+        )?;
     }
     if let Some(patch) = &step.apiserver {
         let knobs = apply_knob_patch(&Knobs::default(), patch)
-            .map_err(|m| invalid(path, text, field("apiserver"), "apiserver:", m))?;
+            .map_err(|m| v.invalid(&field.key("apiserver"), m))?;
         let served: Vec<String> = crate::world::apiserver::resources::registry()
             .into_iter()
             .map(|k| k.plural)
             .collect();
-        if let Some(unknown) = knobs.forbidden.iter().find(|r| !served.contains(r)) {
-            let message = format!(
-                "forbidden: {unknown:?} is not a served resource (one of: {})",
-                served.join(", ")
-            );
-            return Err(invalid(
-                path,
-                text,
-                field("apiserver.forbidden"),
-                "forbidden:",
-                message,
+        if let Some((k, unknown)) = knobs
+            .forbidden
+            .iter()
+            .enumerate()
+            .find(|(_, r)| !served.contains(r))
+        {
+            return Err(v.invalid(
+                &field.key("apiserver").key("forbidden").index(k),
+                format!(
+                    "forbidden: {unknown:?} is not a served resource (one of: {})",
+                    served.join(", ")
+                ),
             ));
         }
     }
@@ -378,15 +340,15 @@ fn validate_step(
 }
 
 /// Applies a partial knob map (from a fault step) onto `base`; unknown knobs are errors.
-pub fn apply_knob_patch(base: &Knobs, patch: &serde_yaml::Value) -> Result<Knobs, String> {
-    let mut merged = serde_yaml::to_value(base).map_err(|e| e.to_string())?;
-    let (Some(target), Some(changes)) = (merged.as_mapping_mut(), patch.as_mapping()) else {
+pub fn apply_knob_patch(base: &Knobs, patch: &serde_json::Value) -> Result<Knobs, String> {
+    let mut merged = serde_json::to_value(base).map_err(|e| e.to_string())?;
+    let (Some(target), Some(changes)) = (merged.as_object_mut(), patch.as_object()) else {
         return Err("apiserver knobs must be a mapping, e.g. {cut_stream_rate: 0.1}".into());
     };
     for (key, value) in changes {
         target.insert(key.clone(), value.clone());
     }
-    serde_yaml::from_value(merged).map_err(|e| e.to_string())
+    serde_json::from_value(merged).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -431,31 +393,43 @@ expect:
     }
 
     #[test]
-    fn an_unknown_host_in_a_fault_is_rejected_with_its_line() {
-        let bad = GOOD.replace("[probe, apiserver]", "[prob, apiserver]");
+    fn an_unknown_host_in_a_fault_is_rejected_at_its_exact_line_and_column() {
+        let bad = GOOD.replace("[probe, apiserver]", "[probe, apisrv]");
         let err = parse("t.yaml", &bad).unwrap_err().to_string();
         assert!(
-            err.starts_with("t.yaml:11: faults[0].partition: unknown host \"prob\""),
+            err.starts_with("t.yaml:11:24: faults[0].partition[1]: unknown host \"apisrv\""),
             "{err}"
         );
     }
 
     #[test]
-    fn a_bad_duration_and_a_bad_knob_are_rejected() {
-        let err = parse("t.yaml", &GOOD.replace("calm: 10s", "calm: 10 parsecs"))
-            .unwrap_err()
-            .to_string();
+    fn a_bad_invariant_points_at_its_name_or_parameter() {
+        let bad = GOOD.replace(
+            "  - name: probe_matches_apiserver",
+            "  - name: probe_matches",
+        );
+        let err = parse("t.yaml", &bad).unwrap_err().to_string();
         assert!(
-            err.contains("t.yaml:13:7: calm:") && err.contains("unknown unit"),
+            err.starts_with("t.yaml:15:11: invariants[0].name: unknown invariant"),
             "{err}"
         );
-        let knob = GOOD.replace(
-            "    partition: [probe, apiserver]",
-            "    apiserver: {cut_rate: 0.5}",
+        let bad = GOOD.replace(
+            "  - name: probe_matches_apiserver",
+            "  - name: probe_matches_apiserver\n    params: {window: 5s}",
         );
-        let err = parse("t.yaml", &knob).unwrap_err().to_string();
+        let err = parse("t.yaml", &bad).unwrap_err().to_string();
         assert!(
-            err.contains("faults[0].apiserver") && err.contains("cut_rate"),
+            err.starts_with("t.yaml:16:22: invariants[0].params.window: invariant"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_duplicate_host_points_at_the_second_declaration() {
+        let bad = GOOD.replace("{name: probe, role: probe}", "{name: argocd, role: probe}");
+        let err = parse("t.yaml", &bad).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.yaml:8:14: topology.hosts[3].name:"),
             "{err}"
         );
     }
@@ -473,7 +447,7 @@ expect:
         );
         let err = parse("t.yaml", &typo).unwrap_err().to_string();
         assert!(
-            err.contains("faults[0].apiserver.forbidden")
+            err.starts_with("t.yaml:11:29: faults[0].apiserver.forbidden[0]:")
                 && err.contains("\"aplications\" is not a served resource"),
             "{err}"
         );

@@ -103,7 +103,7 @@ proptest! {
             "violations {:?}, harness error {:?}\n--- minimal failing scenario (save as a .yaml file and run with `orrery run`) ---\n{}",
             outcome.violations.iter().map(|v| (&v.invariant, &v.details)).collect::<Vec<_>>(),
             outcome.harness_error,
-            serde_yaml::to_string(&s).unwrap_or_default()
+            serde_saphyr::to_string(&s).unwrap_or_default()
         );
     }
 }
@@ -114,7 +114,7 @@ fn a_printed_case_is_a_valid_scenario_file_that_parses_back_to_the_same_case() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     for _ in 0..20 {
         let s = case().new_tree(&mut runner).unwrap().current();
-        let text = serde_yaml::to_string(&s).unwrap();
+        let text = serde_saphyr::to_string(&s).unwrap();
         let back =
             scenario::parse::parse("case.yaml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         assert_eq!(back, s);

@@ -1,6 +1,5 @@
 //! Types shared by the runtime and the platform, with no IO: wire formats and variants.
 
-pub mod base64;
 pub mod event;
 pub mod time;
 pub mod variant;

@@ -14,6 +14,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::{BoxStream, DeadlineStream, Listener, SharedEnv};
 
+/// A request's query string as a map (`application/x-www-form-urlencoded`: `%XX` and `+`
+/// decoded; a repeated key keeps its last value).
+pub fn query(uri: &http::Uri) -> std::collections::BTreeMap<String, String> {
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
+
 /// The response body type every orrery HTTP handler returns (streaming allowed).
 pub type Body = BoxBody<Bytes, std::io::Error>;
 
@@ -183,4 +191,22 @@ where
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build(Connector { env, read_idle })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn query_strings_are_form_decoded() {
+        let uri: http::Uri = "/x?labelSelector=app%3Dweb%2Ctier+in+(a)&watch=1&empty"
+            .parse()
+            .unwrap();
+        let q = super::query(&uri);
+        assert_eq!(q["labelSelector"], "app=web,tier in (a)");
+        assert_eq!(q["watch"], "1");
+        assert_eq!(q["empty"], "");
+        assert!(super::query(&"/x".parse().unwrap()).is_empty());
+        // Bad escapes are kept as written.
+        let q = super::query(&"/x?a=100%&b=%zz".parse().unwrap());
+        assert_eq!((q["a"].as_str(), q["b"].as_str()), ("100%", "%zz"));
+    }
 }

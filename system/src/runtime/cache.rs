@@ -50,10 +50,8 @@ async fn handle(env: SharedEnv, entries: Entries, req: Request<Incoming>) -> Res
             }
         }
         Method::PUT => {
-            let ttl_ms: u64 = req
-                .uri()
-                .query()
-                .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("ttl_ms=")))
+            let ttl_ms: u64 = crate::env::http::query(req.uri())
+                .get("ttl_ms")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(20 * 60 * 1000);
             let body = match http_body_util::Limited::new(req.into_body(), VALUE_LIMIT_BYTES)

@@ -94,49 +94,6 @@ pub struct Handler {
     server: Arc<ApiServer>,
 }
 
-fn percent_decode(text: &str) -> String {
-    fn hex(b: u8) -> Option<u8> {
-        (b as char).to_digit(16).map(|d| d as u8)
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(high), Some(low)) => {
-                out.push(high * 16 + low);
-                i += 3;
-            }
-            (b'+', _, _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
-    req.uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| match pair.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(pair), String::new()),
-        })
-        .collect()
-}
-
 fn error_response(error: &ApiError) -> Response<Body> {
     let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     json(code, &error.to_status())
@@ -233,7 +190,7 @@ impl Handler {
         knobs: &super::Knobs,
     ) -> Result<Response<Body>, ApiError> {
         let target = self.route(path)?;
-        let params = query(&req);
+        let params = orrery_system::env::http::query(req.uri());
         let method = req.method().clone();
         authorize(&req, &target, verb_of(&method, &target, &params), knobs)?;
         let content_type = req
@@ -543,21 +500,6 @@ async fn read_yaml(req: Request<Incoming>) -> Result<Value, ApiError> {
     if let Ok(value) = serde_json::from_slice(&bytes) {
         return Ok(value);
     }
-    serde_yaml::from_slice(&bytes)
+    serde_saphyr::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(&format!("the apply body is not valid YAML: {e}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percent_decode;
-
-    #[test]
-    fn percent_decoding_handles_selectors_and_bad_escapes() {
-        assert_eq!(
-            percent_decode("app%3Dweb%2Cenv+in+%28a%29"),
-            "app=web,env in (a)"
-        );
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
-    }
 }

@@ -113,7 +113,7 @@ pub fn registry() -> Vec<ResourceKind> {
         ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false, false),
     ];
     for (path, text) in FIXTURE_CRDS {
-        let crd: Crd = serde_yaml::from_str(text)
+        let crd: Crd = serde_saphyr::from_str(text)
             .unwrap_or_else(|e| panic!("{path}: invalid fixture CRD: {e}"));
         for version in crd.spec.versions {
             let status = version

@@ -8,8 +8,6 @@
 //! | `GET /api/v1/applications/{name}/revisions/{rev}/metadata` | `{author, date, message}` |
 //! | `GET /api/v1/applications/{name}/resource?kind=K&resourceName=N` | `{manifest}` live (synced) manifest |
 
-use std::collections::BTreeMap;
-
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use kube::api::DynamicObject;
@@ -42,16 +40,6 @@ fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
     )
 }
 
-fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
-    req.uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 impl Server {
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
@@ -67,7 +55,7 @@ impl Server {
                 "invalid session: token is missing or wrong".into(),
             );
         }
-        let params = query(&req);
+        let params = orrery_system::env::http::query(req.uri());
         let path = req.uri().path().to_string();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let ["api", "v1", "applications", name, rest @ ..] = segments.as_slice() else {

@@ -18,10 +18,10 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::core::base64;
 use crate::core::event::{Envelope, EventPayload};
 use crate::env::http::{json, Body};
 use crate::env::{Observation, SharedEnv};
+use base64::prelude::{Engine as _, BASE64_STANDARD};
 use read_model::{AppState, ReadModel};
 
 /// Largest accepted (compressed) body: 5 MB, as the real gateway.
@@ -142,7 +142,8 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
             format!("invalid event envelope: {e}"),
         )
     })?;
-    let object_json = base64::decode(&envelope.data.object)
+    let object_json = BASE64_STANDARD
+        .decode(&envelope.data.object)
         .map_err(|e| reject(StatusCode::BAD_REQUEST, format!("data.object: {e}")))?;
     let object: Value = serde_json::from_slice(&object_json).map_err(|e| {
         reject(
@@ -325,7 +326,7 @@ mod tests {
     fn payload(object: &Value) -> Vec<u8> {
         let payload = EventPayload {
             timestamp: "t".into(),
-            object: base64::encode(object.to_string().as_bytes()),
+            object: BASE64_STANDARD.encode(object.to_string().as_bytes()),
             source: Source {
                 sync_status: "Synced".into(),
                 desired_manifest: "m".into(),

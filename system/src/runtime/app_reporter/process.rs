@@ -11,9 +11,10 @@ use serde_json::{json, Value};
 
 use crate::core::event::{EventError, EventPayload, Source};
 use crate::core::time::rfc3339;
-use crate::core::{base64, Variant};
+use crate::core::Variant;
 use crate::env::{fnv1a_64, SharedEnv};
 use crate::runtime::cache;
+use base64::prelude::{Engine as _, BASE64_STANDARD};
 
 use super::Config;
 
@@ -164,7 +165,7 @@ impl Processor {
         let rv = app.metadata.resource_version.clone().unwrap_or_default();
         let payload = EventPayload {
             timestamp: rfc3339(self.env.unix_millis()),
-            object: base64::encode(&object),
+            object: BASE64_STANDARD.encode(&object),
             source,
             app_versions: json!({}),
             idempotency_key: (variant == Variant::Hardened).then(|| {

@@ -85,7 +85,7 @@ fn websocket_key(env: &SharedEnv) -> String {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&env.random_u64().to_le_bytes());
     bytes[8..].copy_from_slice(&env.random_u64().to_le_bytes());
-    crate::core::base64::encode(&bytes)
+    base64::prelude::Engine::encode(&base64::prelude::BASE64_STANDARD, bytes)
 }
 
 async fn session(
