@@ -1,10 +1,12 @@
 //! `SimEnv`: the turmoil implementation of the environment seam.
 //!
 //! Time is turmoil's simulated clock, randomness is a generator derived from the scenario
-//! seed and the host name, the network is turmoil's, and observations go to the run's
-//! [`Trace`]. Nothing here reads the OS clock or OS randomness.
+//! seed, the host name and how many times the host has booted, the network is turmoil's,
+//! and observations go to the run's [`Trace`]. Nothing here reads the OS clock or OS
+//! randomness.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,13 +28,37 @@ pub struct SimEnv {
 }
 
 impl SimEnv {
-    /// An environment for `host`, its randomness derived from `seed` and the host name.
+    /// The environment of `host`'s first boot, its randomness derived from `seed` and the
+    /// host name.
     pub fn shared(host: &str, seed: u64, trace: Trace) -> SharedEnv {
+        SimEnv::booted(host, seed, 0, trace)
+    }
+
+    /// The environment of boot number `boot` of `host` (0 = the first). A restarted host
+    /// draws fresh values, as a restarted process would, yet deterministically: the stream
+    /// is derived from (seed, host, boot); the first boot's is the one [`SimEnv::shared`] gives.
+    pub fn booted(host: &str, seed: u64, boot: u64, trace: Trace) -> SharedEnv {
+        let label = match boot {
+            0 => host.to_string(),
+            n => format!("{host}#boot{n}"),
+        };
         Arc::new(SimEnv {
             identity: Identity::from_host(host),
-            rng: Mutex::new(Rng::derive(seed, host)),
+            rng: Mutex::new(Rng::derive(seed, &label)),
             trace,
         })
+    }
+}
+
+/// Counts a host's boots, so that each (re)start gets the next [`SimEnv::booted`] stream.
+/// Cloned into the host's start closure, which turmoil calls again on every restart.
+#[derive(Clone, Debug, Default)]
+pub struct Boots(Arc<AtomicU64>);
+
+impl Boots {
+    /// The number of this boot (0 for the first), counting it.
+    pub fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst)
     }
 }
 
@@ -91,5 +117,30 @@ impl Env for SimEnv {
     fn observe(&self, observation: Observation) {
         self.trace
             .record(self.elapsed(), &self.identity.host, observation);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restarted_host_draws_fresh_values_deterministically() {
+        let draw = |boot| SimEnv::booted("reporter-0", 7, boot, Trace::default()).random_u64();
+        let first = SimEnv::shared("reporter-0", 7, Trace::default()).random_u64();
+        assert_eq!(first, draw(0), "the first boot keeps the original stream");
+        assert_ne!(
+            draw(0),
+            draw(1),
+            "a restart does not replay the first boot's stream"
+        );
+        assert_ne!(draw(1), draw(2));
+        assert_eq!(
+            draw(1),
+            draw(1),
+            "the same boot of the same seed draws the same"
+        );
+        let boots = Boots::default();
+        assert_eq!((boots.next(), boots.clone().next()), (0, 1));
     }
 }

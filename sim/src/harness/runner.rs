@@ -15,7 +15,7 @@ use orrery_system::env::Observation;
 
 use super::trace::Trace;
 use crate::checkers::{self, FinalState, Violation};
-use crate::env::{SimEnv, SIM_EPOCH_UNIX_MS};
+use crate::env::{Boots, SimEnv, SIM_EPOCH_UNIX_MS};
 use crate::scenario::model::{FaultStep, Role};
 use crate::scenario::parse::apply_knob_patch;
 use crate::scenario::{Outcome, Scenario, Variant};
@@ -142,6 +142,8 @@ fn register_hosts(
     let apiserver_addr = format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver));
     for host in &scenario.topology.hosts {
         let name = host.name.clone();
+        // Each restart of the host boots with fresh (deterministic) randomness.
+        let boots = Boots::default();
         let trace = world.trace.clone();
         let target = KubeTarget {
             addr: apiserver_addr.clone(),
@@ -153,7 +155,7 @@ fn register_hosts(
             Role::Apiserver => {
                 let api = world.api.clone();
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let api = api.clone();
                     async move {
                         apiserver::run(env, api, &format!("0.0.0.0:{APISERVER_PORT}")).await?;
@@ -169,7 +171,7 @@ fn register_hosts(
                     ..Default::default()
                 };
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let run = argocd::run(
                         env,
                         target.clone(),
@@ -189,7 +191,7 @@ fn register_hosts(
                     (world.git.clone(), world.health.clone(), world.calm.clone());
                 let config = scenario.workload.clone();
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let handles = workload::Handles {
                         git: git.clone(),
                         health: health.clone(),
@@ -207,7 +209,7 @@ fn register_hosts(
             Role::Platform => {
                 let platform = world.platform.clone();
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let platform = platform.clone();
                     async move {
                         platform_events::run(env, platform, &format!("0.0.0.0:{PLATFORM_PORT}"))
@@ -218,7 +220,7 @@ fn register_hosts(
             }
             Role::Cache => {
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     async move {
                         cache::run(env, &format!("0.0.0.0:{CACHE_PORT}")).await?;
                         Ok(())
@@ -245,7 +247,7 @@ fn register_hosts(
                 config.lease_duration = scenario.reporter.lease_duration;
                 config.lease_renew = scenario.reporter.lease_renew;
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let mut config = config.clone();
                     // Read once at start, like the real reporter's environment variable.
                     config.replicas = *replicas.lock().expect("replicas lock poisoned");
@@ -258,7 +260,7 @@ fn register_hosts(
             Role::Gateway => {
                 let (registry, settings) = (world.registry.clone(), scenario.tunnel.clone());
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let (registry, settings) = (registry.clone(), settings.clone());
                     async move {
                         tunnel::run_gateway(env, registry, variant, settings).await?;
@@ -272,7 +274,7 @@ fn register_hosts(
                     scenario.tunnel.clone(),
                 );
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let (gateway, settings) = (gateway.clone(), settings.clone());
                     async move {
                         tunnel::run_runtime(env, variant, gateway, settings).await?;
@@ -288,7 +290,7 @@ fn register_hosts(
                 );
                 let runtimes = hosts_with(scenario, Role::Runtime);
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let (gateway, runtimes, settings) =
                         (gateway.clone(), runtimes.clone(), settings.clone());
                     async move {
@@ -302,7 +304,7 @@ fn register_hosts(
                     watch_timeout_seconds: scenario.probe.watch_timeout_seconds,
                 };
                 sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::shared(&name, seed, trace.clone());
+                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
                     let (config, target) = (config.clone(), target.clone());
                     async move {
                         let client = orrery_system::env::kube::client(env.clone(), &target);
