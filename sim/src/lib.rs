@@ -5,6 +5,7 @@
 //! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
 //! - [`env`]: `SimEnv`, the turmoil implementation of `orrery_system::env::Env`.
 //! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
+//! - [`faults`]: the `Fault` enum (partition, crash, latency, knob changes, scale…) and its one `apply`.
 //! - [`world`]: simulated dependencies (API server, Argo CD, Git) and test components.
 //! - [`scenario`]: the YAML scenario model and its strict parser.
 //! - [`checkers`]: invariants, fed by the trace and the final state.
@@ -15,6 +16,7 @@ pub mod bench;
 pub mod checkers;
 pub mod env;
 pub mod exit;
+pub mod faults;
 pub mod harness;
 pub mod report;
 pub mod scenario;

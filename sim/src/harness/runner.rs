@@ -16,7 +16,8 @@ use orrery_system::env::Observation;
 use super::trace::Trace;
 use crate::checkers::{self, FinalState, Violation};
 use crate::env::{Boots, SimEnv, SIM_EPOCH_UNIX_MS};
-use crate::scenario::model::{FaultStep, Role};
+use crate::faults::{Fault, Target};
+use crate::scenario::model::{FaultStep, PlatformChange, Role};
 use crate::scenario::parse::apply_knob_patch;
 use crate::scenario::{Outcome, Scenario, Variant};
 use crate::world::apiserver::{self, ApiServer};
@@ -397,77 +398,80 @@ fn apply_pod_change(
     }
 }
 
-/// Applies one scheduled fault; a `scale` returns the pod changes it plans.
-fn apply_fault(
-    sim: &mut turmoil::Sim<'static>,
-    scenario: &Scenario,
-    world: &World,
-    step: &FaultStep,
-    down: &mut Down,
-    pods: &mut Vec<(Duration, PodChange)>,
-) -> Result<AppliedFault, String> {
-    let at_ms = sim.elapsed().as_millis() as u64;
-    let (action, detail) = if let Some([a, b]) = &step.partition {
-        sim.partition(a.as_str(), b.as_str());
-        ("partition", json!([a, b]))
-    } else if let Some([a, b]) = &step.repair {
-        sim.repair(a.as_str(), b.as_str());
-        ("repair", json!([a, b]))
-    } else if let Some(host) = &step.crash {
-        down.crashed.insert(host.clone());
-        stop_host(sim, world, host, "crash");
-        ("crash", json!(host))
-    } else if let Some(host) = &step.restart {
-        down.crashed.remove(host);
-        start_host(sim, world, host, "restart");
-        ("restart", json!(host))
-    } else if let Some(latency) = &step.latency {
-        let [a, b] = &latency.between;
-        sim.set_link_max_message_latency(a.as_str(), b.as_str(), latency.max);
-        (
-            "latency",
-            json!({"between": [a, b], "max_ms": latency.max.as_millis() as u64}),
-        )
-    } else if let Some(patch) = &step.apiserver {
-        let knobs = apply_knob_patch(&world.api.knobs(), patch)?;
-        world.api.set_knobs(knobs);
-        (
-            "apiserver",
-            serde_json::to_value(patch).unwrap_or(Value::Null),
-        )
-    } else if let Some(scale) = &step.scale {
-        let mut replicas = world
+/// The harness as faults see it: the simulation, the world's knobs, and the bookkeeping of
+/// hosts taken down and pod changes planned.
+struct Harness<'a> {
+    sim: &'a mut turmoil::Sim<'static>,
+    scenario: &'a Scenario,
+    world: &'a World,
+    down: &'a mut Down,
+    pods: &'a mut Vec<(Duration, PodChange)>,
+}
+
+impl Target for Harness<'_> {
+    fn partition(&mut self, a: &str, b: &str) {
+        self.sim.partition(a, b);
+    }
+
+    fn repair(&mut self, a: &str, b: &str) {
+        self.sim.repair(a, b);
+    }
+
+    fn crash(&mut self, host: &str) {
+        self.down.crashed.insert(host.to_string());
+        stop_host(self.sim, self.world, host, "crash");
+    }
+
+    fn restart(&mut self, host: &str) {
+        self.down.crashed.remove(host);
+        start_host(self.sim, self.world, host, "restart");
+    }
+
+    fn set_latency(&mut self, a: &str, b: &str, max: Duration) {
+        self.sim.set_link_max_message_latency(a, b, max);
+    }
+
+    fn patch_apiserver(&mut self, patch: &Value) -> Result<(), String> {
+        let knobs = apply_knob_patch(&self.world.api.knobs(), patch)?;
+        self.world.api.set_knobs(knobs);
+        Ok(())
+    }
+
+    fn change_platform(&mut self, change: &PlatformChange) {
+        let mut knobs = self.world.platform.knobs();
+        knobs.api_latency = change.api_latency.unwrap_or(knobs.api_latency);
+        knobs.handler_delay = change.handler_delay.unwrap_or(knobs.handler_delay);
+        self.world.platform.set_knobs(knobs);
+    }
+
+    fn scale(&mut self, replicas: u32, every: Duration) {
+        let mut current = self
+            .world
             .reporter_replicas
             .lock()
             .expect("replicas lock poisoned");
         let planned = plan_scale(
-            &reporter_hosts(scenario),
-            *replicas,
-            scale.replicas,
-            sim.elapsed(),
-            scale.every,
+            &reporter_hosts(self.scenario),
+            *current,
+            replicas,
+            self.sim.elapsed(),
+            every,
         );
-        *replicas = scale.replicas;
-        pods.extend(planned);
-        pods.sort_by_key(|(at, _)| *at);
-        (
-            "scale",
-            json!({"replicas": scale.replicas, "every_ms": scale.every.as_millis() as u64}),
-        )
-    } else if let Some(change) = &step.platform {
-        let mut knobs = world.platform.knobs();
-        knobs.api_latency = change.api_latency.unwrap_or(knobs.api_latency);
-        knobs.handler_delay = change.handler_delay.unwrap_or(knobs.handler_delay);
-        world.platform.set_knobs(knobs);
-        (
-            "platform",
-            serde_json::to_value(change).unwrap_or(Value::Null),
-        )
-    } else {
-        return Err("a fault step without an action (the parser should have refused it)".into());
-    };
-    world.trace.record(
-        sim.elapsed(),
+        *current = replicas;
+        self.pods.extend(planned);
+        self.pods.sort_by_key(|(at, _)| *at);
+    }
+}
+
+/// Applies one scheduled fault and records it in the trace.
+fn apply_fault(harness: &mut Harness<'_>, step: &FaultStep) -> Result<AppliedFault, String> {
+    let at_ms = harness.sim.elapsed().as_millis() as u64;
+    let fault = Fault::from_step(step)
+        .ok_or("a fault step without exactly one action (the parser should have refused it)")?;
+    fault.apply(harness)?;
+    let (action, detail) = (fault.name(), fault.detail());
+    harness.world.trace.record(
+        harness.sim.elapsed(),
         "harness",
         Observation::new(format!("fault.{action}"), detail.clone()),
     );
@@ -641,14 +645,14 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
         while sim.elapsed() < total {
             while next_fault < schedule.len() && schedule[next_fault].at <= sim.elapsed() {
-                faults.push(apply_fault(
-                    &mut sim,
+                let mut harness = Harness {
+                    sim: &mut sim,
                     scenario,
-                    &world,
-                    schedule[next_fault],
-                    &mut down,
-                    &mut pods,
-                )?);
+                    world: &world,
+                    down: &mut down,
+                    pods: &mut pods,
+                };
+                faults.push(apply_fault(&mut harness, schedule[next_fault])?);
                 next_fault += 1;
             }
             while pods.first().is_some_and(|(at, _)| *at <= sim.elapsed()) {

@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
+use super::knobs::ApiServerKnobs as Knobs;
 use super::model::{FaultStep, Role, Scenario};
 use super::spans::{Field, Spans};
 use crate::checkers;
-use crate::world::apiserver::Knobs;
 
 /// A scenario that could not be read, with where and why.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,230 @@
+//! Faults: everything a scenario can do to the world, as one enum with one `apply`.
+//!
+//! A scenario file writes a fault step as a mapping with exactly one action key
+//! (`{at: 50s, partition: [probe, apiserver]}`); [`Fault::from_step`] turns that syntax into
+//! a [`Fault`], and [`Fault::apply`] carries it out on a [`Target`] — the harness, which
+//! owns the turmoil simulation and the world's knobs. Adding a fault kind touches this file,
+//! the scenario model (its syntax) and the target, never a chain of `if let`s.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::scenario::model::{FaultStep, PlatformChange};
+
+/// One fault, as the harness applies it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// Cut the link between two hosts, both directions, silently (packets are lost).
+    Partition([String; 2]),
+    /// Heal the link between two hosts.
+    Repair([String; 2]),
+    /// Crash a host: its software stops and its connections die.
+    Crash(String),
+    /// Restart a crashed host's software (with fresh randomness).
+    Restart(String),
+    /// Set the maximum one-way message latency of a link.
+    Latency {
+        /// The two hosts of the link.
+        between: [String; 2],
+        /// The new bound.
+        max: Duration,
+    },
+    /// Change the simulated API server's knobs (only the fields given; see `world::apiserver`).
+    ApiServer(Value),
+    /// Roll the reporter StatefulSet to `replicas`, one pod change every `every`.
+    Scale {
+        /// The new replica count.
+        replicas: u32,
+        /// Time between two pod changes.
+        every: Duration,
+    },
+    /// Change the platform's knobs (only the fields given).
+    Platform(PlatformChange),
+}
+
+/// What faults act on: the harness's simulation and world.
+pub trait Target {
+    /// Cuts the link between `a` and `b`.
+    fn partition(&mut self, a: &str, b: &str);
+    /// Heals the link between `a` and `b`.
+    fn repair(&mut self, a: &str, b: &str);
+    /// Crashes `host`.
+    fn crash(&mut self, host: &str);
+    /// Restarts a crashed `host`.
+    fn restart(&mut self, host: &str);
+    /// Sets the latency bound of the link between `a` and `b`.
+    fn set_latency(&mut self, a: &str, b: &str, max: Duration);
+    /// Applies a partial API server knob map; unknown knobs are errors.
+    fn patch_apiserver(&mut self, patch: &Value) -> Result<(), String>;
+    /// Applies platform knob changes.
+    fn change_platform(&mut self, change: &PlatformChange);
+    /// Plans a rolling change of the reporters to `replicas`.
+    fn scale(&mut self, replicas: u32, every: Duration);
+}
+
+impl Fault {
+    /// The fault a scenario step describes, or `None` for a step without exactly one action
+    /// (the parser refuses those, naming the step's line and column).
+    pub fn from_step(step: &FaultStep) -> Option<Fault> {
+        let mut actions: Vec<Fault> = Vec::new();
+        actions.extend(step.partition.clone().map(Fault::Partition));
+        actions.extend(step.repair.clone().map(Fault::Repair));
+        actions.extend(step.crash.clone().map(Fault::Crash));
+        actions.extend(step.restart.clone().map(Fault::Restart));
+        actions.extend(step.latency.as_ref().map(|l| Fault::Latency {
+            between: l.between.clone(),
+            max: l.max,
+        }));
+        actions.extend(step.apiserver.clone().map(Fault::ApiServer));
+        actions.extend(step.scale.as_ref().map(|s| Fault::Scale {
+            replicas: s.replicas,
+            every: s.every,
+        }));
+        actions.extend(step.platform.clone().map(Fault::Platform));
+        match actions.len() {
+            1 => actions.pop(),
+            _ => None,
+        }
+    }
+
+    /// The action's name as scenario files and traces write it (`fault.<name>`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::Partition(_) => "partition",
+            Fault::Repair(_) => "repair",
+            Fault::Crash(_) => "crash",
+            Fault::Restart(_) => "restart",
+            Fault::Latency { .. } => "latency",
+            Fault::ApiServer(_) => "apiserver",
+            Fault::Scale { .. } => "scale",
+            Fault::Platform(_) => "platform",
+        }
+    }
+
+    /// Its arguments, as the trace and reports record them.
+    pub fn detail(&self) -> Value {
+        match self {
+            Fault::Partition([a, b]) | Fault::Repair([a, b]) => json!([a, b]),
+            Fault::Crash(host) | Fault::Restart(host) => json!(host),
+            Fault::Latency {
+                between: [a, b],
+                max,
+            } => json!({"between": [a, b], "max_ms": max.as_millis() as u64}),
+            Fault::ApiServer(patch) => patch.clone(),
+            Fault::Scale { replicas, every } => {
+                json!({"replicas": replicas, "every_ms": every.as_millis() as u64})
+            }
+            Fault::Platform(change) => serde_json::to_value(change).unwrap_or(Value::Null),
+        }
+    }
+
+    /// Carries the fault out on `target`.
+    pub fn apply(&self, target: &mut impl Target) -> Result<(), String> {
+        match self {
+            Fault::Partition([a, b]) => target.partition(a, b),
+            Fault::Repair([a, b]) => target.repair(a, b),
+            Fault::Crash(host) => target.crash(host),
+            Fault::Restart(host) => target.restart(host),
+            Fault::Latency {
+                between: [a, b],
+                max,
+            } => target.set_latency(a, b, *max),
+            Fault::ApiServer(patch) => target.patch_apiserver(patch)?,
+            Fault::Scale { replicas, every } => target.scale(*replicas, *every),
+            Fault::Platform(change) => target.change_platform(change),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what was asked of it.
+    #[derive(Default)]
+    struct Log(Vec<String>);
+
+    impl Target for Log {
+        fn partition(&mut self, a: &str, b: &str) {
+            self.0.push(format!("partition {a} {b}"));
+        }
+        fn repair(&mut self, a: &str, b: &str) {
+            self.0.push(format!("repair {a} {b}"));
+        }
+        fn crash(&mut self, host: &str) {
+            self.0.push(format!("crash {host}"));
+        }
+        fn restart(&mut self, host: &str) {
+            self.0.push(format!("restart {host}"));
+        }
+        fn set_latency(&mut self, a: &str, b: &str, max: Duration) {
+            self.0.push(format!("latency {a} {b} {max:?}"));
+        }
+        fn patch_apiserver(&mut self, patch: &Value) -> Result<(), String> {
+            match patch.get("bogus") {
+                Some(_) => Err("unknown knob bogus".into()),
+                None => {
+                    self.0.push(format!("apiserver {patch}"));
+                    Ok(())
+                }
+            }
+        }
+        fn change_platform(&mut self, change: &PlatformChange) {
+            self.0.push(format!("platform {:?}", change.api_latency));
+        }
+        fn scale(&mut self, replicas: u32, every: Duration) {
+            self.0.push(format!("scale {replicas} {every:?}"));
+        }
+    }
+
+    fn step(yaml: &str) -> FaultStep {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn each_step_syntax_becomes_one_fault_that_applies_and_describes_itself() {
+        let cases = [
+            (
+                "{at: 1s, partition: [a, b]}",
+                "partition a b",
+                "[\"a\",\"b\"]",
+            ),
+            ("{at: 1s, crash: a}", "crash a", "\"a\""),
+            (
+                "{at: 1s, latency: {between: [a, b], max: 300ms}}",
+                "latency a b 300ms",
+                "{\"between\":[\"a\",\"b\"],\"max_ms\":300}",
+            ),
+            (
+                "{at: 1s, scale: {replicas: 3}}",
+                "scale 3 10s",
+                "{\"replicas\":3,\"every_ms\":10000}",
+            ),
+            (
+                "{at: 1s, apiserver: {throttle_rate: 0.5}}",
+                "apiserver {\"throttle_rate\":0.5}",
+                "{\"throttle_rate\":0.5}",
+            ),
+        ];
+        for (yaml, applied, detail) in cases {
+            let fault = Fault::from_step(&step(yaml)).expect(yaml);
+            let mut log = Log::default();
+            fault.apply(&mut log).unwrap();
+            assert_eq!(log.0, vec![applied.to_string()], "{yaml}");
+            assert_eq!(fault.detail().to_string(), detail, "{yaml}");
+        }
+    }
+
+    #[test]
+    fn a_step_with_no_or_two_actions_is_no_fault_and_a_bad_knob_fails_to_apply() {
+        assert_eq!(Fault::from_step(&step("{at: 1s}")), None);
+        assert_eq!(
+            Fault::from_step(&step("{at: 1s, crash: a, restart: b}")),
+            None
+        );
+        let bad = Fault::from_step(&step("{at: 1s, apiserver: {bogus: 1}}")).unwrap();
+        assert!(bad.apply(&mut Log::default()).is_err());
+    }
+}
