@@ -2,15 +2,17 @@
 //! each in its own room.
 //!
 //! # Layout
-//! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
+//! Data flows one way: scenario → world → faults/checkers → harness → report.
+//! - [`scenario`]: the YAML scenario model, its knob types and its strict parser.
 //! - [`env`]: `SimEnv`, the turmoil implementation of `orrery_system::env::Env`.
-//! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
-//! - [`faults`]: the `Fault` enum (partition, crash, latency, knob changes, scale…) and its one `apply`.
 //! - [`world`]: simulated dependencies (API server, Argo CD, Git) and test components.
-//! - [`scenario`]: the YAML scenario model and its strict parser.
+//! - [`faults`]: the `Fault` enum (partition, crash, latency, knob changes, scale…) and its
+//!   one `apply`.
 //! - [`checkers`]: invariants, fed by the trace and the final state.
 //! - [`harness`]: runs a scenario seed by seed; the trace and its hash.
 //! - [`report`]: gated JSON/Markdown reports, the perf file, the one-line summary.
+//! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
+//! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
 
 pub mod bench;
 pub mod checkers;

@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::harness::trace::TraceEvent;
-use crate::scenario::model::Invariant;
+use crate::scenario::model::{validate_invariant, Invariant};
 
 /// Whether breaking an invariant is a safety or a liveness failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -103,21 +103,9 @@ pub trait Checker {
     fn at_end(&mut self, state: &FinalState) -> Option<Violation>;
 }
 
-/// Known invariant names.
-pub const KNOWN: [&str; 8] = [
-    "probe_matches_apiserver",
-    "probe_rv_monotonic",
-    "platform_converges",
-    "single_owner",
-    "requests_answered",
-    "executed_at_most_once",
-    "tunnel_recovers",
-    "all_reconnect",
-];
-
 /// Builds the checker an invariant names.
 pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
-    validate(invariant)?;
+    validate_invariant(invariant)?;
     Ok(match invariant.name.as_str() {
         "probe_matches_apiserver" => Box::new(convergence::ProbeMatches::default()),
         "probe_rv_monotonic" => Box::new(monotonic::RvMonotonic::default()),
@@ -129,23 +117,6 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "all_reconnect" => Box::new(tunnel::AllReconnect::default()),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
-}
-
-/// Checks an invariant's name and parameters.
-pub fn validate(invariant: &Invariant) -> Result<(), String> {
-    if !KNOWN.contains(&invariant.name.as_str()) {
-        return Err(format!(
-            "unknown invariant {:?}; known invariants are {KNOWN:?}",
-            invariant.name
-        ));
-    }
-    if let Some(param) = invariant.params.keys().next() {
-        return Err(format!(
-            "invariant {:?} takes no parameter {param:?}",
-            invariant.name
-        ));
-    }
-    Ok(())
 }
 
 /// Runs every checker over the trace, then over the final state; violations in time order.

@@ -409,3 +409,32 @@ pub struct Invariant {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, serde_json::Value>,
 }
+
+/// The invariant names a scenario may use (each has a checker in `checkers`).
+pub const KNOWN_INVARIANTS: [&str; 8] = [
+    "probe_matches_apiserver",
+    "probe_rv_monotonic",
+    "platform_converges",
+    "single_owner",
+    "requests_answered",
+    "executed_at_most_once",
+    "tunnel_recovers",
+    "all_reconnect",
+];
+
+/// Checks an invariant's name and parameters (none of today's invariants takes one).
+pub fn validate_invariant(invariant: &Invariant) -> Result<(), String> {
+    if !KNOWN_INVARIANTS.contains(&invariant.name.as_str()) {
+        return Err(format!(
+            "unknown invariant {:?}; known invariants are {KNOWN_INVARIANTS:?}",
+            invariant.name
+        ));
+    }
+    if let Some(param) = invariant.params.keys().next() {
+        return Err(format!(
+            "invariant {:?} takes no parameter {param:?}",
+            invariant.name
+        ));
+    }
+    Ok(())
+}

@@ -3,9 +3,8 @@
 use std::path::Path;
 
 use super::knobs::ApiServerKnobs as Knobs;
-use super::model::{FaultStep, Role, Scenario};
+use super::model::{validate_invariant, FaultStep, Role, Scenario};
 use super::spans::{Field, Spans};
-use crate::checkers;
 
 /// A scenario that could not be read, with where and why.
 #[derive(Debug, thiserror::Error)]
@@ -227,7 +226,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
     }
     for (i, invariant) in s.invariants.iter().enumerate() {
         let field = Field::root("invariants").index(i);
-        checkers::validate(invariant).map_err(|m| {
+        validate_invariant(invariant).map_err(|m| {
             let at = match invariant.params.keys().next() {
                 Some(param) => field.key("params").key(param),
                 None => field.key("name"),
