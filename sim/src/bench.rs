@@ -168,53 +168,61 @@ fn tunnel_bench(
     requests: usize,
     concurrency: usize,
 ) -> Result<Value, String> {
-    use orrery_system::platform::gateway::Gateway;
-    use orrery_system::platform::registry::Registry;
+    use orrery_system::platform::assembly::{
+        self as control_plane, ControlPlaneConfig, ControlPlaneState, GatewayConfig,
+        TunnelServerConfig,
+    };
     use orrery_system::platform::tunnel;
-    use orrery_system::runtime::router::{Router, Routes};
+    use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
+    use orrery_system::runtime::router::Routes;
     use orrery_system::runtime::tunnel_client;
     runtime.block_on(async {
         let env: SharedEnv = Arc::new(RealEnv::new("bench"));
-        let listen = |env: SharedEnv| async move {
-            let listener = env.listen("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-            let addr = listener.local_addr().map_err(|e| e.to_string())?;
-            Ok::<_, String>((listener, addr))
+        // A free loopback port (the assemblies bind their own addresses).
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.to_string())
+                .map_err(|e| e.to_string())
         };
-        let (upstream, upstream_addr) = listen(env.clone()).await?;
-        let (tunnel_listener, tunnel_addr) = listen(env.clone()).await?;
-        let (gateway_listener, gateway_addr) = listen(env.clone()).await?;
+        let upstream = env.listen("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+        let upstream_addr = upstream.local_addr().map_err(|e| e.to_string())?;
+        let (tunnel_addr, gateway_addr) = (free()?, free()?);
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(orrery_system::env::http::serve(upstream, |_, _| async { http::Response::new(orrery_system::env::http::full("ok")) })));
-        let registry = Arc::new(Registry::default());
-        registry.insert("bench-token", "bench", "runtime");
-        let tunnels = tunnel::TunnelServer::new(tunnel::Config::new(Variant::Hardened), registry.clone());
-        tasks.push(tokio::spawn(tunnel::serve(env.clone(), tunnels.clone(), tunnel_listener)));
-        let gateway = Arc::new(Gateway { admin_token: "bench-admin".into(), registry, tunnels: tunnels.clone(), permissions: Default::default() });
-        let gateway_env = env.clone();
-        tasks.push(tokio::spawn(orrery_system::env::http::serve(gateway_listener, move |request, _| {
-            let (env, gateway) = (gateway_env.clone(), gateway.clone());
-            async move { gateway.handle(&env, request).await }
-        })));
-        let router = Router::new(env.clone(), Routes { app_proxy: upstream_addr.clone(), ..Default::default() });
-        let handler: tunnel_client::Handler = Arc::new(move |request| {
-            let router = router.clone();
-            Box::pin(async move { router.handle(request).await })
-        });
-        let client = tunnel_client::Config::new(Variant::Hardened, &tunnel_addr, "bench-runtime", "bench-token");
-        let client_env = env.clone();
-        let runtime_task = tokio::spawn(async move { drop(tunnel_client::run(client_env, client, handler).await) });
-        for _ in 0..200 {
-            if !tunnels.connected().is_empty() {
+        tasks.push(tokio::spawn(async move { drop(orrery_system::env::http::serve(upstream, |_, _| async { http::Response::new(orrery_system::env::http::full("ok")) }).await) }));
+        let state = ControlPlaneState::default();
+        state.registry.insert("bench-token", "bench", "runtime");
+        let platform = ControlPlaneConfig {
+            tunnel: Some(TunnelServerConfig { listen: tunnel_addr.clone(), config: tunnel::Config::new(Variant::Hardened) }),
+            gateway: Some(GatewayConfig { listen: gateway_addr.clone(), admin_token: "bench-admin".into() }),
+            events: None,
+        };
+        let platform_env = env.clone();
+        tasks.push(tokio::spawn(async move { drop(control_plane::run(platform_env, platform, state, std::future::pending()).await) }));
+        let runtime_config = RuntimeConfig {
+            tunnels: vec![tunnel_client::Config::new(Variant::Hardened, &tunnel_addr, "bench-runtime", "bench-token")],
+            router: Some(RouterConfig { routes: Routes { app_proxy: upstream_addr.clone(), ..Default::default() }, ingress: None }),
+            ..Default::default()
+        };
+        let runtime_env = env.clone();
+        tasks.push(tokio::spawn(async move { drop(runtime_assembly::run(runtime_env, runtime_config, std::future::pending()).await) }));
+        // Up once a request goes through the tunnel.
+        let probe = format!("http://{gateway_addr}/api/runtimes/bench-runtime/app-proxy/ping");
+        let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(5));
+        let mut up = false;
+        for _ in 0..500 {
+            let request = http::Request::get(&probe).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+            if client.request(request).await.is_ok_and(|r| r.status().is_success()) {
+                up = true;
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        if tunnels.connected().is_empty() {
+        if !up {
             return Err("the benchmark's tunnel did not come up".to_string());
         }
         let direct = load(env.clone(), format!("http://{upstream_addr}/app-proxy/ping"), requests, concurrency).await;
         let through = load(env.clone(), format!("http://{gateway_addr}/api/runtimes/bench-runtime/app-proxy/ping"), requests, concurrency).await;
-        runtime_task.abort();
         tasks.iter().for_each(|t| t.abort());
         let record = |(rate, p50, p99): (f64, u64, u64)| json!({"requests_per_second": rate.round(), "latency_p50_us": p50, "latency_p99_us": p99});
         eprintln!(

@@ -14,7 +14,7 @@ use orrery_system::env::{
     BoxFuture, BoxStream, Env, Identity, Listener, Observation, Rng, SharedEnv,
 };
 
-use crate::harness::trace::Trace;
+use crate::trace::Trace;
 
 /// Milliseconds since the Unix epoch at simulated time zero: 2026-01-01T00:00:00Z.
 /// Fixed so that timestamps in traces and reports never depend on when a run happens.

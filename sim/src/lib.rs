@@ -2,12 +2,14 @@
 //! each in its own room.
 //!
 //! # Layout
-//! Data flows one way: scenario → world → faults/checkers → harness → report.
+//! Data flows one way: scenario → world/faults → trace → checkers → harness → report.
 //! - [`scenario`]: the YAML scenario model, its knob types and its strict parser.
 //! - [`env`]: `SimEnv`, the turmoil implementation of `orrery_system::env::Env`.
 //! - [`world`]: simulated dependencies (API server, Argo CD, Git) and test components.
 //! - [`faults`]: the `Fault` enum (partition, crash, latency, knob changes, scale…) and its
 //!   one `apply`.
+//! - [`trace`]: the typed, ordered log of a run (component observations and harness events)
+//!   and its hash.
 //! - [`checkers`]: invariants, fed by the trace and the final state.
 //! - [`harness`]: runs a scenario seed by seed; the trace and its hash.
 //! - [`report`]: gated JSON/Markdown reports, the perf file, the one-line summary.
@@ -22,4 +24,5 @@ pub mod faults;
 pub mod harness;
 pub mod report;
 pub mod scenario;
+pub mod trace;
 pub mod world;

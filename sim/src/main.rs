@@ -40,6 +40,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process; boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run one seed of a scenario; print one JSON line; exit 0 iff the result is the expected one.
@@ -196,13 +198,11 @@ fn cmd_run(args: RunArgs) -> Result<Exit, Fail> {
     if std::env::var_os("ORRERY_TEST_NONDETERMINISM").is_some() {
         // Test hook (tests/sim/cli.rs): makes each process's trace differ, to prove that
         // check-determinism notices and exits 5. Never set outside that test.
-        outcome.trace.record(
+        outcome.trace.record_harness(
             std::time::Duration::ZERO,
-            "harness",
-            orrery_system::env::Observation::new(
-                "test.nondeterminism",
-                serde_json::json!({"pid": std::process::id()}),
-            ),
+            orrery_sim::trace::HarnessEvent::TestNondeterminism {
+                pid: std::process::id(),
+            },
         );
     }
     let wall = started.elapsed().as_secs_f64();

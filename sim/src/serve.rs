@@ -9,25 +9,33 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use orrery_sim::exit::Exit;
 use orrery_system::core::Variant;
+use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::{RealEnv, SharedEnv};
-use orrery_system::platform::gateway::{self, Gateway};
+use orrery_system::platform::assembly::{
+    self as control_plane_assembly, ControlPlaneConfig, ControlPlaneState, GatewayConfig,
+    TunnelServerConfig,
+};
 use orrery_system::platform::permissions::{Permissions, OPERATIONS};
 use orrery_system::platform::registry::Registry;
-use orrery_system::platform::tunnel::{self, TunnelServer};
-use orrery_system::runtime::router::{self, Router, Routes};
-use orrery_system::runtime::tunnel_client;
+use orrery_system::platform::tunnel;
+use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
+use orrery_system::runtime::router::Routes;
+use orrery_system::runtime::{app_proxy, app_reporter, tunnel_client};
 
 use crate::{Fail, VariantArg};
 
 /// What to serve.
+// Parsed once per process; boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Serve {
     /// The platform for real: tunnel server and client API (POST /api/runtimes registers,
     /// /api/runtimes/NAME/... forwards into that runtime's tunnel).
     ControlPlane(ControlPlaneArgs),
-    /// A runtime for real: tunnel client and request routing service, and with --git the
+    /// A runtime for real: tunnel client and request routing service; with --git the
     /// app-proxy (permissions from --platform-api; workflows patched through --apiserver,
-    /// a plain-HTTP simulated API server, or the KUBECONFIG cluster).
+    /// a plain-HTTP simulated API server, or the KUBECONFIG cluster); with --argocd the
+    /// application event reporter (events to --events-api, dedup cache at --cache).
     Runtime(RuntimeArgs),
 }
 
@@ -112,6 +120,33 @@ pub struct RuntimeArgs {
     /// CA certificate (PEM) to verify the tunnel server with (WSS).
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// Run the application event reporter against this Argo CD server (host:port).
+    #[arg(long, requires = "events_api")]
+    argocd: Option<String>,
+    /// Bearer token for the Argo CD server.
+    #[arg(long, env = "ARGOCD_TOKEN", hide_env_values = true, default_value = "")]
+    argocd_token: String,
+    /// The platform's events API (host:port), where the reporter sends events.
+    #[arg(long)]
+    events_api: Option<String>,
+    /// The reporters' dedup cache (host:port).
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    cache: String,
+    /// Also run the dedup cache, on --cache's address.
+    #[arg(long)]
+    serve_cache: bool,
+    /// Namespace of the Applications the reporter watches.
+    #[arg(long, default_value = "argocd")]
+    namespace: String,
+    /// Reporter replicas in this runtime (faithful shards by it).
+    #[arg(long, env = "EVENT_REPORTER_REPLICAS", default_value_t = 1)]
+    replicas: u32,
+    /// This reporter's shard (default: the host name's ordinal suffix).
+    #[arg(long, env = "EVENT_REPORTER_SHARD")]
+    shard: Option<u32>,
+    /// The reporter's health and metrics address.
+    #[arg(long, default_value = "127.0.0.1:8087")]
+    reporter_listen: String,
     #[command(flatten)]
     common: Common,
 }
@@ -141,7 +176,7 @@ fn init_logging(format: LogFormat) {
 /// A real environment whose observations are logged (they are the components' events).
 fn logged_env(host: &str) -> SharedEnv {
     Arc::new(RealEnv::new(host).with_observer(|o| {
-        tracing::info!(target: "orrery::observation", kind = %o.kind, detail = %o.detail);
+        tracing::info!(target: "orrery::observation", kind = o.kind(), event = %o.to_json());
     }))
 }
 
@@ -169,15 +204,6 @@ async fn shutdown_signal() {
     {
         let _ = interrupt.await;
         tracing::info!("Ctrl-C: shutting down");
-    }
-}
-
-/// Runs `serve` until it ends or a shutdown signal arrives.
-async fn until_signal(serve: impl Future<Output = Result<(), Fail>>) -> Result<(), Fail> {
-    tokio::select! {
-        biased;
-        _ = shutdown_signal() => Ok(()),
-        ended = serve => ended,
     }
 }
 
@@ -232,49 +258,63 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, Fail> {
     std::fs::read(path).map_err(|e| Fail::usage(format!("{}: {e}", path.display())))
 }
 
-/// The platform: tunnel server and client gateway.
+/// The platform: tunnel server and client gateway, from the control-plane assembly.
 fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
     init_logging(args.common.log_format);
     let variant = Variant::from(args.common.variant);
-    let registry = Arc::new(Registry::default());
-    preregister(&registry, &args.runtimes)?;
-    let permissions = Arc::new(Permissions::default());
-    users(&permissions, &args.users)?;
-    let mut config = tunnel::Config::new(variant);
+    let state = ControlPlaneState::default();
+    preregister(&state.registry, &args.runtimes)?;
+    users(&state.permissions, &args.users)?;
+    let mut tunnel = tunnel::Config::new(variant);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        config.tls = Some(
+        tunnel.tls = Some(
             orrery_system::tunnel::tls::server_config(&read(cert)?, &read(key)?)
                 .map_err(|e| Fail::usage(e.to_string()))?,
         );
     }
-    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
-    let (tunnel_addr, api_addr, admin_token) = (args.tunnel, args.api, args.admin_token);
-    block_on(until_signal(async move {
+    let scheme = if tunnel.tls.is_some() { "wss" } else { "ws" };
+    tracing::info!(
+        variant = variant.as_str(),
+        "orrery control-plane: tunnel on {scheme}://{}, client API on http://{}",
+        args.tunnel,
+        args.api
+    );
+    let config = ControlPlaneConfig {
+        tunnel: Some(TunnelServerConfig {
+            listen: args.tunnel,
+            config: tunnel,
+        }),
+        gateway: Some(GatewayConfig {
+            listen: args.api,
+            admin_token: args.admin_token,
+        }),
+        events: None,
+    };
+    block_on(async move {
         let env = logged_env("control-plane");
-        let tunnels = TunnelServer::new(config, registry.clone());
-        let gateway = Arc::new(Gateway {
-            admin_token,
-            registry,
-            tunnels: tunnels.clone(),
-            permissions: permissions.clone(),
-        });
-        let tunnel_listener = env
-            .listen(&tunnel_addr)
+        control_plane_assembly::run(env, config, state, shutdown_signal())
             .await
-            .map_err(|e| Fail::usage(format!("{tunnel_addr}: {e}")))?;
-        tracing::info!(
-            variant = variant.as_str(),
-            "orrery control-plane: tunnel on {scheme}://{tunnel_addr}, client API on http://{api_addr}"
-        );
-        tokio::spawn(tunnel::serve(env.clone(), tunnels, tunnel_listener));
-        gateway::run(env, gateway, &api_addr)
-            .await
-            .map_err(|e| Fail::usage(format!("{api_addr}: {e}")))
-    }))
+            .map_err(|e| Fail::usage(e.to_string()))
+    })
+}
+
+/// The Kubernetes API the runtime's components use: a plain-HTTP (simulated) server if
+/// given, else the KUBECONFIG cluster.
+async fn kube_target(apiserver: Option<String>, namespace: &str) -> Result<KubeTarget, Fail> {
+    match apiserver {
+        Some(addr) => Ok(KubeTarget::new(addr)),
+        None => {
+            let config = kube::Config::infer()
+                .await
+                .map_err(|e| Fail::usage(format!("needs --apiserver or a kubeconfig: {e}")))?;
+            Ok(KubeTarget::real(config, namespace))
+        }
+    }
 }
 
 /// A runtime: tunnel client and request routing service (optionally also on an ingress
-/// port), and the app-proxy when `--git` names a Git provider.
+/// port), the app-proxy with `--git`, the application event reporter with `--argocd`; all
+/// from the runtime assembly.
 fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
     init_logging(args.common.log_format);
     let variant = Variant::from(args.common.variant);
@@ -290,51 +330,56 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
                 .map_err(|e| Fail::usage(e.to_string()))?,
         );
     }
-    let app_proxy = args.git.clone().map(|git| {
-        let platform_api = args.platform_api.clone().unwrap_or_default();
-        (git, platform_api, args.apiserver.clone())
-    });
-    let (name, platform, ingress) = (args.name, args.platform, args.ingress);
-    block_on(until_signal(async move {
-        let env = logged_env(&name);
-        if let Some((git_addr, platform_addr, apiserver)) = app_proxy {
-            // The Kubernetes API: a plain-HTTP (simulated) server if given, else KUBECONFIG.
-            let kube = match apiserver {
-                Some(addr) => orrery_system::env::kube::KubeTarget::new(addr),
-                None => {
-                    let config = kube::Config::infer().await.map_err(|e| {
-                        Fail::usage(format!(
-                            "the app-proxy needs --apiserver or a kubeconfig: {e}"
-                        ))
-                    })?;
-                    orrery_system::env::kube::KubeTarget::real(config, "default")
-                }
-            };
-            let config = orrery_system::runtime::app_proxy::Config {
-                platform_addr,
+    let mut config = RuntimeConfig {
+        tunnels: vec![client],
+        router: Some(RouterConfig {
+            routes: routes.clone(),
+            ingress: args.ingress.clone(),
+        }),
+        cache: args.serve_cache.then(|| args.cache.clone()),
+        ..Default::default()
+    };
+    let (name, platform) = (args.name.clone(), args.platform.clone());
+    block_on(async move {
+        let needs_kube = args.git.is_some() || args.argocd.is_some();
+        let kube = match needs_kube {
+            true => Some(kube_target(args.apiserver.clone(), &args.namespace).await?),
+            false => None,
+        };
+        if let (Some(git_addr), Some(kube)) = (args.git.clone(), &kube) {
+            config.app_proxy = Some(app_proxy::Config {
+                platform_addr: args.platform_api.clone().unwrap_or_default(),
                 git_addr,
-                kube,
+                kube: kube.clone(),
                 permissions_ttl: std::time::Duration::from_secs(30),
                 listen: routes.app_proxy.clone(),
-            };
-            let env = env.clone();
-            tokio::spawn(async move { orrery_system::runtime::app_proxy::run(env, config).await });
+            });
         }
-        if let Some(addr) = ingress {
-            let (env, routes) = (env.clone(), routes.clone());
-            tokio::spawn(async move { router::run(env, routes, &addr).await });
+        if let (Some(argocd), Some(kube)) = (args.argocd.clone(), &kube) {
+            let mut reporter = app_reporter::Config::new(variant, kube.clone(), &args.namespace);
+            reporter.argocd_addr = argocd;
+            reporter.argocd_token = args.argocd_token.clone();
+            reporter.platform_addr = args.events_api.clone().unwrap_or_default();
+            reporter.runtime_token = args.token.clone();
+            reporter.cache_addr = args.cache.clone();
+            reporter.replicas = args.replicas.max(1);
+            reporter.shard = args.shard;
+            reporter.serve_addr = args.reporter_listen.clone();
+            config.app_reporter = Some(reporter);
         }
-        let router = Router::new(env.clone(), routes);
-        let handler: tunnel_client::Handler = Arc::new(move |request| {
-            let router = router.clone();
-            Box::pin(async move { router.handle(request).await })
-        });
+        let env = logged_env(&name);
         tracing::info!(
             variant = variant.as_str(),
+            app_proxy = config.app_proxy.is_some(),
+            app_reporter = config.app_reporter.is_some(),
             "orrery runtime {name}: tunnel to {platform}"
         );
-        tunnel_client::run(env, client, handler)
+        runtime_assembly::run(env, config, shutdown_signal())
             .await
-            .map_err(|e| Fail::usage(e.to_string()))
-    }))
+            .map_err(|e| match e {
+                // The runtime gave up (as the real client exits and its pod restarts): 1.
+                runtime_assembly::Error::TunnelGaveUp { .. } => Fail(e.to_string(), Exit::Mismatch),
+                _ => Fail::usage(e.to_string()),
+            })
+    })
 }

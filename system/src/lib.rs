@@ -7,6 +7,7 @@
 //!   observations come from an [`env::Env`]; [`env::RealEnv`] is the tokio implementation,
 //!   the simulator provides its own. Also the HTTP and kube-rs glue every component shares.
 //! - [`core`]: wire types and variants, no IO.
+//! - [`observe`]: typed observations, one enum per component, shared by emitters and checkers.
 //! - [`runtime`]: components that run in the customer's cluster (the application event
 //!   reporter, the shared dedup cache).
 //! - [`platform`]: control-plane components (the events path).
@@ -15,6 +16,7 @@
 
 pub mod core;
 pub mod env;
+pub mod observe;
 pub mod platform;
 pub mod runtime;
 pub mod tunnel;

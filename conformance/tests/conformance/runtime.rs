@@ -15,9 +15,12 @@ use orrery_sim::world::git::SharedGit;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::{RealEnv, SharedEnv};
+use orrery_system::platform::assembly::{
+    self as control_plane, ControlPlaneConfig, ControlPlaneState,
+};
 use orrery_system::platform::events::{self, Platform};
 use orrery_system::runtime::app_reporter::{self, shard};
-use orrery_system::runtime::cache;
+use orrery_system::runtime::assembly::{self as runtime_assembly, RuntimeConfig};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "conformance-runtime-token";
@@ -133,25 +136,26 @@ async fn reporter_suite(variant: Variant) {
             .collect(),
         bus_capacity: 1000,
     });
-    let serving = platform.clone();
+    // The platform's events path and the runtime's dedup cache, from their assemblies.
+    let state = ControlPlaneState {
+        events: Some(platform.clone()),
+        ..Default::default()
+    };
+    let events_only = ControlPlaneConfig {
+        events: Some(format!("127.0.0.1:{platform_port}")),
+        ..Default::default()
+    };
     tasks.push(tokio::spawn(async move {
-        drop(
-            events::run(
-                Arc::new(RealEnv::new("platform")),
-                serving,
-                &format!("127.0.0.1:{platform_port}"),
-            )
-            .await,
-        )
+        let env = Arc::new(RealEnv::new("platform"));
+        drop(control_plane::run(env, events_only, state, std::future::pending()).await)
     }));
+    let cache_only = RuntimeConfig {
+        cache: Some(format!("127.0.0.1:{cache_port}")),
+        ..Default::default()
+    };
     tasks.push(tokio::spawn(async move {
-        drop(
-            cache::run(
-                Arc::new(RealEnv::new("cache")),
-                &format!("127.0.0.1:{cache_port}"),
-            )
-            .await,
-        )
+        let env = Arc::new(RealEnv::new("cache"));
+        drop(runtime_assembly::run(env, cache_only, std::future::pending()).await)
     }));
 
     // The runtime: REPLICAS reporter replicas, unchanged, against the real API server.
@@ -170,7 +174,13 @@ async fn reporter_suite(variant: Variant) {
         config.serve_addr = format!("127.0.0.1:{port}");
         config.resync_every = Duration::from_secs(10);
         let env: SharedEnv = Arc::new(RealEnv::new(format!("reporter-{replica}")));
-        tasks.push(tokio::spawn(app_reporter::run(env, config)));
+        let runtime = RuntimeConfig {
+            app_reporter: Some(config),
+            ..Default::default()
+        };
+        tasks.push(tokio::spawn(async move {
+            drop(runtime_assembly::run(env, runtime, std::future::pending()).await)
+        }));
     }
 
     let apps: Api<DynamicObject> =
@@ -347,10 +357,8 @@ async fn hardened_reporter_replicas_converge_on_a_real_api_server_with_lease_own
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn the_app_proxy_terminates_a_real_workflow() {
-    use orrery_system::platform::gateway::Gateway;
-    use orrery_system::platform::permissions::Permissions;
-    use orrery_system::platform::registry::Registry;
-    use orrery_system::platform::tunnel::{self as tunnel_server, TunnelServer};
+    use orrery_system::platform::assembly::{GatewayConfig, TunnelServerConfig};
+    use orrery_system::platform::tunnel as tunnel_server;
     use orrery_system::runtime::app_proxy::{self, workflow_resource};
 
     let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
@@ -369,25 +377,25 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         .expect("create a Workflow");
 
     // The platform's permissions, served by an in-process gateway on loopback.
-    let permissions = Arc::new(Permissions::default());
-    permissions.grant("ops-token", "ops", &["workflows:terminate"]);
-    let registry = Arc::new(Registry::default());
-    let gateway = Arc::new(Gateway {
-        admin_token: "adm".into(),
-        registry: registry.clone(),
-        tunnels: TunnelServer::new(tunnel_server::Config::new(Variant::Hardened), registry),
-        permissions,
-    });
-    let (platform_port, proxy_port) = (free_port(), free_port());
+    let state = ControlPlaneState::default();
+    state
+        .permissions
+        .grant("ops-token", "ops", &["workflows:terminate"]);
+    let (platform_port, proxy_port, tunnel_port) = (free_port(), free_port(), free_port());
+    let gateway = ControlPlaneConfig {
+        tunnel: Some(TunnelServerConfig {
+            listen: format!("127.0.0.1:{tunnel_port}"),
+            config: tunnel_server::Config::new(Variant::Hardened),
+        }),
+        gateway: Some(GatewayConfig {
+            listen: format!("127.0.0.1:{platform_port}"),
+            admin_token: "adm".into(),
+        }),
+        events: None,
+    };
     let platform = tokio::spawn(async move {
-        drop(
-            orrery_system::platform::gateway::run(
-                Arc::new(RealEnv::new("platform")),
-                gateway,
-                &format!("127.0.0.1:{platform_port}"),
-            )
-            .await,
-        )
+        let env = Arc::new(RealEnv::new("platform"));
+        drop(control_plane::run(env, gateway, state, std::future::pending()).await)
     });
     let config = kube::Config::infer().await.expect("kubeconfig");
     let proxy_config = app_proxy::Config {
@@ -397,8 +405,13 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         permissions_ttl: Duration::from_secs(30),
         listen: format!("127.0.0.1:{proxy_port}"),
     };
+    let proxy_only = RuntimeConfig {
+        app_proxy: Some(proxy_config),
+        ..Default::default()
+    };
     let proxy = tokio::spawn(async move {
-        drop(app_proxy::run(Arc::new(RealEnv::new("app-proxy")), proxy_config).await)
+        let env = Arc::new(RealEnv::new("app-proxy"));
+        drop(runtime_assembly::run(env, proxy_only, std::future::pending()).await)
     });
 
     let terminate = |token: &'static str| {

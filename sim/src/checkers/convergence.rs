@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::{Checker, Class, FinalState, Violation};
-use crate::harness::trace::TraceEvent;
+use crate::trace::TraceEvent;
 use crate::world::probe::digest;
+use orrery_system::observe::WorldEvent;
 
 /// Remembers the probe's last reported view digest.
 #[derive(Default)]
@@ -23,33 +24,26 @@ impl Checker for ProbeMatches {
     }
 
     fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
-        let detail = &event.observation.detail;
-        let name = || detail["name"].as_str().unwrap_or("").to_string();
-        let rv = || detail["rv"].as_str().unwrap_or("").to_string();
-        match event.observation.kind.as_str() {
-            "probe.view" => {
-                self.last_view = Some((
-                    event.at_ms,
-                    detail["count"].as_u64().unwrap_or(0) as usize,
-                    detail["digest"].as_str().unwrap_or("").into(),
-                ));
+        match event.world()? {
+            WorldEvent::ProbeView { count, digest } => {
+                self.last_view = Some((event.at_ms, *count as usize, digest.clone()));
             }
-            "probe.init" => self.buffer = Some(Default::default()),
-            "probe.init_apply" => {
+            WorldEvent::ProbeInit => self.buffer = Some(Default::default()),
+            WorldEvent::ProbeInitApply { name, rv } => {
                 if let Some(buffer) = &mut self.buffer {
-                    buffer.insert(name(), rv());
+                    buffer.insert(name.clone(), rv.clone());
                 }
             }
-            "probe.init_done" => {
+            WorldEvent::ProbeInitDone => {
                 if let Some(buffer) = self.buffer.take() {
                     self.rebuilt = buffer;
                 }
             }
-            "probe.apply" => {
-                self.rebuilt.insert(name(), rv());
+            WorldEvent::ProbeApply { name, rv } => {
+                self.rebuilt.insert(name.clone(), rv.clone());
             }
-            "probe.delete" => {
-                self.rebuilt.remove(&name());
+            WorldEvent::ProbeDelete { name, .. } => {
+                self.rebuilt.remove(name);
             }
             _ => {}
         }

@@ -11,7 +11,35 @@
 //! | `all_reconnect` | liveness | after the tunnel server restarts (or the calm phase starts), every runtime that had a tunnel has it back within 60 s |
 //! | `tunnel_recovers` | liveness | after a repair, a restart or the calm phase, a request succeeds through the tunnel within 30 s (judged from the clients' side: a dead but unnoticed tunnel is not back) |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
-
+//!
+//! # Typed events
+//! Checkers match on the typed events of `orrery_system::observe` and
+//! [`crate::trace::HarnessEvent`], the same types the emitters build. A checker that reads a
+//! field the emitters do not write does not compile — here the format-1 `status` of a
+//! client request, which is now `outcome`:
+//!
+//! ```compile_fail
+//! use orrery_sim::trace::TraceEvent;
+//! use orrery_system::observe::WorldEvent;
+//!
+//! fn hung(event: &TraceEvent) -> bool {
+//!     matches!(event.world(), Some(WorldEvent::Request { status: 0, .. }))
+//! }
+//! ```
+//!
+//! while the field the emitters write does:
+//!
+//! ```
+//! use orrery_sim::trace::TraceEvent;
+//! use orrery_system::observe::{RequestOutcome, WorldEvent};
+//!
+//! fn hung(event: &TraceEvent) -> bool {
+//!     matches!(
+//!         event.world(),
+//!         Some(WorldEvent::Request { outcome: RequestOutcome::Hung, .. })
+//!     )
+//! }
+//! ```
 mod convergence;
 mod monotonic;
 pub mod ownership;
@@ -23,8 +51,8 @@ pub use platform::stale_apps;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::harness::trace::TraceEvent;
 use crate::scenario::model::{validate_invariant, Invariant};
+use crate::trace::TraceEvent;
 
 /// Whether breaking an invariant is a safety or a liveness failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::{Checker, Class, FinalState, Violation};
-use crate::harness::trace::TraceEvent;
+use crate::trace::TraceEvent;
+use orrery_system::observe::WorldEvent;
 
 /// Highest RV seen per object name.
 #[derive(Default)]
@@ -20,13 +21,15 @@ impl Checker for RvMonotonic {
     }
 
     fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
-        let kind = event.observation.kind.as_str();
-        if !matches!(kind, "probe.apply" | "probe.init_apply" | "probe.delete") {
-            return None;
-        }
-        let detail = &event.observation.detail;
-        let name = detail["name"].as_str()?.to_string();
-        let rv: u64 = detail["rv"].as_str()?.parse().ok()?;
+        let (name, rv) = match event.world()? {
+            WorldEvent::ProbeApply { name, rv }
+            | WorldEvent::ProbeInitApply { name, rv }
+            | WorldEvent::ProbeDelete { name, rv } => (name.clone(), rv),
+            _ => return None,
+        };
+        let kind = event.kind();
+        // An object without an RV cannot go backwards; nothing to compare.
+        let rv: u64 = rv.parse().ok()?;
         let previous = self.highest.get(&name).copied().unwrap_or(0);
         if rv < previous {
             return Some(Violation {

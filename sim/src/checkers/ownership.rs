@@ -9,13 +9,14 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use orrery_system::core::Variant;
 use orrery_system::runtime::app_reporter::shard;
 
 use super::{Checker, Class, FinalState, Violation};
-use crate::harness::trace::TraceEvent;
+use crate::trace::{HarnessEvent, TraceEvent};
+use orrery_system::observe::ReporterEvent;
 
 /// What one replica believes, as last observed.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,37 +36,38 @@ struct Replicas {
 impl Replicas {
     /// Folds one event in; returns true when ownership may have changed.
     fn apply(&mut self, event: &TraceEvent) -> bool {
-        let d = &event.observation.detail;
-        match event.observation.kind.as_str() {
-            "reporter.start" => {
-                let variant = Variant::parse(d["variant"].as_str().unwrap_or(""))
-                    .unwrap_or(Variant::Faithful);
-                let belief = Belief {
+        match (event.reporter(), event.harness()) {
+            (
+                Some(ReporterEvent::Start {
+                    replica,
                     variant,
-                    shard: d["shard"].as_u64().map(|s| s as u32),
-                    replicas: d["replicas"].as_u64().unwrap_or(1) as u32,
+                    shard,
+                    replicas,
+                }),
+                _,
+            ) => {
+                let belief = Belief {
+                    variant: *variant,
+                    shard: *shard,
+                    replicas: *replicas,
                     members: Vec::new(),
                 };
-                self.live
-                    .insert(d["replica"].as_str().unwrap_or("").to_string(), belief);
+                self.live.insert(replica.clone(), belief);
                 true
             }
-            "reporter.membership" => {
-                let members: Vec<String> = d["members"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|m| m.as_str().map(String::from))
-                    .collect();
-                match self.live.get_mut(d["replica"].as_str().unwrap_or("")) {
-                    Some(belief) => {
-                        belief.members = members;
-                        true
-                    }
-                    None => false,
+            (
+                Some(ReporterEvent::Membership {
+                    replica, members, ..
+                }),
+                _,
+            ) => match self.live.get_mut(replica) {
+                Some(belief) => {
+                    belief.members = members.clone();
+                    true
                 }
-            }
-            "host.stop" => self.live.remove(d["host"].as_str().unwrap_or("")).is_some(),
+                None => false,
+            },
+            (_, Some(HarnessEvent::HostStop { host, .. })) => self.live.remove(host).is_some(),
             _ => false,
         }
     }
@@ -196,16 +198,13 @@ pub fn analyse(events: &[TraceEvent], apps: &[String], end_ms: u64) -> Analysis 
         }
         // Orphan windows count only once every app has had an owner (not during start-up).
         established = established || orphaned == 0;
-        let cause = format!(
-            "{} {}",
-            event.observation.kind,
-            event
-                .observation
-                .detail
-                .get("replica")
-                .or_else(|| event.observation.detail.get("host"))
-                .unwrap_or(&Value::Null)
-        );
+        let who = match (event.reporter(), event.harness()) {
+            (Some(ReporterEvent::Start { replica, .. }), _)
+            | (Some(ReporterEvent::Membership { replica, .. }), _) => replica.as_str(),
+            (_, Some(HarnessEvent::HostStop { host, .. })) => host.as_str(),
+            _ => "?",
+        };
+        let cause = format!("{} {who}", event.kind());
         analysis.changes.push(Change {
             at_ms: event.at_ms,
             cause,

@@ -8,7 +8,7 @@ use serde_json::json;
 use orrery_system::platform::events::read_model::AppState;
 
 use super::{AppTruth, Checker, Class, FinalState, Violation};
-use crate::harness::trace::TraceEvent;
+use crate::trace::TraceEvent;
 
 /// Keys of apps the platform shows differently from the API server: missing, stale, or
 /// still shown (not deleted) although gone.

@@ -18,7 +18,27 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{Checker, Class, FinalState, Violation};
-use crate::harness::trace::TraceEvent;
+use crate::faults::Fault;
+use crate::trace::{HarnessEvent, TraceEvent};
+use orrery_system::observe::{RequestOutcome, TunnelEvent, WorldEvent};
+
+/// What a harness event means to the tunnel's recovery clocks.
+enum Clock {
+    /// A repair, a restart or the calm phase: recovery is due within the bound.
+    Start(&'static str),
+    /// A new partition or crash: the running clock no longer applies.
+    Stop,
+}
+
+fn clock(event: &TraceEvent) -> Option<Clock> {
+    match event.harness()? {
+        HarnessEvent::Fault(Fault::Repair(_)) => Some(Clock::Start("fault.repair")),
+        HarnessEvent::Fault(Fault::Restart(_)) => Some(Clock::Start("fault.restart")),
+        HarnessEvent::CalmStart { .. } => Some(Clock::Start("calm.start")),
+        HarnessEvent::Fault(Fault::Partition(_) | Fault::Crash(_)) => Some(Clock::Stop),
+        _ => None,
+    }
+}
 
 /// Longest acceptable wait for any answer: the platform's 10 s request deadline plus slack.
 pub const ANSWER_BOUND: Duration = Duration::from_secs(15);
@@ -37,18 +57,23 @@ impl Checker for RequestsAnswered {
     }
 
     fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
-        if event.observation.kind != "client.request" {
+        let Some(
+            request @ WorldEvent::Request {
+                outcome,
+                latency_ms,
+                ..
+            },
+        ) = event.world()
+        else {
             return None;
-        }
-        let detail = &event.observation.detail;
-        let status = detail["status"].as_u64().unwrap_or(0);
-        let latency = detail["latency_ms"].as_u64().unwrap_or(0);
-        (status == 0 || latency > ANSWER_BOUND.as_millis() as u64).then(|| Violation {
+        };
+        let hung = *outcome == RequestOutcome::Hung;
+        (hung || *latency_ms > ANSWER_BOUND.as_millis() as u64).then(|| Violation {
             invariant: self.name().into(),
             class: Class::Safety,
             at_ms: event.at_ms,
             host: event.host.clone(),
-            details: json!({"request": detail, "bound_ms": ANSWER_BOUND.as_millis() as u64, "why": if status == 0 { "no answer at all (hung)" } else { "answered too late" }}),
+            details: json!({"request": request, "bound_ms": ANSWER_BOUND.as_millis() as u64, "why": if hung { "no answer at all (hung)" } else { "answered too late" }}),
         })
     }
 
@@ -69,13 +94,10 @@ impl Checker for ExecutedAtMostOnce {
     }
 
     fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
-        if event.observation.kind != "runtime.execute" {
+        let Some(WorldEvent::Execute { key }) = event.world() else {
             return None;
-        }
-        let key = event.observation.detail["key"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
+        };
+        let key = key.clone();
         if self.executed.insert(key.clone()) {
             return None;
         }
@@ -130,31 +152,28 @@ impl Checker for TunnelRecovers {
         if let Some(violation) = self.expire(event.at_ms) {
             return Some(violation);
         }
-        match event.observation.kind.as_str() {
-            "client.request" => {
-                let ok = event.observation.detail["status"]
-                    .as_u64()
-                    .is_some_and(|s| (200..300).contains(&s));
-                if ok
-                    && self
-                        .pending
-                        .as_ref()
-                        .is_some_and(|(start, _, _)| event.at_ms > *start)
-                {
-                    self.pending = None;
-                }
+        if let Some(WorldEvent::Request { outcome, .. }) = event.world() {
+            if outcome.succeeded()
+                && self
+                    .pending
+                    .as_ref()
+                    .is_some_and(|(start, _, _)| event.at_ms > *start)
+            {
+                self.pending = None;
             }
+        }
+        match clock(event) {
             // A new fault stops the clock: the bound applies to repairs that stay repaired.
-            "fault.partition" | "fault.crash" => self.pending = None,
-            kind @ ("fault.repair" | "fault.restart" | "calm.start") => {
+            Some(Clock::Stop) => self.pending = None,
+            Some(Clock::Start(cause)) => {
                 let deadline = event.at_ms + RECOVERY_BOUND.as_millis() as u64;
                 self.pending = Some((
                     event.at_ms,
                     deadline,
-                    format!("{kind} at {} ms", event.at_ms),
+                    format!("{cause} at {} ms", event.at_ms),
                 ));
             }
-            _ => {}
+            None => {}
         }
         None
     }
@@ -215,28 +234,18 @@ impl Checker for AllReconnect {
         if let Some(violation) = self.expire(event.at_ms) {
             return Some(violation);
         }
-        let runtime = || {
-            event.observation.detail["runtime"]
-                .as_str()
-                .unwrap_or("")
-                .to_string()
-        };
-        match event.observation.kind.as_str() {
-            "tunnel.server_up" => {
-                let runtime = runtime();
-                self.waiting.remove(&runtime);
-                self.known.insert(runtime);
-            }
-            "fault.restart" | "calm.start" => {
-                let deadline = event.at_ms + RECONNECT_BOUND.as_millis() as u64;
-                self.waiting = self.known.clone();
-                self.clock = Some((
-                    event.at_ms,
-                    deadline,
-                    format!("{} at {} ms", event.observation.kind, event.at_ms),
-                ));
-            }
-            _ => {}
+        if let Some(TunnelEvent::ServerUp { runtime, .. }) = event.tunnel() {
+            self.waiting.remove(runtime);
+            self.known.insert(runtime.clone());
+        }
+        if let Some(Clock::Start(cause @ ("fault.restart" | "calm.start"))) = clock(event) {
+            let deadline = event.at_ms + RECONNECT_BOUND.as_millis() as u64;
+            self.waiting = self.known.clone();
+            self.clock = Some((
+                event.at_ms,
+                deadline,
+                format!("{cause} at {} ms", event.at_ms),
+            ));
         }
         None
     }

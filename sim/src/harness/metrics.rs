@@ -4,7 +4,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::trace::TraceEvent;
+use crate::faults::Fault;
+use crate::trace::{Entry, HarnessEvent, TraceEvent};
+use orrery_system::observe::{
+    Observation, PlatformEvent, ReporterEvent, RequestOutcome, TunnelEvent, WorldEvent,
+};
 
 /// A latency distribution.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -81,42 +85,74 @@ pub struct Metrics {
     pub ownership: Option<crate::checkers::ownership::Analysis>,
 }
 
+/// Which events count as "seen" for a write-to-seen delay.
+#[derive(Clone, Copy)]
+enum Seen {
+    /// The probe's watcher saw the object (apply, initial list, delete).
+    Probe,
+    /// The platform projected an event for the app.
+    Platform,
+}
+
+/// The (name, rv) a `seen` event is about, if it is one.
+fn seen_at(event: &TraceEvent, seen: Seen) -> Option<(&str, u64)> {
+    let (name, rv) = match (seen, &event.entry) {
+        (Seen::Probe, _) => match event.world()? {
+            WorldEvent::ProbeApply { name, rv }
+            | WorldEvent::ProbeInitApply { name, rv }
+            | WorldEvent::ProbeDelete { name, rv } => (name, rv),
+            _ => return None,
+        },
+        (
+            Seen::Platform,
+            Entry::Observed(Observation::Platform(PlatformEvent::Event { app, rv, .. })),
+        ) => (app, rv),
+        _ => return None,
+    };
+    Some((name.as_str(), rv.parse().ok()?))
+}
+
 /// Delays from each Application write to the first `seen` event whose RV covers it.
 /// Writes superseded before anyone saw them resolve with the later write.
-fn lags(events: &[TraceEvent], seen: &[&str], name_field: &str) -> (Vec<u64>, u64) {
+fn lags(events: &[TraceEvent], seen: Seen) -> (Vec<u64>, u64) {
     let mut pending: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut lags = Vec::new();
     for event in events {
-        let detail = &event.observation.detail;
-        let kind = event.observation.kind.as_str();
-        if kind == "apiserver.write" && detail["resource"] == "applications" {
-            if let (Some(name), Some(rv)) = (
-                detail["name"].as_str(),
-                detail["rv"].as_str().and_then(|r| r.parse().ok()),
-            ) {
+        if let Some(WorldEvent::ApiWrite {
+            resource, name, rv, ..
+        }) = event.world()
+        {
+            if let (true, Ok(rv)) = (resource == "applications", rv.parse::<u64>()) {
                 pending
-                    .entry(name.to_string())
+                    .entry(name.clone())
                     .or_default()
                     .push((rv, event.at_ms));
             }
-        } else if seen.contains(&kind) {
-            if let (Some(name), Some(rv)) = (
-                detail[name_field].as_str(),
-                detail["rv"].as_str().and_then(|r| r.parse::<u64>().ok()),
-            ) {
-                if let Some(writes) = pending.get_mut(name) {
-                    writes.retain(|(write_rv, at)| {
-                        let covered = *write_rv <= rv;
-                        if covered {
-                            lags.push(event.at_ms.saturating_sub(*at));
-                        }
-                        !covered
-                    });
-                }
+        } else if let Some((name, rv)) = seen_at(event, seen) {
+            if let Some(writes) = pending.get_mut(name) {
+                writes.retain(|(write_rv, at)| {
+                    let covered = *write_rv <= rv;
+                    if covered {
+                        lags.push(event.at_ms.saturating_sub(*at));
+                    }
+                    !covered
+                });
             }
         }
     }
     (lags, pending.values().map(|v| v.len() as u64).sum())
+}
+
+/// The counter name of an event counted by kind (`fault.<action>` for faults).
+fn counted_kind(event: &TraceEvent) -> Option<String> {
+    if let Some(HarnessEvent::Fault(fault)) = event.harness() {
+        return Some(format!("fault.{}", fault.name()));
+    }
+    let kind = event.kind();
+    ["workload.", "argocd.", "host.", "reporter."]
+        .iter()
+        .any(|prefix| kind.starts_with(prefix))
+        .then(|| kind.to_string())
 }
 
 /// Computes the figures of a run from its trace and final state.
@@ -125,80 +161,68 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     let mut series: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut reporters = false;
     for event in events {
-        let detail = &event.observation.detail;
-        let kind = event.observation.kind.as_str();
         let second = event.at_ms / 1000;
-        match kind {
-            "apiserver.write" => {
-                *counters
-                    .entry(format!(
-                        "apiserver.writes.{}",
-                        detail["verb"].as_str().unwrap_or("?")
-                    ))
-                    .or_default() += 1
+        let mut count = |name: String| *counters.entry(name).or_default() += 1;
+        match &event.entry {
+            Entry::Observed(Observation::World(WorldEvent::ApiWrite { verb, .. })) => {
+                count(format!("apiserver.writes.{verb}"))
             }
-            "apiserver.watch_end" => {
-                *counters
-                    .entry(format!(
-                        "apiserver.watch_ends.{}",
-                        detail["end"].as_str().unwrap_or("?")
-                    ))
-                    .or_default() += 1
+            Entry::Observed(Observation::World(WorldEvent::WatchEnded { end, .. })) => {
+                let end = serde_json::to_value(end).unwrap_or_default();
+                count(format!(
+                    "apiserver.watch_ends.{}",
+                    end.as_str().unwrap_or("?")
+                ))
             }
-            "probe.init" => *counters.entry("probe.relists".into()).or_default() += 1,
-            "probe.error" => *counters.entry("probe.watch_errors".into()).or_default() += 1,
-            "platform.event" => {
-                *counters
-                    .entry(format!(
-                        "platform.events.{}",
-                        detail["applied"].as_str().unwrap_or("?")
-                    ))
-                    .or_default() += 1
+            Entry::Observed(Observation::World(WorldEvent::ProbeInit)) => {
+                count("probe.relists".into())
             }
-            "reporter.queue" => {
-                reporters = true;
-                let replica = detail["replica"].as_str().unwrap_or("?");
-                series
-                    .entry(format!("queue_depth.{replica}"))
-                    .or_default()
-                    .push((second, detail["depth"].as_u64().unwrap_or(0)));
-                series
-                    .entry(format!("resync_pending.{replica}"))
-                    .or_default()
-                    .push((second, detail["resync"].as_u64().unwrap_or(0)));
-                let dropped = detail["dropped"].as_u64().unwrap_or(0);
-                let max = counters
-                    .entry(format!("reporter.dropped_events.{replica}"))
-                    .or_default();
-                *max = (*max).max(dropped);
+            Entry::Observed(Observation::World(WorldEvent::ProbeError { .. })) => {
+                count("probe.watch_errors".into())
             }
-            "harness.stale_apps" => series
+            Entry::Observed(Observation::Platform(PlatformEvent::Event { applied, .. })) => {
+                let applied = serde_json::to_value(applied).unwrap_or_default();
+                count(format!(
+                    "platform.events.{}",
+                    applied.as_str().unwrap_or("?")
+                ))
+            }
+            Entry::Harness(HarnessEvent::StaleApps { stale, .. }) => series
                 .entry("stale_apps".into())
                 .or_default()
-                .push((second, detail["stale"].as_u64().unwrap_or(0))),
-            other
-                if other.starts_with("workload.")
-                    || other.starts_with("fault.")
-                    || other.starts_with("argocd.")
-                    || other.starts_with("host.") =>
-            {
-                *counters.entry(other.to_string()).or_default() += 1;
-            }
-            other if other.starts_with("reporter.") => {
-                *counters.entry(other.to_string()).or_default() += 1
-            }
+                .push((second, *stale)),
             _ => {}
+        }
+        if let Some(ReporterEvent::Queue {
+            replica,
+            depth,
+            resync,
+            dropped,
+        }) = event.reporter()
+        {
+            reporters = true;
+            series
+                .entry(format!("queue_depth.{replica}"))
+                .or_default()
+                .push((second, *depth));
+            series
+                .entry(format!("resync_pending.{replica}"))
+                .or_default()
+                .push((second, *resync));
+            let max = counters
+                .entry(format!("reporter.dropped_events.{replica}"))
+                .or_default();
+            *max = (*max).max(*dropped);
+        }
+        if let Some(name) = counted_kind(event) {
+            *counters.entry(name).or_default() += 1;
         }
     }
     for points in series.values_mut() {
         points.dedup_by(|b, a| a.1 == b.1);
     }
     let mut histograms = BTreeMap::new();
-    let (probe_lags, probe_unseen) = lags(
-        events,
-        &["probe.apply", "probe.init_apply", "probe.delete"],
-        "name",
-    );
+    let (probe_lags, probe_unseen) = lags(events, Seen::Probe);
     if !probe_lags.is_empty() {
         counters.insert("probe.writes_never_seen".into(), probe_unseen);
         histograms.insert(
@@ -206,7 +230,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
             Histogram::from_ms(probe_lags),
         );
     }
-    let (platform_lags, platform_unseen) = lags(events, &["platform.event"], "app");
+    let (platform_lags, platform_unseen) = lags(events, Seen::Platform);
     if !platform_lags.is_empty() {
         counters.insert("platform.writes_never_reported".into(), platform_unseen);
         histograms.insert(
@@ -251,64 +275,76 @@ fn tunnel_figures(
     let mut restarted_at: Option<u64> = None;
     let mut back: BTreeMap<String, u64> = BTreeMap::new();
     for event in events {
-        let detail = &event.observation.detail;
-        let kind = event.observation.kind.as_str();
-        if kind.starts_with("tunnel.") {
-            *counters.entry(kind.to_string()).or_default() += 1;
+        if event.tunnel().is_some() {
+            *counters.entry(event.kind().to_string()).or_default() += 1;
         }
-        if kind == "fault.restart" {
+        let fault = match event.harness() {
+            Some(HarnessEvent::Fault(fault)) => Some(fault),
+            _ => None,
+        };
+        if let Some(Fault::Restart(_)) = fault {
             restarted_at = Some(event.at_ms);
             back.clear();
         }
-        match kind {
-            "client.request" => {
-                let status = detail["status"].as_u64().unwrap_or(0);
-                latencies.push(detail["latency_ms"].as_u64().unwrap_or(0));
-                let class = match status {
-                    0 => "hung".to_string(),
-                    1 => "gateway_unreachable".to_string(),
-                    s => format!("{}xx", s / 100),
-                };
-                *counters
-                    .entry(format!("client.requests.{class}"))
-                    .or_default() += 1;
-                let window = windows.entry(event.at_ms / WINDOW_MS).or_default();
-                window.0 += 1;
-                window.1 += u64::from((200..300).contains(&status));
-            }
-            "runtime.execute" => {
-                *executed
-                    .entry(detail["key"].as_str().unwrap_or("").to_string())
-                    .or_default() += 1
-            }
-            "fault.partition" | "fault.crash" => {
+        if let Some(WorldEvent::Request {
+            outcome,
+            latency_ms,
+            ..
+        }) = event.world()
+        {
+            latencies.push(*latency_ms);
+            let class = match outcome {
+                RequestOutcome::Hung => "hung".to_string(),
+                RequestOutcome::Unreachable => "gateway_unreachable".to_string(),
+                RequestOutcome::Status(s) => format!("{}xx", s / 100),
+            };
+            *counters
+                .entry(format!("client.requests.{class}"))
+                .or_default() += 1;
+            let window = windows.entry(event.at_ms / WINDOW_MS).or_default();
+            window.0 += 1;
+            window.1 += u64::from(outcome.succeeded());
+        }
+        if let Some(WorldEvent::Execute { key }) = event.world() {
+            *executed.entry(key.clone()).or_default() += 1;
+        }
+        match fault {
+            Some(Fault::Partition(_) | Fault::Crash(_)) => {
                 fault_at = Some(event.at_ms);
                 (fault_seen_platform, fault_seen_runtime) = (false, false);
             }
-            "fault.repair" | "fault.restart" | "calm.start" if up.values().any(|u| !*u) => {
+            Some(Fault::Repair(_) | Fault::Restart(_)) if up.values().any(|u| !*u) => {
                 repair_at = repair_at.or(Some(event.at_ms))
             }
-            "tunnel.server_down" => {
-                up.insert(detail["runtime"].as_str().unwrap_or("").to_string(), false);
+            _ => {}
+        }
+        match event.harness() {
+            Some(HarnessEvent::CalmStart { .. }) if up.values().any(|u| !*u) => {
+                repair_at = repair_at.or(Some(event.at_ms))
+            }
+            Some(HarnessEvent::HostStop { .. }) => up.values_mut().for_each(|u| *u = false),
+            _ => {}
+        }
+        match event.tunnel() {
+            Some(TunnelEvent::ServerDown { runtime, .. }) => {
+                up.insert(runtime.clone(), false);
                 if let (Some(at), false) = (fault_at, fault_seen_platform) {
                     detected_platform.push(event.at_ms - at);
                     fault_seen_platform = true;
                 }
             }
-            "tunnel.client_down" => {
+            Some(TunnelEvent::ClientDown { .. }) => {
                 if let (Some(at), false) = (fault_at, fault_seen_runtime) {
                     detected_runtime.push(event.at_ms - at);
                     fault_seen_runtime = true;
                 }
             }
-            "host.stop" => up.values_mut().for_each(|u| *u = false),
-            "tunnel.server_up" => {
-                let runtime = detail["runtime"].as_str().unwrap_or("").to_string();
+            Some(TunnelEvent::ServerUp { runtime, .. }) => {
                 *per_second.entry(event.at_ms / 1000).or_default() += 1;
                 if let Some(at) = restarted_at {
                     back.entry(runtime.clone()).or_insert(event.at_ms - at);
                 }
-                up.insert(runtime, true);
+                up.insert(runtime.clone(), true);
                 if let Some(at) = repair_at.take() {
                     reconnected.push(event.at_ms - at);
                 }

@@ -2,9 +2,9 @@
 //! trace, and hands verdicts to the reporter.
 //!
 //! - [`runner`]: one seed, one variant → a [`runner::RunOutcome`].
-//! - [`trace`]: the ordered observation log and its hash.
+//! - [`trace`]: re-exports [`crate::trace`], the ordered observation log and its hash.
 //! - [`metrics`]: figures derived from the trace (latencies, relists, histograms).
 
 pub mod metrics;
 pub mod runner;
-pub mod trace;
+pub use crate::trace;

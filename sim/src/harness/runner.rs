@@ -11,26 +11,29 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use orrery_system::env::kube::KubeTarget;
-use orrery_system::env::Observation;
 
-use super::trace::Trace;
 use crate::checkers::{self, FinalState, Violation};
 use crate::env::{Boots, SimEnv, SIM_EPOCH_UNIX_MS};
 use crate::faults::{Fault, Target};
+use crate::scenario::knobs::ApiServerPatch;
+use crate::scenario::model::Host;
 use crate::scenario::model::{FaultStep, PlatformChange, Role};
-use crate::scenario::parse::apply_knob_patch;
 use crate::scenario::{Outcome, Scenario, Variant};
+use crate::trace::Trace;
+use crate::trace::{HarnessEvent, HostChange};
 use crate::world::apiserver::{self, ApiServer};
 use crate::world::argocd::{self, HealthOverrides};
 use crate::world::git::SharedGit;
+use crate::world::placement::{self, host_of, hosts_with};
 use crate::world::{probe, tunnel, workload};
+use orrery_system::env::{BoxFuture, SharedEnv};
+use orrery_system::platform::assembly::{self as control_plane_assembly, ControlPlaneState};
 use orrery_system::platform::events::{self as platform_events, Platform};
-use orrery_system::runtime::{app_reporter, cache};
+use orrery_system::runtime::assembly as runtime_assembly;
 
-/// Port of the simulated API server.
-pub const APISERVER_PORT: u16 = 6443;
-/// Token the simulated Argo CD server accepts.
-pub const ARGOCD_TOKEN: &str = "argocd-sim-token";
+pub use crate::world::placement::{
+    APISERVER_PORT, ARGOCD_TOKEN, CACHE_PORT, PLATFORM_PORT, RUNTIME_TOKEN,
+};
 /// Default link latency bound (turmoil's default is 100 ms; a LAN is closer to this).
 const DEFAULT_MAX_LATENCY: Duration = Duration::from_millis(5);
 
@@ -64,23 +67,13 @@ pub struct RunOutcome {
     pub state: FinalState,
 }
 
-fn host_of(scenario: &Scenario, role: Role) -> &str {
-    scenario
-        .topology
-        .hosts
-        .iter()
-        .find(|h| h.role == role)
-        .map(|h| h.name.as_str())
-        .unwrap_or("absent")
-}
-
 /// Reporter host names in ordinal order.
 fn reporter_hosts(scenario: &Scenario) -> Vec<String> {
     let mut hosts: Vec<(u32, String)> = scenario
         .topology
         .hosts
         .iter()
-        .filter(|h| h.role == Role::Reporter)
+        .filter(|h| h.has(Role::Reporter))
         .map(|h| {
             (
                 orrery_system::env::Identity::from_host(h.name.as_str())
@@ -94,13 +87,6 @@ fn reporter_hosts(scenario: &Scenario) -> Vec<String> {
     hosts.into_iter().map(|(_, h)| h).collect()
 }
 
-/// Runtime token the simulated runtime's reporters present to the platform.
-pub const RUNTIME_TOKEN: &str = "rt-token-acme-runtime";
-/// Port of the platform's events API.
-pub const PLATFORM_PORT: u16 = 8080;
-/// Port of the dedup cache.
-pub const CACHE_PORT: u16 = 6379;
-
 /// Shared state between the harness and the hosts.
 struct World {
     api: Arc<ApiServer>,
@@ -111,18 +97,9 @@ struct World {
     platform: Arc<Platform>,
     /// The replica count a reporter pod reads when it starts (`EVENT_REPORTER_REPLICAS`).
     reporter_replicas: Arc<Mutex<u32>>,
-    /// The platform's runtime registry (survives gateway restarts, like its database).
-    registry: Arc<orrery_system::platform::registry::Registry>,
-}
-
-fn hosts_with(scenario: &Scenario, role: Role) -> Vec<String> {
-    scenario
-        .topology
-        .hosts
-        .iter()
-        .filter(|h| h.role == role)
-        .map(|h| h.name.clone())
-        .collect()
+    /// The platform's databases (registry, permissions, events read model): they survive a
+    /// restart of the hosts that serve them.
+    control_plane: ControlPlaneState,
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -133,6 +110,8 @@ enum PodChange {
     Restart(String),
 }
 
+/// Registers every host: the simulated world's pieces its roles name, and the product's
+/// assemblies (runtime, control plane) as `world::placement` configures them.
 fn register_hosts(
     sim: &mut turmoil::Sim<'static>,
     scenario: &Scenario,
@@ -141,181 +120,158 @@ fn register_hosts(
     world: &World,
 ) {
     let apiserver_addr = format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver));
+    let target = KubeTarget {
+        addr: apiserver_addr,
+        namespace: argocd::NAMESPACE.into(),
+        read_idle: scenario.probe.read_idle,
+        kubeconfig: None,
+    };
     for host in &scenario.topology.hosts {
         let name = host.name.clone();
         // Each restart of the host boots with fresh (deterministic) randomness.
         let boots = Boots::default();
         let trace = world.trace.clone();
-        let target = KubeTarget {
-            addr: apiserver_addr.clone(),
-            namespace: argocd::NAMESPACE.into(),
-            read_idle: scenario.probe.read_idle,
-            kubeconfig: None,
-        };
-        match host.role {
-            Role::Apiserver => {
-                let api = world.api.clone();
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let api = api.clone();
-                    async move {
-                        apiserver::run(env, api, &format!("0.0.0.0:{APISERVER_PORT}")).await?;
-                        Ok(())
-                    }
-                });
+        let pieces = world_pieces(scenario, host, &target, world);
+        let runtime = placement::runtime(scenario, host, variant);
+        let control_plane = placement::control_plane(scenario, host, variant);
+        let (replicas, state) = (world.reporter_replicas.clone(), world.control_plane.clone());
+        sim.host(host.name.as_str(), move || {
+            let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
+            let pieces: Vec<_> = pieces.iter().map(|start| start(env.clone())).collect();
+            let mut runtime = runtime.clone();
+            if let Some(reporter) = runtime.as_mut().and_then(|r| r.app_reporter.as_mut()) {
+                // Read once at start, like the real reporter's environment variable.
+                reporter.replicas = *replicas.lock().expect("replicas lock poisoned");
             }
-            Role::Argocd => {
-                let (git, health) = (world.git.clone(), world.health.clone());
-                let config = argocd::controller::Config {
-                    reconcile_every: scenario.argocd.reconcile_every,
-                    history_limit: scenario.argocd.history_limit,
-                    ..Default::default()
-                };
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let run = argocd::run(
-                        env,
-                        target.clone(),
-                        git.clone(),
-                        health.clone(),
-                        config.clone(),
-                        ARGOCD_TOKEN.into(),
-                    );
-                    async move {
-                        run.await?;
-                        Ok(())
-                    }
-                });
+            let (control_plane, state) = (control_plane.clone(), state.clone());
+            async move {
+                for piece in pieces {
+                    tokio::spawn(piece);
+                }
+                if let Some(config) = control_plane {
+                    let cp_env = env.clone();
+                    tokio::spawn(async move {
+                        let ended = control_plane_assembly::run(
+                            cp_env,
+                            config,
+                            state,
+                            std::future::pending(),
+                        );
+                        if let Err(error) = ended.await {
+                            tracing::error!(%error, "control plane stopped");
+                        }
+                    });
+                }
+                if let Some(config) = runtime {
+                    // A runtime whose every tunnel client gave up stays down, like a pod in
+                    // CrashLoopBackOff, until the harness restarts the host.
+                    let _ = runtime_assembly::run(env, config, std::future::pending()).await;
+                }
+                std::future::pending::<()>().await;
+                Ok(())
             }
-            Role::Workload => {
-                let (git, health, calm) =
-                    (world.git.clone(), world.health.clone(), world.calm.clone());
-                let config = scenario.workload.clone();
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let handles = workload::Handles {
-                        git: git.clone(),
-                        health: health.clone(),
-                        calm: calm.clone(),
-                    };
-                    let (config, target) = (config.clone(), target.clone());
-                    async move {
-                        let client = orrery_system::env::kube::client(env.clone(), &target);
-                        workload::run(env, client, config, handles).await;
-                        std::future::pending::<()>().await;
-                        Ok(())
-                    }
-                });
-            }
-            Role::Platform => {
-                let platform = world.platform.clone();
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let platform = platform.clone();
-                    async move {
-                        platform_events::run(env, platform, &format!("0.0.0.0:{PLATFORM_PORT}"))
-                            .await?;
-                        Ok(())
-                    }
-                });
-            }
-            Role::Cache => {
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    async move {
-                        cache::run(env, &format!("0.0.0.0:{CACHE_PORT}")).await?;
-                        Ok(())
-                    }
-                });
-            }
-            Role::Reporter => {
-                let replicas = world.reporter_replicas.clone();
-                // Reporters keep kube's 90 s read deadline (the bookmark interval is 60 s).
-                let reporter_target = KubeTarget {
-                    read_idle: Duration::from_secs(90),
-                    ..target.clone()
-                };
-                let mut config =
-                    app_reporter::Config::new(variant, reporter_target, argocd::NAMESPACE);
-                config.argocd_addr = format!("{}:8080", host_of(scenario, Role::Argocd));
-                config.argocd_token = ARGOCD_TOKEN.into();
-                config.platform_addr =
-                    format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform));
-                config.runtime_token = RUNTIME_TOKEN.into();
-                config.cache_addr = format!("{}:{CACHE_PORT}", host_of(scenario, Role::Cache));
-                config.workers = scenario.reporter.workers;
-                config.queue_capacity = scenario.reporter.queue_capacity;
-                config.lease_duration = scenario.reporter.lease_duration;
-                config.lease_renew = scenario.reporter.lease_renew;
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let mut config = config.clone();
-                    // Read once at start, like the real reporter's environment variable.
-                    config.replicas = *replicas.lock().expect("replicas lock poisoned");
-                    async move {
-                        app_reporter::run(env, config).await;
-                        Ok(())
-                    }
-                });
-            }
-            Role::Gateway => {
-                let (registry, settings) = (world.registry.clone(), scenario.tunnel.clone());
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let (registry, settings) = (registry.clone(), settings.clone());
-                    async move {
-                        tunnel::run_gateway(env, registry, variant, settings).await?;
-                        Ok(())
-                    }
-                });
-            }
-            Role::Runtime => {
-                let (gateway, settings) = (
-                    host_of(scenario, Role::Gateway).to_string(),
-                    scenario.tunnel.clone(),
-                );
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let (gateway, settings) = (gateway.clone(), settings.clone());
-                    async move {
-                        tunnel::run_runtime(env, variant, gateway, settings).await?;
-                        std::future::pending::<()>().await;
-                        Ok(())
-                    }
-                });
-            }
-            Role::Client => {
-                let (gateway, settings) = (
-                    host_of(scenario, Role::Gateway).to_string(),
-                    scenario.tunnel.clone(),
-                );
-                let runtimes = hosts_with(scenario, Role::Runtime);
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let (gateway, runtimes, settings) =
-                        (gateway.clone(), runtimes.clone(), settings.clone());
-                    async move {
-                        tunnel::run_client(env, gateway, runtimes, settings).await;
-                        Ok(())
-                    }
-                });
-            }
-            Role::Probe => {
-                let config = probe::Config {
-                    watch_timeout_seconds: scenario.probe.watch_timeout_seconds,
-                };
-                sim.host(host.name.as_str(), move || {
-                    let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
-                    let (config, target) = (config.clone(), target.clone());
-                    async move {
-                        let client = orrery_system::env::kube::client(env.clone(), &target);
-                        probe::run(env, client, config).await;
-                        Ok(())
-                    }
-                });
-            }
-        }
+        });
     }
+}
+
+/// Starts one of the world's own pieces on a (re)booted host.
+type Piece = Box<dyn Fn(SharedEnv) -> BoxFuture<'static, ()>>;
+
+/// The simulated world's pieces `host`'s roles name (API server, Argo CD, workload, probe,
+/// tunnel clients, the runtime's app-proxy stand-in).
+fn world_pieces(
+    scenario: &Scenario,
+    host: &Host,
+    target: &KubeTarget,
+    world: &World,
+) -> Vec<Piece> {
+    let mut pieces: Vec<Piece> = Vec::new();
+    if host.has(Role::Apiserver) {
+        let api = world.api.clone();
+        pieces.push(Box::new(move |env| {
+            let api = api.clone();
+            Box::pin(async move {
+                if let Err(error) =
+                    apiserver::run(env, api, &format!("0.0.0.0:{APISERVER_PORT}")).await
+                {
+                    tracing::error!(%error, "simulated API server stopped");
+                }
+            })
+        }));
+    }
+    if host.has(Role::Argocd) {
+        let (git, health, target) = (world.git.clone(), world.health.clone(), target.clone());
+        let config = argocd::controller::Config {
+            reconcile_every: scenario.argocd.reconcile_every,
+            history_limit: scenario.argocd.history_limit,
+            ..Default::default()
+        };
+        pieces.push(Box::new(move |env| {
+            let run = argocd::run(
+                env,
+                target.clone(),
+                git.clone(),
+                health.clone(),
+                config.clone(),
+                ARGOCD_TOKEN.into(),
+            );
+            Box::pin(async move {
+                if let Err(error) = run.await {
+                    tracing::error!(%error, "simulated Argo CD stopped");
+                }
+            })
+        }));
+    }
+    if host.has(Role::Workload) {
+        let (git, health, calm) = (world.git.clone(), world.health.clone(), world.calm.clone());
+        let (config, target) = (scenario.workload.clone(), target.clone());
+        pieces.push(Box::new(move |env| {
+            let handles = workload::Handles {
+                git: git.clone(),
+                health: health.clone(),
+                calm: calm.clone(),
+            };
+            let (config, target) = (config.clone(), target.clone());
+            Box::pin(async move {
+                let client = orrery_system::env::kube::client(env.clone(), &target);
+                workload::run(env, client, config, handles).await;
+            })
+        }));
+    }
+    if host.has(Role::Probe) {
+        let config = probe::Config {
+            watch_timeout_seconds: scenario.probe.watch_timeout_seconds,
+        };
+        let target = target.clone();
+        pieces.push(Box::new(move |env| {
+            let (config, target) = (config.clone(), target.clone());
+            Box::pin(async move {
+                let client = orrery_system::env::kube::client(env.clone(), &target);
+                probe::run(env, client, config).await;
+            })
+        }));
+    }
+    if host.has(Role::Runtime) {
+        let settings = scenario.tunnel.clone();
+        pieces.push(Box::new(move |env| {
+            let settings = settings.clone();
+            Box::pin(async move {
+                if let Err(error) = tunnel::run_app_proxy_stand_in(env, settings).await {
+                    tracing::error!(%error, "app-proxy stand-in stopped");
+                }
+            })
+        }));
+    }
+    if host.has(Role::Client) {
+        let gateway = host_of(scenario, Role::Gateway).to_string();
+        let (settings, runtimes) = (scenario.tunnel.clone(), hosts_with(scenario, Role::Runtime));
+        pieces.push(Box::new(move |env| {
+            let (gateway, runtimes, settings) =
+                (gateway.clone(), runtimes.clone(), settings.clone());
+            Box::pin(tunnel::run_client(env, gateway, runtimes, settings))
+        }));
+    }
+    pieces
 }
 
 /// Hosts the harness has taken down: crashed by a fault (restarted for the calm phase) or
@@ -326,22 +282,20 @@ struct Down {
     stopped: BTreeSet<String>,
 }
 
-fn stop_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: &str) {
+fn stop_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: HostChange) {
     sim.crash(host);
-    world.trace.record(
-        sim.elapsed(),
-        "harness",
-        Observation::new("host.stop", json!({"host": host, "why": why})),
-    );
+    let host = host.to_string();
+    world
+        .trace
+        .record_harness(sim.elapsed(), HarnessEvent::HostStop { host, why });
 }
 
-fn start_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: &str) {
+fn start_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: HostChange) {
     sim.bounce(host);
-    world.trace.record(
-        sim.elapsed(),
-        "harness",
-        Observation::new("host.start", json!({"host": host, "why": why})),
-    );
+    let host = host.to_string();
+    world
+        .trace
+        .record_harness(sim.elapsed(), HarnessEvent::HostStart { host, why });
 }
 
 /// Plans a StatefulSet-style rolling change from `current` to `target` replicas.
@@ -383,16 +337,16 @@ fn apply_pod_change(
     match change {
         PodChange::Start(host) => {
             down.stopped.remove(host);
-            start_host(sim, world, host, "scale-up");
+            start_host(sim, world, host, HostChange::ScaleUp);
         }
         PodChange::Stop(host) => {
             down.stopped.insert(host.clone());
-            stop_host(sim, world, host, "scale-down");
+            stop_host(sim, world, host, HostChange::ScaleDown);
         }
         PodChange::Restart(host)
             if !down.crashed.contains(host) && !down.stopped.contains(host) =>
         {
-            start_host(sim, world, host, "rolling-restart");
+            start_host(sim, world, host, HostChange::RollingRestart);
         }
         PodChange::Restart(_) => {}
     }
@@ -419,22 +373,21 @@ impl Target for Harness<'_> {
 
     fn crash(&mut self, host: &str) {
         self.down.crashed.insert(host.to_string());
-        stop_host(self.sim, self.world, host, "crash");
+        stop_host(self.sim, self.world, host, HostChange::Crash);
     }
 
     fn restart(&mut self, host: &str) {
         self.down.crashed.remove(host);
-        start_host(self.sim, self.world, host, "restart");
+        start_host(self.sim, self.world, host, HostChange::Restart);
     }
 
     fn set_latency(&mut self, a: &str, b: &str, max: Duration) {
         self.sim.set_link_max_message_latency(a, b, max);
     }
 
-    fn patch_apiserver(&mut self, patch: &Value) -> Result<(), String> {
-        let knobs = apply_knob_patch(&self.world.api.knobs(), patch)?;
+    fn patch_apiserver(&mut self, patch: &ApiServerPatch) {
+        let knobs = patch.apply(&self.world.api.knobs());
         self.world.api.set_knobs(knobs);
-        Ok(())
     }
 
     fn change_platform(&mut self, change: &PlatformChange) {
@@ -468,13 +421,12 @@ fn apply_fault(harness: &mut Harness<'_>, step: &FaultStep) -> Result<AppliedFau
     let at_ms = harness.sim.elapsed().as_millis() as u64;
     let fault = Fault::from_step(step)
         .ok_or("a fault step without exactly one action (the parser should have refused it)")?;
-    fault.apply(harness)?;
+    fault.apply(harness);
     let (action, detail) = (fault.name(), fault.detail());
-    harness.world.trace.record(
-        harness.sim.elapsed(),
-        "harness",
-        Observation::new(format!("fault.{action}"), detail.clone()),
-    );
+    harness
+        .world
+        .trace
+        .record_harness(harness.sim.elapsed(), HarnessEvent::Fault(fault));
     Ok(AppliedFault {
         at_ms,
         action: action.into(),
@@ -507,17 +459,15 @@ fn start_calm(
         .filter(|h| !down.stopped.contains(h))
         .collect();
     for host in &restarted {
-        start_host(sim, world, host, "calm");
+        start_host(sim, world, host, HostChange::Calm);
     }
     world.api.set_knobs(scenario.apiserver.clone());
     world.platform.set_knobs(platform_knobs(scenario));
     world.calm.store(true, Ordering::SeqCst);
     let detail = json!({"restarted": restarted, "links_repaired": true, "knobs_reset": true, "workload_stopped": true});
-    world.trace.record(
-        sim.elapsed(),
-        "harness",
-        Observation::new("calm.start", detail.clone()),
-    );
+    world
+        .trace
+        .record_harness(sim.elapsed(), HarnessEvent::CalmStart { restarted });
     AppliedFault {
         at_ms: sim.elapsed().as_millis() as u64,
         action: "calm".into(),
@@ -567,13 +517,12 @@ fn sample_staleness(sim: &turmoil::Sim<'static>, world: &World) {
     let apps = truth(&world.api);
     let reported = world.platform.apps();
     let stale = checkers::stale_apps(&apps, &reported);
-    world.trace.record(
+    world.trace.record_harness(
         sim.elapsed(),
-        "harness",
-        Observation::new(
-            "harness.stale_apps",
-            json!({"apps": apps.len(), "stale": stale.len()}),
-        ),
+        HarnessEvent::StaleApps {
+            apps: apps.len() as u64,
+            stale: stale.len() as u64,
+        },
     );
 }
 
@@ -589,23 +538,27 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     let trace = Trace::default();
     let reporters = reporter_hosts(scenario);
     let initial_replicas = scenario.reporter.replicas.unwrap_or(reporters.len() as u32);
+    let platform = Platform::new(platform_events::Config {
+        tokens: [(RUNTIME_TOKEN.to_string(), "acme-runtime".to_string())]
+            .into_iter()
+            .collect(),
+        bus_capacity: scenario.platform.bus_capacity,
+    });
     let world = World {
         api: ApiServer::new(scenario.apiserver.clone()),
         git: SharedGit::default(),
         health: HealthOverrides::default(),
         calm: Arc::new(AtomicBool::new(false)),
         trace: trace.clone(),
-        platform: Platform::new(platform_events::Config {
-            tokens: [(RUNTIME_TOKEN.to_string(), "acme-runtime".to_string())]
-                .into_iter()
-                .collect(),
-            bus_capacity: scenario.platform.bus_capacity,
-        }),
+        platform: platform.clone(),
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
-        registry: Arc::default(),
+        control_plane: ControlPlaneState {
+            events: Some(platform),
+            ..Default::default()
+        },
     };
     tunnel::register(
-        &world.registry,
+        &world.control_plane.registry,
         &hosts_with(scenario, Role::Runtime),
         scenario.tunnel.runtimes_per_host,
     );
@@ -622,19 +575,20 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         .max_message_latency(DEFAULT_MAX_LATENCY)
         .tcp_capacity(1024)
         .build();
-    trace.record(
+    trace.record_harness(
         Duration::ZERO,
-        "harness",
-        Observation::new(
-            "run.start",
-            json!({"scenario": scenario.name, "seed": seed, "variant": variant.as_str()}),
-        ),
+        HarnessEvent::RunStart {
+            scenario: scenario.name.clone(),
+            seed,
+            variant,
+            trace_format: crate::trace::TRACE_FORMAT,
+        },
     );
     register_hosts(&mut sim, scenario, seed, variant, &world);
     let mut down = Down::default();
     for host in reporters.iter().skip(initial_replicas as usize) {
         down.stopped.insert(host.clone());
-        stop_host(&mut sim, &world, host, "not-yet-scaled");
+        stop_host(&mut sim, &world, host, HostChange::NotYetScaled);
     }
     let mut schedule: Vec<&FaultStep> = scenario.faults.iter().collect();
     schedule.sort_by_key(|s| s.at);

@@ -16,8 +16,8 @@ use orrery_system::env::fnv1a_64;
 use crate::checkers::Violation;
 use crate::harness::metrics::{self, Metrics};
 use crate::harness::runner::{AppliedFault, RunOutcome};
-use crate::harness::trace::TraceEvent;
 use crate::scenario::{Outcome, Scenario, Variant};
+use crate::trace::TraceEvent;
 
 /// How many trace events are shown before a violation.
 pub const TRACE_TAIL: usize = 20;

@@ -51,3 +51,100 @@ impl Default for ApiServerKnobs {
         }
     }
 }
+
+/// A fault step's change to the API server's knobs: only the knobs it names
+/// (`{at: 30s, apiserver: {cut_stream_rate: 0.01}}`); an unknown knob is a parse error.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiServerPatch {
+    /// See [`ApiServerKnobs::compaction_window`].
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::duration::option"
+    )]
+    pub compaction_window: Option<Duration>,
+    /// See [`ApiServerKnobs::bookmark_interval`].
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::duration::option"
+    )]
+    pub bookmark_interval: Option<Duration>,
+    /// See [`ApiServerKnobs::watch_buffer`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch_buffer: Option<usize>,
+    /// See [`ApiServerKnobs::drop_slow_watchers`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_slow_watchers: Option<bool>,
+    /// See [`ApiServerKnobs::cut_stream_rate`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_stream_rate: Option<f64>,
+    /// See [`ApiServerKnobs::throttle_rate`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_rate: Option<f64>,
+    /// See [`ApiServerKnobs::retry_after_seconds`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
+    /// See [`ApiServerKnobs::latency`].
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::duration::option"
+    )]
+    pub latency: Option<Duration>,
+    /// See [`ApiServerKnobs::forbidden`] (replaces the list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forbidden: Option<Vec<String>>,
+}
+
+impl ApiServerPatch {
+    /// `base` with the knobs this patch names changed.
+    pub fn apply(&self, base: &ApiServerKnobs) -> ApiServerKnobs {
+        let mut knobs = base.clone();
+        if let Some(v) = self.compaction_window {
+            knobs.compaction_window = v;
+        }
+        if let Some(v) = self.bookmark_interval {
+            knobs.bookmark_interval = v;
+        }
+        if let Some(v) = self.latency {
+            knobs.latency = v;
+        }
+        if let Some(v) = self.watch_buffer {
+            knobs.watch_buffer = v;
+        }
+        if let Some(v) = self.drop_slow_watchers {
+            knobs.drop_slow_watchers = v;
+        }
+        if let Some(v) = self.cut_stream_rate {
+            knobs.cut_stream_rate = v;
+        }
+        if let Some(v) = self.throttle_rate {
+            knobs.throttle_rate = v;
+        }
+        if let Some(v) = self.retry_after_seconds {
+            knobs.retry_after_seconds = v;
+        }
+        if let Some(v) = &self.forbidden {
+            knobs.forbidden = v.clone();
+        }
+        knobs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_changes_only_the_knobs_it_names() {
+        let patch: ApiServerPatch =
+            serde_saphyr::from_str("{throttle_rate: 0.5, latency: 250ms}").unwrap();
+        let knobs = patch.apply(&ApiServerKnobs::default());
+        assert_eq!(knobs.throttle_rate, 0.5);
+        assert_eq!(knobs.latency, Duration::from_millis(250));
+        assert_eq!(knobs.compaction_window, Duration::from_secs(300));
+        assert!(serde_saphyr::from_str::<ApiServerPatch>("{cut_rate: 0.5}").is_err());
+    }
+}

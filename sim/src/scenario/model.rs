@@ -117,6 +117,17 @@ pub struct Host {
     pub name: String,
     /// What runs there.
     pub role: Role,
+    /// More roles on the same host, e.g. `roles: [cache]` on a reporter: their components
+    /// run in one process (one assembly per side), as containers of one pod would.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<Role>,
+}
+
+impl Host {
+    /// True when `role` runs on this host.
+    pub fn has(&self, role: Role) -> bool {
+        self.role == role || self.roles.contains(&role)
+    }
 }
 
 /// What a host runs.
@@ -379,7 +390,7 @@ pub struct FaultStep {
     pub latency: Option<LatencyChange>,
     /// Change API server knobs (only the fields given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub apiserver: Option<serde_json::Value>,
+    pub apiserver: Option<super::knobs::ApiServerPatch>,
     /// Change the reporter replica count with a rolling restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<Scale>,

@@ -2,7 +2,6 @@
 
 use std::path::Path;
 
-use super::knobs::ApiServerKnobs as Knobs;
 use super::model::{validate_invariant, FaultStep, Role, Scenario};
 use super::spans::{Field, Spans};
 
@@ -148,7 +147,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             format!("host {:?} is declared twice", host.name),
         )?;
     }
-    let count = |role: Role| s.topology.hosts.iter().filter(|h| h.role == role).count();
+    let count = |role: Role| s.topology.hosts.iter().filter(|h| h.has(role)).count();
     // The Kubernetes world (API server, Argo CD, workload) is needed by probes and reporters.
     let kube_world = count(Role::Probe) + count(Role::Reporter) > 0;
     for role in [Role::Apiserver, Role::Argocd, Role::Workload] {
@@ -186,7 +185,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
     for (i, host) in s.topology.hosts.iter().enumerate() {
         let ordinal = orrery_system::env::Identity::from_host(host.name.as_str()).ordinal;
         v.check(
-            host.role != Role::Reporter || ordinal.is_some(),
+            !host.has(Role::Reporter) || ordinal.is_some(),
             &hosts_field.index(i).key("name"),
             format!(
                 "reporter host {:?} needs an ordinal suffix like reporter-0",
@@ -313,15 +312,12 @@ fn validate_step(
             ),
         )?;
     }
-    if let Some(patch) = &step.apiserver {
-        let knobs = apply_knob_patch(&Knobs::default(), patch)
-            .map_err(|m| v.invalid(&field.key("apiserver"), m))?;
+    if let Some(forbidden) = step.apiserver.as_ref().and_then(|p| p.forbidden.as_ref()) {
         let served: Vec<String> = crate::world::apiserver::resources::registry()
             .into_iter()
             .map(|k| k.plural)
             .collect();
-        if let Some((k, unknown)) = knobs
-            .forbidden
+        if let Some((k, unknown)) = forbidden
             .iter()
             .enumerate()
             .find(|(_, r)| !served.contains(r))
@@ -336,18 +332,6 @@ fn validate_step(
         }
     }
     Ok(())
-}
-
-/// Applies a partial knob map (from a fault step) onto `base`; unknown knobs are errors.
-pub fn apply_knob_patch(base: &Knobs, patch: &serde_json::Value) -> Result<Knobs, String> {
-    let mut merged = serde_json::to_value(base).map_err(|e| e.to_string())?;
-    let (Some(target), Some(changes)) = (merged.as_object_mut(), patch.as_object()) else {
-        return Err("apiserver knobs must be a mapping, e.g. {cut_stream_rate: 0.1}".into());
-    };
-    for (key, value) in changes {
-        target.insert(key.clone(), value.clone());
-    }
-    serde_json::from_value(merged).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -429,6 +413,26 @@ expect:
         let err = parse("t.yaml", &bad).unwrap_err().to_string();
         assert!(
             err.starts_with("t.yaml:8:14: topology.hosts[3].name:"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_bad_duration_and_a_bad_knob_are_rejected_where_they_are() {
+        let err = parse("t.yaml", &GOOD.replace("calm: 10s", "calm: 10 parsecs"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.yaml:13:7: calm: ") && err.contains("unknown unit"),
+            "{err}"
+        );
+        let knob = GOOD.replace(
+            "    partition: [probe, apiserver]",
+            "    apiserver: {cut_rate: 0.5}",
+        );
+        let err = parse("t.yaml", &knob).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.yaml:11:17: faults[0].apiserver.cut_rate: unknown field `cut_rate`"),
             "{err}"
         );
     }

@@ -5,11 +5,14 @@
 //! - [`git`]: the Git provider.
 //! - [`workload`]: commits, app churn, health flaps and refreshes, drawn from the seed.
 //! - [`probe`]: a kube-rs reflector whose view checkers compare with the API server.
-//! - [`tunnel`]: the platform gateway, runtimes behind tunnels, and clients.
+//! - [`tunnel`]: the tunnel world's app-proxy stand-in and clients.
+//! - [`placement`]: which of the product's assemblies (runtime, control plane) each host
+//!   runs, and with what configuration.
 
 pub mod apiserver;
 pub mod argocd;
 pub mod git;
+pub mod placement;
 pub mod probe;
 pub mod tunnel;
 pub mod workload;

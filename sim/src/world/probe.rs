@@ -6,10 +6,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
-use serde_json::json;
 
 use orrery_system::env::kube::SeededBackoff;
-use orrery_system::env::{fnv1a_64, Observation, SharedEnv};
+use orrery_system::env::{fnv1a_64, SharedEnv};
+use orrery_system::observe::WorldEvent;
 
 use crate::world::argocd::{application_resource, NAMESPACE};
 
@@ -20,8 +20,12 @@ pub struct Config {
     pub watch_timeout_seconds: u32,
 }
 
-fn id(object: &DynamicObject) -> serde_json::Value {
-    json!({"name": object.metadata.name, "rv": object.metadata.resource_version})
+/// (name, resourceVersion) of an object the probe saw.
+fn id(object: &DynamicObject) -> (String, String) {
+    (
+        object.metadata.name.clone().unwrap_or_default(),
+        object.metadata.resource_version.clone().unwrap_or_default(),
+    )
 }
 
 /// Digest of a view: (count, FNV-1a over sorted `name@rv` lines).
@@ -48,15 +52,26 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config) {
     .backoff(SeededBackoff::new(env.clone()))
     .reflect(writer)
     .for_each(move |event| {
-        let (kind, detail) = match &event {
-            Ok(watcher::Event::Init) => ("probe.init", json!({})),
-            Ok(watcher::Event::InitApply(o)) => ("probe.init_apply", id(o)),
-            Ok(watcher::Event::InitDone) => ("probe.init_done", json!({})),
-            Ok(watcher::Event::Apply(o)) => ("probe.apply", id(o)),
-            Ok(watcher::Event::Delete(o)) => ("probe.delete", id(o)),
-            Err(e) => ("probe.error", json!({"error": e.to_string()})),
+        let seen = match &event {
+            Ok(watcher::Event::Init) => WorldEvent::ProbeInit,
+            Ok(watcher::Event::InitApply(o)) => {
+                let (name, rv) = id(o);
+                WorldEvent::ProbeInitApply { name, rv }
+            }
+            Ok(watcher::Event::InitDone) => WorldEvent::ProbeInitDone,
+            Ok(watcher::Event::Apply(o)) => {
+                let (name, rv) = id(o);
+                WorldEvent::ProbeApply { name, rv }
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                let (name, rv) = id(o);
+                WorldEvent::ProbeDelete { name, rv }
+            }
+            Err(e) => WorldEvent::ProbeError {
+                error: e.to_string(),
+            },
         };
-        events_env.observe(Observation::new(kind, detail));
+        events_env.observe(seen.into());
         async {}
     });
     tokio::spawn(stream);
@@ -75,10 +90,13 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config) {
             .collect();
         let view = digest(entries);
         if last.as_ref() != Some(&view) {
-            env.observe(Observation::new(
-                "probe.view",
-                json!({"count": view.0, "digest": view.1}),
-            ));
+            env.observe(
+                WorldEvent::ProbeView {
+                    count: view.0 as u64,
+                    digest: view.1.clone(),
+                }
+                .into(),
+            );
             last = Some(view);
         }
     }

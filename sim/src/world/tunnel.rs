@@ -1,23 +1,19 @@
-//! The tunnel world: the platform's gateway (tunnel server + client API), a runtime behind
-//! its tunnel with an app-proxy stand-in that executes writes, and clients sending a steady
-//! mix of reads and state-changing requests. Clients and the stand-in record what they saw
-//! and did, so checkers can tell answered from hung and once from twice.
+//! The tunnel world's own pieces: an app-proxy stand-in behind each runtime that executes
+//! writes, and clients sending a steady mix of reads and state-changing requests through the
+//! platform's gateway. (The gateway, tunnel server, tunnel clients and router are the
+//! product's, started from its assemblies: see [`super::placement`].) Clients and the stand-in
+//! record what they saw and did, so checkers can tell answered from hung and once from twice.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
 
-use orrery_system::core::Variant;
 use orrery_system::env::http::{full, json as json_response};
-use orrery_system::env::{Observation, SharedEnv};
-use orrery_system::platform::gateway::{self, Gateway};
+use orrery_system::env::SharedEnv;
+use orrery_system::observe::{RequestOutcome, WorldEvent};
 use orrery_system::platform::registry::Registry;
-use orrery_system::platform::tunnel::{self, TunnelServer};
-use orrery_system::runtime::router::{Router, Routes};
-use orrery_system::runtime::tunnel_client;
 
 use crate::scenario::model::Tunnel as Settings;
 
@@ -61,95 +57,36 @@ pub fn register(registry: &Registry, runtime_hosts: &[String], per_host: u32) {
     }
 }
 
-/// Runs the gateway host: a fresh tunnel server (a restart loses every tunnel) and the client API.
-pub async fn run_gateway(
-    env: SharedEnv,
-    registry: Arc<Registry>,
-    variant: Variant,
-    settings: Settings,
-) -> std::io::Result<()> {
-    let mut config = tunnel::Config::new(variant);
-    config.registration_cost = settings.registration_cost;
-    config.max_pending_registrations = settings.max_pending_registrations;
-    let tunnels = TunnelServer::new(config, registry.clone());
-    let gateway = Arc::new(Gateway {
-        admin_token: "sim-admin".into(),
-        registry,
-        tunnels: tunnels.clone(),
-        permissions: Default::default(),
-    });
-    let tunnel_env = env.clone();
-    tokio::spawn(async move {
-        tunnel::run(tunnel_env, tunnels, &format!("0.0.0.0:{TUNNEL_PORT}")).await
-    });
-    gateway::run(env, gateway, &format!("0.0.0.0:{GATEWAY_PORT}")).await
-}
-
-/// Runs a runtime host: the app-proxy stand-in, the router, and one tunnel client per runtime.
-pub async fn run_runtime(
-    env: SharedEnv,
-    variant: Variant,
-    gateway_host: String,
-    settings: Settings,
-) -> std::io::Result<()> {
-    let host = env.identity().host.clone();
+/// Runs the app-proxy stand-in of a runtime host: it answers reads and executes each
+/// state-changing request it receives (recording the execution), so checkers can tell once
+/// from twice. The runtime's own components (tunnel clients, router) come from its assembly.
+pub async fn run_app_proxy_stand_in(env: SharedEnv, settings: Settings) -> std::io::Result<()> {
     let listener = env.listen(&format!("0.0.0.0:{APP_PROXY_PORT}")).await?;
     let stand_in = env.clone();
-    tokio::spawn(orrery_system::env::http::serve(
-        listener,
-        move |request, _| {
-            let env = stand_in.clone();
-            let delay = settings.execute_delay;
-            async move {
-                if request.method() != http::Method::POST {
-                    return http::Response::new(full("ok"));
-                }
-                let key = request
-                    .headers()
-                    .get(orrery_system::tunnel::REQUEST_ID_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                // Once started, a write completes even if its caller goes away (a Git commit does).
-                let execution = tokio::spawn(async move {
-                    env.sleep(delay).await;
-                    env.observe(Observation::new("runtime.execute", json!({"key": key})));
-                    key
-                });
-                let key = execution.await.unwrap_or_default();
-                json_response(http::StatusCode::CREATED, &json!({"executed": key}))
+    orrery_system::env::http::serve(listener, move |request, _| {
+        let env = stand_in.clone();
+        let delay = settings.execute_delay;
+        async move {
+            if request.method() != http::Method::POST {
+                return http::Response::new(full("ok"));
             }
-        },
-    ));
-    let router = Router::new(
-        env.clone(),
-        Routes {
-            app_proxy: format!("{host}:{APP_PROXY_PORT}"),
-            ..Default::default()
-        },
-    );
-    let handler: tunnel_client::Handler = Arc::new(move |request| {
-        let router = router.clone();
-        Box::pin(async move { router.handle(request).await })
-    });
-    for (_, name, token) in runtimes_of(&host, settings.runtimes_per_host) {
-        let config = tunnel_client::Config::new(
-            variant,
-            &format!("{gateway_host}:{TUNNEL_PORT}"),
-            &name,
-            &token,
-        );
-        let (env, handler) = (env.clone(), handler.clone());
-        tokio::spawn(async move {
-            if let Err(fatal) = tunnel_client::run(env.clone(), config, handler).await {
-                env.observe(Observation::new(
-                    "tunnel.client_exit",
-                    json!({"runtime": name, "why": fatal.to_string()}),
-                ));
-            }
-        });
-    }
-    Ok(())
+            let key = request
+                .headers()
+                .get(orrery_system::tunnel::REQUEST_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            // Once started, a write completes even if its caller goes away (a Git commit does).
+            let execution = tokio::spawn(async move {
+                env.sleep(delay).await;
+                env.observe(WorldEvent::Execute { key: key.clone() }.into());
+                key
+            });
+            let key = execution.await.unwrap_or_default();
+            json_response(http::StatusCode::CREATED, &json!({"executed": key}))
+        }
+    })
+    .await
 }
 
 async fn attempt(
@@ -158,7 +95,7 @@ async fn attempt(
     url: &str,
     write: bool,
     key: &str,
-) -> u16 {
+) -> RequestOutcome {
     let mut request = http::Request::builder()
         .method(if write { "POST" } else { "GET" })
         .uri(url);
@@ -166,22 +103,22 @@ async fn attempt(
         request = request.header("idempotency-key", key);
     }
     let Ok(request) = request.body(Full::new(Bytes::new())) else {
-        return 0;
+        return RequestOutcome::Unreachable; // an unusable URL reaches nothing
     };
     let exchange = async {
         match client.request(request).await {
             Ok(response) => {
                 let status = response.status().as_u16();
                 let _ = response.into_body().collect().await;
-                status
+                RequestOutcome::Status(status)
             }
-            Err(_) => 1, // the gateway itself was unreachable
+            Err(_) => RequestOutcome::Unreachable, // the gateway itself
         }
     };
     tokio::select! {
         biased;
-        status = exchange => status,
-        _ = env.sleep(CLIENT_TIMEOUT) => 0,
+        outcome = exchange => outcome,
+        _ = env.sleep(CLIENT_TIMEOUT) => RequestOutcome::Hung,
     }
 }
 
@@ -217,14 +154,19 @@ pub async fn run_client(
                     1
                 }) {
                     let started = env.elapsed();
-                    let status = attempt(&env, &client, &url, write, &key).await;
+                    let outcome = attempt(&env, &client, &url, write, &key).await;
                     let latency_ms = (env.elapsed() - started).as_millis() as u64;
-                    env.observe(Observation::new(
-                        "client.request",
-                        json!({"key": key, "write": write, "attempt": attempt_no, "status": status, "latency_ms": latency_ms}),
-                    ));
-                    let unknown_outcome = matches!(status, 0 | 1 | 502 | 503 | 504);
-                    if !unknown_outcome {
+                    env.observe(
+                        WorldEvent::Request {
+                            key: key.clone(),
+                            write,
+                            attempt: attempt_no,
+                            outcome,
+                            latency_ms,
+                        }
+                        .into(),
+                    );
+                    if !outcome.unknown() {
                         break;
                     }
                     env.sleep(settings.retry_after).await;

@@ -13,7 +13,8 @@ use std::time::Duration;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use orrery_system::env::{Observation, SharedEnv};
+use orrery_system::env::SharedEnv;
+use orrery_system::observe::{WorkloadAction, WorldEvent};
 
 use crate::scenario::model::Workload as Config;
 use crate::world::argocd::{application_resource, HealthOverrides, NAMESPACE};
@@ -99,8 +100,8 @@ impl Generator {
             .then(|| self.live[(self.env.random_u64() % self.live.len() as u64) as usize])
     }
 
-    fn record(&self, kind: &str, detail: serde_json::Value) {
-        self.env.observe(Observation::new(kind, detail));
+    fn record(&self, event: WorldEvent) {
+        self.env.observe(event.into());
     }
 
     async fn create(&mut self, index: usize) -> bool {
@@ -115,10 +116,11 @@ impl Generator {
             Ok(_) => true,
             Err(kube::Error::Api(status)) if status.code == 409 => true,
             Err(e) => {
-                self.record(
-                    "workload.error",
-                    json!({"action": "create", "app": app_name(index), "error": e.to_string()}),
-                );
+                self.record(WorldEvent::WorkloadError {
+                    action: WorkloadAction::Create,
+                    app: app_name(index),
+                    error: e.to_string(),
+                });
                 false
             }
         }
@@ -137,7 +139,10 @@ impl Generator {
             self.env.unix_millis(),
             manifest(&name, *version),
         );
-        self.record("workload.commit", json!({"app": name, "sha": sha}));
+        self.record(WorldEvent::Commit {
+            app: name.to_string(),
+            sha: sha.to_string(),
+        });
     }
 
     async fn churn(&mut self) {
@@ -149,10 +154,11 @@ impl Generator {
         {
             Ok(_) | Err(kube::Error::Api(_)) => self.live.retain(|i| *i != victim),
             Err(e) => {
-                return self.record(
-                    "workload.error",
-                    json!({"action": "delete", "app": app_name(victim), "error": e.to_string()}),
-                )
+                return self.record(WorldEvent::WorkloadError {
+                    action: WorkloadAction::Delete,
+                    app: app_name(victim),
+                    error: e.to_string(),
+                })
             }
         }
         let index = self.next_index;
@@ -180,7 +186,10 @@ impl Generator {
             "Healthy"
         };
         self.handles.health.set(&name, next);
-        self.record("workload.health", json!({"app": name, "health": next}));
+        self.record(WorldEvent::Health {
+            app: name,
+            health: next.to_string(),
+        });
     }
 
     async fn refresh(&mut self) {
@@ -198,10 +207,10 @@ impl Generator {
                 failed += 1;
             }
         }
-        self.record(
-            "workload.refresh",
-            json!({"apps": self.live.len(), "failed": failed}),
-        );
+        self.record(WorldEvent::Refresh {
+            apps: self.live.len() as u64,
+            failed: failed as u64,
+        });
     }
 }
 
@@ -244,10 +253,11 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
                 }
                 Err(e) => {
                     failed = true;
-                    generator.record(
-                        "workload.error",
-                        json!({"action": "create", "app": app_name(index), "error": e.to_string()}),
-                    );
+                    generator.record(WorldEvent::WorkloadError {
+                        action: WorkloadAction::Create,
+                        app: app_name(index),
+                        error: e.to_string(),
+                    });
                 }
             }
         }
@@ -255,7 +265,9 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
             env.sleep(Duration::from_secs(1)).await;
         }
     }
-    generator.record("workload.created", json!({"apps": generator.live.len()}));
+    generator.record(WorldEvent::Created {
+        apps: generator.live.len() as u64,
+    });
     let period = |d: Duration| (!d.is_zero()).then_some(d);
     let periods = [
         period(generator.config.commit_every),
@@ -286,5 +298,7 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
         }
         due[action] = periods[action].map(|p| at + p);
     }
-    generator.record("workload.stopped", json!({"apps": generator.live.len()}));
+    generator.record(WorldEvent::Stopped {
+        apps: generator.live.len() as u64,
+    });
 }

@@ -3,7 +3,6 @@
 //! platform, lists and commits through the Git provider's API, and terminates an Argo
 //! Workflow by patching it through the (simulated) Kubernetes API.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,12 +14,13 @@ use orrery_sim::world::git::{self, SharedGit};
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
-use orrery_system::platform::gateway::{self, Gateway};
-use orrery_system::platform::permissions::Permissions;
-use orrery_system::platform::registry::Registry;
-use orrery_system::platform::tunnel::{self, TunnelServer};
+use orrery_system::platform::assembly::{
+    self as control_plane, ControlPlaneConfig, ControlPlaneState, GatewayConfig, TunnelServerConfig,
+};
+use orrery_system::platform::tunnel;
 use orrery_system::runtime::app_proxy::{self, workflow_resource};
-use orrery_system::runtime::router::{Router, Routes};
+use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
+use orrery_system::runtime::router::Routes;
 use orrery_system::runtime::tunnel_client;
 use serde_json::{json, Value};
 
@@ -74,10 +74,9 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
             Ok(())
         }
     });
-    let registry = Arc::new(Registry::default());
-    registry.insert("rt-token", "acme", "prod");
-    let permissions = Arc::new(Permissions::default());
-    permissions.grant(
+    let state = ControlPlaneState::default();
+    state.registry.insert("rt-token", "acme", "prod");
+    state.permissions.grant(
         "alice-token",
         "alice",
         &[
@@ -86,58 +85,62 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
             "workflows:terminate",
         ],
     );
-    permissions.grant("bob-token", "bob", &["repositories:list"]);
+    state
+        .permissions
+        .grant("bob-token", "bob", &["repositories:list"]);
+    let platform = ControlPlaneConfig {
+        tunnel: Some(TunnelServerConfig {
+            listen: "0.0.0.0:8443".into(),
+            config: tunnel::Config::new(Variant::Hardened),
+        }),
+        gateway: Some(GatewayConfig {
+            listen: "0.0.0.0:8080".into(),
+            admin_token: "adm".into(),
+        }),
+        events: None,
+    };
     let trace = w.trace.clone();
     w.sim.host("platform", move || {
         let env = SimEnv::shared("platform", SEED, trace.clone());
-        let tunnels = TunnelServer::new(tunnel::Config::new(Variant::Hardened), registry.clone());
-        let gateway = Arc::new(Gateway {
-            admin_token: "adm".into(),
-            registry: registry.clone(),
-            tunnels: tunnels.clone(),
-            permissions: permissions.clone(),
-        });
+        let (config, state) = (platform.clone(), state.clone());
         async move {
-            tokio::spawn(tunnel::run(env.clone(), tunnels, "0.0.0.0:8443"));
-            gateway::run(env, gateway, "0.0.0.0:8080").await?;
+            control_plane::run(env, config, state, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(())
         }
     });
+    let runtime = RuntimeConfig {
+        tunnels: vec![tunnel_client::Config::new(
+            Variant::Hardened,
+            "platform:8443",
+            "acme-prod",
+            "rt-token",
+        )],
+        router: Some(RouterConfig {
+            routes: Routes {
+                app_proxy: "runtime:3017".into(),
+                ..Default::default()
+            },
+            ingress: None,
+        }),
+        app_proxy: Some(app_proxy::Config {
+            platform_addr: "platform:8080".into(),
+            git_addr: "git:80".into(),
+            kube: KubeTarget::new("apiserver:6443"),
+            permissions_ttl: Duration::from_secs(30),
+            listen: "0.0.0.0:3017".into(),
+        }),
+        ..Default::default()
+    };
     let trace = w.trace.clone();
     w.sim.host("runtime", move || {
         let env = SimEnv::shared("runtime", SEED, trace.clone());
+        let config = runtime.clone();
         async move {
-            let config = app_proxy::Config {
-                platform_addr: "platform:8080".into(),
-                git_addr: "git:80".into(),
-                kube: KubeTarget::new("apiserver:6443"),
-                permissions_ttl: Duration::from_secs(30),
-                listen: "0.0.0.0:3017".into(),
-            };
-            let proxy_env = env.clone();
-            tokio::spawn(async move { app_proxy::run(proxy_env, config).await });
-            let router = Router::new(
-                env.clone(),
-                Routes {
-                    app_proxy: "runtime:3017".into(),
-                    ..Default::default()
-                },
-            );
-            let handler: tunnel_client::Handler = Arc::new(move |request| {
-                let router = router.clone();
-                Box::pin(async move { router.handle(request).await })
-            });
-            let _ = tunnel_client::run(
-                env,
-                tunnel_client::Config::new(
-                    Variant::Hardened,
-                    "platform:8443",
-                    "acme-prod",
-                    "rt-token",
-                ),
-                handler,
-            )
-            .await;
+            runtime_assembly::run(env, config, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(())
         }
     });

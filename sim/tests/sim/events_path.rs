@@ -16,8 +16,12 @@ use orrery_sim::world::git::SharedGit;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
+use orrery_system::platform::assembly::{
+    self as control_plane, ControlPlaneConfig, ControlPlaneState,
+};
 use orrery_system::platform::events::{self, Platform};
-use orrery_system::runtime::{app_reporter, cache};
+use orrery_system::runtime::app_reporter;
+use orrery_system::runtime::assembly::{self as runtime_assembly, RuntimeConfig};
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -103,38 +107,46 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     });
     let (trace, host_platform) = (w.trace.clone(), platform.clone());
     w.sim.host("platform", move || {
-        let (env, platform) = (
-            SimEnv::shared("platform", SEED, trace.clone()),
-            host_platform.clone(),
-        );
+        let env = SimEnv::shared("platform", SEED, trace.clone());
+        let state = ControlPlaneState {
+            events: Some(host_platform.clone()),
+            ..Default::default()
+        };
+        let config = ControlPlaneConfig {
+            events: Some("0.0.0.0:8080".into()),
+            ..Default::default()
+        };
         async move {
-            events::run(env, platform, "0.0.0.0:8080").await?;
+            control_plane::run(env, config, state, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(())
         }
     });
-    let trace = w.trace.clone();
-    w.sim.host("cache", move || {
-        let env = SimEnv::shared("cache", SEED, trace.clone());
-        async move {
-            cache::run(env, "0.0.0.0:6379").await?;
-            Ok(())
-        }
-    });
+    // The reporter replicas, the first with the dedup cache beside it (one pod, two
+    // containers), all from the runtime assembly.
     for replica in ["reporter-0", "reporter-1"] {
         let trace = w.trace.clone();
         w.sim.host(replica, move || {
             let env = SimEnv::shared(replica, SEED, trace.clone());
-            let mut config = app_reporter::Config::new(
+            let mut reporter = app_reporter::Config::new(
                 Variant::Hardened,
                 KubeTarget::new("apiserver:6443"),
                 NAMESPACE,
             );
-            config.argocd_token = "argo".into();
-            config.runtime_token = TOKEN.into();
-            config.platform_addr = "platform:8080".into();
-            config.cache_addr = "cache:6379".into();
+            reporter.argocd_token = "argo".into();
+            reporter.runtime_token = TOKEN.into();
+            reporter.platform_addr = "platform:8080".into();
+            reporter.cache_addr = "reporter-0:6379".into();
+            let config = RuntimeConfig {
+                app_reporter: Some(reporter),
+                cache: (replica == "reporter-0").then(|| "0.0.0.0:6379".to_string()),
+                ..Default::default()
+            };
             async move {
-                app_reporter::run(env, config).await;
+                runtime_assembly::run(env, config, std::future::pending())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Ok(())
             }
         });

@@ -3,6 +3,7 @@
 
 mod app_proxy;
 mod argocd_world;
+mod assembly;
 mod cli;
 mod events_path;
 mod properties;

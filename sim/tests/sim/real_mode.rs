@@ -324,3 +324,88 @@ fn the_tunnel_runs_over_tls_with_test_certificates_and_an_untrusting_runtime_can
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn serve_runtime_runs_the_reporter_and_a_sigterm_releases_its_lease() {
+    let (api, tunnel, gateway, cache, metrics) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let (api_addr, tunnel_addr, gateway_addr) = (
+        format!("127.0.0.1:{api}"),
+        format!("127.0.0.1:{tunnel}"),
+        format!("127.0.0.1:{gateway}"),
+    );
+    let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
+    let _platform = orrery(&[
+        "serve",
+        "control-plane",
+        "--admin-token",
+        "adm",
+        "--tunnel",
+        &tunnel_addr,
+        "--api",
+        &gateway_addr,
+        "--runtimes",
+        "acme-edge=tok-9",
+    ]);
+    eventually("the API server answers", Duration::from_secs(20), || {
+        http(api, "GET", "/healthz", "").is_some()
+    });
+    // Argo CD and the events API are unreachable here: the reporter still runs, holds its
+    // lease and serves its metrics; deliveries fail and are retried.
+    let mut runtime = orrery(&[
+        "serve",
+        "runtime",
+        "--platform",
+        &tunnel_addr,
+        "--name",
+        "acme-edge",
+        "--token",
+        "tok-9",
+        "--apiserver",
+        &api_addr,
+        "--argocd",
+        "127.0.0.1:9",
+        "--events-api",
+        "127.0.0.1:9",
+        "--serve-cache",
+        "--cache",
+        &format!("127.0.0.1:{cache}"),
+        "--reporter-listen",
+        &format!("127.0.0.1:{metrics}"),
+        "--namespace",
+        "argocd",
+    ]);
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/argocd/leases/app-reporter-acme-edge";
+    eventually(
+        "the reporter serves its health endpoint",
+        Duration::from_secs(30),
+        || http(metrics, "GET", "/healthz", "").is_some_and(|(status, _)| status == 200),
+    );
+    eventually(
+        "the hardened reporter holds its lease",
+        Duration::from_secs(30),
+        || http(api, "GET", lease, "").is_some_and(|(status, _)| status == 200),
+    );
+    eventually(
+        "the runtime's tunnel is up",
+        Duration::from_secs(30),
+        || {
+            http_as(gateway, "GET", "/api/runtimes", "", "adm")
+                .is_some_and(|(_, body)| body.contains("acme-edge"))
+        },
+    );
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &runtime.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = runtime.0.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "a SIGTERM is a clean stop");
+    let (status, body) = http(api, "GET", lease, "").unwrap();
+    assert_eq!(status, 404, "the lease was released on shutdown: {body}");
+}

@@ -7,10 +7,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::Store as ReflectorStore;
 use orrery_sim::env::SimEnv;
-use orrery_sim::harness::trace::Trace;
+use orrery_sim::trace::Trace;
 use orrery_sim::world::apiserver::{self, ApiServer, Knobs};
 use orrery_system::env::kube::{client, KubeTarget};
 use orrery_system::env::SharedEnv;
+use orrery_system::observe::{WatchEnd, WorldEvent};
 
 /// A sim with an API server, plus the handles tests inspect.
 pub struct World {
@@ -143,11 +144,13 @@ pub async fn await_convergence(
     }
 }
 
-/// Counts trace events of `kind` whose detail field `key` equals `value`.
-pub fn count(trace: &Trace, kind: &str, key: &str, value: &str) -> usize {
+/// Counts the API server's watch streams that ended as `end`.
+pub fn watch_ends(trace: &Trace, end: WatchEnd) -> usize {
     trace
         .events()
         .iter()
-        .filter(|e| e.observation.kind == kind && e.observation.detail[key] == value)
+        .filter(
+            |e| matches!(e.world(), Some(WorldEvent::WatchEnded { end: seen, .. }) if *seen == end),
+        )
         .count()
 }

@@ -13,15 +13,18 @@ use orrery_sim::env::SimEnv;
 use orrery_system::core::Variant;
 use orrery_system::env::http::{full, json as json_response};
 use orrery_system::env::SharedEnv;
-use orrery_system::platform::gateway::{self, Gateway};
+use orrery_system::platform::assembly::{
+    self as control_plane, ControlPlaneConfig, ControlPlaneState, GatewayConfig, TunnelServerConfig,
+};
 use orrery_system::platform::registry::Registry;
-use orrery_system::platform::tunnel::{self, TunnelServer};
-use orrery_system::runtime::router::{Router, Routes};
+use orrery_system::platform::tunnel;
+use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
+use orrery_system::runtime::router::Routes;
 use orrery_system::runtime::tunnel_client;
 use serde_json::{json, Value};
 
 use crate::support::SEED;
-use orrery_sim::harness::trace::Trace;
+use orrery_sim::trace::Trace;
 
 const TOKEN: &str = "rt-token-acme-prod";
 const NAME: &str = "acme-prod";
@@ -57,34 +60,56 @@ async fn call(env: &SharedEnv, method: &str, path: &str, headers: &[(&str, &str)
     }
 }
 
+/// The runtimes whose tunnel is up, as the platform's gateway lists them.
+async fn connected(env: &SharedEnv) -> Vec<String> {
+    let (status, body) = call(
+        env,
+        "GET",
+        "/api/runtimes",
+        &[("authorization", "Bearer admin")],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["connected"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(String::from))
+        .collect()
+}
+
 struct TunnelWorld {
     sim: turmoil::Sim<'static>,
-    tunnels: Arc<TunnelServer>,
     executed: Arc<AtomicU64>,
     refused: Arc<std::sync::Mutex<Option<String>>>,
 }
 
+/// The platform (control-plane assembly), an upstream app-proxy stand-in, and a runtime
+/// (runtime assembly) whose tunnel presents `runtime_token`.
 fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
     let mut sim = crate::support::sim(Duration::from_secs(600));
     let trace = Trace::default();
-    let registry = Arc::new(Registry::default());
-    registry.insert(TOKEN, "acme", "prod");
-    let tunnels = TunnelServer::new(tunnel::Config::new(variant), registry.clone());
-    let permissions = Arc::new(orrery_system::platform::permissions::Permissions::default());
-    let gateway = Arc::new(Gateway {
-        admin_token: "admin".into(),
-        registry,
-        tunnels: tunnels.clone(),
-        permissions: permissions.clone(),
-    });
+    let state = ControlPlaneState::default();
+    state.registry.insert(TOKEN, "acme", "prod");
+    let platform = ControlPlaneConfig {
+        tunnel: Some(TunnelServerConfig {
+            listen: "0.0.0.0:8443".into(),
+            config: tunnel::Config::new(variant),
+        }),
+        gateway: Some(GatewayConfig {
+            listen: "0.0.0.0:8080".into(),
+            admin_token: "admin".into(),
+        }),
+        events: None,
+    };
     let host_trace = trace.clone();
-    let host_tunnels = tunnels.clone();
     sim.host("platform", move || {
         let env = SimEnv::shared("platform", SEED, host_trace.clone());
-        let (tunnels, gateway) = (host_tunnels.clone(), gateway.clone());
+        let (config, state) = (platform.clone(), state.clone());
         async move {
-            tokio::spawn(tunnel::run(env.clone(), tunnels, "0.0.0.0:8443"));
-            gateway::run(env, gateway, "0.0.0.0:8080").await?;
+            control_plane::run(env, config, state, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(())
         }
     });
@@ -114,33 +139,35 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
         }
     });
     let refused = Arc::new(std::sync::Mutex::new(None));
-    let (host_trace, token, host_refused) =
-        (trace.clone(), runtime_token.to_string(), refused.clone());
+    let runtime = RuntimeConfig {
+        tunnels: vec![tunnel_client::Config::new(
+            variant,
+            "platform:8443",
+            NAME,
+            runtime_token,
+        )],
+        router: Some(RouterConfig {
+            routes: Routes {
+                app_proxy: "app-proxy:3017".into(),
+                ..Default::default()
+            },
+            ingress: None,
+        }),
+        ..Default::default()
+    };
+    let (host_trace, host_refused) = (trace.clone(), refused.clone());
     sim.host("runtime", move || {
         let env = SimEnv::shared("runtime", SEED, host_trace.clone());
-        let (token, refused) = (token.clone(), host_refused.clone());
+        let (config, refused) = (runtime.clone(), host_refused.clone());
         async move {
-            let router = Router::new(
-                env.clone(),
-                Routes {
-                    app_proxy: "app-proxy:3017".into(),
-                    ..Default::default()
-                },
-            );
-            let handler: tunnel_client::Handler = Arc::new(move |request| {
-                let router = router.clone();
-                Box::pin(async move { router.handle(request).await })
-            });
-            let config = tunnel_client::Config::new(variant, "platform:8443", NAME, &token);
-            if let Err(fatal) = tunnel_client::run(env, config, handler).await {
-                *refused.lock().unwrap() = Some(fatal.to_string());
+            if let Err(gave_up) = runtime_assembly::run(env, config, std::future::pending()).await {
+                *refused.lock().unwrap() = Some(gave_up.to_string());
             }
             Ok(())
         }
     });
     TunnelWorld {
         sim,
-        tunnels,
         executed,
         refused,
     }
@@ -149,11 +176,11 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
 #[test]
 fn requests_cross_the_tunnel_and_state_changes_run_once_even_when_retried() {
     let mut w = tunnel_world(Variant::Hardened, TOKEN);
-    let (tunnels, executed) = (w.tunnels.clone(), w.executed.clone());
+    let executed = w.executed.clone();
     w.sim.client("client", async move {
         let env = SimEnv::shared("client", SEED, Trace::default());
         env.sleep(Duration::from_secs(3)).await;
-        assert_eq!(tunnels.connected(), vec![NAME.to_string()]);
+        assert_eq!(connected(&env).await, vec![NAME.to_string()]);
         assert_eq!(
             call(&env, "GET", "/api/runtimes/acme-prod/healthz", &[])
                 .await
@@ -224,14 +251,13 @@ fn requests_cross_the_tunnel_and_state_changes_run_once_even_when_retried() {
 /// until the tunnel was back).
 fn partition_and_repair(variant: Variant) -> (u64, u16, u64) {
     let mut w = tunnel_world(variant, TOKEN);
-    let tunnels = w.tunnels.clone();
     let outcome = Arc::new(std::sync::Mutex::new((0, 0, 0)));
     let result = outcome.clone();
     w.sim.client("client", async move {
         let env = SimEnv::shared("client", SEED, Trace::default());
         env.sleep(Duration::from_secs(5)).await;
         assert_eq!(
-            tunnels.connected(),
+            connected(&env).await,
             vec![NAME.to_string()],
             "tunnel up before the fault"
         );
@@ -250,7 +276,7 @@ fn partition_and_repair(variant: Variant) -> (u64, u16, u64) {
         );
         let mut detected = 0;
         for second in 1..=120 {
-            if !tunnels.connected().contains(&NAME.to_string()) {
+            if !connected(&env).await.contains(&NAME.to_string()) {
                 detected = (env.elapsed() - cut).as_secs();
                 break;
             }
@@ -263,7 +289,7 @@ fn partition_and_repair(variant: Variant) -> (u64, u16, u64) {
         let repaired = env.elapsed();
         let mut back = 999;
         for _ in 0..180 {
-            if tunnels.connected().contains(&NAME.to_string()) {
+            if connected(&env).await.contains(&NAME.to_string()) {
                 back = (env.elapsed() - repaired).as_secs();
                 break;
             }
@@ -308,11 +334,11 @@ fn faithful_leaves_a_silent_drop_unnoticed_for_about_a_minute() {
 #[test]
 fn a_foreign_or_unknown_token_is_refused_with_a_reason_and_faithful_exits_on_the_first_refusal() {
     let mut w = tunnel_world(Variant::Faithful, "stolen-token");
-    let (tunnels, refused) = (w.tunnels.clone(), w.refused.clone());
+    let refused = w.refused.clone();
     w.sim.client("client", async move {
         let env = SimEnv::shared("client", SEED, Trace::default());
         env.sleep(Duration::from_secs(10)).await;
-        assert!(tunnels.connected().is_empty());
+        assert!(connected(&env).await.is_empty());
         let reason = refused
             .lock()
             .unwrap()
@@ -348,11 +374,10 @@ fn garbage_and_oversize_frames_close_only_the_offending_connection() {
     use tokio_tungstenite::tungstenite::Message;
 
     let mut w = tunnel_world(Variant::Hardened, TOKEN);
-    let tunnels = w.tunnels.clone();
     w.sim.client("client", async move {
         let env = SimEnv::shared("client", SEED, Trace::default());
         env.sleep(Duration::from_secs(3)).await;
-        assert_eq!(tunnels.connected(), vec![NAME.to_string()]);
+        assert_eq!(connected(&env).await, vec![NAME.to_string()]);
 
         // Not HTTP at all: the server closes that connection (and records why).
         let mut raw = env.connect("platform:8443").await?;

@@ -15,6 +15,7 @@ use kube::runtime::{reflector, watcher, WatchStreamExt};
 use orrery_sim::world::apiserver::Knobs;
 use orrery_system::env::kube::SeededBackoff;
 use orrery_system::env::SharedEnv;
+use orrery_system::observe::WatchEnd;
 use serde_json::json;
 
 use crate::support::*;
@@ -164,7 +165,7 @@ fn compaction_past_the_watched_rv_makes_the_watcher_relist_after_an_in_stream_41
     });
     w.sim.run().unwrap();
     assert!(
-        count(&w.trace, "apiserver.watch_end", "end", "expired") >= 1,
+        watch_ends(&w.trace, WatchEnd::Expired) >= 1,
         "the server sent an in-stream 410"
     );
 }
@@ -194,9 +195,9 @@ fn bookmarks_advance_the_watchers_rv_so_compaction_causes_no_relist() {
         Ok(())
     });
     w.sim.run().unwrap();
-    assert_eq!(count(&w.trace, "apiserver.watch_end", "end", "expired"), 0);
+    assert_eq!(watch_ends(&w.trace, WatchEnd::Expired), 0);
     assert!(
-        count(&w.trace, "apiserver.watch_end", "end", "timeout") >= 5,
+        watch_ends(&w.trace, WatchEnd::Timeout) >= 5,
         "streams closed cleanly at timeoutSeconds"
     );
 }
@@ -231,7 +232,7 @@ fn a_stream_that_ends_is_rewatched_from_the_last_rv_without_relisting() {
         Ok(())
     });
     w.sim.run().unwrap();
-    assert!(count(&w.trace, "apiserver.watch_end", "end", "timeout") >= 5);
+    assert!(watch_ends(&w.trace, WatchEnd::Timeout) >= 5);
 }
 
 #[test]
@@ -433,10 +434,7 @@ fn streams_cut_mid_line_and_429s_do_not_stop_a_reflector_from_converging() {
         Ok(())
     });
     w.sim.run().unwrap();
-    assert!(
-        count(&w.trace, "apiserver.watch_end", "end", "cut_mid_line") >= 1,
-        "the fault fired"
-    );
+    assert!(watch_ends(&w.trace, WatchEnd::Cut) >= 1, "the fault fired");
 }
 
 #[test]

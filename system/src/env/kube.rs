@@ -82,10 +82,12 @@ pub fn client(env: SharedEnv, target: &KubeTarget) -> kube::Client {
         Ok(Some(client)) => return client,
         Ok(None) => {}
         Err(error) => {
-            env.observe(super::Observation::new(
-                "kube.client_error",
-                serde_json::json!({"error": error.to_string()}),
-            ));
+            env.observe(
+                crate::observe::KubeEvent::ClientError {
+                    error: error.to_string(),
+                }
+                .into(),
+            );
             tracing::warn!(%error, "kube client setup failed");
         }
     }

@@ -8,7 +8,6 @@
 mod deadline;
 pub mod http;
 pub mod kube;
-mod observe;
 mod real;
 mod rng;
 
@@ -19,8 +18,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+pub use crate::observe::Observation;
 pub use deadline::DeadlineStream;
-pub use observe::Observation;
 pub use real::RealEnv;
 pub use rng::{fnv1a_64, Rng};
 

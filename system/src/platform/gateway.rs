@@ -4,6 +4,8 @@
 //!   for an unknown token): what the app-proxy authorises operations with;
 //! - `POST /api/runtimes` `{"account": …, "runtime": …}` with the admin token → `201
 //!   {"name": "<account>-<runtime>", "token": …}`: registers a runtime and issues its token;
+//! - `GET /api/runtimes` with the admin token → `{"connected": [<name>, …]}`: the runtimes
+//!   whose tunnel is up now (sorted);
 //! - `<any method> /api/runtimes/<name>/<path>` → forwarded to that runtime's request routing
 //!   service through its tunnel as `/<path>` (503 when the runtime has no tunnel, 502/504
 //!   when it breaks or stays silent). A client's `Idempotency-Key` becomes the request id,
@@ -43,6 +45,18 @@ impl Gateway {
         let path = request.uri().path().to_string();
         if path == "/api/runtimes" && request.method() == http::Method::POST {
             return self.register(env, request).await;
+        }
+        if path == "/api/runtimes" && request.method() == http::Method::GET {
+            if !self.is_admin(&request) {
+                return json(
+                    StatusCode::UNAUTHORIZED,
+                    &json!({"error": "listing runtimes needs the admin token"}),
+                );
+            }
+            return json(
+                StatusCode::OK,
+                &json!({"connected": self.tunnels.connected()}),
+            );
         }
         if path == "/api/permissions" {
             let token = request
@@ -84,13 +98,16 @@ impl Gateway {
         self.tunnels.forward(env, &name, forwarded).await
     }
 
-    async fn register(&self, env: &SharedEnv, request: Request<Incoming>) -> Response<Body> {
-        let authorised = request
+    fn is_admin(&self, request: &Request<Incoming>) -> bool {
+        request
             .headers()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            == Some(&format!("Bearer {}", self.admin_token));
-        if !authorised {
+            == Some(&format!("Bearer {}", self.admin_token))
+    }
+
+    async fn register(&self, env: &SharedEnv, request: Request<Incoming>) -> Response<Body> {
+        if !self.is_admin(&request) {
             return json(
                 StatusCode::UNAUTHORIZED,
                 &json!({"error": "registering a runtime needs the admin token"}),
@@ -142,6 +159,15 @@ impl Gateway {
 /// Serves the gateway on `addr`.
 pub async fn run(env: SharedEnv, gateway: Arc<Gateway>, addr: &str) -> std::io::Result<()> {
     let listener = env.listen(addr).await?;
+    serve(env, gateway, listener).await
+}
+
+/// Serves the gateway on an already bound listener.
+pub async fn serve(
+    env: SharedEnv,
+    gateway: Arc<Gateway>,
+    listener: Box<dyn crate::env::Listener>,
+) -> std::io::Result<()> {
     crate::env::http::serve(listener, move |request, _peer| {
         let (env, gateway) = (env.clone(), gateway.clone());
         async move { gateway.handle(&env, request).await }

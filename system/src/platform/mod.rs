@@ -1,7 +1,13 @@
 //! The control plane (platform) components.
 //!
 //! - [`events`]: events API → event bus → event handler → read model, plus the query endpoint.
+//! - [`tunnel`]: the tunnel server runtimes connect to.
+//! - [`gateway`]: the client API (registration, forwarding into tunnels, permissions).
+//! - [`registry`], [`permissions`]: runtimes and their tokens; users and their operations.
+//! - [`assembly`]: the whole control plane, one config and one `run` — what
+//!   `orrery serve control-plane` and the simulated world start.
 
+pub mod assembly;
 pub mod events;
 pub mod gateway;
 pub mod permissions;

@@ -2,9 +2,15 @@
 //!
 //! - [`app_reporter`]: the application event reporter, `faithful` and `hardened`.
 //! - [`cache`]: the dedup store shared by reporter replicas (Redis in the real runtime).
+//! - [`tunnel_client`]: the runtime's end of the tunnel to the platform.
+//! - [`router`]: the request routing service (tunnel or ingress → app-proxy, workflows, webhooks).
+//! - [`app_proxy`]: the runtime's REST API (repositories, commits, workflows).
+//! - [`assembly`]: the whole runtime, one config and one `run` — what `orrery serve runtime`
+//!   and the simulated world start.
 
 pub mod app_proxy;
 pub mod app_reporter;
+pub mod assembly;
 pub mod cache;
 pub mod router;
 pub mod tunnel_client;

@@ -20,7 +20,8 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use orrery_system::env::http::{channel, full, json, Body};
-use orrery_system::env::{Observation, SharedEnv};
+use orrery_system::env::SharedEnv;
+use orrery_system::observe::WorldEvent;
 
 use super::error::ApiError;
 use super::resources::ResourceKind;
@@ -367,15 +368,21 @@ impl Handler {
         };
         let object = result?;
         self.server.notify(rv);
-        self.env.observe(Observation::new(
-            "apiserver.write",
-            json!({
-                "verb": verb,
-                "resource": target.kind.plural,
-                "name": object["metadata"]["name"],
-                "rv": object["metadata"]["resourceVersion"],
-            }),
-        ));
+        let text = |field: &str| {
+            object["metadata"][field]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        self.env.observe(
+            WorldEvent::ApiWrite {
+                verb: verb.to_string(),
+                resource: target.kind.plural.clone(),
+                name: text("name"),
+                rv: text("resourceVersion"),
+            }
+            .into(),
+        );
         Ok(object)
     }
 

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use orrery_system::env::{Observation, SharedEnv};
+use orrery_system::env::SharedEnv;
+use orrery_system::observe::WorldEvent;
 
 use super::resources::ResourceKind;
 use super::store::{Change, ChangeType, Filter};
@@ -32,27 +33,8 @@ pub struct WatchRequest {
     pub send_initial_events: bool,
 }
 
-/// Why a watch stream ended (observed for the trace).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum End {
-    Timeout,
-    Expired,
-    ClientGone,
-    Cut,
-    DroppedSlow,
-}
-
-impl End {
-    fn as_str(self) -> &'static str {
-        match self {
-            End::Timeout => "timeout",
-            End::Expired => "expired",
-            End::ClientGone => "client_gone",
-            End::Cut => "cut_mid_line",
-            End::DroppedSlow => "dropped_slow",
-        }
-    }
-}
+/// How a stream ended (the `apiserver.watch_end` observation carries it).
+use orrery_system::observe::WatchEnd as End;
 
 /// The event a change produces for a watcher with `filter`, if any (selector transitions:
 /// starts matching → ADDED, stops matching → DELETED with the old body at the new RV).
@@ -243,8 +225,12 @@ pub async fn serve(
         tx,
     };
     let end = stream.run(request).await;
-    env.observe(Observation::new(
-        "apiserver.watch_end",
-        json!({"resource": resource, "from_rv": from, "end": end.as_str()}),
-    ));
+    env.observe(
+        WorldEvent::WatchEnded {
+            resource,
+            from_rv: from,
+            end,
+        }
+        .into(),
+    );
 }

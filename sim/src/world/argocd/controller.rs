@@ -19,7 +19,8 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use serde_json::{json, Value};
 
-use orrery_system::env::{Observation, SharedEnv};
+use orrery_system::env::SharedEnv;
+use orrery_system::observe::WorldEvent;
 
 use super::{resources_of, source_of, HealthOverrides, NAMESPACE};
 use crate::world::apiserver::store::rfc3339;
@@ -214,10 +215,13 @@ async fn reconcile_all(
                 .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                 .await
             {
-                env.observe(Observation::new(
-                    "argocd.reconcile_error",
-                    json!({"app": name, "error": e.to_string()}),
-                ));
+                env.observe(
+                    WorldEvent::ReconcileError {
+                        app: name.to_string(),
+                        error: e.to_string(),
+                    }
+                    .into(),
+                );
             }
         })
         .await;

@@ -20,7 +20,8 @@ use tokio::sync::mpsc;
 
 use crate::core::event::{Envelope, EventPayload};
 use crate::env::http::{json, Body};
-use crate::env::{Observation, SharedEnv};
+use crate::env::SharedEnv;
+use crate::observe::PlatformEvent;
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use read_model::{AppState, ReadModel};
 
@@ -202,10 +203,15 @@ fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
         .lock()
         .expect("read model lock poisoned")
         .apply(&format!("{namespace}/{name}"), state);
-    env.observe(Observation::new(
-        "platform.event",
-        json!({"app": name, "rv": rv.to_string(), "deleted": event.payload.is_deletion(), "applied": format!("{applied:?}").to_lowercase()}),
-    ));
+    env.observe(
+        PlatformEvent::Event {
+            app: name.to_string(),
+            rv: rv.to_string(),
+            deleted: event.payload.is_deletion(),
+            applied,
+        }
+        .into(),
+    );
 }
 
 async fn handle(
@@ -233,10 +239,13 @@ async fn handle(
                 ),
             },
             Err(rejection) => {
-                env.observe(Observation::new(
-                    "platform.rejected",
-                    json!({"status": rejection.status.as_u16(), "reason": rejection.reason}),
-                ));
+                env.observe(
+                    PlatformEvent::Rejected {
+                        status: rejection.status.as_u16(),
+                        reason: rejection.reason.clone(),
+                    }
+                    .into(),
+                );
                 json(rejection.status, &json!({"error": rejection.reason}))
             }
         },

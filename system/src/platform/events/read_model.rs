@@ -23,16 +23,8 @@ pub struct AppState {
     pub runtime: String,
 }
 
-/// What applying one event did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Applied {
-    /// The state moved forward.
-    Updated,
-    /// Same resourceVersion already applied (a harmless duplicate).
-    Duplicate,
-    /// Older than the stored state: ignored.
-    Stale,
-}
+/// What applying one event did (the same type the `platform.event` observation carries).
+pub use crate::observe::Projection as Applied;
 
 /// All apps, keyed by `namespace/name`.
 #[derive(Debug, Default)]

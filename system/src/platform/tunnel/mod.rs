@@ -16,7 +16,8 @@ use tokio_tungstenite::tungstenite::handshake::server::{
 
 use crate::core::Variant;
 use crate::env::http::{json, Body};
-use crate::env::{Listener, Observation, SharedEnv};
+use crate::env::{Listener, SharedEnv};
+use crate::observe::TunnelEvent;
 use crate::platform::registry::Registry;
 use crate::tunnel::{self, ws::WsIo, Rejection};
 
@@ -197,10 +198,14 @@ impl TunnelServer {
             .is_some_and(|t| t.generation == generation)
         {
             tunnels.remove(name);
-            env.observe(Observation::new(
-                "tunnel.server_down",
-                json!({"runtime": name, "generation": generation, "why": why}),
-            ));
+            env.observe(
+                TunnelEvent::ServerDown {
+                    runtime: name.to_string(),
+                    generation,
+                    why: why.to_string(),
+                }
+                .into(),
+            );
         }
     }
 }
@@ -243,10 +248,13 @@ async fn connection(
         {
             Ok(tls_stream) => Box::new(tls_stream),
             Err(error) => {
-                env.observe(Observation::new(
-                    "tunnel.tls_failed",
-                    json!({"peer": peer, "error": error.to_string()}),
-                ));
+                env.observe(
+                    TunnelEvent::TlsFailed {
+                        peer: peer.clone(),
+                        error: error.to_string(),
+                    }
+                    .into(),
+                );
                 return;
             }
         },
@@ -275,10 +283,13 @@ async fn connection(
             *slot = (*slot).max(now + backlog) + cost;
             *slot - now
         };
-        env.observe(Observation::new(
-            "tunnel.server_busy",
-            json!({"peer": peer, "retry_after_ms": retry_after.as_millis() as u64}),
-        ));
+        env.observe(
+            TunnelEvent::ServerBusy {
+                peer: peer.clone(),
+                retry_after_ms: retry_after.as_millis() as u64,
+            }
+            .into(),
+        );
         let body =
             json!({"error": "tunnel server busy: too many registrations in progress, retry later"})
                 .to_string();
@@ -351,17 +362,23 @@ async fn registration(
         (_, Some(Err(rejection))) => {
             // Logged with its reason: a refused runtime is an operator's problem to see.
             tracing::warn!(%peer, %rejection, "tunnel: refused a runtime");
-            env.observe(Observation::new(
-                "tunnel.rejected",
-                json!({"peer": peer, "reason": rejection.to_string()}),
-            ));
+            env.observe(
+                TunnelEvent::Rejected {
+                    peer: peer.clone(),
+                    reason: rejection.to_string(),
+                }
+                .into(),
+            );
             return;
         }
         (Err(error), _) => {
-            env.observe(Observation::new(
-                "tunnel.handshake_failed",
-                json!({"peer": peer, "error": error.to_string()}),
-            ));
+            env.observe(
+                TunnelEvent::HandshakeFailed {
+                    peer: peer.clone(),
+                    error: error.to_string(),
+                }
+                .into(),
+            );
             return;
         }
         (Ok(_), None) => return,
@@ -376,10 +393,13 @@ async fn registration(
     let (send, h2) = match handshake {
         Ok(parts) => parts,
         Err(error) => {
-            env.observe(Observation::new(
-                "tunnel.handshake_failed",
-                json!({"peer": peer, "error": error.to_string()}),
-            ));
+            env.observe(
+                TunnelEvent::HandshakeFailed {
+                    peer: peer.clone(),
+                    error: error.to_string(),
+                }
+                .into(),
+            );
             return;
         }
     };
@@ -394,10 +414,13 @@ async fn registration(
         .lock()
         .expect("tunnels lock")
         .insert(name.clone(), Tunnel { generation, send });
-    env.observe(Observation::new(
-        "tunnel.server_up",
-        json!({"runtime": name, "generation": generation}),
-    ));
+    env.observe(
+        TunnelEvent::ServerUp {
+            runtime: name.clone(),
+            generation,
+        }
+        .into(),
+    );
     let outcome = h2.await;
     let why = match outcome {
         Ok(()) => "closed".to_string(),

@@ -9,12 +9,14 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::{shard, Replica};
+use super::{shard, Config, Replica};
 use crate::core::time::{parse_rfc3339, rfc3339_micros};
-use crate::env::Observation;
+use crate::core::Variant;
+use crate::env::SharedEnv;
+use crate::observe::ReporterEvent;
 
 const PREFIX: &str = "app-reporter-";
 
@@ -70,10 +72,12 @@ pub async fn run(replica: Arc<Replica>, client: kube::Client) {
             _ => {
                 // Cannot renew: once our lease has expired others own our apps, so stop
                 // reporting what we can no longer prove we own.
-                replica.env.observe(Observation::new(
-                    "reporter.lease_error",
-                    json!({"replica": replica.me}),
-                ));
+                replica.env.observe(
+                    ReporterEvent::LeaseError {
+                        replica: replica.me.clone(),
+                    }
+                    .into(),
+                );
                 if replica.env.elapsed().saturating_sub(last_renewed)
                     > replica.config.lease_duration
                 {
@@ -111,9 +115,35 @@ fn update(replica: &Replica, members: Vec<String>) {
         }
         state.members = members.clone();
     }
-    replica.env.observe(Observation::new(
-        "reporter.membership",
-        json!({"replica": replica.me, "members": members, "gained": gained}),
-    ));
+    replica.env.observe(
+        ReporterEvent::Membership {
+            replica: replica.me.clone(),
+            members,
+            gained: gained as u64,
+        }
+        .into(),
+    );
     replica.wake.notify_waiters();
+}
+
+/// hardened: deletes this replica's lease on shutdown, so the other replicas see it gone at
+/// their next renewal instead of after the lease expires. faithful has no lease.
+pub async fn release_lease(env: SharedEnv, config: &Config) {
+    if config.variant != Variant::Hardened {
+        return;
+    }
+    let me = env.identity().host.clone();
+    let client = crate::env::kube::client(env.clone(), &config.apiserver);
+    let leases: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let deleted = leases
+        .delete(&format!("{PREFIX}{me}"), &DeleteParams::default())
+        .await
+        .is_ok();
+    env.observe(
+        ReporterEvent::LeaseReleased {
+            replica: me,
+            deleted,
+        }
+        .into(),
+    );
 }

@@ -23,6 +23,7 @@
 //! (leases), `resync` (anti-entropy), `serve` (health, metrics, distribution).
 
 mod membership;
+pub use membership::release_lease;
 pub mod process;
 pub mod queue;
 mod resync;
@@ -37,12 +38,12 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::core::Variant;
 use crate::env::kube::{KubeTarget, SeededBackoff};
-use crate::env::{Observation, SharedEnv};
+use crate::env::SharedEnv;
+use crate::observe::ReporterEvent;
 use queue::{CoalescingQueue, FaithfulQueue, Push, QUEUE_CAPACITY};
 
 /// Reporter settings (defaults from the real reporter where it has them).
@@ -233,7 +234,8 @@ impl Replica {
     }
 }
 
-/// Runs one reporter replica until its host stops.
+/// Runs one reporter replica until its host stops or this future is dropped (which stops
+/// every task of the replica).
 pub async fn run(env: SharedEnv, config: Config) {
     let me = env.identity().host.clone();
     let shard = config.shard.or(env.identity().ordinal);
@@ -258,14 +260,21 @@ pub async fn run(env: SharedEnv, config: Config) {
         wake: Notify::new(),
         config,
     });
-    env.observe(Observation::new(
-        "reporter.start",
-        json!({"replica": me, "variant": replica.config.variant.as_str(), "shard": shard, "replicas": replica.config.replicas}),
-    ));
+    env.observe(
+        ReporterEvent::Start {
+            replica: me.clone(),
+            variant: replica.config.variant,
+            shard,
+            replicas: replica.config.replicas,
+        }
+        .into(),
+    );
 
+    // The replica's tasks live as long as this future: dropping it (a shutdown) stops them.
+    let mut tasks = tokio::task::JoinSet::new();
     let watched = replica.clone();
     let backoff = SeededBackoff::new(env.clone());
-    tokio::spawn(
+    tasks.spawn(
         watcher(api, watcher::Config::default())
             .backoff(backoff)
             .reflect(writer)
@@ -276,10 +285,13 @@ pub async fn run(env: SharedEnv, config: Config) {
                     }
                     Ok(watcher::Event::Delete(app)) => watched.on_change(Arc::new(app), true),
                     Ok(_) => {}
-                    Err(e) => watched.env.observe(Observation::new(
-                        "reporter.watch_error",
-                        json!({"replica": watched.me, "error": e.to_string()}),
-                    )),
+                    Err(e) => watched.env.observe(
+                        ReporterEvent::WatchError {
+                            replica: watched.me.clone(),
+                            error: e.to_string(),
+                        }
+                        .into(),
+                    ),
                 }
                 async {}
             }),
@@ -291,18 +303,21 @@ pub async fn run(env: SharedEnv, config: Config) {
     };
     let processor = Arc::new(process::Processor::new(env.clone(), &replica.config));
     for _ in 0..workers {
-        tokio::spawn(worker(replica.clone(), processor.clone()));
+        tasks.spawn(worker(replica.clone(), processor.clone()));
     }
     if replica.config.variant == Variant::Hardened {
-        tokio::spawn(membership::run(replica.clone(), client.clone()));
-        tokio::spawn(resync::run(replica.clone(), processor.clone(), client));
+        tasks.spawn(membership::run(replica.clone(), client.clone()));
+        tasks.spawn(resync::run(replica.clone(), processor.clone(), client));
     }
-    tokio::spawn(report_queue(replica.clone()));
+    tasks.spawn(report_queue(replica.clone()));
     if let Err(e) = serve::run(replica.clone()).await {
-        env.observe(Observation::new(
-            "reporter.serve_error",
-            json!({"replica": me, "error": e.to_string()}),
-        ));
+        env.observe(
+            ReporterEvent::ServeError {
+                replica: me.clone(),
+                error: e.to_string(),
+            }
+            .into(),
+        );
     }
     std::future::pending::<()>().await;
 }
@@ -316,10 +331,15 @@ async fn report_queue(replica: Arc<Replica>) {
         let dropped = replica.state().counters.dropped;
         let now = (depth, resync, dropped);
         if last != Some(now) {
-            replica.env.observe(Observation::new(
-                "reporter.queue",
-                json!({"replica": replica.me, "depth": depth, "resync": resync, "dropped": dropped}),
-            ));
+            replica.env.observe(
+                ReporterEvent::Queue {
+                    replica: replica.me.clone(),
+                    depth: depth as u64,
+                    resync: resync as u64,
+                    dropped,
+                }
+                .into(),
+            );
             last = Some(now);
         }
     }

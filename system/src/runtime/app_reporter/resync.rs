@@ -10,11 +10,11 @@
 use std::sync::Arc;
 
 use kube::api::{Api, DynamicObject};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::process::Processor;
 use super::{application_resource, Replica};
-use crate::env::Observation;
+use crate::observe::ReporterEvent;
 
 /// Runs the pass periodically until the host stops.
 pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube::Client) {
@@ -23,10 +23,12 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
     loop {
         replica.env.sleep(replica.config.resync_every).await;
         let Ok(reported) = processor.platform_apps().await else {
-            replica.env.observe(Observation::new(
-                "reporter.resync_error",
-                json!({"replica": replica.me}),
-            ));
+            replica.env.observe(
+                ReporterEvent::ResyncError {
+                    replica: replica.me.clone(),
+                }
+                .into(),
+            );
             continue;
         };
         let mut apps = replica.store.state();
@@ -88,10 +90,14 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
                 deletions += 1;
             }
         }
-        replica.env.observe(Observation::new(
-            "reporter.resync",
-            json!({"replica": replica.me, "requeued": requeued, "deletions": deletions}),
-        ));
+        replica.env.observe(
+            ReporterEvent::Resync {
+                replica: replica.me.clone(),
+                requeued: requeued as u64,
+                deletions: deletions as u64,
+            }
+            .into(),
+        );
         replica.wake.notify_waiters();
     }
 }

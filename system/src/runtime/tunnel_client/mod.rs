@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use http::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use serde_json::json;
 use tokio_tungstenite::tungstenite::Error as WsError;
 
 use crate::core::Variant;
-use crate::env::{Observation, SharedEnv};
+use crate::env::SharedEnv;
+use crate::observe::TunnelEvent;
 use crate::tunnel::{self, ws::WsIo};
 
 pub use dedup::Handler;
@@ -180,10 +180,12 @@ async fn session(
         _ = env.sleep(config.connect_timeout) => return Ended::Failed(format!("no tunnel within {:?}", config.connect_timeout), None),
     };
     let started = env.elapsed();
-    env.observe(Observation::new(
-        "tunnel.client_up",
-        json!({"runtime": config.name}),
-    ));
+    env.observe(
+        TunnelEvent::ClientUp {
+            runtime: config.name.clone(),
+        }
+        .into(),
+    );
     let (handler, dedup, variant) = (handler.clone(), dedup.clone(), config.variant);
     let service = hyper::service::service_fn(move |request| {
         let (handler, dedup) = (handler.clone(), dedup.clone());
@@ -221,44 +223,65 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
         match session(&env, &config, &handler, &dedup).await {
             Ended::Refused(reason) => {
                 tracing::warn!(runtime = %config.name, %reason, "tunnel client refused");
-                env.observe(Observation::new(
-                    "tunnel.client_refused",
-                    json!({"runtime": config.name, "reason": reason}),
-                ));
+                env.observe(
+                    TunnelEvent::ClientRefused {
+                        runtime: config.name.clone(),
+                        reason: reason.clone(),
+                    }
+                    .into(),
+                );
                 if config.variant == Variant::Faithful && !logged_in {
                     return Err(Fatal::FirstLoginRefused(reason));
                 }
             }
             Ended::Failed(why, hint) => {
-                env.observe(Observation::new(
-                    "tunnel.client_failed",
-                    json!({"runtime": config.name, "why": why}),
-                ));
+                env.observe(
+                    TunnelEvent::ClientFailed {
+                        runtime: config.name.clone(),
+                        why,
+                    }
+                    .into(),
+                );
                 // Hardened honours a busy server's slot (plus a little jitter); the real client ignores it.
                 if let (Variant::Hardened, Some(slot)) = (config.variant, hint) {
                     let delay =
                         slot + env.random_between(Duration::ZERO, Duration::from_millis(250));
-                    env.observe(Observation::new("tunnel.client_wait", json!({"runtime": config.name, "ms": delay.as_millis() as u64, "server_slot": true})));
+                    env.observe(
+                        TunnelEvent::ClientWait {
+                            runtime: config.name.clone(),
+                            ms: delay.as_millis() as u64,
+                            server_slot: true,
+                        }
+                        .into(),
+                    );
                     env.sleep(delay).await;
                     continue;
                 }
             }
             Ended::Dropped { up, why } => {
                 logged_in = true;
-                env.observe(Observation::new(
-                    "tunnel.client_down",
-                    json!({"runtime": config.name, "up_ms": up.as_millis() as u64, "why": why}),
-                ));
+                env.observe(
+                    TunnelEvent::ClientDown {
+                        runtime: config.name.clone(),
+                        up_ms: up.as_millis() as u64,
+                        why,
+                    }
+                    .into(),
+                );
                 if up >= schedule.reset_after() {
                     schedule.reset();
                 }
             }
         }
         let delay = schedule.next_delay(&env);
-        env.observe(Observation::new(
-            "tunnel.client_wait",
-            json!({"runtime": config.name, "ms": delay.as_millis() as u64}),
-        ));
+        env.observe(
+            TunnelEvent::ClientWait {
+                runtime: config.name.clone(),
+                ms: delay.as_millis() as u64,
+                server_slot: false,
+            }
+            .into(),
+        );
         env.sleep(delay).await;
     }
 }

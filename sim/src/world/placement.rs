@@ -1,0 +1,139 @@
+//! Where the product runs in the simulated world: for each host, the runtime's and the
+//! control plane's assembly configs its roles ask for — the same assemblies
+//! `orrery serve runtime|control-plane` runs. A host may have several roles (`role:` plus
+//! `roles:`), so a scenario puts components in one process or spreads them over hosts like
+//! pods; adding a component touches its module, its config here and the scenario model,
+//! never the harness.
+
+use std::time::Duration;
+
+use orrery_system::core::Variant;
+use orrery_system::env::kube::KubeTarget;
+use orrery_system::platform::assembly::{ControlPlaneConfig, GatewayConfig, TunnelServerConfig};
+use orrery_system::platform::tunnel as tunnel_server;
+use orrery_system::runtime::assembly::{RouterConfig, RuntimeConfig};
+use orrery_system::runtime::router::Routes;
+use orrery_system::runtime::{app_reporter, tunnel_client};
+
+use super::argocd;
+use super::tunnel::{runtimes_of, APP_PROXY_PORT, GATEWAY_PORT, TUNNEL_PORT};
+use crate::scenario::model::{Host, Role};
+use crate::scenario::Scenario;
+
+/// Port of the simulated API server.
+pub const APISERVER_PORT: u16 = 6443;
+/// Port of the platform's events API.
+pub const PLATFORM_PORT: u16 = 8080;
+/// Port of the dedup cache.
+pub const CACHE_PORT: u16 = 6379;
+/// Token the simulated Argo CD server accepts.
+pub const ARGOCD_TOKEN: &str = "argocd-sim-token";
+/// Runtime token the simulated runtime's reporters present to the platform.
+pub const RUNTIME_TOKEN: &str = "rt-token-acme-runtime";
+/// The gateway's admin token in the simulated world.
+pub const ADMIN_TOKEN: &str = "sim-admin";
+
+/// The first host that has `role`, or `absent` (the parser requires the ones that matter).
+pub fn host_of(scenario: &Scenario, role: Role) -> &str {
+    scenario
+        .topology
+        .hosts
+        .iter()
+        .find(|h| h.has(role))
+        .map_or("absent", |h| h.name.as_str())
+}
+
+/// Every host that has `role`, in file order.
+pub fn hosts_with(scenario: &Scenario, role: Role) -> Vec<String> {
+    scenario
+        .topology
+        .hosts
+        .iter()
+        .filter(|h| h.has(role))
+        .map(|h| h.name.clone())
+        .collect()
+}
+
+/// The runtime components `host` runs, if any. The reporter's replica count is the
+/// StatefulSet's at the time the pod starts; the harness sets it on each boot.
+pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<RuntimeConfig> {
+    let mut config = RuntimeConfig::default();
+    if host.has(Role::Cache) {
+        config.cache = Some(format!("0.0.0.0:{CACHE_PORT}"));
+    }
+    if host.has(Role::Reporter) {
+        config.app_reporter = Some(reporter(scenario, variant));
+    }
+    if host.has(Role::Runtime) {
+        let gateway = host_of(scenario, Role::Gateway);
+        config.tunnels = runtimes_of(&host.name, scenario.tunnel.runtimes_per_host)
+            .into_iter()
+            .map(|(_, name, token)| {
+                tunnel_client::Config::new(
+                    variant,
+                    &format!("{gateway}:{TUNNEL_PORT}"),
+                    &name,
+                    &token,
+                )
+            })
+            .collect();
+        config.router = Some(RouterConfig {
+            routes: Routes {
+                app_proxy: format!("{}:{APP_PROXY_PORT}", host.name),
+                ..Default::default()
+            },
+            ingress: None,
+        });
+    }
+    let empty =
+        config.cache.is_none() && config.app_reporter.is_none() && config.tunnels.is_empty();
+    (!empty).then_some(config)
+}
+
+/// The control-plane services `host` runs, if any.
+pub fn control_plane(
+    scenario: &Scenario,
+    host: &Host,
+    variant: Variant,
+) -> Option<ControlPlaneConfig> {
+    let mut config = ControlPlaneConfig::default();
+    if host.has(Role::Platform) {
+        config.events = Some(format!("0.0.0.0:{PLATFORM_PORT}"));
+    }
+    if host.has(Role::Gateway) {
+        let mut tunnel = tunnel_server::Config::new(variant);
+        tunnel.registration_cost = scenario.tunnel.registration_cost;
+        tunnel.max_pending_registrations = scenario.tunnel.max_pending_registrations;
+        config.tunnel = Some(TunnelServerConfig {
+            listen: format!("0.0.0.0:{TUNNEL_PORT}"),
+            config: tunnel,
+        });
+        config.gateway = Some(GatewayConfig {
+            listen: format!("0.0.0.0:{GATEWAY_PORT}"),
+            admin_token: ADMIN_TOKEN.into(),
+        });
+    }
+    (config.events.is_some() || config.tunnel.is_some()).then_some(config)
+}
+
+/// One reporter replica's configuration, pointing at the world's hosts.
+fn reporter(scenario: &Scenario, variant: Variant) -> app_reporter::Config {
+    let target = KubeTarget {
+        addr: format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver)),
+        namespace: argocd::NAMESPACE.into(),
+        // Reporters keep kube's 90 s read deadline (the bookmark interval is 60 s).
+        read_idle: Duration::from_secs(90),
+        kubeconfig: None,
+    };
+    let mut config = app_reporter::Config::new(variant, target, argocd::NAMESPACE);
+    config.argocd_addr = format!("{}:8080", host_of(scenario, Role::Argocd));
+    config.argocd_token = ARGOCD_TOKEN.into();
+    config.platform_addr = format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform));
+    config.runtime_token = RUNTIME_TOKEN.into();
+    config.cache_addr = format!("{}:{CACHE_PORT}", host_of(scenario, Role::Cache));
+    config.workers = scenario.reporter.workers;
+    config.queue_capacity = scenario.reporter.queue_capacity;
+    config.lease_duration = scenario.reporter.lease_duration;
+    config.lease_renew = scenario.reporter.lease_renew;
+    config
+}

@@ -1,0 +1,342 @@
+//! Typed observations: what components report to checkers, metrics and the trace.
+//!
+//! One enum per component, composed into [`Observation`]. Emitters, checkers and metrics
+//! share these types, so a renamed or retyped field is a compile error in every reader,
+//! never a checker that silently passes. Each serialises as `{"kind": "<component>.<what>",
+//! "detail": {...}}` — the trace's JSON-lines format (see the README, "Trace format").
+//!
+//! The simulated world's pieces (API server, Argo CD, workload, probe, the tunnel world's
+//! clients and app-proxy stand-in) report through the same environment seam, so their
+//! events live here too, in [`WorldEvent`].
+
+use serde::Serialize;
+
+use crate::core::Variant;
+
+/// Declares an event enum whose variants serialise adjacently tagged under their kind name,
+/// and its `kind()` accessor (the same name, without serialising).
+macro_rules! events {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $(
+                $(#[$vmeta:meta])*
+                $kind:literal => $variant:ident $({ $($field:ident : $ty:ty),* $(,)? })?
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        // Fields are named for what they hold; each variant's doc says what happened.
+        #[allow(missing_docs)]
+        #[derive(Clone, Debug, PartialEq, Serialize)]
+        #[serde(tag = "kind", content = "detail")]
+        pub enum $name {
+            $(
+                $(#[$vmeta])*
+                #[serde(rename = $kind)]
+                $variant $({ $($field: $ty),* })?
+            ),*
+        }
+
+        impl $name {
+            /// The kind name, as the trace writes it.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $( $name::$variant { .. } => $kind ),*
+                }
+            }
+        }
+    };
+}
+
+events! {
+    /// The application event reporter (`runtime::app_reporter`).
+    pub enum ReporterEvent {
+        /// A replica started, with the configuration it read.
+        "reporter.start" => Start { replica: String, variant: Variant, shard: Option<u32>, replicas: u32 },
+        /// The Applications watch failed (it retries with backoff).
+        "reporter.watch_error" => WatchError { replica: String, error: String },
+        /// The metrics/health endpoint could not be served.
+        "reporter.serve_error" => ServeError { replica: String, error: String },
+        /// Queue depth, resync set size and drops so far (sampled once a second).
+        "reporter.queue" => Queue { replica: String, depth: u64, resync: u64, dropped: u64 },
+        /// hardened: the anti-entropy pass could not read the platform's read model.
+        "reporter.resync_error" => ResyncError { replica: String },
+        /// hardened: an anti-entropy pass re-queued lagging apps and lost deletions.
+        "reporter.resync" => Resync { replica: String, requeued: u64, deletions: u64 },
+        /// hardened: the replica's lease could not be renewed.
+        "reporter.lease_error" => LeaseError { replica: String },
+        /// hardened: the live members changed; the replica queued the apps it gained.
+        "reporter.membership" => Membership { replica: String, members: Vec<String>, gained: u64 },
+        /// hardened: the replica deleted its lease while shutting down, so the others take
+        /// its apps at once instead of after the lease expires.
+        "reporter.lease_released" => LeaseReleased { replica: String, deleted: bool },
+    }
+}
+
+events! {
+    /// The tunnel: its client in the runtime and its server in the platform.
+    pub enum TunnelEvent {
+        /// The runtime's tunnel is up (registration accepted, HTTP/2 running).
+        "tunnel.client_up" => ClientUp { runtime: String },
+        /// The server refused the registration (401/403), with its reason.
+        "tunnel.client_refused" => ClientRefused { runtime: String, reason: String },
+        /// A connection attempt failed before the tunnel was up.
+        "tunnel.client_failed" => ClientFailed { runtime: String, why: String },
+        /// The client waits before its next attempt (`server_slot`: a busy server's slot).
+        "tunnel.client_wait" => ClientWait { runtime: String, ms: u64, server_slot: bool },
+        /// A tunnel that was up for `up_ms` went down.
+        "tunnel.client_down" => ClientDown { runtime: String, up_ms: u64, why: String },
+        /// The client gave up for good (faithful: the first login was refused).
+        "tunnel.client_exit" => ClientExit { runtime: String, why: String },
+        /// The server accepted a runtime's tunnel (`generation` counts its registrations).
+        "tunnel.server_up" => ServerUp { runtime: String, generation: u64 },
+        /// The server dropped a runtime's tunnel.
+        "tunnel.server_down" => ServerDown { runtime: String, generation: u64, why: String },
+        /// A TLS handshake failed.
+        "tunnel.tls_failed" => TlsFailed { peer: String, error: String },
+        /// Too many registrations in progress: refused with a retry slot.
+        "tunnel.server_busy" => ServerBusy { peer: String, retry_after_ms: u64 },
+        /// A registration was refused (unknown token, foreign name, wrong path).
+        "tunnel.rejected" => Rejected { peer: String, reason: String },
+        /// The WebSocket handshake failed.
+        "tunnel.handshake_failed" => HandshakeFailed { peer: String, error: String },
+    }
+}
+
+/// What the platform's read model did with an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Projection {
+    /// The app's state moved to the event's.
+    Updated,
+    /// The same state at the same resourceVersion was already there.
+    Duplicate,
+    /// The event was older than what the read model holds; ignored.
+    Stale,
+}
+
+events! {
+    /// The platform's events path (`platform::events`).
+    pub enum PlatformEvent {
+        /// An application event was projected into the read model.
+        "platform.event" => Event { app: String, rv: String, deleted: bool, applied: Projection },
+        /// A request to the events API was refused (401, 400, 413, 503…).
+        "platform.rejected" => Rejected { status: u16, reason: String },
+    }
+}
+
+events! {
+    /// The shared Kubernetes client glue (`env::kube`).
+    pub enum KubeEvent {
+        /// A client could not be built (bad kubeconfig, TLS setup).
+        "kube.client_error" => ClientError { error: String },
+    }
+}
+
+/// How a watch stream of the simulated API server ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchEnd {
+    /// `timeoutSeconds` elapsed: a clean close.
+    Timeout,
+    /// The watched RV was compacted away: an in-stream 410.
+    Expired,
+    /// The client went away.
+    ClientGone,
+    /// A fault cut the stream in the middle of a line.
+    #[serde(rename = "cut_mid_line")]
+    Cut,
+    /// The watcher was too slow and its buffer filled.
+    DroppedSlow,
+}
+
+/// How a client's request through the platform ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestOutcome {
+    /// An HTTP answer with this status.
+    Status(u16),
+    /// No answer within the client's timeout.
+    Hung,
+    /// The platform's gateway itself could not be reached.
+    Unreachable,
+}
+
+impl RequestOutcome {
+    /// True when the client cannot know whether a write ran (it may retry it).
+    pub fn unknown(self) -> bool {
+        match self {
+            RequestOutcome::Status(status) => (502..=504).contains(&status),
+            RequestOutcome::Hung | RequestOutcome::Unreachable => true,
+        }
+    }
+
+    /// True for a 2xx answer.
+    pub fn succeeded(self) -> bool {
+        matches!(self, RequestOutcome::Status(status) if (200..300).contains(&status))
+    }
+}
+
+/// A workload write that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadAction {
+    /// Creating an Application.
+    Create,
+    /// Deleting an Application.
+    Delete,
+}
+
+events! {
+    /// The simulated world: API server, Argo CD, workload, probe, and the tunnel world's
+    /// clients and app-proxy stand-in.
+    pub enum WorldEvent {
+        /// The API server stored a write.
+        "apiserver.write" => ApiWrite { verb: String, resource: String, name: String, rv: String },
+        /// A watch stream ended.
+        "apiserver.watch_end" => WatchEnded { resource: String, from_rv: Option<u64>, end: WatchEnd },
+        /// Argo CD failed to reconcile an app.
+        "argocd.reconcile_error" => ReconcileError { app: String, error: String },
+        /// The workload failed to create or delete an app.
+        "workload.error" => WorkloadError { action: WorkloadAction, app: String, error: String },
+        /// The workload committed to an app's repository.
+        "workload.commit" => Commit { app: String, sha: String },
+        /// The workload flipped an app's health.
+        "workload.health" => Health { app: String, health: String },
+        /// The workload asked Argo CD to hard-refresh every app.
+        "workload.refresh" => Refresh { apps: u64, failed: u64 },
+        /// The workload created its initial apps.
+        "workload.created" => Created { apps: u64 },
+        /// The workload stopped for the calm phase.
+        "workload.stopped" => Stopped { apps: u64 },
+        /// The probe's watcher restarted its initial list.
+        "probe.init" => ProbeInit,
+        /// An object of the probe's initial list.
+        "probe.init_apply" => ProbeInitApply { name: String, rv: String },
+        /// The probe's initial list is complete.
+        "probe.init_done" => ProbeInitDone,
+        /// The probe saw an object added or changed.
+        "probe.apply" => ProbeApply { name: String, rv: String },
+        /// The probe saw an object deleted.
+        "probe.delete" => ProbeDelete { name: String, rv: String },
+        /// The probe's watcher reported an error (it retries).
+        "probe.error" => ProbeError { error: String },
+        /// The probe's reflector view changed: how many objects, and a digest of name@rv.
+        "probe.view" => ProbeView { count: u64, digest: String },
+        /// A tunnel-world client's request attempt ended.
+        "client.request" => Request { key: String, write: bool, attempt: u32, outcome: RequestOutcome, latency_ms: u64 },
+        /// The runtime's app-proxy stand-in executed a state-changing request.
+        "runtime.execute" => Execute { key: String },
+    }
+}
+
+/// One thing a component saw or did.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Observation {
+    /// From the application event reporter.
+    Reporter(ReporterEvent),
+    /// From the tunnel client or server.
+    Tunnel(TunnelEvent),
+    /// From the platform's events path.
+    Platform(PlatformEvent),
+    /// From the Kubernetes client glue.
+    Kube(KubeEvent),
+    /// From the simulated world.
+    World(WorldEvent),
+}
+
+impl Observation {
+    /// The kind name (`tunnel.client_up`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Observation::Reporter(e) => e.kind(),
+            Observation::Tunnel(e) => e.kind(),
+            Observation::Platform(e) => e.kind(),
+            Observation::Kube(e) => e.kind(),
+            Observation::World(e) => e.kind(),
+        }
+    }
+
+    /// The JSON line body `{"kind", "detail"}` (for logs).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("observations serialise")
+    }
+}
+
+impl From<ReporterEvent> for Observation {
+    fn from(event: ReporterEvent) -> Self {
+        Observation::Reporter(event)
+    }
+}
+
+impl From<TunnelEvent> for Observation {
+    fn from(event: TunnelEvent) -> Self {
+        Observation::Tunnel(event)
+    }
+}
+
+impl From<PlatformEvent> for Observation {
+    fn from(event: PlatformEvent) -> Self {
+        Observation::Platform(event)
+    }
+}
+
+impl From<KubeEvent> for Observation {
+    fn from(event: KubeEvent) -> Self {
+        Observation::Kube(event)
+    }
+}
+
+impl From<WorldEvent> for Observation {
+    fn from(event: WorldEvent) -> Self {
+        Observation::World(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_serialise_as_kind_and_detail() {
+        let up: Observation = TunnelEvent::ClientUp {
+            runtime: "acme-prod".into(),
+        }
+        .into();
+        assert_eq!(up.kind(), "tunnel.client_up");
+        assert_eq!(
+            up.to_json(),
+            r#"{"kind":"tunnel.client_up","detail":{"runtime":"acme-prod"}}"#
+        );
+        let hung: Observation = WorldEvent::Request {
+            key: "c-1".into(),
+            write: true,
+            attempt: 2,
+            outcome: RequestOutcome::Hung,
+            latency_ms: 30_000,
+        }
+        .into();
+        assert_eq!(
+            hung.to_json(),
+            r#"{"kind":"client.request","detail":{"key":"c-1","write":true,"attempt":2,"outcome":"hung","latency_ms":30000}}"#
+        );
+        let answered = serde_json::to_string(&RequestOutcome::Status(503)).unwrap();
+        assert_eq!(answered, r#"{"status":503}"#);
+        assert_eq!(
+            Observation::from(WorldEvent::ProbeInit).to_json(),
+            r#"{"kind":"probe.init"}"#
+        );
+    }
+
+    #[test]
+    fn request_outcomes_know_when_a_write_may_have_run() {
+        assert!(RequestOutcome::Hung.unknown());
+        assert!(RequestOutcome::Unreachable.unknown());
+        assert!(RequestOutcome::Status(504).unknown());
+        assert!(!RequestOutcome::Status(201).unknown());
+        assert!(RequestOutcome::Status(201).succeeded());
+        assert!(!RequestOutcome::Status(404).succeeded());
+    }
+}

@@ -1,0 +1,150 @@
+//! The control plane, assembled: one config naming the services to run, the state they
+//! share (the platform's databases), and one [`run`]`(env, config, state, shutdown)`.
+//! `orrery serve control-plane`, the simulated world and the benchmarks call it; nothing
+//! else wires the platform's services together.
+//!
+//! | service | enabled by | what it needs |
+//! |---|---|---|
+//! | tunnel server | [`ControlPlaneConfig::tunnel`] | the runtime registry |
+//! | gateway (client API: registration, forwarding, permissions) | [`ControlPlaneConfig::gateway`] | the tunnel server |
+//! | events path (events API → bus → handler → read model) | [`ControlPlaneConfig::events`] | [`ControlPlaneState::events`] |
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::events::{self, Platform};
+use super::gateway::{self, Gateway};
+use super::permissions::Permissions;
+use super::registry::Registry;
+use super::tunnel::{self, TunnelServer};
+use crate::env::{Listener, SharedEnv};
+
+/// The tunnel server's settings and address.
+#[derive(Clone)]
+pub struct TunnelServerConfig {
+    /// Where runtimes connect.
+    pub listen: String,
+    /// Variant, timeouts, admission control, TLS.
+    pub config: tunnel::Config,
+}
+
+/// The gateway's settings and address.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// Where clients connect.
+    pub listen: String,
+    /// Token allowed to register runtimes.
+    pub admin_token: String,
+}
+
+/// Which control-plane services to run.
+#[derive(Clone, Default)]
+pub struct ControlPlaneConfig {
+    /// The tunnel server.
+    pub tunnel: Option<TunnelServerConfig>,
+    /// The client gateway (needs the tunnel server).
+    pub gateway: Option<GatewayConfig>,
+    /// The events path, listening on this address (needs [`ControlPlaneState::events`]).
+    pub events: Option<String>,
+}
+
+/// What outlives a control-plane process, as its databases would: runtimes and tokens,
+/// users and permissions, the events read model. A restarted process gets the same state.
+#[derive(Clone, Default)]
+pub struct ControlPlaneState {
+    /// Accounts' runtimes and their tokens.
+    pub registry: Arc<Registry>,
+    /// Users and what they may do.
+    pub permissions: Arc<Permissions>,
+    /// The events path's configuration and read model.
+    pub events: Option<Arc<Platform>>,
+}
+
+/// Why the control plane stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A service could not listen.
+    #[error("{service} on {addr}: {source}")]
+    Listen {
+        /// Which service.
+        service: &'static str,
+        /// The address.
+        addr: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A service stopped serving.
+    #[error("{service}: {source}")]
+    Serve {
+        /// Which service.
+        service: &'static str,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration cannot run (a service without what it needs).
+    #[error("{0}")]
+    Config(&'static str),
+}
+
+async fn bind(
+    env: &SharedEnv,
+    service: &'static str,
+    addr: &str,
+) -> Result<Box<dyn Listener>, Error> {
+    env.listen(addr).await.map_err(|source| Error::Listen {
+        service,
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// Binds every enabled service (failing fast if one cannot listen), then serves until
+/// `shutdown` resolves or a service stops.
+pub async fn run(
+    env: SharedEnv,
+    config: ControlPlaneConfig,
+    state: ControlPlaneState,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let mut services = tokio::task::JoinSet::new();
+    let tunnels = match &config.tunnel {
+        Some(settings) => {
+            let listener = bind(&env, "tunnel server", &settings.listen).await?;
+            let server = TunnelServer::new(settings.config.clone(), state.registry.clone());
+            let serve = tunnel::serve(env.clone(), server.clone(), listener);
+            services.spawn(async move { ("tunnel server", serve.await) });
+            Some(server)
+        }
+        None => None,
+    };
+    if let Some(settings) = &config.gateway {
+        let tunnels = tunnels.ok_or(Error::Config("the gateway needs the tunnel server"))?;
+        let listener = bind(&env, "gateway", &settings.listen).await?;
+        let gateway = Arc::new(Gateway {
+            admin_token: settings.admin_token.clone(),
+            registry: state.registry.clone(),
+            tunnels,
+            permissions: state.permissions.clone(),
+        });
+        let serve = gateway::serve(env.clone(), gateway, listener);
+        services.spawn(async move { ("gateway", serve.await) });
+    }
+    if let Some(addr) = &config.events {
+        let platform = state.events.clone().ok_or(Error::Config(
+            "the events path needs ControlPlaneState::events",
+        ))?;
+        let listener = bind(&env, "events API", addr).await?;
+        let serve = events::serve(env.clone(), platform, listener);
+        services.spawn(async move { ("events API", serve.await) });
+    }
+    tokio::select! {
+        biased;
+        () = shutdown => Ok(()),
+        Some(ended) = services.join_next() => match ended {
+            Ok((service, Err(source))) => Err(Error::Serve { service, source }),
+            Ok((_, Ok(()))) | Err(_) => Ok(()),
+        },
+    }
+}

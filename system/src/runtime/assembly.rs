@@ -1,0 +1,209 @@
+//! The runtime, assembled: one config naming the components to run, and one
+//! [`run`]`(env, config, shutdown)` that starts them. `orrery serve runtime`, the simulated
+//! world (one host per pod, or all on one host) and the benchmarks call it; nothing else wires
+//! the runtime's components together.
+//!
+//! | component | enabled by | what it needs |
+//! |---|---|---|
+//! | tunnel clients | [`RuntimeConfig::tunnels`] (one per runtime name) | [`RuntimeConfig::router`] for the requests they carry |
+//! | request routing service | [`RuntimeConfig::router`] (`ingress`: also on its own port) | the upstreams in its routes |
+//! | app-proxy | [`RuntimeConfig::app_proxy`] | the platform, the Git provider, the Kubernetes API |
+//! | application event reporter | [`RuntimeConfig::app_reporter`] | Kubernetes API, Argo CD, platform, dedup cache |
+//! | dedup cache | [`RuntimeConfig::cache`] | — |
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::router::{self, Router, Routes};
+use super::{app_proxy, app_reporter, cache, tunnel_client};
+use crate::env::SharedEnv;
+use crate::observe::TunnelEvent;
+
+/// The request routing service: its routes, and whether it also listens directly.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    /// Where each path prefix goes.
+    pub routes: Routes,
+    /// Also serve the routes on this address (ingress mode); tunnels use them either way.
+    pub ingress: Option<String>,
+}
+
+/// Which runtime components to run, and their settings.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeConfig {
+    /// One tunnel client per runtime this process represents (a fleet host has many).
+    pub tunnels: Vec<tunnel_client::Config>,
+    /// The request routing service (required when there are tunnels).
+    pub router: Option<RouterConfig>,
+    /// The app-proxy.
+    pub app_proxy: Option<app_proxy::Config>,
+    /// The application event reporter (one replica).
+    pub app_reporter: Option<app_reporter::Config>,
+    /// The dedup cache, listening on this address.
+    pub cache: Option<String>,
+}
+
+/// Why the runtime stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A component could not start (a port in use, an unusable address).
+    #[error("{component}: {source}")]
+    Start {
+        /// Which component.
+        component: &'static str,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Every tunnel client gave up (faithful: its first login was refused), as the real
+    /// client exits and its pod restarts.
+    #[error("tunnel client {runtime}: {source}")]
+    TunnelGaveUp {
+        /// The runtime whose client gave up last.
+        runtime: String,
+        /// Why.
+        #[source]
+        source: tunnel_client::Fatal,
+    },
+    /// Tunnels were configured without a router to hand their requests to.
+    #[error("tunnel clients need a router (RuntimeConfig::router)")]
+    NoRouter,
+}
+
+/// Runs the enabled components until `shutdown` resolves or the runtime cannot go on
+/// (every tunnel client gave up). Either way the components stop when this returns; after
+/// a requested shutdown the hardened reporter also releases its lease.
+pub async fn run(
+    env: SharedEnv,
+    config: RuntimeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    // Servers live as long as this future: dropping the set stops them.
+    let mut servers = tokio::task::JoinSet::new();
+    if let Some(addr) = config.cache.clone() {
+        let cache_env = env.clone();
+        spawn_server(&mut servers, &env, "cache", async move {
+            cache::run(cache_env, &addr).await
+        });
+    }
+    if let Some(proxy) = config.app_proxy.clone() {
+        let proxy_env = env.clone();
+        spawn_server(
+            &mut servers,
+            &env,
+            "app-proxy",
+            app_proxy::run(proxy_env, proxy),
+        );
+    }
+    let reporter = {
+        let (env, reporter) = (env.clone(), config.app_reporter.clone());
+        async move {
+            match reporter {
+                Some(reporter) => app_reporter::run(env, reporter).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
+    let router = match &config.router {
+        Some(settings) => {
+            if let Some(addr) = settings.ingress.clone() {
+                let (ingress_env, routes) = (env.clone(), settings.routes.clone());
+                spawn_server(&mut servers, &env, "router", async move {
+                    router::run(ingress_env, routes, &addr).await
+                });
+            }
+            Some(Router::new(env.clone(), settings.routes.clone()))
+        }
+        None => None,
+    };
+    let (mut clients, gave_up) = tunnels(&env, &config, router)?;
+    let requested = tokio::select! {
+        biased;
+        () = shutdown => Ok(true),
+        ended = gave_up => ended.map(|()| false),
+        () = reporter => Ok(false),
+    };
+    // The reporter's future is gone (its tasks stopped); stop the servers and clients too.
+    servers.abort_all();
+    clients.abort_all();
+    if requested? {
+        if let Some(reporter) = &config.app_reporter {
+            app_reporter::release_lease(env.clone(), reporter).await;
+        }
+    }
+    Ok(())
+}
+
+/// Spawns a server into `servers`; a server that cannot start or stops with an error is
+/// logged, not fatal to the other components.
+fn spawn_server(
+    servers: &mut tokio::task::JoinSet<()>,
+    env: &SharedEnv,
+    component: &'static str,
+    server: impl Future<Output = std::io::Result<()>> + Send + 'static,
+) {
+    let host = env.identity().host.clone();
+    servers.spawn(async move {
+        if let Err(error) = server.await {
+            tracing::error!(%host, component, %error, "component stopped");
+        }
+    });
+}
+
+/// Starts one client per configured tunnel; the returned future resolves when every one of
+/// them has given up for good (never, when there are none).
+#[allow(clippy::type_complexity)]
+fn tunnels(
+    env: &SharedEnv,
+    config: &RuntimeConfig,
+    router: Option<Arc<Router>>,
+) -> Result<
+    (
+        tokio::task::JoinSet<()>,
+        impl Future<Output = Result<(), Error>>,
+    ),
+    Error,
+> {
+    let handler: Option<tunnel_client::Handler> = match (router, config.tunnels.is_empty()) {
+        (_, true) => None,
+        (None, false) => return Err(Error::NoRouter),
+        (Some(router), false) => Some(Arc::new(move |request| {
+            let router = router.clone();
+            Box::pin(async move { router.handle(request).await })
+        })),
+    };
+    let (gave_up, mut exits) = tokio::sync::mpsc::unbounded_channel();
+    let mut clients = tokio::task::JoinSet::new();
+    for client in config.tunnels.clone() {
+        let (env, handler, gave_up) = (env.clone(), handler.clone(), gave_up.clone());
+        let handler = handler.expect("a handler exists whenever there are tunnels");
+        clients.spawn(async move {
+            let runtime = client.name.clone();
+            if let Err(fatal) = tunnel_client::run(env.clone(), client, handler).await {
+                env.observe(
+                    TunnelEvent::ClientExit {
+                        runtime: runtime.clone(),
+                        why: fatal.to_string(),
+                    }
+                    .into(),
+                );
+                let _ = gave_up.send((runtime, fatal));
+            }
+        });
+    }
+    let count = config.tunnels.len();
+    let all_gave_up = async move {
+        if count == 0 {
+            return std::future::pending().await;
+        }
+        let mut last = None;
+        for _ in 0..count {
+            last = exits.recv().await;
+        }
+        match last {
+            Some((runtime, source)) => Err(Error::TunnelGaveUp { runtime, source }),
+            None => std::future::pending().await,
+        }
+    };
+    Ok((clients, all_gave_up))
+}
