@@ -126,6 +126,21 @@ fn rewrite(value: &mut Value, maps: &Maps, namespace: &str, keep_managed_fields:
     }
 }
 
+/// Removes watch events that are bookmarks at an RV strictly newer than every object of
+/// the transcript (`newest`, raw); a bookmark at an object's RV (a repeat) stays.
+fn drop_newer_bookmarks(body: &mut Value, newest: Option<u64>) {
+    let Some(newest) = newest else { return };
+    if let Value::Array(events) = body {
+        events.retain(|event| {
+            let newer = event["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|rv| rv.parse::<u64>().ok())
+                .is_some_and(|rv| rv > newest);
+            !(event["type"] == "BOOKMARK" && newer)
+        });
+    }
+}
+
 /// Normalises a transcript step by step.
 pub fn normalise(transcript: &Transcript, script: &Script) -> Vec<NormalisedStep> {
     let mut maps = Maps {
@@ -147,6 +162,9 @@ pub fn normalise(transcript: &Transcript, script: &Script) -> Vec<NormalisedStep
         .iter()
         .zip(bodies)
         .map(|(exchange, mut body)| {
+            if script.ignore_newer_bookmarks {
+                drop_newer_bookmarks(&mut body, maps.object_rvs.last().copied());
+            }
             rewrite(
                 &mut body,
                 &maps,
@@ -228,6 +246,26 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn bookmarks_newer_than_every_object_can_be_left_out_but_one_at_an_object_rv_stays() {
+        let watch = json!([
+            {"type": "ADDED", "object": {"metadata": {"name": "a", "uid": "u1", "resourceVersion": "10"}}},
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "10"}}},
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "17"}}},
+        ]);
+        let t = transcript(vec![watch]);
+        let kept = normalise(&t, &Script::new("t", "t"));
+        assert_eq!(kept[0].text.matches("BOOKMARK").count(), 2);
+        let dropped = normalise(&t, &Script::new("t", "t").ignoring_newer_bookmarks());
+        assert_eq!(
+            dropped[0].text.matches("BOOKMARK").count(),
+            1,
+            "{}",
+            dropped[0].text
+        );
+        assert!(dropped[0].text.contains("resourceVersion: rv1"));
     }
 
     #[test]

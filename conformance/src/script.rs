@@ -50,6 +50,10 @@ pub struct Script {
     pub steps: Vec<Step>,
     /// Keep `metadata.managedFields` in the transcript (server-side apply scripts).
     pub keep_managed_fields: bool,
+    /// Leave out watch bookmarks whose RV is newer than every object of the script: on a
+    /// real cluster other writes (kube-apiserver's own leases) move the RV at any moment, so
+    /// whether such a bookmark comes is timing, not behaviour.
+    pub ignore_newer_bookmarks: bool,
 }
 
 impl Script {
@@ -60,7 +64,14 @@ impl Script {
             about,
             steps: Vec::new(),
             keep_managed_fields: false,
+            ignore_newer_bookmarks: false,
         }
+    }
+
+    /// Leave out bookmarks newer than every object of the script (see the field).
+    pub fn ignoring_newer_bookmarks(mut self) -> Self {
+        self.ignore_newer_bookmarks = true;
+        self
     }
 
     /// Compare `metadata.managedFields` too.
