@@ -1,6 +1,8 @@
 //! The resource types the simulated API server serves: a few built-in kinds and the
 //! custom resources read from the fixture CRDs in `fixtures/crds/` (the same files are
-//! applied to real clusters, so both worlds serve the same types).
+//! applied to real clusters, so both worlds serve the same types). Part of the world's
+//! configuration that scenarios name (`forbidden: [applications]`), so it lives with the
+//! scenario model; the API server reads it (`world::apiserver::resources` re-exports it).
 
 use serde::Deserialize;
 
@@ -66,15 +68,15 @@ impl ResourceKind {
 const FIXTURE_CRDS: [(&str, &str); 3] = [
     (
         "fixtures/crds/application.yaml",
-        include_str!("../../../../fixtures/crds/application.yaml"),
+        include_str!("../../../fixtures/crds/application.yaml"),
     ),
     (
         "fixtures/crds/rollout.yaml",
-        include_str!("../../../../fixtures/crds/rollout.yaml"),
+        include_str!("../../../fixtures/crds/rollout.yaml"),
     ),
     (
         "fixtures/crds/workflow.yaml",
-        include_str!("../../../../fixtures/crds/workflow.yaml"),
+        include_str!("../../../fixtures/crds/workflow.yaml"),
     ),
 ];
 

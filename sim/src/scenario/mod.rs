@@ -1,6 +1,7 @@
 //! Scenarios: the YAML files in `scenarios/`, their model and their strict parser.
 
 pub mod duration;
+pub mod kinds;
 pub mod knobs;
 pub mod model;
 pub mod parse;

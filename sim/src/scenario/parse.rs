@@ -313,7 +313,7 @@ fn validate_step(
         )?;
     }
     if let Some(forbidden) = step.apiserver.as_ref().and_then(|p| p.forbidden.as_ref()) {
-        let served: Vec<String> = crate::world::apiserver::resources::registry()
+        let served: Vec<String> = super::kinds::registry()
             .into_iter()
             .map(|k| k.plural)
             .collect();
