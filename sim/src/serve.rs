@@ -160,11 +160,14 @@ pub fn block_on<T>(future: impl Future<Output = Result<T, Fail>>) -> Result<T, F
         .block_on(future)
 }
 
-fn init_logging(format: LogFormat) {
+/// Real-mode logging: `tracing` to stderr, level from `RUST_LOG` (default info).
+pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: CI logs and log shippers get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     // A second init (tests calling serve twice in one process) keeps the first subscriber.
     let _ = match format {
