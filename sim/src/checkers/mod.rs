@@ -46,6 +46,9 @@ pub mod ownership;
 mod platform;
 pub mod tunnel;
 
+#[cfg(test)]
+mod tests;
+
 pub use platform::stale_apps;
 
 use serde::Serialize;

@@ -1,0 +1,292 @@
+//! Every checker over hand-written traces: one trace where its invariant must fire and one
+//! where it must not. (Whole worlds in which they fire are in `tests/sim/`: the scenarios'
+//! faithful runs and `scenarios::a_probe_that_cannot_converge_is_reported_as_a_liveness_timeout`.)
+
+use std::collections::BTreeMap;
+
+use orrery_system::core::Variant;
+use orrery_system::observe::{Observation, ReporterEvent, RequestOutcome, TunnelEvent, WorldEvent};
+use orrery_system::platform::events::read_model::AppState;
+
+use super::*;
+use crate::faults::Fault;
+use crate::trace::{Entry, HarnessEvent, HostChange, TraceEvent};
+use crate::world::probe::digest;
+
+fn at(at_ms: u64, host: &str, observation: impl Into<Observation>) -> TraceEvent {
+    TraceEvent {
+        at_ms,
+        host: host.into(),
+        entry: Entry::Observed(observation.into()),
+    }
+}
+
+fn harness(at_ms: u64, event: HarnessEvent) -> TraceEvent {
+    TraceEvent {
+        at_ms,
+        host: "harness".into(),
+        entry: Entry::Harness(event),
+    }
+}
+
+/// Runs the named invariant's checker over `events`, then `state`.
+fn violations(name: &str, events: &[TraceEvent], state: &FinalState) -> Vec<Violation> {
+    let invariant = Invariant {
+        name: name.into(),
+        params: BTreeMap::new(),
+    };
+    let mut checkers = vec![build(&invariant).unwrap()];
+    check(&mut checkers, events, state)
+}
+
+fn app(name: &str, rv: &str, sync: &str) -> AppTruth {
+    AppTruth {
+        key: format!("argocd/{name}"),
+        name: name.into(),
+        rv: rv.into(),
+        sync_status: sync.into(),
+        revision: "abc".into(),
+        health_status: "Healthy".into(),
+    }
+}
+
+fn request(outcome: RequestOutcome, latency_ms: u64) -> WorldEvent {
+    WorldEvent::Request {
+        key: "c-1".into(),
+        write: false,
+        attempt: 1,
+        outcome,
+        latency_ms,
+    }
+}
+
+#[test]
+fn probe_matches_apiserver_fires_on_a_stale_view_only() {
+    let state = FinalState {
+        apps: vec![app("a", "7", "Synced")],
+        ..Default::default()
+    };
+    let (count, view) = digest(vec![("a".into(), "7".into())]);
+    let seen = |rv: &str, view: &str| {
+        vec![
+            at(1, "probe", WorldEvent::ProbeInit),
+            at(
+                2,
+                "probe",
+                WorldEvent::ProbeInitApply {
+                    name: "a".into(),
+                    rv: rv.into(),
+                },
+            ),
+            at(3, "probe", WorldEvent::ProbeInitDone),
+            at(
+                4,
+                "probe",
+                WorldEvent::ProbeView {
+                    count: count as u64,
+                    digest: view.into(),
+                },
+            ),
+        ]
+    };
+    assert!(violations("probe_matches_apiserver", &seen("7", &view), &state).is_empty());
+    let stale = violations("probe_matches_apiserver", &seen("6", "stale"), &state);
+    assert_eq!(stale.len(), 1);
+    assert_eq!(stale[0].class, Class::Liveness);
+}
+
+#[test]
+fn probe_rv_monotonic_fires_when_an_object_goes_back() {
+    let forward = [
+        at(
+            1,
+            "probe",
+            WorldEvent::ProbeApply {
+                name: "a".into(),
+                rv: "5".into(),
+            },
+        ),
+        at(
+            2,
+            "probe",
+            WorldEvent::ProbeApply {
+                name: "a".into(),
+                rv: "9".into(),
+            },
+        ),
+        at(
+            3,
+            "probe",
+            WorldEvent::ProbeApply {
+                name: "b".into(),
+                rv: "6".into(),
+            },
+        ),
+    ];
+    let state = FinalState::default();
+    assert!(violations("probe_rv_monotonic", &forward, &state).is_empty());
+    let mut back = forward.to_vec();
+    back.push(at(
+        4,
+        "probe",
+        WorldEvent::ProbeApply {
+            name: "a".into(),
+            rv: "8".into(),
+        },
+    ));
+    let found = violations("probe_rv_monotonic", &back, &state);
+    assert_eq!((found.len(), found[0].at_ms), (1, 4));
+    assert_eq!(found[0].class, Class::Safety);
+}
+
+#[test]
+fn platform_converges_fires_on_a_lost_final_state() {
+    let reported = |sync: &str| {
+        let state = AppState {
+            resource_version: 7,
+            deleted: false,
+            sync_status: sync.into(),
+            revision: "abc".into(),
+            health_status: "Healthy".into(),
+            runtime: "acme".into(),
+        };
+        [("argocd/a".to_string(), state)].into_iter().collect()
+    };
+    let state = |sync: &str| FinalState {
+        apps: vec![app("a", "7", "Synced")],
+        reported: reported(sync),
+        end_ms: 10,
+    };
+    assert!(violations("platform_converges", &[], &state("Synced")).is_empty());
+    let lost = violations("platform_converges", &[], &state("OutOfSync"));
+    assert_eq!(lost.len(), 1);
+    assert_eq!(lost[0].class, Class::Safety);
+}
+
+#[test]
+fn single_owner_fires_when_apps_are_orphaned_or_doubly_owned() {
+    let start = |replica: &str, shard: u32| {
+        at(
+            1,
+            replica,
+            ReporterEvent::Start {
+                replica: replica.into(),
+                variant: Variant::Faithful,
+                shard: Some(shard),
+                replicas: 2,
+            },
+        )
+    };
+    let state = FinalState {
+        apps: (0..20)
+            .map(|i| app(&format!("app-{i}"), "1", "Synced"))
+            .collect(),
+        ..Default::default()
+    };
+    let split = [start("reporter-0", 0), start("reporter-1", 1)];
+    assert!(violations("single_owner", &split, &state).is_empty());
+    // Both replicas believe they are shard 0 of 2: half the apps twice, half never.
+    let same_shard = [start("reporter-0", 0), start("reporter-1", 0)];
+    assert_eq!(violations("single_owner", &same_shard, &state).len(), 1);
+    // A stopped replica owns nothing any more.
+    let mut stopped = split.to_vec();
+    stopped.push(harness(
+        5,
+        HarnessEvent::HostStop {
+            host: "reporter-1".into(),
+            why: HostChange::Crash,
+        },
+    ));
+    assert_eq!(violations("single_owner", &stopped, &state).len(), 1);
+}
+
+#[test]
+fn requests_answered_fires_on_a_hung_or_late_answer() {
+    let state = FinalState::default();
+    let answered = [at(
+        1,
+        "client",
+        request(RequestOutcome::Status(503), 10_000),
+    )];
+    assert!(violations("requests_answered", &answered, &state).is_empty());
+    let hung = [at(1, "client", request(RequestOutcome::Hung, 30_000))];
+    assert_eq!(violations("requests_answered", &hung, &state).len(), 1);
+    let late = [at(
+        1,
+        "client",
+        request(RequestOutcome::Status(200), 16_000),
+    )];
+    assert_eq!(violations("requests_answered", &late, &state).len(), 1);
+}
+
+#[test]
+fn executed_at_most_once_fires_on_a_second_execution_of_a_key() {
+    let state = FinalState::default();
+    let run = |key: &str| at(1, "prod", WorldEvent::Execute { key: key.into() });
+    assert!(violations("executed_at_most_once", &[run("k1"), run("k2")], &state).is_empty());
+    let twice = violations("executed_at_most_once", &[run("k1"), run("k1")], &state);
+    assert_eq!(twice.len(), 1);
+}
+
+#[test]
+fn tunnel_recovers_fires_when_nothing_succeeds_within_the_bound_after_a_repair() {
+    let repair = harness(
+        1_000,
+        HarnessEvent::Fault(Fault::Repair(["prod".into(), "gateway".into()])),
+    );
+    let ok = |ms| at(ms, "client", request(RequestOutcome::Status(200), 5));
+    let bad = |ms| at(ms, "client", request(RequestOutcome::Status(503), 5));
+    let state = |end_ms| FinalState {
+        end_ms,
+        ..Default::default()
+    };
+    let back = [repair.clone(), bad(2_000), ok(20_000)];
+    assert!(violations("tunnel_recovers", &back, &state(60_000)).is_empty());
+    let never = [repair.clone(), bad(2_000), bad(40_000)];
+    let found = violations("tunnel_recovers", &never, &state(60_000));
+    assert_eq!((found.len(), found[0].at_ms), (1, 31_000));
+    assert_eq!(found[0].class, Class::Liveness);
+    // A new partition stops the clock: the bound applies to repairs that stay repaired.
+    let cut_again = [
+        repair,
+        harness(
+            10_000,
+            HarnessEvent::Fault(Fault::Partition(["prod".into(), "gateway".into()])),
+        ),
+    ];
+    assert!(violations("tunnel_recovers", &cut_again, &state(60_000)).is_empty());
+}
+
+#[test]
+fn all_reconnect_fires_when_a_runtime_is_not_back_within_the_bound_after_a_restart() {
+    let up = |ms, runtime: &str| {
+        at(
+            ms,
+            "gateway",
+            TunnelEvent::ServerUp {
+                runtime: runtime.into(),
+                generation: 1,
+            },
+        )
+    };
+    let restart = harness(
+        10_000,
+        HarnessEvent::Fault(Fault::Restart("gateway".into())),
+    );
+    let state = FinalState {
+        end_ms: 120_000,
+        ..Default::default()
+    };
+    let all_back = [
+        up(1, "a"),
+        up(2, "b"),
+        restart.clone(),
+        up(20_000, "a"),
+        up(30_000, "b"),
+    ];
+    assert!(violations("all_reconnect", &all_back, &state).is_empty());
+    let one_missing = [up(1, "a"), up(2, "b"), restart, up(20_000, "a")];
+    let found = violations("all_reconnect", &one_missing, &state);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].details["not_reconnected"], 1);
+}
