@@ -6,6 +6,7 @@ mod argocd_world;
 mod assembly;
 mod cli;
 mod events_path;
+mod invariants_fire;
 mod properties;
 mod real_mode;
 mod scenarios;

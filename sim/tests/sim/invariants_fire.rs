@@ -1,0 +1,100 @@
+//! Worlds in which an invariant must fire, for the invariants no committed scenario shows
+//! firing (their counterparts, worlds in which they hold, are the scenarios' hardened runs).
+//! A checker that never fires proves nothing; these keep each one honest end to end.
+
+use orrery_sim::harness::runner;
+use orrery_sim::scenario::{self, Outcome, Variant};
+
+fn violated(yaml: &str, variant: Variant) -> (Outcome, Vec<String>) {
+    let scenario = scenario::parse::parse("test.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let outcome = runner::run(&scenario, 1, variant);
+    assert_eq!(outcome.harness_error, None);
+    let names = outcome
+        .violations
+        .iter()
+        .map(|v| v.invariant.clone())
+        .collect();
+    (outcome.result, names)
+}
+
+#[test]
+fn requests_answered_fires_when_clients_lose_the_platform() {
+    // The client is cut off from the gateway itself: its requests get no answer at all.
+    let yaml = "name: t
+description: clients partitioned from the platform
+topology:
+  hosts:
+    - {name: gateway, role: gateway}
+    - {name: prod, role: runtime}
+    - {name: client-0, role: client}
+tunnel: {request_every: 1s}
+faults:
+  - {at: 10s, partition: [client-0, gateway]}
+  - {at: 50s, repair: [client-0, gateway]}
+duration: 60s
+calm: 20s
+invariants:
+  - name: requests_answered
+expect: {hardened: safety_violation}
+";
+    let (result, names) = violated(yaml, Variant::Hardened);
+    assert_eq!(result, Outcome::SafetyViolation);
+    assert_eq!(names, vec!["requests_answered".to_string()]);
+}
+
+#[test]
+fn all_reconnect_fires_when_a_runtime_cannot_reach_the_restarted_server() {
+    // The tunnel server restarts while one runtime host is cut off from it for 90 s.
+    let yaml = "name: t
+description: a runtime partitioned across the tunnel server's restart
+topology:
+  hosts:
+    - {name: gateway, role: gateway}
+    - {name: fleet-0, role: runtime}
+    - {name: fleet-1, role: runtime}
+tunnel: {runtimes_per_host: 3}
+faults:
+  - {at: 20s, partition: [fleet-1, gateway]}
+  - {at: 29s, crash: gateway}
+  - {at: 30s, restart: gateway}
+  - {at: 120s, repair: [fleet-1, gateway]}
+duration: 130s
+calm: 30s
+invariants:
+  - name: all_reconnect
+expect: {hardened: liveness_timeout}
+";
+    let (result, names) = violated(yaml, Variant::Hardened);
+    assert_eq!(result, Outcome::LivenessTimeout);
+    assert_eq!(names, vec!["all_reconnect".to_string()]);
+}
+
+#[test]
+fn single_owner_fires_while_faithful_replicas_disagree_on_the_replica_count() {
+    // Scale 1 → 2 with the rolling restart of reporter-0 due after the run ends: reporter-0
+    // still believes it is the only shard, reporter-1 owns half the apps too.
+    let yaml = "name: t
+description: faithful replicas with different replica counts at the end
+topology:
+  hosts:
+    - {name: apiserver, role: apiserver}
+    - {name: argocd, role: argocd}
+    - {name: workload, role: workload}
+    - {name: platform, role: platform}
+    - {name: cache, role: cache}
+    - {name: reporter-0, role: reporter}
+    - {name: reporter-1, role: reporter}
+workload: {applications: 40, repositories: 2}
+reporter: {replicas: 1}
+faults:
+  - {at: 10s, scale: {replicas: 2, every: 10m}}
+duration: 30s
+calm: 20s
+invariants:
+  - name: single_owner
+expect: {faithful: safety_violation}
+";
+    let (result, names) = violated(yaml, Variant::Faithful);
+    assert_eq!(result, Outcome::SafetyViolation);
+    assert_eq!(names, vec!["single_owner".to_string()]);
+}
