@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use crate::support::free_port;
+
 fn orrery(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_orrery"))
         .args(args)
@@ -165,14 +167,6 @@ fn an_unexpected_safety_violation_exits_3() {
     let out = orrery(&["run", path.to_str().unwrap(), "--variant", "faithful"]);
     assert_eq!(code(&out), 3, "{}", text(&out));
     assert!(text(&out).contains("\"safety_violation\""));
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

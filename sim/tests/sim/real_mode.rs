@@ -12,7 +12,7 @@ use orrery_sim::world::apiserver::{self, ApiServer, Knobs};
 use orrery_system::env::kube::{client, KubeTarget, SeededBackoff};
 use orrery_system::env::{RealEnv, SharedEnv};
 
-use crate::support::configmap;
+use crate::support::{configmap, free_port};
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_api_server_serves_real_kube_rs_over_loopback_tcp() {
@@ -64,12 +64,23 @@ fn orrery(args: &[&str]) -> Process {
     )
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `orrery serve control-plane` with the admin token `adm`, its tunnel and client API on
+/// the given addresses, these preregistered runtimes, and any further flags.
+fn control_plane(tunnel_addr: &str, gateway_addr: &str, runtimes: &str, extra: &[&str]) -> Process {
+    let mut args = vec![
+        "serve",
+        "control-plane",
+        "--admin-token",
+        "adm",
+        "--tunnel",
+        tunnel_addr,
+        "--api",
+        gateway_addr,
+        "--runtimes",
+        runtimes,
+    ];
+    args.extend_from_slice(extra);
+    orrery(&args)
 }
 
 /// A plain HTTP/1.1 exchange over loopback: (status, body), or `None` when the connection fails.
@@ -124,22 +135,17 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
     );
     let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
     let control_plane = |variant: &str| {
-        orrery(&[
-            "serve",
-            "control-plane",
-            "--admin-token",
-            "adm",
-            "--tunnel",
+        control_plane(
             &tunnel_addr,
-            "--api",
             &gateway_addr,
-            "--runtimes",
             "acme-prod=tok-1",
-            "--users",
-            "ops-token=ops:workflows:terminate",
-            "--variant",
-            variant,
-        ])
+            &[
+                "--users",
+                "ops-token=ops:workflows:terminate",
+                "--variant",
+                variant,
+            ],
+        )
     };
     let mut platform = control_plane("hardened");
     let _runtime = orrery(&[
@@ -270,22 +276,12 @@ fn the_tunnel_runs_over_tls_with_test_certificates_and_an_untrusting_runtime_can
         format!("127.0.0.1:{tunnel}"),
         format!("127.0.0.1:{gateway}"),
     );
-    let _platform = orrery(&[
-        "serve",
-        "control-plane",
-        "--admin-token",
-        "adm",
-        "--tunnel",
+    let _platform = control_plane(
         &tunnel_addr,
-        "--api",
         &gateway_addr,
-        "--runtimes",
         "acme-prod=tok-1,acme-dev=tok-2",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ]);
+        &["--tls-cert", &cert, "--tls-key", &key],
+    );
     let _trusting = orrery(&[
         "serve",
         "runtime",
@@ -340,18 +336,7 @@ fn serve_runtime_runs_the_reporter_and_a_sigterm_releases_its_lease() {
         format!("127.0.0.1:{gateway}"),
     );
     let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
-    let _platform = orrery(&[
-        "serve",
-        "control-plane",
-        "--admin-token",
-        "adm",
-        "--tunnel",
-        &tunnel_addr,
-        "--api",
-        &gateway_addr,
-        "--runtimes",
-        "acme-edge=tok-9",
-    ]);
+    let _platform = control_plane(&tunnel_addr, &gateway_addr, "acme-edge=tok-9", &[]);
     eventually("the API server answers", Duration::from_secs(20), || {
         http(api, "GET", "/healthz", "").is_some()
     });

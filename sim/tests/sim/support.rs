@@ -154,3 +154,12 @@ pub fn watch_ends(trace: &Trace, end: WatchEnd) -> usize {
         )
         .count()
 }
+
+/// A loopback port free at the time of asking (real-mode tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
