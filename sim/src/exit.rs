@@ -37,7 +37,7 @@ pub enum Exit {
 impl Exit {
     /// The class of a run that produced `result` where `expected` was declared.
     pub fn of(result: Outcome, expected: Outcome) -> Exit {
-        if result == expected {
+        if result.meets(expected) {
             return Exit::Expected;
         }
         match result {
@@ -46,6 +46,7 @@ impl Exit {
             Outcome::LivenessTimeout => Exit::Liveness,
             Outcome::Nondeterminism => Exit::Nondeterminism,
             Outcome::HarnessError => Exit::Usage,
+            Outcome::Any => Exit::Mismatch, // never a result
         }
     }
 
@@ -91,6 +92,10 @@ mod tests {
         assert_eq!(Exit::of(LivenessTimeout, Pass).code(), 4);
         assert_eq!(Exit::of(LivenessTimeout, SafetyViolation).code(), 4);
         assert_eq!(Exit::of(Nondeterminism, Pass).code(), 5);
+        assert_eq!(Exit::of(SafetyViolation, Any).code(), 0);
+        assert_eq!(Exit::of(Pass, Any).code(), 0);
+        assert_eq!(Exit::of(HarnessError, Any).code(), 2);
+        assert_eq!(Exit::of(Nondeterminism, Any).code(), 5);
         assert_eq!(Exit::Unreached.code(), 6);
         for code in 0..=6 {
             assert_eq!(

@@ -92,6 +92,11 @@ struct RunArgs {
     /// Also write the run's report to DIR/<variant>.{json,md}.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Also write the plain scenario this seed ran to FILE (a swarm's drawn faults and
+    /// knobs, `seeds: [N]`); running it with the same seed and variant gives the same trace
+    /// hash. An `any` expectation becomes this run's result.
+    #[arg(long, value_name = "FILE")]
+    print_scenario: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -214,6 +219,9 @@ fn cmd_run(args: RunArgs) -> Result<Exit, Fail> {
         report::write(out, &built)
             .map_err(|e| Fail::usage(format!("{}: cannot write report: {e}", out.display())))?;
     }
+    if let Some(file) = &args.print_scenario {
+        print_scenario(&scenario, &path, seed, variant, outcome.result, file)?;
+    }
     println!(
         "{}",
         report::summary_line(&scenario, seed, variant, &outcome, wall)
@@ -225,6 +233,30 @@ fn cmd_run(args: RunArgs) -> Result<Exit, Fail> {
         outcome.result,
         report::expected(&scenario, variant),
     ))
+}
+
+/// Writes the plain scenario `seed` runs (see `--print-scenario`).
+fn print_scenario(
+    scenario: &Scenario,
+    path: &str,
+    seed: u64,
+    variant: Variant,
+    result: scenario::Outcome,
+    file: &Path,
+) -> Result<(), Fail> {
+    let mut concrete = scenario::swarm::concretize(scenario, seed);
+    // `any` belongs to swarm families: the run variant's becomes what it did, others go.
+    if concrete.expect.get(&variant) == Some(&scenario::Outcome::Any) {
+        concrete.expect.insert(variant, result);
+    }
+    concrete.expect.retain(|_, e| *e != scenario::Outcome::Any);
+    let yaml = serde_saphyr::to_string(&concrete)
+        .map_err(|e| Fail::usage(format!("cannot render the scenario: {e}")))?;
+    let text = format!(
+        "# The plain scenario {path} runs for seed {seed} (orrery run --print-scenario).\n{yaml}"
+    );
+    std::fs::write(file, text)
+        .map_err(|e| Fail::usage(format!("{}: cannot write: {e}", file.display())))
 }
 
 fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {

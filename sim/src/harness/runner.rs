@@ -535,6 +535,10 @@ const STALENESS_SAMPLE_EVERY: Duration = Duration::from_secs(10);
 /// reporter); the watch-convergence world has none, so there both variants run the same
 /// code and are expected to pass alike.
 pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
+    // A swarm scenario runs the plain scenario its seed draws (the same one
+    // `orrery run --print-scenario` writes).
+    let concrete = crate::scenario::swarm::concretize(scenario, seed);
+    let scenario = &concrete;
     let trace = Trace::default();
     let reporters = reporter_hosts(scenario);
     let initial_replicas = scenario.reporter.replicas.unwrap_or(reporters.len() as u32);

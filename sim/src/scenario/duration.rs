@@ -87,6 +87,23 @@ pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S:
     serializer.serialize_str(&render(*duration))
 }
 
+/// A duration as scenario files write it, where serde's `with` cannot reach (e.g. the
+/// two ends of a range, `[5s, 60s]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Span(pub Duration);
+
+impl serde::Serialize for Span {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serialize(&self.0, serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Span {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserialize(deserializer).map(Span)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

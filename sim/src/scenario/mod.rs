@@ -6,6 +6,7 @@ pub mod knobs;
 pub mod model;
 pub mod parse;
 pub mod spans;
+pub mod swarm;
 
 pub use model::{Outcome, Scenario, Variant};
 pub use parse::{load, ScenarioError};

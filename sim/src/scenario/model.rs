@@ -50,6 +50,9 @@ pub struct Scenario {
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
+    /// Faults and knob values each seed draws (a swarm family); see [`super::swarm`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swarm: Option<super::swarm::Swarm>,
     /// Length of the fault phase (workload and faults active).
     #[serde(with = "super::duration")]
     pub duration: Duration,
@@ -86,6 +89,9 @@ pub enum Outcome {
     Nondeterminism,
     /// The harness itself failed (bad scenario, a host crashed with an error, …).
     HarnessError,
+    /// Only as an expectation, and only in swarm families: any result but
+    /// `harness_error` and `nondeterminism` is as expected.
+    Any,
 }
 
 impl Outcome {
@@ -97,6 +103,15 @@ impl Outcome {
             Outcome::LivenessTimeout => "liveness_timeout",
             Outcome::Nondeterminism => "nondeterminism",
             Outcome::HarnessError => "harness_error",
+            Outcome::Any => "any",
+        }
+    }
+
+    /// True when a run's `self` meets the expectation `expected`.
+    pub fn meets(self, expected: Outcome) -> bool {
+        match expected {
+            Outcome::Any => !matches!(self, Outcome::HarnessError | Outcome::Nondeterminism),
+            expected => self == expected,
         }
     }
 }

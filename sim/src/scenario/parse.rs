@@ -243,6 +243,120 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &Field::root("expect"),
         "declare the expected result for faithful and/or hardened",
     )?;
+    for (variant, expected) in &s.expect {
+        v.check(
+            *expected != super::model::Outcome::Any || s.swarm.is_some(),
+            &Field::root("expect").key(variant.as_str()),
+            "`any` is an expectation for swarm families only (a scenario with `swarm:`)",
+        )?;
+    }
+    if let Some(swarm) = &s.swarm {
+        validate_swarm(&v, &hosts, swarm, s.duration)?;
+    }
+    Ok(())
+}
+
+fn validate_swarm(
+    v: &Validator<'_>,
+    hosts: &[&str],
+    swarm: &super::swarm::Swarm,
+    duration: std::time::Duration,
+) -> Result<(), ScenarioError> {
+    let field = Field::root("swarm");
+    v.check(
+        swarm.count[0] <= swarm.count[1],
+        &field.key("count"),
+        "count is [fewest, most] faults per seed",
+    )?;
+    v.check(
+        swarm.window[0] <= swarm.window[1] && swarm.window[1].0 <= duration,
+        &field.key("window"),
+        format!("window is [earliest, latest] start, inside the fault phase ({duration:?})"),
+    )?;
+    v.check(
+        (0.0..=1.0).contains(&swarm.keep),
+        &field.key("keep"),
+        "keep is a probability between 0 and 1",
+    )?;
+    v.check(
+        !swarm.faults.is_empty(),
+        &field.key("faults"),
+        "list at least one fault kind to draw from",
+    )?;
+    for (i, fault) in swarm.faults.iter().enumerate() {
+        let at = field.key("faults").index(i);
+        let kind = fault.kind().map_err(|m| v.invalid(&at, m))?;
+        v.check(
+            fault.weight > 0,
+            &at.key("weight"),
+            "weight must be at least 1",
+        )?;
+        v.check(
+            fault.lasts[0] <= fault.lasts[1],
+            &at.key("lasts"),
+            "lasts is [shortest, longest]",
+        )?;
+        v.check(
+            fault.max.is_none() || kind == "latency",
+            &at.key("max"),
+            "max goes with latency",
+        )?;
+        if let Some([low, high]) = fault.max {
+            v.check(
+                low <= high,
+                &at.key("max"),
+                "max is [lowest, highest] bound",
+            )?;
+        }
+        let mut named: Vec<(Field, &str)> = Vec::new();
+        for (name, links) in [("partition", &fault.partition), ("latency", &fault.latency)] {
+            for (k, link) in links.iter().flatten().enumerate() {
+                for (j, host) in link.iter().enumerate() {
+                    named.push((at.key(name).index(k).index(j), host.as_str()));
+                }
+            }
+        }
+        for (k, host) in fault.crash.iter().flatten().enumerate() {
+            named.push((at.key("crash").index(k), host.as_str()));
+        }
+        for (place, host) in named {
+            v.check(
+                hosts.contains(&host),
+                &place,
+                format!("unknown host {host:?}; hosts are {hosts:?}"),
+            )?;
+        }
+        for (knob, [low, high]) in fault.apiserver.iter().flatten() {
+            let place = at.key("apiserver").key(knob);
+            v.check(
+                super::swarm::RATE_KNOBS.contains(&knob.as_str()),
+                &place,
+                format!(
+                    "a swarm draws the rate knobs {:?}, not {knob:?}",
+                    super::swarm::RATE_KNOBS
+                ),
+            )?;
+            v.check(
+                0.0 <= *low && low <= high && *high <= 1.0,
+                &place,
+                "a rate range is [low, high] within 0..1",
+            )?;
+        }
+    }
+    if let Some(ranges) = &swarm.knobs.apiserver {
+        for (name, range) in [
+            ("compaction_window", ranges.compaction_window),
+            ("bookmark_interval", ranges.bookmark_interval),
+        ] {
+            if let Some([low, high]) = range {
+                v.check(
+                    low <= high,
+                    &field.key("knobs").key("apiserver").key(name),
+                    "a range is [low, high]",
+                )?;
+            }
+        }
+    }
     Ok(())
 }
 

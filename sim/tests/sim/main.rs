@@ -11,6 +11,7 @@ mod properties;
 mod real_mode;
 mod scenarios;
 mod support;
+mod swarm;
 mod tunnel;
 mod watcher_checklist;
 
