@@ -290,3 +290,51 @@ fn all_reconnect_fires_when_a_runtime_is_not_back_within_the_bound_after_a_resta
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].details["not_reconnected"], 1);
 }
+
+#[test]
+fn recovery_clocks_wait_for_the_last_partition_to_heal() {
+    let fault = |ms, fault| harness(ms, HarnessEvent::Fault(fault));
+    let link = || ["prod".to_string(), "gateway".to_string()];
+    let bad = |ms| at(ms, "client", request(RequestOutcome::Status(503), 5));
+    let state = FinalState {
+        end_ms: 200_000,
+        ..Default::default()
+    };
+    // Restarted while still cut off: no bound until the repair; back soon after it.
+    let restarted_while_cut = [
+        fault(1_000, Fault::Partition(link())),
+        fault(5_000, Fault::Crash("prod".into())),
+        fault(10_000, Fault::Restart("prod".into())),
+        bad(50_000),
+        fault(100_000, Fault::Repair(link())),
+        at(110_000, "client", request(RequestOutcome::Status(200), 5)),
+    ];
+    assert!(violations("tunnel_recovers", &restarted_while_cut, &state).is_empty());
+    // ... but the repair that clears the last partition does start the clock.
+    let never_back = &restarted_while_cut[..5];
+    let found = violations("tunnel_recovers", never_back, &state);
+    assert_eq!((found.len(), found[0].at_ms), (1, 130_000));
+    // all_reconnect: a server restart during a partition is judged from the repair.
+    let up = |ms, runtime: &str| {
+        at(
+            ms,
+            "gateway",
+            TunnelEvent::ServerUp {
+                runtime: runtime.into(),
+                generation: 1,
+            },
+        )
+    };
+    let deferred = [
+        up(1, "a"),
+        fault(1_000, Fault::Partition(link())),
+        fault(9_000, Fault::Crash("gateway".into())),
+        fault(10_000, Fault::Restart("gateway".into())),
+        fault(100_000, Fault::Repair(link())),
+        up(150_000, "a"),
+    ];
+    assert!(violations("all_reconnect", &deferred, &state).is_empty());
+    let late = [&deferred[..5], &[up(170_000, "a")]].concat();
+    let found = violations("all_reconnect", &late, &state);
+    assert_eq!((found.len(), found[0].at_ms), (1, 160_000));
+}

@@ -24,19 +24,47 @@ use orrery_system::observe::{RequestOutcome, TunnelEvent, WorldEvent};
 
 /// What a harness event means to the tunnel's recovery clocks.
 enum Clock {
-    /// A repair, a restart or the calm phase: recovery is due within the bound.
+    /// A repair, a restart or the calm phase with no link left partitioned: recovery is due
+    /// within the bound.
     Start(&'static str),
     /// A new partition or crash: the running clock no longer applies.
     Stop,
 }
 
-fn clock(event: &TraceEvent) -> Option<Clock> {
-    match event.harness()? {
-        HarnessEvent::Fault(Fault::Repair(_)) => Some(Clock::Start("fault.repair")),
-        HarnessEvent::Fault(Fault::Restart(_)) => Some(Clock::Start("fault.restart")),
-        HarnessEvent::CalmStart { .. } => Some(Clock::Start("calm.start")),
-        HarnessEvent::Fault(Fault::Partition(_) | Fault::Crash(_)) => Some(Clock::Stop),
-        _ => None,
+/// The links partitioned now. A recovery bound applies only once none is: a tunnel cannot
+/// come back through a link that is still cut (a restart during a partition starts no
+/// clock; the repair that clears the last partition does).
+#[derive(Default)]
+struct Links(BTreeSet<[String; 2]>);
+
+impl Links {
+    /// Folds in a harness event; returns what it means to a recovery clock.
+    fn clock(&mut self, event: &TraceEvent) -> Option<Clock> {
+        let key = |[a, b]: &[String; 2]| {
+            if a <= b {
+                [a.clone(), b.clone()]
+            } else {
+                [b.clone(), a.clone()]
+            }
+        };
+        let start = |links: &Links, cause| links.0.is_empty().then_some(Clock::Start(cause));
+        match event.harness()? {
+            HarnessEvent::Fault(Fault::Partition(link)) => {
+                self.0.insert(key(link));
+                Some(Clock::Stop)
+            }
+            HarnessEvent::Fault(Fault::Crash(_)) => Some(Clock::Stop),
+            HarnessEvent::Fault(Fault::Repair(link)) => {
+                self.0.remove(&key(link));
+                start(self, "fault.repair")
+            }
+            HarnessEvent::Fault(Fault::Restart(_)) => start(self, "fault.restart"),
+            HarnessEvent::CalmStart { .. } => {
+                self.0.clear();
+                Some(Clock::Start("calm.start"))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -122,6 +150,7 @@ impl Checker for ExecutedAtMostOnce {
 pub struct TunnelRecovers {
     /// (start ms, deadline ms, what started the clock).
     pending: Option<(u64, u64, String)>,
+    links: Links,
     violated: bool,
 }
 
@@ -162,7 +191,7 @@ impl Checker for TunnelRecovers {
                 self.pending = None;
             }
         }
-        match clock(event) {
+        match self.links.clock(event) {
             // A new fault stops the clock: the bound applies to repairs that stay repaired.
             Some(Clock::Stop) => self.pending = None,
             Some(Clock::Start(cause)) => {
@@ -194,6 +223,10 @@ pub struct AllReconnect {
     /// Still waiting since (start ms, deadline ms, cause).
     clock: Option<(u64, u64, String)>,
     waiting: BTreeSet<String>,
+    links: Links,
+    /// The server restarted while a link was cut: the repair that clears the last
+    /// partition starts the clock instead.
+    restart_deferred: bool,
     violated: bool,
 }
 
@@ -238,7 +271,25 @@ impl Checker for AllReconnect {
             self.waiting.remove(runtime);
             self.known.insert(runtime.clone());
         }
-        if let Some(Clock::Start(cause @ ("fault.restart" | "calm.start"))) = clock(event) {
+        let restarted = matches!(
+            event.harness(),
+            Some(HarnessEvent::Fault(Fault::Restart(_)))
+        );
+        let decision = self.links.clock(event);
+        if restarted && decision.is_none() {
+            self.restart_deferred = true;
+        }
+        let start = match decision {
+            Some(Clock::Stop) => {
+                self.clock = None;
+                None
+            }
+            Some(Clock::Start(cause @ ("fault.restart" | "calm.start"))) => Some(cause),
+            Some(Clock::Start(cause)) if self.restart_deferred => Some(cause),
+            _ => None,
+        };
+        if let Some(cause) = start {
+            self.restart_deferred = false;
             let deadline = event.at_ms + RECONNECT_BOUND.as_millis() as u64;
             self.waiting = self.known.clone();
             self.clock = Some((
