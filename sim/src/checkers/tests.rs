@@ -50,6 +50,18 @@ fn app(name: &str, rv: &str, sync: &str) -> AppTruth {
     }
 }
 
+/// The tunnel server accepted `runtime`'s tunnel at `ms`.
+fn up(ms: u64, runtime: &str) -> TraceEvent {
+    at(
+        ms,
+        "gateway",
+        TunnelEvent::ServerUp {
+            runtime: runtime.into(),
+            generation: 1,
+        },
+    )
+}
+
 fn request(outcome: RequestOutcome, latency_ms: u64) -> WorldEvent {
     WorldEvent::Request {
         key: "c-1".into(),
@@ -259,16 +271,6 @@ fn tunnel_recovers_fires_when_nothing_succeeds_within_the_bound_after_a_repair()
 
 #[test]
 fn all_reconnect_fires_when_a_runtime_is_not_back_within_the_bound_after_a_restart() {
-    let up = |ms, runtime: &str| {
-        at(
-            ms,
-            "gateway",
-            TunnelEvent::ServerUp {
-                runtime: runtime.into(),
-                generation: 1,
-            },
-        )
-    };
     let restart = harness(
         10_000,
         HarnessEvent::Fault(Fault::Restart("gateway".into())),
@@ -315,16 +317,6 @@ fn recovery_clocks_wait_for_the_last_partition_to_heal() {
     let found = violations("tunnel_recovers", never_back, &state);
     assert_eq!((found.len(), found[0].at_ms), (1, 130_000));
     // all_reconnect: a server restart during a partition is judged from the repair.
-    let up = |ms, runtime: &str| {
-        at(
-            ms,
-            "gateway",
-            TunnelEvent::ServerUp {
-                runtime: runtime.into(),
-                generation: 1,
-            },
-        )
-    };
     let deferred = [
         up(1, "a"),
         fault(1_000, Fault::Partition(link())),

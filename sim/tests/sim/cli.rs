@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use crate::support::free_port;
+use std::time::Duration;
+
+use crate::support::{eventually, free_port};
 
 fn orrery(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_orrery"))
@@ -185,14 +187,9 @@ fn serve_logs_json_lines_and_stops_cleanly_on_sigterm() {
         .spawn()
         .unwrap();
     // Up once the client API accepts connections.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", api)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "control plane never listened"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    eventually("the control plane listens", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", api)).is_ok()
+    });
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -12,7 +12,7 @@ use orrery_sim::world::apiserver::{self, ApiServer, Knobs};
 use orrery_system::env::kube::{client, KubeTarget, SeededBackoff};
 use orrery_system::env::{RealEnv, SharedEnv};
 
-use crate::support::{configmap, free_port};
+use crate::support::{configmap, eventually, free_port};
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_api_server_serves_real_kube_rs_over_loopback_tcp() {
@@ -110,17 +110,6 @@ fn http_as(port: u16, method: &str, path: &str, body: &str, token: &str) -> Opti
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     Some((status, body))
-}
-
-fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + within; // determinism: real-env (real-mode test, wall clock on purpose)
-    while !check() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what}: not within {within:?}"
-        ); // determinism: real-env (real-mode test)
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

@@ -163,3 +163,13 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Waits (on the wall clock: real-mode tests only) until `check` holds, failing after `within`.
+pub fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within; // determinism: real-env (real-mode test)
+    while !check() {
+        let late = std::time::Instant::now() >= deadline; // determinism: real-env (real-mode test)
+        assert!(!late, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
