@@ -6,14 +6,16 @@
 //! randomness.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use orrery_system::env::{
-    BoxFuture, BoxStream, Env, Identity, Listener, Observation, Rng, SharedEnv,
+    BoxFuture, BoxStream, Env, Identity, Listener, Observation, Point, Rng, SharedEnv,
 };
+use orrery_system::observe::FaultPointEvent;
 
+use crate::scenario::model::Buggify;
 use crate::trace::Trace;
 
 /// Milliseconds since the Unix epoch at simulated time zero: 2026-01-01T00:00:00Z.
@@ -25,6 +27,25 @@ pub struct SimEnv {
     identity: Identity,
     rng: Mutex<Rng>,
     trace: Trace,
+    /// The fault points switched on, and their own generator (so switching points on never
+    /// shifts the host's other random draws).
+    buggify: Option<(FaultPoints, Mutex<Rng>)>,
+}
+
+/// The fault points a run switches on, shared by its hosts. They fire only during the fault
+/// phase: the calm phase silences them (as FoundationDB turns BUGGIFY off while it waits
+/// for the cluster to quiesce), so liveness is judged on a healed system.
+#[derive(Clone, Debug)]
+pub struct FaultPoints {
+    settings: Buggify,
+    calm: Arc<AtomicBool>,
+}
+
+impl FaultPoints {
+    /// `settings`, silenced once `calm` is set.
+    pub fn new(settings: Buggify, calm: Arc<AtomicBool>) -> Self {
+        FaultPoints { settings, calm }
+    }
 }
 
 impl SimEnv {
@@ -38,14 +59,35 @@ impl SimEnv {
     /// draws fresh values, as a restarted process would, yet deterministically: the stream
     /// is derived from (seed, host, boot); the first boot's is the one [`SimEnv::shared`] gives.
     pub fn booted(host: &str, seed: u64, boot: u64, trace: Trace) -> SharedEnv {
+        SimEnv::with_fault_points(host, seed, boot, trace, None)
+    }
+
+    /// As [`SimEnv::booted`], with the fault points `buggify` switches on (none: `None` or
+    /// an empty list).
+    pub fn with_fault_points(
+        host: &str,
+        seed: u64,
+        boot: u64,
+        trace: Trace,
+        buggify: Option<&FaultPoints>,
+    ) -> SharedEnv {
         let label = match boot {
             0 => host.to_string(),
             n => format!("{host}#boot{n}"),
         };
+        let buggify = buggify
+            .filter(|b| !b.settings.points.is_empty() && b.settings.probability > 0.0)
+            .map(|b| {
+                (
+                    b.clone(),
+                    Mutex::new(Rng::derive(seed, &format!("{label}#buggify"))),
+                )
+            });
         Arc::new(SimEnv {
             identity: Identity::from_host(host),
             rng: Mutex::new(Rng::derive(seed, &label)),
             trace,
+            buggify,
         })
     }
 }
@@ -117,6 +159,23 @@ impl Env for SimEnv {
     fn observe(&self, observation: Observation) {
         self.trace
             .record(self.elapsed(), &self.identity.host, observation);
+    }
+
+    fn buggify(&self, point: Point) -> bool {
+        let Some((points, rng)) = &self.buggify else {
+            return false;
+        };
+        if !points.settings.points.contains(&point) || points.calm.load(Ordering::SeqCst) {
+            return false;
+        }
+        let fired = rng
+            .lock()
+            .expect("buggify rng lock poisoned")
+            .chance(points.settings.probability);
+        if fired {
+            self.observe(FaultPointEvent::Fired { point }.into());
+        }
+        fired
     }
 }
 

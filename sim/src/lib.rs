@@ -11,6 +11,8 @@
 //! - [`trace`]: the typed, ordered log of a run (component observations and harness events)
 //!   and its hash.
 //! - [`checkers`]: invariants, fed by the trace and the final state.
+//! - [`reach`]: reach conditions ("sometimes" assertions) over the trace, and fault-point
+//!   counts, for sweeps to prove what they explored.
 //! - [`harness`]: runs a scenario seed by seed; the trace and its hash.
 //! - [`report`]: gated JSON/Markdown reports, the perf file, the one-line summary.
 //! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
@@ -22,6 +24,7 @@ pub mod env;
 pub mod exit;
 pub mod faults;
 pub mod harness;
+pub mod reach;
 pub mod report;
 pub mod scenario;
 pub mod trace;

@@ -56,6 +56,8 @@ enum Command {
     Bench(BenchArgs),
     /// Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).
     Apiserver(ApiserverArgs),
+    /// List the fault points compiled into the system code (name, tab, what firing does).
+    BuggifyPoints,
     /// Run the control plane or a runtime for real.
     #[command(subcommand)]
     Serve(serve::Serve),
@@ -329,8 +331,77 @@ fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
                 report::repro(&path, seed, variant)
             );
         }
+        let lines: Vec<&serde_json::Value> = jobs
+            .iter()
+            .zip(&results)
+            .filter(|(j, _)| j.variant == variant)
+            .map(|(_, r)| &r.line)
+            .collect();
+        if !coverage(&scenario, variant, &lines) {
+            worst = worst.max(Exit::Unreached);
+        }
     }
     Ok(worst)
+}
+
+/// Prints how many seeds reached each reach condition and fired each fault point; false
+/// when a condition the scenario declares for `variant` was never reached.
+fn coverage(scenario: &Scenario, variant: Variant, lines: &[&serde_json::Value]) -> bool {
+    use orrery_sim::reach::Condition;
+    use std::collections::BTreeMap;
+    let count = |field: &str| {
+        let mut seeds: BTreeMap<String, u64> = BTreeMap::new();
+        for line in lines {
+            let names: Vec<String> = match &line[field] {
+                serde_json::Value::Array(items) => items
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect(),
+                serde_json::Value::Object(map) => map.keys().cloned().collect(),
+                _ => Vec::new(),
+            };
+            for name in names {
+                *seeds.entry(name).or_default() += 1;
+            }
+        }
+        seeds
+    };
+    let (reached, fired) = (count("reached"), count("fault_points"));
+    let total = lines.len();
+    let declared: Vec<Condition> = scenario
+        .reach
+        .iter()
+        .filter(|r| r.applies_to(variant))
+        .map(|r| r.condition)
+        .collect();
+    let mut complete = true;
+    if !declared.is_empty() {
+        println!("  reach conditions declared (seeds that reached each):");
+        for condition in &declared {
+            let n = reached.get(condition.name()).copied().unwrap_or(0);
+            let flag = if n == 0 { "   NEVER REACHED" } else { "" };
+            complete &= n > 0;
+            println!("    {:<32} {n}/{total}{flag}", condition.name());
+        }
+    }
+    let others: Vec<(&String, &u64)> = reached
+        .iter()
+        .filter(|(name, _)| !declared.iter().any(|c| c.name() == name.as_str()))
+        .collect();
+    if !others.is_empty() {
+        println!("  other conditions reached:");
+        for (name, n) in others {
+            println!("    {name:<32} {n}/{total}");
+        }
+    }
+    if scenario.buggify.is_some() || scenario.swarm.as_ref().is_some_and(|s| s.buggify.is_some()) {
+        println!("  fault points (seeds in which each fired):");
+        for point in orrery_system::env::Point::ALL {
+            let n = fired.get(point.name()).copied().unwrap_or(0);
+            println!("    {:<36} {n}/{total}", point.name());
+        }
+    }
+    complete
 }
 
 fn cmd_check_determinism(args: DeterminismArgs) -> Result<Exit, Fail> {
@@ -475,6 +546,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Sweep(args) => cmd_sweep(args),
+        Command::BuggifyPoints => {
+            for point in orrery_system::env::Point::ALL {
+                println!("{}\t{}", point.name(), point.what());
+            }
+            Ok(Exit::Expected)
+        }
         Command::CheckDeterminism(args) => cmd_check_determinism(args),
         Command::Reports(args) => cmd_reports(args),
         Command::Bench(args) => cmd_bench(args),

@@ -134,6 +134,14 @@ events! {
     }
 }
 
+events! {
+    /// A fault point compiled into the system code fired (`env::buggify`).
+    pub enum FaultPointEvent {
+        /// The point fired here and now: the component takes its failure path.
+        "buggify.fired" => Fired { point: crate::env::Point },
+    }
+}
+
 /// How a watch stream of the simulated API server ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -245,6 +253,8 @@ pub enum Observation {
     Kube(KubeEvent),
     /// From the simulated world.
     World(WorldEvent),
+    /// A fault point fired.
+    FaultPoint(FaultPointEvent),
 }
 
 impl Observation {
@@ -256,6 +266,7 @@ impl Observation {
             Observation::Platform(e) => e.kind(),
             Observation::Kube(e) => e.kind(),
             Observation::World(e) => e.kind(),
+            Observation::FaultPoint(e) => e.kind(),
         }
     }
 
@@ -286,6 +297,12 @@ impl From<PlatformEvent> for Observation {
 impl From<KubeEvent> for Observation {
     fn from(event: KubeEvent) -> Self {
         Observation::Kube(event)
+    }
+}
+
+impl From<FaultPointEvent> for Observation {
+    fn from(event: FaultPointEvent) -> Self {
+        Observation::FaultPoint(event)
     }
 }
 

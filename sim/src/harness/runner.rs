@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use orrery_system::env::kube::KubeTarget;
 
 use crate::checkers::{self, FinalState, Violation};
-use crate::env::{Boots, SimEnv, SIM_EPOCH_UNIX_MS};
+use crate::env::{Boots, FaultPoints, SimEnv, SIM_EPOCH_UNIX_MS};
 use crate::faults::{Fault, Target};
 use crate::scenario::knobs::ApiServerPatch;
 use crate::scenario::model::Host;
@@ -65,6 +65,10 @@ pub struct RunOutcome {
     pub harness_error: Option<String>,
     /// The world at the end (for figures that need it).
     pub state: FinalState,
+    /// Every reach condition the run reached.
+    pub reached: Vec<crate::reach::Condition>,
+    /// How often each fault point fired (those that did).
+    pub fault_points: std::collections::BTreeMap<orrery_system::env::Point, u64>,
 }
 
 /// Reporter host names in ordinal order.
@@ -135,8 +139,18 @@ fn register_hosts(
         let runtime = placement::runtime(scenario, host, variant);
         let control_plane = placement::control_plane(scenario, host, variant);
         let (replicas, state) = (world.reporter_replicas.clone(), world.control_plane.clone());
+        let buggify = scenario
+            .buggify
+            .clone()
+            .map(|b| FaultPoints::new(b, world.calm.clone()));
         sim.host(host.name.as_str(), move || {
-            let env = SimEnv::booted(&name, seed, boots.next(), trace.clone());
+            let env = SimEnv::with_fault_points(
+                &name,
+                seed,
+                boots.next(),
+                trace.clone(),
+                buggify.as_ref(),
+            );
             let pieces: Vec<_> = pieces.iter().map(|start| start(env.clone())).collect();
             let mut runtime = runtime.clone();
             if let Some(reporter) = runtime.as_mut().and_then(|r| r.app_reporter.as_mut()) {
@@ -659,7 +673,10 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         .iter()
         .map(|i| checkers::build(i).expect("validated when parsed"))
         .collect();
-    let violations = checkers::check(&mut checkers, &trace.events(), &state);
+    let events = trace.events();
+    let violations = checkers::check(&mut checkers, &events, &state);
+    let reached = crate::reach::reached(scenario, &events);
+    let fault_points = crate::reach::fault_points(&events);
     let result = if harness_error.is_some() {
         Outcome::HarnessError
     } else if violations
@@ -680,5 +697,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         sim_seconds,
         harness_error,
         state,
+        reached,
+        fault_points,
     }
 }

@@ -191,6 +191,8 @@ pub fn summary_line(
         "sim_seconds": outcome.sim_seconds,
         "wall_seconds": (wall_seconds * 1000.0).round() / 1000.0,
         "events": outcome.trace.len(),
+        "reached": outcome.reached,
+        "fault_points": outcome.fault_points,
     });
     serde_json::to_string(&value).expect("JSON values serialise")
 }

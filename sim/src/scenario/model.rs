@@ -50,6 +50,10 @@ pub struct Scenario {
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
+    /// Fault points in the system code switched on for this run (`orrery buggify-points`
+    /// lists them); none by default, so scripted scenarios keep their traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buggify: Option<Buggify>,
     /// Faults and knob values each seed draws (a swarm family); see [`super::swarm`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub swarm: Option<super::swarm::Swarm>,
@@ -61,6 +65,10 @@ pub struct Scenario {
     pub calm: Duration,
     /// Invariants checked, with their parameters.
     pub invariants: Vec<Invariant>,
+    /// Situations a sweep of this scenario must reach in at least one seed (see
+    /// [`crate::reach`]); `orrery sweep` exits 6 when one never was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reach: Vec<Reach>,
     /// The expected result per variant (`faithful`, `hardened`).
     pub expect: BTreeMap<Variant, Outcome>,
 }
@@ -114,6 +122,77 @@ impl Outcome {
             expected => self == expected,
         }
     }
+}
+
+/// A declared reach condition: a name (every variant) or `{condition, variants}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "ReachSyntax", into = "ReachSyntax")]
+pub struct Reach {
+    /// The condition.
+    pub condition: crate::reach::Condition,
+    /// The variants whose sweeps must reach it (empty: every variant).
+    pub variants: Vec<Variant>,
+}
+
+impl Reach {
+    /// True when a sweep of `variant` must reach this condition.
+    pub fn applies_to(&self, variant: Variant) -> bool {
+        self.variants.is_empty() || self.variants.contains(&variant)
+    }
+}
+
+/// How a reach entry is written.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum ReachSyntax {
+    Name(String),
+    Scoped {
+        condition: String,
+        variants: Vec<Variant>,
+    },
+}
+
+impl TryFrom<ReachSyntax> for Reach {
+    type Error = crate::reach::UnknownCondition;
+
+    fn try_from(syntax: ReachSyntax) -> Result<Reach, Self::Error> {
+        let (name, variants) = match syntax {
+            ReachSyntax::Name(name) => (name, Vec::new()),
+            ReachSyntax::Scoped {
+                condition,
+                variants,
+            } => (condition, variants),
+        };
+        Ok(Reach {
+            condition: name.parse()?,
+            variants,
+        })
+    }
+}
+
+impl From<Reach> for ReachSyntax {
+    fn from(reach: Reach) -> ReachSyntax {
+        let name = reach.condition.name().to_string();
+        if reach.variants.is_empty() {
+            ReachSyntax::Name(name)
+        } else {
+            ReachSyntax::Scoped {
+                condition: name,
+                variants: reach.variants,
+            }
+        }
+    }
+}
+
+/// Fault points switched on for a run: each evaluation of a listed point fires with
+/// `probability`. A swarm family draws both per seed (`swarm: {buggify: ...}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Buggify {
+    /// Chance that one evaluation of a listed point fires, in `[0, 1]`.
+    pub probability: f64,
+    /// The points switched on.
+    pub points: Vec<orrery_system::env::Point>,
 }
 
 /// The hosts of the simulated world.

@@ -250,8 +250,21 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             "`any` is an expectation for swarm families only (a scenario with `swarm:`)",
         )?;
     }
+    if let Some(buggify) = &s.buggify {
+        v.check(
+            (0.0..=1.0).contains(&buggify.probability),
+            &Field::root("buggify").key("probability"),
+            "probability is a chance between 0 and 1",
+        )?;
+    }
     if let Some(swarm) = &s.swarm {
-        validate_swarm(&v, &hosts, swarm, s.duration)?;
+        let reporters = s
+            .topology
+            .hosts
+            .iter()
+            .filter(|h| h.has(super::model::Role::Reporter))
+            .count() as u32;
+        validate_swarm(&v, &hosts, reporters, swarm, s.duration)?;
     }
     Ok(())
 }
@@ -259,6 +272,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
 fn validate_swarm(
     v: &Validator<'_>,
     hosts: &[&str],
+    reporters: u32,
     swarm: &super::swarm::Swarm,
     duration: std::time::Duration,
 ) -> Result<(), ScenarioError> {
@@ -283,6 +297,20 @@ fn validate_swarm(
         &field.key("faults"),
         "list at least one fault kind to draw from",
     )?;
+    if let Some(buggify) = &swarm.buggify {
+        let at = field.key("buggify");
+        v.check(
+            (0.0..=1.0).contains(&buggify.keep),
+            &at.key("keep"),
+            "keep is a probability between 0 and 1",
+        )?;
+        let [low, high] = buggify.probability;
+        v.check(
+            0.0 <= low && low <= high && high <= 1.0,
+            &at.key("probability"),
+            "probability is [lowest, highest], each between 0 and 1",
+        )?;
+    }
     for (i, fault) in swarm.faults.iter().enumerate() {
         let at = field.key("faults").index(i);
         let kind = fault.kind().map_err(|m| v.invalid(&at, m))?;
@@ -343,6 +371,83 @@ fn validate_swarm(
             )?;
         }
     }
+    for (i, fault) in swarm.faults.iter().enumerate() {
+        let at = field.key("faults").index(i);
+        if let Some([low, high]) = fault.scale {
+            v.check(
+                1 <= low && low <= high && high <= reporters,
+                &at.key("scale"),
+                format!("scale is [fewest, most] replicas, within 1..={reporters} reporter hosts"),
+            )?;
+        }
+        v.check(
+            fault.every.is_none() || fault.scale.is_some(),
+            &at.key("every"),
+            "every goes with scale",
+        )?;
+        if let Some(p) = &fault.platform {
+            check_spans(
+                v,
+                &at.key("platform"),
+                &[
+                    ("api_latency", p.api_latency),
+                    ("handler_delay", p.handler_delay),
+                ],
+            )?;
+        }
+    }
+    let knobs = field.key("knobs");
+    if let Some(r) = &swarm.knobs.reporter {
+        let at = knobs.key("reporter");
+        if let Some([low, high]) = r.replicas {
+            v.check(
+                1 <= low && low <= high && high <= reporters,
+                &at.key("replicas"),
+                format!("replicas is [fewest, most], within 1..={reporters} reporter hosts"),
+            )?;
+        }
+        for (name, range) in [("queue_capacity", r.queue_capacity), ("workers", r.workers)] {
+            if let Some([low, high]) = range {
+                v.check(
+                    1 <= low && low <= high,
+                    &at.key(name),
+                    "a range is [low, high], at least 1",
+                )?;
+            }
+        }
+    }
+    if let Some(w) = &swarm.knobs.workload {
+        check_spans(
+            v,
+            &knobs.key("workload"),
+            &[
+                ("commit_every", w.commit_every),
+                ("churn_every", w.churn_every),
+                ("health_flap_every", w.health_flap_every),
+            ],
+        )?;
+    }
+    if let Some(p) = &swarm.knobs.platform {
+        check_spans(
+            v,
+            &knobs.key("platform"),
+            &[
+                ("api_latency", p.api_latency),
+                ("handler_delay", p.handler_delay),
+            ],
+        )?;
+    }
+    if let Some(t) = &swarm.knobs.tunnel {
+        check_spans(
+            v,
+            &knobs.key("tunnel"),
+            &[
+                ("request_every", t.request_every),
+                ("execute_delay", t.execute_delay),
+                ("retry_after", t.retry_after),
+            ],
+        )?;
+    }
     if let Some(ranges) = &swarm.knobs.apiserver {
         for (name, range) in [
             ("compaction_window", ranges.compaction_window),
@@ -355,6 +460,20 @@ fn validate_swarm(
                     "a range is [low, high]",
                 )?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Each given duration range must be `[low, high]`.
+fn check_spans(
+    v: &Validator<'_>,
+    at: &Field,
+    ranges: &[(&str, Option<[super::duration::Span; 2]>)],
+) -> Result<(), ScenarioError> {
+    for (name, range) in ranges {
+        if let Some([low, high]) = range {
+            v.check(low <= high, &at.key(name), "a range is [low, high]")?;
         }
     }
     Ok(())

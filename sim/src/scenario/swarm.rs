@@ -19,6 +19,10 @@
 //!     - {apiserver: {cut_stream_rate: [0.0, 0.05], throttle_rate: [0.0, 0.3]}, lasts: [5s, 40s]}
 //!   knobs:                 # drawn once per seed
 //!     apiserver: {compaction_window: [5s, 300s], bookmark_interval: [5s, 60s]}
+//!   buggify:               # fault points in the system code (orrery buggify-points)
+//!     keep: 0.5            # each point is switched on for a seed with this probability
+//!     probability: [0.01, 0.1]   # and then fires at each evaluation with a drawn chance
+//!     points: [reporter.queue_full, cache.write_dropped]   # optional; default every point
 //! ```
 
 use std::collections::BTreeMap;
@@ -29,7 +33,8 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::Span;
 use super::knobs::ApiServerPatch;
-use super::model::{FaultStep, LatencyChange, Scenario};
+use super::model::{Buggify, FaultStep, LatencyChange, PlatformChange, Scale, Scenario};
+use orrery_system::env::Point;
 
 /// The latency bound a latency fault returns a link to (the harness's default link bound).
 pub const DEFAULT_LINK_LATENCY: Duration = Duration::from_millis(5);
@@ -51,6 +56,27 @@ pub struct Swarm {
     /// Knob values drawn once per seed.
     #[serde(default, skip_serializing_if = "SwarmKnobs::is_empty")]
     pub knobs: SwarmKnobs,
+    /// Fault points in the system code each seed switches on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buggify: Option<SwarmBuggify>,
+}
+
+/// Which fault points a seed may switch on, and how often they fire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwarmBuggify {
+    /// Probability that a point is switched on for a seed (at least one always is).
+    #[serde(default = "half")]
+    pub keep: f64,
+    /// Range of the per-evaluation firing probability, drawn once per seed.
+    pub probability: [f64; 2],
+    /// The points to choose from; default every point.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<Point>,
+}
+
+fn half() -> f64 {
+    0.5
 }
 
 fn default_keep() -> f64 {
@@ -87,6 +113,28 @@ pub struct SwarmFault {
     /// Set these API server rate knobs to values drawn from their ranges.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apiserver: Option<BTreeMap<String, [f64; 2]>>,
+    /// Roll the reporters to a replica count drawn from this range (and back to the
+    /// starting count when the fault ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<[u32; 2]>,
+    /// Time between two pod changes of a drawn scale (with `scale`). Default [5s, 15s].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<[Span; 2]>,
+    /// Slow the platform's events API down to a latency drawn from this range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<PlatformRanges>,
+}
+
+/// Ranges of the platform's knobs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlatformRanges {
+    /// Range of the events API latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_latency: Option<[Span; 2]>,
+    /// Range of the per-event handler delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_delay: Option<[Span; 2]>,
 }
 
 impl SwarmFault {
@@ -97,6 +145,8 @@ impl SwarmFault {
             ("crash", self.crash.is_some()),
             ("latency", self.latency.is_some()),
             ("apiserver", self.apiserver.is_some()),
+            ("scale", self.scale.is_some()),
+            ("platform", self.platform.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -104,7 +154,7 @@ impl SwarmFault {
         match kinds.as_slice() {
             [one] => Ok(one),
             _ => Err(format!(
-                "each swarm fault needs exactly one of partition, crash, latency, apiserver (found {})",
+                "each swarm fault needs exactly one of partition, crash, latency, apiserver, scale, platform (found {})",
                 kinds.len()
             )),
         }
@@ -121,12 +171,69 @@ pub struct SwarmKnobs {
     /// API server knobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apiserver: Option<ApiServerRanges>,
+    /// Reporter knobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reporter: Option<ReporterRanges>,
+    /// Workload rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadRanges>,
+    /// Platform knobs at the start (and for the calm phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<PlatformRanges>,
+    /// Tunnel traffic and timing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelRanges>,
 }
 
 impl SwarmKnobs {
     fn is_empty(&self) -> bool {
-        self.apiserver.is_none()
+        self == &SwarmKnobs::default()
     }
+}
+
+/// Reporter knob ranges.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReporterRanges {
+    /// Replicas at the start (at most the reporter hosts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<[u32; 2]>,
+    /// Queue capacity per replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_capacity: Option<[u32; 2]>,
+    /// hardened: workers per replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<[u32; 2]>,
+}
+
+/// Workload rate ranges.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadRanges {
+    /// Range of the commit period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_every: Option<[Span; 2]>,
+    /// Range of the churn period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub churn_every: Option<[Span; 2]>,
+    /// Range of the health flap period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_flap_every: Option<[Span; 2]>,
+}
+
+/// Tunnel timing ranges.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelRanges {
+    /// Range of the clients' request period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_every: Option<[Span; 2]>,
+    /// Range of the runtime's write execution time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execute_delay: Option<[Span; 2]>,
+    /// Range of the clients' retry pause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<[Span; 2]>,
 }
 
 /// API server knob ranges.
@@ -152,6 +259,17 @@ fn between_f64(rng: &mut Rng, [low, high]: [f64; 2]) -> f64 {
     ((low + (high - low) * unit) * 1e4).round() / 1e4
 }
 
+fn between_u32(rng: &mut Rng, [low, high]: [u32; 2]) -> u32 {
+    low + rng.below(u64::from(high.saturating_sub(low)) + 1) as u32
+}
+
+/// Draws each range that is given into its knob.
+fn draw(rng: &mut Rng, range: Option<[Span; 2]>, knob: &mut Duration) {
+    if let Some(range) = range {
+        *knob = between(rng, range);
+    }
+}
+
 fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> &'a T {
     &items[rng.below(items.len() as u64) as usize]
 }
@@ -173,6 +291,32 @@ pub fn concretize(scenario: &Scenario, seed: u64) -> Scenario {
         if let Some(range) = ranges.bookmark_interval {
             concrete.apiserver.bookmark_interval = between(&mut rng, range);
         }
+    }
+    draw_knobs(
+        &mut Rng::derive(seed, "swarm#knobs"),
+        &swarm.knobs,
+        &mut concrete,
+    );
+    if let Some(draw) = &swarm.buggify {
+        // Drawn from its own stream, so adding fault points never moves a seed's faults.
+        let mut rng = Rng::derive(seed, "swarm#buggify");
+        let from: &[Point] = if draw.points.is_empty() {
+            Point::ALL
+        } else {
+            &draw.points
+        };
+        let mut points: Vec<Point> = from
+            .iter()
+            .copied()
+            .filter(|_| rng.chance(draw.keep))
+            .collect();
+        if points.is_empty() && !from.is_empty() {
+            points.push(*pick(&mut rng, from));
+        }
+        concrete.buggify = Some(Buggify {
+            probability: between_f64(&mut rng, draw.probability),
+            points,
+        });
     }
     // Swarm testing: switch some kinds off for this seed (never all of them).
     let mut kept: Vec<&SwarmFault> = swarm
@@ -208,7 +352,7 @@ pub fn concretize(scenario: &Scenario, seed: u64) -> Scenario {
             .expect("a ticket below the total weight picks a kind");
         let start = between(&mut rng, swarm.window);
         let end = (start + between(&mut rng, kind.lasts)).min(scenario.duration);
-        let (target, steps) = steps(&mut rng, kind, scenario, start, end);
+        let (target, steps) = steps(&mut rng, kind, &concrete, start, end);
         let windows = busy.entry(target).or_default();
         if windows.iter().any(|(s, e)| start <= *e && *s <= end) {
             continue; // overlaps a fault already drawn on this target: skip it
@@ -219,6 +363,52 @@ pub fn concretize(scenario: &Scenario, seed: u64) -> Scenario {
     drawn.sort_by_key(|s| s.at);
     concrete.faults.extend(drawn);
     concrete
+}
+
+/// Draws the reporter, workload, platform and tunnel knobs (from their own stream, so a
+/// family that adds one never moves its seeds' faults).
+fn draw_knobs(rng: &mut Rng, knobs: &SwarmKnobs, concrete: &mut Scenario) {
+    if let Some(r) = &knobs.reporter {
+        if let Some(range) = r.replicas {
+            concrete.reporter.replicas = Some(between_u32(rng, range));
+        }
+        if let Some(range) = r.queue_capacity {
+            concrete.reporter.queue_capacity = between_u32(rng, range) as usize;
+        }
+        if let Some(range) = r.workers {
+            concrete.reporter.workers = between_u32(rng, range) as usize;
+        }
+    }
+    if let Some(w) = &knobs.workload {
+        draw(rng, w.commit_every, &mut concrete.workload.commit_every);
+        draw(rng, w.churn_every, &mut concrete.workload.churn_every);
+        draw(
+            rng,
+            w.health_flap_every,
+            &mut concrete.workload.health_flap_every,
+        );
+    }
+    if let Some(p) = &knobs.platform {
+        draw(rng, p.api_latency, &mut concrete.platform.api_latency);
+        draw(rng, p.handler_delay, &mut concrete.platform.handler_delay);
+    }
+    if let Some(t) = &knobs.tunnel {
+        draw(rng, t.request_every, &mut concrete.tunnel.request_every);
+        draw(rng, t.execute_delay, &mut concrete.tunnel.execute_delay);
+        draw(rng, t.retry_after, &mut concrete.tunnel.retry_after);
+    }
+}
+
+/// The reporter replica count a run starts with.
+fn starting_replicas(scenario: &Scenario) -> u32 {
+    scenario.reporter.replicas.unwrap_or_else(|| {
+        scenario
+            .topology
+            .hosts
+            .iter()
+            .filter(|h| h.has(super::model::Role::Reporter))
+            .count() as u32
+    })
 }
 
 fn step(at: Duration) -> FaultStep {
@@ -268,6 +458,34 @@ fn steps(
             max: DEFAULT_LINK_LATENCY,
         });
         format!("link {} {}", link[0], link[1])
+    } else if let Some(range) = kind.scale {
+        let every = between(
+            rng,
+            kind.every
+                .unwrap_or([Span(Duration::from_secs(5)), Span(Duration::from_secs(15))]),
+        );
+        on.scale = Some(Scale {
+            replicas: between_u32(rng, range).max(1),
+            every,
+        });
+        off.scale = Some(Scale {
+            replicas: starting_replicas(scenario),
+            every,
+        });
+        "reporter replicas".to_string()
+    } else if let Some(ranges) = &kind.platform {
+        let pick_change = |rng: &mut Rng| PlatformChange {
+            api_latency: ranges.api_latency.map(|r| between(rng, r)),
+            handler_delay: ranges.handler_delay.map(|r| between(rng, r)),
+        };
+        on.platform = Some(pick_change(rng));
+        off.platform = Some(PlatformChange {
+            api_latency: ranges.api_latency.map(|_| scenario.platform.api_latency),
+            handler_delay: ranges
+                .handler_delay
+                .map(|_| scenario.platform.handler_delay),
+        });
+        "platform knobs".to_string()
     } else {
         let mut set = ApiServerPatch::default();
         let mut back = ApiServerPatch::default();

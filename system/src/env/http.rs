@@ -171,6 +171,12 @@ impl tower::Service<http::Uri> for Connector {
                     format!("uri {uri} has no host:port"),
                 )
             })?;
+            if env.buggify(super::Point::HttpConnectRefused) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    format!("connect {authority}: refused (fault point)"),
+                ));
+            }
             let stream = env.connect(&authority).await?;
             Ok(TokioIo::new(ClientStream(DeadlineStream::new(
                 stream, read_idle,

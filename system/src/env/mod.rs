@@ -5,6 +5,7 @@
 //! OS; the simulated one (in `orrery-sim`) answers with turmoil and the scenario seed, so
 //! a run is a pure function of its seed.
 
+pub mod buggify;
 mod deadline;
 pub mod http;
 pub mod kube;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use crate::observe::Observation;
+pub use buggify::Point;
 pub use deadline::DeadlineStream;
 pub use real::RealEnv;
 pub use rng::{fnv1a_64, Rng};
@@ -77,6 +79,13 @@ pub trait Env: Send + Sync + 'static {
     fn listen(&self, addr: &str) -> BoxFuture<'static, io::Result<Box<dyn Listener>>>;
     /// Records a typed observation for checkers and the trace; a no-op sink is fine in real mode.
     fn observe(&self, observation: Observation);
+
+    /// Whether the fault point `point` fires now (see [`buggify`]). Never in real mode; in
+    /// the simulator only for points the scenario switches on, with a seed-drawn probability.
+    fn buggify(&self, point: Point) -> bool {
+        let _ = point;
+        false
+    }
 
     /// A random duration in `[low, high]`, for jittered backoff.
     fn random_between(&self, low: Duration, high: Duration) -> Duration {

@@ -95,6 +95,13 @@ impl Gateway {
             parts.headers.insert(REQUEST_ID_HEADER, key);
         }
         let forwarded = Request::from_parts(parts, body.map_err(std::io::Error::other).boxed());
+        if env.buggify(crate::env::Point::GatewaySlowForward) {
+            let pause = env.random_between(
+                std::time::Duration::from_millis(500),
+                std::time::Duration::from_secs(3),
+            );
+            env.sleep(pause).await;
+        }
         self.tunnels.forward(env, &name, forwarded).await
     }
 

@@ -66,10 +66,13 @@ async fn handle(env: SharedEnv, entries: Entries, req: Request<Incoming>) -> Res
                     )
                 }
             };
-            entries
-                .lock()
-                .expect("cache lock poisoned")
-                .insert(key, (body, now + Duration::from_millis(ttl_ms)));
+            // Fault point: acknowledged, then lost (as an eviction under memory pressure).
+            if !env.buggify(crate::env::Point::CacheWriteDropped) {
+                entries
+                    .lock()
+                    .expect("cache lock poisoned")
+                    .insert(key, (body, now + Duration::from_millis(ttl_ms)));
+            }
             status(StatusCode::NO_CONTENT, "")
         }
         Method::DELETE => {

@@ -1,5 +1,8 @@
 //! A WebSocket connection as a byte stream: each write is one binary message, reads
 //! concatenate binary messages. HTTP/2 runs on top of it.
+//!
+//! Built [`WsIo::with_env`], it carries two fault points: `tunnel.frame_split` (a write
+//! goes out as two messages) and `tunnel.frame_delay` (a write waits a moment).
 
 use std::io;
 use std::pin::Pin;
@@ -11,10 +14,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
+use crate::env::{BoxFuture, Point, SharedEnv};
+
 /// Byte-stream view of a WebSocket.
 pub struct WsIo<S> {
     ws: WebSocketStream<S>,
     pending: Bytes,
+    /// Where fault points are asked (none: never).
+    env: Option<SharedEnv>,
+    /// A write held back by `tunnel.frame_delay`, until this ends.
+    delay: Option<BoxFuture<'static, ()>>,
 }
 
 impl<S> WsIo<S> {
@@ -23,6 +32,16 @@ impl<S> WsIo<S> {
         WsIo {
             ws,
             pending: Bytes::new(),
+            env: None,
+            delay: None,
+        }
+    }
+
+    /// Wraps an established WebSocket whose writes pass the tunnel's fault points.
+    pub fn with_env(ws: WebSocketStream<S>, env: SharedEnv) -> Self {
+        WsIo {
+            env: Some(env),
+            ..WsIo::new(ws)
         }
     }
 }
@@ -69,8 +88,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WsIo<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.delay.is_none() {
+            if let Some(env) = self
+                .env
+                .as_ref()
+                .filter(|e| e.buggify(Point::TunnelFrameDelay))
+            {
+                let pause = env.random_between(
+                    std::time::Duration::from_millis(1),
+                    std::time::Duration::from_millis(200),
+                );
+                self.delay = Some(env.sleep(pause));
+            }
+        }
+        if let Some(delay) = self.delay.as_mut() {
+            ready!(delay.as_mut().poll(cx));
+            self.delay = None;
+        }
         ready!(Pin::new(&mut self.ws).poll_ready(cx)).map_err(to_io)?;
-        let n = buf.len().min(super::MAX_MESSAGE_BYTES);
+        let mut n = buf.len().min(super::MAX_MESSAGE_BYTES);
+        if n > 1
+            && self
+                .env
+                .as_ref()
+                .is_some_and(|e| e.buggify(Point::TunnelFrameSplit))
+        {
+            n /= 2; // the rest goes out as the next message
+        }
         Pin::new(&mut self.ws)
             .start_send(Message::Binary(Bytes::copy_from_slice(&buf[..n])))
             .map_err(to_io)?;

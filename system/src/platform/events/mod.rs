@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::core::event::{Envelope, EventPayload};
 use crate::env::http::{json, Body};
-use crate::env::SharedEnv;
+use crate::env::{Point, SharedEnv};
 use crate::observe::PlatformEvent;
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use read_model::{AppState, ReadModel};
@@ -224,6 +224,10 @@ async fn handle(
     if !knobs.api_latency.is_zero() {
         env.sleep(knobs.api_latency).await;
     }
+    if env.buggify(Point::PlatformEventsSlow) {
+        let pause = env.random_between(Duration::from_secs(1), Duration::from_secs(5));
+        env.sleep(pause).await;
+    }
     match (req.method().as_str(), req.uri().path()) {
         ("GET", "/healthz") => json(StatusCode::OK, &json!({"status": "ok"})),
         ("GET", "/2.0/api/apps") => json(
@@ -232,6 +236,11 @@ async fn handle(
         ),
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
             Ok(event) => match bus.try_send(event) {
+                // Fault point: stored, then the handler fails before it answers.
+                Ok(()) if env.buggify(Point::PlatformEventsCrashAfterStore) => json(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"error": "handler failed after queueing the event"}),
+                ),
                 Ok(()) => json(StatusCode::OK, &json!({"status": "queued"})),
                 Err(_) => json(
                     StatusCode::SERVICE_UNAVAILABLE,

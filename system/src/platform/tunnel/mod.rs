@@ -388,7 +388,7 @@ async fn registration(
         .keep_alive_interval(server.config.keepalive)
         .keep_alive_timeout(server.config.keepalive_timeout)
         .keep_alive_while_idle(true)
-        .handshake::<_, Body>(TokioIo::new(WsIo::new(ws)))
+        .handshake::<_, Body>(TokioIo::new(WsIo::with_env(ws, env.clone())))
         .await;
     let (send, h2) = match handshake {
         Ok(parts) => parts,
@@ -421,6 +421,17 @@ async fn registration(
         }
         .into(),
     );
+    if env.buggify(crate::env::Point::PlatformTunnelDropAfterRegister) {
+        // Fault point: registered, then the connection is lost at once.
+        drop(h2);
+        server.drop_tunnel(
+            &env,
+            &name,
+            generation,
+            "dropped after registration (fault point)",
+        );
+        return;
+    }
     let outcome = h2.await;
     let why = match outcome {
         Ok(()) => "closed".to_string(),

@@ -15,7 +15,7 @@ use serde_json::json;
 use super::{shard, Config, Replica};
 use crate::core::time::{parse_rfc3339, rfc3339_micros};
 use crate::core::Variant;
-use crate::env::SharedEnv;
+use crate::env::{Point, SharedEnv};
 use crate::observe::ReporterEvent;
 
 const PREFIX: &str = "app-reporter-";
@@ -25,25 +25,53 @@ pub async fn run(replica: Arc<Replica>, client: kube::Client) {
     let leases: Api<Lease> = Api::namespaced(client, &replica.config.namespace);
     let name = format!("{PREFIX}{}", replica.me);
     let duration_s = replica.config.lease_duration.as_secs().max(1) as i32;
+    // When our lease was last written (its renewTime, in environment time): the others
+    // count it live until `last_renewed + lease_duration`, and so do we.
     let mut last_renewed = replica.env.elapsed();
     loop {
         let now_ms = replica.env.unix_millis();
+        let attempt_at = replica.env.elapsed();
         let lease = json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": name},
             "spec": {"holderIdentity": replica.me, "leaseDurationSeconds": duration_s, "renewTime": rfc3339_micros(now_ms)},
         });
-        let renewed = leases
-            .patch(
-                &name,
-                &PatchParams::apply("app-reporter").force(),
-                &Patch::Apply(lease),
-            )
-            .await;
-        match leases.list(&ListParams::default()).await {
+        let renewal = async {
+            if replica.env.buggify(Point::ReporterLeaseRenewLate) {
+                // Fault point: the renewal is held back (a throttled client, a long pause)
+                // past the lease's expiry, while the replica's other tasks go on.
+                let duration = replica.config.lease_duration;
+                let late = replica.env.random_between(duration, duration * 2);
+                replica.env.sleep(late).await;
+            }
+            let renewed = leases
+                .patch(
+                    &name,
+                    &PatchParams::apply("app-reporter").force(),
+                    &Patch::Apply(lease),
+                )
+                .await;
+            let listed = leases.list(&ListParams::default()).await;
+            (renewed, listed)
+        };
+        tokio::pin!(renewal);
+        // Our lease expires for the others at `last_renewed + lease_duration` whether or not
+        // this renewal is still under way: step down then instead of reporting apps we can
+        // no longer prove we own (client-go's leader election has the same renew deadline).
+        let expires_in =
+            (last_renewed + replica.config.lease_duration).saturating_sub(replica.env.elapsed());
+        let (renewed, listed) = tokio::select! {
+            done = &mut renewal => done,
+            _ = replica.env.sleep(expires_in) => {
+                replica.env.observe(ReporterEvent::LeaseError { replica: replica.me.clone() }.into());
+                update(&replica, Vec::new());
+                renewal.await
+            }
+        };
+        match listed {
             Ok(list) if renewed.is_ok() => {
-                last_renewed = replica.env.elapsed();
+                last_renewed = attempt_at;
                 let mut members: Vec<String> = list
                     .items
                     .iter()

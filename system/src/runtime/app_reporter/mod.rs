@@ -42,7 +42,7 @@ use tokio::sync::Notify;
 
 use crate::core::Variant;
 use crate::env::kube::{KubeTarget, SeededBackoff};
-use crate::env::SharedEnv;
+use crate::env::{Point, SharedEnv};
 use crate::observe::ReporterEvent;
 use queue::{CoalescingQueue, FaithfulQueue, Push, QUEUE_CAPACITY};
 
@@ -202,20 +202,29 @@ impl Replica {
         if !self.owns(&name) {
             return;
         }
+        // Fault point: this event meets a full queue.
+        let room = if self.env.buggify(Point::ReporterQueueFull) {
+            0
+        } else {
+            self.config.queue_capacity
+        };
         let mut state = self.state();
         state.counters.enqueued += 1;
         let pushed = match self.config.variant {
-            Variant::Faithful => state.faithful.push(Item {
-                app: app.clone(),
-                deleted,
-            }),
+            Variant::Faithful => state.faithful.push_within(
+                Item {
+                    app: app.clone(),
+                    deleted,
+                },
+                room,
+            ),
             Variant::Hardened => {
                 if deleted {
                     state.tombstones.insert(name.clone(), app.clone());
                 } else {
                     state.tombstones.remove(&name);
                 }
-                state.hardened.push(&name)
+                state.hardened.push_within(&name, room)
             }
         };
         if pushed == Push::Overflowed && self.config.variant == Variant::Faithful {
@@ -409,6 +418,12 @@ async fn worker(replica: Arc<Replica>, processor: Arc<process::Processor>) {
             hardened_name,
             force,
         } = next(&replica).await;
+        if replica.env.buggify(Point::ReporterWorkerStall) {
+            let pause = replica
+                .env
+                .random_between(Duration::from_secs(1), Duration::from_secs(10));
+            replica.env.sleep(pause).await;
+        }
         let started = replica.env.elapsed();
         let budget = Duration::from_secs(120); // one app at a time with a 2-minute budget
         let outcome = tokio::time::timeout(

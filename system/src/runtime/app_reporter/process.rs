@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::core::event::{EventError, EventPayload, Source};
 use crate::core::time::rfc3339;
 use crate::core::Variant;
-use crate::env::{fnv1a_64, SharedEnv};
+use crate::env::{fnv1a_64, Point, SharedEnv};
 use crate::runtime::cache;
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 
@@ -89,6 +89,9 @@ impl Processor {
     }
 
     async fn argocd(&self, path: &str) -> Result<Value, String> {
+        if self.env.buggify(Point::ReporterArgocdReadFails) {
+            return Err(format!("GET {path}: connection reset (fault point)"));
+        }
         let request = Request::get(format!("http://{}{path}", self.config.argocd_addr))
             .header(
                 "authorization",
@@ -294,7 +297,8 @@ impl Processor {
             app.metadata.name.clone().unwrap_or_default()
         );
         let digest = dedup_digest(app);
-        if !deleted && !force {
+        // Fault point: the lookup fails, as a Redis timeout would; the event goes out anyway.
+        if !deleted && !force && !self.env.buggify(Point::ReporterCacheReadFails) {
             if let Ok(Some(cached)) = self.cache.get(&key).await {
                 if cached == digest.as_bytes() {
                     return Outcome::CachedIgnored;
@@ -305,8 +309,9 @@ impl Processor {
         if !self.deliver(&payload).await {
             return Outcome::DeliveryFailed;
         }
-        // Written only after a successful send; deletes are always sent.
-        if !deleted && !payload_error {
+        // Written only after a successful send; deletes are always sent. Fault point: the
+        // process stops between the acknowledgement and this write.
+        if !deleted && !payload_error && !self.env.buggify(Point::ReporterAfterSendBeforeCache) {
             let _ = self
                 .cache
                 .put(&key, Bytes::from(digest), self.config.dedup_ttl)

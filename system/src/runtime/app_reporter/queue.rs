@@ -46,7 +46,13 @@ impl<T> FaithfulQueue<T> {
 
     /// Non-blocking send: queues `item`, or drops it (the newest) when full.
     pub fn push(&mut self, item: T) -> Push {
-        if self.items.len() >= self.capacity {
+        self.push_within(item, self.capacity)
+    }
+
+    /// As [`Self::push`] with the queue's room limited to `room` items (`0`: the queue is
+    /// full as far as this push goes — the `reporter.queue_full` fault point).
+    pub fn push_within(&mut self, item: T, room: usize) -> Push {
+        if self.items.len() >= room.min(self.capacity) {
             self.dropped += 1;
             return Push::Overflowed;
         }
@@ -105,6 +111,12 @@ impl CoalescingQueue {
 
     /// Marks `app` as needing processing.
     pub fn push(&mut self, app: &str) -> Push {
+        self.push_within(app, self.capacity)
+    }
+
+    /// As [`Self::push`] with the queue's room limited to `room` entries (`0`: full as far
+    /// as this push goes — the `reporter.queue_full` fault point).
+    pub fn push_within(&mut self, app: &str, room: usize) -> Push {
         if self.queued.contains(app) || self.resync.contains(app) {
             self.coalesced += 1;
             return Push::Coalesced;
@@ -113,7 +125,7 @@ impl CoalescingQueue {
             self.dirty.insert(app.to_string());
             return Push::Coalesced;
         }
-        if self.order.len() >= self.capacity {
+        if self.order.len() >= room.min(self.capacity) {
             self.overflowed += 1;
             self.resync.insert(app.to_string());
             return Push::Overflowed;

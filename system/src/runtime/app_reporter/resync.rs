@@ -22,7 +22,15 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
         Api::namespaced_with(client, &replica.config.namespace, &application_resource());
     loop {
         replica.env.sleep(replica.config.resync_every).await;
-        let Ok(reported) = processor.platform_apps().await else {
+        let read = if replica
+            .env
+            .buggify(crate::env::Point::ReporterResyncReadFails)
+        {
+            Err("GET /2.0/api/apps: connection reset (fault point)".to_string())
+        } else {
+            processor.platform_apps().await
+        };
+        let Ok(reported) = read else {
             replica.env.observe(
                 ReporterEvent::ResyncError {
                     replica: replica.me.clone(),

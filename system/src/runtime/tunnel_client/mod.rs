@@ -95,6 +95,10 @@ async fn session(
     dedup: &Arc<dedup::Dedup>,
 ) -> Ended {
     let connect = async {
+        if env.buggify(crate::env::Point::TunnelClientDialFails) {
+            let refused = format!("connect {}: refused (fault point)", config.server_addr);
+            return Err((refused, None));
+        }
         let stream = env
             .connect(&config.server_addr)
             .await
@@ -186,6 +190,14 @@ async fn session(
         }
         .into(),
     );
+    if env.buggify(crate::env::Point::TunnelClientDropAfterRegister) {
+        // Fault point: the registration races a disconnect.
+        drop(ws);
+        return Ended::Dropped {
+            up: Duration::ZERO,
+            why: "dropped right after registration (fault point)".into(),
+        };
+    }
     let (handler, dedup, variant) = (handler.clone(), dedup.clone(), config.variant);
     let service = hyper::service::service_fn(move |request| {
         let (handler, dedup) = (handler.clone(), dedup.clone());
@@ -202,7 +214,7 @@ async fn session(
         .timer(TokioTimer::new())
         .keep_alive_interval(config.keepalive)
         .keep_alive_timeout(config.keepalive_timeout)
-        .serve_connection(TokioIo::new(WsIo::new(ws)), service)
+        .serve_connection(TokioIo::new(WsIo::with_env(ws, env.clone())), service)
         .await;
     let why = match served {
         Ok(()) => "closed by the server".to_string(),

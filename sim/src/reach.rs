@@ -1,0 +1,339 @@
+//! Reach conditions ("sometimes" assertions): situations a scenario claims to explore,
+//! evaluated over a run's trace. A pass proves little if the situation it is about never
+//! happened; a sweep counts, per condition, the seeds that reached it and fails (exit 6)
+//! when one a scenario declares under `reach:` was never reached.
+//!
+//! | condition | reached when |
+//! |---|---|
+//! | `queue_overflowed` | a reporter's queue was full for an event (faithful dropped it, hardened parked it for resync) |
+//! | `queue_overflowed_during_scale` | that happened within 60 s after a scale of the reporters began |
+//! | `lease_expired_while_sending` | a replica's membership view left out another replica that was running (its lease expired while it worked) |
+//! | `watch_410_then_relist` | a watch stream ended with an in-stream 410 (compacted) and the probe listed again afterwards |
+//! | `watch_expired` | a watch stream ended with an in-stream 410 |
+//! | `reporter_restarted` | a reporter host was stopped and started again |
+//! | `cache_down_during_send` | the platform projected an event while a cache host was down |
+//! | `duplicate_delivered` | the platform's read model received a state it already had |
+//! | `stale_event_ignored` | the read model received an event older than what it held |
+//! | `resync_repaired` | hardened's anti-entropy pass re-queued an app or reported a lost deletion |
+//! | `tunnel_dropped_mid_write` | a tunnel went down while a client's write through it was in flight |
+//! | `runtime_crashed_mid_write` | a runtime host crashed while a client's write to it was in flight |
+//! | `write_retried` | a client retried a write |
+//! | `tunnel_reregistered` | a runtime registered again after its tunnel had been up |
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use orrery_system::env::Point;
+use orrery_system::observe::{
+    FaultPointEvent, Observation, PlatformEvent, Projection, ReporterEvent, TunnelEvent, WatchEnd,
+    WorldEvent,
+};
+
+use crate::faults::Fault;
+use crate::scenario::model::{Role, Scenario};
+use crate::trace::{Entry, HarnessEvent, TraceEvent};
+
+/// Declares the conditions with their names.
+macro_rules! conditions {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal ),* $(,)?) => {
+        /// A situation a run may or may not reach.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Condition {
+            $( $(#[$doc])* $variant ),*
+        }
+
+        impl Condition {
+            /// Every condition, in declaration order.
+            pub const ALL: &'static [Condition] = &[$(Condition::$variant),*];
+
+            /// The name scenarios and result lines use.
+            pub fn name(self) -> &'static str {
+                match self { $(Condition::$variant => $name),* }
+            }
+        }
+    };
+}
+
+conditions! {
+    /// A reporter queue was full for an event.
+    QueueOverflowed = "queue_overflowed",
+    /// A queue overflowed within 60 s after a scale began.
+    QueueOverflowedDuringScale = "queue_overflowed_during_scale",
+    /// A running replica's lease expired in another replica's view.
+    LeaseExpiredWhileSending = "lease_expired_while_sending",
+    /// A watch got an in-stream 410 and the probe relisted afterwards.
+    Watch410ThenRelist = "watch_410_then_relist",
+    /// A watch got an in-stream 410.
+    WatchExpired = "watch_expired",
+    /// A reporter host was stopped and started again.
+    ReporterRestarted = "reporter_restarted",
+    /// An event reached the platform while a cache host was down.
+    CacheDownDuringSend = "cache_down_during_send",
+    /// The read model received a state it already had.
+    DuplicateDelivered = "duplicate_delivered",
+    /// The read model received an older event than it held.
+    StaleEventIgnored = "stale_event_ignored",
+    /// The anti-entropy pass repaired something.
+    ResyncRepaired = "resync_repaired",
+    /// A tunnel went down during a write through it.
+    TunnelDroppedMidWrite = "tunnel_dropped_mid_write",
+    /// A runtime host crashed during a write to it.
+    RuntimeCrashedMidWrite = "runtime_crashed_mid_write",
+    /// A client retried a write.
+    WriteRetried = "write_retried",
+    /// A runtime registered again after its tunnel had been up.
+    TunnelReregistered = "tunnel_reregistered",
+}
+
+impl fmt::Display for Condition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not a reach condition.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown reach condition {0:?} (known: {known})", known = known())]
+pub struct UnknownCondition(pub String);
+
+fn known() -> String {
+    Condition::ALL
+        .iter()
+        .map(|c| c.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl FromStr for Condition {
+    type Err = UnknownCondition;
+
+    fn from_str(name: &str) -> Result<Condition, UnknownCondition> {
+        Condition::ALL
+            .iter()
+            .copied()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| UnknownCondition(name.to_string()))
+    }
+}
+
+impl serde::Serialize for Condition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Condition {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Condition, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// How long after a scale began an overflow still counts as "during" it.
+const SCALE_WINDOW_MS: u64 = 60_000;
+
+/// Hosts with `role`.
+fn hosts(scenario: &Scenario, role: Role) -> BTreeSet<&str> {
+    scenario
+        .topology
+        .hosts
+        .iter()
+        .filter(|h| h.has(role))
+        .map(|h| h.name.as_str())
+        .collect()
+}
+
+/// Time intervals `[stop, start)` during which each host was down (open-ended: `u64::MAX`).
+fn downtimes(events: &[TraceEvent]) -> BTreeMap<&str, Vec<(u64, u64)>> {
+    let mut down: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for event in events {
+        match event.harness() {
+            Some(HarnessEvent::HostStop { host, .. }) => down
+                .entry(host.as_str())
+                .or_default()
+                .push((event.at_ms, u64::MAX)),
+            Some(HarnessEvent::HostStart { host, .. }) => {
+                if let Some(last) = down.get_mut(host.as_str()).and_then(|d| d.last_mut()) {
+                    if last.1 == u64::MAX {
+                        last.1 = event.at_ms;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    down
+}
+
+/// Client writes in flight: `(start, end)` of each write attempt.
+fn writes(events: &[TraceEvent]) -> Vec<(u64, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match e.world() {
+            Some(WorldEvent::Request {
+                write: true,
+                latency_ms,
+                ..
+            }) => Some((e.at_ms.saturating_sub(*latency_ms), e.at_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn during(spans: &[(u64, u64)], at: u64) -> bool {
+    spans.iter().any(|(start, end)| *start < at && at < *end)
+}
+
+impl Condition {
+    /// Whether the run whose trace is `events` reached this condition.
+    pub fn reached(self, scenario: &Scenario, events: &[TraceEvent]) -> bool {
+        match self {
+            Condition::QueueOverflowed => overflows(events).next().is_some(),
+            Condition::QueueOverflowedDuringScale => {
+                let scales: Vec<u64> = events
+                    .iter()
+                    .filter(|e| matches!(e.harness(), Some(HarnessEvent::Fault(Fault::Scale { .. }))))
+                    .map(|e| e.at_ms)
+                    .collect();
+                overflows(events)
+                    .any(|at| scales.iter().any(|s| *s <= at && at <= s + SCALE_WINDOW_MS))
+            }
+            Condition::LeaseExpiredWhileSending => {
+                // A replica drops another from its membership while that one still runs.
+                let down = downtimes(events);
+                let mut views: BTreeMap<&str, &[String]> = BTreeMap::new();
+                events.iter().any(|e| match e.reporter() {
+                    Some(ReporterEvent::Membership { replica, members, .. }) => {
+                        let before = views.insert(replica.as_str(), members).unwrap_or(&[]);
+                        before.iter().any(|other| {
+                            other != replica
+                                && !members.contains(other)
+                                && !down
+                                    .get(other.as_str())
+                                    .is_some_and(|d| is_down(d, e.at_ms))
+                        })
+                    }
+                    _ => false,
+                })
+            }
+            Condition::Watch410ThenRelist => {
+                let expired = events.iter().position(|e| {
+                    matches!(e.world(), Some(WorldEvent::WatchEnded { end: WatchEnd::Expired, .. }))
+                });
+                expired.is_some_and(|i| {
+                    events[i..]
+                        .iter()
+                        .any(|e| matches!(e.world(), Some(WorldEvent::ProbeInit)))
+                })
+            }
+            Condition::WatchExpired => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::WatchEnded { end: WatchEnd::Expired, .. }))
+            }),
+            Condition::ReporterRestarted => {
+                let reporters = hosts(scenario, Role::Reporter);
+                let down = downtimes(events);
+                reporters.iter().any(|r| {
+                    down.get(r)
+                        .is_some_and(|d| d.iter().any(|(_, end)| *end != u64::MAX))
+                })
+            }
+            Condition::CacheDownDuringSend => {
+                let caches = hosts(scenario, Role::Cache);
+                let down = downtimes(events);
+                let spans: Vec<(u64, u64)> = caches
+                    .iter()
+                    .filter_map(|c| down.get(c))
+                    .flatten()
+                    .copied()
+                    .collect();
+                events.iter().any(|e| {
+                    matches!(&e.entry, Entry::Observed(Observation::Platform(PlatformEvent::Event { .. })))
+                        && during(&spans, e.at_ms)
+                })
+            }
+            Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
+            Condition::StaleEventIgnored => projected(events, Projection::Stale),
+            Condition::ResyncRepaired => events.iter().any(|e| {
+                matches!(e.reporter(), Some(ReporterEvent::Resync { requeued, deletions, .. }) if requeued + deletions > 0)
+            }),
+            Condition::TunnelDroppedMidWrite => {
+                let spans = writes(events);
+                events.iter().any(|e| {
+                    matches!(e.tunnel(), Some(TunnelEvent::ServerDown { .. } | TunnelEvent::ClientDown { .. }))
+                        && during(&spans, e.at_ms)
+                })
+            }
+            Condition::RuntimeCrashedMidWrite => {
+                let runtimes = hosts(scenario, Role::Runtime);
+                let spans = writes(events);
+                events.iter().any(|e| {
+                    matches!(e.harness(), Some(HarnessEvent::HostStop { host, .. }) if runtimes.contains(host.as_str()))
+                        && during(&spans, e.at_ms)
+                })
+            }
+            Condition::WriteRetried => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::Request { write: true, attempt, .. }) if *attempt > 1)
+            }),
+            Condition::TunnelReregistered => {
+                let mut up: BTreeSet<&str> = BTreeSet::new();
+                events.iter().any(|e| match e.tunnel() {
+                    Some(TunnelEvent::ClientUp { runtime }) => !up.insert(runtime.as_str()),
+                    _ => false,
+                })
+            }
+        }
+    }
+}
+
+/// True when `at` falls inside one of the down intervals (the host is down at `at`).
+fn is_down(down: &[(u64, u64)], at: u64) -> bool {
+    down.iter().any(|(start, end)| *start <= at && at < *end)
+}
+
+/// Times at which a reporter's queue was seen overflowing (drops or parked apps grew).
+fn overflows(events: &[TraceEvent]) -> impl Iterator<Item = u64> + '_ {
+    let mut last: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    events.iter().filter_map(move |e| match e.reporter() {
+        Some(ReporterEvent::Queue {
+            replica,
+            resync,
+            dropped,
+            ..
+        }) => {
+            let before = last
+                .insert(replica.as_str(), (*dropped, *resync))
+                .unwrap_or((0, 0));
+            (*dropped > before.0 || (*resync > 0 && before.1 == 0)).then_some(e.at_ms)
+        }
+        _ => None,
+    })
+}
+
+fn projected(events: &[TraceEvent], kind: Projection) -> bool {
+    events.iter().any(|e| {
+        matches!(&e.entry, Entry::Observed(Observation::Platform(PlatformEvent::Event { applied, .. })) if *applied == kind)
+    })
+}
+
+/// Every condition the run reached, in declaration order.
+pub fn reached(scenario: &Scenario, events: &[TraceEvent]) -> Vec<Condition> {
+    Condition::ALL
+        .iter()
+        .copied()
+        .filter(|c| c.reached(scenario, events))
+        .collect()
+}
+
+/// How many times each fault point fired in the run (points that never fired are absent).
+pub fn fault_points(events: &[TraceEvent]) -> BTreeMap<Point, u64> {
+    let mut fired = BTreeMap::new();
+    for event in events {
+        if let Entry::Observed(Observation::FaultPoint(FaultPointEvent::Fired { point })) =
+            &event.entry
+        {
+            *fired.entry(*point).or_default() += 1;
+        }
+    }
+    fired
+}
