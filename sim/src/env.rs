@@ -171,7 +171,7 @@ impl Env for SimEnv {
         let fired = rng
             .lock()
             .expect("buggify rng lock poisoned")
-            .chance(points.settings.probability);
+            .chance(points.settings.probability * point.boost());
         if fired {
             self.observe(FaultPointEvent::Fired { point }.into());
         }

@@ -394,9 +394,23 @@ fn coverage(scenario: &Scenario, variant: Variant, lines: &[&serde_json::Value])
             println!("    {name:<32} {n}/{total}");
         }
     }
-    if scenario.buggify.is_some() || scenario.swarm.as_ref().is_some_and(|s| s.buggify.is_some()) {
+    // The points this scenario can switch on: its own, or those its swarm draws from.
+    let mut points: Vec<orrery_system::env::Point> = Vec::new();
+    if let Some(buggify) = &scenario.buggify {
+        points.extend(&buggify.points);
+    }
+    if let Some(draw) = scenario.swarm.as_ref().and_then(|s| s.buggify.as_ref()) {
+        if draw.points.is_empty() {
+            points.extend(orrery_system::env::Point::ALL);
+        } else {
+            points.extend(&draw.points);
+        }
+    }
+    points.sort();
+    points.dedup();
+    if !points.is_empty() {
         println!("  fault points (seeds in which each fired):");
-        for point in orrery_system::env::Point::ALL {
+        for point in &points {
             let n = fired.get(point.name()).copied().unwrap_or(0);
             println!("    {:<36} {n}/{total}", point.name());
         }

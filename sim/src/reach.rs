@@ -337,3 +337,338 @@ pub fn fault_points(events: &[TraceEvent]) -> BTreeMap<Point, u64> {
     }
     fired
 }
+
+#[cfg(test)]
+mod tests {
+    //! Each condition over hand-written traces: one near miss where it is not reached and
+    //! one where it is.
+
+    use orrery_system::observe::RequestOutcome;
+
+    use super::*;
+    use crate::trace::HostChange;
+
+    fn world() -> Scenario {
+        crate::scenario::parse::parse(
+            "reach.yaml",
+            "name: t
+description: d
+topology:
+  hosts:
+    - {name: apiserver, role: apiserver}
+    - {name: argocd, role: argocd}
+    - {name: workload, role: workload}
+    - {name: platform, role: platform}
+    - {name: cache, role: cache}
+    - {name: reporter-0, role: reporter}
+    - {name: reporter-1, role: reporter}
+    - {name: gateway, role: gateway}
+    - {name: prod, role: runtime}
+    - {name: client-0, role: client}
+duration: 10s
+calm: 10s
+invariants: [{name: platform_converges}]
+expect: {hardened: pass}
+",
+        )
+        .expect("the test world parses")
+    }
+
+    fn at(at_ms: u64, host: &str, observation: impl Into<Observation>) -> TraceEvent {
+        TraceEvent {
+            at_ms,
+            host: host.into(),
+            entry: Entry::Observed(observation.into()),
+        }
+    }
+
+    fn harness(at_ms: u64, event: HarnessEvent) -> TraceEvent {
+        TraceEvent {
+            at_ms,
+            host: "harness".into(),
+            entry: Entry::Harness(event),
+        }
+    }
+
+    fn stop(at_ms: u64, host: &str) -> TraceEvent {
+        harness(
+            at_ms,
+            HarnessEvent::HostStop {
+                host: host.into(),
+                why: HostChange::Crash,
+            },
+        )
+    }
+
+    fn start(at_ms: u64, host: &str) -> TraceEvent {
+        harness(
+            at_ms,
+            HarnessEvent::HostStart {
+                host: host.into(),
+                why: HostChange::Restart,
+            },
+        )
+    }
+
+    fn queue(at_ms: u64, replica: &str, dropped: u64, resync: u64) -> TraceEvent {
+        at(
+            at_ms,
+            replica,
+            ReporterEvent::Queue {
+                replica: replica.into(),
+                depth: 10,
+                resync,
+                dropped,
+            },
+        )
+    }
+
+    fn members(at_ms: u64, replica: &str, members: &[&str]) -> TraceEvent {
+        at(
+            at_ms,
+            replica,
+            ReporterEvent::Membership {
+                replica: replica.into(),
+                members: members.iter().map(|m| m.to_string()).collect(),
+                gained: 0,
+            },
+        )
+    }
+
+    fn watch_end(at_ms: u64, end: WatchEnd) -> TraceEvent {
+        at(
+            at_ms,
+            "apiserver",
+            WorldEvent::WatchEnded {
+                resource: "applications".into(),
+                from_rv: Some(1),
+                end,
+            },
+        )
+    }
+
+    fn projected(at_ms: u64, applied: Projection) -> TraceEvent {
+        at(
+            at_ms,
+            "platform",
+            PlatformEvent::Event {
+                app: "argocd/a".into(),
+                rv: "7".into(),
+                deleted: false,
+                applied,
+            },
+        )
+    }
+
+    fn write(at_ms: u64, attempt: u32, latency_ms: u64) -> TraceEvent {
+        at(
+            at_ms,
+            "client-0",
+            WorldEvent::Request {
+                key: "client-0-2".into(),
+                write: true,
+                attempt,
+                outcome: RequestOutcome::Status(201),
+                latency_ms,
+            },
+        )
+    }
+
+    fn client_up(at_ms: u64) -> TraceEvent {
+        at(
+            at_ms,
+            "prod",
+            TunnelEvent::ClientUp {
+                runtime: "acme-prod".into(),
+            },
+        )
+    }
+
+    fn server_down(at_ms: u64) -> TraceEvent {
+        at(
+            at_ms,
+            "gateway",
+            TunnelEvent::ServerDown {
+                runtime: "acme-prod".into(),
+                generation: 1,
+                why: "gone".into(),
+            },
+        )
+    }
+
+    fn scale(at_ms: u64) -> TraceEvent {
+        harness(
+            at_ms,
+            HarnessEvent::Fault(Fault::Scale {
+                replicas: 2,
+                every: std::time::Duration::from_secs(5),
+            }),
+        )
+    }
+
+    /// (condition, a near miss, a trace that reaches it).
+    fn cases() -> Vec<(Condition, Vec<TraceEvent>, Vec<TraceEvent>)> {
+        use Condition::*;
+        vec![
+            (
+                QueueOverflowed,
+                vec![queue(1_000, "reporter-0", 0, 0)],
+                vec![
+                    queue(1_000, "reporter-0", 0, 0),
+                    queue(2_000, "reporter-0", 3, 0),
+                ],
+            ),
+            (
+                QueueOverflowedDuringScale,
+                vec![scale(1_000), queue(70_000, "reporter-0", 1, 0)],
+                vec![scale(1_000), queue(30_000, "reporter-0", 0, 4)],
+            ),
+            (
+                LeaseExpiredWhileSending,
+                // reporter-1 leaves reporter-0's view because it crashed: not this condition.
+                vec![
+                    members(1_000, "reporter-0", &["reporter-0", "reporter-1"]),
+                    stop(5_000, "reporter-1"),
+                    members(20_000, "reporter-0", &["reporter-0"]),
+                ],
+                vec![
+                    members(1_000, "reporter-0", &["reporter-0", "reporter-1"]),
+                    members(20_000, "reporter-0", &["reporter-0"]),
+                ],
+            ),
+            (
+                Watch410ThenRelist,
+                vec![
+                    at(1_000, "probe", WorldEvent::ProbeInit),
+                    watch_end(2_000, WatchEnd::Expired),
+                ],
+                vec![
+                    watch_end(2_000, WatchEnd::Expired),
+                    at(3_000, "probe", WorldEvent::ProbeInit),
+                ],
+            ),
+            (
+                WatchExpired,
+                vec![watch_end(2_000, WatchEnd::Timeout)],
+                vec![watch_end(2_000, WatchEnd::Expired)],
+            ),
+            (
+                ReporterRestarted,
+                vec![
+                    stop(1_000, "reporter-0"),
+                    stop(2_000, "cache"),
+                    start(3_000, "cache"),
+                ],
+                vec![stop(1_000, "reporter-0"), start(3_000, "reporter-0")],
+            ),
+            (
+                CacheDownDuringSend,
+                vec![
+                    projected(500, Projection::Updated),
+                    stop(1_000, "cache"),
+                    start(3_000, "cache"),
+                    projected(4_000, Projection::Updated),
+                ],
+                vec![
+                    stop(1_000, "cache"),
+                    projected(2_000, Projection::Updated),
+                    start(3_000, "cache"),
+                ],
+            ),
+            (
+                DuplicateDelivered,
+                vec![projected(1_000, Projection::Updated)],
+                vec![projected(1_000, Projection::Duplicate)],
+            ),
+            (
+                StaleEventIgnored,
+                vec![projected(1_000, Projection::Duplicate)],
+                vec![projected(1_000, Projection::Stale)],
+            ),
+            (
+                ResyncRepaired,
+                vec![at(
+                    1_000,
+                    "reporter-0",
+                    ReporterEvent::Resync {
+                        replica: "reporter-0".into(),
+                        requeued: 0,
+                        deletions: 0,
+                    },
+                )],
+                vec![at(
+                    1_000,
+                    "reporter-0",
+                    ReporterEvent::Resync {
+                        replica: "reporter-0".into(),
+                        requeued: 0,
+                        deletions: 2,
+                    },
+                )],
+            ),
+            (
+                TunnelDroppedMidWrite,
+                vec![server_down(1_000), write(5_000, 1, 300)],
+                vec![server_down(4_900), write(5_000, 1, 300)],
+            ),
+            (
+                RuntimeCrashedMidWrite,
+                vec![stop(4_900, "gateway"), write(5_000, 1, 300)],
+                vec![stop(4_900, "prod"), write(5_000, 1, 300)],
+            ),
+            (
+                WriteRetried,
+                vec![write(5_000, 1, 300)],
+                vec![write(5_000, 1, 300), write(9_000, 2, 300)],
+            ),
+            (
+                TunnelReregistered,
+                vec![client_up(1_000)],
+                vec![client_up(1_000), client_up(9_000)],
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_condition_is_false_on_a_near_miss_and_true_where_reached() {
+        let world = world();
+        let cases = cases();
+        assert_eq!(
+            cases.iter().map(|(c, _, _)| *c).collect::<Vec<_>>(),
+            Condition::ALL,
+            "one case per condition"
+        );
+        for (condition, miss, hit) in cases {
+            assert!(
+                !condition.reached(&world, &miss),
+                "{condition} on its near miss"
+            );
+            assert!(condition.reached(&world, &hit), "{condition} where reached");
+        }
+    }
+
+    #[test]
+    fn names_parse_back_and_unknown_names_list_the_known_ones() {
+        for condition in Condition::ALL {
+            assert_eq!(condition.name().parse::<Condition>().unwrap(), *condition);
+        }
+        let error = "queue_overflow"
+            .parse::<Condition>()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("\"queue_overflow\"") && error.contains("queue_overflowed"));
+    }
+
+    #[test]
+    fn fault_points_are_counted_per_point() {
+        let fired = |ms, point| at(ms, "prod", FaultPointEvent::Fired { point });
+        let counts = fault_points(&[
+            fired(1, Point::TunnelFrameSplit),
+            fired(2, Point::TunnelFrameSplit),
+            fired(3, Point::CacheWriteDropped),
+        ]);
+        assert_eq!(counts[&Point::TunnelFrameSplit], 2);
+        assert_eq!(counts[&Point::CacheWriteDropped], 1);
+        assert_eq!(counts.len(), 2);
+    }
+}

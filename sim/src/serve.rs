@@ -147,6 +147,10 @@ pub struct RuntimeArgs {
     /// The reporter's health and metrics address.
     #[arg(long, default_value = "127.0.0.1:8087")]
     reporter_listen: String,
+    /// hardened: keep the tunnel's request records in the cache at --cache, so a retried
+    /// write is not run again after this process restarts (in memory only without it).
+    #[arg(long)]
+    durable_requests: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -327,6 +331,7 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
         event_sources: Default::default(),
     };
     let mut client = tunnel_client::Config::new(variant, &args.platform, &args.name, &args.token);
+    client.dedup_store = args.durable_requests.then(|| args.cache.clone());
     if let Some(path) = &args.tls_ca {
         client.tls = Some(
             orrery_system::tunnel::tls::client_config(&read(path)?)

@@ -10,6 +10,10 @@
 //! - `tunnel_recovers` (liveness): after a repair, a restart or the calm phase, requests
 //!   succeed through the tunnel again within [`RECOVERY_BOUND`] (unless a new fault hits first).
 //!
+//! A fault point firing (`buggify.fired`) is a new fault too: a running recovery clock of
+//! either liveness invariant starts again from it. Fault points are silent in the calm phase,
+//! so the calm phase's clocks judge a healed system.
+//!
 //! [`CLIENT_TIMEOUT`]: crate::world::tunnel::CLIENT_TIMEOUT
 
 use std::collections::BTreeSet;
@@ -19,8 +23,32 @@ use serde_json::json;
 
 use super::{Checker, Class, FinalState, Violation};
 use crate::faults::Fault;
-use crate::trace::{HarnessEvent, TraceEvent};
+use crate::trace::{Entry, HarnessEvent, TraceEvent};
+use orrery_system::observe::{FaultPointEvent, Observation};
 use orrery_system::observe::{RequestOutcome, TunnelEvent, WorldEvent};
+
+/// The fault point that fired at `event`, if one did.
+fn fault_point(event: &TraceEvent) -> Option<orrery_system::env::Point> {
+    match &event.entry {
+        Entry::Observed(Observation::FaultPoint(FaultPointEvent::Fired { point })) => Some(*point),
+        _ => None,
+    }
+}
+
+/// A running clock `(start, deadline, cause)` restarted by a fault point firing at `event`.
+fn restarted(
+    clock: &Option<(u64, u64, String)>,
+    event: &TraceEvent,
+    bound: Duration,
+) -> Option<(u64, u64, String)> {
+    let point = fault_point(event)?;
+    let (_, _, cause) = clock.as_ref()?;
+    Some((
+        event.at_ms,
+        event.at_ms + bound.as_millis() as u64,
+        format!("{cause}, then fault point {point} at {} ms", event.at_ms),
+    ))
+}
 
 /// What a harness event means to the tunnel's recovery clocks.
 enum Clock {
@@ -181,6 +209,9 @@ impl Checker for TunnelRecovers {
         if let Some(violation) = self.expire(event.at_ms) {
             return Some(violation);
         }
+        if let Some(clock) = restarted(&self.pending, event, RECOVERY_BOUND) {
+            self.pending = Some(clock);
+        }
         if let Some(WorldEvent::Request { outcome, .. }) = event.world() {
             if outcome.succeeded()
                 && self
@@ -266,6 +297,9 @@ impl Checker for AllReconnect {
         }
         if let Some(violation) = self.expire(event.at_ms) {
             return Some(violation);
+        }
+        if let Some(clock) = restarted(&self.clock, event, RECONNECT_BOUND) {
+            self.clock = Some(clock);
         }
         if let Some(TunnelEvent::ServerUp { runtime, .. }) = event.tunnel() {
             self.waiting.remove(runtime);

@@ -66,10 +66,18 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     }
     if host.has(Role::Runtime) {
         let gateway = host_of(scenario, Role::Gateway);
+        // With a cache host in the world, hardened keeps its request records there.
+        let store = scenario
+            .topology
+            .hosts
+            .iter()
+            .find(|h| h.has(Role::Cache))
+            .map(|h| format!("{}:{CACHE_PORT}", h.name));
         config.tunnels = runtimes_of(&host.name, scenario.tunnel.runtimes_per_host)
             .into_iter()
-            .map(|(_, name, token)| {
-                tunnel_client::Config::new(
+            .map(|(_, name, token)| tunnel_client::Config {
+                dedup_store: store.clone(),
+                ..tunnel_client::Config::new(
                     variant,
                     &format!("{gateway}:{TUNNEL_PORT}"),
                     &name,

@@ -27,6 +27,9 @@ pub const GATEWAY_PORT: u16 = 8081;
 pub const APP_PROXY_PORT: u16 = 3017;
 /// A client gives up on an answer after this long and records the request as hung.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client gives up on reaching the gateway after this long (its machine is down) and
+/// records the request as unreachable, as `curl --connect-timeout 5` would.
+pub const CLIENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The runtimes a host runs: `(runtime, tunnel name, token)`; one per host is named after
 /// the host (`acme-prod`), fleets get an index (`acme-fleet-0-17`).
@@ -130,7 +133,11 @@ pub async fn run_client(
     runtime_hosts: Vec<String>,
     settings: Settings,
 ) {
-    let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), CLIENT_TIMEOUT);
+    let client = orrery_system::env::http::client_with_connect_timeout::<Full<Bytes>>(
+        env.clone(),
+        CLIENT_TIMEOUT,
+        CLIENT_CONNECT_TIMEOUT,
+    );
     let me = env.identity().host.clone();
     let mut n: u64 = 0;
     loop {

@@ -2,9 +2,13 @@
 //! fault kinds off), deterministically; the plain scenario a seed ran can be printed and
 //! reproduces the run's trace hash; bad `swarm:` sections are refused where they are wrong.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use orrery_sim::reach::Condition;
+use orrery_system::env::Point;
 
 use orrery_sim::faults::Fault;
 use orrery_sim::harness::runner;
@@ -88,7 +92,13 @@ fn seeds_draw_different_schedules_deterministically_and_switch_kinds_off() {
         kinds_per_seed.push(kinds.into_iter().map(String::from).collect::<BTreeSet<_>>());
         schedules.insert(format!("{:?}", concrete.faults));
         let window = concrete.apiserver.compaction_window;
-        assert!((5..=300).contains(&window.as_secs()), "{window:?}");
+        assert!((2..=60).contains(&window.as_secs()), "{window:?}");
+        let buggify = concrete
+            .buggify
+            .as_ref()
+            .expect("swarm-watch draws fault points");
+        assert!((0.01..=0.1).contains(&buggify.probability), "{buggify:?}");
+        assert_eq!(buggify.points, [Point::HttpConnectRefused]);
     }
     assert!(
         schedules.len() >= 35,
@@ -113,25 +123,188 @@ fn seeds_draw_different_schedules_deterministically_and_switch_kinds_off() {
 }
 
 #[test]
+fn the_reporter_family_draws_knobs_scale_and_platform_faults_and_fault_points() {
+    let family = scenario::load(Path::new(&scenario_path("swarm-reporter.yaml"))).unwrap();
+    let (mut kinds, mut capacities, mut point_sets) =
+        (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    for seed in 1..=40 {
+        let concrete = swarm::concretize(&family, seed);
+        let replicas = concrete.reporter.replicas.unwrap();
+        assert!((1..=4).contains(&replicas), "seed {seed}: {replicas}");
+        assert!((20..=300).contains(&concrete.reporter.queue_capacity));
+        assert!((1..=8).contains(&concrete.reporter.workers));
+        let commit = concrete.workload.commit_every.as_millis();
+        assert!((100..=1000).contains(&commit), "{commit}");
+        capacities.insert(concrete.reporter.queue_capacity);
+        kinds.extend(
+            concrete
+                .faults
+                .iter()
+                .filter_map(Fault::from_step)
+                .map(|f| f.name()),
+        );
+        let buggify = concrete.buggify.unwrap();
+        assert!(!buggify.points.is_empty());
+        point_sets.insert(format!("{:?}", buggify.points));
+        // A drawn scale goes back to the seed's starting replica count when it ends.
+        let scales: Vec<u32> = concrete
+            .faults
+            .iter()
+            .filter_map(|f| f.scale.as_ref().map(|s| s.replicas))
+            .collect();
+        for pair in scales.chunks(2).filter(|p| p.len() == 2) {
+            assert_eq!(pair[1], replicas, "seed {seed}: {scales:?}");
+        }
+    }
+    for kind in [
+        "crash",
+        "partition",
+        "scale",
+        "platform",
+        "latency",
+        "apiserver",
+    ] {
+        assert!(kinds.contains(kind), "{kind} drawn by some seed: {kinds:?}");
+    }
+    assert!(
+        capacities.len() > 20 && point_sets.len() > 20,
+        "seeds differ"
+    );
+}
+
+#[test]
 fn a_scripted_scenario_is_its_own_concrete_scenario() {
     let scripted = scenario::load(Path::new(&scenario_path("watch-convergence.yaml"))).unwrap();
     assert_eq!(swarm::concretize(&scripted, 7), scripted);
 }
 
-#[test]
-fn swarm_watch_meets_its_expectation_for_every_listed_seed_and_variant() {
-    let family = scenario::load(Path::new(&scenario_path("swarm-watch.yaml"))).unwrap();
-    assert!(family.seeds.len() >= 10);
-    for seed in &family.seeds {
-        for variant in [Variant::Faithful, Variant::Hardened] {
-            let outcome = runner::run(&family, *seed, variant);
-            assert!(
-                outcome.result.meets(report::expected(&family, variant)),
-                "seed {seed} {variant:?}: {:?} {:?}",
-                outcome.violations,
-                outcome.harness_error
-            );
+/// What one seed of a family did: its result, its reach conditions, the points that fired.
+struct SeedRun {
+    seed: u64,
+    variant: Variant,
+    result: scenario::Outcome,
+    detail: String,
+    reached: Vec<Condition>,
+    fired: BTreeSet<Point>,
+}
+
+/// A family's runs, computed once.
+type Runs = Arc<OnceLock<Arc<Vec<SeedRun>>>>;
+
+/// Every listed seed of a swarm family, both variants, run once per test binary (the
+/// family's own test and the coverage test share them).
+fn family_runs(file: &str) -> Arc<Vec<SeedRun>> {
+    static RUNS: OnceLock<Mutex<BTreeMap<String, Runs>>> = OnceLock::new();
+    let cell = RUNS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(file.to_string())
+        .or_default()
+        .clone();
+    cell.get_or_init(|| {
+        let family = scenario::load(Path::new(&scenario_path(file))).unwrap();
+        let mut runs = Vec::new();
+        for seed in &family.seeds {
+            for variant in [Variant::Faithful, Variant::Hardened] {
+                let outcome = runner::run(&family, *seed, variant);
+                runs.push(SeedRun {
+                    seed: *seed,
+                    variant,
+                    result: outcome.result,
+                    detail: format!("{:?} {:?}", outcome.violations, outcome.harness_error),
+                    reached: outcome.reached.clone(),
+                    fired: outcome.fault_points.keys().copied().collect(),
+                });
+            }
         }
+        Arc::new(runs)
+    })
+    .clone()
+}
+
+/// A family meets its expectation at every listed seed (1..=20), and its hardened runs
+/// reach every condition it declares for hardened.
+fn family_meets_its_expectations_and_reaches_its_conditions(file: &str) {
+    let family = scenario::load(Path::new(&scenario_path(file))).unwrap();
+    assert_eq!(
+        family.seeds,
+        (1..=20).collect::<Vec<u64>>(),
+        "{file}: make test runs seeds 1..=20"
+    );
+    let runs = family_runs(file);
+    for run in runs.iter() {
+        assert!(
+            run.result.meets(report::expected(&family, run.variant)),
+            "{file} seed {} {:?}: {:?} {}",
+            run.seed,
+            run.variant,
+            run.result,
+            run.detail
+        );
+    }
+    for reach in family
+        .reach
+        .iter()
+        .filter(|r| r.applies_to(Variant::Hardened))
+    {
+        assert!(
+            runs.iter()
+                .any(|r| r.variant == Variant::Hardened && r.reached.contains(&reach.condition)),
+            "{file}: no hardened seed reached {}",
+            reach.condition
+        );
+    }
+}
+
+#[test]
+fn swarm_watch_meets_its_expectations_and_reaches_its_conditions() {
+    family_meets_its_expectations_and_reaches_its_conditions("swarm-watch.yaml");
+}
+
+#[test]
+fn swarm_reporter_meets_its_expectations_and_reaches_its_conditions() {
+    family_meets_its_expectations_and_reaches_its_conditions("swarm-reporter.yaml");
+}
+
+#[test]
+fn swarm_tunnel_meets_its_expectations_and_reaches_its_conditions() {
+    family_meets_its_expectations_and_reaches_its_conditions("swarm-tunnel.yaml");
+}
+
+#[test]
+fn every_fault_point_fires_in_a_seed_that_make_test_runs() {
+    let mut fired: BTreeSet<Point> = BTreeSet::new();
+    for file in [
+        "swarm-watch.yaml",
+        "swarm-reporter.yaml",
+        "swarm-tunnel.yaml",
+    ] {
+        fired.extend(
+            family_runs(file)
+                .iter()
+                .flat_map(|r| r.fired.iter().copied()),
+        );
+    }
+    let never: Vec<&str> = Point::ALL
+        .iter()
+        .filter(|p| !fired.contains(p))
+        .map(|p| p.name())
+        .collect();
+    assert!(never.is_empty(), "fault points that never fired: {never:?}");
+}
+
+#[test]
+fn scripted_scenarios_switch_no_fault_point_on() {
+    for file in ["watch-convergence.yaml", "tunnel-drop.yaml"] {
+        let scripted = scenario::load(Path::new(&scenario_path(file))).unwrap();
+        assert!(scripted.buggify.is_none());
+        let outcome = runner::run(&scripted, 1, Variant::Hardened);
+        assert!(
+            outcome.fault_points.is_empty(),
+            "{file}: {:?}",
+            outcome.fault_points
+        );
     }
 }
 

@@ -36,6 +36,19 @@ macro_rules! points {
             pub fn what(self) -> &'static str {
                 match self { $(Point::$variant => $what),* }
             }
+
+            /// How much likelier than a run's probability this point fires: points evaluated
+            /// rarely (once per registration, per anti-entropy pass) fire 4 times as often,
+            /// so a run sees them at all.
+            pub fn boost(self) -> f64 {
+                match self {
+                    Point::TunnelClientDialFails
+                    | Point::TunnelClientDropAfterRegister
+                    | Point::PlatformTunnelDropAfterRegister
+                    | Point::ReporterResyncReadFails => 4.0,
+                    _ => 1.0,
+                }
+            }
         }
     };
 }

@@ -147,6 +147,8 @@ pub type Client<B> = hyper_util::client::legacy::Client<Connector, B>;
 pub struct Connector {
     env: SharedEnv,
     read_idle: Duration,
+    /// Longest wait for a connection (none: as long as the network takes).
+    connect_timeout: Option<Duration>,
 }
 
 impl tower::Service<http::Uri> for Connector {
@@ -163,7 +165,7 @@ impl tower::Service<http::Uri> for Connector {
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let env = self.env.clone();
-        let read_idle = self.read_idle;
+        let (read_idle, connect_timeout) = (self.read_idle, self.connect_timeout);
         Box::pin(async move {
             let authority = uri.authority().map(|a| a.to_string()).ok_or_else(|| {
                 std::io::Error::new(
@@ -177,7 +179,17 @@ impl tower::Service<http::Uri> for Connector {
                     format!("connect {authority}: refused (fault point)"),
                 ));
             }
-            let stream = env.connect(&authority).await?;
+            let stream = match connect_timeout {
+                None => env.connect(&authority).await?,
+                Some(limit) => tokio::select! {
+                    biased;
+                    stream = env.connect(&authority) => stream?,
+                    () = env.sleep(limit) => return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("connect {authority}: no connection within {limit:?}"),
+                    )),
+                },
+            };
             Ok(TokioIo::new(ClientStream(DeadlineStream::new(
                 stream, read_idle,
             ))))
@@ -196,7 +208,34 @@ where
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(30))
-        .build(Connector { env, read_idle })
+        .build(Connector {
+            env,
+            read_idle,
+            connect_timeout: None,
+        })
+}
+
+/// As [`client`], giving up on a connection that is not established within `connect_timeout`
+/// (what a browser or `curl --connect-timeout` does when the server's machine is down).
+pub fn client_with_connect_timeout<B>(
+    env: SharedEnv,
+    read_idle: Duration,
+    connect_timeout: Duration,
+) -> Client<B>
+where
+    B: hyper::body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(Connector {
+            env,
+            read_idle,
+            connect_timeout: Some(connect_timeout),
+        })
 }
 
 #[cfg(test)]

@@ -39,8 +39,11 @@ impl Reconnect {
     ///
     /// Faithful (frp's schedule): three quick retries of 1–1.5 s, then 1 s doubling to a
     /// 20 s cap with ±10 % jitter — clients that lost the server together stay in lockstep.
-    /// Hardened: "full jitter", uniform in `[0, min(30 s, 0.5 s · 2^n)]`, which spreads a
-    /// fleet's reconnects over the whole window instead of synchronised waves.
+    /// Hardened: "full jitter", uniform in `[0, min(15 s, 0.5 s · 2^n)]`, which spreads a
+    /// fleet's reconnects over the whole window instead of synchronised waves. The cap is
+    /// half the 30 s recovery bound: with a 30 s cap (the first design) a swarm-tunnel seed
+    /// found a runtime that drew a 29.9 s wait just before a repair and, after one more
+    /// failed registration, was back only 33 s after it.
     pub fn next_delay(&mut self, env: &SharedEnv) -> Duration {
         let n = self.failures;
         self.failures = self.failures.saturating_add(1);
@@ -57,7 +60,7 @@ impl Reconnect {
             Variant::Hardened => {
                 let cap = Duration::from_millis(500)
                     .saturating_mul(1u32 << n.min(10))
-                    .min(Duration::from_secs(30));
+                    .min(Duration::from_secs(15));
                 env.random_between(Duration::ZERO, cap)
             }
         }

@@ -2,6 +2,14 @@
 //! request with an id (or passes the client's); a repeat of a finished request gets the
 //! recorded answer, a repeat of a running one gets 409, and a request whose caller went
 //! away (tunnel dropped) still runs to completion so its retry can be answered.
+//!
+//! With a durable store (the runtime's Redis, [`Dedup::with_store`]) the record outlives the
+//! process: before a write runs, `running` is stored; after, its answer. A retry that reaches
+//! a restarted runtime gets the stored answer, or — when the process died while the write
+//! ran — 409 saying its outcome is unknown, never a second execution. A store that cannot be
+//! read or written fails the request with 503 (the caller retries) rather than risk a repeat.
+//! Found by the swarm-tunnel family: with the records in memory only, a runtime that crashed
+//! after executing a write, before its answer got out, ran the write again on the retry.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -14,6 +22,7 @@ use serde_json::json;
 
 use crate::env::http::{full, json, Body};
 use crate::env::BoxFuture;
+use crate::runtime::cache;
 use crate::tunnel::REQUEST_ID_HEADER;
 
 /// Remembered answers, oldest evicted first.
@@ -37,6 +46,48 @@ pub type Handler =
 #[derive(Default)]
 pub struct Dedup {
     entries: Mutex<(BTreeMap<String, Entry>, VecDeque<String>)>,
+    /// The durable copy of the records, if any.
+    store: Option<cache::Client>,
+}
+
+/// How long a durable record is kept: far longer than any client retries.
+pub const RECORD_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+fn record_key(id: &str) -> String {
+    format!("tunnel-request:{id}")
+}
+
+/// A stored answer: `done <status>\n<body>`.
+fn done_record(status: StatusCode, body: &Bytes) -> Bytes {
+    let mut record = format!("done {}\n", status.as_u16()).into_bytes();
+    record.extend_from_slice(body);
+    Bytes::from(record)
+}
+
+/// What a durable record says.
+enum Stored {
+    Running,
+    Done(StatusCode, Bytes),
+}
+
+fn parse_record(record: &Bytes) -> Option<Stored> {
+    if record.as_ref() == b"running" {
+        return Some(Stored::Running);
+    }
+    let newline = record.iter().position(|b| *b == b'\n')?;
+    let head = std::str::from_utf8(&record[..newline]).ok()?;
+    let status = head.strip_prefix("done ")?.parse::<u16>().ok()?;
+    Some(Stored::Done(
+        StatusCode::from_u16(status).ok()?,
+        record.slice(newline + 1..),
+    ))
+}
+
+fn unavailable(id: &str, why: &str) -> Response<Body> {
+    json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({"error": format!("request {id}: cannot consult the request record ({why}); retry later")}),
+    )
 }
 
 fn changes_state(method: &Method) -> bool {
@@ -44,6 +95,47 @@ fn changes_state(method: &Method) -> bool {
 }
 
 impl Dedup {
+    /// Records kept in memory and in `store` (the runtime's cache), so they survive a restart.
+    pub fn with_store(store: cache::Client) -> Self {
+        Dedup {
+            store: Some(store),
+            ..Dedup::default()
+        }
+    }
+
+    /// Consults and claims the durable record of `id`: `Ok(None)` when the request may run
+    /// (its `running` record is stored), `Ok(Some(answer))` when it must not.
+    async fn claim(&self, id: &str) -> Result<Option<Response<Body>>, Response<Body>> {
+        let Some(store) = &self.store else {
+            return Ok(None);
+        };
+        let key = record_key(id);
+        match store.get(&key).await {
+            Err(why) => Err(unavailable(id, &why)),
+            Ok(Some(record)) => Ok(Some(match parse_record(&record) {
+                Some(Stored::Done(status, body)) => {
+                    let mut response = Response::new(full(body));
+                    *response.status_mut() = status;
+                    response
+                        .headers_mut()
+                        .insert("x-orrery-replayed", http::HeaderValue::from_static("true"));
+                    response
+                }
+                _ => json(
+                    StatusCode::CONFLICT,
+                    &json!({"error": format!("request {id} was interrupted by a runtime restart; its outcome is unknown, so it is not run again")}),
+                ),
+            })),
+            Ok(None) => match store
+                .put(&key, Bytes::from_static(b"running"), RECORD_TTL)
+                .await
+            {
+                Ok(()) => Ok(None),
+                Err(why) => Err(unavailable(id, &why)),
+            },
+        }
+    }
+
     /// Runs `request` through `handler` at most once per request id.
     pub async fn handle(
         self: Arc<Self>,
@@ -91,6 +183,14 @@ impl Dedup {
                 }
             }
         }
+        match self.claim(&id).await {
+            Ok(None) => {}
+            Ok(Some(answer)) | Err(answer) => {
+                // Not run here: forget the local claim so a later retry asks the store again.
+                self.entries.lock().expect("dedup lock").0.remove(&id);
+                return answer;
+            }
+        }
         // Run detached: the request completes (and is recorded) even if its caller is gone.
         let this = self.clone();
         let task = tokio::spawn(async move {
@@ -101,6 +201,12 @@ impl Dedup {
                 .await
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
+            if let Some(store) = &this.store {
+                // Best effort: if this write fails, the stored `running` makes a retry that
+                // reaches a restarted runtime answer 409 instead of running it again.
+                let record = done_record(parts.status, &body);
+                let _ = store.put(&record_key(&id), record, RECORD_TTL).await;
+            }
             this.entries.lock().expect("dedup lock").0.insert(
                 id,
                 Entry::Done {

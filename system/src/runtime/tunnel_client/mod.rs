@@ -41,6 +41,9 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// TLS (WSS) in real mode, trusting these roots; plain TCP when absent (the simulator).
     pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    /// hardened: the cache (`host:port`) that keeps request records across restarts;
+    /// in memory only when absent.
+    pub dedup_store: Option<String>,
 }
 
 impl Config {
@@ -59,6 +62,7 @@ impl Config {
             keepalive_timeout,
             connect_timeout: Duration::from_secs(10),
             tls: None,
+            dedup_store: None,
         }
     }
 }
@@ -228,7 +232,14 @@ async fn session(
 
 /// Keeps the tunnel up until the host stops. Returns only on a faithful first-login refusal.
 pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(), Fatal> {
-    let dedup = Arc::new(dedup::Dedup::default());
+    let dedup = Arc::new(match &config.dedup_store {
+        Some(addr) => dedup::Dedup::with_store(crate::runtime::cache::Client::new(
+            env.clone(),
+            addr,
+            Duration::from_secs(5),
+        )),
+        None => dedup::Dedup::default(),
+    });
     let mut schedule = backoff::Reconnect::new(config.variant);
     let mut logged_in = false;
     loop {
