@@ -410,15 +410,16 @@ expect: {hardened: pass}
         )
     }
 
-    fn queue(at_ms: u64, replica: &str, dropped: u64, resync: u64) -> TraceEvent {
+    fn queue(at_ms: u64, replica: &str, dropped: u64, parked: u64) -> TraceEvent {
         at(
             at_ms,
             replica,
             ReporterEvent::Queue {
                 replica: replica.into(),
                 depth: 10,
-                resync,
+                resync: parked.min(1),
                 dropped,
+                parked,
             },
         )
     }

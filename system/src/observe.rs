@@ -58,8 +58,9 @@ events! {
         "reporter.watch_error" => WatchError { replica: String, error: String },
         /// The metrics/health endpoint could not be served.
         "reporter.serve_error" => ServeError { replica: String, error: String },
-        /// Queue depth, resync set size and drops so far (sampled once a second).
-        "reporter.queue" => Queue { replica: String, depth: u64, resync: u64, dropped: u64 },
+        /// Queue depth, resync set size, drops so far (faithful) and pushes parked for resync
+        /// so far (hardened), sampled every 5 s when they changed.
+        "reporter.queue" => Queue { replica: String, depth: u64, resync: u64, dropped: u64, parked: u64 },
         /// hardened: the anti-entropy pass could not read the platform's read model.
         "reporter.resync_error" => ResyncError { replica: String },
         /// hardened: an anti-entropy pass re-queued lagging apps and lost deletions.

@@ -198,6 +198,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
             depth,
             resync,
             dropped,
+            ..
         }) = event.reporter()
         {
             reporters = true;

@@ -132,12 +132,58 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    render_exploration(&mut out, r);
     let _ = writeln!(
         out,
         "\n## Resolved configuration\n\n```yaml\n{}```",
         serde_saphyr::to_string(&r.config).unwrap_or_default()
     );
     out
+}
+
+/// Reach conditions, fault points and (for a swarm seed) what it drew.
+fn render_exploration(out: &mut String, r: &Report) {
+    let e = &r.exploration;
+    if e.declared.is_empty()
+        && e.reached.is_empty()
+        && e.fault_points.is_empty()
+        && e.drawn.is_none()
+    {
+        return;
+    }
+    let _ = writeln!(out, "\n## Exploration\n");
+    if !e.declared.is_empty() {
+        let _ = writeln!(
+            out,
+            "| declared reach condition | reached in this run |\n|---|---|"
+        );
+        for (condition, reached) in &e.declared {
+            let _ = writeln!(
+                out,
+                "| `{condition}` | {} |",
+                if *reached { "yes" } else { "no" }
+            );
+        }
+        let _ = writeln!(out);
+    }
+    if !e.reached.is_empty() {
+        let names: Vec<String> = e.reached.iter().map(|c| format!("`{c}`")).collect();
+        let _ = writeln!(out, "Conditions reached: {}.\n", names.join(", "));
+    }
+    if !e.fault_points.is_empty() {
+        let _ = writeln!(out, "| fault point | fired |\n|---|---|");
+        for (point, n) in &e.fault_points {
+            let _ = writeln!(out, "| `{point}` | {n} |");
+        }
+        let _ = writeln!(out);
+    }
+    if let Some(drawn) = &e.drawn {
+        let _ = writeln!(
+            out,
+            "Drawn for this seed (its faults are listed above):\n\n```yaml\n{}```",
+            serde_saphyr::to_string(drawn).unwrap_or_default()
+        );
+    }
 }
 
 /// Width of a time-series window in the Markdown table.

@@ -91,6 +91,42 @@ pub struct Report {
     pub sim_seconds: f64,
     /// Command that reproduces this run.
     pub repro: String,
+    /// Exploration: what a swarm seed drew, the reach conditions reached, the fault points
+    /// that fired.
+    pub exploration: Exploration,
+}
+
+/// What a run explored.
+#[derive(Clone, Debug, Serialize)]
+pub struct Exploration {
+    /// For a swarm family: the knobs and fault points this seed drew (its faults are in
+    /// `faults`). Absent for a scripted scenario.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drawn: Option<Drawn>,
+    /// The reach conditions the scenario declares for this variant, and whether reached.
+    pub declared: Vec<(crate::reach::Condition, bool)>,
+    /// Every reach condition the run reached.
+    pub reached: Vec<crate::reach::Condition>,
+    /// How often each fault point fired.
+    pub fault_points: std::collections::BTreeMap<orrery_system::env::Point, u64>,
+}
+
+/// The values a swarm seed drew.
+#[derive(Clone, Debug, Serialize)]
+pub struct Drawn {
+    /// API server knobs.
+    pub apiserver: crate::scenario::knobs::ApiServerKnobs,
+    /// Reporter settings.
+    pub reporter: crate::scenario::model::Reporter,
+    /// Workload rates.
+    pub workload: crate::scenario::model::Workload,
+    /// Platform knobs.
+    pub platform: crate::scenario::model::Platform,
+    /// Tunnel timings.
+    pub tunnel: crate::scenario::model::Tunnel,
+    /// Fault points switched on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buggify: Option<crate::scenario::model::Buggify>,
 }
 
 /// The expected result of `variant` (a scenario that declares none expects a pass).
@@ -164,6 +200,27 @@ pub fn build(
         events: outcome.trace.len(),
         sim_seconds: outcome.sim_seconds,
         repro: repro(path, seed, variant),
+        exploration: Exploration {
+            drawn: scenario.swarm.is_some().then(|| {
+                let c = crate::scenario::swarm::concretize(scenario, seed);
+                Drawn {
+                    apiserver: c.apiserver,
+                    reporter: c.reporter,
+                    workload: c.workload,
+                    platform: c.platform,
+                    tunnel: c.tunnel,
+                    buggify: c.buggify,
+                }
+            }),
+            declared: scenario
+                .reach
+                .iter()
+                .filter(|r| r.applies_to(variant))
+                .map(|r| (r.condition, outcome.reached.contains(&r.condition)))
+                .collect(),
+            reached: outcome.reached.clone(),
+            fault_points: outcome.fault_points.clone(),
+        },
     }
 }
 

@@ -337,8 +337,11 @@ async fn report_queue(replica: Arc<Replica>) {
     loop {
         replica.env.sleep(Duration::from_secs(5)).await;
         let (depth, resync) = replica.queue_depth();
-        let dropped = replica.state().counters.dropped;
-        let now = (depth, resync, dropped);
+        let (dropped, parked) = {
+            let state = replica.state();
+            (state.counters.dropped, state.hardened.overflowed)
+        };
+        let now = (depth, resync, dropped, parked);
         if last != Some(now) {
             replica.env.observe(
                 ReporterEvent::Queue {
@@ -346,6 +349,7 @@ async fn report_queue(replica: Arc<Replica>) {
                     depth: depth as u64,
                     resync: resync as u64,
                     dropped,
+                    parked,
                 }
                 .into(),
             );
