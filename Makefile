@@ -4,17 +4,18 @@
 #                  conformance suites against a real kube-apiserver (built from source
 #                  once; reported as SKIPPED if it cannot be), and a check that the
 #                  committed reports are up to date (what CI runs)
-# Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make sweep, make bench
+# Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make sweep, make bench,
+#       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores)
 
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test lint reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci
+.PHONY: all test lint reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly
 
 all: test
 
 help:
-	@sed -n '1,9p' Makefile
+	@sed -n '1,10p' Makefile
 
 build:
 	$(CARGO) build -p orrery-sim --bin orrery
@@ -54,6 +55,19 @@ reports-check: reports
 SEEDS ?= 1..51
 sweep: build
 	@for f in scenarios/*.yaml; do $(ORRERY) sweep $$f --seeds $(SEEDS) || exit 1; done
+
+## The nightly exploration run (not part of make test): NIGHTLY_SEEDS of every swarm family,
+## both variants, with a release build; fails if hardened fails a seed or a declared reach
+## condition is never reached. Cost per family goes to reports/perf/nightly-<family>.json.
+NIGHTLY_SEEDS ?= 1..2001
+nightly:
+	$(CARGO) build --release -p orrery-sim --bin orrery
+	@mkdir -p reports/perf; fail=0; for f in scenarios/swarm-*.yaml; do \
+		name=$$(basename $$f .yaml); \
+		./target/release/orrery sweep $$f --seeds $(NIGHTLY_SEEDS) --perf reports/perf/nightly-$$name.json > reports/perf/nightly-$$name.log; \
+		status=$$?; grep -v '^{' reports/perf/nightly-$$name.log; \
+		[ $$status -eq 0 ] || fail=$$status; \
+	done; exit $$fail
 
 ## Benchmark of the reporter's hot path and end-to-end delivery in real mode (ungated perf).
 bench: build

@@ -15,6 +15,7 @@
 //!   counts, for sweeps to prove what they explored.
 //! - [`harness`]: runs a scenario seed by seed; the trace and its hash.
 //! - [`report`]: gated JSON/Markdown reports, the perf file, the one-line summary.
+//! - [`shrink`]: `orrery shrink`, delta-debugging a failing run to a minimal scenario.
 //! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
 //! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
 
@@ -27,5 +28,6 @@ pub mod harness;
 pub mod reach;
 pub mod report;
 pub mod scenario;
+pub mod shrink;
 pub mod trace;
 pub mod world;

@@ -58,6 +58,9 @@ enum Command {
     Apiserver(ApiserverArgs),
     /// List the fault points compiled into the system code (name, tab, what firing does).
     BuggifyPoints,
+    /// Shrink a failing run to a minimal scenario that still breaks the same invariant;
+    /// writes <file stem>.min.yaml next to FILE.
+    Shrink(ShrinkArgs),
     /// Run the control plane or a runtime for real.
     #[command(subcommand)]
     Serve(serve::Serve),
@@ -114,6 +117,27 @@ struct SweepArgs {
     /// Runs at a time (default: the number of cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Also write the sweep's cost (runs, CPU seconds, seeds per CPU-minute) as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    perf: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ShrinkArgs {
+    /// The scenario file (YAML).
+    file: PathBuf,
+    /// The failing seed.
+    #[arg(long)]
+    seed: u64,
+    /// Variant to run.
+    #[arg(long, value_enum, default_value = "hardened")]
+    variant: VariantArg,
+    /// The invariant to keep breaking (default: the first one the run breaks).
+    #[arg(long)]
+    invariant: Option<String>,
+    /// Where to write the result (default: <file stem>.min.yaml next to FILE).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -287,6 +311,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
     })?;
     progress.finish();
     let mut worst = Exit::Expected;
+    let mut perf = Vec::new();
     for variant in variants {
         let expected = report::expected(&scenario, variant);
         let mut by_result: std::collections::BTreeMap<String, u64> = Default::default();
@@ -340,6 +365,37 @@ fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
         if !coverage(&scenario, variant, &lines) {
             worst = worst.max(Exit::Unreached);
         }
+        // Each run is one single-threaded process: its wall time is its CPU time.
+        let cpu: f64 = lines
+            .iter()
+            .map(|l| l["wall_seconds"].as_f64().unwrap_or(0.0))
+            .sum();
+        let per_minute = if cpu > 0.0 {
+            60.0 * lines.len() as f64 / cpu
+        } else {
+            0.0
+        };
+        println!(
+            "  cost: {} runs, {cpu:.1} CPU-s, {:.2} CPU-s per seed, {per_minute:.1} seeds per CPU-minute",
+            lines.len(),
+            cpu / lines.len().max(1) as f64
+        );
+        perf.push(serde_json::json!({
+            "scenario": scenario.name, "variant": variant.as_str(),
+            "seeds": format!("{}..{}", args.seeds.start, args.seeds.end),
+            "runs": lines.len(), "cpu_seconds": (cpu * 10.0).round() / 10.0,
+            "seeds_per_cpu_minute": (per_minute * 10.0).round() / 10.0,
+            "debug_build": cfg!(debug_assertions),
+        }));
+    }
+    if let Some(file) = &args.perf {
+        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
+        }
+        let text = serde_json::to_string_pretty(&perf).expect("JSON values serialise");
+        std::fs::write(file, text + "\n")
+            .map_err(|e| Fail::usage(format!("{}: cannot write: {e}", file.display())))?;
     }
     Ok(worst)
 }
@@ -416,6 +472,59 @@ fn coverage(scenario: &Scenario, variant: Variant, lines: &[&serde_json::Value])
         }
     }
     complete
+}
+
+fn cmd_shrink(args: ShrinkArgs) -> Result<Exit, Fail> {
+    let (scenario, _) = load(&args.file)?;
+    let variant = Variant::from(args.variant);
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stem = args
+            .file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "scenario".into());
+        args.file.with_file_name(format!("{stem}.min.yaml"))
+    });
+    let started = Instant::now(); // determinism: real-env (wall-clock progress figure only)
+    let mut progress = |step: &str| eprintln!("orrery shrink: {step}");
+    let shrunk = orrery_sim::shrink::shrink(
+        &scenario,
+        args.seed,
+        variant,
+        args.invariant.as_deref(),
+        &mut progress,
+    )
+    .map_err(|e| Fail::usage(e.to_string()))?;
+    let yaml = serde_saphyr::to_string(&shrunk.scenario)
+        .map_err(|e| Fail::usage(format!("cannot render the scenario: {e}")))?;
+    let text = format!(
+        "# Shrunk by: orrery shrink {} --seed {} --variant {}\n# Still breaks {}. {}\n{yaml}",
+        args.file.display(),
+        args.seed,
+        variant.as_str(),
+        shrunk.invariant,
+        shrunk.changes.join(", "),
+    );
+    std::fs::write(&out, text)
+        .map_err(|e| Fail::usage(format!("{}: cannot write: {e}", out.display())))?;
+    println!(
+        "{}: still breaks {} after {} runs ({:.0} s): {}",
+        out.display(),
+        shrunk.invariant,
+        shrunk.runs,
+        started.elapsed().as_secs_f64(),
+        if shrunk.changes.is_empty() {
+            "nothing could be removed".to_string()
+        } else {
+            shrunk.changes.join(", ")
+        }
+    );
+    println!(
+        "replay: cargo run -q -p orrery-sim --bin orrery -- run {} --variant {}",
+        out.display(),
+        variant.as_str()
+    );
+    Ok(Exit::Expected)
 }
 
 fn cmd_check_determinism(args: DeterminismArgs) -> Result<Exit, Fail> {
@@ -510,6 +619,7 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
             "scenario": name, "variant": job.variant.as_str(), "seed": job.scenario.seeds[0],
             "sim_seconds": sim, "wall_seconds": wall,
             "sim_seconds_per_wall_second": if wall > 0.0 { sim / wall } else { 0.0 },
+            "seeds_per_cpu_minute": if wall > 0.0 { 60.0 / wall } else { 0.0 },
             "events_per_wall_second": if wall > 0.0 { events / wall } else { 0.0 },
             "parallel_runs": parallel,
         }));
@@ -560,6 +670,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Sweep(args) => cmd_sweep(args),
+        Command::Shrink(args) => cmd_shrink(args),
         Command::BuggifyPoints => {
             for point in orrery_system::env::Point::ALL {
                 println!("{}\t{}", point.name(), point.what());

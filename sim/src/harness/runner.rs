@@ -255,6 +255,7 @@ fn world_pieces(
     if host.has(Role::Probe) {
         let config = probe::Config {
             watch_timeout_seconds: scenario.probe.watch_timeout_seconds,
+            list_from_cache: scenario.probe.list_from_cache,
         };
         let target = target.clone();
         pieces.push(Box::new(move |env| {

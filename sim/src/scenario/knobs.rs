@@ -34,6 +34,16 @@ pub struct ApiServerKnobs {
     /// request for them is `403 Forbidden`, as after its RBAC binding is removed. Empty by
     /// default. See `world::apiserver::http` for who "the caller" is.
     pub forbidden: Vec<String>,
+    /// Lists at `resourceVersion=0` (kube-rs's and client-go's default first list) come from
+    /// a watch cache this many resource versions behind the store, as from an API server of
+    /// an HA control plane whose cache lags (kubernetes#59848, "stale reads"); a reflector
+    /// that relists there sees objects older than it already saw. Default 0: never stale.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stale_list_lag: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Default for ApiServerKnobs {
@@ -48,6 +58,7 @@ impl Default for ApiServerKnobs {
             retry_after_seconds: 1,
             latency: Duration::ZERO,
             forbidden: Vec::new(),
+            stale_list_lag: 0,
         }
     }
 }
@@ -96,6 +107,9 @@ pub struct ApiServerPatch {
     /// See [`ApiServerKnobs::forbidden`] (replaces the list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forbidden: Option<Vec<String>>,
+    /// See [`ApiServerKnobs::stale_list_lag`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_list_lag: Option<u64>,
 }
 
 impl ApiServerPatch {
@@ -119,6 +133,9 @@ impl ApiServerPatch {
         }
         if let Some(v) = self.cut_stream_rate {
             knobs.cut_stream_rate = v;
+        }
+        if let Some(v) = self.stale_list_lag {
+            knobs.stale_list_lag = v;
         }
         if let Some(v) = self.throttle_rate {
             knobs.throttle_rate = v;

@@ -316,6 +316,10 @@ pub struct Probe {
     pub read_idle: Duration,
     /// `timeoutSeconds` of its watches. Default 290 s, kube-rs's default.
     pub watch_timeout_seconds: u32,
+    /// List at `resourceVersion=0` (served from the API server's watch cache, see the
+    /// `apiserver.stale_list_lag` knob) instead of kube-rs's default quorum read. Default false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub list_from_cache: bool,
 }
 
 impl Default for Probe {
@@ -323,6 +327,7 @@ impl Default for Probe {
         Probe {
             read_idle: Duration::from_secs(30),
             watch_timeout_seconds: 290,
+            list_from_cache: false,
         }
     }
 }

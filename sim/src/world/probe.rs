@@ -18,6 +18,10 @@ use crate::world::argocd::{application_resource, NAMESPACE};
 pub struct Config {
     /// `timeoutSeconds` of each watch.
     pub watch_timeout_seconds: u32,
+    /// List at `resourceVersion=0`, unpaginated (kube-rs's `ListSemantic::Any` without a page
+    /// size, client-go's default), which an API server may answer from its watch cache; else
+    /// a paginated quorum read (kube-rs's default, `MostRecent`).
+    pub list_from_cache: bool,
 }
 
 /// (name, resourceVersion) of an object the probe saw.
@@ -45,10 +49,19 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config) {
     let writer = reflector::store::Writer::new(application_resource());
     let reader = writer.as_reader();
     let events_env = env.clone();
-    let stream = watcher(
-        api,
-        watcher::Config::default().timeout(config.watch_timeout_seconds),
-    )
+    let stream = watcher(api, {
+        let wc = watcher::Config::default().timeout(config.watch_timeout_seconds);
+        if config.list_from_cache {
+            // kube-core drops resourceVersion=0 from a paginated list: list unpaginated,
+            // as client-go's reflector does for its RV=0 first list.
+            watcher::Config {
+                page_size: None,
+                ..wc.any_semantic()
+            }
+        } else {
+            wc
+        }
+    })
     .backoff(SeededBackoff::new(env.clone()))
     .reflect(writer)
     .for_each(move |event| {

@@ -96,3 +96,46 @@ expect: {faithful: safety_violation}
     assert_eq!(result, Outcome::SafetyViolation);
     assert_eq!(names, vec!["single_owner".to_string()]);
 }
+
+#[test]
+fn probe_rv_monotonic_fires_when_a_restarted_probe_lists_from_a_lagging_cache() {
+    // An HA control plane whose watch cache lags (kubernetes#59848): the probe restarts and
+    // lists at resourceVersion=0, which that cache answers with objects older than the probe
+    // saw before its crash. Without the lag, or with kube-rs's default quorum list, the same
+    // world holds the invariant.
+    let yaml = |lag: u64, from_cache: bool| {
+        format!(
+            "name: t
+description: a restarted reflector relists from a stale cache
+topology:
+  hosts:
+    - {{name: apiserver, role: apiserver}}
+    - {{name: argocd, role: argocd}}
+    - {{name: workload, role: workload}}
+    - {{name: probe, role: probe}}
+probe: {{list_from_cache: {from_cache}}}
+workload: {{applications: 20, repositories: 2, commit_every: 200ms, churn_every: 0s, health_flap_every: 300ms}}
+faults:
+  - {{at: 20s, apiserver: {{stale_list_lag: {lag}}}}}
+  - {{at: 40s, crash: probe}}
+  - {{at: 41s, restart: probe}}
+duration: 60s
+calm: 30s
+invariants:
+  - name: probe_rv_monotonic
+expect: {{hardened: safety_violation}}
+"
+        )
+    };
+    let (result, names) = violated(&yaml(30, true), Variant::Hardened);
+    assert_eq!(result, Outcome::SafetyViolation);
+    assert_eq!(names, vec!["probe_rv_monotonic".to_string()]);
+    for (lag, from_cache) in [(0, true), (30, false)] {
+        let (result, names) = violated(&yaml(lag, from_cache), Variant::Hardened);
+        assert_eq!(
+            (result, names),
+            (Outcome::Pass, vec![]),
+            "lag {lag}, from cache {from_cache}"
+        );
+    }
+}

@@ -10,6 +10,7 @@ mod invariants_fire;
 mod properties;
 mod real_mode;
 mod scenarios;
+mod shrink;
 mod support;
 mod swarm;
 mod tunnel;

@@ -216,7 +216,9 @@ impl Handler {
                             .map_err(|_| ApiError::bad_request(&format!("invalid limit {l:?}")))
                     })
                     .transpose()?;
-                let page = self.server.store().list(
+                // resourceVersion=0 may be served from a lagging watch cache (the knob).
+                let from_cache = params.get("resourceVersion").map(String::as_str) == Some("0");
+                let page = self.server.store().list_lagging(
                     &target.kind,
                     &filter,
                     limit,
@@ -224,6 +226,7 @@ impl Handler {
                         .get("continue")
                         .map(String::as_str)
                         .filter(|c| !c.is_empty()),
+                    if from_cache { knobs.stale_list_lag } else { 0 },
                 )?;
                 let mut metadata = json!({"resourceVersion": page.rv.to_string()});
                 match page.continue_token {

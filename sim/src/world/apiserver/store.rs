@@ -596,6 +596,19 @@ impl Store {
         limit: Option<usize>,
         token: Option<&str>,
     ) -> Result<ListPage, ApiError> {
+        self.list_lagging(kind, filter, limit, token, 0)
+    }
+
+    /// As [`Store::list`], a first page served `lag` resource versions behind the newest (a
+    /// lagging watch cache; as far back as history reaches).
+    pub fn list_lagging(
+        &self,
+        kind: &ResourceKind,
+        filter: &Filter,
+        limit: Option<usize>,
+        token: Option<&str>,
+        lag: u64,
+    ) -> Result<ListPage, ApiError> {
         let (rv, after) = match token {
             Some(token) => {
                 let (rv, ns, name) = decode_continue(token).ok_or_else(|| {
@@ -603,7 +616,7 @@ impl Store {
                 })?;
                 (rv, Some((kind.key(), ns, name)))
             }
-            None => (self.rv, None),
+            None => (self.rv.saturating_sub(lag).max(self.compacted_rv), None),
         };
         let snapshot = self.snapshot_at(kind, rv).ok_or_else(|| {
             ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")

@@ -1,0 +1,115 @@
+//! `orrery shrink`: a failing run becomes a smaller scenario that still breaks the same
+//! invariant, written next to the file it came from; a run that breaks nothing is refused.
+
+use std::path::Path;
+use std::process::Command;
+
+use orrery_sim::harness::runner;
+use orrery_sim::scenario::{self, Outcome, Variant};
+
+fn scenario_path(name: &str) -> String {
+    format!("{}/../scenarios/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn a_shrunk_tunnel_drop_still_runs_a_write_twice_with_fewer_faults() {
+    let original = scenario::load(Path::new(&scenario_path("tunnel-drop.yaml"))).unwrap();
+    let mut heard = 0;
+    let shrunk = orrery_sim::shrink::shrink(
+        &original,
+        1,
+        Variant::Faithful,
+        Some("executed_at_most_once"),
+        &mut |_| heard += 1,
+    )
+    .unwrap();
+    assert_eq!(shrunk.invariant, "executed_at_most_once");
+    assert!(heard > 0, "progress was reported");
+    let min = &shrunk.scenario;
+    assert!(
+        min.faults.len() < original.faults.len(),
+        "{} faults left of {}",
+        min.faults.len(),
+        original.faults.len()
+    );
+    assert!(
+        shrunk
+            .changes
+            .iter()
+            .any(|c| c.starts_with("fault steps 12 → ")),
+        "{:?}",
+        shrunk.changes
+    );
+    assert_eq!(min.seeds, vec![1]);
+    assert_eq!(min.name, "tunnel-drop-min");
+    assert_eq!(
+        min.invariants
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>(),
+        ["executed_at_most_once"]
+    );
+    let again = runner::run(min, 1, Variant::Faithful);
+    assert_eq!(again.result, Outcome::SafetyViolation);
+    assert_eq!(again.violations[0].invariant, "executed_at_most_once");
+}
+
+#[test]
+fn orrery_shrink_writes_a_min_file_next_to_the_scenario_that_replays_the_failure() {
+    let dir = std::env::temp_dir().join(format!("orrery-shrink-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("drop.yaml");
+    std::fs::copy(scenario_path("tunnel-drop.yaml"), &file).unwrap();
+    let orrery = env!("CARGO_BIN_EXE_orrery");
+    let output = Command::new(orrery)
+        .args([
+            "shrink",
+            file.to_str().unwrap(),
+            "--seed",
+            "1",
+            "--variant",
+            "faithful",
+        ])
+        .args(["--invariant", "executed_at_most_once"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("still breaks executed_at_most_once"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("fault steps 12 → "), "{stdout}");
+    let min = dir.join("drop.min.yaml");
+    let text = std::fs::read_to_string(&min).unwrap();
+    assert!(text.starts_with("# Shrunk by: orrery shrink"), "{text}");
+    let replay = Command::new(orrery)
+        .args(["run", min.to_str().unwrap(), "--variant", "faithful"])
+        .output()
+        .unwrap();
+    let line: serde_json::Value = serde_json::from_slice(&replay.stdout).unwrap();
+    assert_eq!(line["violations"][0], "executed_at_most_once", "{line}");
+    assert_eq!(
+        line["expected"], true,
+        "the declared faithful verdict still holds: {line}"
+    );
+    // A seed that breaks nothing cannot be shrunk: a clear error, exit 2.
+    let refused = Command::new(orrery)
+        .args([
+            "shrink",
+            file.to_str().unwrap(),
+            "--seed",
+            "1",
+            "--variant",
+            "hardened",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("breaks no invariant"), "{stderr}");
+}
