@@ -3,6 +3,7 @@
 
 mod jobs;
 mod serve;
+mod summary;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -313,78 +314,23 @@ fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
     let mut worst = Exit::Expected;
     let mut perf = Vec::new();
     for variant in variants {
-        let expected = report::expected(&scenario, variant);
-        let mut by_result: std::collections::BTreeMap<String, u64> = Default::default();
-        let mut by_invariant: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-        let mut first_failure: Option<(u64, String)> = None;
-        for (job, result) in jobs
+        let runs: Vec<(u64, &jobs::JobResult)> = jobs
             .iter()
             .zip(&results)
             .filter(|(j, _)| j.variant == variant)
-        {
-            let outcome = result.line["result"].as_str().unwrap_or("?").to_string();
-            *by_result.entry(outcome.clone()).or_default() += 1;
-            if result.exit != Exit::Expected {
-                worst = worst.max(result.exit);
-                first_failure.get_or_insert((job.seed, outcome));
-                for invariant in result.line["violations"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|v| v.as_str())
-                {
-                    by_invariant
-                        .entry(invariant.to_string())
-                        .or_insert((0, job.seed))
-                        .0 += 1;
-                }
-            }
-        }
-        println!(
-            "{} / {}: expected {} — results {:?}",
-            scenario.name,
-            variant.as_str(),
-            expected.as_str(),
-            by_result
-        );
-        for (invariant, (count, seed)) in &by_invariant {
-            println!("  unexpected violations of {invariant}: {count} seeds (first: seed {seed})");
-        }
-        if let Some((seed, outcome)) = first_failure {
-            println!(
-                "  first unexpected: seed {seed} ({outcome}); reproduce with:\n    {}",
-                report::repro(&path, seed, variant)
-            );
-        }
-        let lines: Vec<&serde_json::Value> = jobs
-            .iter()
-            .zip(&results)
-            .filter(|(j, _)| j.variant == variant)
-            .map(|(_, r)| &r.line)
+            .map(|(j, r)| (j.seed, r))
             .collect();
-        if !coverage(&scenario, variant, &lines) {
-            worst = worst.max(Exit::Unreached);
-        }
-        // Each run is one single-threaded process: its wall time is its CPU time.
-        let cpu: f64 = lines
-            .iter()
-            .map(|l| l["wall_seconds"].as_f64().unwrap_or(0.0))
-            .sum();
-        let per_minute = if cpu > 0.0 {
-            60.0 * lines.len() as f64 / cpu
-        } else {
-            0.0
-        };
+        let summary = summary::Summary::of(&scenario, variant, &runs);
         println!(
-            "  cost: {} runs, {cpu:.1} CPU-s, {:.2} CPU-s per seed, {per_minute:.1} seeds per CPU-minute",
-            lines.len(),
-            cpu / lines.len().max(1) as f64
+            "{}",
+            summary.text(|seed| report::repro(&path, seed, variant))
         );
+        worst = worst.max(summary.worst);
         perf.push(serde_json::json!({
             "scenario": scenario.name, "variant": variant.as_str(),
             "seeds": format!("{}..{}", args.seeds.start, args.seeds.end),
-            "runs": lines.len(), "cpu_seconds": (cpu * 10.0).round() / 10.0,
-            "seeds_per_cpu_minute": (per_minute * 10.0).round() / 10.0,
+            "runs": summary.runs, "cpu_seconds": (summary.cpu_seconds * 10.0).round() / 10.0,
+            "seeds_per_cpu_minute": (summary.seeds_per_cpu_minute() * 10.0).round() / 10.0,
             "debug_build": cfg!(debug_assertions),
         }));
     }
@@ -398,80 +344,6 @@ fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
             .map_err(|e| Fail::usage(format!("{}: cannot write: {e}", file.display())))?;
     }
     Ok(worst)
-}
-
-/// Prints how many seeds reached each reach condition and fired each fault point; false
-/// when a condition the scenario declares for `variant` was never reached.
-fn coverage(scenario: &Scenario, variant: Variant, lines: &[&serde_json::Value]) -> bool {
-    use orrery_sim::reach::Condition;
-    use std::collections::BTreeMap;
-    let count = |field: &str| {
-        let mut seeds: BTreeMap<String, u64> = BTreeMap::new();
-        for line in lines {
-            let names: Vec<String> = match &line[field] {
-                serde_json::Value::Array(items) => items
-                    .iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect(),
-                serde_json::Value::Object(map) => map.keys().cloned().collect(),
-                _ => Vec::new(),
-            };
-            for name in names {
-                *seeds.entry(name).or_default() += 1;
-            }
-        }
-        seeds
-    };
-    let (reached, fired) = (count("reached"), count("fault_points"));
-    let total = lines.len();
-    let declared: Vec<Condition> = scenario
-        .reach
-        .iter()
-        .filter(|r| r.applies_to(variant))
-        .map(|r| r.condition)
-        .collect();
-    let mut complete = true;
-    if !declared.is_empty() {
-        println!("  reach conditions declared (seeds that reached each):");
-        for condition in &declared {
-            let n = reached.get(condition.name()).copied().unwrap_or(0);
-            let flag = if n == 0 { "   NEVER REACHED" } else { "" };
-            complete &= n > 0;
-            println!("    {:<32} {n}/{total}{flag}", condition.name());
-        }
-    }
-    let others: Vec<(&String, &u64)> = reached
-        .iter()
-        .filter(|(name, _)| !declared.iter().any(|c| c.name() == name.as_str()))
-        .collect();
-    if !others.is_empty() {
-        println!("  other conditions reached:");
-        for (name, n) in others {
-            println!("    {name:<32} {n}/{total}");
-        }
-    }
-    // The points this scenario can switch on: its own, or those its swarm draws from.
-    let mut points: Vec<orrery_system::env::Point> = Vec::new();
-    if let Some(buggify) = &scenario.buggify {
-        points.extend(&buggify.points);
-    }
-    if let Some(draw) = scenario.swarm.as_ref().and_then(|s| s.buggify.as_ref()) {
-        if draw.points.is_empty() {
-            points.extend(orrery_system::env::Point::ALL);
-        } else {
-            points.extend(&draw.points);
-        }
-    }
-    points.sort();
-    points.dedup();
-    if !points.is_empty() {
-        println!("  fault points (seeds in which each fired):");
-        for point in &points {
-            let n = fired.get(point.name()).copied().unwrap_or(0);
-            println!("    {:<36} {n}/{total}", point.name());
-        }
-    }
-    complete
 }
 
 fn cmd_shrink(args: ShrinkArgs) -> Result<Exit, Fail> {
@@ -577,9 +449,25 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
                 variant,
                 out,
             });
+            // A swarm family's other listed seeds give its seeds.{json,md}: results,
+            // failure rate by invariant, reach conditions and fault points.
+            if scenario.swarm.is_some() {
+                for seed in scenario.seeds.iter().skip(1) {
+                    jobs.push(Job {
+                        path: file.display().to_string(),
+                        seed: *seed,
+                        scenario: scenario.clone(),
+                        variant,
+                        out: None,
+                    });
+                }
+            }
         }
     }
     let results = jobs::run(&jobs, parallel, |job, result| {
+        if job.out.is_none() {
+            return; // a swarm family's extra seed
+        }
         eprintln!(
             "{} / {}: {} in {:.1} s wall",
             job.scenario.name,
@@ -591,7 +479,21 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
     let mut index = String::from("# orrery reports\n\nGenerated by `make reports`; never edit by hand. One row per scenario and variant, at the scenario's first seed.\n\n| scenario | variant | seed | result | expected | trace hash |\n|---|---|---|---|---|---|\n");
     let mut perf = Vec::new();
     let mut worst = Exit::Expected;
+    let mut families: Vec<(&Scenario, Variant, Vec<(u64, &jobs::JobResult)>)> = Vec::new();
     for (job, result) in jobs.iter().zip(&results) {
+        if job.scenario.swarm.is_some() {
+            match families
+                .iter_mut()
+                .find(|(s, v, _)| s.name == job.scenario.name && *v == job.variant)
+            {
+                Some((_, _, runs)) => runs.push((job.seed, result)),
+                None => families.push((&job.scenario, job.variant, vec![(job.seed, result)])),
+            }
+        }
+        if job.out.is_none() {
+            worst = worst.max(result.exit);
+            continue;
+        }
         let expected = report::expected(&job.scenario, job.variant);
         worst = worst.max(result.exit);
         let mark = if result.exit == Exit::Expected {
@@ -629,6 +531,25 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
             .map_err(|e| Fail::usage(format!("{}: cannot write: {e}", path.display())))
     };
     write(args.out.join("README.md"), index)?;
+    let mut by_family: std::collections::BTreeMap<&str, Vec<summary::Summary>> = Default::default();
+    for (scenario, variant, runs) in &families {
+        let summary = summary::Summary::of(scenario, *variant, runs);
+        worst = worst.max(summary.worst);
+        by_family.entry(&scenario.name).or_default().push(summary);
+    }
+    for (name, summaries) in by_family {
+        let seeds = summaries.first().map_or(0, |s| s.runs);
+        let mut md = format!(
+            "# {name}: seeds 1–{seeds}\n\nGenerated by `make reports`; never edit by hand. Every listed seed of this swarm family, per variant: results, the failure rate by invariant, and how many seeds reached each reach condition and fired each fault point.\n\n"
+        );
+        for summary in &summaries {
+            md.push_str(&summary.markdown());
+        }
+        let dir = args.out.join(name);
+        write(dir.join("seeds.md"), md)?;
+        let json = serde_json::to_string_pretty(&summaries).expect("summaries serialise");
+        write(dir.join("seeds.json"), json + "\n")?;
+    }
     let perf_dir = args.out.join("perf");
     std::fs::create_dir_all(&perf_dir)
         .map_err(|e| Fail::usage(format!("{}: {e}", perf_dir.display())))?;

@@ -6,9 +6,11 @@
 //! dropping fault points, bringing healing steps closer to the fault they heal (shorter
 //! faults), lowering the queue capacity, the number of applications and repositories,
 //! dropping surplus reporter and client hosts, and shortening the fault and calm phases. A
-//! candidate is kept when it is a valid scenario and the same seed and variant still break
-//! the target invariant. Every candidate is a whole deterministic run, so the result
-//! replays exactly.
+//! candidate is kept when it is a valid scenario, the same seed and variant still break the
+//! target invariant and — when the scenario expects the other variant to pass — the other
+//! variant still holds it (so what is kept is the variant's flaw, not a world in which the
+//! invariant cannot hold, such as a calm phase too short to drain a backlog). Every
+//! candidate is a whole deterministic run, so the result replays exactly.
 
 use std::time::Duration;
 
@@ -59,6 +61,10 @@ struct Search<'a> {
     seed: u64,
     variant: Variant,
     invariant: String,
+    /// The other variant when the scenario expects it to pass: a candidate must still pass
+    /// there, so the failure kept is the variant's flaw, not a world in which the invariant
+    /// cannot hold (a calm phase too short to drain anything, say).
+    contrast: Option<Variant>,
     runs: u32,
     progress: &'a mut dyn FnMut(&str),
 }
@@ -77,11 +83,22 @@ impl Search<'_> {
             return false;
         }
         self.runs += 1;
-        let outcome = runner::run(candidate, self.seed, self.variant);
-        outcome
-            .violations
-            .iter()
-            .any(|v| v.invariant == self.invariant)
+        let breaks = |variant| {
+            runner::run(candidate, self.seed, variant)
+                .violations
+                .iter()
+                .any(|v| v.invariant == self.invariant)
+        };
+        if !breaks(self.variant) {
+            return false;
+        }
+        match self.contrast {
+            Some(other) => {
+                self.runs += 1;
+                !breaks(other)
+            }
+            None => true,
+        }
     }
 
     /// Replaces `best` with `candidate` if it still fails; says whether it did.
@@ -138,10 +155,20 @@ pub fn shrink(
         })?,
     };
     let original = best.clone();
+    let contrast = [Variant::Faithful, Variant::Hardened]
+        .into_iter()
+        .find(|v| *v != variant && scenario.expect.get(v) == Some(&Outcome::Pass));
+    if let Some(other) = contrast {
+        progress(&format!(
+            "keeping only candidates where {} still holds {target} (the scenario expects it to pass)",
+            other.as_str()
+        ));
+    }
     let mut search = Search {
         seed,
         variant,
         invariant: target.clone(),
+        contrast,
         runs: 1,
         progress,
     };

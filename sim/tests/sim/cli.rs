@@ -150,6 +150,47 @@ fn each_result_class_exits_with_its_own_code() {
 }
 
 #[test]
+fn a_sweep_that_never_reaches_a_declared_condition_exits_6_and_says_which() {
+    let dir = tempdir("reach");
+    let path = probe_world(&dir, "reach", "20s", "pass");
+    let reached = std::fs::read_to_string(&path).unwrap().replace(
+        "invariants:",
+        "reach: [watch_expired, {condition: queue_overflowed, variants: [faithful]}]\ninvariants:",
+    );
+    std::fs::write(&path, &reached).unwrap();
+    // The probe world has no reporter: its queue never overflows, and with the default
+    // compaction window no watch expires.
+    let sweep = orrery(&["sweep", &path, "--seeds", "1..=2", "--jobs", "2"]);
+    assert_eq!(code(&sweep), 6, "{}", text(&sweep));
+    assert!(
+        text(&sweep).contains("watch_expired                    0/2   NEVER REACHED"),
+        "{}",
+        text(&sweep)
+    );
+    assert!(
+        !text(&sweep).contains("queue_overflowed"),
+        "a condition declared for faithful only is not checked in a hardened sweep"
+    );
+    // Declared only where it is reached (every run's final line lists what it reached).
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&orrery(&["run", &path]).stdout).trim())
+            .unwrap();
+    assert!(
+        line["reached"].is_array() && line["fault_points"].is_object(),
+        "{line}"
+    );
+    // An unknown condition is refused where it is written.
+    std::fs::write(&path, reached.replace("watch_expired", "watch_expird")).unwrap();
+    let refused = orrery(&["run", &path]);
+    assert_eq!(code(&refused), 2);
+    assert!(
+        text(&refused).contains("unknown reach condition \"watch_expird\""),
+        "{}",
+        text(&refused)
+    );
+}
+
+#[test]
 fn an_unexpected_safety_violation_exits_3() {
     // The faithful tunnel runs a retried write twice (see scenarios/tunnel-drop.yaml);
     // declared as a pass here, that is an unexpected safety violation.
