@@ -120,6 +120,24 @@ pub struct TraceEvent {
 }
 
 impl TraceEvent {
+    /// A component's observation at `at_ms` on `host` (hand-written traces in tests).
+    pub fn observed(at_ms: u64, host: &str, observation: impl Into<Observation>) -> TraceEvent {
+        TraceEvent {
+            at_ms,
+            host: host.into(),
+            entry: Entry::Observed(observation.into()),
+        }
+    }
+
+    /// One of the harness's own events at `at_ms`.
+    pub fn of_harness(at_ms: u64, event: HarnessEvent) -> TraceEvent {
+        TraceEvent {
+            at_ms,
+            host: "harness".into(),
+            entry: Entry::Harness(event),
+        }
+    }
+
     /// The canonical one-line rendering the hash is computed over.
     pub fn line(&self) -> String {
         serde_json::to_string(self).expect("trace events serialise")

@@ -14,19 +14,11 @@ use crate::trace::{Entry, HarnessEvent, HostChange, TraceEvent};
 use crate::world::probe::digest;
 
 fn at(at_ms: u64, host: &str, observation: impl Into<Observation>) -> TraceEvent {
-    TraceEvent {
-        at_ms,
-        host: host.into(),
-        entry: Entry::Observed(observation.into()),
-    }
+    TraceEvent::observed(at_ms, host, observation)
 }
 
 fn harness(at_ms: u64, event: HarnessEvent) -> TraceEvent {
-    TraceEvent {
-        at_ms,
-        host: "harness".into(),
-        entry: Entry::Harness(event),
-    }
+    TraceEvent::of_harness(at_ms, event)
 }
 
 /// Runs the named invariant's checker over `events`, then `state`.

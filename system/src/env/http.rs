@@ -204,15 +204,7 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(Connector {
-            env,
-            read_idle,
-            connect_timeout: None,
-        })
+    build(env, read_idle, None)
 }
 
 /// As [`client`], giving up on a connection that is not established within `connect_timeout`
@@ -227,6 +219,15 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    build(env, read_idle, Some(connect_timeout))
+}
+
+fn build<B>(env: SharedEnv, read_idle: Duration, connect_timeout: Option<Duration>) -> Client<B>
+where
+    B: hyper::body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
@@ -234,7 +235,7 @@ where
         .build(Connector {
             env,
             read_idle,
-            connect_timeout: Some(connect_timeout),
+            connect_timeout,
         })
 }
 
