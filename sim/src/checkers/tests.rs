@@ -10,7 +10,7 @@ use orrery_system::platform::events::read_model::AppState;
 
 use super::*;
 use crate::faults::Fault;
-use crate::trace::{Entry, HarnessEvent, HostChange, TraceEvent};
+use crate::trace::{HarnessEvent, HostChange, TraceEvent};
 use crate::world::probe::digest;
 
 fn at(at_ms: u64, host: &str, observation: impl Into<Observation>) -> TraceEvent {
