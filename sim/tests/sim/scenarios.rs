@@ -200,3 +200,35 @@ fn reconnect_storm_hardened_takes_the_servers_slots_and_beats_lockstep_backoff()
         "hardened wastes fewer attempts: {hardened_busy} vs {faithful_busy} refusals"
     );
 }
+
+#[test]
+fn a_runtime_restarted_after_a_lost_answer_runs_no_write_twice_only_with_durable_records() {
+    let s = scenario::load(Path::new(&scenario_path(
+        "runtime-restart-after-lost-answer.yaml",
+    )))
+    .unwrap();
+    for seed in &s.seeds {
+        for variant in s.expect.keys().copied() {
+            let outcome = runner::run(&s, *seed, variant);
+            assert_eq!(
+                outcome.result,
+                report::expected(&s, variant),
+                "seed {seed} {variant:?}: {:?}",
+                outcome.violations
+            );
+        }
+    }
+    // The first hardened design kept request records in memory only (no cache host): the
+    // retry that reaches the restarted runtime runs the write again.
+    let mut in_memory = s.clone();
+    in_memory.topology.hosts.retain(|h| h.name != "cache");
+    let outcome = runner::run(&in_memory, 1, Variant::Hardened);
+    assert_eq!(
+        outcome
+            .violations
+            .iter()
+            .map(|v| v.invariant.as_str())
+            .collect::<Vec<_>>(),
+        ["executed_at_most_once"]
+    );
+}
