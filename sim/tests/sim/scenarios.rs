@@ -232,3 +232,40 @@ fn a_runtime_restarted_after_a_lost_answer_runs_no_write_twice_only_with_durable
         ["executed_at_most_once"]
     );
 }
+
+#[test]
+fn a_hardened_replica_whose_lease_renewal_is_held_back_steps_down_at_its_lease_expiry() {
+    // Fault point reporter.lease_renew_late holds renewals back 1-2 lease durations. The
+    // replica must stop reporting (an empty membership view) once its lease has expired for
+    // the others, without waiting for the late renewal — what the swarm found missing.
+    let text = std::fs::read_to_string(scenario_path("shard-rebalance.yaml")).unwrap();
+    let mut s = scenario::parse::parse("lease.yaml", &text).unwrap();
+    s.workload.applications = 100;
+    s.faults.clear();
+    s.reporter.replicas = Some(3);
+    s.duration = std::time::Duration::from_secs(120);
+    s.calm = std::time::Duration::from_secs(120);
+    s.buggify = Some(orrery_sim::scenario::model::Buggify {
+        probability: 0.3,
+        points: vec![orrery_system::env::Point::ReporterLeaseRenewLate],
+    });
+    let outcome = runner::run(&s, 1, Variant::Hardened);
+    assert_eq!(outcome.result, Outcome::Pass, "{:?}", outcome.violations);
+    assert!(outcome
+        .fault_points
+        .contains_key(&orrery_system::env::Point::ReporterLeaseRenewLate));
+    let events = outcome.trace.events();
+    let stepped_down = events.iter().any(|e| {
+        matches!(
+            e.reporter(),
+            Some(orrery_system::observe::ReporterEvent::Membership { members, .. }) if members.is_empty()
+        ) && e.at_ms < s.duration.as_millis() as u64
+    });
+    assert!(
+        stepped_down,
+        "some replica stepped down while its renewal was late"
+    );
+    assert!(outcome
+        .reached
+        .contains(&orrery_sim::reach::Condition::LeaseExpiredWhileSending));
+}
