@@ -37,6 +37,20 @@ pub enum Serve {
     /// a plain-HTTP simulated API server, or the KUBECONFIG cluster); with --argocd the
     /// application event reporter (events to --events-api, dedup cache at --cache).
     Runtime(RuntimeArgs),
+    /// orrery's key-value cache on its own (the runtime's Redis stand-in): a store that
+    /// outlives runtime restarts, e.g. for `serve runtime --durable-requests`.
+    Cache(CacheArgs),
+}
+
+/// `orrery serve cache`.
+#[derive(Args)]
+pub struct CacheArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    listen: String,
+    /// Log format (the level follows RUST_LOG, default info).
+    #[arg(long, value_enum, default_value = "human")]
+    log_format: LogFormat,
 }
 
 /// How real mode logs.
@@ -219,6 +233,7 @@ pub fn run(what: Serve) -> Result<Exit, Fail> {
     match what {
         Serve::ControlPlane(args) => control_plane(args),
         Serve::Runtime(args) => runtime(args),
+        Serve::Cache(args) => cache(args),
     }
     .map(|()| Exit::Expected)
 }
@@ -263,6 +278,22 @@ fn users(permissions: &Permissions, list: &str) -> Result<(), Fail> {
 
 fn read(path: &PathBuf) -> Result<Vec<u8>, Fail> {
     std::fs::read(path).map_err(|e| Fail::usage(format!("{}: {e}", path.display())))
+}
+
+/// The cache alone, until SIGINT/SIGTERM.
+fn cache(args: CacheArgs) -> Result<(), Fail> {
+    init_logging(args.log_format);
+    tracing::info!("orrery cache on {}", args.listen);
+    block_on(async move {
+        let env: orrery_system::env::SharedEnv =
+            std::sync::Arc::new(orrery_system::env::RealEnv::new("cache"));
+        tokio::select! {
+            served = orrery_system::runtime::cache::run(env, &args.listen) => {
+                served.map_err(|e| Fail::usage(format!("cache on {}: {e}", args.listen)))
+            }
+            () = shutdown_signal() => Ok(()),
+        }
+    })
 }
 
 /// The platform: tunnel server and client gateway, from the control-plane assembly.

@@ -88,7 +88,10 @@ fn version_and_help_work_for_every_subcommand() {
         (vec!["bench"], "--events"),
         (vec!["apiserver"], "--listen"),
         (vec!["serve", "control-plane"], "--admin-token"),
-        (vec!["serve", "runtime"], "--log-format"),
+        (vec!["serve", "runtime"], "--durable-requests"),
+        (vec!["serve", "cache"], "--listen"),
+        (vec!["shrink"], "--invariant"),
+        (vec!["buggify-points"], "Usage"),
     ] {
         let mut args = sub.clone();
         args.push("--help");

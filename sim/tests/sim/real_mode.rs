@@ -383,3 +383,84 @@ fn serve_runtime_runs_the_reporter_and_a_sigterm_releases_its_lease() {
     let (status, body) = http(api, "GET", lease, "").unwrap();
     assert_eq!(status, 404, "the lease was released on shutdown: {body}");
 }
+
+/// A POST through the gateway with an idempotency key: (status, body).
+fn post_once(port: u16, path: &str, key: &str, body: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .ok()?;
+    let request = format!("POST {path} HTTP/1.1\r\nhost: localhost\r\nidempotency-key: {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}
+
+#[test]
+fn a_hardened_runtime_with_durable_request_records_answers_a_retry_after_its_restart_without_running_it_again(
+) {
+    // Without --durable-requests the retry reaches the API server again and gets 409
+    // AlreadyExists (checked by hand when this test was written).
+    let (api, tunnel, gateway, cache) = (free_port(), free_port(), free_port(), free_port());
+    let (api_addr, tunnel_addr, gateway_addr, cache_addr) = (
+        format!("127.0.0.1:{api}"),
+        format!("127.0.0.1:{tunnel}"),
+        format!("127.0.0.1:{gateway}"),
+        format!("127.0.0.1:{cache}"),
+    );
+    let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
+    let _store = orrery(&["serve", "cache", "--listen", &cache_addr]);
+    let _platform = control_plane(&tunnel_addr, &gateway_addr, "acme-prod=tok-1", &[]);
+    let runtime = || {
+        orrery(&[
+            "serve",
+            "runtime",
+            "--platform",
+            &tunnel_addr,
+            "--name",
+            "acme-prod",
+            "--token",
+            "tok-1",
+            "--workflows",
+            &api_addr,
+            "--cache",
+            &cache_addr,
+            "--durable-requests",
+        ])
+    };
+    let mut process = runtime();
+    let list = "/api/runtimes/acme-prod/workflows/api/v1/namespaces/default/configmaps";
+    eventually("the tunnel is up", Duration::from_secs(30), || {
+        http(gateway, "GET", list, "").is_some_and(|(code, _)| code == 200)
+    });
+    let create = r#"{"metadata":{"name":"created-once"}}"#;
+    let (code, first) = post_once(gateway, list, "write-1", create).expect("an answer");
+    assert_eq!(code, 201, "{first}");
+    // The runtime restarts (its memory is gone); the client retries the same write.
+    drop(process);
+    process = runtime();
+    eventually(
+        "the restarted runtime is back",
+        Duration::from_secs(30),
+        || http(gateway, "GET", list, "").is_some_and(|(code, _)| code == 200),
+    );
+    let (code, again) = post_once(gateway, list, "write-1", create).expect("an answer");
+    // Run again, the API server would answer 409 AlreadyExists: the record answers instead.
+    assert_eq!(
+        (code, &again),
+        (201, &first),
+        "the recorded answer, replayed"
+    );
+    let (code, other) = post_once(gateway, list, "write-2", create).expect("an answer");
+    assert_eq!(
+        code, 409,
+        "a new key does run (and the object exists): {other}"
+    );
+    drop(process);
+}
