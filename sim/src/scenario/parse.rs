@@ -264,13 +264,14 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             .iter()
             .filter(|h| h.has(super::model::Role::Reporter))
             .count() as u32;
-        validate_swarm(&v, &hosts, reporters, swarm, s.duration)?;
+        validate_swarm(&v, s, &hosts, reporters, swarm, s.duration)?;
     }
     Ok(())
 }
 
 fn validate_swarm(
     v: &Validator<'_>,
+    scenario: &Scenario,
     hosts: &[&str],
     reporters: u32,
     swarm: &super::swarm::Swarm,
@@ -348,10 +349,14 @@ fn validate_swarm(
             named.push((at.key("crash").index(k), host.as_str()));
         }
         for (place, host) in named {
+            let known = match host.strip_prefix("role:") {
+                Some(_) => !super::swarm::hosts_named(scenario, host).is_empty(),
+                None => hosts.contains(&host),
+            };
             v.check(
-                hosts.contains(&host),
+                known,
                 &place,
-                format!("unknown host {host:?}; hosts are {hosts:?}"),
+                format!("unknown host {host:?}; hosts are {hosts:?}, or role:<role> for every host with a role the topology has"),
             )?;
         }
         for (knob, [low, high]) in fault.apiserver.iter().flatten() {

@@ -14,7 +14,7 @@
 //!   keep: 0.7              # each fault kind stays on for a seed with this probability
 //!   faults:                # kinds, each with a weight and how long a fault lasts
 //!     - {partition: [[probe, apiserver], [argocd, apiserver]], weight: 2, lasts: [2s, 60s]}
-//!     - {crash: [argocd], lasts: [1s, 30s]}
+//!     - {crash: [argocd, "role:reporter"], lasts: [1s, 30s]}   # a name, or every host of a role
 //!     - {latency: [[probe, apiserver]], max: [20ms, 500ms], lasts: [5s, 60s]}
 //!     - {apiserver: {cut_stream_rate: [0.0, 0.05], throttle_rate: [0.0, 0.3]}, lasts: [5s, 40s]}
 //!   knobs:                 # drawn once per seed
@@ -270,6 +270,40 @@ fn draw(rng: &mut Rng, range: Option<[Span; 2]>, knob: &mut Duration) {
     }
 }
 
+/// The hosts a swarm target names: a host name, or `role:<role>` for every host with that
+/// role (`role:reporter`), in topology order.
+pub fn hosts_named(scenario: &Scenario, target: &str) -> Vec<String> {
+    match target.strip_prefix("role:") {
+        Some(role) => {
+            let role: Option<super::model::Role> =
+                serde_json::from_value(serde_json::Value::String(role.to_string())).ok();
+            scenario
+                .topology
+                .hosts
+                .iter()
+                .filter(|h| role.is_some_and(|r| h.has(r)))
+                .map(|h| h.name.clone())
+                .collect()
+        }
+        None => vec![target.to_string()],
+    }
+}
+
+/// Links with role targets expanded into every pair of hosts they name (no self-links).
+fn expand_links(scenario: &Scenario, links: &[[String; 2]]) -> Vec<[String; 2]> {
+    let mut out = Vec::new();
+    for [a, b] in links {
+        for x in hosts_named(scenario, a) {
+            for y in hosts_named(scenario, b) {
+                if x != y {
+                    out.push([x.clone(), y]);
+                }
+            }
+        }
+    }
+    out
+}
+
 fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> &'a T {
     &items[rng.below(items.len() as u64) as usize]
 }
@@ -435,17 +469,23 @@ fn steps(
 ) -> (String, Vec<FaultStep>) {
     let (mut on, mut off) = (step(start), step(end));
     let target = if let Some(links) = &kind.partition {
-        let link = pick(rng, links).clone();
+        let links = expand_links(scenario, links);
+        let link = pick(rng, &links).clone();
         on.partition = Some(link.clone());
         off.repair = Some(link.clone());
         format!("link {} {}", link[0], link[1])
     } else if let Some(hosts) = &kind.crash {
-        let host = pick(rng, hosts).clone();
+        let hosts: Vec<String> = hosts
+            .iter()
+            .flat_map(|h| hosts_named(scenario, h))
+            .collect();
+        let host = pick(rng, &hosts).clone();
         on.crash = Some(host.clone());
         off.restart = Some(host.clone());
         format!("host {host}")
     } else if let Some(links) = &kind.latency {
-        let link = pick(rng, links).clone();
+        let links = expand_links(scenario, links);
+        let link = pick(rng, &links).clone();
         let max = kind
             .max
             .map_or(DEFAULT_LINK_LATENCY, |range| between(rng, range));

@@ -363,3 +363,48 @@ fn bad_swarm_sections_are_refused_where_they_are_wrong() {
         "{scripted_any}"
     );
 }
+
+#[test]
+fn swarm_targets_may_name_a_role_for_every_host_that_has_it() {
+    let text = "name: t
+description: d
+topology:
+  hosts:
+    - {name: gateway, role: gateway}
+    - {name: prod, role: runtime}
+    - {name: prod-2, role: runtime}
+    - {name: client-0, role: client}
+swarm:
+  count: [1, 3]
+  window: [1s, 5s]
+  faults:
+    - {crash: [\"role:runtime\"], lasts: [1s, 2s]}
+    - {partition: [[\"role:runtime\", gateway]], lasts: [1s, 2s]}
+duration: 10s
+calm: 10s
+invariants:
+  - name: requests_answered
+expect: {hardened: any}
+"
+    .to_string();
+    let family = scenario::parse::parse("t.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let mut hit = BTreeSet::new();
+    for seed in 1..=40 {
+        for step in swarm::concretize(&family, seed).faults {
+            hit.extend(step.crash.clone());
+            hit.extend(step.partition.map(|[a, _]| a));
+        }
+    }
+    assert_eq!(
+        hit,
+        BTreeSet::from(["prod".to_string(), "prod-2".to_string()]),
+        "both runtimes drawn, nothing else"
+    );
+    let bad = scenario::parse::parse("t.yaml", &text.replacen("role:runtime", "role:reporter", 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        bad.contains("swarm.faults[0].crash[0]") && bad.contains("role:<role>"),
+        "{bad}"
+    );
+}
