@@ -90,17 +90,28 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)
 
 /// As [`http`], with `Authorization: Bearer <token>` when `token` is not empty.
 fn http_as(port: u16, method: &str, path: &str, body: &str, token: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .ok()?;
     let auth = if token.is_empty() {
         String::new()
     } else {
         format!("authorization: Bearer {token}\r\n")
     };
-    let request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+    exchange(port, method, path, body, &auth)
+}
+
+/// One HTTP/1.1 exchange with extra header lines (each ending in `\r\n`).
+fn exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &str,
+) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .ok()?;
+    let request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\n{headers}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
     stream.write_all(request.as_bytes()).ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
@@ -386,20 +397,13 @@ fn serve_runtime_runs_the_reporter_and_a_sigterm_releases_its_lease() {
 
 /// A POST through the gateway with an idempotency key: (status, body).
 fn post_once(port: u16, path: &str, key: &str, body: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .ok()?;
-    let request = format!("POST {path} HTTP/1.1\r\nhost: localhost\r\nidempotency-key: {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())?;
-    Some((status, body))
+    exchange(
+        port,
+        "POST",
+        path,
+        body,
+        &format!("idempotency-key: {key}\r\n"),
+    )
 }
 
 #[test]
