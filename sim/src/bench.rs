@@ -14,7 +14,8 @@ use orrery_system::core::event::{EventPayload, Source};
 use orrery_system::core::Variant;
 use orrery_system::env::{RealEnv, SharedEnv};
 use orrery_system::platform::events::{self, Platform};
-use orrery_system::runtime::app_reporter::process::{dedup_digest, encode_event};
+use orrery_system::runtime::app_reporter::dedup::AppFingerprint;
+use orrery_system::runtime::app_reporter::process::encode_event;
 use orrery_system::runtime::app_reporter::{application_resource, queue};
 
 const TOKEN: &str = "bench-token";
@@ -59,7 +60,7 @@ fn hot_path_ns(variant: Variant, apps: &[DynamicObject]) -> f64 {
             for a in apps {
                 q.push(a);
                 if let Some(a) = q.pop() {
-                    let _ = dedup_digest(a);
+                    let _ = AppFingerprint::of(a);
                     bytes += encode_event(&payload(a)).map(|b| b.len()).unwrap_or(0);
                 }
             }
@@ -71,7 +72,7 @@ fn hot_path_ns(variant: Variant, apps: &[DynamicObject]) -> f64 {
                 q.push(&name);
                 q.push(&name); // a second change before processing coalesces
                 if let Some(next) = q.pop() {
-                    let _ = dedup_digest(a);
+                    let _ = AppFingerprint::of(a);
                     bytes += encode_event(&payload(a)).map(|b| b.len()).unwrap_or(0);
                     q.done(&next);
                 }

@@ -412,6 +412,9 @@ expect: {hardened: pass}
                 resync: parked.min(1),
                 dropped,
                 parked,
+                sent_app: 0,
+                sent_resource: 0,
+                rate_limited: 0,
             },
         )
     }

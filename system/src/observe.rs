@@ -58,9 +58,11 @@ events! {
         "reporter.watch_error" => WatchError { replica: String, error: String },
         /// The metrics/health endpoint could not be served.
         "reporter.serve_error" => ServeError { replica: String, error: String },
-        /// Queue depth, resync set size, drops so far (faithful) and pushes parked for resync
-        /// so far (hardened), sampled every 5 s when they changed.
-        "reporter.queue" => Queue { replica: String, depth: u64, resync: u64, dropped: u64, parked: u64 },
+        /// Queue depth, resync set size, drops so far (faithful: queue full or rate-limited),
+        /// pushes parked for resync so far (hardened), and events delivered so far (app and
+        /// child-app events; resource events) and rate-limited, sampled every 5 s when they
+        /// changed.
+        "reporter.queue" => Queue { replica: String, depth: u64, resync: u64, dropped: u64, parked: u64, sent_app: u64, sent_resource: u64, rate_limited: u64 },
         /// hardened: the anti-entropy pass could not read the platform's read model.
         "reporter.resync_error" => ResyncError { replica: String },
         /// hardened: an anti-entropy pass re-queued lagging apps and lost deletions.

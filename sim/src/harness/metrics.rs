@@ -160,6 +160,9 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
     let mut series: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut reporters = false;
+    // Per replica: the running totals of its current process and what earlier processes
+    // (before a restart reset the counters) had sent.
+    let mut totals: BTreeMap<String, ([u64; 3], [u64; 3])> = BTreeMap::new();
     for event in events {
         let second = event.at_ms / 1000;
         let mut count = |name: String| *counters.entry(name).or_default() += 1;
@@ -198,10 +201,22 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
             depth,
             resync,
             dropped,
+            sent_app,
+            sent_resource,
+            rate_limited,
             ..
         }) = event.reporter()
         {
             reporters = true;
+            let (current, earlier) = totals.entry(replica.clone()).or_default();
+            let now = [*sent_app, *sent_resource, *rate_limited];
+            if now.iter().zip(current.iter()).any(|(n, c)| n < c) {
+                // The replica restarted: its counters began again from zero.
+                for (e, c) in earlier.iter_mut().zip(current.iter()) {
+                    *e += c;
+                }
+            }
+            *current = now;
             series
                 .entry(format!("queue_depth.{replica}"))
                 .or_default()
@@ -217,6 +232,19 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         }
         if let Some(name) = counted_kind(event) {
             *counters.entry(name).or_default() += 1;
+        }
+    }
+    if reporters {
+        for (i, name) in [
+            "reporter.events_sent.app",
+            "reporter.events_sent.resource",
+            "reporter.rate_limited",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let sum = totals.values().map(|(c, e)| c[i] + e[i]).sum();
+            counters.insert(name.to_string(), sum);
         }
     }
     for points in series.values_mut() {

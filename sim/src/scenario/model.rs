@@ -349,6 +349,25 @@ pub struct Reporter {
     /// hardened: lease renewal period. Default 5 s.
     #[serde(with = "super::duration")]
     pub lease_renew: Duration,
+    /// The per-app rate limiter (`RATE_LIMITER_*`); absent = off, the real default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limiter: Option<RateLimiter>,
+    /// hardened: resource events of one app in flight at once. Default 10.
+    pub resource_concurrency: usize,
+}
+
+/// `RATE_LIMITER_BUCKET_SIZE`, `RATE_LIMITER_DURATION`, `RATE_LIMITER_LEARNING_MODE_ENABLED`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimiter {
+    /// Events per app per window.
+    pub bucket_size: u64,
+    /// Window length (fixed window per app, starting at its first event).
+    #[serde(with = "super::duration")]
+    pub period: Duration,
+    /// Count limited events but still enqueue them.
+    #[serde(default)]
+    pub learning_mode: bool,
 }
 
 impl Default for Reporter {
@@ -359,6 +378,8 @@ impl Default for Reporter {
             queue_capacity: 1_000,
             lease_duration: Duration::from_secs(15),
             lease_renew: Duration::from_secs(5),
+            rate_limiter: None,
+            resource_concurrency: 10,
         }
     }
 }

@@ -200,6 +200,24 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             format!("replicas must be between 1 and the {reporters} reporter hosts declared"),
         )?;
     }
+    if let Some(limiter) = &s.reporter.rate_limiter {
+        let field = Field::root("reporter").key("rate_limiter");
+        v.check(
+            limiter.bucket_size > 0,
+            &field.key("bucket_size"),
+            "bucket_size must be at least 1 (each app gets that many events per period)",
+        )?;
+        v.check(
+            !limiter.period.is_zero(),
+            &field.key("period"),
+            "period must be longer than 0s",
+        )?;
+    }
+    v.check(
+        s.reporter.resource_concurrency > 0,
+        &Field::root("reporter").key("resource_concurrency"),
+        "resource_concurrency must be at least 1",
+    )?;
     v.check(
         !s.tick.is_zero() && s.tick <= std::time::Duration::from_secs(1),
         &Field::root("tick"),

@@ -34,6 +34,9 @@ pub struct Repo {
     /// app path cost O(changes to that path), not O(history) (10,000-app scenarios need it).
     #[serde(skip)]
     by_dir: BTreeMap<String, Vec<usize>>,
+    /// SHA → index (every app's reconcile looks up its deployed revision).
+    #[serde(skip)]
+    by_sha: BTreeMap<String, usize>,
 }
 
 fn dir_of(file: &str) -> &str {
@@ -42,7 +45,7 @@ fn dir_of(file: &str) -> &str {
 
 impl Repo {
     fn index_of(&self, sha: &str) -> Option<usize> {
-        self.commits.iter().rposition(|c| c.sha == sha)
+        self.by_sha.get(sha).copied()
     }
 
     fn touching(&self, path: &str, end: usize) -> impl Iterator<Item = &Commit> {
@@ -98,6 +101,7 @@ impl Git {
         for dir in dirs {
             repository.by_dir.entry(dir).or_default().push(index);
         }
+        repository.by_sha.insert(sha.clone(), index);
         repository.commits.push(Commit {
             sha: sha.clone(),
             author: author.into(),
@@ -115,7 +119,8 @@ impl Git {
 
     /// A commit by SHA.
     pub fn commit_by_sha(&self, repo: &str, sha: &str) -> Option<&Commit> {
-        self.repos.get(repo)?.commits.iter().find(|c| c.sha == sha)
+        let repository = self.repos.get(repo)?;
+        repository.commits.get(repository.index_of(sha)?)
     }
 
     /// The files directly under `path` as of `sha` (path → content), or `None` if `sha` is unknown.

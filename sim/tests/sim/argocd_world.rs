@@ -142,17 +142,40 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
         assert_eq!(code, 401, "no token → unauthorised");
         let (code, tree) = get(&env, "/api/v1/applications/auto/resource-tree", Some(TOKEN)).await;
         assert_eq!(code, 200);
-        assert_eq!(tree["nodes"][0]["kind"], "Deployment");
+        assert_eq!(
+            (&tree["nodes"][0]["kind"], &tree["nodes"][0]["group"], &tree["nodes"][0]["version"]),
+            (&serde_json::json!("Deployment"), &serde_json::json!("apps"), &serde_json::json!("v1"))
+        );
         let (_, manifests) = get(
             &env,
             &format!("/api/v1/applications/auto/manifests?revision={first}"),
             Some(TOKEN),
         )
         .await;
+        let first_manifest = &manifests["manifests"][0];
         assert_eq!(
-            manifests["manifests"][0], "image: auto:v1",
+            first_manifest["rawManifest"], "image: auto:v1",
             "manifests at an older revision"
         );
+        assert_eq!(first_manifest["path"], "apps/auto/deployment.yaml");
+        let compiled: serde_json::Value =
+            serde_json::from_str(first_manifest["compiledManifest"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (
+                &compiled["apiVersion"],
+                &compiled["kind"],
+                &compiled["metadata"]["namespace"],
+                &compiled["image"]
+            ),
+            (
+                &serde_json::json!("apps/v1"),
+                &serde_json::json!("Deployment"),
+                &serde_json::json!("auto"),
+                &serde_json::json!("auto:v1")
+            ),
+            "the compiled manifest is the rendered object"
+        );
+        assert_eq!(manifests["applicationVersions"]["appVersion"], "v1");
         let (_, meta) = get(
             &env,
             &format!("/api/v1/applications/auto/revisions/{head}/metadata"),
@@ -162,11 +185,20 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
         assert_eq!(meta["message"], "bump v4");
         let (_, live) = get(
             &env,
-            "/api/v1/applications/auto/resource?kind=Deployment&resourceName=auto",
+            "/api/v1/applications/auto/resource?appNamespace=argocd&namespace=auto&resourceName=auto&version=v1&group=apps&kind=Deployment&project=default",
             Some(TOKEN),
         )
         .await;
-        assert_eq!(live["manifest"], "image: auto:v4");
+        let live: serde_json::Value =
+            serde_json::from_str(live["manifest"].as_str().unwrap()).unwrap();
+        assert_eq!(live["image"], "auto:v4", "the live object at the deployed revision");
+        let (code, _) = get(
+            &env,
+            "/api/v1/applications/auto/resource?namespace=auto&resourceName=auto&version=v1&group=&kind=Deployment",
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(code, 404, "the group is part of the resource's identity");
         let (code, _) = get(&env, "/api/v1/applications/nope/resource-tree", Some(TOKEN)).await;
         assert_eq!(code, 404);
         Ok(())

@@ -69,11 +69,11 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     let names: Vec<String> = (0..12).map(|i| format!("app-{i:02}")).collect();
     let files: BTreeMap<String, String> = names
         .iter()
-        .map(|n| {
-            (
-                format!("apps/{n}/deployment.yaml"),
-                format!("image: {n}:v1"),
-            )
+        .flat_map(|n| {
+            [
+                (format!("apps/{n}/deployment.yaml"), format!("image: {n}:v1")),
+                (format!("apps/{n}/service.yaml"), "port: 80".to_string()),
+            ]
         })
         .collect();
     git.lock().commit(REPO, "Dev <d@x>", "init", 0, files);
@@ -177,17 +177,38 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
         assert_eq!(code, 413, "5 MB cap");
 
         let mut owners: BTreeMap<String, usize> = BTreeMap::new();
+        let (mut sent_app, mut sent_resource) = (0, 0);
         for replica in ["reporter-0", "reporter-1"] {
             let (code, _, text) = call(&env, "GET", &format!("http://{replica}:8087/healthz"), &[], vec![]).await;
             assert_eq!((code, text.as_str()), (200, "ok"));
             let (_, _, metrics) = call(&env, "GET", &format!("http://{replica}:8087/metrics"), &[], vec![]).await;
-            assert!(metrics.contains(&format!("cf_argocd_application_event_reporter_queue_size{{reporter_shard=\"{replica}\"}} 0")), "{metrics}");
-            assert!(metrics.contains("cf_argocd_application_event_reporter_processing_duration_seconds_bucket"), "{metrics}");
+            assert!(metrics.contains(&format!("codefresh_event_reporter_queue_size{{reporter_shard=\"{replica}\"}} 0")), "{metrics}");
+            assert!(metrics.contains("codefresh_event_reporter_event_processing_duration_bucket"), "{metrics}");
+            assert!(metrics.contains("codefresh_event_reporter_enqueued_events_total{application=\""), "{metrics}");
+            let sent = |kind: &str| -> u64 {
+                let prefix = format!("codefresh_event_reporter_sent_events_total{{metric_event_type=\"{kind}\",reporter_shard=\"{replica}\"}} ");
+                metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.parse().ok()).unwrap_or(0)
+            };
+            sent_app += sent("app");
+            sent_resource += sent("resource");
             let (_, distribution, _) = call(&env, "GET", &format!("http://{replica}:8087/app-distribution"), &[], vec![]).await;
             for app in distribution.as_object().unwrap().keys() {
                 *owners.entry(app.clone()).or_default() += 1;
             }
         }
+        assert!(sent_app >= names.len() as u64, "one application event per app at least");
+        assert!(
+            sent_resource >= 2 * names.len() as u64,
+            "and one event per resource (a Deployment and a Service each): {sent_resource}"
+        );
+        assert_eq!(
+            check_platform.resources().len(),
+            2 * names.len(),
+            "the platform knows every app's resources"
+        );
+        let (_, legacy, _) = call(&env, "GET", "http://reporter-0:8087/app-distribution?shardings=rendezvous,nope", &[], vec![]).await;
+        assert_eq!(legacy["rendezvous"]["apps"].as_object().unwrap().len(), names.len(), "{legacy}");
+        assert!(legacy["nope"]["error"].as_str().unwrap().contains("unknown sharding"), "{legacy}");
         assert_eq!(owners.len(), names.len(), "every app has an owner");
         assert!(owners.values().all(|n| *n == 1), "no app has two owners: {owners:?}");
         Ok(())

@@ -3,13 +3,14 @@
 
 use serde::{Deserialize, Serialize};
 
-/// One application event.
+/// One event: an application, a child application or one resource of an application
+/// (the `object` says which).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventPayload {
     /// When the reporter built it (RFC 3339).
     pub timestamp: String,
-    /// The Application object, base64 of its JSON.
+    /// The object reported (the Application, or the resource), base64 of its JSON.
     pub object: String,
     /// Where it comes from and what it looks like.
     pub source: Source,
@@ -70,6 +71,10 @@ pub struct Source {
     pub health_message: String,
     /// Destination cluster.
     pub cluster: String,
+    /// Argo CD's `application.instanceLabelKey` (default `app.kubernetes.io/instance`).
+    pub app_instance_label_key: String,
+    /// Argo CD's resource tracking method: `label` or `annotation`.
+    pub tracking_method: String,
 }
 
 /// A problem attached to an event.

@@ -17,6 +17,14 @@ pub fn rfc3339(unix_ms: u64) -> String {
         .to_string()
 }
 
+/// `2026-01-01T00:00:00.000Z` (millisecond precision: Go's `2006-01-02T15:04:05.000Z`, the
+/// reporter's event timestamps).
+pub fn rfc3339_millis(unix_ms: u64) -> String {
+    timestamp(unix_ms)
+        .strftime("%Y-%m-%dT%H:%M:%S.%3fZ")
+        .to_string()
+}
+
 /// `2026-01-01T00:00:00.000000Z` (microsecond precision, as `metav1.MicroTime`).
 pub fn rfc3339_micros(unix_ms: u64) -> String {
     timestamp(unix_ms)
@@ -38,6 +46,7 @@ mod tests {
     #[test]
     fn known_instants_format_and_round_trip() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_millis(1_234), "1970-01-01T00:00:01.234Z");
         assert_eq!(rfc3339(1_767_225_600_000), "2026-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_767_225_600_999), "2026-01-01T00:00:00Z");
         assert_eq!(

@@ -1,16 +1,19 @@
 //! The simulated application controller.
 //!
-//! Every `reconcile_every` it walks all Applications (sorted by name: the reflector's map
-//! order is random) and computes what Argo CD would report: `sync` against the Git head,
-//! `health` from the simulated workload, auto-sync for apps with `syncPolicy.automated`
-//! (an `operationState` and a `history` entry), `resources`, and clears the refresh
-//! annotation. It writes with a JSON merge patch, and only when something changed
-//! (Argo CD also rewrites `reconciledAt` every time; we skip those writes to keep traces
-//! readable — a documented fidelity gap). The revision an app is compared with is the
-//! newest commit that changed its path, not the repository head (real Argo CD moves
-//! `sync.revision` of every app on a repository to each new head; with thousands of apps
-//! per repository that fan-out would dominate simulation time without changing what the
-//! scenarios test — a second documented gap).
+//! Every `reconcile_every` (Argo CD's `timeout.reconciliation`; the Codefresh chart sets
+//! 20 s) it walks all Applications (sorted by name: the reflector's map order is random) and
+//! does what Argo CD's full refresh does: compares each app with the **repository head**
+//! (so every app on a repository moves `sync.revision` to each new head, even when its own
+//! path did not change — the monorepo churn the ACR controller exists for), computes
+//! `health` from the simulated workload, auto-syncs apps with `syncPolicy.automated` (an
+//! `operationState` and a `history` entry), fills `resources`, clears the refresh
+//! annotation, and **always writes `status.reconciledAt` and `status.observedAt`** — so
+//! every app reaches every watcher as a Modified event once per period, as in production,
+//! before any reporter's dedup runs. Writes are JSON merge patches.
+//!
+//! Speed: an app whose inputs (resourceVersion, repository head, health) did not change
+//! since its last reconcile gets only the two timestamps patched, without recomputing its
+//! status; so per-app work beyond that one small write is proportional to what changed.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -62,12 +65,11 @@ fn desired_status(
     let name = app.metadata.name.clone()?;
     let (repo, path) = source_of(app)?;
     let git = git.lock();
-    // The revision compared is the newest commit that changed the app's path (what the
-    // change-revision controller reports), not the repository head: unrelated commits to a
-    // shared repository then leave the app's status alone. Simplification, documented in
-    // the module doc.
-    let head_sha = git.head(&repo)?.sha.clone();
-    let head = git.last_change(&repo, &head_sha, &path)?;
+    // Compared with the repository head, as Argo CD does: in sync when the app's files at
+    // the head are the ones deployed (the newest commit touching its path is the same).
+    let head = git.head(&repo)?.clone();
+    let head_sha = head.sha.clone();
+    let path_head = git.last_change(&repo, &head_sha, &path)?.sha.clone();
     let status = app.data.get("status").cloned().unwrap_or(json!({}));
     // What is deployed is the last history entry; `sync.revision` is only what was compared.
     let synced_revision = status
@@ -78,7 +80,10 @@ fn desired_status(
         .unwrap_or("")
         .to_string();
     let head_files = git.files_at(&repo, &head_sha, &path)?;
-    let in_sync = synced_revision == head.sha;
+    let in_sync = !synced_revision.is_empty()
+        && git
+            .last_change(&repo, &synced_revision, &path)
+            .is_some_and(|c| c.sha == path_head);
     let automated = app.data.pointer("/spec/syncPolicy/automated").is_some();
     let mut next = status.clone();
     if let Some(map) = next.as_object_mut() {
@@ -86,9 +91,8 @@ fn desired_status(
     }
     let now = rfc3339(unix_ms);
     if in_sync {
-        next["sync"] = json!({"status": "Synced", "revision": synced_revision, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+        next["sync"] = json!({"status": "Synced", "revision": head_sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
     } else if automated {
-        let head = head.clone();
         let history = next
             .get("history")
             .and_then(Value::as_array)
@@ -118,7 +122,7 @@ fn desired_status(
     next["resources"] = Value::Array(
         resources_of(&head_files, &name)
             .into_iter()
-            .map(|(kind, res)| json!({"kind": kind, "name": res, "namespace": name, "status": sync_status, "health": {"status": health_status}}))
+            .map(|r| json!({"group": r.group, "version": r.version, "kind": r.kind, "namespace": name, "name": r.name, "status": sync_status, "health": {"status": health_status}}))
             .collect(),
     );
     next["summary"] = json!({"images": [format!("registry.example/{name}:{}", &head.sha[..7])]});
@@ -129,33 +133,30 @@ fn desired_status(
 const STATUS_PARALLELISM: usize = 16;
 
 /// Everything [`desired_status`] depends on that can change while an app's
-/// resourceVersion stays put: the newest commit to its path and its health.
+/// resourceVersion stays put: the repository head and its health. (The app's own
+/// timestamp writes move its resourceVersion; the version after such a write is recorded.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Inputs {
     resource_version: String,
-    path_head: String,
+    head: String,
     health: String,
 }
 
 impl Inputs {
     fn of(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides) -> Option<Inputs> {
-        let (repo, path) = source_of(app)?;
-        let path_head = {
-            let git = git.lock();
-            let head_sha = git.head(&repo)?.sha.clone();
-            git.last_change(&repo, &head_sha, &path)?.sha.clone()
-        };
+        let (repo, _) = source_of(app)?;
+        let head = git.lock().head(&repo)?.sha.clone();
         Some(Inputs {
             resource_version: app.metadata.resource_version.clone()?,
-            path_head,
+            head,
             health: health.get(app.metadata.name.as_deref()?),
         })
     }
 }
 
-/// Apps whose last reconcile needed no write, with the inputs it saw: while those inputs
-/// are unchanged the outcome is the same, so the status is not recomputed (a speed-up
-/// for 10,000-app worlds; it changes no write and no trace).
+/// Apps whose status was current at their last reconcile, with the inputs it saw (the
+/// resourceVersion the controller's own write produced): while those inputs are unchanged
+/// the status is the same, so only the timestamps are written.
 type Quiet = BTreeMap<String, Inputs>;
 
 /// Reconciles once: every app, in name order, writing up to [`STATUS_PARALLELISM`] at once.
@@ -171,17 +172,16 @@ async fn reconcile_all(
     use futures::StreamExt;
     let mut apps = store.state();
     apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut still_quiet = Quiet::new();
-    let patches: Vec<(String, Value)> = apps
+    let now = rfc3339(env.unix_millis());
+    let stamps = json!({"reconciledAt": now, "observedAt": now});
+    let patches: Vec<(String, Option<Inputs>, Value)> = apps
         .iter()
         .filter_map(|app| {
             let name = app.metadata.name.clone()?;
             let inputs = Inputs::of(app, git, health);
-            if let Some(inputs) = &inputs {
-                if quiet.get(&name) == Some(inputs) {
-                    still_quiet.insert(name, inputs.clone());
-                    return None;
-                }
+            if inputs.is_some() && quiet.get(&name) == inputs.as_ref() {
+                // Nothing it depends on changed: the refresh only stamps the time.
+                return Some((name, inputs, json!({"status": stamps})));
             }
             let refresh = app
                 .metadata
@@ -189,42 +189,53 @@ async fn reconcile_all(
                 .as_ref()
                 .is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
             let mut status = desired_status(app, git, health, config, env.unix_millis())?;
-            let current = app.data.get("status").cloned().unwrap_or(json!({}));
-            let mut unchanged = current.clone();
-            if let Some(map) = unchanged.as_object_mut() {
-                map.remove("reconciledAt");
+            if let Some(map) = status.as_object_mut() {
+                map.remove("observedAt");
             }
-            if status == unchanged && !refresh {
-                if let Some(inputs) = inputs {
-                    still_quiet.insert(name, inputs);
-                }
-                return None;
-            }
-            status["reconciledAt"] = json!(rfc3339(env.unix_millis()));
+            status["reconciledAt"] = stamps["reconciledAt"].clone();
+            status["observedAt"] = stamps["observedAt"].clone();
             let mut patch = json!({"status": status});
             if refresh {
                 patch["metadata"] = json!({"annotations": {"argocd.argoproj.io/refresh": null}});
             }
-            Some((name, patch))
+            Some((name, inputs, patch))
         })
         .collect();
-    *quiet = still_quiet;
-    futures::stream::iter(patches)
-        .for_each_concurrent(STATUS_PARALLELISM, |(name, patch)| async move {
-            if let Err(e) = api
+    let written: Vec<(String, Option<Inputs>)> = futures::stream::iter(patches)
+        .map(|(name, inputs, patch)| async move {
+            match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                 .await
             {
-                env.observe(
-                    WorldEvent::ReconcileError {
-                        app: name.to_string(),
-                        error: e.to_string(),
-                    }
-                    .into(),
-                );
+                // The status is now current: remember the inputs at the version just written.
+                Ok(app) => (
+                    name,
+                    inputs.zip(app.metadata.resource_version).map(|(i, rv)| Inputs {
+                        resource_version: rv,
+                        ..i
+                    }),
+                ),
+                Err(e) => {
+                    env.observe(
+                        WorldEvent::ReconcileError {
+                            app: name.to_string(),
+                            error: e.to_string(),
+                        }
+                        .into(),
+                    );
+                    (name, None)
+                }
             }
         })
+        .buffer_unordered(STATUS_PARALLELISM)
+        .collect()
         .await;
+    quiet.clear();
+    for (name, inputs) in written {
+        if let Some(inputs) = inputs {
+            quiet.insert(name, inputs);
+        }
+    }
 }
 
 /// Runs the controller until the host stops: a reflector plus a periodic reconcile loop.

@@ -62,22 +62,73 @@ pub fn source_of(app: &DynamicObject) -> Option<(String, String)> {
     ))
 }
 
-/// The Kubernetes resources an app's manifests describe: (kind, name) per file.
-pub fn resources_of(files: &BTreeMap<String, String>, app: &str) -> Vec<(String, String)> {
-    let mut resources: Vec<(String, String)> = files
+/// One Kubernetes resource an app's manifests describe (a `status.resources[]` entry's
+/// identity).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Resource {
+    /// API group (`apps`, or empty for the core group).
+    pub group: &'static str,
+    /// API version.
+    pub version: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Name (the app's name, in the namespace of the same name).
+    pub name: String,
+    /// The Git file it comes from.
+    pub file: String,
+}
+
+impl Resource {
+    /// `group/version` or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+/// The Kubernetes resources an app's manifests describe, one per file, sorted.
+pub fn resources_of(files: &BTreeMap<String, String>, app: &str) -> Vec<Resource> {
+    let mut resources: Vec<Resource> = files
         .keys()
         .map(|file| {
-            let kind = if file.ends_with("service.yaml") {
-                "Service"
+            let (group, kind) = if file.ends_with("service.yaml") {
+                ("", "Service")
             } else {
-                "Deployment"
+                ("apps", "Deployment")
             };
-            (kind.to_string(), app.to_string())
+            Resource {
+                group,
+                version: "v1",
+                kind,
+                name: app.to_string(),
+                file: file.clone(),
+            }
         })
         .collect();
     resources.sort();
-    resources.dedup();
+    resources.dedup_by(|a, b| (a.group, a.kind) == (b.group, b.kind));
     resources
+}
+
+/// The compiled (rendered) manifest of `resource` from its Git file's `content`: the YAML
+/// as JSON with `apiVersion`, the destination namespace and Argo CD's instance label.
+pub fn compiled(resource: &Resource, content: &str, app: &str) -> serde_json::Value {
+    let mut object: serde_json::Value =
+        serde_saphyr::from_str(content).unwrap_or_else(|_| serde_json::json!({}));
+    if !object.is_object() {
+        object = serde_json::json!({});
+    }
+    object["apiVersion"] = serde_json::json!(resource.api_version());
+    object["kind"] = serde_json::json!(resource.kind);
+    object["metadata"] = serde_json::json!({
+        "name": resource.name,
+        "namespace": app,
+        "labels": {"app.kubernetes.io/instance": app},
+    });
+    object
 }
 
 /// Runs Argo CD on its host: a reflector of Applications, the server on port 8080 and the

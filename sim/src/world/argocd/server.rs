@@ -4,9 +4,11 @@
 //! |---|---|
 //! | `GET /api/v1/applications/{name}` | the Application |
 //! | `GET /api/v1/applications/{name}/resource-tree` | `{nodes: [...]}` from `status.resources` |
-//! | `GET /api/v1/applications/{name}/manifests[?revision=R]` | `{manifests: [...], revision}` from Git |
+//! | `GET /api/v1/applications/{name}/manifests[?revision=R]` | the fork's answer: `{manifests: [{compiledManifest, rawManifest, path, line}], revision, applicationVersions}` from Git |
 //! | `GET /api/v1/applications/{name}/revisions/{rev}/metadata` | `{author, date, message}` |
-//! | `GET /api/v1/applications/{name}/resource?kind=K&resourceName=N` | `{manifest}` live (synced) manifest |
+//! | `GET /api/v1/applications/{name}/resource?namespace=&resourceName=&group=&version=&kind=` | `{manifest}`: the live object as a JSON string |
+//!
+//! `appNamespace`, `project` and `sourceIndex` are accepted and ignored (one namespace).
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -16,7 +18,7 @@ use serde_json::{json, Value};
 
 use orrery_system::env::http::{json, Body};
 
-use super::source_of;
+use super::{compiled, resources_of, source_of};
 use crate::world::apiserver::store::rfc3339;
 use crate::world::git::SharedGit;
 
@@ -31,6 +33,20 @@ pub struct Server {
     pub token: String,
     /// Namespace of the Applications.
     pub namespace: String,
+}
+
+/// `applicationVersions` of the fork's manifests answer: the image tag of the app's
+/// Deployment as its app version (the simulated repositories have no `Chart.yaml`).
+fn app_versions(files: &std::collections::BTreeMap<String, String>) -> Value {
+    let version = files
+        .values()
+        .find_map(|content| {
+            let image = content.split("image: ").nth(1)?;
+            let tag = image.split([',', '}', '\n']).next()?.rsplit_once(':')?.1;
+            Some(tag.trim().to_string())
+        })
+        .unwrap_or_default();
+    json!({"appVersion": version, "dependencies": {}})
 }
 
 fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
@@ -90,21 +106,41 @@ impl Server {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|r| json!({"kind": r["kind"], "name": r["name"], "namespace": r["namespace"], "health": r["health"]}))
+                    .map(|r| json!({"group": r["group"], "version": r["version"], "kind": r["kind"], "namespace": r["namespace"], "name": r["name"], "health": r["health"]}))
                     .collect();
                 json(StatusCode::OK, &json!({"nodes": nodes}))
             }
             ["manifests"] => {
                 let revision = params
                     .get("revision")
+                    .filter(|r| !r.is_empty())
                     .cloned()
                     .or_else(|| git.head(&repo).map(|c| c.sha.clone()))
                     .unwrap_or_default();
                 match git.files_at(&repo, &revision, &app_path) {
-                    Some(files) => json(
-                        StatusCode::OK,
-                        &json!({"manifests": files.values().collect::<Vec<_>>(), "revision": revision}),
-                    ),
+                    Some(files) => {
+                        let manifests: Vec<Value> = resources_of(&files, name)
+                            .iter()
+                            .map(|r| {
+                                let raw = files.get(&r.file).map(String::as_str).unwrap_or("");
+                                json!({
+                                    "compiledManifest": compiled(r, raw, name).to_string(),
+                                    "rawManifest": raw,
+                                    "path": r.file,
+                                    "line": 1,
+                                })
+                            })
+                            .collect();
+                        json(
+                            StatusCode::OK,
+                            &json!({
+                                "manifests": manifests,
+                                "revision": revision,
+                                "sourceType": "Directory",
+                                "applicationVersions": app_versions(&files),
+                            }),
+                        )
+                    }
                     None => error(
                         StatusCode::NOT_FOUND,
                         5,
@@ -130,21 +166,31 @@ impl Server {
                     .and_then(|h| h.last())
                     .and_then(|h| h["revision"].as_str())
                     .unwrap_or("");
-                let kind = params.get("kind").cloned().unwrap_or_default();
-                let file = if kind == "Service" {
-                    "service.yaml"
-                } else {
-                    "deployment.yaml"
-                };
-                match git
-                    .files_at(&repo, revision, &app_path)
-                    .and_then(|f| f.get(&format!("{app_path}/{file}")).cloned())
-                {
-                    Some(manifest) => json(StatusCode::OK, &json!({"manifest": manifest})),
+                let want = |key: &str| params.get(key).map(String::as_str).unwrap_or("");
+                let live = git.files_at(&repo, revision, &app_path).and_then(|files| {
+                    resources_of(&files, name)
+                        .into_iter()
+                        .find(|r| {
+                            r.kind == want("kind")
+                                && r.group == want("group")
+                                && r.name == want("resourceName")
+                                && name == &want("namespace")
+                        })
+                        .map(|r| {
+                            compiled(&r, files.get(&r.file).map(String::as_str).unwrap_or(""), name)
+                        })
+                });
+                match live {
+                    Some(object) => json(StatusCode::OK, &json!({"manifest": object.to_string()})),
                     None => error(
                         StatusCode::NOT_FOUND,
                         5,
-                        format!("{kind} of {name} is not live"),
+                        format!(
+                            "{} {}/{} of {name} is not live",
+                            want("kind"),
+                            want("namespace"),
+                            want("resourceName")
+                        ),
                     ),
                 }
             }

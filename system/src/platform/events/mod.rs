@@ -83,6 +83,15 @@ impl Platform {
             .snapshot()
     }
 
+    /// Every resource's reported state (`<app ns>/<app>/<group>/<kind>/<ns>/<name>`).
+    pub fn resources(&self) -> BTreeMap<String, read_model::ResourceState> {
+        self.read_model
+            .lock()
+            .expect("read model lock poisoned")
+            .resources()
+            .clone()
+    }
+
     /// (updated, duplicates, stale) counts of the projection.
     pub fn projection_counts(&self) -> (u64, u64, u64) {
         let model = self.read_model.lock().expect("read model lock poisoned");
@@ -169,8 +178,39 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
     })
 }
 
-/// Projects one accepted event into the read model.
+/// Projects one accepted event into the read model: an event whose object is an
+/// Application updates that app (its state read from the object: a child-app event's
+/// `source` describes the parent); any other object is one resource of `source.appName`.
 fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
+    let source = &event.payload.source;
+    let kind = event.object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let is_app = kind == "Application" || (kind.is_empty() && source.app_name.is_empty());
+    if !is_app {
+        let text = |p: &str| event.object.pointer(p).and_then(Value::as_str).unwrap_or("");
+        let api_version = text("/apiVersion");
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let key = format!(
+            "{}/{}/{group}/{kind}/{}/{}",
+            source.app_namespace,
+            source.app_name,
+            text("/metadata/namespace"),
+            text("/metadata/name")
+        );
+        platform
+            .read_model
+            .lock()
+            .expect("read model lock poisoned")
+            .apply_resource(
+                &key,
+                read_model::ResourceState {
+                    sync_status: source.sync_status.clone(),
+                    health_status: source.health_status.clone(),
+                    deleted: event.payload.is_deletion(),
+                    revision: source.revision.clone(),
+                },
+            );
+        return;
+    }
     let name = event
         .object
         .pointer("/metadata/name")
@@ -189,13 +229,20 @@ fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
         .and_then(Value::as_str)
         .and_then(|r| r.parse().ok())
         .unwrap_or(0);
-    let source = &event.payload.source;
+    let status = |p: &str| {
+        event
+            .object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     let state = AppState {
         resource_version: rv,
         deleted: event.payload.is_deletion(),
-        sync_status: source.sync_status.clone(),
-        revision: source.revision.clone(),
-        health_status: source.health_status.clone(),
+        sync_status: status("/status/sync/status"),
+        revision: status("/status/sync/revision"),
+        health_status: status("/status/health/status"),
         runtime: event.runtime,
     };
     let applied = platform

@@ -23,6 +23,19 @@ pub struct AppState {
     pub runtime: String,
 }
 
+/// What the platform shows for one resource of an app (from resource events).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ResourceState {
+    /// The resource's sync status within its app.
+    pub sync_status: String,
+    /// Its health.
+    pub health_status: String,
+    /// Reported deleted (empty desired and live manifests).
+    pub deleted: bool,
+    /// The app's latest history revision when it was reported.
+    pub revision: String,
+}
+
 /// What applying one event did (the same type the `platform.event` observation carries).
 pub use crate::observe::Projection as Applied;
 
@@ -30,6 +43,10 @@ pub use crate::observe::Projection as Applied;
 #[derive(Debug, Default)]
 pub struct ReadModel {
     apps: BTreeMap<String, AppState>,
+    /// Resources, keyed by `<app ns>/<app>/<group>/<kind>/<ns>/<name>`.
+    resources: BTreeMap<String, ResourceState>,
+    /// Resource events projected.
+    pub resource_events: u64,
     /// Events that moved state forward.
     pub updated: u64,
     /// Duplicates seen.
@@ -60,6 +77,18 @@ impl ReadModel {
             Applied::Stale => self.stale += 1,
         }
         outcome
+    }
+
+    /// Records one resource event (the newest report wins: a resource event carries no
+    /// resourceVersion the platform could order by).
+    pub fn apply_resource(&mut self, key: &str, state: ResourceState) {
+        self.resource_events += 1;
+        self.resources.insert(key.to_string(), state);
+    }
+
+    /// Every resource's reported state, in key order.
+    pub fn resources(&self) -> &BTreeMap<String, ResourceState> {
+        &self.resources
     }
 
     /// A copy of every app's state, in key order.

@@ -1,11 +1,12 @@
 //! The application event reporter, run as N replicas.
 //!
 //! Each replica watches every `Application` (kube-rs watcher + reflector, seeded backoff),
-//! keeps the ones its shard owns, queues them, and for each one reads the Argo CD server
-//! (resource tree, manifests, revision metadata, live resources), builds an
-//! [`EventPayload`](crate::core::event::EventPayload), skips it if the shared dedup cache
-//! already holds the same state, and delivers it to the platform (gzip JSON, runtime token,
-//! retries with seeded jitter). It serves `/healthz`, `/metrics` and `/app-distribution`.
+//! keeps the ones its shard owns, passes them through the optional per-app rate limiter,
+//! queues them, and for each one applies the app-level dedup rules, reads the Argo CD server
+//! in the real reporter's order and delivers the app's events to the platform — one
+//! application (or child-app) event plus one event per changed resource (gzip JSON, runtime
+//! token, retries with seeded jitter); see `process`. It serves `/healthz`, `/metrics` and
+//! `/app-distribution`.
 //!
 //! The two variants differ only where the real system is flawed:
 //!
@@ -15,17 +16,21 @@
 //! | queue | 1,000-event FIFO, newest dropped when full | per-app coalescing, 1,000 entries + resync set |
 //! | workers | one | `workers` (default 8), per-app ordering |
 //! | failed delivery | lost until the app changes | re-queued |
+//! | resource events | one at a time | `resource_concurrency` at a time |
+//! | rate-limited event | dropped (counted; enqueued in learning mode) | deferred to the app's next window |
 //! | duplicates | none marked | idempotency key per event |
-//!
 //! | lost updates and deletes | stay lost | anti-entropy pass against the platform |
 //!
 //! Modules: [`shard`], [`queue`], `process` (payload and delivery), `membership`
 //! (leases), `resync` (anti-entropy), `serve` (health, metrics, distribution).
 
+pub mod argocd;
+pub mod dedup;
 mod membership;
 pub use membership::release_lease;
 pub mod process;
 pub mod queue;
+pub mod rate_limit;
 mod resync;
 mod serve;
 pub mod shard;
@@ -44,7 +49,9 @@ use crate::core::Variant;
 use crate::env::kube::{KubeTarget, SeededBackoff};
 use crate::env::{Point, SharedEnv};
 use crate::observe::ReporterEvent;
+use dedup::WatchType;
 use queue::{CoalescingQueue, FaithfulQueue, Push, QUEUE_CAPACITY};
+use rate_limit::{RateLimit, RateLimiter, Verdict};
 
 /// Reporter settings (defaults from the real reporter where it has them).
 #[derive(Clone, Debug)]
@@ -85,6 +92,11 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Delivery attempts per event: 5, 1–2 s apart.
     pub delivery_attempts: u32,
+    /// The per-app rate limiter; `None` (the real default, `RATE_LIMITER_ENABLED=false`).
+    pub rate_limit: Option<RateLimit>,
+    /// hardened: resource events of one app in flight at once. Default 10 (the newer
+    /// reporter's `RESOURCE_THREADINESS` for the runtime reporter).
+    pub resource_concurrency: usize,
     /// Address of the health/metrics server (`/healthz` on 8088 and metrics on 8087 in the
     /// real reporter; one port here).
     pub serve_addr: String,
@@ -112,6 +124,8 @@ impl Config {
             dedup_ttl: Duration::from_secs(20 * 60),
             request_timeout: Duration::from_secs(30),
             delivery_attempts: 5,
+            rate_limit: None,
+            resource_concurrency: 10,
             serve_addr: "0.0.0.0:8087".into(),
         }
     }
@@ -129,18 +143,24 @@ pub fn application_resource() -> ApiResource {
 /// One queued faithful event: the app as it was when the event arrived.
 struct Item {
     app: Arc<DynamicObject>,
-    deleted: bool,
+    kind: WatchType,
 }
 
 /// Counters exported on `/metrics` (label `reporter_shard`).
 #[derive(Clone, Debug, Default)]
 struct Counters {
     enqueued: u64,
+    /// Dropped because the queue was full.
     dropped: u64,
+    /// Refused by the rate limiter (dropped in faithful unless learning mode; deferred in hardened).
+    rate_limited: u64,
     errored_delivery: u64,
     errored_payload: u64,
     cached_ignored: u64,
-    sent: u64,
+    cached_ignored_resource: u64,
+    sent_app: u64,
+    sent_child: u64,
+    sent_resource: u64,
     /// Processing-duration histogram: counts per bucket of [`serve::DURATION_BUCKETS`] and +Inf.
     duration_buckets: [u64; 8],
     duration_sum_ms: u64,
@@ -156,7 +176,13 @@ struct State {
     /// since the platform's read model proves the cache wrong for them (a slow replica can
     /// write an older state's digest after a newer one was sent).
     forced: std::collections::BTreeSet<String>,
+    /// The per-app rate limiter, when configured.
+    limiter: Option<RateLimiter>,
+    /// hardened: apps the limiter deferred, waiting for their next window.
+    deferred: std::collections::BTreeSet<String>,
     counters: Counters,
+    /// Per-app metric series (`application` label).
+    series: BTreeMap<String, serve::AppSeries>,
 }
 
 /// A running replica's shared pieces.
@@ -194,13 +220,55 @@ impl Replica {
         }
     }
 
-    /// A watch event for `app`: queue it if ours.
-    fn on_change(&self, app: Arc<DynamicObject>, deleted: bool) {
+    /// A watch event for `app`: queue it if ours (and if the rate limiter lets it through).
+    fn on_change(self: &Arc<Self>, app: Arc<DynamicObject>, kind: WatchType) {
         let Some(name) = app.metadata.name.clone() else {
             return;
         };
         if !self.owns(&name) {
             return;
+        }
+        let deleted = kind == WatchType::Deleted;
+        let now = self.env.elapsed();
+        let limited = {
+            let mut state = self.state();
+            match state.limiter.as_mut().map(|l| (l.take(&name, now), l.limit().learning_mode)) {
+                Some((Verdict::Limited { retry_in }, learning)) => {
+                    state.counters.rate_limited += 1;
+                    Some((retry_in, learning))
+                }
+                _ => None,
+            }
+        };
+        let learning = usize::from(limited.is_some_and(|(_, learning)| learning));
+        match (limited, self.config.variant) {
+            (None, _) | (Some((_, true)), Variant::Faithful) => {}
+            (Some(_), Variant::Faithful) => {
+                let mut state = self.state();
+                state.counters.dropped += 1; // dropped, as the real limiter does
+                state.series.entry(name).or_default().dropped[0] += 1;
+                return;
+            }
+            (Some((retry_in, _)), Variant::Hardened) => {
+                // Deferred, never dropped: the app is queued when its window refills (the
+                // latest state is read then, so nothing is lost by waiting).
+                let mut state = self.state();
+                if deleted {
+                    state.tombstones.insert(name.clone(), app.clone());
+                }
+                if state.deferred.insert(name.clone()) {
+                    let again = self.clone();
+                    tokio::spawn(async move {
+                        again.env.sleep(retry_in).await;
+                        let mut state = again.state();
+                        state.deferred.remove(&name);
+                        state.hardened.push(&name);
+                        drop(state);
+                        again.wake.notify_one();
+                    });
+                }
+                return;
+            }
         }
         // Fault point: this event meets a full queue.
         let room = if self.env.buggify(Point::ReporterQueueFull) {
@@ -210,11 +278,12 @@ impl Replica {
         };
         let mut state = self.state();
         state.counters.enqueued += 1;
+        state.series.entry(name.clone()).or_default().enqueued[learning] += 1;
         let pushed = match self.config.variant {
             Variant::Faithful => state.faithful.push_within(
                 Item {
                     app: app.clone(),
-                    deleted,
+                    kind,
                 },
                 room,
             ),
@@ -229,6 +298,7 @@ impl Replica {
         };
         if pushed == Push::Overflowed && self.config.variant == Variant::Faithful {
             state.counters.dropped += 1;
+            state.series.entry(name).or_default().dropped[learning] += 1;
         }
         drop(state);
         self.wake.notify_one();
@@ -264,7 +334,10 @@ pub async fn run(env: SharedEnv, config: Config) {
             members: Vec::new(),
             tombstones: BTreeMap::new(),
             forced: Default::default(),
+            limiter: config.rate_limit.clone().map(RateLimiter::new),
+            deferred: Default::default(),
             counters: Counters::default(),
+            series: BTreeMap::new(),
         }),
         wake: Notify::new(),
         config,
@@ -289,10 +362,16 @@ pub async fn run(env: SharedEnv, config: Config) {
             .reflect(writer)
             .for_each(move |event| {
                 match event {
-                    Ok(watcher::Event::InitApply(app)) | Ok(watcher::Event::Apply(app)) => {
-                        watched.on_change(Arc::new(app), false)
+                    // The initial list reaches the real informer as OnAdd; later changes as OnUpdate.
+                    Ok(watcher::Event::InitApply(app)) => {
+                        watched.on_change(Arc::new(app), WatchType::Added)
                     }
-                    Ok(watcher::Event::Delete(app)) => watched.on_change(Arc::new(app), true),
+                    Ok(watcher::Event::Apply(app)) => {
+                        watched.on_change(Arc::new(app), WatchType::Modified)
+                    }
+                    Ok(watcher::Event::Delete(app)) => {
+                        watched.on_change(Arc::new(app), WatchType::Deleted)
+                    }
                     Ok(_) => {}
                     Err(e) => watched.env.observe(
                         ReporterEvent::WatchError {
@@ -337,11 +416,16 @@ async fn report_queue(replica: Arc<Replica>) {
     loop {
         replica.env.sleep(Duration::from_secs(5)).await;
         let (depth, resync) = replica.queue_depth();
-        let (dropped, parked) = {
+        let (dropped, parked, c) = {
             let state = replica.state();
-            (state.counters.dropped, state.hardened.overflowed)
+            (
+                state.counters.dropped,
+                state.hardened.overflowed,
+                state.counters.clone(),
+            )
         };
-        let now = (depth, resync, dropped, parked);
+        let sent_app = c.sent_app + c.sent_child;
+        let now = (depth, resync, dropped, parked, sent_app, c.sent_resource, c.rate_limited);
         if last != Some(now) {
             replica.env.observe(
                 ReporterEvent::Queue {
@@ -350,6 +434,9 @@ async fn report_queue(replica: Arc<Replica>) {
                     resync: resync as u64,
                     dropped,
                     parked,
+                    sent_app,
+                    sent_resource: c.sent_resource,
+                    rate_limited: c.rate_limited,
                 }
                 .into(),
             );
@@ -362,7 +449,7 @@ async fn report_queue(replica: Arc<Replica>) {
 /// and whether to bypass the dedup cache.
 struct Work {
     app: Arc<DynamicObject>,
-    deleted: bool,
+    kind: WatchType,
     hardened_name: Option<String>,
     force: bool,
 }
@@ -377,7 +464,7 @@ async fn next(replica: &Replica) -> Work {
                     if let Some(item) = state.faithful.pop() {
                         return Work {
                             app: item.app,
-                            deleted: item.deleted,
+                            kind: item.kind,
                             hardened_name: None,
                             force: false,
                         };
@@ -392,7 +479,7 @@ async fn next(replica: &Replica) -> Work {
                         if let Some(app) = replica.store.get(&key) {
                             return Work {
                                 app,
-                                deleted: false,
+                                kind: WatchType::Modified,
                                 hardened_name: Some(name),
                                 force,
                             };
@@ -400,7 +487,7 @@ async fn next(replica: &Replica) -> Work {
                         if let Some(app) = state.tombstones.get(&name).cloned() {
                             return Work {
                                 app,
-                                deleted: true,
+                                kind: WatchType::Deleted,
                                 hardened_name: Some(name),
                                 force,
                             };
@@ -418,10 +505,11 @@ async fn worker(replica: Arc<Replica>, processor: Arc<process::Processor>) {
     loop {
         let Work {
             app,
-            deleted,
+            kind,
             hardened_name,
             force,
         } = next(&replica).await;
+        let deleted = kind == WatchType::Deleted;
         if replica.env.buggify(Point::ReporterWorkerStall) {
             let pause = replica
                 .env
@@ -432,12 +520,24 @@ async fn worker(replica: Arc<Replica>, processor: Arc<process::Processor>) {
         let budget = Duration::from_secs(120); // one app at a time with a 2-minute budget
         let outcome = tokio::time::timeout(
             budget,
-            processor.process(&app, deleted, force, replica.config.variant),
+            processor.process(&app, kind, force, replica.config.variant),
         )
         .await
-        .unwrap_or(process::Outcome::DeliveryFailed);
+        .unwrap_or(process::Outcome::Aborted(process::Tally::default()));
         let elapsed_ms = replica.env.elapsed().saturating_sub(started).as_millis() as u64;
         let mut state = replica.state();
+        if let Some(name) = app.metadata.name.as_deref() {
+            let tally = outcome.tally();
+            let series = state.series.entry(name.to_string()).or_default();
+            let head = usize::from(process::parent_of(&app).is_some());
+            series.cached_ignored[head] += u64::from(outcome == process::Outcome::CachedIgnored);
+            series.cached_ignored[2] += tally.resources_cached;
+            series.errored[2][0] += tally.resources_failed;
+            series.errored[head][1] += tally.payload_errors;
+            if matches!(outcome, process::Outcome::Aborted(t) if t.resources_failed == 0) {
+                series.errored[head][0] += 1;
+            }
+        }
         let counters = &mut state.counters;
         counters.duration_sum_ms += elapsed_ms;
         let bucket = serve::DURATION_BUCKETS
@@ -445,22 +545,27 @@ async fn worker(replica: Arc<Replica>, processor: Arc<process::Processor>) {
             .position(|b| elapsed_ms as f64 <= b * 1000.0)
             .unwrap_or(serve::DURATION_BUCKETS.len());
         counters.duration_buckets[bucket] += 1;
+        let tally = outcome.tally();
+        counters.sent_app += tally.app_sent;
+        counters.sent_child += tally.child_sent;
+        counters.sent_resource += tally.resources_sent;
+        counters.cached_ignored_resource += tally.resources_cached;
+        counters.errored_payload += tally.payload_errors;
+        counters.errored_delivery += tally.resources_failed;
         match outcome {
-            process::Outcome::Sent { payload_error } => {
-                counters.sent += 1;
-                if payload_error {
-                    counters.errored_payload += 1;
-                }
-            }
             process::Outcome::CachedIgnored => counters.cached_ignored += 1,
-            process::Outcome::DeliveryFailed => counters.errored_delivery += 1,
+            process::Outcome::Aborted(t) if t.resources_failed == 0 => {
+                counters.errored_delivery += 1
+            }
+            _ => {}
         }
         if let Some(name) = hardened_name {
-            if deleted && outcome != process::Outcome::DeliveryFailed {
+            let retry = outcome.needs_retry();
+            if deleted && !retry {
                 state.tombstones.remove(&name);
             }
             state.hardened.done(&name);
-            if outcome == process::Outcome::DeliveryFailed {
+            if retry {
                 // No final state is lost: try again later.
                 let again = replica.clone();
                 tokio::spawn(async move {

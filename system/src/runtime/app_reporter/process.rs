@@ -1,4 +1,16 @@
-//! Per-app work: dedup check, payload from the Argo CD server, delivery to the platform.
+//! Processing one app event the way the real reporter does (research §1.5–1.7,
+//! `StreamApplicationEvents`): the app-level dedup rules, then the Argo CD calls in the real
+//! order, then **one application event** (root app) or **one child-app event** (an app whose
+//! instance label names a parent), then **one event per changed resource**, each checked
+//! against the resource-level cache keyed by the app's latest history revision.
+//!
+//! Partial-failure rules (faithful and hardened alike): a failed resource tree is tolerated
+//! unless it timed out; failed manifest generation means an empty desired set (actual state
+//! only, no prune semantics); a root or child event that fails every delivery attempt aborts
+//! the app and leaves its app-level entry unwritten; a resource event that fails is skipped
+//! (the app goes on) unless the failure is a deadline. The difference between the variants
+//! here: hardened sends resource events `resource_concurrency` at a time with idempotency
+//! keys, and reports skipped resources as a failure so the app is processed again.
 
 use std::io::Write;
 use std::time::Duration;
@@ -10,32 +22,74 @@ use kube::api::DynamicObject;
 use serde_json::{json, Value};
 
 use crate::core::event::{EventError, EventPayload, Source};
-use crate::core::time::rfc3339;
+use crate::core::time::{rfc3339, rfc3339_millis};
 use crate::core::Variant;
-use crate::env::{fnv1a_64, Point, SharedEnv};
+use crate::env::{Point, SharedEnv};
 use crate::runtime::cache;
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 
+use super::argocd::{AppRef, ArgoCd, ReadError};
+use super::dedup::{self, AppDecision, AppFingerprint, WatchType};
 use super::Config;
 
-/// What processing one app did.
+/// Argo CD's default instance label (`application.instanceLabelKey`).
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// The annotation tracking method's annotation.
+pub const TRACKING_ANNOTATION: &str = "argocd.argoproj.io/tracking-id";
+
+/// What processing one app did, for the counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Application events delivered (root apps).
+    pub app_sent: u64,
+    /// Child-app events delivered.
+    pub child_sent: u64,
+    /// Resource events delivered.
+    pub resources_sent: u64,
+    /// Resource events skipped by the resource-level cache.
+    pub resources_cached: u64,
+    /// Resource events that failed every attempt (skipped, or the reason for an abort).
+    pub resources_failed: u64,
+    /// Events that went out carrying payload errors (Argo CD reads that failed).
+    pub payload_errors: u64,
+}
+
+/// How processing one app ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Delivered (possibly with payload errors attached).
-    Sent {
-        /// Reading the Argo CD server failed; the event carries the error.
-        payload_error: bool,
-    },
-    /// The dedup cache already holds this state.
+    /// The app-level rules found nothing new (`cached_ignored_events`).
     CachedIgnored,
-    /// Every delivery attempt failed.
-    DeliveryFailed,
+    /// Processed; the app-level entry was written.
+    Done(Tally),
+    /// Aborted (the app event failed, or a deadline): the app-level entry was not written,
+    /// so the next change re-sends it.
+    Aborted(Tally),
+}
+
+impl Outcome {
+    /// The tally, if anything was attempted.
+    pub fn tally(&self) -> Tally {
+        match self {
+            Outcome::CachedIgnored => Tally::default(),
+            Outcome::Done(t) | Outcome::Aborted(t) => *t,
+        }
+    }
+
+    /// hardened: whether the app must be processed again (nothing may stay unsent).
+    pub fn needs_retry(&self) -> bool {
+        match self {
+            Outcome::CachedIgnored => false,
+            Outcome::Done(t) => t.resources_failed > 0,
+            Outcome::Aborted(_) => true,
+        }
+    }
 }
 
 /// Shared clients and settings of a replica's workers.
 pub struct Processor {
     env: SharedEnv,
     http: crate::env::http::Client<Full<Bytes>>,
+    argocd: ArgoCd,
     cache: cache::Client,
     config: Config,
 }
@@ -49,26 +103,6 @@ pub fn encode_event(payload: &EventPayload) -> std::io::Result<Bytes> {
     Ok(Bytes::from(encoder.finish()?))
 }
 
-/// The app without the fields the real reporter ignores when deduplicating
-/// (`reconciledAt`, resourceVersion, generation, managedFields, transition times).
-pub fn dedup_digest(app: &DynamicObject) -> String {
-    let mut value = serde_json::to_value(app).unwrap_or(Value::Null);
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        for field in ["resourceVersion", "generation", "managedFields"] {
-            meta.remove(field);
-        }
-    }
-    if let Some(status) = value.get_mut("status").and_then(Value::as_object_mut) {
-        status.remove("reconciledAt");
-        if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
-            for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
-                c.remove("lastTransitionTime");
-            }
-        }
-    }
-    format!("{:016x}", fnv1a_64(value.to_string().as_bytes()))
-}
-
 fn text(value: &Value, pointer: &str) -> String {
     value
         .pointer(pointer)
@@ -77,155 +111,481 @@ fn text(value: &Value, pointer: &str) -> String {
         .to_string()
 }
 
+/// The app's parent (app-of-apps), from the instance label or the tracking annotation
+/// (`<app>:<group>/<kind>:<ns>/<name>`), when it names another app.
+pub fn parent_of(app: &DynamicObject) -> Option<String> {
+    let me = app.metadata.name.as_deref()?;
+    let from_label = app
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(INSTANCE_LABEL))
+        .cloned();
+    let from_annotation = app
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TRACKING_ANNOTATION))
+        .and_then(|t| t.split(':').next())
+        .map(str::to_string);
+    from_label
+        .or(from_annotation)
+        .filter(|p| !p.is_empty() && p != me)
+}
+
+/// The app's latest history revision (`status.history[-1].revision`).
+fn latest_revision(status: &Value) -> String {
+    status
+        .pointer("/history")
+        .and_then(Value::as_array)
+        .and_then(|h| h.last())
+        .map(|h| text(h, "/revision"))
+        .unwrap_or_default()
+}
+
+/// Errors built from the app's conditions, sync result and unhealthy resources
+/// (research §1.7, `application_errors_parser.go`).
+fn app_errors(status: &Value, now: &str) -> Vec<EventError> {
+    let mut errors = Vec::new();
+    for c in status["conditions"].as_array().into_iter().flatten() {
+        let kind = text(c, "/type");
+        let level = if kind.ends_with("Warning") {
+            "warning"
+        } else if kind.ends_with("Error") {
+            "error"
+        } else {
+            continue;
+        };
+        errors.push(EventError {
+            kind: "sync".into(),
+            level: level.into(),
+            message: text(c, "/message"),
+            last_seen: now.into(),
+            source_reference: Value::Null,
+        });
+    }
+    if text(status, "/operationState/phase") == "Failed" || text(status, "/operationState/phase") == "Error" {
+        errors.push(EventError {
+            kind: "sync".into(),
+            level: "error".into(),
+            message: text(status, "/operationState/message"),
+            last_seen: now.into(),
+            source_reference: Value::Null,
+        });
+    }
+    for r in status["resources"].as_array().into_iter().flatten() {
+        let health = text(r, "/health/status");
+        if health == "Degraded" || health == "Missing" {
+            errors.push(EventError {
+                kind: "health".into(),
+                level: "error".into(),
+                message: {
+                    let m = text(r, "/health/message");
+                    if m.is_empty() { format!("resource is {health}") } else { m }
+                },
+                last_seen: now.into(),
+                source_reference: json!({"group": r["group"], "version": r["version"], "kind": r["kind"], "name": r["name"], "namespace": r["namespace"]}),
+            });
+        }
+    }
+    errors
+}
+
+/// The fields every event of one app shares.
+fn app_source(app: &DynamicObject, status: &Value, instance_label_key: &str) -> Source {
+    Source {
+        repo_url: text(&app.data, "/spec/source/repoURL"),
+        path: text(&app.data, "/spec/source/path"),
+        revision: latest_revision(status),
+        operation_sync_revision: text(status, "/operationState/syncResult/revision"),
+        history_id: status
+            .pointer("/history")
+            .and_then(Value::as_array)
+            .and_then(|h| h.last())
+            .and_then(|h| h["id"].as_i64())
+            .unwrap_or(0),
+        app_name: app.metadata.name.clone().unwrap_or_default(),
+        app_namespace: app.metadata.namespace.clone().unwrap_or_default(),
+        app_uid: app.metadata.uid.clone().unwrap_or_default(),
+        app_labels: app.metadata.labels.clone().unwrap_or_default(),
+        sync_status: text(status, "/sync/status"),
+        sync_started_at: text(status, "/operationState/startedAt"),
+        sync_finished_at: text(status, "/operationState/finishedAt"),
+        health_status: text(status, "/health/status"),
+        health_message: text(status, "/health/message"),
+        cluster: text(&app.data, "/spec/destination/server"),
+        app_instance_label_key: instance_label_key.into(),
+        tracking_method: if app
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(TRACKING_ANNOTATION))
+        {
+            "annotation".into()
+        } else {
+            "label".into()
+        },
+        ..Source::default()
+    }
+}
+
+/// The compiled manifest for one resource from a `manifests` answer, matched by group,
+/// kind, name and namespace.
+fn desired_for(manifests: &[Value], res: &Value) -> Option<(String, Value)> {
+    manifests.iter().find_map(|m| {
+        let compiled = m["compiledManifest"].as_str()?;
+        let object: Value = serde_json::from_str(compiled).ok()?;
+        let api_version = text(&object, "/apiVersion");
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let same = group == text(res, "/group")
+            && text(&object, "/kind") == text(res, "/kind")
+            && text(&object, "/metadata/name") == text(res, "/name")
+            && text(&object, "/metadata/namespace") == text(res, "/namespace");
+        same.then(|| {
+            let raw = m["rawManifest"].as_str().unwrap_or(compiled).to_string();
+            (raw, object)
+        })
+    })
+}
+
+/// One app's facts gathered from Argo CD before any event is built.
+struct Gathered {
+    manifests: Vec<Value>,
+    manifests_failed: bool,
+    app_versions: Value,
+    commit: Option<Value>,
+    errors: Vec<EventError>,
+}
+
 impl Processor {
     /// Clients for the Argo CD server, the platform and the cache.
     pub fn new(env: SharedEnv, config: &Config) -> Self {
         Processor {
             http: crate::env::http::client(env.clone(), config.request_timeout * 2),
+            argocd: ArgoCd::new(
+                env.clone(),
+                &config.argocd_addr,
+                &config.argocd_token,
+                config.request_timeout,
+            ),
             cache: cache::Client::new(env.clone(), &config.cache_addr, config.request_timeout),
             env,
             config: config.clone(),
         }
     }
 
-    async fn argocd(&self, path: &str) -> Result<Value, String> {
-        if self.env.buggify(Point::ReporterArgocdReadFails) {
-            return Err(format!("GET {path}: connection reset (fault point)"));
+    fn read_error(&self, e: &ReadError, reference: Value) -> EventError {
+        EventError {
+            kind: "transient".into(),
+            level: "error".into(),
+            message: e.to_string(),
+            last_seen: rfc3339(self.env.unix_millis()),
+            source_reference: reference,
         }
-        let request = Request::get(format!("http://{}{path}", self.config.argocd_addr))
-            .header(
-                "authorization",
-                format!("Bearer {}", self.config.argocd_token),
-            )
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| e.to_string())?;
-        let response =
-            tokio::time::timeout(self.config.request_timeout, self.http.request(request))
-                .await
-                .map_err(|_| format!("GET {path}: timed out"))?
-                .map_err(|e| format!("GET {path}: {e}"))?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("GET {path}: {e}"))?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(format!(
-                "GET {path}: {status}: {}",
-                String::from_utf8_lossy(&body)
-            ));
-        }
-        serde_json::from_slice(&body).map_err(|e| format!("GET {path}: invalid JSON: {e}"))
     }
 
-    /// Builds the event; returns it and whether reading the Argo CD server failed.
-    async fn payload(
-        &self,
-        app: &DynamicObject,
-        deleted: bool,
-        variant: Variant,
-    ) -> (EventPayload, bool) {
-        let name = app.metadata.name.clone().unwrap_or_default();
-        let status = app.data.get("status").cloned().unwrap_or(Value::Null);
-        let mut source = Source {
-            repo_url: text(&app.data, "/spec/source/repoURL"),
-            path: text(&app.data, "/spec/source/path"),
-            revision: text(&status, "/sync/revision"),
-            operation_sync_revision: text(&status, "/operationState/syncResult/revision"),
-            history_id: status
-                .pointer("/history")
-                .and_then(Value::as_array)
-                .and_then(|h| h.last())
-                .and_then(|h| h["id"].as_i64())
-                .unwrap_or(0),
-            app_name: name.clone(),
-            app_namespace: app.metadata.namespace.clone().unwrap_or_default(),
-            app_uid: app.metadata.uid.clone().unwrap_or_default(),
-            app_labels: app.metadata.labels.clone().unwrap_or_default(),
-            sync_status: text(&status, "/sync/status"),
-            sync_started_at: text(&status, "/operationState/startedAt"),
-            sync_finished_at: text(&status, "/operationState/finishedAt"),
-            health_status: text(&status, "/health/status"),
-            health_message: text(&status, "/health/message"),
-            cluster: text(&app.data, "/spec/destination/server"),
-            ..Source::default()
+    /// Steps 1–3 and 5 of the real sequence: resource tree, manifests at the latest target
+    /// and at the sync revision, revision metadata. `Err` only for a deadline.
+    async fn gather(&self, app: &AppRef, status: &Value, deleted: bool) -> Result<Gathered, ReadError> {
+        let mut gathered = Gathered {
+            manifests: Vec::new(),
+            manifests_failed: deleted,
+            app_versions: json!({}),
+            commit: None,
+            errors: Vec::new(),
         };
-        let mut errors = Vec::new();
-        if !deleted {
-            if let Err(message) = self.fill_manifests(&name, &mut source).await {
-                errors.push(EventError {
-                    kind: "transient".into(),
-                    level: "error".into(),
-                    message,
-                    last_seen: rfc3339(self.env.unix_millis()),
-                    source_reference: json!({"kind": "Application", "name": name}),
-                });
+        if deleted {
+            return Ok(gathered); // Argo CD no longer knows the app: nothing to read
+        }
+        let reference = json!({"kind": "Application", "name": app.name});
+        match self.argocd.resource_tree(app).await {
+            Err(e) if e.is_deadline() => return Err(e),
+            Err(e) => gathered.errors.push(self.read_error(&e, reference.clone())),
+            Ok(_) => {}
+        }
+        match self.argocd.manifests(app, None).await {
+            Ok(answer) => gathered.manifests = answer["manifests"].as_array().cloned().unwrap_or_default(),
+            Err(e) if e.is_deadline() => return Err(e),
+            Err(e) => {
+                gathered.manifests_failed = true;
+                gathered.errors.push(self.read_error(&e, reference.clone()));
             }
         }
-        let object = serde_json::to_vec(app).unwrap_or_default();
-        let rv = app.metadata.resource_version.clone().unwrap_or_default();
-        let payload = EventPayload {
-            timestamp: rfc3339(self.env.unix_millis()),
-            object: BASE64_STANDARD.encode(&object),
-            source,
-            app_versions: json!({}),
-            idempotency_key: (variant == Variant::Hardened).then(|| {
-                format!(
-                    "{}/{name}@{rv}:{deleted}",
-                    app.metadata.namespace.clone().unwrap_or_default()
-                )
-            }),
-            errors,
-        };
-        let failed = !payload.errors.is_empty();
-        (payload, failed)
+        let sync_revision = text(status, "/operationState/syncResult/revision");
+        if !sync_revision.is_empty() {
+            match self.argocd.manifests(app, Some(&sync_revision)).await {
+                Ok(answer) => gathered.app_versions = answer["applicationVersions"].clone(),
+                Err(e) if e.is_deadline() => return Err(e),
+                Err(_) => {} // only app versions come from this call
+            }
+            match self.argocd.revision_metadata(app, &sync_revision, 0).await {
+                Ok(meta) => gathered.commit = Some(meta),
+                Err(e) if e.is_deadline() => return Err(e),
+                Err(_) => {}
+            }
+        }
+        Ok(gathered)
     }
 
-    async fn fill_manifests(&self, name: &str, source: &mut Source) -> Result<(), String> {
-        let base = format!("/api/v1/applications/{name}");
-        let tree = self.argocd(&format!("{base}/resource-tree")).await?;
-        let revision = source.revision.clone();
-        let manifests = self
-            .argocd(&format!("{base}/manifests?revision={revision}"))
-            .await?;
-        let joined: Vec<&str> = manifests["manifests"]
+    /// Builds an event with the shared fields and `object`.
+    fn event(&self, source: Source, object: &Value, errors: Vec<EventError>, timestamp: &str, app_versions: &Value, key: Option<String>) -> EventPayload {
+        EventPayload {
+            timestamp: timestamp.into(),
+            object: BASE64_STANDARD.encode(serde_json::to_vec(object).unwrap_or_default()),
+            source,
+            errors,
+            app_versions: app_versions.clone(),
+            idempotency_key: key,
+        }
+    }
+
+    /// Processes one app event end to end; `force` bypasses the app-level rules.
+    pub async fn process(
+        &self,
+        app: &DynamicObject,
+        kind: WatchType,
+        force: bool,
+        variant: Variant,
+    ) -> Outcome {
+        let deleted = kind == WatchType::Deleted;
+        let namespace = app.metadata.namespace.clone().unwrap_or_default();
+        let name = app.metadata.name.clone().unwrap_or_default();
+        let key = dedup::app_key(&namespace, &name);
+        let fingerprint = AppFingerprint::of(app);
+        // Fault point: the lookup fails, as a Redis timeout would; the event goes out anyway.
+        let cached = if force || deleted || self.env.buggify(Point::ReporterCacheReadFails) {
+            None
+        } else {
+            self.cache.get(&key).await.ok().flatten().and_then(|b| AppFingerprint::decode(&b))
+        };
+        let ignore_resource_cache = match dedup::decide(cached.as_ref(), &fingerprint, kind) {
+            AppDecision::Skip if !force => return Outcome::CachedIgnored,
+            AppDecision::Skip => false,
+            AppDecision::Send { ignore_resource_cache } => ignore_resource_cache,
+        };
+        let timestamp = rfc3339_millis(self.env.unix_millis());
+        let status = app.data.get("status").cloned().unwrap_or(Value::Null);
+        let reference = AppRef {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            project: text(&app.data, "/spec/project"),
+        };
+        let mut tally = Tally::default();
+        let gathered = match self.gather(&reference, &status, deleted).await {
+            Ok(g) => g,
+            Err(_) => return Outcome::Aborted(tally),
+        };
+        let rv = app.metadata.resource_version.clone().unwrap_or_default();
+        let idempotency = |what: &str| {
+            (variant == Variant::Hardened).then(|| format!("{namespace}/{name}@{rv}:{deleted}:{what}"))
+        };
+        let mut source = app_source(app, &status, INSTANCE_LABEL);
+        if let Some(meta) = &gathered.commit {
+            source.commit_message = text(meta, "/message");
+            source.commit_author = text(meta, "/author");
+            source.commit_date = text(meta, "/date");
+        }
+        let app_json = serde_json::to_value(app).unwrap_or(Value::Null);
+        let being_deleted = deleted || app.metadata.deletion_timestamp.is_some();
+
+        // Step 4: a child app is one "resource" event of its parent; a root app, one app event.
+        // A deletion carries no errors (empty manifests and no errors read as "deleted").
+        let mut errors = if being_deleted {
+            Vec::new()
+        } else {
+            app_errors(&status, &rfc3339(self.env.unix_millis()))
+        };
+        errors.extend(gathered.errors.iter().cloned());
+        let head = if let Some(parent) = parent_of(app) {
+            let parent_source = match self.argocd.application(&parent, &namespace).await {
+                Ok(p) => {
+                    let parent_app: Option<DynamicObject> = serde_json::from_value(p).ok();
+                    let parent_ref = AppRef {
+                        name: parent.clone(),
+                        namespace: namespace.clone(),
+                        project: String::new(),
+                    };
+                    match self.argocd.manifests(&parent_ref, None).await {
+                        Err(e) if e.is_deadline() => return Outcome::Aborted(tally),
+                        _ => {}
+                    }
+                    parent_app.map(|p| {
+                        let s = p.data.get("status").cloned().unwrap_or(Value::Null);
+                        app_source(&p, &s, INSTANCE_LABEL)
+                    })
+                }
+                Err(e) if e.is_deadline() => return Outcome::Aborted(tally),
+                Err(_) => None,
+            };
+            let mut child = parent_source.unwrap_or_else(|| source.clone());
+            child.actual_manifest = if being_deleted { String::new() } else { app_json.to_string() };
+            child.desired_manifest = child.actual_manifest.clone();
+            child.git_manifest = child.actual_manifest.clone();
+            (self.event(child, &app_json, errors, &timestamp, &gathered.app_versions, idempotency("child")), true)
+        } else {
+            let mut root = source.clone();
+            root.actual_manifest = if being_deleted { String::new() } else { app_json.to_string() };
+            // [inferred] the app event's desired manifest is the app itself as well.
+            root.desired_manifest = root.actual_manifest.clone();
+            root.git_manifest = root.actual_manifest.clone();
+            (self.event(root, &app_json, errors, &timestamp, &gathered.app_versions, idempotency("app")), false)
+        };
+        let (head_event, is_child) = head;
+        if !self.deliver(&head_event).await {
+            return Outcome::Aborted(tally);
+        }
+        if is_child {
+            tally.child_sent += 1;
+        } else {
+            tally.app_sent += 1;
+        }
+        if !head_event.errors.is_empty() {
+            tally.payload_errors += 1;
+        }
+
+        // Step 6: one event per resource that changed since the last send at this revision.
+        let latest = latest_revision(&status);
+        let resources: Vec<Value> = status["resources"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(Value::as_str)
+            .filter(|r| text(r, "/kind") != "Application")
+            .cloned()
             .collect();
-        source.desired_manifest = joined.join("---\n");
-        source.git_manifest = source.desired_manifest.clone();
-        if !revision.is_empty() {
-            let meta = self
-                .argocd(&format!("{base}/revisions/{revision}/metadata"))
-                .await?;
-            source.commit_message = text(&meta, "/message");
-            source.commit_author = text(&meta, "/author");
-            source.commit_date = text(&meta, "/date");
+        let mut pending = Vec::new();
+        for res in resources {
+            let res_key = dedup::resource_key(&namespace, &name, &latest, &res);
+            let digest = dedup::resource_digest(&res);
+            if !ignore_resource_cache && !being_deleted {
+                if let Ok(Some(cached)) = self.cache.get(&res_key).await {
+                    if cached == digest.as_bytes() {
+                        tally.resources_cached += 1;
+                        continue;
+                    }
+                }
+            }
+            pending.push((res, res_key, digest));
         }
-        let mut live = Vec::new();
-        for node in tree["nodes"].as_array().into_iter().flatten() {
-            let path = format!(
-                "{base}/resource?kind={}&resourceName={}",
-                text(node, "/kind"),
-                text(node, "/name")
-            );
-            // A resource not yet live is normal for an OutOfSync app: report what exists.
-            if let Ok(resource) = self.argocd(&path).await {
-                live.push(text(&resource, "/manifest"));
+        let concurrency = match variant {
+            Variant::Faithful => 1,
+            Variant::Hardened => self.config.resource_concurrency.max(1),
+        };
+        let results: Vec<Result<bool, ReadError>> = {
+            use futures::StreamExt;
+            let source = &source;
+            let gathered = &gathered;
+            let reference = &reference;
+            let timestamp = &timestamp;
+            futures::stream::iter(pending)
+                .map(|(res, res_key, digest)| {
+                    let what = format!("res:{}/{}/{}/{}", text(&res, "/group"), text(&res, "/kind"), text(&res, "/namespace"), text(&res, "/name"));
+                    let key = idempotency(&what);
+                    async move {
+                        let event = self
+                            .resource_event(reference, source, gathered, &res, being_deleted, timestamp, key)
+                            .await?;
+                        let ok = self.deliver(&event).await;
+                        if ok {
+                            let _ = self
+                                .cache
+                                .put(&res_key, Bytes::from(digest), self.config.dedup_ttl)
+                                .await;
+                        }
+                        Ok(ok)
+                    }
+                })
+                .buffered(concurrency)
+                .collect()
+                .await
+        };
+        let mut aborted = false;
+        for result in results {
+            match result {
+                Ok(true) => tally.resources_sent += 1,
+                Ok(false) => tally.resources_failed += 1,
+                Err(_) => {
+                    tally.resources_failed += 1;
+                    aborted = true;
+                }
             }
         }
-        source.actual_manifest = live.join("---\n");
-        if source.desired_manifest.is_empty() && source.actual_manifest.is_empty() {
-            // Empty both ways would read as "deleted"; say what we know instead.
-            return Err(format!("no manifests for {name} at revision {revision:?}"));
+        if aborted {
+            return Outcome::Aborted(tally);
         }
-        Ok(())
+        // Written only after the whole app returned without error. Fault point: the process
+        // stops between the acknowledgements and this write.
+        if !deleted && !self.env.buggify(Point::ReporterAfterSendBeforeCache) {
+            let _ = self
+                .cache
+                .put(&key, Bytes::from(fingerprint.encode()), self.config.dedup_ttl)
+                .await;
+        }
+        Outcome::Done(tally)
     }
 
+    /// One resource's event: desired from the manifests, live from Argo CD (not found →
+    /// empty, i.e. deleted), a stub object when both are missing. `Err` only for a deadline.
+    #[allow(clippy::too_many_arguments)]
+    async fn resource_event(
+        &self,
+        app: &AppRef,
+        source: &Source,
+        gathered: &Gathered,
+        res: &Value,
+        being_deleted: bool,
+        timestamp: &str,
+        key: Option<String>,
+    ) -> Result<EventPayload, ReadError> {
+        let mut source = source.clone();
+        source.sync_status = text(res, "/status");
+        source.health_status = text(res, "/health/status");
+        source.health_message = text(res, "/health/message");
+        let mut errors = Vec::new();
+        let desired = if being_deleted { None } else { desired_for(&gathered.manifests, res) };
+        let live = if being_deleted {
+            None
+        } else {
+            match self.argocd.resource(app, res).await {
+                Ok(answer) => answer["manifest"]
+                    .as_str()
+                    .and_then(|m| serde_json::from_str::<Value>(m).ok()),
+                Err(ReadError::NotFound { .. }) => None,
+                Err(e) if e.is_deadline() => return Err(e),
+                Err(e) => {
+                    errors.push(self.read_error(&e, res.clone()));
+                    None
+                }
+            }
+        };
+        if let Some((raw, compiled)) = &desired {
+            source.desired_manifest = compiled.to_string();
+            source.git_manifest = raw.clone();
+        }
+        if let Some(live) = &live {
+            source.actual_manifest = live.to_string();
+        }
+        // Pruning: gone from Git and no manifest error → report it deleted (both empty).
+        let requires_pruning = res["requiresPruning"].as_bool().unwrap_or(false);
+        if requires_pruning && !gathered.manifests_failed {
+            source.desired_manifest.clear();
+            source.actual_manifest.clear();
+        }
+        let object = live
+            .or_else(|| desired.map(|(_, d)| d))
+            .unwrap_or_else(|| {
+                let group = text(res, "/group");
+                let version = text(res, "/version");
+                json!({
+                    "apiVersion": if group.is_empty() { version } else { format!("{group}/{version}") },
+                    "kind": res["kind"],
+                    "metadata": {"name": res["name"], "namespace": res["namespace"]},
+                })
+            });
+        Ok(self.event(source, &object, errors, timestamp, &gathered.app_versions, key))
+    }
+
+    /// Delivers one event: up to `delivery_attempts` POSTs, 1–2 s apart (`wait.Backoff`
+    /// Steps 5, Duration 1 s, Factor 1, Jitter 1); any non-2xx or transport error is retried.
     async fn deliver(&self, payload: &EventPayload) -> bool {
         let Ok(gzipped) = encode_event(payload) else {
             return false;
@@ -282,41 +642,46 @@ impl Processor {
             .to_bytes();
         serde_json::from_slice(&body).map_err(|e| e.to_string())
     }
+}
 
-    /// Processes one app event end to end; `force` skips the dedup check.
-    pub async fn process(
-        &self,
-        app: &DynamicObject,
-        deleted: bool,
-        force: bool,
-        variant: Variant,
-    ) -> Outcome {
-        let key = format!(
-            "app:{}/{}",
-            app.metadata.namespace.clone().unwrap_or_default(),
-            app.metadata.name.clone().unwrap_or_default()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(labels: Value, annotations: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "child", "namespace": "argocd", "labels": labels, "annotations": annotations},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_parent_is_named_by_the_instance_label_or_the_tracking_annotation() {
+        assert_eq!(parent_of(&app(json!({INSTANCE_LABEL: "root"}), json!({}))).as_deref(), Some("root"));
+        assert_eq!(
+            parent_of(&app(json!({}), json!({TRACKING_ANNOTATION: "root:argoproj.io/Application:argocd/child"}))).as_deref(),
+            Some("root")
         );
-        let digest = dedup_digest(app);
-        // Fault point: the lookup fails, as a Redis timeout would; the event goes out anyway.
-        if !deleted && !force && !self.env.buggify(Point::ReporterCacheReadFails) {
-            if let Ok(Some(cached)) = self.cache.get(&key).await {
-                if cached == digest.as_bytes() {
-                    return Outcome::CachedIgnored;
-                }
-            }
-        }
-        let (payload, payload_error) = self.payload(app, deleted, variant).await;
-        if !self.deliver(&payload).await {
-            return Outcome::DeliveryFailed;
-        }
-        // Written only after a successful send; deletes are always sent. Fault point: the
-        // process stops between the acknowledgement and this write.
-        if !deleted && !payload_error && !self.env.buggify(Point::ReporterAfterSendBeforeCache) {
-            let _ = self
-                .cache
-                .put(&key, Bytes::from(digest), self.config.dedup_ttl)
-                .await;
-        }
-        Outcome::Sent { payload_error }
+        assert_eq!(parent_of(&app(json!({INSTANCE_LABEL: "child"}), json!({}))), None, "itself is no parent");
+        assert_eq!(parent_of(&app(json!({}), json!({}))), None);
+    }
+
+    #[test]
+    fn errors_come_from_conditions_failed_syncs_and_unhealthy_resources() {
+        let status = json!({
+            "conditions": [{"type": "ComparisonError", "message": "cluster unreachable"},
+                           {"type": "SharedResourceWarning", "message": "shared"},
+                           {"type": "Info", "message": "ignored"}],
+            "operationState": {"phase": "Failed", "message": "sync failed"},
+            "resources": [{"kind": "Deployment", "name": "a", "health": {"status": "Degraded"}},
+                          {"kind": "Service", "name": "a", "health": {"status": "Healthy"}}],
+        });
+        let errors = app_errors(&status, "t");
+        let summary: Vec<(&str, &str)> = errors.iter().map(|e| (e.level.as_str(), e.message.as_str())).collect();
+        assert_eq!(
+            summary,
+            [("error", "cluster unreachable"), ("warning", "shared"), ("error", "sync failed"), ("error", "resource is Degraded")]
+        );
     }
 }
