@@ -218,6 +218,8 @@ fn world_pieces(
         let config = argocd::controller::Config {
             reconcile_every: scenario.argocd.reconcile_every,
             history_limit: scenario.argocd.history_limit,
+            k8s_client_qps: scenario.argocd.k8s_client_qps,
+            k8s_client_burst: scenario.argocd.k8s_client_burst,
             ..Default::default()
         };
         pieces.push(Box::new(move |env| {

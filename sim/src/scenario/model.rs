@@ -261,6 +261,11 @@ pub struct ArgoCd {
     pub reconcile_every: Duration,
     /// Entries kept in `status.history`. Default 10, as Argo CD's `revisionHistoryLimit`.
     pub history_limit: usize,
+    /// The controller's writes per second to the API server (`ARGOCD_K8S_CLIENT_QPS`).
+    /// Default 50, as Argo CD.
+    pub k8s_client_qps: u32,
+    /// Its burst (`ARGOCD_K8S_CLIENT_BURST`). Default 100 (2 × QPS), as Argo CD.
+    pub k8s_client_burst: u32,
 }
 
 impl Default for ArgoCd {
@@ -268,6 +273,8 @@ impl Default for ArgoCd {
         ArgoCd {
             reconcile_every: Duration::from_secs(10),
             history_limit: 10,
+            k8s_client_qps: 50,
+            k8s_client_burst: 100,
         }
     }
 }

@@ -214,6 +214,11 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         )?;
     }
     v.check(
+        s.argocd.k8s_client_qps > 0,
+        &Field::root("argocd").key("k8s_client_qps"),
+        "k8s_client_qps must be at least 1 (the controller's writes per second)",
+    )?;
+    v.check(
         s.reporter.resource_concurrency > 0,
         &Field::root("reporter").key("resource_concurrency"),
         "resource_concurrency must be at least 1",

@@ -44,6 +44,19 @@ pub struct Change {
     pub previous: Option<Arc<Value>>,
     /// Simulated time of the write, for compaction.
     pub at: Duration,
+    /// `object` serialised once, on first use, for every watcher that sends it.
+    pub encoded: Arc<std::sync::OnceLock<bytes::Bytes>>,
+}
+
+impl Change {
+    /// The JSON text of `object` (serialised at most once, whatever the number of watchers).
+    pub fn object_json(&self) -> bytes::Bytes {
+        self.encoded
+            .get_or_init(|| {
+                bytes::Bytes::from(serde_json::to_vec(&*self.object).expect("JSON values serialise"))
+            })
+            .clone()
+    }
 }
 
 type Key = (String, String, String);
@@ -105,15 +118,19 @@ fn set_meta(object: &mut Value, field: &str, value: Value) {
 
 /// The object without `metadata` (and without `status` when the type has a status
 /// subresource): what `metadata.generation` tracks.
-fn generation_view(object: &Value, kind: &ResourceKind) -> Value {
-    let mut view = object.clone();
-    if let Some(map) = view.as_object_mut() {
-        map.remove("metadata");
-        if kind.status_subresource {
-            map.remove("status");
+/// Whether `a` and `b` differ in what bumps `metadata.generation`: everything but
+/// `metadata` (and `status` for types with a status subresource). Compared in place.
+fn same_generation_view(a: &Value, b: &Value, kind: &ResourceKind) -> bool {
+    let counted = |key: &String| key != "metadata" && !(kind.status_subresource && key == "status");
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => {
+            a.keys().filter(|k| counted(k)).count() == b.keys().filter(|k| counted(k)).count()
+                && a.iter()
+                    .filter(|(k, _)| counted(k))
+                    .all(|(k, v)| b.get(k) == Some(v))
         }
+        _ => a == b,
     }
-    view
 }
 
 /// Drops what kube-apiserver's encoding omits when empty: `metadata.labels` and
@@ -279,6 +296,7 @@ impl Store {
             object: object.clone(),
             previous,
             at: now,
+            encoded: Arc::default(),
         });
         (*object).clone()
     }
@@ -371,7 +389,7 @@ impl Store {
             }
             next
         } else {
-            let mut next = incoming.clone();
+            let mut next = std::mem::take(incoming);
             if kind.status_subresource {
                 match current.get("status") {
                     Some(status) => next["status"] = status.clone(),
@@ -405,7 +423,7 @@ impl Store {
         }
         if kind.has_generation {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
-            if generation_view(&next, kind) != generation_view(current, kind) {
+            if !same_generation_view(&next, current, kind) {
                 next["metadata"]["generation"] = json!(generation + 1);
             }
         } else if let Some(meta) = next["metadata"].as_object_mut() {
@@ -483,10 +501,10 @@ impl Store {
         let current = self
             .objects
             .get(&key)
-            .map(|o| (**o).clone())
+            .cloned()
             .ok_or_else(|| ApiError::not_found(kind, name))?;
         Self::check_precondition(kind, &current, patch)?;
-        let mut next = current.clone();
+        let mut next = (*current).clone();
         merge_patch(&mut next, patch);
         if meta_str(&next, "name") != Some(name) {
             return Err(ApiError::bad_request(

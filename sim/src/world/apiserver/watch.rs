@@ -36,27 +36,41 @@ pub struct WatchRequest {
 /// How a stream ended (the `apiserver.watch_end` observation carries it).
 use orrery_system::observe::WatchEnd as End;
 
-/// The event a change produces for a watcher with `filter`, if any (selector transitions:
-/// starts matching → ADDED, stops matching → DELETED with the old body at the new RV).
-fn event_for(change: &Change, filter: &Filter) -> Option<(&'static str, Value)> {
+/// The watch line a change produces for a watcher with `filter`, if any (selector
+/// transitions: starts matching → ADDED, stops matching → DELETED with the old body at the
+/// new RV). The change's body is serialised once for all watchers.
+fn event_for(change: &Change, filter: &Filter) -> Option<Bytes> {
     let old = change
         .previous
         .as_ref()
         .is_some_and(|p| filter.matches(&change.namespace, p));
     if change.change == ChangeType::Deleted {
-        return old.then(|| ("DELETED", (*change.object).clone()));
+        return old.then(|| shared_line("DELETED", change));
     }
     let new = filter.matches(&change.namespace, &change.object);
     match (old, new) {
-        (true, true) => Some(("MODIFIED", (*change.object).clone())),
-        (false, true) => Some(("ADDED", (*change.object).clone())),
+        (true, true) => Some(shared_line("MODIFIED", change)),
+        (false, true) => Some(shared_line("ADDED", change)),
         (true, false) => {
             let mut gone = (**change.previous.as_ref().expect("old implies previous")).clone();
             gone["metadata"]["resourceVersion"] = json!(change.rv.to_string());
-            Some(("DELETED", gone))
+            Some(line("DELETED", &gone))
         }
         (false, false) => None,
     }
+}
+
+/// `{"type":…,"object":…}\n` around the change's cached body: byte for byte what
+/// [`line`] writes for the same object.
+fn shared_line(event_type: &str, change: &Change) -> Bytes {
+    let object = change.object_json();
+    let mut text = Vec::with_capacity(object.len() + event_type.len() + 24);
+    text.extend_from_slice(b"{\"type\":\"");
+    text.extend_from_slice(event_type.as_bytes());
+    text.extend_from_slice(b"\",\"object\":");
+    text.extend_from_slice(&object);
+    text.extend_from_slice(b"}\n");
+    Bytes::from(text)
 }
 
 fn line(event_type: &str, object: &Value) -> Bytes {
@@ -171,8 +185,8 @@ impl Stream {
                 return End::Expired;
             };
             for change in &changes {
-                if let Some((event_type, object)) = event_for(change, &request.filter) {
-                    if let Err(end) = self.send(line(event_type, &object)).await {
+                if let Some(bytes) = event_for(change, &request.filter) {
+                    if let Err(end) = self.send(bytes).await {
                         return end;
                     }
                     last_sent = change.rv;

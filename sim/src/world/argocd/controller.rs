@@ -1,21 +1,31 @@
 //! The simulated application controller.
 //!
-//! Every `reconcile_every` (Argo CD's `timeout.reconciliation`; the Codefresh chart sets
-//! 20 s) it walks all Applications (sorted by name: the reflector's map order is random) and
-//! does what Argo CD's full refresh does: compares each app with the **repository head**
-//! (so every app on a repository moves `sync.revision` to each new head, even when its own
-//! path did not change — the monorepo churn the ACR controller exists for), computes
-//! `health` from the simulated workload, auto-syncs apps with `syncPolicy.automated` (an
-//! `operationState` and a `history` entry), fills `resources`, clears the refresh
-//! annotation, and **always writes `status.reconciledAt` and `status.observedAt`** — so
-//! every app reaches every watcher as a Modified event once per period, as in production,
-//! before any reporter's dedup runs. Writes are JSON merge patches.
+//! Every `tick` (1 s) it refreshes the apps that need it, within the controller's
+//! Kubernetes client rate limit (`ARGOCD_K8S_CLIENT_QPS`, default 50, and
+//! `ARGOCD_K8S_CLIENT_BURST`, default 2 × QPS: a token bucket, as client-go's), in this order:
 //!
-//! Speed: an app whose inputs (resourceVersion, repository head, health) did not change
-//! since its last reconcile gets only the two timestamps patched, without recomputing its
-//! status; so per-app work beyond that one small write is proportional to what changed.
+//! 1. **urgent**: apps never reconciled, apps whose health changed (Argo CD's cluster cache
+//!    triggers an immediate refresh on a resource change), apps with the
+//!    `argocd.argoproj.io/refresh` annotation, and apps changed by someone else;
+//! 2. **due**: apps whose `reconciledAt` is at least `reconcile_every` old (Argo CD's
+//!    `timeout.reconciliation`; the Codefresh chart sets 20 s), oldest first.
+//!
+//! A refresh compares the app with the **repository head** (so every app on a repository
+//! moves `sync.revision` to each new head it sees, even when its own path did not change —
+//! the monorepo churn the ACR controller exists for), computes `health` from the simulated
+//! workload, auto-syncs apps with `syncPolicy.automated` (an `operationState` and a
+//! `history` entry), fills `resources`, clears the refresh annotation, and **always writes
+//! `status.reconciledAt` and `status.observedAt`** — so every app reaches every watcher as a
+//! Modified event once per refresh, as in production, before any reporter's dedup runs. A
+//! Git commit is seen at the app's next periodic refresh (no webhooks). With 10,000 apps the
+//! rate limit, not `reconcile_every`, sets the refresh cycle (10,000 / 50 = 200 s), as in a
+//! real installation with default limits.
+//!
+//! Speed: a due app whose inputs (resourceVersion, repository head, health) did not change
+//! since its last refresh gets only the two timestamps patched, without recomputing its
+//! status; per-app work beyond that one small write is proportional to what changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -32,8 +42,12 @@ use crate::world::git::SharedGit;
 /// Controller settings.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Reconcile period.
+    /// Reconcile period (`timeout.reconciliation`).
     pub reconcile_every: Duration,
+    /// Writes per second to the API server (`ARGOCD_K8S_CLIENT_QPS`, default 50).
+    pub k8s_client_qps: u32,
+    /// Burst of writes (`ARGOCD_K8S_CLIENT_BURST`, default 2 × QPS).
+    pub k8s_client_burst: u32,
     /// Entries kept in `status.history`.
     pub history_limit: usize,
     /// Namespace of the Applications (Argo CD's own namespace).
@@ -43,10 +57,13 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// Reconcile every 10 s, keep 10 history entries, `argocd` namespace, port 8080.
+    /// Reconcile every 10 s, 50 writes/s (burst 100), keep 10 history entries, `argocd`
+    /// namespace, port 8080.
     fn default() -> Self {
         Config {
             reconcile_every: Duration::from_secs(10),
+            k8s_client_qps: 50,
+            k8s_client_burst: 100,
             history_limit: 10,
             namespace: NAMESPACE.into(),
             listen: "0.0.0.0:8080".into(),
@@ -132,9 +149,12 @@ fn desired_status(
 /// Status writes in flight at once (Argo CD's status processors default to 20).
 const STATUS_PARALLELISM: usize = 16;
 
+/// How often the controller looks for apps to refresh.
+const TICK: Duration = Duration::from_secs(1);
+
 /// Everything [`desired_status`] depends on that can change while an app's
-/// resourceVersion stays put: the repository head and its health. (The app's own
-/// timestamp writes move its resourceVersion; the version after such a write is recorded.)
+/// resourceVersion stays put: the repository head and its health. (The app's own writes
+/// move its resourceVersion; the version after such a write is recorded.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Inputs {
     resource_version: String,
@@ -154,55 +174,194 @@ impl Inputs {
     }
 }
 
-/// Apps whose status was current at their last reconcile, with the inputs it saw (the
-/// resourceVersion the controller's own write produced): while those inputs are unchanged
-/// the status is the same, so only the timestamps are written.
-type Quiet = BTreeMap<String, Inputs>;
+/// Apps the controller's watch delivered since its last tick (shared with the watch task).
+#[derive(Clone, Debug, Default)]
+pub struct Touched(std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>);
 
-/// Reconciles once: every app, in name order, writing up to [`STATUS_PARALLELISM`] at once.
-async fn reconcile_all(
+impl Touched {
+    /// Marks `app` for a look at the next tick.
+    pub fn touch(&self, app: &str) {
+        if !app.is_empty() {
+            self.0.lock().expect("touched lock poisoned").insert(app.to_string());
+        }
+    }
+
+    fn take(&self) -> BTreeSet<String> {
+        std::mem::take(&mut self.0.lock().expect("touched lock poisoned"))
+    }
+}
+
+/// The controller's memory between ticks: per app the time of its last refresh and the
+/// inputs it saw (with the resourceVersion its own write produced), the refresh order,
+/// and the Kubernetes client's token bucket.
+#[derive(Debug, Default)]
+struct Memory {
+    apps: BTreeMap<String, (Duration, Inputs)>,
+    /// (last refresh, name): the due order, oldest first.
+    order: BTreeSet<(Duration, String)>,
+    /// Apps to look at again next tick (no token was left for them, or a write failed).
+    pending: BTreeSet<String>,
+    /// Token bucket (thousandths of a token).
+    tokens_milli: u64,
+    last_fill: Duration,
+}
+
+/// One planned write.
+struct Plan {
+    name: String,
+    inputs: Option<Inputs>,
+    patch: Value,
+}
+
+impl Memory {
+    /// Adds the tokens earned since the last fill (at most `burst`).
+    fn fill(&mut self, now: Duration, config: &Config) {
+        let earned = now.saturating_sub(self.last_fill).as_millis() as u64
+            * u64::from(config.k8s_client_qps);
+        let cap = u64::from(config.k8s_client_burst.max(1)) * 1000;
+        self.tokens_milli = (self.tokens_milli + earned).min(cap);
+        self.last_fill = now;
+    }
+
+    /// Takes one token if there is one.
+    fn take(&mut self) -> bool {
+        if self.tokens_milli >= 1000 {
+            self.tokens_milli -= 1000;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn forget(&mut self, name: &str) {
+        if let Some((at, _)) = self.apps.remove(name) {
+            self.order.remove(&(at, name.to_string()));
+        }
+    }
+
+    fn remember(&mut self, name: String, at: Duration, inputs: Inputs) {
+        self.forget(&name);
+        self.order.insert((at, name.clone()));
+        self.apps.insert(name, (at, inputs));
+    }
+}
+
+/// The full refresh of `app`: its status recomputed and stamped.
+fn full_refresh(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides, config: &Config, stamps: &Value, unix_ms: u64) -> Option<Value> {
+    let refresh = app
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
+    let mut status = desired_status(app, git, health, config, unix_ms)?;
+    if let Some(map) = status.as_object_mut() {
+        map.remove("observedAt");
+    }
+    status["reconciledAt"] = stamps["reconciledAt"].clone();
+    status["observedAt"] = stamps["observedAt"].clone();
+    let mut patch = json!({"status": status});
+    if refresh {
+        patch["metadata"] = json!({"annotations": {"argocd.argoproj.io/refresh": null}});
+    }
+    Some(patch)
+}
+
+/// One tick: plans the urgent refreshes, then the due ones, as far as the token bucket
+/// allows, and writes them up to [`STATUS_PARALLELISM`] at once. Work per tick is
+/// proportional to the apps that changed or are due, not to all apps.
+#[allow(clippy::too_many_arguments)]
+async fn tick(
     env: &SharedEnv,
     api: &Api<DynamicObject>,
     store: &Store<DynamicObject>,
+    touched: &Touched,
     git: &SharedGit,
     health: &HealthOverrides,
     config: &Config,
-    quiet: &mut Quiet,
+    memory: &mut Memory,
 ) {
     use futures::StreamExt;
-    let mut apps = store.state();
-    apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let now = rfc3339(env.unix_millis());
-    let stamps = json!({"reconciledAt": now, "observedAt": now});
-    let patches: Vec<(String, Option<Inputs>, Value)> = apps
+    let now = env.elapsed();
+    memory.fill(now, config);
+    let unix_ms = env.unix_millis();
+    let stamp = rfc3339(unix_ms);
+    let stamps = json!({"reconciledAt": stamp, "observedAt": stamp});
+    let lookup = |name: &str| {
+        store.get(
+            &kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource())
+                .within(&config.namespace),
+        )
+    };
+    let mut candidates = std::mem::take(&mut memory.pending);
+    candidates.extend(touched.take());
+    candidates.extend(health.take_changed());
+    let mut plans: Vec<Plan> = Vec::new();
+    let mut planned = BTreeSet::new();
+    for name in candidates {
+        let Some(app) = lookup(&name) else {
+            memory.forget(&name); // deleted
+            continue;
+        };
+        let inputs = Inputs::of(&app, git, health);
+        let urgent = match (memory.apps.get(&name), &inputs) {
+            (None, _) | (_, None) => true,
+            (Some((_, k)), Some(i)) => {
+                // Written by someone else after our last write (a view older than our own
+                // write is the reflector lagging, not a change).
+                let newer = match (
+                    i.resource_version.parse::<u64>(),
+                    k.resource_version.parse::<u64>(),
+                ) {
+                    (Ok(seen), Ok(ours)) => seen > ours,
+                    _ => i.resource_version != k.resource_version,
+                };
+                newer || k.health != i.health
+            }
+        };
+        if !urgent {
+            continue;
+        }
+        if !memory.take() {
+            memory.pending.insert(name);
+            continue;
+        }
+        if let Some(patch) = full_refresh(&app, git, health, config, &stamps, unix_ms) {
+            planned.insert(name.clone());
+            plans.push(Plan { name, inputs, patch });
+        }
+    }
+    let due: Vec<String> = memory
+        .order
         .iter()
-        .filter_map(|app| {
-            let name = app.metadata.name.clone()?;
-            let inputs = Inputs::of(app, git, health);
-            if inputs.is_some() && quiet.get(&name) == inputs.as_ref() {
-                // Nothing it depends on changed: the refresh only stamps the time.
-                return Some((name, inputs, json!({"status": stamps})));
-            }
-            let refresh = app
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
-            let mut status = desired_status(app, git, health, config, env.unix_millis())?;
-            if let Some(map) = status.as_object_mut() {
-                map.remove("observedAt");
-            }
-            status["reconciledAt"] = stamps["reconciledAt"].clone();
-            status["observedAt"] = stamps["observedAt"].clone();
-            let mut patch = json!({"status": status});
-            if refresh {
-                patch["metadata"] = json!({"annotations": {"argocd.argoproj.io/refresh": null}});
-            }
-            Some((name, inputs, patch))
-        })
+        .take_while(|(at, _)| now.saturating_sub(*at) >= config.reconcile_every)
+        .map(|(_, name)| name.clone())
+        .filter(|name| !planned.contains(name))
         .collect();
-    let written: Vec<(String, Option<Inputs>)> = futures::stream::iter(patches)
-        .map(|(name, inputs, patch)| async move {
+    for name in due {
+        let Some(app) = lookup(&name) else {
+            memory.forget(&name);
+            continue;
+        };
+        if !memory.take() {
+            break;
+        }
+        let inputs = Inputs::of(&app, git, health);
+        let unchanged = memory
+            .apps
+            .get(&name)
+            .zip(inputs.as_ref())
+            .is_some_and(|((_, k), i)| k.head == i.head && k.health == i.health);
+        let patch = if unchanged {
+            Some(json!({"status": stamps})) // nothing it depends on changed: stamp the time
+        } else {
+            full_refresh(&app, git, health, config, &stamps, unix_ms)
+        };
+        if let Some(patch) = patch {
+            plans.push(Plan { name, inputs, patch });
+        }
+    }
+    let written: Vec<(String, Option<Inputs>)> = futures::stream::iter(plans)
+        .map(|Plan { name, inputs, patch }| async move {
             match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                 .await
@@ -230,10 +389,13 @@ async fn reconcile_all(
         .buffer_unordered(STATUS_PARALLELISM)
         .collect()
         .await;
-    quiet.clear();
     for (name, inputs) in written {
-        if let Some(inputs) = inputs {
-            quiet.insert(name, inputs);
+        match inputs {
+            Some(inputs) => memory.remember(name, now, inputs),
+            None => {
+                memory.forget(&name);
+                memory.pending.insert(name); // retried as urgent next tick
+            }
         }
     }
 }
@@ -243,15 +405,19 @@ pub async fn run(
     env: SharedEnv,
     client: kube::Client,
     store: Store<DynamicObject>,
+    touched: Touched,
     git: SharedGit,
     health: HealthOverrides,
     config: Config,
 ) {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client, &config.namespace, &super::application_resource());
-    let mut quiet = Quiet::new();
+    let mut memory = Memory {
+        last_fill: env.elapsed(),
+        ..Memory::default()
+    };
     loop {
-        env.sleep(config.reconcile_every).await;
-        reconcile_all(&env, &api, &store, &git, &health, &config, &mut quiet).await;
+        env.sleep(TICK).await;
+        tick(&env, &api, &store, &touched, &git, &health, &config, &mut memory).await;
     }
 }

@@ -27,18 +27,29 @@ pub fn application_resource() -> ApiResource {
 }
 
 /// Health each app's workload reports; the workload generator flips entries to simulate
-/// failing pods. Absent means Healthy.
+/// failing pods. Absent means Healthy. Changes are remembered until the controller takes
+/// them (Argo CD's cluster cache refreshes an app as soon as one of its resources changes).
 #[derive(Clone, Debug, Default)]
-pub struct HealthOverrides(Arc<Mutex<BTreeMap<String, String>>>);
+pub struct HealthOverrides(Arc<Mutex<Health>>);
+
+#[derive(Debug, Default)]
+struct Health {
+    unhealthy: BTreeMap<String, String>,
+    changed: std::collections::BTreeSet<String>,
+}
 
 impl HealthOverrides {
     /// Sets the health `app`'s resources report (`Healthy` clears the override).
     pub fn set(&self, app: &str, health: &str) {
-        let mut map = self.0.lock().expect("health lock poisoned");
+        let mut inner = self.0.lock().expect("health lock poisoned");
+        let before = inner.unhealthy.get(app).cloned();
         if health == "Healthy" {
-            map.remove(app);
+            inner.unhealthy.remove(app);
         } else {
-            map.insert(app.to_string(), health.to_string());
+            inner.unhealthy.insert(app.to_string(), health.to_string());
+        }
+        if inner.unhealthy.get(app) != before.as_ref() {
+            inner.changed.insert(app.to_string());
         }
     }
 
@@ -47,9 +58,15 @@ impl HealthOverrides {
         self.0
             .lock()
             .expect("health lock poisoned")
+            .unhealthy
             .get(app)
             .cloned()
             .unwrap_or_else(|| "Healthy".into())
+    }
+
+    /// The apps whose health changed since the last call.
+    pub fn take_changed(&self) -> std::collections::BTreeSet<String> {
+        std::mem::take(&mut self.0.lock().expect("health lock poisoned").changed)
     }
 }
 
@@ -150,11 +167,24 @@ pub async fn run(
     let writer = reflector::store::Writer::new(application_resource());
     let store = writer.as_reader();
     let backoff = orrery_system::env::kube::SeededBackoff::new(env.clone());
+    // Every app the watch delivers is a candidate for the controller's next tick.
+    let touched = controller::Touched::default();
+    let seen = touched.clone();
     tokio::spawn(
         watcher(api, watcher::Config::default())
             .backoff(backoff)
             .reflect(writer)
-            .for_each(|_| async {}),
+            .for_each(move |event| {
+                if let Ok(
+                    watcher::Event::Apply(app)
+                    | watcher::Event::InitApply(app)
+                    | watcher::Event::Delete(app),
+                ) = &event
+                {
+                    seen.touch(app.metadata.name.as_deref().unwrap_or(""));
+                }
+                async {}
+            }),
     );
     let server = server::Server {
         apps: store.clone(),
@@ -167,6 +197,7 @@ pub async fn run(
         env.clone(),
         client,
         store,
+        touched,
         git,
         health,
         config,
