@@ -220,6 +220,7 @@ fn world_pieces(
             history_limit: scenario.argocd.history_limit,
             k8s_client_qps: scenario.argocd.k8s_client_qps,
             k8s_client_burst: scenario.argocd.k8s_client_burst,
+            calm: Some(world.calm.clone()),
             ..Default::default()
         };
         pieces.push(Box::new(move |env| {

@@ -54,6 +54,10 @@ pub struct Config {
     pub namespace: String,
     /// Address the server listens on.
     pub listen: String,
+    /// Set by the harness for the calm phase: periodic refreshes that would only stamp the
+    /// time are skipped, so the world can quiesce and end-of-run checks compare a settled
+    /// state (refreshes that change something still happen).
+    pub calm: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for Config {
@@ -67,6 +71,7 @@ impl Default for Config {
             history_limit: 10,
             namespace: NAMESPACE.into(),
             listen: "0.0.0.0:8080".into(),
+            calm: None,
         }
     }
 }
@@ -337,20 +342,31 @@ async fn tick(
         .map(|(_, name)| name.clone())
         .filter(|name| !planned.contains(name))
         .collect();
+    let calm = config
+        .calm
+        .as_ref()
+        .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst));
     for name in due {
         let Some(app) = lookup(&name) else {
             memory.forget(&name);
             continue;
         };
-        if !memory.take() {
-            break;
-        }
         let inputs = Inputs::of(&app, git, health);
         let unchanged = memory
             .apps
             .get(&name)
             .zip(inputs.as_ref())
             .is_some_and(|((_, k), i)| k.head == i.head && k.health == i.health);
+        if unchanged && calm {
+            // Looked at, nothing to write: due again one period from now.
+            if let Some((_, known)) = memory.apps.get(&name).cloned() {
+                memory.remember(name, now, known);
+            }
+            continue;
+        }
+        if !memory.take() {
+            break;
+        }
         let patch = if unchanged {
             Some(json!({"status": stamps})) // nothing it depends on changed: stamp the time
         } else {
