@@ -9,6 +9,7 @@ mod events_path;
 mod invariants_fire;
 mod properties;
 mod real_mode;
+mod reporter_model;
 mod scenarios;
 mod shrink;
 mod support;

@@ -15,14 +15,15 @@
 //! the monorepo churn the ACR controller exists for), computes `health` from the simulated
 //! workload, auto-syncs apps with `syncPolicy.automated` (an `operationState` and a
 //! `history` entry), fills `resources`, clears the refresh annotation, and **always writes
-//! `status.reconciledAt` and `status.observedAt`** — so every app reaches every watcher as a
+//! `status.reconciledAt`** (not the deprecated `observedAt`, which the controller no longer
+//! updates) — so every app reaches every watcher as a
 //! Modified event once per refresh, as in production, before any reporter's dedup runs. A
 //! Git commit is seen at the app's next periodic refresh (no webhooks). With 10,000 apps the
 //! rate limit, not `reconcile_every`, sets the refresh cycle (10,000 / 50 = 200 s), as in a
 //! real installation with default limits.
 //!
 //! Speed: a due app whose inputs (resourceVersion, repository head, health) did not change
-//! since its last refresh gets only the two timestamps patched, without recomputing its
+//! since its last refresh gets only `reconciledAt` patched, without recomputing its
 //! status; per-app work beyond that one small write is proportional to what changed.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -259,11 +260,7 @@ fn full_refresh(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides, 
         .as_ref()
         .is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
     let mut status = desired_status(app, git, health, config, unix_ms)?;
-    if let Some(map) = status.as_object_mut() {
-        map.remove("observedAt");
-    }
     status["reconciledAt"] = stamps["reconciledAt"].clone();
-    status["observedAt"] = stamps["observedAt"].clone();
     let mut patch = json!({"status": status});
     if refresh {
         patch["metadata"] = json!({"annotations": {"argocd.argoproj.io/refresh": null}});
@@ -290,7 +287,7 @@ async fn tick(
     memory.fill(now, config);
     let unix_ms = env.unix_millis();
     let stamp = rfc3339(unix_ms);
-    let stamps = json!({"reconciledAt": stamp, "observedAt": stamp});
+    let stamps = json!({"reconciledAt": stamp});
     let lookup = |name: &str| {
         store.get(
             &kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource())
