@@ -117,6 +117,7 @@ async fn reporter_suite(variant: Variant) {
         history_limit: 5,
         namespace: namespace.clone(),
         listen: format!("127.0.0.1:{argocd_port}"),
+        ..Default::default()
     };
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn({
@@ -217,6 +218,30 @@ async fn reporter_suite(variant: Variant) {
                     apps.len(),
                     missing.first(),
                     missing.first().and_then(|n| apps.get(*n))
+                ))
+            }
+        }
+    })
+    .await;
+
+    // 1b. The real event model: besides each app event, one event per resource of the app.
+    eventually("every app's resources reported as resource events", || {
+        let resources = platform.resources();
+        let names: Vec<String> = names.iter().map(|n| key(n)).collect();
+        async move {
+            let bare: Vec<&String> = names
+                .iter()
+                .filter(|n| !resources.keys().any(|k| k.starts_with(&format!("{n}/"))))
+                .collect();
+            if bare.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} of {} apps have no resource event (platform knows {} resources), e.g. {:?}",
+                    bare.len(),
+                    names.len(),
+                    resources.len(),
+                    bare.first()
                 ))
             }
         }
