@@ -144,12 +144,15 @@ fn reporter(scenario: &Scenario, variant: Variant) -> app_reporter::Config {
     config.lease_duration = scenario.reporter.lease_duration;
     config.lease_renew = scenario.reporter.lease_renew;
     config.resource_concurrency = scenario.reporter.resource_concurrency;
-    config.rate_limit = scenario.reporter.rate_limiter.as_ref().map(|r| {
-        app_reporter::rate_limit::RateLimit {
-            bucket_size: r.bucket_size,
-            period: r.period,
-            learning_mode: r.learning_mode,
-        }
-    });
+    config.rate_limit =
+        scenario
+            .reporter
+            .rate_limiter
+            .as_ref()
+            .map(|r| app_reporter::rate_limit::RateLimit {
+                bucket_size: r.bucket_size,
+                period: r.period,
+                learning_mode: r.learning_mode,
+            });
     config
 }

@@ -71,7 +71,10 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
         .iter()
         .flat_map(|n| {
             [
-                (format!("apps/{n}/deployment.yaml"), format!("image: {n}:v1")),
+                (
+                    format!("apps/{n}/deployment.yaml"),
+                    format!("image: {n}:v1"),
+                ),
                 (format!("apps/{n}/service.yaml"), "port: 80".to_string()),
             ]
         })

@@ -27,7 +27,10 @@ const REPO: &str = "https://git.example/r.git";
 
 fn files(version: u32) -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("apps/a/deployment.yaml".into(), format!("image: a:v{version}")),
+        (
+            "apps/a/deployment.yaml".into(),
+            format!("image: a:v{version}"),
+        ),
         ("apps/a/service.yaml".into(), "port: 80".into()),
     ])
 }
@@ -44,7 +47,16 @@ async fn metric(env: &SharedEnv, name: &str, labels: &str) -> u64 {
         )
         .await
         .expect("metrics answer");
-    let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let text = String::from_utf8(
+        response
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
     let prefix = format!("codefresh_event_reporter_{name}{{");
     text.lines()
         .filter(|l| l.starts_with(&prefix) && l.contains(labels))
@@ -54,13 +66,18 @@ async fn metric(env: &SharedEnv, name: &str, labels: &str) -> u64 {
 
 /// Argo CD, the platform, a cache and one reporter replica; returns the sim, the shared
 /// Git, the health overrides and the platform.
-fn world_with(variant: Variant, limit: Option<RateLimit>) -> (World, SharedGit, HealthOverrides, std::sync::Arc<Platform>) {
+fn world_with(
+    variant: Variant,
+    limit: Option<RateLimit>,
+) -> (World, SharedGit, HealthOverrides, std::sync::Arc<Platform>) {
     let mut w = world(Knobs::default());
     let git = SharedGit::default();
     git.lock().commit(REPO, "Dev <d@x>", "v1", 0, files(1));
     let health = HealthOverrides::default();
     let platform = Platform::new(events::Config {
-        tokens: [(TOKEN.to_string(), "acme".to_string())].into_iter().collect(),
+        tokens: [(TOKEN.to_string(), "acme".to_string())]
+            .into_iter()
+            .collect(),
         bus_capacity: 100,
     });
     let (trace, host_git, host_health) = (w.trace.clone(), git.clone(), health.clone());
@@ -70,7 +87,14 @@ fn world_with(variant: Variant, limit: Option<RateLimit>) -> (World, SharedGit, 
             reconcile_every: Duration::from_secs(5),
             ..Default::default()
         };
-        let run = argocd::run(env, KubeTarget::new("apiserver:6443"), host_git.clone(), host_health.clone(), config, "argo".into());
+        let run = argocd::run(
+            env,
+            KubeTarget::new("apiserver:6443"),
+            host_git.clone(),
+            host_health.clone(),
+            config,
+            "argo".into(),
+        );
         async move {
             run.await?;
             Ok(())
@@ -96,7 +120,8 @@ fn world_with(variant: Variant, limit: Option<RateLimit>) -> (World, SharedGit, 
     let trace = w.trace.clone();
     w.sim.host("reporter-0", move || {
         let env = SimEnv::shared("reporter-0", SEED, trace.clone());
-        let mut config = app_reporter::Config::new(variant, KubeTarget::new("apiserver:6443"), NAMESPACE);
+        let mut config =
+            app_reporter::Config::new(variant, KubeTarget::new("apiserver:6443"), NAMESPACE);
         config.argocd_token = "argo".into();
         config.runtime_token = TOKEN.into();
         config.platform_addr = "platform:8080".into();
@@ -110,7 +135,10 @@ fn world_with(variant: Variant, limit: Option<RateLimit>) -> (World, SharedGit, 
     (w, git, health, platform)
 }
 
-async fn create_app(env: &SharedEnv, client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+async fn create_app(
+    env: &SharedEnv,
+    client: kube::Client,
+) -> Result<(), Box<dyn std::error::Error>> {
     let apps: Api<DynamicObject> = Api::namespaced_with(client, NAMESPACE, &application_resource());
     let mut app = DynamicObject::new("a", &application_resource()).within(NAMESPACE);
     app.data = json!({"spec": {"project": "default", "source": {"repoURL": REPO, "path": "apps/a"}, "syncPolicy": {"automated": {}}}});
@@ -128,37 +156,74 @@ fn one_app_event_and_one_event_per_changed_resource_and_reconcile_stamps_send_no
         create_app(&env, client).await?;
         let sent = |kind: &'static str| {
             let env = env.clone();
-            async move { metric(&env, "sent_events_total", &format!("metric_event_type=\"{kind}\"")).await }
+            async move {
+                metric(
+                    &env,
+                    "sent_events_total",
+                    &format!("metric_event_type=\"{kind}\""),
+                )
+                .await
+            }
         };
         // Created, then synced by Argo CD: app events, and one event per resource.
         let apps_sent = sent("app").await;
         assert!(apps_sent >= 1);
-        assert_eq!(sent("resource").await, 2, "the app's Deployment and Service");
+        assert_eq!(
+            sent("resource").await,
+            2,
+            "the app's Deployment and Service"
+        );
         let resources = platform.resources();
         assert_eq!(resources.len(), 2, "{resources:?}");
-        assert!(resources.keys().any(|k| k.ends_with("/apps/Deployment/a/a")), "{resources:?}");
+        assert!(
+            resources
+                .keys()
+                .any(|k| k.ends_with("/apps/Deployment/a/a")),
+            "{resources:?}"
+        );
 
         // Several refreshes later (each writes reconciledAt): the app-level rules skip them all.
         env.sleep(Duration::from_secs(20)).await;
-        assert_eq!((sent("app").await, sent("resource").await), (apps_sent, 2), "reconcile stamps are not changes");
+        assert_eq!(
+            (sent("app").await, sent("resource").await),
+            (apps_sent, 2),
+            "reconcile stamps are not changes"
+        );
         assert!(metric(&env, "cached_ignored_events", "metric_event_type=\"app\"").await >= 3);
 
         // Health changes: the app and both resources changed (their health is in their status).
         health.set("a", "Degraded");
         env.sleep(Duration::from_secs(5)).await;
-        assert_eq!((sent("app").await, sent("resource").await), (apps_sent + 1, 4));
+        assert_eq!(
+            (sent("app").await, sent("resource").await),
+            (apps_sent + 1, 4)
+        );
         assert_eq!(platform.apps()["argocd/a"].health_status, "Degraded");
 
         // A commit to another app's path moves sync.revision (app event) but not the app's
         // latest history revision, so its resources stay cached.
-        git.lock().commit(REPO, "Dev <d@x>", "other", 0, BTreeMap::from([("apps/b/x.yaml".to_string(), "x".to_string())]));
+        git.lock().commit(
+            REPO,
+            "Dev <d@x>",
+            "other",
+            0,
+            BTreeMap::from([("apps/b/x.yaml".to_string(), "x".to_string())]),
+        );
         env.sleep(Duration::from_secs(8)).await;
-        assert_eq!((sent("app").await, sent("resource").await), (apps_sent + 2, 4), "same latest revision: resources cached");
+        assert_eq!(
+            (sent("app").await, sent("resource").await),
+            (apps_sent + 2, 4),
+            "same latest revision: resources cached"
+        );
 
         // A commit to the app's path: auto-sync, a new history revision, every resource re-sent.
         git.lock().commit(REPO, "Dev <d@x>", "v2", 0, files(2));
         env.sleep(Duration::from_secs(8)).await;
-        assert_eq!(sent("resource").await, 6, "a new revision re-sends every resource");
+        assert_eq!(
+            sent("resource").await,
+            6,
+            "a new revision re-sends every resource"
+        );
         Ok(())
     });
     w.sim.run().unwrap();
@@ -197,7 +262,12 @@ fn flaps_under_a_rate_limit(variant: Variant, learning_mode: bool) -> Limited {
         let enqueued = metric(&env, "enqueued_events_total", "").await;
         env.sleep(Duration::from_secs(600)).await;
         let later = platform.apps()["argocd/a"].health_status.clone();
-        *result.lock().unwrap() = Some(Limited { soon, later, dropped, enqueued });
+        *result.lock().unwrap() = Some(Limited {
+            soon,
+            later,
+            dropped,
+            enqueued,
+        });
         Ok(())
     });
     w.sim.run().unwrap();
@@ -208,7 +278,10 @@ fn flaps_under_a_rate_limit(variant: Variant, learning_mode: bool) -> Limited {
 #[test]
 fn the_rate_limiter_drops_in_faithful_counts_in_learning_mode_and_defers_in_hardened() {
     let faithful = flaps_under_a_rate_limit(Variant::Faithful, false);
-    assert!(faithful.dropped > 0, "events beyond two per window are dropped");
+    assert!(
+        faithful.dropped > 0,
+        "events beyond two per window are dropped"
+    );
     assert_eq!(faithful.soon, "Healthy", "every flap was dropped");
     assert_eq!(
         faithful.later, "Degraded",
@@ -222,5 +295,8 @@ fn the_rate_limiter_drops_in_faithful_counts_in_learning_mode_and_defers_in_hard
 
     let hardened = flaps_under_a_rate_limit(Variant::Hardened, false);
     assert_eq!(hardened.soon, "Healthy", "limited, as faithful");
-    assert_eq!(hardened.later, "Degraded", "deferred to the app's next window, not lost");
+    assert_eq!(
+        hardened.later, "Degraded",
+        "deferred to the app's next window, not lost"
+    );
 }

@@ -53,7 +53,9 @@ impl Change {
     pub fn object_json(&self) -> bytes::Bytes {
         self.encoded
             .get_or_init(|| {
-                bytes::Bytes::from(serde_json::to_vec(&*self.object).expect("JSON values serialise"))
+                bytes::Bytes::from(
+                    serde_json::to_vec(&*self.object).expect("JSON values serialise"),
+                )
             })
             .clone()
     }

@@ -188,7 +188,10 @@ impl Touched {
     /// Marks `app` for a look at the next tick.
     pub fn touch(&self, app: &str) {
         if !app.is_empty() {
-            self.0.lock().expect("touched lock poisoned").insert(app.to_string());
+            self.0
+                .lock()
+                .expect("touched lock poisoned")
+                .insert(app.to_string());
         }
     }
 
@@ -253,7 +256,14 @@ impl Memory {
 }
 
 /// The full refresh of `app`: its status recomputed and stamped.
-fn full_refresh(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides, config: &Config, stamps: &Value, unix_ms: u64) -> Option<Value> {
+fn full_refresh(
+    app: &DynamicObject,
+    git: &SharedGit,
+    health: &HealthOverrides,
+    config: &Config,
+    stamps: &Value,
+    unix_ms: u64,
+) -> Option<Value> {
     let refresh = app
         .metadata
         .annotations
@@ -329,7 +339,11 @@ async fn tick(
         }
         if let Some(patch) = full_refresh(&app, git, health, config, &stamps, unix_ms) {
             planned.insert(name.clone());
-            plans.push(Plan { name, inputs, patch });
+            plans.push(Plan {
+                name,
+                inputs,
+                patch,
+            });
         }
     }
     let due: Vec<String> = memory
@@ -370,35 +384,47 @@ async fn tick(
             full_refresh(&app, git, health, config, &stamps, unix_ms)
         };
         if let Some(patch) = patch {
-            plans.push(Plan { name, inputs, patch });
+            plans.push(Plan {
+                name,
+                inputs,
+                patch,
+            });
         }
     }
     let written: Vec<(String, Option<Inputs>)> = futures::stream::iter(plans)
-        .map(|Plan { name, inputs, patch }| async move {
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-            {
-                // The status is now current: remember the inputs at the version just written.
-                Ok(app) => (
-                    name,
-                    inputs.zip(app.metadata.resource_version).map(|(i, rv)| Inputs {
-                        resource_version: rv,
-                        ..i
-                    }),
-                ),
-                Err(e) => {
-                    env.observe(
-                        WorldEvent::ReconcileError {
-                            app: name.to_string(),
-                            error: e.to_string(),
-                        }
-                        .into(),
-                    );
-                    (name, None)
+        .map(
+            |Plan {
+                 name,
+                 inputs,
+                 patch,
+             }| async move {
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                {
+                    // The status is now current: remember the inputs at the version just written.
+                    Ok(app) => (
+                        name,
+                        inputs
+                            .zip(app.metadata.resource_version)
+                            .map(|(i, rv)| Inputs {
+                                resource_version: rv,
+                                ..i
+                            }),
+                    ),
+                    Err(e) => {
+                        env.observe(
+                            WorldEvent::ReconcileError {
+                                app: name.to_string(),
+                                error: e.to_string(),
+                            }
+                            .into(),
+                        );
+                        (name, None)
+                    }
                 }
-            }
-        })
+            },
+        )
         .buffer_unordered(STATUS_PARALLELISM)
         .collect()
         .await;
@@ -431,6 +457,16 @@ pub async fn run(
     };
     loop {
         env.sleep(TICK).await;
-        tick(&env, &api, &store, &touched, &git, &health, &config, &mut memory).await;
+        tick(
+            &env,
+            &api,
+            &store,
+            &touched,
+            &git,
+            &health,
+            &config,
+            &mut memory,
+        )
+        .await;
     }
 }

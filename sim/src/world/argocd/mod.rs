@@ -191,6 +191,7 @@ pub async fn run(
         git: git.clone(),
         token,
         namespace: config.namespace.clone(),
+        compiled: Default::default(),
     };
     let listen = config.listen.clone();
     tokio::spawn(controller::run(

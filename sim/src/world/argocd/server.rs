@@ -33,7 +33,14 @@ pub struct Server {
     pub token: String,
     /// Namespace of the Applications.
     pub namespace: String,
+    /// Compiled manifests as JSON text, by (app, file content): rendering is pure, and the
+    /// reporters ask for the same few versions over and over.
+    pub compiled:
+        std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<(String, String), String>>>,
 }
+
+/// Entries kept in the compiled-manifest cache before it is cleared.
+const COMPILED_CACHE_LIMIT: usize = 50_000;
 
 /// `applicationVersions` of the fork's manifests answer: the image tag of the app's
 /// Deployment as its app version (the simulated repositories have no `Chart.yaml`).
@@ -57,6 +64,21 @@ fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
 }
 
 impl Server {
+    /// `resource`'s compiled manifest as JSON text (cached).
+    fn compiled(&self, resource: &super::Resource, raw: &str, app: &str) -> String {
+        let key = (format!("{app}\u{0}{}", resource.file), raw.to_string());
+        let mut cache = self.compiled.lock().expect("compiled cache lock poisoned");
+        if let Some(text) = cache.get(&key) {
+            return text.clone();
+        }
+        let text = compiled(resource, raw, app).to_string();
+        if cache.len() >= COMPILED_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(key, text.clone());
+        text
+    }
+
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         let authorised = req
@@ -95,7 +117,8 @@ impl Server {
             );
         };
         let git = self.git.lock();
-        let status = app.data.get("status").cloned().unwrap_or(json!({}));
+        let no_status = json!({});
+        let status = app.data.get("status").unwrap_or(&no_status);
         match rest {
             [] => json(
                 StatusCode::OK,
@@ -124,7 +147,7 @@ impl Server {
                             .map(|r| {
                                 let raw = files.get(&r.file).map(String::as_str).unwrap_or("");
                                 json!({
-                                    "compiledManifest": compiled(r, raw, name).to_string(),
+                                    "compiledManifest": self.compiled(r, raw, name),
                                     "rawManifest": raw,
                                     "path": r.file,
                                     "line": 1,
@@ -177,11 +200,15 @@ impl Server {
                                 && name == &want("namespace")
                         })
                         .map(|r| {
-                            compiled(&r, files.get(&r.file).map(String::as_str).unwrap_or(""), name)
+                            self.compiled(
+                                &r,
+                                files.get(&r.file).map(String::as_str).unwrap_or(""),
+                                name,
+                            )
                         })
                 });
                 match live {
-                    Some(object) => json(StatusCode::OK, &json!({"manifest": object.to_string()})),
+                    Some(object) => json(StatusCode::OK, &json!({"manifest": object})),
                     None => error(
                         StatusCode::NOT_FOUND,
                         5,

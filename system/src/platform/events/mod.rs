@@ -183,10 +183,20 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
 /// `source` describes the parent); any other object is one resource of `source.appName`.
 fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
     let source = &event.payload.source;
-    let kind = event.object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let kind = event
+        .object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let is_app = kind == "Application" || (kind.is_empty() && source.app_name.is_empty());
     if !is_app {
-        let text = |p: &str| event.object.pointer(p).and_then(Value::as_str).unwrap_or("");
+        let text = |p: &str| {
+            event
+                .object
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
         let api_version = text("/apiVersion");
         let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
         let key = format!(

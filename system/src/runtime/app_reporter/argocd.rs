@@ -81,7 +81,11 @@ pub struct AppRef {
 
 impl AppRef {
     fn query(&self) -> String {
-        format!("appNamespace={}&project={}", q(&self.namespace), q(&self.project))
+        format!(
+            "appNamespace={}&project={}",
+            q(&self.namespace),
+            q(&self.project)
+        )
     }
 }
 
@@ -127,7 +131,10 @@ impl ArgoCd {
             });
         }
         if !status.is_success() {
-            return Err(failed(format!("{status}: {}", String::from_utf8_lossy(&body))));
+            return Err(failed(format!(
+                "{status}: {}",
+                String::from_utf8_lossy(&body)
+            )));
         }
         serde_json::from_slice(&body).map_err(|e| failed(format!("invalid JSON: {e}")))
     }
@@ -153,7 +160,11 @@ impl ArgoCd {
     }
 
     /// `GET …/manifests?appNamespace=&project=[&revision=]` (latest target when `None`).
-    pub async fn manifests(&self, app: &AppRef, revision: Option<&str>) -> Result<Value, ReadError> {
+    pub async fn manifests(
+        &self,
+        app: &AppRef,
+        revision: Option<&str>,
+    ) -> Result<Value, ReadError> {
         let revision = revision
             .map(|r| format!("&revision={}", q(r)))
             .unwrap_or_default();

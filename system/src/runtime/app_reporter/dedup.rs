@@ -128,7 +128,11 @@ pub enum AppDecision {
 
 /// `ShouldSendApplicationEvent`, rules 1–7 in order; `cached` is `None` when there is no
 /// entry or the cache failed (rule 2).
-pub fn decide(cached: Option<&AppFingerprint>, now: &AppFingerprint, kind: WatchType) -> AppDecision {
+pub fn decide(
+    cached: Option<&AppFingerprint>,
+    now: &AppFingerprint,
+    kind: WatchType,
+) -> AppDecision {
     let send = AppDecision::Send {
         ignore_resource_cache: false,
     };
@@ -169,31 +173,46 @@ mod tests {
 
     #[test]
     fn the_rules_skip_reconcile_noise_and_send_real_changes() {
-        let base = app(json!({"health": {"status": "Healthy"}, "reconciledAt": "t1",
-            "conditions": [{"type": "x", "lastTransitionTime": "t1"}]}));
+        let base = app(
+            json!({"health": {"status": "Healthy"}, "reconciledAt": "t1",
+            "conditions": [{"type": "x", "lastTransitionTime": "t1"}]}),
+        );
         let cached = AppFingerprint::of(&base);
-        let mut noise = app(json!({"health": {"status": "Healthy"}, "reconciledAt": "t2",
-            "conditions": [{"type": "x", "lastTransitionTime": "t2"}]}));
+        let mut noise = app(
+            json!({"health": {"status": "Healthy"}, "reconciledAt": "t2",
+            "conditions": [{"type": "x", "lastTransitionTime": "t2"}]}),
+        );
         noise.metadata.resource_version = Some("2".into());
         noise.data["spec"]["project"] = json!("other");
         let fp = AppFingerprint::of(&noise);
-        assert_eq!(decide(Some(&cached), &fp, WatchType::Modified), AppDecision::Skip);
+        assert_eq!(
+            decide(Some(&cached), &fp, WatchType::Modified),
+            AppDecision::Skip
+        );
         assert_eq!(
             decide(Some(&cached), &fp, WatchType::Deleted),
-            AppDecision::Send { ignore_resource_cache: false }
+            AppDecision::Send {
+                ignore_resource_cache: false
+            }
         );
         assert_eq!(
             decide(None, &fp, WatchType::Modified),
-            AppDecision::Send { ignore_resource_cache: false }
+            AppDecision::Send {
+                ignore_resource_cache: false
+            }
         );
         let degraded = AppFingerprint::of(&app(json!({"health": {"status": "Degraded"}})));
         assert_eq!(
             decide(Some(&cached), &degraded, WatchType::Modified),
-            AppDecision::Send { ignore_resource_cache: false }
+            AppDecision::Send {
+                ignore_resource_cache: false
+            }
         );
         assert_eq!(
             decide(Some(&degraded), &cached, WatchType::Modified),
-            AppDecision::Send { ignore_resource_cache: true },
+            AppDecision::Send {
+                ignore_resource_cache: true
+            },
             "became Healthy: every resource is re-sent"
         );
         let mut labelled = base.clone();
@@ -201,7 +220,9 @@ mod tests {
         let labelled = AppFingerprint::of(&labelled);
         assert_eq!(
             decide(Some(&cached), &labelled, WatchType::Modified),
-            AppDecision::Send { ignore_resource_cache: false }
+            AppDecision::Send {
+                ignore_resource_cache: false
+            }
         );
         assert_eq!(
             decide(Some(&cached), &labelled, WatchType::Added),

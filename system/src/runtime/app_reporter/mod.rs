@@ -232,7 +232,11 @@ impl Replica {
         let now = self.env.elapsed();
         let limited = {
             let mut state = self.state();
-            match state.limiter.as_mut().map(|l| (l.take(&name, now), l.limit().learning_mode)) {
+            match state
+                .limiter
+                .as_mut()
+                .map(|l| (l.take(&name, now), l.limit().learning_mode))
+            {
                 Some((Verdict::Limited { retry_in }, learning)) => {
                     state.counters.rate_limited += 1;
                     Some((retry_in, learning))
@@ -425,7 +429,15 @@ async fn report_queue(replica: Arc<Replica>) {
             )
         };
         let sent_app = c.sent_app + c.sent_child;
-        let now = (depth, resync, dropped, parked, sent_app, c.sent_resource, c.rate_limited);
+        let now = (
+            depth,
+            resync,
+            dropped,
+            parked,
+            sent_app,
+            c.sent_resource,
+            c.rate_limited,
+        );
         if last != Some(now) {
             replica.env.observe(
                 ReporterEvent::Queue {

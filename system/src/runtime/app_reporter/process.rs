@@ -164,7 +164,9 @@ fn app_errors(status: &Value, now: &str) -> Vec<EventError> {
             source_reference: Value::Null,
         });
     }
-    if text(status, "/operationState/phase") == "Failed" || text(status, "/operationState/phase") == "Error" {
+    if text(status, "/operationState/phase") == "Failed"
+        || text(status, "/operationState/phase") == "Error"
+    {
         errors.push(EventError {
             kind: "sync".into(),
             level: "error".into(),
@@ -286,7 +288,12 @@ impl Processor {
 
     /// Steps 1–3 and 5 of the real sequence: resource tree, manifests at the latest target
     /// and at the sync revision, revision metadata. `Err` only for a deadline.
-    async fn gather(&self, app: &AppRef, status: &Value, deleted: bool) -> Result<Gathered, ReadError> {
+    async fn gather(
+        &self,
+        app: &AppRef,
+        status: &Value,
+        deleted: bool,
+    ) -> Result<Gathered, ReadError> {
         let mut gathered = Gathered {
             manifests: Vec::new(),
             manifests_failed: deleted,
@@ -304,7 +311,9 @@ impl Processor {
             Ok(_) => {}
         }
         match self.argocd.manifests(app, None).await {
-            Ok(answer) => gathered.manifests = answer["manifests"].as_array().cloned().unwrap_or_default(),
+            Ok(answer) => {
+                gathered.manifests = answer["manifests"].as_array().cloned().unwrap_or_default()
+            }
             Err(e) if e.is_deadline() => return Err(e),
             Err(e) => {
                 gathered.manifests_failed = true;
@@ -328,7 +337,15 @@ impl Processor {
     }
 
     /// Builds an event with the shared fields and `object`.
-    fn event(&self, source: Source, object: &Value, errors: Vec<EventError>, timestamp: &str, app_versions: &Value, key: Option<String>) -> EventPayload {
+    fn event(
+        &self,
+        source: Source,
+        object: &Value,
+        errors: Vec<EventError>,
+        timestamp: &str,
+        app_versions: &Value,
+        key: Option<String>,
+    ) -> EventPayload {
         EventPayload {
             timestamp: timestamp.into(),
             object: BASE64_STANDARD.encode(serde_json::to_vec(object).unwrap_or_default()),
@@ -356,30 +373,38 @@ impl Processor {
         let cached = if force || deleted || self.env.buggify(Point::ReporterCacheReadFails) {
             None
         } else {
-            self.cache.get(&key).await.ok().flatten().and_then(|b| AppFingerprint::decode(&b))
+            self.cache
+                .get(&key)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|b| AppFingerprint::decode(&b))
         };
         let ignore_resource_cache = match dedup::decide(cached.as_ref(), &fingerprint, kind) {
             AppDecision::Skip if !force => return Outcome::CachedIgnored,
             AppDecision::Skip => false,
-            AppDecision::Send { ignore_resource_cache } => ignore_resource_cache,
+            AppDecision::Send {
+                ignore_resource_cache,
+            } => ignore_resource_cache,
         };
         let timestamp = rfc3339_millis(self.env.unix_millis());
-        let status = app.data.get("status").cloned().unwrap_or(Value::Null);
+        let status = app.data.get("status").unwrap_or(&Value::Null);
         let reference = AppRef {
             name: name.clone(),
             namespace: namespace.clone(),
             project: text(&app.data, "/spec/project"),
         };
         let mut tally = Tally::default();
-        let gathered = match self.gather(&reference, &status, deleted).await {
+        let gathered = match self.gather(&reference, status, deleted).await {
             Ok(g) => g,
             Err(_) => return Outcome::Aborted(tally),
         };
         let rv = app.metadata.resource_version.clone().unwrap_or_default();
         let idempotency = |what: &str| {
-            (variant == Variant::Hardened).then(|| format!("{namespace}/{name}@{rv}:{deleted}:{what}"))
+            (variant == Variant::Hardened)
+                .then(|| format!("{namespace}/{name}@{rv}:{deleted}:{what}"))
         };
-        let mut source = app_source(app, &status, INSTANCE_LABEL);
+        let mut source = app_source(app, status, INSTANCE_LABEL);
         if let Some(meta) = &gathered.commit {
             source.commit_message = text(meta, "/message");
             source.commit_author = text(meta, "/author");
@@ -393,7 +418,7 @@ impl Processor {
         let mut errors = if being_deleted {
             Vec::new()
         } else {
-            app_errors(&status, &rfc3339(self.env.unix_millis()))
+            app_errors(status, &rfc3339(self.env.unix_millis()))
         };
         errors.extend(gathered.errors.iter().cloned());
         let head = if let Some(parent) = parent_of(app) {
@@ -418,17 +443,45 @@ impl Processor {
                 Err(_) => None,
             };
             let mut child = parent_source.unwrap_or_else(|| source.clone());
-            child.actual_manifest = if being_deleted { String::new() } else { app_json.to_string() };
+            child.actual_manifest = if being_deleted {
+                String::new()
+            } else {
+                app_json.to_string()
+            };
             child.desired_manifest = child.actual_manifest.clone();
             child.git_manifest = child.actual_manifest.clone();
-            (self.event(child, &app_json, errors, &timestamp, &gathered.app_versions, idempotency("child")), true)
+            (
+                self.event(
+                    child,
+                    &app_json,
+                    errors,
+                    &timestamp,
+                    &gathered.app_versions,
+                    idempotency("child"),
+                ),
+                true,
+            )
         } else {
             let mut root = source.clone();
-            root.actual_manifest = if being_deleted { String::new() } else { app_json.to_string() };
+            root.actual_manifest = if being_deleted {
+                String::new()
+            } else {
+                app_json.to_string()
+            };
             // [inferred] the app event's desired manifest is the app itself as well.
             root.desired_manifest = root.actual_manifest.clone();
             root.git_manifest = root.actual_manifest.clone();
-            (self.event(root, &app_json, errors, &timestamp, &gathered.app_versions, idempotency("app")), false)
+            (
+                self.event(
+                    root,
+                    &app_json,
+                    errors,
+                    &timestamp,
+                    &gathered.app_versions,
+                    idempotency("app"),
+                ),
+                false,
+            )
         };
         let (head_event, is_child) = head;
         if !self.deliver(&head_event).await {
@@ -444,7 +497,7 @@ impl Processor {
         }
 
         // Step 6: one event per resource that changed since the last send at this revision.
-        let latest = latest_revision(&status);
+        let latest = latest_revision(status);
         let resources: Vec<Value> = status["resources"]
             .as_array()
             .into_iter()
@@ -478,11 +531,25 @@ impl Processor {
             let timestamp = &timestamp;
             futures::stream::iter(pending)
                 .map(|(res, res_key, digest)| {
-                    let what = format!("res:{}/{}/{}/{}", text(&res, "/group"), text(&res, "/kind"), text(&res, "/namespace"), text(&res, "/name"));
+                    let what = format!(
+                        "res:{}/{}/{}/{}",
+                        text(&res, "/group"),
+                        text(&res, "/kind"),
+                        text(&res, "/namespace"),
+                        text(&res, "/name")
+                    );
                     let key = idempotency(&what);
                     async move {
                         let event = self
-                            .resource_event(reference, source, gathered, &res, being_deleted, timestamp, key)
+                            .resource_event(
+                                reference,
+                                source,
+                                gathered,
+                                &res,
+                                being_deleted,
+                                timestamp,
+                                key,
+                            )
                             .await?;
                         let ok = self.deliver(&event).await;
                         if ok {
@@ -517,7 +584,11 @@ impl Processor {
         if !deleted && !self.env.buggify(Point::ReporterAfterSendBeforeCache) {
             let _ = self
                 .cache
-                .put(&key, Bytes::from(fingerprint.encode()), self.config.dedup_ttl)
+                .put(
+                    &key,
+                    Bytes::from(fingerprint.encode()),
+                    self.config.dedup_ttl,
+                )
                 .await;
         }
         Outcome::Done(tally)
@@ -541,7 +612,11 @@ impl Processor {
         source.health_status = text(res, "/health/status");
         source.health_message = text(res, "/health/message");
         let mut errors = Vec::new();
-        let desired = if being_deleted { None } else { desired_for(&gathered.manifests, res) };
+        let desired = if being_deleted {
+            None
+        } else {
+            desired_for(&gathered.manifests, res)
+        };
         let live = if being_deleted {
             None
         } else {
@@ -570,18 +645,23 @@ impl Processor {
             source.desired_manifest.clear();
             source.actual_manifest.clear();
         }
-        let object = live
-            .or_else(|| desired.map(|(_, d)| d))
-            .unwrap_or_else(|| {
-                let group = text(res, "/group");
-                let version = text(res, "/version");
-                json!({
-                    "apiVersion": if group.is_empty() { version } else { format!("{group}/{version}") },
-                    "kind": res["kind"],
-                    "metadata": {"name": res["name"], "namespace": res["namespace"]},
-                })
-            });
-        Ok(self.event(source, &object, errors, timestamp, &gathered.app_versions, key))
+        let object = live.or_else(|| desired.map(|(_, d)| d)).unwrap_or_else(|| {
+            let group = text(res, "/group");
+            let version = text(res, "/version");
+            json!({
+                "apiVersion": if group.is_empty() { version } else { format!("{group}/{version}") },
+                "kind": res["kind"],
+                "metadata": {"name": res["name"], "namespace": res["namespace"]},
+            })
+        });
+        Ok(self.event(
+            source,
+            &object,
+            errors,
+            timestamp,
+            &gathered.app_versions,
+            key,
+        ))
     }
 
     /// Delivers one event: up to `delivery_attempts` POSTs, 1–2 s apart (`wait.Backoff`
@@ -658,12 +738,23 @@ mod tests {
 
     #[test]
     fn a_parent_is_named_by_the_instance_label_or_the_tracking_annotation() {
-        assert_eq!(parent_of(&app(json!({INSTANCE_LABEL: "root"}), json!({}))).as_deref(), Some("root"));
         assert_eq!(
-            parent_of(&app(json!({}), json!({TRACKING_ANNOTATION: "root:argoproj.io/Application:argocd/child"}))).as_deref(),
+            parent_of(&app(json!({INSTANCE_LABEL: "root"}), json!({}))).as_deref(),
             Some("root")
         );
-        assert_eq!(parent_of(&app(json!({INSTANCE_LABEL: "child"}), json!({}))), None, "itself is no parent");
+        assert_eq!(
+            parent_of(&app(
+                json!({}),
+                json!({TRACKING_ANNOTATION: "root:argoproj.io/Application:argocd/child"})
+            ))
+            .as_deref(),
+            Some("root")
+        );
+        assert_eq!(
+            parent_of(&app(json!({INSTANCE_LABEL: "child"}), json!({}))),
+            None,
+            "itself is no parent"
+        );
         assert_eq!(parent_of(&app(json!({}), json!({}))), None);
     }
 
@@ -678,10 +769,18 @@ mod tests {
                           {"kind": "Service", "name": "a", "health": {"status": "Healthy"}}],
         });
         let errors = app_errors(&status, "t");
-        let summary: Vec<(&str, &str)> = errors.iter().map(|e| (e.level.as_str(), e.message.as_str())).collect();
+        let summary: Vec<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.level.as_str(), e.message.as_str()))
+            .collect();
         assert_eq!(
             summary,
-            [("error", "cluster unreachable"), ("warning", "shared"), ("error", "sync failed"), ("error", "resource is Degraded")]
+            [
+                ("error", "cluster unreachable"),
+                ("warning", "shared"),
+                ("error", "sync failed"),
+                ("error", "resource is Degraded")
+            ]
         );
     }
 }

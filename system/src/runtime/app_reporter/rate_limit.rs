@@ -114,7 +114,11 @@ mod tests {
                 retry_in: Duration::from_secs(3)
             }
         );
-        assert_eq!(l.take("b", at(10)), Verdict::Allowed, "keys are independent");
+        assert_eq!(
+            l.take("b", at(10)),
+            Verdict::Allowed,
+            "keys are independent"
+        );
         assert_eq!(l.take("a", at(13)), Verdict::Allowed);
         assert_eq!(l.take("a", at(14)), Verdict::Allowed);
         assert!(matches!(l.take("a", at(22)), Verdict::Limited { .. }));

@@ -60,7 +60,12 @@ fn metrics(replica: &Replica) -> String {
     }
     let _ = writeln!(out, "# TYPE {p}_cached_ignored_events counter");
     for (app, series) in &state.series {
-        for (i, v) in series.cached_ignored.iter().enumerate().filter(|(_, v)| **v > 0) {
+        for (i, v) in series
+            .cached_ignored
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v > 0)
+        {
             let _ = writeln!(out, "{p}_cached_ignored_events{{application=\"{app}\",metric_event_type=\"{}\",reporter_shard=\"{shard}\"}} {v}", EVENT_TYPES[i]);
         }
     }
@@ -74,11 +79,19 @@ fn metrics(replica: &Replica) -> String {
     }
     // orrery's own totals (not in the real reporter): what was delivered.
     let _ = writeln!(out, "# TYPE {p}_sent_events_total counter");
-    for (i, v) in [counters.sent_app, counters.sent_child, counters.sent_resource]
-        .iter()
-        .enumerate()
+    for (i, v) in [
+        counters.sent_app,
+        counters.sent_child,
+        counters.sent_resource,
+    ]
+    .iter()
+    .enumerate()
     {
-        let _ = writeln!(out, "{p}_sent_events_total{{metric_event_type=\"{}\",reporter_shard=\"{shard}\"}} {v}", EVENT_TYPES[i]);
+        let _ = writeln!(
+            out,
+            "{p}_sent_events_total{{metric_event_type=\"{}\",reporter_shard=\"{shard}\"}} {v}",
+            EVENT_TYPES[i]
+        );
     }
     let _ = writeln!(out, "# TYPE {p}_event_processing_duration histogram");
     let mut cumulative = 0;
@@ -120,13 +133,17 @@ fn distribution(replica: &Replica, shardings: Option<&str>) -> serde_json::Value
     };
     let members = replica.state().members.clone();
     let mut out = serde_json::Map::new();
-    for algorithm in shardings.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+    for algorithm in shardings
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
         let shard_of = |name: &str| -> Option<String> {
             match algorithm {
                 "legacy" if replica.config.replicas == 0 => Some("-1".into()),
-                "legacy" => Some(
-                    super::shard::faithful_shard(name, replica.config.replicas).to_string(),
-                ),
+                "legacy" => {
+                    Some(super::shard::faithful_shard(name, replica.config.replicas).to_string())
+                }
                 "rendezvous" => super::shard::rendezvous_owner(name, &members).map(str::to_string),
                 _ => None,
             }
@@ -138,14 +155,20 @@ fn distribution(replica: &Replica, shardings: Option<&str>) -> serde_json::Value
         let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
         let mut map = serde_json::Map::new();
         for app in &apps {
-            let (Some(name), namespace) = (app.metadata.name.as_deref(), app.metadata.namespace.as_deref().unwrap_or("")) else {
+            let (Some(name), namespace) = (
+                app.metadata.name.as_deref(),
+                app.metadata.namespace.as_deref().unwrap_or(""),
+            ) else {
                 continue;
             };
             let shard = shard_of(name).unwrap_or_else(|| "-1".into());
             *counts.entry(shard.clone()).or_default() += 1;
             map.insert(format!("{namespace}/{name}"), json!(shard));
         }
-        out.insert(algorithm.into(), json!({"distribution": counts, "apps": map}));
+        out.insert(
+            algorithm.into(),
+            json!({"distribution": counts, "apps": map}),
+        );
     }
     serde_json::Value::Object(out)
 }
