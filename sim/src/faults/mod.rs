@@ -48,6 +48,8 @@ pub enum Fault {
     },
     /// Change the platform's knobs (only the fields given).
     Platform(PlatformChange),
+    /// Drop every key of a cache host.
+    Flush(String),
 }
 
 /// What faults act on: the harness's simulation and world.
@@ -68,6 +70,8 @@ pub trait Target {
     fn change_platform(&mut self, change: &PlatformChange);
     /// Plans a rolling change of the reporters to `replicas`.
     fn scale(&mut self, replicas: u32, every: Duration);
+    /// Drops every key the cache on `host` holds.
+    fn flush(&mut self, host: &str);
 }
 
 impl Fault {
@@ -89,6 +93,7 @@ impl Fault {
             every: s.every,
         }));
         actions.extend(step.platform.clone().map(Fault::Platform));
+        actions.extend(step.flush.clone().map(Fault::Flush));
         match actions.len() {
             1 => actions.pop(),
             _ => None,
@@ -106,6 +111,7 @@ impl Fault {
             Fault::ApiServer(_) => "apiserver",
             Fault::Scale { .. } => "scale",
             Fault::Platform(_) => "platform",
+            Fault::Flush(_) => "flush",
         }
     }
 
@@ -131,6 +137,7 @@ impl Fault {
             Fault::ApiServer(patch) => target.patch_apiserver(patch),
             Fault::Scale { replicas, every } => target.scale(*replicas, *every),
             Fault::Platform(change) => target.change_platform(change),
+            Fault::Flush(host) => target.flush(host),
         }
     }
 }
@@ -168,6 +175,9 @@ mod tests {
         fn scale(&mut self, replicas: u32, every: Duration) {
             self.0.push(format!("scale {replicas} {every:?}"));
         }
+        fn flush(&mut self, host: &str) {
+            self.0.push(format!("flush {host}"));
+        }
     }
 
     fn step(yaml: &str) -> FaultStep {
@@ -183,6 +193,7 @@ mod tests {
                 "[\"a\",\"b\"]",
             ),
             ("{at: 1s, crash: a}", "crash a", "\"a\""),
+            ("{at: 1s, flush: c}", "flush c", "\"c\""),
             (
                 "{at: 1s, latency: {between: [a, b], max: 300ms}}",
                 "latency a b 300ms",

@@ -1,7 +1,7 @@
 //! Runs one scenario seed for one variant: build the world, apply the timed faults during
 //! the fault phase, heal everything for the calm phase, then check the invariants.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +30,7 @@ use orrery_system::env::{BoxFuture, SharedEnv};
 use orrery_system::platform::assembly::{self as control_plane_assembly, ControlPlaneState};
 use orrery_system::platform::events::{self as platform_events, Platform};
 use orrery_system::runtime::assembly as runtime_assembly;
+use orrery_system::runtime::cache;
 
 pub use crate::world::placement::{
     APISERVER_PORT, ARGOCD_TOKEN, CACHE_PORT, PLATFORM_PORT, RUNTIME_TOKEN,
@@ -104,6 +105,8 @@ struct World {
     /// The platform's databases (registry, permissions, events read model): they survive a
     /// restart of the hosts that serve them.
     control_plane: ControlPlaneState,
+    /// The memory of each cache host's current boot (a crash loses it; `flush` empties it).
+    caches: Arc<Mutex<BTreeMap<String, cache::Store>>>,
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -139,6 +142,7 @@ fn register_hosts(
         let runtime = placement::runtime(scenario, host, variant);
         let control_plane = placement::control_plane(scenario, host, variant);
         let (replicas, state) = (world.reporter_replicas.clone(), world.control_plane.clone());
+        let caches = world.caches.clone();
         let buggify = scenario
             .buggify
             .clone()
@@ -156,6 +160,15 @@ fn register_hosts(
             if let Some(reporter) = runtime.as_mut().and_then(|r| r.app_reporter.as_mut()) {
                 // Read once at start, like the real reporter's environment variable.
                 reporter.replicas = *replicas.lock().expect("replicas lock poisoned");
+            }
+            if let Some(runtime) = runtime.as_mut().filter(|r| r.cache.is_some()) {
+                // Each boot starts with empty memory, like Redis without persistence.
+                let store = cache::Store::default();
+                caches
+                    .lock()
+                    .expect("caches lock poisoned")
+                    .insert(name.clone(), store.clone());
+                runtime.cache_store = Some(store);
             }
             let (control_plane, state) = (control_plane.clone(), state.clone());
             async move {
@@ -408,6 +421,12 @@ impl Target for Harness<'_> {
         self.world.api.set_knobs(knobs);
     }
 
+    fn flush(&mut self, host: &str) {
+        if let Some(store) = self.world.caches.lock().expect("caches lock").get(host) {
+            store.flush();
+        }
+    }
+
     fn change_platform(&mut self, change: &PlatformChange) {
         let mut knobs = self.world.platform.knobs();
         knobs.api_latency = change.api_latency.unwrap_or(knobs.api_latency);
@@ -574,6 +593,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         trace: trace.clone(),
         platform: platform.clone(),
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
+        caches: Arc::default(),
         control_plane: ControlPlaneState {
             events: Some(platform),
             ..Default::default()

@@ -524,6 +524,10 @@ pub struct FaultStep {
     /// Change platform knobs (a slow platform).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<PlatformChange>,
+    /// Flush a `role: cache` host: every key gone at once (`FLUSHALL`, or Redis restarted
+    /// without persistence while its clients kept their connections).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush: Option<String>,
 }
 
 /// A latency change on one link.

@@ -244,7 +244,14 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "at least one repository is needed",
     )?;
     for (i, step) in s.faults.iter().enumerate() {
-        validate_step(&v, &hosts, reporters, i, step, s.duration)?;
+        let caches: Vec<&str> = s
+            .topology
+            .hosts
+            .iter()
+            .filter(|h| h.has(Role::Cache))
+            .map(|h| h.name.as_str())
+            .collect();
+        validate_step(&v, &hosts, &caches, reporters, i, step, s.duration)?;
     }
     for (i, invariant) in s.invariants.iter().enumerate() {
         let field = Field::root("invariants").index(i);
@@ -510,6 +517,7 @@ fn check_spans(
 fn validate_step(
     v: &Validator<'_>,
     hosts: &[&str],
+    caches: &[&str],
     reporters: usize,
     i: usize,
     step: &FaultStep,
@@ -525,10 +533,11 @@ fn validate_step(
         step.apiserver.is_some(),
         step.scale.is_some(),
         step.platform.is_some(),
+        step.flush.is_some(),
     ];
     let set = actions.iter().filter(|a| **a).count();
     v.check(set == 1, &field, format!(
-        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform (found {set})"
+        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform, flush (found {set})"
     ))?;
     v.check(
         step.at <= duration,
@@ -546,7 +555,11 @@ fn validate_step(
             }
         }
     }
-    for (name, host) in [("crash", &step.crash), ("restart", &step.restart)] {
+    for (name, host) in [
+        ("crash", &step.crash),
+        ("restart", &step.restart),
+        ("flush", &step.flush),
+    ] {
         if let Some(host) = host {
             named.push((field.key(name), host.as_str()));
         }
@@ -561,6 +574,13 @@ fn validate_step(
             hosts.contains(&host),
             &at,
             format!("unknown host {host:?}; hosts are {hosts:?}"),
+        )?;
+    }
+    if let Some(host) = &step.flush {
+        v.check(
+            caches.contains(&host.as_str()),
+            &field.key("flush"),
+            format!("{host:?} is not a cache host; cache hosts are {caches:?}"),
         )?;
     }
     if let Some(scale) = &step.scale {

@@ -456,6 +456,7 @@ fn step(at: Duration) -> FaultStep {
         apiserver: None,
         scale: None,
         platform: None,
+        flush: None,
     }
 }
 

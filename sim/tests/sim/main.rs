@@ -4,6 +4,7 @@
 mod app_proxy;
 mod argocd_world;
 mod assembly;
+mod cache;
 mod cli;
 mod events_path;
 mod invariants_fire;

@@ -18,6 +18,7 @@ use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
 use orrery_system::platform::events::{self, Platform};
 use orrery_system::runtime::app_reporter::{self, rate_limit::RateLimit};
+use orrery_system::runtime::cache::Store;
 use serde_json::json;
 
 use crate::support::*;
@@ -65,11 +66,17 @@ async fn metric(env: &SharedEnv, name: &str, labels: &str) -> u64 {
 }
 
 /// Argo CD, the platform, a cache and one reporter replica; returns the sim, the shared
-/// Git, the health overrides and the platform.
+/// Git, the health overrides, the platform and the cache's memory.
 fn world_with(
     variant: Variant,
     limit: Option<RateLimit>,
-) -> (World, SharedGit, HealthOverrides, std::sync::Arc<Platform>) {
+) -> (
+    World,
+    SharedGit,
+    HealthOverrides,
+    std::sync::Arc<Platform>,
+    Store,
+) {
     let mut w = world(Knobs::default());
     let git = SharedGit::default();
     git.lock().commit(REPO, "Dev <d@x>", "v1", 0, files(1));
@@ -109,11 +116,13 @@ fn world_with(
             Ok(())
         }
     });
-    let trace = w.trace.clone();
+    let (trace, store) = (w.trace.clone(), Store::default());
+    let host_store = store.clone();
     w.sim.host("cache", move || {
         let env = SimEnv::shared("cache", SEED, trace.clone());
+        let store = host_store.clone();
         async move {
-            orrery_system::runtime::cache::run(env, "0.0.0.0:6379").await?;
+            orrery_system::runtime::cache::run_with(env, "0.0.0.0:6379", store).await?;
             Ok(())
         }
     });
@@ -132,7 +141,7 @@ fn world_with(
             Ok(())
         }
     });
-    (w, git, health, platform)
+    (w, git, health, platform, store)
 }
 
 async fn create_app(
@@ -149,7 +158,7 @@ async fn create_app(
 
 #[test]
 fn one_app_event_and_one_event_per_changed_resource_and_reconcile_stamps_send_nothing() {
-    let (mut w, git, health, platform) = world_with(Variant::Faithful, None);
+    let (mut w, git, health, platform, _) = world_with(Variant::Faithful, None);
     let trace = w.trace.clone();
     w.sim.client("client", async move {
         let (env, client) = kube("client", &trace, Duration::from_secs(60));
@@ -245,7 +254,7 @@ fn flaps_under_a_rate_limit(variant: Variant, learning_mode: bool) -> Limited {
         period: Duration::from_secs(600),
         learning_mode,
     };
-    let (mut w, _git, health, platform) = world_with(variant, Some(limit));
+    let (mut w, _git, health, platform, _) = world_with(variant, Some(limit));
     let trace = w.trace.clone();
     let out = std::sync::Arc::new(std::sync::Mutex::new(None));
     let result = out.clone();
@@ -299,4 +308,50 @@ fn the_rate_limiter_drops_in_faithful_counts_in_learning_mode_and_defers_in_hard
         hardened.later, "Degraded",
         "deferred to the app's next window, not lost"
     );
+}
+
+#[test]
+fn a_flushed_cache_makes_the_reporter_resend_the_app_and_every_resource() {
+    // Research §1.8: "after a long outage, or a Redis flush, all apps are re-sent".
+    let (mut w, _git, _health, _platform, store) = world_with(Variant::Faithful, None);
+    let trace = w.trace.clone();
+    w.sim.client("client", async move {
+        let (env, client) = kube("client", &trace, Duration::from_secs(60));
+        create_app(&env, client).await?;
+        let sent = |kind: &'static str| {
+            let env = env.clone();
+            async move {
+                metric(
+                    &env,
+                    "sent_events_total",
+                    &format!("metric_event_type=\"{kind}\""),
+                )
+                .await
+            }
+        };
+        env.sleep(Duration::from_secs(10)).await;
+        let before = (sent("app").await, sent("resource").await);
+        assert_eq!(before.1, 2);
+        let keys = store.len(env.elapsed());
+        assert_eq!(
+            keys, 3,
+            "the app entry and one entry per resource, over RESP"
+        );
+        env.sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            (sent("app").await, sent("resource").await),
+            before,
+            "stamps only, all cached"
+        );
+        store.flush();
+        env.sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            (sent("app").await, sent("resource").await),
+            (before.0 + 1, before.1 + 2),
+            "the next reconcile stamp finds no entry: the app and both resources are sent again"
+        );
+        assert_eq!(store.len(env.elapsed()), 3, "and cached again");
+        Ok(())
+    });
+    w.sim.run().unwrap();
 }

@@ -41,6 +41,9 @@ pub struct RuntimeConfig {
     pub app_reporter: Option<app_reporter::Config>,
     /// The dedup cache, listening on this address.
     pub cache: Option<String>,
+    /// The cache's memory, when the caller must reach it (the simulated world's `flush`
+    /// fault); empty, new memory otherwise.
+    pub cache_store: Option<cache::Store>,
 }
 
 /// Why the runtime stopped on its own.
@@ -82,8 +85,9 @@ pub async fn run(
     let mut servers = tokio::task::JoinSet::new();
     if let Some(addr) = config.cache.clone() {
         let cache_env = env.clone();
+        let store = config.cache_store.clone().unwrap_or_default();
         spawn_server(&mut servers, &env, "cache", async move {
-            cache::run(cache_env, &addr).await
+            cache::run_with(cache_env, &addr, store).await
         });
     }
     if let Some(proxy) = config.app_proxy.clone() {

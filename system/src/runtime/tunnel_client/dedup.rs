@@ -111,7 +111,7 @@ impl Dedup {
         };
         let key = record_key(id);
         match store.get(&key).await {
-            Err(why) => Err(unavailable(id, &why)),
+            Err(why) => Err(unavailable(id, &why.to_string())),
             Ok(Some(record)) => Ok(Some(match parse_record(&record) {
                 Some(Stored::Done(status, body)) => {
                     let mut response = Response::new(full(body));
@@ -131,7 +131,7 @@ impl Dedup {
                 .await
             {
                 Ok(()) => Ok(None),
-                Err(why) => Err(unavailable(id, &why)),
+                Err(why) => Err(unavailable(id, &why.to_string())),
             },
         }
     }

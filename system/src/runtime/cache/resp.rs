@@ -1,0 +1,243 @@
+//! RESP2, the Redis wire protocol, as far as a server needs it: requests are arrays of bulk
+//! strings (or inline lines, as `redis-cli` and telnet send them), replies are the five RESP2
+//! types. Protocol errors carry the real server's wording (checked against redis-server 7.0
+//! by the conformance suite), because a client that sends garbage sees them.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Largest multibulk count and bulk length accepted (the real server's defaults:
+/// 1,048,576 arguments, `proto-max-bulk-len` 512 MB; ours is smaller because values here are
+/// digests and request records, and a larger one is a client bug).
+pub const MAX_ARGS: usize = 1024 * 1024;
+/// Largest bulk string accepted.
+pub const MAX_BULK: usize = 16 * 1024 * 1024;
+/// Longest inline request line (the real server's `PROTO_INLINE_MAX_SIZE`, 64 KB).
+pub const MAX_INLINE: usize = 64 * 1024;
+
+/// A request the client framed wrongly. The server answers it with `-ERR Protocol error: …`
+/// and closes the connection, as the real one does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// `*<n>` with n not a number or too large.
+    #[error("invalid multibulk length")]
+    MultibulkLength,
+    /// `$<n>` with n not a number or too large.
+    #[error("invalid bulk length")]
+    BulkLength,
+    /// An array element that is not a bulk string.
+    #[error("expected '$', got '{0}'")]
+    ExpectedBulk(char),
+    /// An inline line longer than [`MAX_INLINE`] without its end.
+    #[error("too big inline request")]
+    InlineTooBig,
+}
+
+/// One parsed request: the command and its arguments, or nothing (an empty array or line,
+/// which the real server skips without answering).
+pub type Request = Vec<Bytes>;
+
+/// Parses one request from the front of `buf`: `Ok(Some((request, used)))` when a whole one
+/// is there, `Ok(None)` when more bytes are needed.
+pub fn parse(buf: &[u8]) -> Result<Option<(Request, usize)>, ProtocolError> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    if buf[0] != b'*' {
+        return parse_inline(buf);
+    }
+    let Some((count, mut at)) = line(buf, 1) else {
+        return if buf.len() > MAX_INLINE {
+            Err(ProtocolError::MultibulkLength)
+        } else {
+            Ok(None)
+        };
+    };
+    let count: i64 = number(count).ok_or(ProtocolError::MultibulkLength)?;
+    if count > MAX_ARGS as i64 {
+        return Err(ProtocolError::MultibulkLength);
+    }
+    if count <= 0 {
+        return Ok(Some((Vec::new(), at)));
+    }
+    let mut args = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let Some(&first) = buf.get(at) else {
+            return Ok(None);
+        };
+        if first != b'$' {
+            return Err(ProtocolError::ExpectedBulk(first as char));
+        }
+        let Some((len, next)) = line(buf, at + 1) else {
+            return Ok(None);
+        };
+        let len: i64 = number(len).ok_or(ProtocolError::BulkLength)?;
+        if !(0..=MAX_BULK as i64).contains(&len) {
+            return Err(ProtocolError::BulkLength);
+        }
+        let end = next + len as usize;
+        if buf.len() < end + 2 {
+            return Ok(None);
+        }
+        // The real server skips the two bytes after a bulk string without looking at them.
+        args.push(Bytes::copy_from_slice(&buf[next..end]));
+        at = end + 2;
+    }
+    Ok(Some((args, at)))
+}
+
+/// An inline request: one line, arguments separated by spaces (quotes are not interpreted;
+/// the real server's quoting rules are outside the subset served here).
+fn parse_inline(buf: &[u8]) -> Result<Option<(Request, usize)>, ProtocolError> {
+    let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+        return if buf.len() > MAX_INLINE {
+            Err(ProtocolError::InlineTooBig)
+        } else {
+            Ok(None)
+        };
+    };
+    let text = buf[..end].strip_suffix(b"\r").unwrap_or(&buf[..end]);
+    let args = text
+        .split(|b| *b == b' ' || *b == b'\t')
+        .filter(|a| !a.is_empty())
+        .map(Bytes::copy_from_slice)
+        .collect();
+    Ok(Some((args, end + 1)))
+}
+
+/// The text of the CRLF-terminated line starting at `from`, and where the next one starts.
+fn line(buf: &[u8], from: usize) -> Option<(&[u8], usize)> {
+    let rest = buf.get(from..)?;
+    let end = rest.windows(2).position(|w| w == b"\r\n")?;
+    Some((&rest[..end], from + end + 2))
+}
+
+fn number(text: &[u8]) -> Option<i64> {
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
+/// A RESP2 reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `+OK`, `+PONG`.
+    Simple(&'static str),
+    /// `-ERR …` (the text includes the error code).
+    Error(String),
+    /// `:n`.
+    Integer(i64),
+    /// `$n` and the bytes, or `$-1` for nil.
+    Bulk(Option<Bytes>),
+    /// `*n` and the elements.
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// `+OK`.
+    pub const OK: Reply = Reply::Simple("OK");
+
+    /// An `-ERR <text>` reply.
+    pub fn err(text: impl std::fmt::Display) -> Reply {
+        Reply::Error(format!("ERR {text}"))
+    }
+
+    /// Appends the reply's wire form to `out`.
+    pub fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Reply::Simple(text) => {
+                out.put_u8(b'+');
+                out.put_slice(text.as_bytes());
+            }
+            Reply::Error(text) => {
+                out.put_u8(b'-');
+                // A newline inside an error would end the frame early.
+                out.put_slice(text.replace(['\r', '\n'], " ").as_bytes());
+            }
+            Reply::Integer(n) => out.put_slice(format!(":{n}").as_bytes()),
+            Reply::Bulk(None) => out.put_slice(b"$-1"),
+            Reply::Bulk(Some(bytes)) => {
+                out.put_slice(format!("${}\r\n", bytes.len()).as_bytes());
+                out.put_slice(bytes);
+            }
+            Reply::Array(items) => {
+                out.put_slice(format!("*{}\r\n", items.len()).as_bytes());
+                for item in items {
+                    item.encode(out);
+                }
+                return;
+            }
+        }
+        out.put_slice(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(request: &[&str]) -> Request {
+        request
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn parses_arrays_of_bulk_strings_and_waits_for_the_rest() {
+        let frame = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n";
+        assert_eq!(parse(frame).unwrap(), Some((args(&["GET", "k"]), 20)));
+        assert_eq!(parse(&frame[20..]).unwrap(), Some((args(&["PING"]), 14)));
+        for cut in 1..20 {
+            assert_eq!(parse(&frame[..cut]).unwrap(), None, "cut at {cut}");
+        }
+        let binary = b"*1\r\n$4\r\na\r\nb\r\n";
+        assert_eq!(
+            parse(binary).unwrap().unwrap().0[0].as_ref(),
+            b"a\r\nb",
+            "bulk strings are binary-safe"
+        );
+    }
+
+    #[test]
+    fn parses_inline_requests_and_empty_ones() {
+        assert_eq!(
+            parse(b"GET  k\r\n").unwrap(),
+            Some((args(&["GET", "k"]), 8))
+        );
+        assert_eq!(parse(b"\r\n").unwrap(), Some((Vec::new(), 2)));
+        assert_eq!(parse(b"*0\r\n").unwrap(), Some((Vec::new(), 4)));
+        assert_eq!(parse(b"*-1\r\n").unwrap(), Some((Vec::new(), 5)));
+        assert_eq!(parse(b"PIN").unwrap(), None);
+    }
+
+    #[test]
+    fn refuses_malformed_frames_with_the_real_servers_words() {
+        let cases: [(&[u8], &str); 3] = [
+            (b"*x\r\n", "invalid multibulk length"),
+            (b"*2\r\nx\r\n", "expected '$', got 'x'"),
+            (b"*1\r\n$x\r\n", "invalid bulk length"),
+        ];
+        for (frame, words) in cases {
+            assert_eq!(parse(frame).unwrap_err().to_string(), words);
+        }
+        let endless = vec![b'a'; MAX_INLINE + 1];
+        assert_eq!(parse(&endless).unwrap_err(), ProtocolError::InlineTooBig);
+    }
+
+    #[test]
+    fn encodes_every_reply_type() {
+        let mut out = BytesMut::new();
+        for reply in [
+            Reply::OK,
+            Reply::err("syntax error"),
+            Reply::Integer(-2),
+            Reply::Bulk(None),
+            Reply::Bulk(Some(Bytes::from_static(b"v"))),
+            Reply::Array(vec![Reply::Integer(1), Reply::Bulk(None)]),
+        ] {
+            reply.encode(&mut out);
+        }
+        assert_eq!(
+            &out[..],
+            b"+OK\r\n-ERR syntax error\r\n:-2\r\n$-1\r\n$1\r\nv\r\n*2\r\n:1\r\n$-1\r\n"
+        );
+    }
+}
