@@ -69,23 +69,26 @@ nightly:
 		[ $$status -eq 0 ] || fail=$$status; \
 	done; exit $$fail
 
-## Benchmark of the reporter's hot path and end-to-end delivery in real mode (ungated perf).
-bench: build
-	$(ORRERY) bench --events 20000 --out reports/perf/bench.json
+## Benchmarks in real mode, release build (ungated perf, ~5 min): the reporter under the real
+## event model (both variants, platform answering at once and after 20 ms), its serialisation
+## hot path, and the tunnel against a direct connection.
+bench:
+	$(CARGO) build --release -p orrery-sim --bin orrery
+	./target/release/orrery bench --events 20000 --out reports/perf/bench.json
 
 ## Conformance suites (API fidelity: real vs simulated API server; runtime on real Kubernetes).
 CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture
 
 ## Against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
 conformance:
-	conformance/kind.sh $(CONFORMANCE_TESTS)
+	conformance/redis/run.sh conformance/kind.sh $(CONFORMANCE_TESTS)
 
 ## Against a real kube-apiserver + etcd run as local processes, built from source via Go modules
 ## (conformance/kube/go.mod pins the version; binaries cached in ~/.cache/orrery).
 conformance-apiserver:
-	conformance/kube/run.sh $(CONFORMANCE_TESTS)
+	conformance/redis/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS)
 
 ## What make test runs: as conformance-apiserver, but a machine that cannot build or start the
 ## real API server prints "CONFORMANCE SKIPPED: <reason>" instead of failing.
 conformance-ci:
-	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/kube/run.sh $(CONFORMANCE_TESTS)
+	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS)

@@ -12,12 +12,14 @@
 //! - [`library`]: the fidelity scripts themselves.
 //! - [`compare`]: step-by-step comparison under the checked-in known-deviation list.
 //! - [`report`]: writes `reports/conformance.md`.
+//! - [`resp`]: raw RESP over TCP, to compare the simulated cache with a real redis-server.
 
 pub mod cluster;
 pub mod compare;
 pub mod library;
 pub mod normalise;
 pub mod report;
+pub mod resp;
 pub mod script;
 
 /// The repository root (this crate lives in `conformance/`).

@@ -234,8 +234,11 @@ fn tunnel_bench(
     })
 }
 
-/// Runs the benchmark and returns its JSON record.
-pub fn run(events: usize) -> Result<Value, String> {
+/// Runs the benchmark and returns its JSON record: the reporter under the real event model
+/// (`apps` apps, each variant measured for `window`), the serialisation hot path and single
+/// event delivery (`events` events), and the tunnel.
+pub fn run(events: usize, apps: usize, window: Duration) -> Result<Value, String> {
+    let reporter = reporter_bench(apps, window)?;
     let apps: Vec<DynamicObject> = (0..events).map(app).collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -279,5 +282,195 @@ pub fn run(events: usize) -> Result<Value, String> {
         results.push(json!({"variant": variant.as_str(), "hot_path_ns_per_event": ns.round(), "end_to_end_events_per_second": per_second.round(), "senders": concurrency}));
     }
     let tunnel = tunnel_bench(&runtime, events.min(20_000), 8)?;
-    Ok(json!({"events": events, "results": results, "tunnel": tunnel}))
+    Ok(json!({"reporter": reporter, "events": events, "results": results, "tunnel": tunnel}))
+}
+
+/// One measured run of the reporter under the real event model.
+#[derive(Debug, Clone, Copy)]
+pub struct ReporterRun {
+    /// Events the platform received per wall second during the window.
+    pub events_per_second: f64,
+    /// Events received during the window.
+    pub events: u64,
+}
+
+/// The whole reporter in real mode on loopback, under the real event model: the simulated
+/// API server and Argo CD (in-process, real sockets), `apps` Applications of one Deployment and
+/// one Service each whose health changes about once a second (each change is an app event
+/// and two resource events), the orrery RESP cache, and the platform answering each event after
+/// `platform_latency`. Argo CD's client rate limit is raised so the reporter, not the load
+/// generator, is the bottleneck. Counts what the platform received during `window`, after a
+/// warm-up in which every app reached the platform. Each run has its own tokio runtime, so
+/// nothing of one run outlives it.
+pub fn reporter_run(
+    variant: Variant,
+    apps: usize,
+    platform_latency: Duration,
+    window: Duration,
+) -> Result<ReporterRun, String> {
+    use crate::world::apiserver::{self, ApiServer};
+    use crate::world::argocd::{self, application_resource as app_type, HealthOverrides};
+    use crate::world::git::SharedGit;
+    use kube::api::{Api, PostParams};
+    use orrery_system::env::kube::KubeTarget;
+    use orrery_system::runtime::{app_reporter, cache};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let result = runtime.block_on(async move {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.to_string())
+                .map_err(|e| e.to_string())
+        };
+        let (api_addr, argo_addr, platform_addr, cache_addr, serve_addr) =
+            (free()?, free()?, free()?, free()?, free()?);
+        let env = |name: &str| -> SharedEnv { Arc::new(RealEnv::new(name)) };
+        let api = ApiServer::new(Default::default());
+        let listen = api_addr.clone();
+        let api_env = env("apiserver");
+        tokio::spawn(async move { apiserver::run(api_env, api, &listen).await });
+        let cache_env = env("cache");
+        let listen = cache_addr.clone();
+        tokio::spawn(async move { cache::run(cache_env, &listen).await });
+        let platform = Platform::new(events::Config {
+            tokens: [(TOKEN.to_string(), "bench".to_string())]
+                .into_iter()
+                .collect(),
+            bus_capacity: 1_000_000,
+        });
+        platform.set_knobs(events::Knobs {
+            api_latency: platform_latency,
+            ..Default::default()
+        });
+        let (platform_env, serving, listen) = (env("platform"), platform.clone(), platform_addr.clone());
+        tokio::spawn(async move { events::run(platform_env, serving, &listen).await });
+
+        const REPO: &str = "https://git.example/bench.git";
+        let git = SharedGit::default();
+        let files = (0..apps)
+            .flat_map(|i| {
+                [
+                    (format!("apps/app-{i:05}/deployment.yaml"), format!("image: app-{i}:v1")),
+                    (format!("apps/app-{i:05}/service.yaml"), "port: 80".to_string()),
+                ]
+            })
+            .collect();
+        git.lock().commit(REPO, "Bench <b@x>", "init", 0, files);
+        let health = HealthOverrides::default();
+        let target = KubeTarget::new(&api_addr);
+        let argo = argocd::controller::Config {
+            reconcile_every: Duration::from_secs(20),
+            k8s_client_qps: 100_000,
+            k8s_client_burst: 100_000,
+            listen: argo_addr.clone(),
+            ..Default::default()
+        };
+        let namespace = argo.namespace.clone();
+        tokio::spawn(argocd::run(env("argocd"), target.clone(), git, health.clone(), argo, "bench-argo".into()));
+
+        let client = orrery_system::env::kube::client(env("bench"), &target);
+        let applications: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &app_type());
+        // The API server comes up asynchronously.
+        let mut created = 0;
+        for attempt in 0.. {
+            let mut app = DynamicObject::new(&format!("app-{created:05}"), &app_type()).within(&namespace);
+            app.data = json!({"spec": {"project": "default", "source": {"repoURL": REPO, "path": format!("apps/app-{created:05}")}, "syncPolicy": {"automated": {}}}});
+            match applications.create(&PostParams::default(), &app).await {
+                Ok(_) => created += 1,
+                Err(e) if attempt > 200 => return Err(format!("cannot create Applications: {e}")),
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+            if created == apps {
+                break;
+            }
+        }
+
+        let mut config = app_reporter::Config::new(variant, target, &namespace);
+        config.argocd_addr = argo_addr;
+        config.argocd_token = "bench-argo".into();
+        config.platform_addr = platform_addr;
+        config.runtime_token = TOKEN.into();
+        config.cache_addr = cache_addr;
+        config.serve_addr = serve_addr;
+        config.shard = Some(0);
+        tokio::spawn(app_reporter::run(env("reporter-0"), config));
+
+        // Warm-up: every app reached the platform.
+        let warm = Instant::now(); // determinism: real-env (benchmark)
+        while platform.apps().len() < apps {
+            if warm.elapsed() > Duration::from_secs(120) {
+                return Err(format!(
+                    "{}: only {} of {apps} apps reached the platform in 120 s",
+                    variant.as_str(),
+                    platform.apps().len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The churn: every app's health moves to the next of three states once a second, a
+        // tenth of the apps every 100 ms (three states, so Argo CD's 1 s refresh sees a change
+        // even when two moves fall between two refreshes).
+        let churn = tokio::spawn(async move {
+            const STATES: [&str; 3] = ["Degraded", "Progressing", "Healthy"];
+            for step in 0usize.. {
+                let (round, slice) = (step / 10, step % 10);
+                for i in (slice..apps).step_by(10) {
+                    health.set(&format!("app-{i:05}"), STATES[round % 3]);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let received = || platform.events_received();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (before, started) = (received(), Instant::now()); // determinism: real-env (benchmark)
+        tokio::time::sleep(window).await;
+        let events = received() - before;
+        let elapsed = started.elapsed().as_secs_f64();
+        churn.abort();
+        Ok(ReporterRun {
+            events_per_second: events as f64 / elapsed,
+            events,
+        })
+    });
+    runtime.shutdown_background();
+    result
+}
+
+/// Both variants, with the platform answering at once and after 20 ms, in one run.
+pub fn reporter_bench(apps: usize, window: Duration) -> Result<Value, String> {
+    let mut rows = Vec::new();
+    for latency_ms in [0u64, 20] {
+        let mut per_variant = Vec::new();
+        for variant in Variant::ALL {
+            let run = reporter_run(variant, apps, Duration::from_millis(latency_ms), window)?;
+            eprintln!(
+                "  reporter, platform answering after {latency_ms:>2} ms: {:>8} {:>8.0} events/s ({} events in {:?})",
+                variant.as_str(),
+                run.events_per_second,
+                run.events,
+                window
+            );
+            per_variant.push((variant, run));
+        }
+        let rate = |v: Variant| {
+            per_variant
+                .iter()
+                .find(|(w, _)| *w == v)
+                .map_or(0.0, |(_, r)| r.events_per_second)
+        };
+        let ratio = rate(Variant::Hardened) / rate(Variant::Faithful).max(f64::MIN_POSITIVE);
+        eprintln!("  reporter, platform after {latency_ms} ms: hardened / faithful = {ratio:.1}×");
+        rows.push(json!({
+            "platform_latency_ms": latency_ms,
+            "faithful_events_per_second": rate(Variant::Faithful).round(),
+            "hardened_events_per_second": rate(Variant::Hardened).round(),
+            "hardened_over_faithful": (ratio * 10.0).round() / 10.0,
+        }));
+    }
+    Ok(json!({"apps": apps, "window_seconds": window.as_secs_f64(), "runs": rows}))
 }

@@ -171,6 +171,13 @@ struct BenchArgs {
     /// Events through the reporter's hot path per variant.
     #[arg(long, default_value_t = 20_000)]
     events: usize,
+    /// Applications in the reporter benchmark (real event model); enough that the offered
+    /// load (three events per app per second) exceeds what either variant delivers.
+    #[arg(long, default_value_t = 1000)]
+    apps: usize,
+    /// Wall seconds each variant is measured for in the reporter benchmark.
+    #[arg(long, default_value_t = 10)]
+    window: u64,
     /// Where the figures go (ungated).
     #[arg(long, default_value = "reports/perf/bench.json")]
     out: PathBuf,
@@ -562,8 +569,12 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
 }
 
 fn cmd_bench(args: BenchArgs) -> Result<Exit, Fail> {
-    let record = orrery_sim::bench::run(args.events.max(1))
-        .map_err(|e| Fail(format!("benchmark failed: {e}"), Exit::Mismatch))?;
+    let record = orrery_sim::bench::run(
+        args.events.max(1),
+        args.apps.max(1),
+        std::time::Duration::from_secs(args.window.max(1)),
+    )
+    .map_err(|e| Fail(format!("benchmark failed: {e}"), Exit::Mismatch))?;
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
     }

@@ -3,4 +3,5 @@
 //! and `make conformance` run them with `--include-ignored` and a `KUBECONFIG`.
 
 mod fidelity;
+mod redis;
 mod runtime;

@@ -150,14 +150,23 @@ async fn reporter_suite(variant: Variant) {
         let env = Arc::new(RealEnv::new("platform"));
         drop(control_plane::run(env, events_only, state, std::future::pending()).await)
     }));
-    let cache_only = RuntimeConfig {
-        cache: Some(format!("127.0.0.1:{cache_port}")),
-        ..Default::default()
+    // The dedup cache: a real redis-server when conformance/redis/run.sh started one (as
+    // Argo CD's Redis in production), else orrery's RESP server.
+    let real_redis = std::env::var("ORRERY_REDIS_ADDR").ok();
+    let cache_addr = match &real_redis {
+        Some(addr) => addr.clone(),
+        None => {
+            let cache_only = RuntimeConfig {
+                cache: Some(format!("127.0.0.1:{cache_port}")),
+                ..Default::default()
+            };
+            tasks.push(tokio::spawn(async move {
+                let env = Arc::new(RealEnv::new("cache"));
+                drop(runtime_assembly::run(env, cache_only, std::future::pending()).await)
+            }));
+            format!("127.0.0.1:{cache_port}")
+        }
     };
-    tasks.push(tokio::spawn(async move {
-        let env = Arc::new(RealEnv::new("cache"));
-        drop(runtime_assembly::run(env, cache_only, std::future::pending()).await)
-    }));
 
     // The runtime: REPLICAS reporter replicas, unchanged, against the real API server.
     let mut serve_ports = Vec::new();
@@ -169,7 +178,7 @@ async fn reporter_suite(variant: Variant) {
         config.argocd_token = ARGO_TOKEN.into();
         config.platform_addr = format!("127.0.0.1:{platform_port}");
         config.runtime_token = TOKEN.into();
-        config.cache_addr = format!("127.0.0.1:{cache_port}");
+        config.cache_addr = cache_addr.clone();
         config.replicas = REPLICAS;
         config.shard = Some(replica);
         config.serve_addr = format!("127.0.0.1:{port}");
@@ -247,6 +256,28 @@ async fn reporter_suite(variant: Variant) {
         }
     })
     .await;
+
+    // 1c. The dedup entries are in the cache under the real key shape, after the sends.
+    if let Some(redis) = &real_redis {
+        let mut connection = orrery_conformance::resp::Connection::open(redis)
+            .await
+            .expect("redis-server answers");
+        for name in &names {
+            let entry = format!("app|{namespace}/{name}|last-sent-event");
+            let answer = connection
+                .send(
+                    &orrery_conformance::resp::command(&[b"EXISTS", entry.as_bytes()]),
+                    1,
+                )
+                .await
+                .expect("EXISTS");
+            assert_eq!(
+                answer,
+                orrery_conformance::resp::Answer::Replies(b":1\r\n".to_vec()),
+                "{entry} in redis-server"
+            );
+        }
+    }
 
     // 2. Shard ownership as specified: exactly one owner per app; faithful by FNV-1a.
     eventually("every app owned by exactly one replica", || {

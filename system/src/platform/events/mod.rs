@@ -92,6 +92,13 @@ impl Platform {
             .clone()
     }
 
+    /// Events the read model received: application events (updates, duplicates and stale
+    /// ones) and resource events.
+    pub fn events_received(&self) -> u64 {
+        let model = self.read_model.lock().expect("read model lock poisoned");
+        model.updated + model.duplicates + model.stale + model.resource_events
+    }
+
     /// (updated, duplicates, stale) counts of the projection.
     pub fn projection_counts(&self) -> (u64, u64, u64) {
         let model = self.read_model.lock().expect("read model lock poisoned");
