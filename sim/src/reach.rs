@@ -84,6 +84,10 @@ conditions! {
     WriteRetried = "write_retried",
     /// A runtime registered again after its tunnel had been up.
     TunnelReregistered = "tunnel_reregistered",
+    /// Argo CD found a registered destination cluster unreachable.
+    DestinationUnreachable = "destination_unreachable",
+    /// A destination cluster Argo CD had found unreachable answered again.
+    DestinationRecovered = "destination_recovered",
 }
 
 impl fmt::Display for Condition {
@@ -225,6 +229,22 @@ impl Condition {
                     events[i..]
                         .iter()
                         .any(|e| matches!(e.world(), Some(WorldEvent::ProbeInit)))
+                })
+            }
+            Condition::DestinationUnreachable => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::ClusterReach { reachable: false, .. }))
+            }),
+            Condition::DestinationRecovered => {
+                let mut down = std::collections::BTreeSet::new();
+                events.iter().any(|e| match e.world() {
+                    Some(WorldEvent::ClusterReach { server, reachable: false }) => {
+                        down.insert(server.clone());
+                        false
+                    }
+                    Some(WorldEvent::ClusterReach { server, reachable: true }) => {
+                        down.contains(server)
+                    }
+                    _ => false,
                 })
             }
             Condition::WatchExpired => events.iter().any(|e| {
@@ -431,6 +451,17 @@ expect: {hardened: pass}
         )
     }
 
+    fn reach_event(at_ms: u64, server: &str, reachable: bool) -> TraceEvent {
+        at(
+            at_ms,
+            "argocd",
+            WorldEvent::ClusterReach {
+                server: server.into(),
+                reachable,
+            },
+        )
+    }
+
     fn watch_end(at_ms: u64, end: WatchEnd) -> TraceEvent {
         at(
             at_ms,
@@ -621,6 +652,22 @@ expect: {hardened: pass}
                 TunnelReregistered,
                 vec![client_up(1_000)],
                 vec![client_up(1_000), client_up(9_000)],
+            ),
+            (
+                DestinationUnreachable,
+                vec![reach_event(1_000, "https://c:6443", true)],
+                vec![reach_event(1_000, "https://c:6443", false)],
+            ),
+            (
+                DestinationRecovered,
+                vec![
+                    reach_event(1_000, "https://c:6443", true),
+                    reach_event(2_000, "https://d:6443", false),
+                ],
+                vec![
+                    reach_event(1_000, "https://c:6443", false),
+                    reach_event(2_000, "https://c:6443", true),
+                ],
             ),
         ]
     }

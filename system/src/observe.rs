@@ -209,6 +209,8 @@ events! {
         "apiserver.watch_end" => WatchEnded { resource: String, from_rv: Option<u64>, end: WatchEnd },
         /// Argo CD failed to reconcile an app.
         "argocd.reconcile_error" => ReconcileError { app: String, error: String },
+        /// Argo CD's check of a destination cluster changed its verdict.
+        "argocd.cluster" => ClusterReach { server: String, reachable: bool },
         /// The workload failed to create or delete an app.
         "workload.error" => WorkloadError { action: WorkloadAction, app: String, error: String },
         /// The workload committed to an app's repository.

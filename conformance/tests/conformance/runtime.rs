@@ -514,3 +514,193 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     let _ = cluster.cleanup(&namespace).await;
     println!("runtime: the app-proxy terminated a real Workflow through the real API server");
 }
+
+/// The app `name` as the real API server holds it: (sync, health, condition types).
+async fn app_state(
+    apps: &Api<DynamicObject>,
+    name: &str,
+) -> Result<(String, String, Vec<String>), String> {
+    let app = apps.get(name).await.map_err(|e| e.to_string())?;
+    let text = |p: &str| {
+        app.data
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let conditions = app
+        .data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| c["type"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((
+        text("/status/sync/status"),
+        text("/status/health/status"),
+        conditions,
+    ))
+}
+
+/// Argo CD's stand-in against two API servers: the real kube-apiserver as the management
+/// cluster (Applications and the cluster Secret live there) and an in-process `orrery
+/// apiserver` on loopback as a destination cluster, which is stopped and started again;
+/// plus an app whose destination is not registered at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn argo_cd_marks_apps_unknown_while_their_destination_cluster_is_down_and_recovers() {
+    use k8s_openapi::api::core::v1::Secret;
+    use orrery_sim::world::apiserver::{self, ApiServer};
+    use orrery_sim::world::argocd::clusters::SECRET_TYPE_LABEL;
+
+    let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
+    let namespace = format!("orrery-clusters-{}", std::process::id());
+    cluster
+        .prepare(&namespace)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let config = kube::Config::infer().await.expect("kubeconfig");
+    let target = KubeTarget::real(config, &namespace);
+
+    // The destination cluster: a second API server, plain HTTP on loopback.
+    let dest_port = free_port();
+    let dest_addr = format!("127.0.0.1:{dest_port}");
+    let start_destination = || {
+        let addr = dest_addr.clone();
+        tokio::spawn(async move {
+            let env: SharedEnv = Arc::new(RealEnv::new("cluster-a"));
+            drop(apiserver::run(env, ApiServer::new(Default::default()), &addr).await)
+        })
+    };
+    let destination = start_destination();
+    let server = format!("http://{dest_addr}");
+
+    // Registered as Argo CD registers clusters: a labelled Secret in its namespace.
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &namespace);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cluster-a", "labels": {SECRET_TYPE_LABEL: "cluster"}},
+        "stringData": {"name": "cluster-a", "server": server, "config": "{\"tlsClientConfig\":{\"insecure\":true}}"}
+    }))
+    .expect("a Secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create the cluster Secret");
+
+    let git = SharedGit::default();
+    let names = ["dest-a", "dest-b", "nowhere"];
+    let files: BTreeMap<String, String> = names
+        .iter()
+        .map(|n| {
+            (
+                format!("apps/{n}/deployment.yaml"),
+                format!("image: {n}:v1"),
+            )
+        })
+        .collect();
+    git.lock()
+        .commit(REPO, "Dev <dev@example.com>", "init", unix_ms(), files);
+    let argo_config = argocd::controller::Config {
+        reconcile_every: Duration::from_secs(2),
+        namespace: namespace.clone(),
+        listen: format!("127.0.0.1:{}", free_port()),
+        ..Default::default()
+    };
+    let argo = tokio::spawn({
+        let run = argocd::run(
+            Arc::new(RealEnv::new("argocd")),
+            target.clone(),
+            git.clone(),
+            HealthOverrides::default(),
+            argo_config,
+            ARGO_TOKEN.into(),
+        );
+        async move { drop(run.await) }
+    });
+    let apps: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    for name in names {
+        let mut object = app(name, &namespace);
+        let destination = if name == "nowhere" {
+            "http://127.0.0.1:1".to_string()
+        } else {
+            server.clone()
+        };
+        object.data["spec"]["destination"] = json!({"server": destination, "namespace": name});
+        apps.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+
+    let expect = |wanted: [(
+        &'static str,
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+    ); 3]| {
+        let apps = apps.clone();
+        move || {
+            let apps = apps.clone();
+            async move {
+                for (name, sync, health, condition) in wanted {
+                    let (s, h, conditions) = app_state(&apps, name).await?;
+                    let has = |c: &str| conditions.iter().any(|x| x == c);
+                    let ok = s == sync
+                        && h == health
+                        && match condition {
+                            Some(c) => has(c),
+                            None => !has("ComparisonError") && !has("InvalidSpecError"),
+                        };
+                    if !ok {
+                        return Err(format!("{name}: {s}/{h} {conditions:?}"));
+                    }
+                }
+                Ok(())
+            }
+        }
+    };
+    let unregistered = ("nowhere", "Unknown", "Unknown", Some("InvalidSpecError"));
+    eventually(
+        "apps on the registered destination synced and healthy; the other Unknown",
+        expect([
+            ("dest-a", "Synced", "Healthy", None),
+            ("dest-b", "Synced", "Healthy", None),
+            unregistered,
+        ]),
+    )
+    .await;
+
+    // The destination goes away: its apps go Unknown with a ComparisonError.
+    destination.abort();
+    let _ = destination.await;
+    eventually(
+        "apps on the stopped destination Unknown with a ComparisonError",
+        expect([
+            ("dest-a", "Unknown", "Unknown", Some("ComparisonError")),
+            ("dest-b", "Unknown", "Unknown", Some("ComparisonError")),
+            unregistered,
+        ]),
+    )
+    .await;
+
+    // It comes back: the comparison recovers and the condition goes.
+    let destination = start_destination();
+    eventually(
+        "apps on the restarted destination synced and healthy again",
+        expect([
+            ("dest-a", "Synced", "Healthy", None),
+            ("dest-b", "Synced", "Healthy", None),
+            unregistered,
+        ]),
+    )
+    .await;
+    destination.abort();
+    argo.abort();
+    eprintln!(
+        "runtime: Argo CD's stand-in on a real management cluster followed a destination cluster down and back up"
+    );
+    let _ = cluster.cleanup(&namespace).await;
+}

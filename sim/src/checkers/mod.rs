@@ -97,6 +97,8 @@ pub struct AppTruth {
     pub revision: String,
     /// `status.health.status`.
     pub health_status: String,
+    /// `spec.destination.server` (empty when not set).
+    pub destination: String,
 }
 
 /// The world's final state, for end-of-run checks.
@@ -109,6 +111,8 @@ pub struct FinalState {
         std::collections::BTreeMap<String, orrery_system::platform::events::read_model::AppState>,
     /// Simulated milliseconds at the end of the run.
     pub end_ms: u64,
+    /// Destination servers whose registration an `unregister` fault removed.
+    pub unregistered: std::collections::BTreeSet<String>,
 }
 
 impl FinalState {
@@ -146,6 +150,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "executed_at_most_once" => Box::new(tunnel::ExecutedAtMostOnce::default()),
         "tunnel_recovers" => Box::new(tunnel::TunnelRecovers::default()),
         "all_reconnect" => Box::new(tunnel::AllReconnect::default()),
+        "no_app_stuck_unknown" => Box::new(platform::NoAppStuckUnknown),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

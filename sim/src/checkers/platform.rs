@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use orrery_system::platform::events::read_model::AppState;
 
@@ -72,6 +72,52 @@ impl Checker for PlatformConverges {
                 "stale_or_missing": stale.len(),
                 "examples": stale.iter().take(5).map(example).collect::<Vec<_>>(),
             }),
+        })
+    }
+}
+
+/// Liveness: after the calm phase, no app whose destination cluster is still registered is
+/// `Unknown` — neither in Argo CD (the comparison recovered once the cluster answered again)
+/// nor on the platform (the recovery reached it). Apps on a cluster whose registration was
+/// removed are `Unknown` by right and are not counted.
+pub struct NoAppStuckUnknown;
+
+impl Checker for NoAppStuckUnknown {
+    fn name(&self) -> &'static str {
+        "no_app_stuck_unknown"
+    }
+
+    fn on_event(&mut self, _event: &TraceEvent) -> Option<Violation> {
+        None
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let stuck: Vec<Value> = state
+            .apps
+            .iter()
+            .filter(|a| !state.unregistered.contains(&a.destination))
+            .filter_map(|a| {
+                let reported = state.reported.get(&a.key);
+                let in_argocd = a.health_status == "Unknown" || a.sync_status == "Unknown";
+                let on_platform = reported.is_some_and(|r| {
+                    !r.deleted && (r.health_status == "Unknown" || r.sync_status == "Unknown")
+                });
+                (in_argocd || on_platform).then(|| {
+                    json!({"app": a.key, "destination": a.destination,
+                           "argocd": {"sync": a.sync_status, "health": a.health_status},
+                           "platform": reported.map(|r| json!({"sync": r.sync_status, "health": r.health_status}))})
+                })
+            })
+            .collect();
+        if stuck.is_empty() {
+            return None;
+        }
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Liveness,
+            at_ms: state.end_ms,
+            host: "platform".into(),
+            details: json!({"stuck_apps": stuck.len(), "examples": stuck.iter().take(5).collect::<Vec<_>>()}),
         })
     }
 }

@@ -39,6 +39,7 @@ fn app(name: &str, rv: &str, sync: &str) -> AppTruth {
         sync_status: sync.into(),
         revision: "abc".into(),
         health_status: "Healthy".into(),
+        destination: "https://kubernetes.default.svc".into(),
     }
 }
 
@@ -160,6 +161,7 @@ fn platform_converges_fires_on_a_lost_final_state() {
         apps: vec![app("a", "7", "Synced")],
         reported: reported(sync),
         end_ms: 10,
+        unregistered: Default::default(),
     };
     assert!(violations("platform_converges", &[], &state("Synced")).is_empty());
     let lost = violations("platform_converges", &[], &state("OutOfSync"));
@@ -321,4 +323,63 @@ fn recovery_clocks_wait_for_the_last_partition_to_heal() {
     let late = [&deferred[..5], &[up(170_000, "a")]].concat();
     let found = violations("all_reconnect", &late, &state);
     assert_eq!((found.len(), found[0].at_ms), (1, 160_000));
+}
+
+#[test]
+fn no_app_stuck_unknown_fires_for_unknown_apps_on_registered_clusters_only() {
+    let reported = |health: &str| {
+        let state = orrery_system::platform::events::read_model::AppState {
+            resource_version: 7,
+            deleted: false,
+            sync_status: "Synced".into(),
+            revision: "abc".into(),
+            health_status: health.into(),
+            runtime: "acme".into(),
+        };
+        [("argocd/a".to_string(), state)].into_iter().collect()
+    };
+    let on = |server: &str, argocd_health: &str, platform_health: &str, removed: &[&str]| {
+        let mut truth = app("a", "7", "Synced");
+        truth.destination = server.into();
+        truth.health_status = argocd_health.into();
+        FinalState {
+            apps: vec![truth],
+            reported: reported(platform_health),
+            end_ms: 10,
+            unregistered: removed.iter().map(|s| s.to_string()).collect(),
+        }
+    };
+    let c = "https://cluster-c:6443";
+    assert!(violations(
+        "no_app_stuck_unknown",
+        &[],
+        &on(c, "Healthy", "Healthy", &[])
+    )
+    .is_empty());
+    let stuck_in_argocd = violations(
+        "no_app_stuck_unknown",
+        &[],
+        &on(c, "Unknown", "Healthy", &[]),
+    );
+    assert_eq!(stuck_in_argocd.len(), 1);
+    assert_eq!(stuck_in_argocd[0].class, Class::Liveness);
+    let stuck_on_platform = violations(
+        "no_app_stuck_unknown",
+        &[],
+        &on(c, "Healthy", "Unknown", &[]),
+    );
+    assert_eq!(
+        stuck_on_platform.len(),
+        1,
+        "the recovery never reached the platform"
+    );
+    assert!(
+        violations(
+            "no_app_stuck_unknown",
+            &[],
+            &on(c, "Unknown", "Unknown", &[c])
+        )
+        .is_empty(),
+        "Unknown by right: the cluster's registration was removed"
+    );
 }

@@ -50,6 +50,8 @@ pub enum Fault {
     Platform(PlatformChange),
     /// Drop every key of a cache host.
     Flush(String),
+    /// Remove a destination cluster's registration from Argo CD.
+    Unregister(String),
 }
 
 /// What faults act on: the harness's simulation and world.
@@ -72,6 +74,8 @@ pub trait Target {
     fn scale(&mut self, replicas: u32, every: Duration);
     /// Drops every key the cache on `host` holds.
     fn flush(&mut self, host: &str);
+    /// Removes cluster `host`'s registration from Argo CD.
+    fn unregister(&mut self, host: &str);
 }
 
 impl Fault {
@@ -94,6 +98,7 @@ impl Fault {
         }));
         actions.extend(step.platform.clone().map(Fault::Platform));
         actions.extend(step.flush.clone().map(Fault::Flush));
+        actions.extend(step.unregister.clone().map(Fault::Unregister));
         match actions.len() {
             1 => actions.pop(),
             _ => None,
@@ -112,6 +117,7 @@ impl Fault {
             Fault::Scale { .. } => "scale",
             Fault::Platform(_) => "platform",
             Fault::Flush(_) => "flush",
+            Fault::Unregister(_) => "unregister",
         }
     }
 
@@ -138,6 +144,7 @@ impl Fault {
             Fault::Scale { replicas, every } => target.scale(*replicas, *every),
             Fault::Platform(change) => target.change_platform(change),
             Fault::Flush(host) => target.flush(host),
+            Fault::Unregister(host) => target.unregister(host),
         }
     }
 }
@@ -178,6 +185,9 @@ mod tests {
         fn flush(&mut self, host: &str) {
             self.0.push(format!("flush {host}"));
         }
+        fn unregister(&mut self, host: &str) {
+            self.0.push(format!("unregister {host}"));
+        }
     }
 
     fn step(yaml: &str) -> FaultStep {
@@ -194,6 +204,7 @@ mod tests {
             ),
             ("{at: 1s, crash: a}", "crash a", "\"a\""),
             ("{at: 1s, flush: c}", "flush c", "\"c\""),
+            ("{at: 1s, unregister: k}", "unregister k", "\"k\""),
             (
                 "{at: 1s, latency: {between: [a, b], max: 300ms}}",
                 "latency a b 300ms",

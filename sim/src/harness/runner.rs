@@ -107,6 +107,8 @@ struct World {
     control_plane: ControlPlaneState,
     /// The memory of each cache host's current boot (a crash loses it; `flush` empties it).
     caches: Arc<Mutex<BTreeMap<String, cache::Store>>>,
+    /// Cluster hosts whose registration an `unregister` fault removed.
+    unregister: Arc<Mutex<BTreeSet<String>>>,
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -226,6 +228,18 @@ fn world_pieces(
             })
         }));
     }
+    if host.has(Role::Cluster) {
+        // A destination cluster: its own API server; a restart boots it empty.
+        let knobs = scenario.apiserver.clone();
+        pieces.push(Box::new(move |env| {
+            let api = ApiServer::new(knobs.clone());
+            Box::pin(async move {
+                if let Err(error) = apiserver::run(env, api, "0.0.0.0:6443").await {
+                    tracing::error!(%error, "destination cluster's API server stopped");
+                }
+            })
+        }));
+    }
     if host.has(Role::Argocd) {
         let (git, health, target) = (world.git.clone(), world.health.clone(), target.clone());
         let config = argocd::controller::Config {
@@ -254,12 +268,18 @@ fn world_pieces(
     }
     if host.has(Role::Workload) {
         let (git, health, calm) = (world.git.clone(), world.health.clone(), world.calm.clone());
+        let (clusters, unregister) = (
+            hosts_with(scenario, Role::Cluster),
+            world.unregister.clone(),
+        );
         let (config, target) = (scenario.workload.clone(), target.clone());
         pieces.push(Box::new(move |env| {
             let handles = workload::Handles {
                 git: git.clone(),
                 health: health.clone(),
                 calm: calm.clone(),
+                clusters: clusters.clone(),
+                unregister: unregister.clone(),
             };
             let (config, target) = (config.clone(), target.clone());
             Box::pin(async move {
@@ -421,6 +441,14 @@ impl Target for Harness<'_> {
         self.world.api.set_knobs(knobs);
     }
 
+    fn unregister(&mut self, host: &str) {
+        self.world
+            .unregister
+            .lock()
+            .expect("unregister lock")
+            .insert(host.to_string());
+    }
+
     fn flush(&mut self, host: &str) {
         if let Some(store) = self.world.caches.lock().expect("caches lock").get(host) {
             store.flush();
@@ -542,6 +570,7 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
             sync_status: text(status.and_then(|s| s.get("sync")), "status"),
             revision: text(status.and_then(|s| s.get("sync")), "revision"),
             health_status: text(status.and_then(|s| s.get("health")), "status"),
+            destination: text(o.get("spec").and_then(|s| s.get("destination")), "server"),
         })
     });
     // Store order is (namespace, name) already; the sort keeps the contract explicit.
@@ -594,6 +623,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         platform: platform.clone(),
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
         caches: Arc::default(),
+        unregister: Arc::default(),
         control_plane: ControlPlaneState {
             events: Some(platform),
             ..Default::default()
@@ -691,6 +721,13 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         apps: truth(&world.api),
         reported: world.platform.apps(),
         end_ms,
+        unregistered: world
+            .unregister
+            .lock()
+            .expect("unregister lock")
+            .iter()
+            .map(|host| workload::cluster_server(host))
+            .collect(),
     };
     let mut checkers: Vec<_> = scenario
         .invariants

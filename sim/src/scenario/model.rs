@@ -249,6 +249,9 @@ pub enum Role {
     Runtime,
     /// Clients sending a steady mix of reads and state-changing requests through the gateway.
     Client,
+    /// A destination (managed) cluster: its own simulated API server (port 6443), registered
+    /// with Argo CD by a cluster Secret; the workload spreads apps over these hosts.
+    Cluster,
 }
 
 /// Simulated Argo CD settings.
@@ -528,6 +531,10 @@ pub struct FaultStep {
     /// without persistence while its clients kept their connections).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flush: Option<String>,
+    /// Remove a `role: cluster` host's registration from Argo CD (its cluster Secret is
+    /// deleted) while apps still target it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unregister: Option<String>,
 }
 
 /// A latency change on one link.
@@ -553,7 +560,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 8] = [
+pub const KNOWN_INVARIANTS: [&str; 9] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -562,6 +569,7 @@ pub const KNOWN_INVARIANTS: [&str; 8] = [
     "executed_at_most_once",
     "tunnel_recovers",
     "all_reconnect",
+    "no_app_stuck_unknown",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

@@ -244,6 +244,13 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "at least one repository is needed",
     )?;
     for (i, step) in s.faults.iter().enumerate() {
+        let clusters: Vec<&str> = s
+            .topology
+            .hosts
+            .iter()
+            .filter(|h| h.has(Role::Cluster))
+            .map(|h| h.name.as_str())
+            .collect();
         let caches: Vec<&str> = s
             .topology
             .hosts
@@ -251,7 +258,9 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             .filter(|h| h.has(Role::Cache))
             .map(|h| h.name.as_str())
             .collect();
-        validate_step(&v, &hosts, &caches, reporters, i, step, s.duration)?;
+        validate_step(
+            &v, &hosts, &caches, &clusters, reporters, i, step, s.duration,
+        )?;
     }
     for (i, invariant) in s.invariants.iter().enumerate() {
         let field = Field::root("invariants").index(i);
@@ -514,10 +523,12 @@ fn check_spans(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn validate_step(
     v: &Validator<'_>,
     hosts: &[&str],
     caches: &[&str],
+    clusters: &[&str],
     reporters: usize,
     i: usize,
     step: &FaultStep,
@@ -534,10 +545,11 @@ fn validate_step(
         step.scale.is_some(),
         step.platform.is_some(),
         step.flush.is_some(),
+        step.unregister.is_some(),
     ];
     let set = actions.iter().filter(|a| **a).count();
     v.check(set == 1, &field, format!(
-        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform, flush (found {set})"
+        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform, flush, unregister (found {set})"
     ))?;
     v.check(
         step.at <= duration,
@@ -559,6 +571,7 @@ fn validate_step(
         ("crash", &step.crash),
         ("restart", &step.restart),
         ("flush", &step.flush),
+        ("unregister", &step.unregister),
     ] {
         if let Some(host) = host {
             named.push((field.key(name), host.as_str()));
@@ -574,6 +587,13 @@ fn validate_step(
             hosts.contains(&host),
             &at,
             format!("unknown host {host:?}; hosts are {hosts:?}"),
+        )?;
+    }
+    if let Some(host) = &step.unregister {
+        v.check(
+            clusters.contains(&host.as_str()),
+            &field.key("unregister"),
+            format!("{host:?} is not a cluster host; cluster hosts are {clusters:?}"),
         )?;
     }
     if let Some(host) = &step.flush {

@@ -457,6 +457,7 @@ fn step(at: Duration) -> FaultStep {
         scale: None,
         platform: None,
         flush: None,
+        unregister: None,
     }
 }
 

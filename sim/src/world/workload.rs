@@ -58,14 +58,24 @@ pub fn seed_git(git: &SharedGit, config: &Config, unix_ms: u64) {
     }
 }
 
-fn application(index: usize, repositories: usize) -> DynamicObject {
+/// The server URL of a destination cluster host (its simulated API server on port 6443).
+pub fn cluster_server(host: &str) -> String {
+    format!("https://{host}:6443")
+}
+
+fn application(index: usize, repositories: usize, clusters: &[String]) -> DynamicObject {
     let name = app_name(index);
+    // Round-robin over the destination clusters, in-cluster when there are none.
+    let server = match clusters.len() {
+        0 => crate::world::argocd::clusters::IN_CLUSTER.to_string(),
+        n => cluster_server(&clusters[index % n]),
+    };
     let mut app = DynamicObject::new(&name, &application_resource()).within(NAMESPACE);
     let automated = index % 5 != 4; // four in five apps auto-sync, as in most fleets
     let mut spec = json!({
         "project": "default",
         "source": {"repoURL": repo_url(index % repositories), "path": format!("apps/{name}"), "targetRevision": "HEAD"},
-        "destination": {"server": "https://kubernetes.default.svc", "namespace": name},
+        "destination": {"server": server, "namespace": name},
     });
     if automated {
         spec["syncPolicy"] = json!({"automated": {"prune": true, "selfHeal": true}});
@@ -82,6 +92,89 @@ pub struct Handles {
     pub health: HealthOverrides,
     /// Set by the harness when the calm phase starts: the workload stops.
     pub calm: Arc<AtomicBool>,
+    /// Destination cluster hosts, registered with Argo CD at start.
+    pub clusters: Vec<String>,
+    /// Cluster hosts whose registration the harness asked to remove (`unregister` fault).
+    pub unregister: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+/// The Secret that registers cluster `host` with Argo CD.
+pub fn cluster_secret(host: &str) -> k8s_openapi::api::core::v1::Secret {
+    use k8s_openapi::ByteString;
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some(format!("cluster-{host}"));
+    secret.metadata.namespace = Some(NAMESPACE.to_string());
+    secret.metadata.labels = Some(BTreeMap::from([(
+        crate::world::argocd::clusters::SECRET_TYPE_LABEL.to_string(),
+        "cluster".to_string(),
+    )]));
+    secret.data = Some(BTreeMap::from([
+        ("name".to_string(), ByteString(host.as_bytes().to_vec())),
+        (
+            "server".to_string(),
+            ByteString(cluster_server(host).into_bytes()),
+        ),
+        (
+            "config".to_string(),
+            ByteString(
+                br#"{"bearerToken":"cluster-token","tlsClientConfig":{"insecure":false}}"#.to_vec(),
+            ),
+        ),
+    ]));
+    secret
+}
+
+/// Registers every destination cluster (retrying until each Secret exists), then removes
+/// the registrations the harness asks to remove, as an operator running `argocd cluster rm`.
+async fn manage_clusters(
+    env: SharedEnv,
+    client: kube::Client,
+    handles: (
+        Vec<String>,
+        Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    ),
+) {
+    let (hosts, unregister) = handles;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, NAMESPACE);
+    let mut pending: Vec<String> = hosts;
+    while !pending.is_empty() {
+        let mut left = Vec::new();
+        for host in pending {
+            match secrets
+                .create(&PostParams::default(), &cluster_secret(&host))
+                .await
+            {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(_) => left.push(host),
+            }
+        }
+        pending = left;
+        if !pending.is_empty() {
+            env.sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let mut removed = std::collections::BTreeSet::new();
+    loop {
+        let wanted: Vec<String> = unregister
+            .lock()
+            .expect("unregister lock poisoned")
+            .iter()
+            .filter(|h| !removed.contains(*h))
+            .cloned()
+            .collect();
+        for host in wanted {
+            match secrets
+                .delete(&format!("cluster-{host}"), &DeleteParams::default())
+                .await
+            {
+                Ok(_) | Err(kube::Error::Api(_)) => {
+                    removed.insert(host);
+                }
+                Err(_) => {} // retried next second
+            }
+        }
+        env.sleep(Duration::from_secs(1)).await;
+    }
 }
 
 struct Generator {
@@ -109,7 +202,7 @@ impl Generator {
             .api
             .create(
                 &PostParams::default(),
-                &application(index, self.config.repositories),
+                &application(index, self.config.repositories, &self.handles.clusters),
             )
             .await
         {
@@ -216,6 +309,13 @@ impl Generator {
 
 /// Runs the workload until the calm phase begins, then idles.
 pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: Handles) {
+    if !handles.clusters.is_empty() {
+        tokio::spawn(manage_clusters(
+            env.clone(),
+            client.clone(),
+            (handles.clusters.clone(), handles.unregister.clone()),
+        ));
+    }
     let api = Api::namespaced_with(client, NAMESPACE, &application_resource());
     let mut generator = Generator {
         env: env.clone(),
@@ -233,13 +333,17 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
         let batch: Vec<usize> = pending.iter().copied().take(CREATE_PARALLELISM).collect();
         let api = generator.api.clone();
         let repositories = generator.config.repositories;
+        let clusters = generator.handles.clusters.clone();
         let results = futures::future::join_all(batch.iter().map(|index| {
-            let api = api.clone();
+            let (api, clusters) = (api.clone(), clusters.clone());
             async move {
                 (
                     *index,
-                    api.create(&PostParams::default(), &application(*index, repositories))
-                        .await,
+                    api.create(
+                        &PostParams::default(),
+                        &application(*index, repositories, &clusters),
+                    )
+                    .await,
                 )
             }
         }))

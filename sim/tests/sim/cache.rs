@@ -90,3 +90,55 @@ fn a_cache_that_is_down_fails_calls_with_a_typed_error_within_the_timeout() {
     });
     sim.run().unwrap();
 }
+
+#[test]
+fn a_connection_that_went_silent_is_dropped_so_calls_recover_after_a_partition_heals() {
+    // A call on a partitioned connection fails within the timeout; after the repair the next
+    // call works at once. (The regression swarm-reporter seed 13 found — a connection whose
+    // requests hit the redis crate's response timeout was kept, so every later call waited
+    // out the timeout on it — needs concurrent callers to show; `make reports` runs that seed.)
+    let mut sim = sim(Duration::from_secs(600));
+    let trace = Trace::default();
+    let host_trace = trace.clone();
+    sim.host("cache", move || {
+        let env = SimEnv::shared("cache", SEED, host_trace.clone());
+        async move {
+            cache::run(env, "0.0.0.0:6379").await?;
+            Ok(())
+        }
+    });
+    let (phase_tx, phase_rx) = std::sync::mpsc::channel();
+    sim.client("client", async move {
+        let env = SimEnv::shared("client", SEED, trace);
+        let cache = Client::new(env.clone(), "cache:6379", Duration::from_secs(1));
+        cache
+            .put("k", Bytes::from_static(b"v"), Duration::from_secs(600))
+            .await?;
+        phase_tx.send("partition").unwrap();
+        env.sleep(Duration::from_millis(100)).await;
+        assert!(
+            cache.get("k").await.is_err(),
+            "partitioned: the call times out"
+        );
+        phase_tx.send("repair").unwrap();
+        env.sleep(Duration::from_millis(100)).await;
+        let started = env.elapsed();
+        assert_eq!(cache.get("k").await?, Some(Bytes::from_static(b"v")));
+        assert!(
+            env.elapsed() - started < Duration::from_millis(500),
+            "the first call after the repair uses a new connection, not the silent one"
+        );
+        Ok(())
+    });
+    loop {
+        match phase_rx.try_recv() {
+            Ok("partition") => sim.partition("client", "cache"),
+            Ok(_) => sim.repair("client", "cache"),
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+        }
+        if sim.step().unwrap() {
+            break;
+        }
+    }
+}

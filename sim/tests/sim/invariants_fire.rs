@@ -139,3 +139,36 @@ expect: {{hardened: safety_violation}}
         );
     }
 }
+
+#[test]
+fn no_app_stuck_unknown_fires_when_the_recovery_from_a_cluster_outage_is_dropped() {
+    // 20 apps on one managed cluster, a faithful reporter whose rate limiter allows three
+    // events per app per 10 minutes: created, synced, Unknown — the recovery is the fourth
+    // and is dropped, and nothing re-sends it before the run ends.
+    let yaml = "name: t
+description: a cluster outage whose recovery the rate limiter drops
+topology:
+  hosts:
+    - {name: apiserver, role: apiserver}
+    - {name: argocd, role: argocd}
+    - {name: workload, role: workload}
+    - {name: platform, role: platform}
+    - {name: cache, role: cache}
+    - {name: reporter-0, role: reporter}
+    - {name: cluster-a, role: cluster}
+argocd: {reconcile_every: 180s}
+workload: {applications: 20, repositories: 1, commit_every: 0s, churn_every: 0s, health_flap_every: 0s, refresh_every: 0s}
+reporter: {rate_limiter: {bucket_size: 3, period: 600s}}
+faults:
+  - {at: 30s, partition: [argocd, cluster-a]}
+  - {at: 60s, repair: [argocd, cluster-a]}
+duration: 90s
+calm: 30s
+invariants:
+  - name: no_app_stuck_unknown
+expect: {faithful: liveness_timeout}
+";
+    let (result, names) = violated(yaml, Variant::Faithful);
+    assert_eq!(result, Outcome::LivenessTimeout, "{names:?}");
+    assert_eq!(names, ["no_app_stuck_unknown"]);
+}

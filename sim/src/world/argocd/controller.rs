@@ -36,6 +36,7 @@ use serde_json::{json, Value};
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
+use super::clusters::{Clusters, Reach};
 use super::{resources_of, source_of, HealthOverrides, NAMESPACE};
 use crate::world::apiserver::store::rfc3339;
 use crate::world::git::SharedGit;
@@ -82,11 +83,16 @@ fn desired_status(
     app: &DynamicObject,
     git: &SharedGit,
     health: &HealthOverrides,
+    clusters: &Clusters,
     config: &Config,
     unix_ms: u64,
 ) -> Option<Value> {
     let name = app.metadata.name.clone()?;
     let (repo, path) = source_of(app)?;
+    let (server, dest_namespace) = destination_of(app);
+    if let Some((kind, message)) = clusters.reach(&server).condition(&server, &dest_namespace) {
+        return Some(uncomparable(app, kind, &message, unix_ms));
+    }
     let git = git.lock();
     // Compared with the repository head, as Argo CD does: in sync when the app's files at
     // the head are the ones deployed (the newest commit touching its path is the same).
@@ -149,7 +155,76 @@ fn desired_status(
             .collect(),
     );
     next["summary"] = json!({"images": [format!("registry.example/{name}:{}", &head.sha[..7])]});
+    // The destination answers again: the comparison conditions go.
+    if let Some(conditions) = next.get_mut("conditions").and_then(Value::as_array_mut) {
+        conditions.retain(|c| {
+            !matches!(
+                c["type"].as_str(),
+                Some("ComparisonError" | "InvalidSpecError")
+            )
+        });
+        if conditions.is_empty() {
+            // The status is written as a merge patch: null removes the field.
+            next["conditions"] = Value::Null;
+        }
+    }
     Some(next)
+}
+
+/// `spec.destination` as (server, namespace); no server means in-cluster.
+pub fn destination_of(app: &DynamicObject) -> (String, String) {
+    let field = |f: &str| {
+        app.data
+            .pointer(&format!("/spec/destination/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let server = field("server");
+    let server = if server.is_empty() {
+        super::clusters::IN_CLUSTER.to_string()
+    } else {
+        server
+    };
+    (server, field("namespace"))
+}
+
+/// The status of an app Argo CD cannot compare (its destination is unreachable or not
+/// registered): sync and health `Unknown`, the condition set, every resource `Unknown`, no
+/// auto-sync; history and the last operation stay as they were.
+fn uncomparable(app: &DynamicObject, kind: &str, message: &str, unix_ms: u64) -> Value {
+    let mut next = app.data.get("status").cloned().unwrap_or(json!({}));
+    if let Some(map) = next.as_object_mut() {
+        map.remove("reconciledAt");
+    }
+    let revision = next.pointer("/sync/revision").cloned().unwrap_or(json!(""));
+    let compared = next
+        .pointer("/sync/comparedTo")
+        .cloned()
+        .unwrap_or(json!({}));
+    next["sync"] = json!({"status": "Unknown", "revision": revision, "comparedTo": compared});
+    next["health"] = json!({"status": "Unknown"});
+    if let Some(resources) = next.get_mut("resources").and_then(Value::as_array_mut) {
+        for resource in resources {
+            resource["status"] = json!("Unknown");
+            resource["health"] = json!({"status": "Unknown"});
+        }
+    }
+    let mut conditions: Vec<Value> = next
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| {
+        !matches!(
+            c["type"].as_str(),
+            Some("ComparisonError" | "InvalidSpecError")
+        )
+    });
+    conditions
+        .push(json!({"type": kind, "message": message, "lastTransitionTime": rfc3339(unix_ms)}));
+    next["conditions"] = Value::Array(conditions);
+    next
 }
 
 /// Status writes in flight at once (Argo CD's status processors default to 20).
@@ -166,16 +241,28 @@ struct Inputs {
     resource_version: String,
     head: String,
     health: String,
+    cluster: Reach,
 }
 
 impl Inputs {
-    fn of(app: &DynamicObject, git: &SharedGit, health: &HealthOverrides) -> Option<Inputs> {
+    fn of(
+        app: &DynamicObject,
+        git: &SharedGit,
+        health: &HealthOverrides,
+        clusters: &Clusters,
+    ) -> Option<Inputs> {
         let (repo, _) = source_of(app)?;
         let head = git.lock().head(&repo)?.sha.clone();
+        // Only whether the cluster answers matters, not the text of its last error.
+        let cluster = match clusters.reach(&destination_of(app).0) {
+            Reach::Unreachable(_) => Reach::Unreachable(String::new()),
+            reach => reach,
+        };
         Some(Inputs {
             resource_version: app.metadata.resource_version.clone()?,
             head,
             health: health.get(app.metadata.name.as_deref()?),
+            cluster,
         })
     }
 }
@@ -260,6 +347,7 @@ fn full_refresh(
     app: &DynamicObject,
     git: &SharedGit,
     health: &HealthOverrides,
+    clusters: &Clusters,
     config: &Config,
     stamps: &Value,
     unix_ms: u64,
@@ -269,7 +357,7 @@ fn full_refresh(
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
-    let mut status = desired_status(app, git, health, config, unix_ms)?;
+    let mut status = desired_status(app, git, health, clusters, config, unix_ms)?;
     status["reconciledAt"] = stamps["reconciledAt"].clone();
     let mut patch = json!({"status": status});
     if refresh {
@@ -289,6 +377,7 @@ async fn tick(
     touched: &Touched,
     git: &SharedGit,
     health: &HealthOverrides,
+    clusters: &Clusters,
     config: &Config,
     memory: &mut Memory,
 ) {
@@ -307,6 +396,15 @@ async fn tick(
     let mut candidates = std::mem::take(&mut memory.pending);
     candidates.extend(touched.take());
     candidates.extend(health.take_changed());
+    // A destination that went away or came back: every app on it is looked at now.
+    let moved = clusters.take_changed();
+    if !moved.is_empty() {
+        for app in store.state() {
+            if moved.contains(&destination_of(&app).0) {
+                candidates.insert(app.metadata.name.clone().unwrap_or_default());
+            }
+        }
+    }
     let mut plans: Vec<Plan> = Vec::new();
     let mut planned = BTreeSet::new();
     for name in candidates {
@@ -314,7 +412,7 @@ async fn tick(
             memory.forget(&name); // deleted
             continue;
         };
-        let inputs = Inputs::of(&app, git, health);
+        let inputs = Inputs::of(&app, git, health, clusters);
         let urgent = match (memory.apps.get(&name), &inputs) {
             (None, _) | (_, None) => true,
             (Some((_, k)), Some(i)) => {
@@ -327,7 +425,7 @@ async fn tick(
                     (Ok(seen), Ok(ours)) => seen > ours,
                     _ => i.resource_version != k.resource_version,
                 };
-                newer || k.health != i.health
+                newer || k.health != i.health || k.cluster != i.cluster
             }
         };
         if !urgent {
@@ -337,7 +435,7 @@ async fn tick(
             memory.pending.insert(name);
             continue;
         }
-        if let Some(patch) = full_refresh(&app, git, health, config, &stamps, unix_ms) {
+        if let Some(patch) = full_refresh(&app, git, health, clusters, config, &stamps, unix_ms) {
             planned.insert(name.clone());
             plans.push(Plan {
                 name,
@@ -362,12 +460,14 @@ async fn tick(
             memory.forget(&name);
             continue;
         };
-        let inputs = Inputs::of(&app, git, health);
+        let inputs = Inputs::of(&app, git, health, clusters);
         let unchanged = memory
             .apps
             .get(&name)
             .zip(inputs.as_ref())
-            .is_some_and(|((_, k), i)| k.head == i.head && k.health == i.health);
+            .is_some_and(|((_, k), i)| {
+                k.head == i.head && k.health == i.health && k.cluster == i.cluster
+            });
         if unchanged && calm {
             // Looked at, nothing to write: due again one period from now.
             if let Some((_, known)) = memory.apps.get(&name).cloned() {
@@ -381,7 +481,7 @@ async fn tick(
         let patch = if unchanged {
             Some(json!({"status": stamps})) // nothing it depends on changed: stamp the time
         } else {
-            full_refresh(&app, git, health, config, &stamps, unix_ms)
+            full_refresh(&app, git, health, clusters, config, &stamps, unix_ms)
         };
         if let Some(patch) = patch {
             plans.push(Plan {
@@ -440,6 +540,7 @@ async fn tick(
 }
 
 /// Runs the controller until the host stops: a reflector plus a periodic reconcile loop.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     env: SharedEnv,
     client: kube::Client,
@@ -447,6 +548,7 @@ pub async fn run(
     touched: Touched,
     git: SharedGit,
     health: HealthOverrides,
+    clusters: Clusters,
     config: Config,
 ) {
     let api: Api<DynamicObject> =
@@ -464,6 +566,7 @@ pub async fn run(
             &touched,
             &git,
             &health,
+            &clusters,
             &config,
             &mut memory,
         )

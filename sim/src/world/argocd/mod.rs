@@ -6,6 +6,7 @@
 //! - [`server`]: the REST calls the reporters use (resource tree, manifests, revision
 //!   metadata, live resource), behind a bearer token.
 
+pub mod clusters;
 pub mod controller;
 pub mod server;
 
@@ -194,6 +195,15 @@ pub async fn run(
         compiled: Default::default(),
     };
     let listen = config.listen.clone();
+    // Destination clusters: registered by Secrets, checked by the cluster cache.
+    let clusters = clusters::Clusters::default();
+    tokio::spawn(clusters::watch(
+        env.clone(),
+        client.clone(),
+        config.namespace.clone(),
+        clusters.clone(),
+    ));
+    tokio::spawn(clusters::check(env.clone(), clusters.clone()));
     tokio::spawn(controller::run(
         env.clone(),
         client,
@@ -201,6 +211,7 @@ pub async fn run(
         touched,
         git,
         health,
+        clusters,
         config,
     ));
     let listener = env.listen(&listen).await?;

@@ -61,6 +61,18 @@ fn retryable(error: &Error) -> bool {
     }
 }
 
+/// Whether `error` leaves the connection unusable: broken, refused, or silent past the
+/// timeout (a partition or a crashed peer looks like that; without dropping it every later
+/// call would wait out the timeout on the same dead connection).
+fn broken(error: &Error) -> bool {
+    match error {
+        Error::Redis { source, .. } => {
+            source.is_io_error() || source.is_connection_dropped() || source.is_timeout()
+        }
+        Error::Connect { .. } | Error::Timeout(_) => true,
+    }
+}
+
 /// A client of the cache: one multiplexed RESP connection, opened on first use and again
 /// after it breaks.
 #[derive(Clone)]
@@ -83,9 +95,11 @@ impl Client {
     }
 
     /// The open connection, or a new one (its driver runs as a task until the stream ends).
+    /// The lock is not held while connecting: callers that find no connection each dial, in
+    /// parallel, like an HTTP client's pool, so a cache that does not answer costs each
+    /// caller one timeout rather than queueing every caller behind one dial after another.
     async fn connection(&self) -> Result<MultiplexedConnection, Error> {
-        let mut slot = self.connection.lock().await;
-        if let Some(connection) = slot.as_ref() {
+        if let Some(connection) = self.connection.lock().await.as_ref() {
             return Ok(connection.clone());
         }
         let stream = tokio::time::timeout(self.timeout, self.env.connect(&self.addr))
@@ -103,8 +117,9 @@ impl Client {
             .map_err(|_| Error::Timeout(self.addr.clone()))?
             .map_err(|source| self.failed(source))?;
         tokio::spawn(driver);
-        *slot = Some(connection.clone());
-        Ok(connection)
+        let mut slot = self.connection.lock().await;
+        // Another caller may have connected meanwhile: keep one connection.
+        Ok(slot.get_or_insert(connection).clone())
     }
 
     fn failed(&self, source: redis::RedisError) -> Error {
@@ -135,7 +150,9 @@ impl Client {
     /// One try; a broken connection is dropped so the next try opens a new one.
     async fn query_once<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, Error> {
         let mut connection = self.connection().await?;
-        let answer = tokio::time::timeout(self.timeout, command.query_async(&mut connection))
+        // The connection's own response timeout (`self.timeout`) answers first; this one is
+        // a backstop.
+        let answer = tokio::time::timeout(self.timeout * 2, command.query_async(&mut connection))
             .await
             .map_err(|_| Error::Timeout(self.addr.clone()));
         let answer = match answer {
@@ -143,10 +160,7 @@ impl Client {
             Ok(Err(source)) => Err(self.failed(source)),
             Err(timeout) => Err(timeout),
         };
-        if answer
-            .as_ref()
-            .is_err_and(|e| retryable(e) || matches!(e, Error::Timeout(_)))
-        {
+        if answer.as_ref().is_err_and(broken) {
             self.connection.lock().await.take();
         }
         answer
