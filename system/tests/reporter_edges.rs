@@ -97,6 +97,38 @@ async fn platform() -> MockServer {
 struct Edges {
     processor: Processor,
     cache: cache::Client,
+    variant: Variant,
+}
+
+impl Edges {
+    /// The guestbook app, as the informer's `kind` event, processed once.
+    async fn process(&self, kind: WatchType) -> Outcome {
+        self.processor
+            .process(&guestbook(), kind, false, self.variant)
+            .await
+    }
+}
+
+/// Makes `server` answer `route` (a path, or a regex with `^`) with `response` ahead of the
+/// recorded answers, for at most `times` requests when given.
+async fn answer(
+    server: &MockServer,
+    verb: &str,
+    route: &str,
+    response: ResponseTemplate,
+    times: Option<u64>,
+) {
+    let mock = if route.starts_with('^') {
+        Mock::given(method(verb)).and(path_regex(route))
+    } else {
+        Mock::given(method(verb)).and(path(route))
+    };
+    let mock = mock.respond_with(response).with_priority(1);
+    let mock = match times {
+        Some(n) => mock.up_to_n_times(n),
+        None => mock,
+    };
+    mock.mount(server).await;
 }
 
 async fn edges(variant: Variant, argocd: &MockServer, platform: &MockServer) -> Edges {
@@ -124,6 +156,7 @@ async fn edges(variant: Variant, argocd: &MockServer, platform: &MockServer) -> 
     Edges {
         processor: Processor::new(env, &config),
         cache,
+        variant,
     }
 }
 
@@ -148,10 +181,7 @@ fn app_entry() -> String {
 async fn recorded_answers_give_one_app_event_and_one_resource_event_with_their_fields() {
     let (argocd, platform) = (argocd().await, platform().await);
     let edges = edges(Variant::Faithful, &argocd, &platform).await;
-    let outcome = edges
-        .processor
-        .process(&guestbook(), WatchType::Added, false, Variant::Faithful)
-        .await;
+    let outcome = edges.process(WatchType::Added).await;
     let Outcome::Done(tally) = outcome else {
         panic!("{outcome:?}")
     };
@@ -201,27 +231,23 @@ async fn recorded_answers_give_one_app_event_and_one_resource_event_with_their_f
     ))));
 
     // The same app again, nothing changed: the app-level rules skip it.
-    let again = edges
-        .processor
-        .process(&guestbook(), WatchType::Modified, false, Variant::Faithful)
-        .await;
+    let again = edges.process(WatchType::Modified).await;
     assert_eq!(again, Outcome::CachedIgnored);
 }
 
 #[tokio::test]
 async fn malformed_json_from_the_resource_tree_is_tolerated_and_reported_as_a_payload_error() {
     let (argocd, platform) = (argocd().await, platform().await);
-    Mock::given(method("GET"))
-        .and(path(format!("{APP_PATH}/resource-tree")))
-        .respond_with(ResponseTemplate::new(200).set_body_string("{\"nodes\": [tru"))
-        .with_priority(1)
-        .mount(&argocd)
-        .await;
+    answer(
+        &argocd,
+        "GET",
+        &format!("{APP_PATH}/resource-tree"),
+        ResponseTemplate::new(200).set_body_string("{\"nodes\": [tru"),
+        None,
+    )
+    .await;
     let edges = edges(Variant::Faithful, &argocd, &platform).await;
-    let outcome = edges
-        .processor
-        .process(&guestbook(), WatchType::Added, false, Variant::Faithful)
-        .await;
+    let outcome = edges.process(WatchType::Added).await;
     let Outcome::Done(tally) = outcome else {
         panic!("{outcome:?}")
     };
@@ -239,21 +265,18 @@ async fn malformed_json_from_the_resource_tree_is_tolerated_and_reported_as_a_pa
 #[tokio::test]
 async fn a_resource_tree_slower_than_the_deadline_aborts_the_app_and_sends_nothing() {
     let (argocd, platform) = (argocd().await, platform().await);
-    Mock::given(method("GET"))
-        .and(path(format!("{APP_PATH}/resource-tree")))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(fixture("resource-tree"))
-                .set_delay(Duration::from_secs(2)),
-        )
-        .with_priority(1)
-        .mount(&argocd)
-        .await;
+    answer(
+        &argocd,
+        "GET",
+        &format!("{APP_PATH}/resource-tree"),
+        ResponseTemplate::new(200)
+            .set_body_json(fixture("resource-tree"))
+            .set_delay(Duration::from_secs(2)),
+        None,
+    )
+    .await;
     let edges = edges(Variant::Faithful, &argocd, &platform).await;
-    let outcome = edges
-        .processor
-        .process(&guestbook(), WatchType::Added, false, Variant::Faithful)
-        .await;
+    let outcome = edges.process(WatchType::Added).await;
     assert!(matches!(outcome, Outcome::Aborted(_)), "{outcome:?}");
     assert!(received(&platform).await.is_empty());
     assert_eq!(edges.cache.get(&app_entry()).await.unwrap(), None);
@@ -262,19 +285,11 @@ async fn a_resource_tree_slower_than_the_deadline_aborts_the_app_and_sends_nothi
 #[tokio::test]
 async fn a_live_resource_argo_cd_does_not_find_is_sent_without_live_state() {
     let (argocd, platform) = (argocd().await, platform().await);
-    Mock::given(method("GET"))
-        .and(path_regex(format!("^{APP_PATH}/resource$")))
-        .respond_with(ResponseTemplate::new(404).set_body_json(
+    answer(&argocd, "GET", &format!("^{APP_PATH}/resource$"), ResponseTemplate::new(404).set_body_json(
             json!({"error": "Deployment.apps \"guestbook-ui\" not found", "code": 5, "message": "Deployment.apps \"guestbook-ui\" not found"}),
-        ))
-        .with_priority(1)
-        .mount(&argocd)
-        .await;
+        ), None).await;
     let edges = edges(Variant::Faithful, &argocd, &platform).await;
-    let outcome = edges
-        .processor
-        .process(&guestbook(), WatchType::Added, false, Variant::Faithful)
-        .await;
+    let outcome = edges.process(WatchType::Added).await;
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
     let events = received(&platform).await;
     let resource = &events[1];
@@ -288,18 +303,16 @@ async fn a_live_resource_argo_cd_does_not_find_is_sent_without_live_state() {
 #[tokio::test]
 async fn a_platform_that_fails_twice_then_accepts_gets_the_event_on_the_third_attempt() {
     let (argocd, platform) = (argocd().await, platform().await);
-    Mock::given(method("POST"))
-        .and(path("/2.0/api/events"))
-        .respond_with(ResponseTemplate::new(503))
-        .up_to_n_times(2)
-        .with_priority(1)
-        .mount(&platform)
-        .await;
+    answer(
+        &platform,
+        "POST",
+        "/2.0/api/events",
+        ResponseTemplate::new(503),
+        Some(2),
+    )
+    .await;
     let edges = edges(Variant::Faithful, &argocd, &platform).await;
-    let outcome = edges
-        .processor
-        .process(&guestbook(), WatchType::Added, false, Variant::Faithful)
-        .await;
+    let outcome = edges.process(WatchType::Added).await;
     let Outcome::Done(tally) = outcome else {
         panic!("{outcome:?}")
     };
@@ -311,17 +324,16 @@ async fn a_platform_that_fails_twice_then_accepts_gets_the_event_on_the_third_at
 #[tokio::test]
 async fn a_platform_refusing_with_401_is_retried_every_attempt_then_the_app_is_aborted() {
     let (argocd, platform) = (argocd().await, platform().await);
-    Mock::given(method("POST"))
-        .and(path("/2.0/api/events"))
-        .respond_with(ResponseTemplate::new(401).set_body_string("invalid token"))
-        .with_priority(1)
-        .mount(&platform)
-        .await;
+    answer(
+        &platform,
+        "POST",
+        "/2.0/api/events",
+        ResponseTemplate::new(401).set_body_string("invalid token"),
+        None,
+    )
+    .await;
     let edges = edges(Variant::Faithful, &argocd, &platform).await;
-    let outcome = edges
-        .processor
-        .process(&guestbook(), WatchType::Added, false, Variant::Faithful)
-        .await;
+    let outcome = edges.process(WatchType::Added).await;
     assert!(matches!(outcome, Outcome::Aborted(_)), "{outcome:?}");
     assert_eq!(
         platform.received_requests().await.unwrap().len(),
@@ -338,17 +350,16 @@ async fn a_platform_refusing_with_401_is_retried_every_attempt_then_the_app_is_a
 #[tokio::test]
 async fn malformed_platform_answers_with_a_2xx_status_count_as_delivered() {
     let (argocd, platform) = (argocd().await, platform().await);
-    Mock::given(method("POST"))
-        .and(path("/2.0/api/events"))
-        .respond_with(ResponseTemplate::new(200).set_body_string("<html>not json"))
-        .with_priority(1)
-        .mount(&platform)
-        .await;
+    answer(
+        &platform,
+        "POST",
+        "/2.0/api/events",
+        ResponseTemplate::new(200).set_body_string("<html>not json"),
+        None,
+    )
+    .await;
     let edges = edges(Variant::Hardened, &argocd, &platform).await;
-    let outcome = edges
-        .processor
-        .process(&guestbook(), WatchType::Added, false, Variant::Hardened)
-        .await;
+    let outcome = edges.process(WatchType::Added).await;
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
     let events = received(&platform).await;
     assert!(

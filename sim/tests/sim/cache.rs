@@ -11,10 +11,8 @@ use orrery_system::runtime::cache::{self, Client};
 
 use crate::support::*;
 
-#[test]
-fn the_redis_client_stores_expires_and_survives_a_cache_restart_with_empty_memory() {
-    let mut sim = sim(Duration::from_secs(600));
-    let trace = Trace::default();
+/// The cache server on host `cache`, port 6379; a restart boots it with empty memory.
+fn cache_host(sim: &mut turmoil::Sim<'static>, trace: &Trace) {
     let host_trace = trace.clone();
     sim.host("cache", move || {
         let env = SimEnv::shared("cache", SEED, host_trace.clone());
@@ -23,6 +21,13 @@ fn the_redis_client_stores_expires_and_survives_a_cache_restart_with_empty_memor
             Ok(())
         }
     });
+}
+
+#[test]
+fn the_redis_client_stores_expires_and_survives_a_cache_restart_with_empty_memory() {
+    let mut sim = sim(Duration::from_secs(600));
+    let trace = Trace::default();
+    cache_host(&mut sim, &trace);
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let client_trace = trace.clone();
     sim.client("client", async move {
@@ -99,14 +104,7 @@ fn a_connection_that_went_silent_is_dropped_so_calls_recover_after_a_partition_h
     // out the timeout on it — needs concurrent callers to show; `make reports` runs that seed.)
     let mut sim = sim(Duration::from_secs(600));
     let trace = Trace::default();
-    let host_trace = trace.clone();
-    sim.host("cache", move || {
-        let env = SimEnv::shared("cache", SEED, host_trace.clone());
-        async move {
-            cache::run(env, "0.0.0.0:6379").await?;
-            Ok(())
-        }
-    });
+    cache_host(&mut sim, &trace);
     let (phase_tx, phase_rx) = std::sync::mpsc::channel();
     sim.client("client", async move {
         let env = SimEnv::shared("client", SEED, trace);

@@ -144,6 +144,16 @@ fn world_with(
     (w, git, health, platform, store)
 }
 
+/// Events of `kind` (`app`, `resource`) the reporter delivered.
+async fn sent(env: SharedEnv, kind: &'static str) -> u64 {
+    metric(
+        &env,
+        "sent_events_total",
+        &format!("metric_event_type=\"{kind}\""),
+    )
+    .await
+}
+
 async fn create_app(
     env: &SharedEnv,
     client: kube::Client,
@@ -163,17 +173,7 @@ fn one_app_event_and_one_event_per_changed_resource_and_reconcile_stamps_send_no
     w.sim.client("client", async move {
         let (env, client) = kube("client", &trace, Duration::from_secs(60));
         create_app(&env, client).await?;
-        let sent = |kind: &'static str| {
-            let env = env.clone();
-            async move {
-                metric(
-                    &env,
-                    "sent_events_total",
-                    &format!("metric_event_type=\"{kind}\""),
-                )
-                .await
-            }
-        };
+        let sent = |kind: &'static str| sent(env.clone(), kind);
         // Created, then synced by Argo CD: app events, and one event per resource.
         let apps_sent = sent("app").await;
         assert!(apps_sent >= 1);
@@ -318,17 +318,7 @@ fn a_flushed_cache_makes_the_reporter_resend_the_app_and_every_resource() {
     w.sim.client("client", async move {
         let (env, client) = kube("client", &trace, Duration::from_secs(60));
         create_app(&env, client).await?;
-        let sent = |kind: &'static str| {
-            let env = env.clone();
-            async move {
-                metric(
-                    &env,
-                    "sent_events_total",
-                    &format!("metric_event_type=\"{kind}\""),
-                )
-                .await
-            }
-        };
+        let sent = |kind: &'static str| sent(env.clone(), kind);
         env.sleep(Duration::from_secs(10)).await;
         let before = (sent("app").await, sent("resource").await);
         assert_eq!(before.1, 2);
