@@ -86,13 +86,23 @@ where
     }
 }
 
-async fn reporter_suite(variant: Variant) {
+/// The real cluster, with a fresh test namespace `namespace` prepared on it.
+async fn prepared(namespace: String) -> (Cluster, String) {
     let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
-    let namespace = format!("orrery-runtime-{}-{}", std::process::id(), variant.as_str());
     cluster
         .prepare(&namespace)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    (cluster, namespace)
+}
+
+async fn reporter_suite(variant: Variant) {
+    let (cluster, namespace) = prepared(format!(
+        "orrery-runtime-{}-{}",
+        std::process::id(),
+        variant.as_str()
+    ))
+    .await;
     let config = kube::Config::infer().await.expect("kubeconfig");
     let target = KubeTarget::real(config, &namespace);
 
@@ -417,12 +427,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     use orrery_system::platform::tunnel as tunnel_server;
     use orrery_system::runtime::app_proxy::{self, workflow_resource};
 
-    let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
-    let namespace = format!("orrery-app-proxy-{}", std::process::id());
-    cluster
-        .prepare(&namespace)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (cluster, namespace) = prepared(format!("orrery-app-proxy-{}", std::process::id())).await;
     let workflows: Api<DynamicObject> =
         Api::namespaced_with(cluster.client(), &namespace, &workflow_resource());
     let mut workflow = DynamicObject::new("build-42", &workflow_resource()).within(&namespace);
@@ -556,12 +561,7 @@ async fn argo_cd_marks_apps_unknown_while_their_destination_cluster_is_down_and_
     use orrery_sim::world::apiserver::{self, ApiServer};
     use orrery_sim::world::argocd::clusters::SECRET_TYPE_LABEL;
 
-    let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
-    let namespace = format!("orrery-clusters-{}", std::process::id());
-    cluster
-        .prepare(&namespace)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (cluster, namespace) = prepared(format!("orrery-clusters-{}", std::process::id())).await;
     let config = kube::Config::infer().await.expect("kubeconfig");
     let target = KubeTarget::real(config, &namespace);
 

@@ -589,19 +589,18 @@ fn validate_step(
             format!("unknown host {host:?}; hosts are {hosts:?}"),
         )?;
     }
-    if let Some(host) = &step.unregister {
-        v.check(
-            clusters.contains(&host.as_str()),
-            &field.key("unregister"),
-            format!("{host:?} is not a cluster host; cluster hosts are {clusters:?}"),
-        )?;
-    }
-    if let Some(host) = &step.flush {
-        v.check(
-            caches.contains(&host.as_str()),
-            &field.key("flush"),
-            format!("{host:?} is not a cache host; cache hosts are {caches:?}"),
-        )?;
+    // Actions that need a host of one role.
+    for (action, host, role, allowed) in [
+        ("unregister", &step.unregister, "cluster", clusters),
+        ("flush", &step.flush, "cache", caches),
+    ] {
+        if let Some(host) = host {
+            v.check(
+                allowed.contains(&host.as_str()),
+                &field.key(action),
+                format!("{host:?} is not a {role} host; {role} hosts are {allowed:?}"),
+            )?;
+        }
     }
     if let Some(scale) = &step.scale {
         v.check(
