@@ -371,7 +371,7 @@ pub fn reporter_run(
             ..Default::default()
         };
         let namespace = argo.namespace.clone();
-        tokio::spawn(argocd::run(env("argocd"), target.clone(), git, health.clone(), argo, "bench-argo".into()));
+        tokio::spawn(argocd::run(env("argocd"), target.clone(), git, health.clone(), argo, "bench-argo"));
 
         let client = orrery_system::env::kube::client(env("bench"), &target);
         let applications: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &app_type());

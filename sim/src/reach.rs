@@ -19,6 +19,11 @@
 //! | `runtime_crashed_mid_write` | a runtime host crashed while a client's write to it was in flight |
 //! | `write_retried` | a client retried a write |
 //! | `tunnel_reregistered` | a runtime registered again after its tunnel had been up |
+//! | `destination_unreachable` | Argo CD found a registered destination cluster unreachable |
+//! | `destination_recovered` | a destination cluster Argo CD had found unreachable answered again |
+//! | `child_app_reported` | the platform took the state of a child app an app-of-apps parent's sync created |
+//! | `other_namespace_reported` | the platform took the state of an app outside Argo CD's own namespace |
+//! | `argocd_token_reloaded` | a running reporter put a rotated Argo CD token from its Secret into use |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -88,6 +93,12 @@ conditions! {
     DestinationUnreachable = "destination_unreachable",
     /// A destination cluster Argo CD had found unreachable answered again.
     DestinationRecovered = "destination_recovered",
+    /// The platform took the state of a child app Argo CD created for an app-of-apps parent.
+    ChildAppReported = "child_app_reported",
+    /// The platform took the state of an app outside Argo CD's own namespace.
+    OtherNamespaceReported = "other_namespace_reported",
+    /// A running reporter replica put a rotated Argo CD token into use.
+    ArgocdTokenReloaded = "argocd_token_reloaded",
 }
 
 impl fmt::Display for Condition {
@@ -185,6 +196,18 @@ fn writes(events: &[TraceEvent]) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The app whose state the platform's read model took from this event, if any.
+fn updated_app(e: &TraceEvent) -> Option<&str> {
+    match &e.entry {
+        Entry::Observed(Observation::Platform(PlatformEvent::Event {
+            app,
+            applied: Projection::Updated,
+            ..
+        })) => Some(app),
+        _ => None,
+    }
+}
+
 fn during(spans: &[(u64, u64)], at: u64) -> bool {
     spans.iter().any(|(start, end)| *start < at && at < *end)
 }
@@ -234,6 +257,28 @@ impl Condition {
             Condition::DestinationUnreachable => events.iter().any(|e| {
                 matches!(e.world(), Some(WorldEvent::ClusterReach { reachable: false, .. }))
             }),
+            Condition::ChildAppReported => {
+                let mut children = BTreeSet::new();
+                events.iter().any(|e| {
+                    if let Some(WorldEvent::ChildCreated { child, .. }) = e.world() {
+                        let name = child.rsplit('/').next().unwrap_or(child);
+                        children.insert(name.to_string());
+                    }
+                    updated_app(e).is_some_and(|app| children.contains(app))
+                })
+            }
+            Condition::ArgocdTokenReloaded => events.iter().any(|e| {
+                matches!(e.reporter(), Some(ReporterEvent::TokenLoaded { requeued, .. }) if *requeued > 0)
+            }),
+            Condition::OtherNamespaceReported => {
+                let extra = &scenario.argocd.application_namespaces;
+                events.iter().filter_map(updated_app).any(|app| {
+                    crate::world::workload::index_of(app).is_some_and(|i| {
+                        crate::world::workload::namespace_of(i, extra)
+                            != crate::world::argocd::NAMESPACE
+                    })
+                })
+            }
             Condition::DestinationRecovered => {
                 let mut down = std::collections::BTreeSet::new();
                 events.iter().any(|e| match e.world() {
@@ -385,6 +430,7 @@ topology:
     - {name: gateway, role: gateway}
     - {name: prod, role: runtime}
     - {name: client-0, role: client}
+argocd: {application_namespaces: [team-a]}
 duration: 10s
 calm: 10s
 invariants: [{name: platform_converges}]
@@ -669,7 +715,73 @@ expect: {hardened: pass}
                     reach_event(2_000, "https://c:6443", true),
                 ],
             ),
+            (
+                ChildAppReported,
+                // The child's state reached the platform before Argo CD created it (no
+                // such order happens; a near miss of the condition's shape), and a
+                // duplicate after.
+                vec![
+                    update(1_000, "app-00003", Projection::Updated),
+                    child_created(2_000, "app-00003"),
+                    update(3_000, "app-00003", Projection::Duplicate),
+                ],
+                vec![
+                    child_created(2_000, "app-00003"),
+                    update(3_000, "app-00003", Projection::Updated),
+                ],
+            ),
+            (
+                OtherNamespaceReported,
+                // With `application_namespaces: [team-a]`, even apps live in argocd and
+                // odd ones in team-a.
+                vec![
+                    update(1_000, "app-00002", Projection::Updated),
+                    update(2_000, "app-00001", Projection::Stale),
+                ],
+                vec![update(1_000, "app-00001", Projection::Updated)],
+            ),
+            (
+                ArgocdTokenReloaded,
+                // The token read at start is not a reload.
+                vec![token_loaded(1_000, 0)],
+                vec![token_loaded(1_000, 0), token_loaded(9_000, 40)],
+            ),
         ]
+    }
+
+    fn token_loaded(at_ms: u64, requeued: u64) -> TraceEvent {
+        at(
+            at_ms,
+            "reporter-0",
+            ReporterEvent::TokenLoaded {
+                replica: "reporter-0".into(),
+                requeued,
+            },
+        )
+    }
+
+    fn update(at_ms: u64, app: &str, applied: Projection) -> TraceEvent {
+        at(
+            at_ms,
+            "platform",
+            PlatformEvent::Event {
+                app: app.into(),
+                rv: "7".into(),
+                deleted: false,
+                applied,
+            },
+        )
+    }
+
+    fn child_created(at_ms: u64, child: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "argocd",
+            WorldEvent::ChildCreated {
+                parent: "app-00000".into(),
+                child: format!("argocd/{child}"),
+            },
+        )
     }
 
     #[test]

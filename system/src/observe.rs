@@ -65,6 +65,11 @@ events! {
         "reporter.queue" => Queue { replica: String, depth: u64, resync: u64, dropped: u64, parked: u64, sent_app: u64, sent_resource: u64, rate_limited: u64 },
         /// hardened: the anti-entropy pass could not read the platform's read model.
         "reporter.resync_error" => ResyncError { replica: String },
+        /// The replica put an Argo CD token from its Secret into use (at start, and in
+        /// hardened on every change, re-queuing the apps it owns).
+        "reporter.argocd_token" => TokenLoaded { replica: String, requeued: u64 },
+        /// The replica could not read its Argo CD token Secret (missing, no key, API error).
+        "reporter.argocd_token_error" => TokenError { replica: String, error: String },
         /// hardened: an anti-entropy pass re-queued lagging apps and lost deletions.
         "reporter.resync" => Resync { replica: String, requeued: u64, deletions: u64 },
         /// hardened: the replica's lease could not be renewed.
@@ -209,6 +214,9 @@ events! {
         "apiserver.watch_end" => WatchEnded { resource: String, from_rv: Option<u64>, end: WatchEnd },
         /// Argo CD failed to reconcile an app.
         "argocd.reconcile_error" => ReconcileError { app: String, error: String },
+        /// Argo CD's sync of an app-of-apps parent created a child Application
+        /// (`child` is `namespace/name`).
+        "argocd.child_created" => ChildCreated { parent: String, child: String },
         /// Argo CD's check of a destination cluster changed its verdict.
         "argocd.cluster" => ClusterReach { server: String, reachable: bool },
         /// The workload failed to create or delete an app.

@@ -137,7 +137,7 @@ async fn reporter_suite(variant: Variant) {
             git.clone(),
             HealthOverrides::default(),
             argo_config,
-            ARGO_TOKEN.into(),
+            ARGO_TOKEN,
         );
         async move { drop(run.await) }
     }));
@@ -616,7 +616,7 @@ async fn argo_cd_marks_apps_unknown_while_their_destination_cluster_is_down_and_
             git.clone(),
             HealthOverrides::default(),
             argo_config,
-            ARGO_TOKEN.into(),
+            ARGO_TOKEN,
         );
         async move { drop(run.await) }
     });

@@ -151,6 +151,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "tunnel_recovers" => Box::new(tunnel::TunnelRecovers::default()),
         "all_reconnect" => Box::new(tunnel::AllReconnect::default()),
         "no_app_stuck_unknown" => Box::new(platform::NoAppStuckUnknown),
+        "no_stale_read_errors" => Box::new(platform::NoStaleReadErrors),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

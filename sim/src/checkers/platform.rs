@@ -121,3 +121,40 @@ impl Checker for NoAppStuckUnknown {
         })
     }
 }
+
+/// Liveness: after the calm phase, the platform shows no app with the reporter's Argo CD
+/// read errors (events of type `transient`: 401s of a revoked token, an unreachable
+/// server) — once Argo CD answers again, every app's last report is a clean one.
+pub struct NoStaleReadErrors;
+
+impl Checker for NoStaleReadErrors {
+    fn name(&self) -> &'static str {
+        "no_stale_read_errors"
+    }
+
+    fn on_event(&mut self, _event: &TraceEvent) -> Option<Violation> {
+        None
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let shown: Vec<Value> = state
+            .apps
+            .iter()
+            .filter_map(|a| {
+                let r = state.reported.get(&a.key)?;
+                (!r.deleted && r.read_errors > 0)
+                    .then(|| json!({"app": a.key, "read_errors": r.read_errors, "rv": r.resource_version}))
+            })
+            .collect();
+        if shown.is_empty() {
+            return None;
+        }
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Liveness,
+            at_ms: state.end_ms,
+            host: "platform".into(),
+            details: json!({"apps_with_read_errors": shown.len(), "examples": shown.iter().take(5).collect::<Vec<_>>()}),
+        })
+    }
+}

@@ -154,6 +154,7 @@ fn platform_converges_fires_on_a_lost_final_state() {
             revision: "abc".into(),
             health_status: "Healthy".into(),
             runtime: "acme".into(),
+            read_errors: 0,
         };
         [("argocd/a".to_string(), state)].into_iter().collect()
     };
@@ -167,6 +168,38 @@ fn platform_converges_fires_on_a_lost_final_state() {
     let lost = violations("platform_converges", &[], &state("OutOfSync"));
     assert_eq!(lost.len(), 1);
     assert_eq!(lost[0].class, Class::Safety);
+}
+
+#[test]
+fn no_stale_read_errors_fires_while_an_app_still_shows_argo_cd_read_errors() {
+    let state = |read_errors: u32, deleted: bool| FinalState {
+        apps: vec![app("a", "7", "Synced")],
+        reported: [(
+            "argocd/a".to_string(),
+            AppState {
+                resource_version: 7,
+                deleted,
+                sync_status: "Synced".into(),
+                revision: "abc".into(),
+                health_status: "Healthy".into(),
+                runtime: "acme".into(),
+                read_errors,
+            },
+        )]
+        .into_iter()
+        .collect(),
+        end_ms: 10,
+        unregistered: Default::default(),
+    };
+    assert!(violations("no_stale_read_errors", &[], &state(0, false)).is_empty());
+    assert!(
+        violations("no_stale_read_errors", &[], &state(2, true)).is_empty(),
+        "a deleted app's last report does not count"
+    );
+    let shown = violations("no_stale_read_errors", &[], &state(2, false));
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0].class, Class::Liveness);
+    assert_eq!(shown[0].details["apps_with_read_errors"], 1);
 }
 
 #[test]
@@ -335,6 +368,7 @@ fn no_app_stuck_unknown_fires_for_unknown_apps_on_registered_clusters_only() {
             revision: "abc".into(),
             health_status: health.into(),
             runtime: "acme".into(),
+            read_errors: 0,
         };
         [("argocd/a".to_string(), state)].into_iter().collect()
     };

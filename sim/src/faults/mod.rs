@@ -52,6 +52,8 @@ pub enum Fault {
     Flush(String),
     /// Remove a destination cluster's registration from Argo CD.
     Unregister(String),
+    /// Revoke the runtime's Argo CD token; the new one reaches its Secret later.
+    RotateToken(crate::scenario::model::RotateToken),
 }
 
 /// What faults act on: the harness's simulation and world.
@@ -76,6 +78,9 @@ pub trait Target {
     fn flush(&mut self, host: &str);
     /// Removes cluster `host`'s registration from Argo CD.
     fn unregister(&mut self, host: &str);
+    /// Revokes the runtime's token on Argo CD host `argocd`; the operator writes the new one
+    /// into the token Secret `secret_after` later.
+    fn rotate_token(&mut self, argocd: &str, secret_after: Duration);
 }
 
 impl Fault {
@@ -99,6 +104,7 @@ impl Fault {
         actions.extend(step.platform.clone().map(Fault::Platform));
         actions.extend(step.flush.clone().map(Fault::Flush));
         actions.extend(step.unregister.clone().map(Fault::Unregister));
+        actions.extend(step.rotate_token.clone().map(Fault::RotateToken));
         match actions.len() {
             1 => actions.pop(),
             _ => None,
@@ -118,6 +124,7 @@ impl Fault {
             Fault::Platform(_) => "platform",
             Fault::Flush(_) => "flush",
             Fault::Unregister(_) => "unregister",
+            Fault::RotateToken(_) => "rotate_token",
         }
     }
 
@@ -145,6 +152,7 @@ impl Fault {
             Fault::Platform(change) => target.change_platform(change),
             Fault::Flush(host) => target.flush(host),
             Fault::Unregister(host) => target.unregister(host),
+            Fault::RotateToken(r) => target.rotate_token(&r.argocd, r.secret_after),
         }
     }
 }
@@ -187,6 +195,10 @@ mod tests {
         }
         fn unregister(&mut self, host: &str) {
             self.0.push(format!("unregister {host}"));
+        }
+        fn rotate_token(&mut self, argocd: &str, secret_after: Duration) {
+            self.0
+                .push(format!("rotate_token {argocd} {secret_after:?}"));
         }
     }
 

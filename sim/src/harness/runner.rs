@@ -17,7 +17,7 @@ use crate::env::{Boots, FaultPoints, SimEnv, SIM_EPOCH_UNIX_MS};
 use crate::faults::{Fault, Target};
 use crate::scenario::knobs::ApiServerPatch;
 use crate::scenario::model::Host;
-use crate::scenario::model::{FaultStep, PlatformChange, Role};
+use crate::scenario::model::{FaultStep, Install, PlatformChange, Role};
 use crate::scenario::{Outcome, Scenario, Variant};
 use crate::trace::Trace;
 use crate::trace::{HarnessEvent, HostChange};
@@ -33,7 +33,7 @@ use orrery_system::runtime::assembly as runtime_assembly;
 use orrery_system::runtime::cache;
 
 pub use crate::world::placement::{
-    APISERVER_PORT, ARGOCD_TOKEN, CACHE_PORT, PLATFORM_PORT, RUNTIME_TOKEN,
+    APISERVER_PORT, ARGOCD_TOKEN, CACHE_PORT, EXISTING_ARGOCD_TOKEN, PLATFORM_PORT, RUNTIME_TOKEN,
 };
 /// Default link latency bound (turmoil's default is 100 ms; a LAN is closer to this).
 const DEFAULT_MAX_LATENCY: Duration = Duration::from_millis(5);
@@ -109,6 +109,11 @@ struct World {
     caches: Arc<Mutex<BTreeMap<String, cache::Store>>>,
     /// Cluster hosts whose registration an `unregister` fault removed.
     unregister: Arc<Mutex<BTreeSet<String>>>,
+    /// The token Argo CD accepts (it survives Argo CD's restarts; `rotate_token` revokes it).
+    argocd_tokens: argocd::Tokens,
+    /// An existing Argo CD: the token the operator keeps in Secret `argocd-token`, and when
+    /// (simulated time) it is written there.
+    token_secret: Option<workload::TokenSecret>,
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -242,11 +247,13 @@ fn world_pieces(
     }
     if host.has(Role::Argocd) {
         let (git, health, target) = (world.git.clone(), world.health.clone(), target.clone());
+        let tokens = world.argocd_tokens.clone();
         let config = argocd::controller::Config {
             reconcile_every: scenario.argocd.reconcile_every,
             history_limit: scenario.argocd.history_limit,
             k8s_client_qps: scenario.argocd.k8s_client_qps,
             k8s_client_burst: scenario.argocd.k8s_client_burst,
+            application_namespaces: scenario.argocd.application_namespaces.clone(),
             calm: Some(world.calm.clone()),
             ..Default::default()
         };
@@ -257,7 +264,7 @@ fn world_pieces(
                 git.clone(),
                 health.clone(),
                 config.clone(),
-                ARGOCD_TOKEN.into(),
+                tokens.clone(),
             );
             Box::pin(async move {
                 if let Err(error) = run.await {
@@ -273,6 +280,12 @@ fn world_pieces(
             world.unregister.clone(),
         );
         let (config, target) = (scenario.workload.clone(), target.clone());
+        let token_secret = world.token_secret.clone();
+        let layout = workload::Layout::of(
+            &scenario.workload,
+            &scenario.argocd.application_namespaces,
+            &clusters,
+        );
         pieces.push(Box::new(move |env| {
             let handles = workload::Handles {
                 git: git.clone(),
@@ -280,6 +293,8 @@ fn world_pieces(
                 calm: calm.clone(),
                 clusters: clusters.clone(),
                 unregister: unregister.clone(),
+                layout: layout.clone(),
+                token_secret: token_secret.clone(),
             };
             let (config, target) = (config.clone(), target.clone());
             Box::pin(async move {
@@ -439,6 +454,13 @@ impl Target for Harness<'_> {
     fn patch_apiserver(&mut self, patch: &ApiServerPatch) {
         let knobs = patch.apply(&self.world.api.knobs());
         self.world.api.set_knobs(knobs);
+    }
+
+    fn rotate_token(&mut self, _argocd: &str, secret_after: Duration) {
+        let next = self.world.argocd_tokens.rotate();
+        if let Some(secret) = &self.world.token_secret {
+            secret.set(next, self.sim.elapsed() + secret_after);
+        }
     }
 
     fn unregister(&mut self, host: &str) {
@@ -614,6 +636,12 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             .collect(),
         bus_capacity: scenario.platform.bus_capacity,
     });
+    // A bundled Argo CD accepts the token the runtime is configured with; an existing one
+    // issued its own.
+    let argocd_tokens = match scenario.argocd.install {
+        Install::Bundled => argocd::Tokens::from(ARGOCD_TOKEN),
+        Install::Existing => argocd::Tokens::from(EXISTING_ARGOCD_TOKEN),
+    };
     let world = World {
         api: ApiServer::new(scenario.apiserver.clone()),
         git: SharedGit::default(),
@@ -624,6 +652,9 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
         caches: Arc::default(),
         unregister: Arc::default(),
+        argocd_tokens: argocd_tokens.clone(),
+        token_secret: (scenario.argocd.install == Install::Existing)
+            .then(|| workload::TokenSecret::new(argocd_tokens.current())),
         control_plane: ControlPlaneState {
             events: Some(platform),
             ..Default::default()
@@ -635,7 +666,12 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         scenario.tunnel.runtimes_per_host,
     );
     world.platform.set_knobs(platform_knobs(scenario));
-    workload::seed_git(&world.git, &scenario.workload, SIM_EPOCH_UNIX_MS);
+    let layout = workload::Layout::of(
+        &scenario.workload,
+        &scenario.argocd.application_namespaces,
+        &hosts_with(scenario, Role::Cluster),
+    );
+    workload::seed_git(&world.git, &scenario.workload, &layout, SIM_EPOCH_UNIX_MS);
     let total = scenario.duration + scenario.calm;
     let mut faults = Vec::new();
     let mut sim = turmoil::Builder::new()

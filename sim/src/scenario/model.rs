@@ -269,6 +269,35 @@ pub struct ArgoCd {
     pub k8s_client_qps: u32,
     /// Its burst (`ARGOCD_K8S_CLIENT_BURST`). Default 100 (2 × QPS), as Argo CD.
     pub k8s_client_burst: u32,
+    /// More namespaces Argo CD manages Applications in besides `argocd`
+    /// (`application.namespaces`, "apps in any namespace"); the workload spreads apps over
+    /// `argocd` and these, and the reporters watch them all. Default none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub application_namespaces: Vec<String>,
+    /// How the runtime is installed next to Argo CD. `bundled` (default): the runtime
+    /// installs Argo CD and is configured with its token. `existing`: Argo CD was there
+    /// before; it issued the runtime's API token (`argocd-token-1`), which the runtime reads
+    /// from Secret `argocd-token` (key `token`) in the `argocd` namespace, and the
+    /// `rotate_token` fault can revoke it.
+    #[serde(skip_serializing_if = "Install::is_bundled")]
+    pub install: Install,
+}
+
+/// The runtime's installation mode with respect to Argo CD.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Install {
+    /// The runtime installs Argo CD and knows its token.
+    #[default]
+    Bundled,
+    /// An Argo CD installed separately ("bring your own Argo CD"): its own token, in a Secret.
+    Existing,
+}
+
+impl Install {
+    fn is_bundled(&self) -> bool {
+        *self == Install::Bundled
+    }
 }
 
 impl Default for ArgoCd {
@@ -278,6 +307,8 @@ impl Default for ArgoCd {
             history_limit: 10,
             k8s_client_qps: 50,
             k8s_client_burst: 100,
+            application_namespaces: Vec::new(),
+            install: Install::Bundled,
         }
     }
 }
@@ -302,6 +333,39 @@ pub struct Workload {
     /// Every app is annotated for a hard refresh this often. Default 0 (disabled).
     #[serde(with = "super::duration")]
     pub refresh_every: Duration,
+    /// App-of-apps: the first `parents` apps are parents whose Git path holds `children`
+    /// Application manifests each (the next `parents × children` apps), which Argo CD
+    /// creates when it syncs the parent. Default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_of_apps: Option<AppOfApps>,
+}
+
+/// App-of-apps in the workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppOfApps {
+    /// Parent apps.
+    pub parents: usize,
+    /// Children per parent.
+    pub children: usize,
+}
+
+impl AppOfApps {
+    /// The parent of app `index`, if it is a child.
+    pub fn parent_of(&self, index: usize) -> Option<usize> {
+        (index >= self.parents && index < self.parents + self.parents * self.children)
+            .then(|| (index - self.parents) / self.children.max(1))
+    }
+
+    /// The children of app `index`, if it is a parent.
+    pub fn children_of(&self, index: usize) -> std::ops::Range<usize> {
+        if index < self.parents {
+            let first = self.parents + index * self.children;
+            first..first + self.children
+        } else {
+            0..0
+        }
+    }
 }
 
 impl Default for Workload {
@@ -313,6 +377,7 @@ impl Default for Workload {
             churn_every: Duration::from_secs(15),
             health_flap_every: Duration::from_secs(5),
             refresh_every: Duration::ZERO,
+            app_of_apps: None,
         }
     }
 }
@@ -535,6 +600,22 @@ pub struct FaultStep {
     /// deleted) while apps still target it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unregister: Option<String>,
+    /// Revoke the runtime's Argo CD token (it expired, or an admin regenerated it): Argo CD
+    /// answers the old one with 401 at once; the new one reaches Secret `argocd-token`
+    /// `secret_after` later. Needs `argocd.install: existing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotate_token: Option<RotateToken>,
+}
+
+/// A rotation of the runtime's Argo CD token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateToken {
+    /// The `role: argocd` host whose token is revoked.
+    pub argocd: String,
+    /// Time until the operator puts the new token into the Secret.
+    #[serde(with = "super::duration")]
+    pub secret_after: Duration,
 }
 
 /// A latency change on one link.
@@ -560,7 +641,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 9] = [
+pub const KNOWN_INVARIANTS: [&str; 10] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -570,6 +651,7 @@ pub const KNOWN_INVARIANTS: [&str; 9] = [
     "tunnel_recovers",
     "all_reconnect",
     "no_app_stuck_unknown",
+    "no_stale_read_errors",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

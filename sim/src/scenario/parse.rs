@@ -243,6 +243,39 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &Field::root("workload").key("repositories"),
         "at least one repository is needed",
     )?;
+    if let Some(tree) = &s.workload.app_of_apps {
+        let field = Field::root("workload").key("app_of_apps");
+        v.check(
+            tree.parents > 0 && tree.children > 0,
+            &field,
+            "parents and children must both be at least 1",
+        )?;
+        v.check(
+            tree.parents.saturating_mul(tree.children.saturating_add(1)) <= s.workload.applications,
+            &field,
+            format!(
+                "{} parents with {} children each need {} apps, but workload.applications is {}",
+                tree.parents,
+                tree.children,
+                tree.parents.saturating_mul(tree.children.saturating_add(1)),
+                s.workload.applications
+            ),
+        )?;
+    }
+    for (i, namespace) in s.argocd.application_namespaces.iter().enumerate() {
+        let valid = !namespace.is_empty()
+            && namespace.len() <= 63
+            && namespace
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !namespace.starts_with('-')
+            && !namespace.ends_with('-');
+        v.check(
+            valid && namespace != "argocd",
+            &Field::root("argocd").key("application_namespaces").index(i),
+            format!("`{namespace}` is not a namespace name other than argocd (DNS-1123 label)"),
+        )?;
+    }
     for (i, step) in s.faults.iter().enumerate() {
         let clusters: Vec<&str> = s
             .topology
@@ -258,8 +291,22 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             .filter(|h| h.has(Role::Cache))
             .map(|h| h.name.as_str())
             .collect();
+        let argocds: Vec<&str> = s
+            .topology
+            .hosts
+            .iter()
+            .filter(|h| h.has(Role::Argocd))
+            .map(|h| h.name.as_str())
+            .collect();
+        let existing = s.argocd.install == super::model::Install::Existing;
         validate_step(
-            &v, &hosts, &caches, &clusters, reporters, i, step, s.duration,
+            &v,
+            &hosts,
+            (&caches, &clusters, (&argocds, existing)),
+            reporters,
+            i,
+            step,
+            s.duration,
         )?;
     }
     for (i, invariant) in s.invariants.iter().enumerate() {
@@ -527,8 +574,7 @@ fn check_spans(
 fn validate_step(
     v: &Validator<'_>,
     hosts: &[&str],
-    caches: &[&str],
-    clusters: &[&str],
+    (caches, clusters, (argocds, existing)): (&[&str], &[&str], (&[&str], bool)),
     reporters: usize,
     i: usize,
     step: &FaultStep,
@@ -546,10 +592,11 @@ fn validate_step(
         step.platform.is_some(),
         step.flush.is_some(),
         step.unregister.is_some(),
+        step.rotate_token.is_some(),
     ];
     let set = actions.iter().filter(|a| **a).count();
     v.check(set == 1, &field, format!(
-        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform, flush, unregister (found {set})"
+        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform, flush, unregister, rotate_token (found {set})"
     ))?;
     v.check(
         step.at <= duration,
@@ -593,6 +640,12 @@ fn validate_step(
     for (action, host, role, allowed) in [
         ("unregister", &step.unregister, "cluster", clusters),
         ("flush", &step.flush, "cache", caches),
+        (
+            "rotate_token",
+            &step.rotate_token.as_ref().map(|r| r.argocd.clone()),
+            "argocd",
+            argocds,
+        ),
     ] {
         if let Some(host) = host {
             v.check(
@@ -601,6 +654,13 @@ fn validate_step(
                 format!("{host:?} is not a {role} host; {role} hosts are {allowed:?}"),
             )?;
         }
+    }
+    if step.rotate_token.is_some() {
+        v.check(
+            existing,
+            &field.key("rotate_token"),
+            "a token rotation needs `argocd: {install: existing}` (a bundled Argo CD's token is the runtime's own configuration)",
+        )?;
     }
     if let Some(scale) = &step.scale {
         v.check(
@@ -733,6 +793,43 @@ expect:
         let err = parse("t.yaml", &knob).unwrap_err().to_string();
         assert!(
             err.starts_with("t.yaml:11:17: faults[0].apiserver.cut_rate: unknown field `cut_rate`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn app_of_apps_and_application_namespaces_are_checked_where_they_are() {
+        let tree = |parents, children| {
+            GOOD.replace(
+                "calm: 10s",
+                &format!("calm: 10s\nworkload: {{applications: 20, app_of_apps: {{parents: {parents}, children: {children}}}}}"),
+            )
+        };
+        assert!(
+            parse("t.yaml", &tree(4, 4)).is_ok(),
+            "4 parents + 16 children = 20 apps"
+        );
+        let err = parse("t.yaml", &tree(4, 5)).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.yaml:14:43: workload.app_of_apps:")
+                && err.contains(
+                    "4 parents with 5 children each need 24 apps, but workload.applications is 20"
+                ),
+            "{err}"
+        );
+        let err = parse("t.yaml", &tree(0, 5)).unwrap_err().to_string();
+        assert!(
+            err.contains("parents and children must both be at least 1"),
+            "{err}"
+        );
+        let namespaces = GOOD.replace(
+            "calm: 10s",
+            "calm: 10s\nargocd: {application_namespaces: [team-a, Team_B]}",
+        );
+        let err = parse("t.yaml", &namespaces).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.yaml:14:43: argocd.application_namespaces[1]:")
+                && err.contains("`Team_B` is not a namespace name"),
             "{err}"
         );
     }

@@ -458,6 +458,7 @@ fn step(at: Duration) -> FaultStep {
         platform: None,
         flush: None,
         unregister: None,
+        rotate_token: None,
     }
 }
 

@@ -17,7 +17,7 @@ use orrery_system::runtime::{app_reporter, tunnel_client};
 
 use super::argocd;
 use super::tunnel::{runtimes_of, APP_PROXY_PORT, GATEWAY_PORT, TUNNEL_PORT};
-use crate::scenario::model::{Host, Role};
+use crate::scenario::model::{Host, Install, Role};
 use crate::scenario::Scenario;
 
 /// Port of the simulated API server.
@@ -28,6 +28,12 @@ pub const PLATFORM_PORT: u16 = 8080;
 pub const CACHE_PORT: u16 = 6379;
 /// Token the simulated Argo CD server accepts.
 pub const ARGOCD_TOKEN: &str = "argocd-sim-token";
+/// The API token an existing Argo CD issued the runtime first (`argocd.install: existing`);
+/// each `rotate_token` issues the next (`argocd-token-2`, …).
+pub const EXISTING_ARGOCD_TOKEN: &str = "argocd-token-1";
+/// The Secret that holds an existing Argo CD's token for the runtime (key `token`), in the
+/// `argocd` namespace where the runtime is installed next to Argo CD.
+pub const ARGOCD_TOKEN_SECRET: &str = "argocd-token";
 /// Runtime token the simulated runtime's reporters present to the platform.
 pub const RUNTIME_TOKEN: &str = "rt-token-acme-runtime";
 /// The gateway's admin token in the simulated world.
@@ -135,7 +141,11 @@ fn reporter(scenario: &Scenario, variant: Variant) -> app_reporter::Config {
     };
     let mut config = app_reporter::Config::new(variant, target, argocd::NAMESPACE);
     config.argocd_addr = format!("{}:8080", host_of(scenario, Role::Argocd));
-    config.argocd_token = ARGOCD_TOKEN.into();
+    match scenario.argocd.install {
+        Install::Bundled => config.argocd_token = ARGOCD_TOKEN.into(),
+        Install::Existing => config.argocd_token_secret = Some(ARGOCD_TOKEN_SECRET.into()),
+    }
+    config.application_namespaces = scenario.argocd.application_namespaces.clone();
     config.platform_addr = format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform));
     config.runtime_token = RUNTIME_TOKEN.into();
     config.cache_addr = format!("{}:{CACHE_PORT}", host_of(scenario, Role::Cache));

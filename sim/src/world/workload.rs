@@ -28,6 +28,11 @@ pub fn repo_url(i: usize) -> String {
     format!("https://git.example/org/repo-{i}.git")
 }
 
+/// The index of an application named by [`app_name`].
+pub fn index_of(name: &str) -> Option<usize> {
+    name.strip_prefix("app-")?.parse().ok()
+}
+
 /// Name of the `i`-th application.
 pub fn app_name(i: usize) -> String {
     format!("app-{i:05}")
@@ -40,13 +45,79 @@ fn manifest(app: &str, version: u64) -> BTreeMap<String, String> {
     ])
 }
 
+/// The namespace of app `index`: round-robin over `argocd` and the extra application
+/// namespaces.
+pub fn namespace_of(index: usize, extra: &[String]) -> String {
+    match index % (extra.len() + 1) {
+        0 => NAMESPACE.to_string(),
+        i => extra[i - 1].clone(),
+    }
+}
+
+/// Where the world's apps are: namespaces, destination clusters, repositories, app-of-apps.
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    /// Repositories the apps are spread over.
+    pub repositories: usize,
+    /// Destination cluster hosts (in-cluster when empty).
+    pub clusters: Vec<String>,
+    /// Application namespaces besides `argocd`.
+    pub namespaces: Vec<String>,
+    /// Parents and children, if any.
+    pub tree: Option<crate::scenario::model::AppOfApps>,
+}
+
+impl Layout {
+    /// The layout a scenario's workload and Argo CD settings describe.
+    pub fn of(config: &Config, namespaces: &[String], clusters: &[String]) -> Layout {
+        Layout {
+            repositories: config.repositories.max(1),
+            clusters: clusters.to_vec(),
+            namespaces: namespaces.to_vec(),
+            tree: config.app_of_apps.clone(),
+        }
+    }
+
+    fn is_parent(&self, index: usize) -> bool {
+        self.tree.as_ref().is_some_and(|t| index < t.parents)
+    }
+
+    fn is_child(&self, index: usize) -> bool {
+        self.tree
+            .as_ref()
+            .is_some_and(|t| t.parent_of(index).is_some())
+    }
+
+    /// The Git files of app `index`: a Deployment and a Service, or a parent's child
+    /// Application manifests.
+    fn files(&self, index: usize, version: u64) -> BTreeMap<String, String> {
+        let name = app_name(index);
+        match &self.tree {
+            Some(tree) if index < tree.parents => tree
+                .children_of(index)
+                .map(|child| {
+                    let app = application(child, self);
+                    let text = format!(
+                        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: {}, namespace: {}}}\nspec: {}\n",
+                        app_name(child),
+                        namespace_of(child, &self.namespaces),
+                        app.data["spec"]
+                    );
+                    (format!("roots/{name}/{}.yaml", app_name(child)), text)
+                })
+                .collect(),
+            _ => manifest(&name, version),
+        }
+    }
+}
+
 /// Writes the initial commit of every repository: manifests for apps `0..count`.
-pub fn seed_git(git: &SharedGit, config: &Config, unix_ms: u64) {
+pub fn seed_git(git: &SharedGit, config: &Config, layout: &Layout, unix_ms: u64) {
     let mut git = git.lock();
     for repo in 0..config.repositories {
         let mut files = BTreeMap::new();
         for app in (0..config.applications).filter(|a| a % config.repositories == repo) {
-            files.extend(manifest(&app_name(app), 1));
+            files.extend(layout.files(app, 1));
         }
         git.commit(
             &repo_url(repo),
@@ -63,18 +134,26 @@ pub fn cluster_server(host: &str) -> String {
     format!("https://{host}:6443")
 }
 
-fn application(index: usize, repositories: usize, clusters: &[String]) -> DynamicObject {
+fn application(index: usize, layout: &Layout) -> DynamicObject {
     let name = app_name(index);
     // Round-robin over the destination clusters, in-cluster when there are none.
-    let server = match clusters.len() {
+    let server = match layout.clusters.len() {
         0 => crate::world::argocd::clusters::IN_CLUSTER.to_string(),
-        n => cluster_server(&clusters[index % n]),
+        n => cluster_server(&layout.clusters[index % n]),
     };
-    let mut app = DynamicObject::new(&name, &application_resource()).within(NAMESPACE);
-    let automated = index % 5 != 4; // four in five apps auto-sync, as in most fleets
+    let mut app = DynamicObject::new(&name, &application_resource())
+        .within(&namespace_of(index, &layout.namespaces));
+    // Four in five apps auto-sync, as in most fleets; parents always do (their sync
+    // creates the children).
+    let automated = index % 5 != 4 || layout.is_parent(index);
+    let path = if layout.is_parent(index) {
+        format!("roots/{name}")
+    } else {
+        format!("apps/{name}")
+    };
     let mut spec = json!({
         "project": "default",
-        "source": {"repoURL": repo_url(index % repositories), "path": format!("apps/{name}"), "targetRevision": "HEAD"},
+        "source": {"repoURL": repo_url(index % layout.repositories), "path": path, "targetRevision": "HEAD"},
         "destination": {"server": server, "namespace": name},
     });
     if automated {
@@ -96,6 +175,76 @@ pub struct Handles {
     pub clusters: Vec<String>,
     /// Cluster hosts whose registration the harness asked to remove (`unregister` fault).
     pub unregister: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Namespaces, clusters, repositories and app-of-apps of the apps.
+    pub layout: Layout,
+    /// An existing Argo CD: the token Secret the operator keeps.
+    pub token_secret: Option<TokenSecret>,
+}
+
+/// The token an operator keeps in Secret `argocd-token` for a runtime next to an existing
+/// Argo CD, and the simulated time from which it is there (a rotation reaches the Secret
+/// some time after Argo CD revoked the old token).
+#[derive(Clone, Debug)]
+pub struct TokenSecret(Arc<std::sync::Mutex<(String, Duration)>>);
+
+impl TokenSecret {
+    /// The Secret holds `token` from the start.
+    pub fn new(token: String) -> TokenSecret {
+        TokenSecret(Arc::new(std::sync::Mutex::new((token, Duration::ZERO))))
+    }
+
+    /// From `at` (simulated elapsed time) on, the Secret is to hold `token`.
+    pub fn set(&self, token: String, at: Duration) {
+        *self.0.lock().expect("token secret lock poisoned") = (token, at);
+    }
+
+    fn wanted(&self, now: Duration) -> Option<String> {
+        let (token, at) = self.0.lock().expect("token secret lock poisoned").clone();
+        (now >= at).then_some(token)
+    }
+}
+
+/// Keeps Secret `argocd-token` (key `token`) holding the token the operator was given,
+/// retrying through API errors, as an operator running `kubectl create secret` /
+/// `kubectl apply` after each `argocd account generate-token`.
+async fn manage_token_secret(env: SharedEnv, client: kube::Client, secret: TokenSecret) {
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::ByteString;
+    let secrets: Api<Secret> = Api::namespaced(client, NAMESPACE);
+    let name = crate::world::placement::ARGOCD_TOKEN_SECRET;
+    let mut written: Option<String> = None;
+    loop {
+        if let Some(token) = secret
+            .wanted(env.elapsed())
+            .filter(|t| Some(t) != written.as_ref())
+        {
+            let mut object = Secret::default();
+            object.metadata.name = Some(name.to_string());
+            object.metadata.namespace = Some(NAMESPACE.to_string());
+            object.data = Some(BTreeMap::from([(
+                orrery_system::runtime::app_reporter::token::TOKEN_KEY.to_string(),
+                ByteString(token.clone().into_bytes()),
+            )]));
+            let result = match written {
+                None => secrets
+                    .create(&PostParams::default(), &object)
+                    .await
+                    .map(|_| ()),
+                Some(_) => secrets
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&object))
+                    .await
+                    .map(|_| ()),
+            };
+            match result {
+                Ok(()) => written = Some(token),
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    written = Some(String::new())
+                }
+                Err(_) => {} // retried next second
+            }
+        }
+        env.sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// The Secret that registers cluster `host` with Argo CD.
@@ -179,7 +328,8 @@ async fn manage_clusters(
 
 struct Generator {
     env: SharedEnv,
-    api: Api<DynamicObject>,
+    client: kube::Client,
+    layout: Layout,
     config: Config,
     handles: Handles,
     live: Vec<usize>,
@@ -193,17 +343,23 @@ impl Generator {
             .then(|| self.live[(self.env.random_u64() % self.live.len() as u64) as usize])
     }
 
+    /// The Applications API of app `index`'s namespace.
+    fn api(&self, index: usize) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &namespace_of(index, &self.layout.namespaces),
+            &application_resource(),
+        )
+    }
+
     fn record(&self, event: WorldEvent) {
         self.env.observe(event.into());
     }
 
     async fn create(&mut self, index: usize) -> bool {
         match self
-            .api
-            .create(
-                &PostParams::default(),
-                &application(index, self.config.repositories, &self.handles.clusters),
-            )
+            .api(index)
+            .create(&PostParams::default(), &application(index, &self.layout))
             .await
         {
             Ok(_) => true,
@@ -239,9 +395,12 @@ impl Generator {
     }
 
     async fn churn(&mut self) {
-        let Some(victim) = self.pick() else { return };
+        // Children belong to their parent (its next sync would bring them back).
+        let Some(victim) = self.pick().filter(|i| !self.layout.is_child(*i)) else {
+            return;
+        };
         match self
-            .api
+            .api(victim)
             .delete(&app_name(victim), &DeleteParams::default())
             .await
         {
@@ -292,7 +451,7 @@ impl Generator {
         let mut failed = 0;
         for index in self.live.clone() {
             if self
-                .api
+                .api(index)
                 .patch(&app_name(index), &PatchParams::default(), &patch)
                 .await
                 .is_err()
@@ -316,10 +475,13 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
             (handles.clusters.clone(), handles.unregister.clone()),
         ));
     }
-    let api = Api::namespaced_with(client, NAMESPACE, &application_resource());
+    if let Some(secret) = handles.token_secret.clone() {
+        tokio::spawn(manage_token_secret(env.clone(), client.clone(), secret));
+    }
     let mut generator = Generator {
         env: env.clone(),
-        api,
+        client,
+        layout: handles.layout.clone(),
         next_index: config.applications,
         config,
         handles,
@@ -328,31 +490,31 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
     };
     // Create the initial apps CREATE_PARALLELISM at a time (10,000 one by one would take
     // most of a scenario); failed creates are retried after a pause.
-    let mut pending: Vec<usize> = (0..generator.config.applications).collect();
+    // Children are Argo CD's to create (their parent's sync); they change like any app.
+    let mut pending: Vec<usize> = (0..generator.config.applications)
+        .filter(|i| !generator.layout.is_child(*i))
+        .collect();
+    generator
+        .live
+        .extend((0..generator.config.applications).filter(|i| generator.layout.is_child(*i)));
     while !pending.is_empty() && !generator.handles.calm.load(Ordering::SeqCst) {
         let batch: Vec<usize> = pending.iter().copied().take(CREATE_PARALLELISM).collect();
-        let api = generator.api.clone();
-        let repositories = generator.config.repositories;
-        let clusters = generator.handles.clusters.clone();
         let results = futures::future::join_all(batch.iter().map(|index| {
-            let (api, clusters) = (api.clone(), clusters.clone());
-            async move {
-                (
-                    *index,
-                    api.create(
-                        &PostParams::default(),
-                        &application(*index, repositories, &clusters),
-                    )
-                    .await,
-                )
-            }
+            let (api, app) = (
+                generator.api(*index),
+                application(*index, &generator.layout),
+            );
+            async move { (*index, api.create(&PostParams::default(), &app).await) }
         }))
         .await;
         let mut failed = false;
         for (index, result) in results {
             match result {
                 Ok(_) | Err(kube::Error::Api(_)) => {
-                    generator.live.push(index);
+                    // Parents' Git paths hold only child manifests: no commits, no flaps.
+                    if !generator.layout.is_parent(index) {
+                        generator.live.push(index);
+                    }
                     pending.retain(|p| *p != index);
                 }
                 Err(e) => {

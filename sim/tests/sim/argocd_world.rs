@@ -83,7 +83,7 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
             host_git.clone(),
             HealthOverrides::default(),
             config,
-            TOKEN.into(),
+            TOKEN,
         );
         async move {
             run.await?;
@@ -201,6 +201,149 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
         assert_eq!(code, 404, "the group is part of the resource's identity");
         let (code, _) = get(&env, "/api/v1/applications/nope/resource-tree", Some(TOKEN)).await;
         assert_eq!(code, 404);
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+/// An app-of-apps parent in `argocd` whose path holds two child Application manifests, one
+/// for `argocd` and one for `team-a`.
+fn parent_files() -> BTreeMap<String, String> {
+    let child = |name: &str, namespace: &str| {
+        format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {{project: default, source: {{repoURL: \"{REPO}\", path: apps/{name}}}, syncPolicy: {{automated: {{}}}}}}\n"
+        )
+    };
+    BTreeMap::from([
+        (
+            "roots/root/child-a.yaml".to_string(),
+            child("child-a", NAMESPACE),
+        ),
+        (
+            "roots/root/child-b.yaml".to_string(),
+            child("child-b", "team-a"),
+        ),
+    ])
+}
+
+#[test]
+fn a_parent_sync_creates_its_children_in_their_namespaces_and_the_server_serves_every_managed_namespace(
+) {
+    let mut w = world(Knobs::default());
+    let git = SharedGit::default();
+    git.lock().commit(
+        REPO,
+        "Dev <d@x>",
+        "init",
+        0,
+        parent_files()
+            .into_iter()
+            .chain(files("child-a", 1))
+            .chain(files("child-b", 1))
+            .chain(files("stray", 1))
+            .collect(),
+    );
+    let (host_git, trace) = (git.clone(), w.trace.clone());
+    w.sim.host("argocd", move || {
+        let env = SimEnv::shared("argocd", SEED, trace.clone());
+        let config = argocd::controller::Config {
+            reconcile_every: Duration::from_secs(5),
+            application_namespaces: vec!["team-a".into()],
+            ..Default::default()
+        };
+        let run = argocd::run(
+            env,
+            KubeTarget::new("apiserver:6443"),
+            host_git.clone(),
+            HealthOverrides::default(),
+            config,
+            TOKEN,
+        );
+        async move {
+            run.await?;
+            Ok(())
+        }
+    });
+    let trace = w.trace.clone();
+    w.sim.client("client", async move {
+        let (env, client) = kube("client", &trace, Duration::from_secs(30));
+        let in_ns = |ns: &str| -> Api<DynamicObject> {
+            Api::namespaced_with(client.clone(), ns, &application_resource())
+        };
+        let mut root = app("root", true);
+        root.data["spec"]["source"]["path"] = json!("roots/root");
+        in_ns(NAMESPACE).create(&PostParams::default(), &root).await?;
+        // An app in a namespace Argo CD does not manage: ignored.
+        let mut stray = app("stray", true);
+        stray.metadata.namespace = Some("team-z".into());
+        in_ns("team-z").create(&PostParams::default(), &stray).await?;
+        env.sleep(Duration::from_secs(8)).await;
+
+        let child_b = in_ns("team-a").get("child-b").await?;
+        assert_eq!(
+            child_b.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/instance")).map(String::as_str),
+            Some("root"),
+            "a child carries its parent's instance label (label tracking)"
+        );
+        assert_eq!(child_b.data["status"]["sync"]["status"], "Synced", "children are reconciled in team-a too");
+        let child_a = in_ns(NAMESPACE).get("child-a").await?;
+        assert_eq!(child_a.data["status"]["health"]["status"], "Healthy");
+        let root = in_ns(NAMESPACE).get("root").await?;
+        let kinds: Vec<(String, String, String)> = root.data["status"]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["kind"].as_str().unwrap().to_string(),
+                    r["namespace"].as_str().unwrap().to_string(),
+                    r["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("Application".to_string(), NAMESPACE.to_string(), "child-a".to_string()),
+                ("Application".to_string(), "team-a".to_string(), "child-b".to_string()),
+            ],
+            "the parent's resources are its children"
+        );
+        assert!(
+            in_ns("team-z").get("stray").await?.data.get("status").is_none(),
+            "an app outside the managed namespaces is never reconciled"
+        );
+
+        // A child deleted by hand comes back at the parent's next sync.
+        in_ns("team-a").delete("child-b", &Default::default()).await?;
+        env.sleep(Duration::from_secs(8)).await;
+        assert!(in_ns("team-a").get_opt("child-b").await?.is_some(), "recreated by the parent");
+
+        let (code, tree) = get(
+            &env,
+            "/api/v1/applications/child-b/resource-tree?appNamespace=team-a",
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!((code, &tree["nodes"][0]["kind"]), (200, &json!("Deployment")));
+        let (code, _) = get(&env, "/api/v1/applications/child-b/resource-tree", Some(TOKEN)).await;
+        assert_eq!(code, 404, "without appNamespace the server looks in argocd");
+        let (code, body) = get(
+            &env,
+            "/api/v1/applications/stray?appNamespace=team-z",
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(code, 403, "{body}");
+        assert_eq!(body["message"], "namespace 'team-z' is not permitted");
+        let (_, live) = get(
+            &env,
+            "/api/v1/applications/root/resource?appNamespace=argocd&namespace=team-a&resourceName=child-b&version=v1alpha1&group=argoproj.io&kind=Application",
+            Some(TOKEN),
+        )
+        .await;
+        let live: Value = serde_json::from_str(live["manifest"].as_str().unwrap_or("null")).unwrap();
+        assert_eq!(live["metadata"]["namespace"], "team-a", "a child's live manifest, in its own namespace");
         Ok(())
     });
     w.sim.run().unwrap();

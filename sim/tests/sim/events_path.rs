@@ -101,7 +101,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
             host_git.clone(),
             HealthOverrides::default(),
             config,
-            "argo".into(),
+            "argo",
         );
         async move {
             run.await?;

@@ -100,7 +100,7 @@ fn world_with(
             host_git.clone(),
             host_health.clone(),
             config,
-            "argo".into(),
+            "argo",
         );
         async move {
             run.await?;

@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use serde_json::{json, Value};
 
@@ -37,7 +37,7 @@ use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
 use super::clusters::{Clusters, Reach};
-use super::{resources_of, source_of, HealthOverrides, NAMESPACE};
+use super::{app_key, children_of, resources_of, source_of, HealthOverrides, NAMESPACE};
 use crate::world::apiserver::store::rfc3339;
 use crate::world::git::SharedGit;
 
@@ -54,12 +54,22 @@ pub struct Config {
     pub history_limit: usize,
     /// Namespace of the Applications (Argo CD's own namespace).
     pub namespace: String,
+    /// More namespaces Argo CD manages Applications in (`application.namespaces`, "apps in
+    /// any namespace"); empty: its own namespace only. Apps elsewhere are ignored.
+    pub application_namespaces: Vec<String>,
     /// Address the server listens on.
     pub listen: String,
     /// Set by the harness for the calm phase: periodic refreshes that would only stamp the
     /// time are skipped, so the world can quiesce and end-of-run checks compare a settled
     /// state (refreshes that change something still happen).
     pub calm: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Config {
+    /// Whether Argo CD manages Applications in `namespace`.
+    pub fn manages(&self, namespace: &str) -> bool {
+        namespace == self.namespace || self.application_namespaces.iter().any(|n| n == namespace)
+    }
 }
 
 impl Default for Config {
@@ -72,6 +82,7 @@ impl Default for Config {
             k8s_client_burst: 100,
             history_limit: 10,
             namespace: NAMESPACE.into(),
+            application_namespaces: Vec::new(),
             listen: "0.0.0.0:8080".into(),
             calm: None,
         }
@@ -151,7 +162,7 @@ fn desired_status(
     next["resources"] = Value::Array(
         resources_of(&head_files, &name)
             .into_iter()
-            .map(|r| json!({"group": r.group, "version": r.version, "kind": r.kind, "namespace": name, "name": r.name, "status": sync_status, "health": {"status": health_status}}))
+            .map(|r| json!({"group": r.group, "version": r.version, "kind": r.kind, "namespace": r.namespace, "name": r.name, "status": sync_status, "health": {"status": health_status}}))
             .collect(),
     );
     next["summary"] = json!({"images": [format!("registry.example/{name}:{}", &head.sha[..7])]});
@@ -302,11 +313,54 @@ struct Memory {
     last_fill: Duration,
 }
 
-/// One planned write.
+/// One planned write: the app's status, after the child Applications its sync creates.
 struct Plan {
-    name: String,
+    /// `namespace/name`.
+    key: String,
     inputs: Option<Inputs>,
     patch: Value,
+    children: Vec<Value>,
+    /// Children left for a later tick (no client token).
+    incomplete: bool,
+}
+
+/// The child Applications an auto-synced app-of-apps parent deploys that do not exist yet
+/// (Argo CD's sync applies them; a child deleted by hand comes back at the next sync).
+fn missing_children(
+    app: &DynamicObject,
+    git: &SharedGit,
+    store: &Store<DynamicObject>,
+) -> Vec<Value> {
+    if app.data.pointer("/spec/syncPolicy/automated").is_none() {
+        return Vec::new();
+    }
+    let Some((repo, path)) = source_of(app) else {
+        return Vec::new();
+    };
+    let git = git.lock();
+    let Some(files) = git
+        .head(&repo)
+        .and_then(|head| git.files_at(&repo, &head.sha, &path))
+    else {
+        return Vec::new();
+    };
+    let parent = app.metadata.name.clone().unwrap_or_default();
+    children_of(&files, &parent)
+        .into_iter()
+        .filter(|child| {
+            let name = child["metadata"]["name"].as_str().unwrap_or("");
+            let namespace = child["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE);
+            store
+                .get(
+                    &kube::runtime::reflector::ObjectRef::new_with(
+                        name,
+                        super::application_resource(),
+                    )
+                    .within(namespace),
+                )
+                .is_none()
+        })
+        .collect()
 }
 
 impl Memory {
@@ -329,9 +383,9 @@ impl Memory {
         }
     }
 
-    fn forget(&mut self, name: &str) {
-        if let Some((at, _)) = self.apps.remove(name) {
-            self.order.remove(&(at, name.to_string()));
+    fn forget(&mut self, key: &str) {
+        if let Some((at, _)) = self.apps.remove(key) {
+            self.order.remove(&(at, key.to_string()));
         }
     }
 
@@ -372,7 +426,7 @@ fn full_refresh(
 #[allow(clippy::too_many_arguments)]
 async fn tick(
     env: &SharedEnv,
-    api: &Api<DynamicObject>,
+    client: &kube::Client,
     store: &Store<DynamicObject>,
     touched: &Touched,
     git: &SharedGit,
@@ -387,33 +441,47 @@ async fn tick(
     let unix_ms = env.unix_millis();
     let stamp = rfc3339(unix_ms);
     let stamps = json!({"reconciledAt": stamp});
-    let lookup = |name: &str| {
+    // Keys are `namespace/name`.
+    let lookup = |key: &str| {
+        let (namespace, name) = key.split_once('/')?;
         store.get(
             &kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource())
-                .within(&config.namespace),
+                .within(namespace),
         )
     };
     let mut candidates = std::mem::take(&mut memory.pending);
     candidates.extend(touched.take());
-    candidates.extend(health.take_changed());
+    // Health is the workload's, by app name: the app of that name in each managed namespace.
+    for name in health.take_changed() {
+        for namespace in std::iter::once(&config.namespace).chain(&config.application_namespaces) {
+            let key = app_key(namespace, &name);
+            if lookup(&key).is_some() {
+                candidates.insert(key);
+            }
+        }
+    }
     // A destination that went away or came back: every app on it is looked at now.
     let moved = clusters.take_changed();
     if !moved.is_empty() {
         for app in store.state() {
-            if moved.contains(&destination_of(&app).0) {
-                candidates.insert(app.metadata.name.clone().unwrap_or_default());
+            let namespace = app.metadata.namespace.clone().unwrap_or_default();
+            if moved.contains(&destination_of(&app).0) && config.manages(&namespace) {
+                candidates.insert(app_key(
+                    &namespace,
+                    app.metadata.name.as_deref().unwrap_or(""),
+                ));
             }
         }
     }
     let mut plans: Vec<Plan> = Vec::new();
     let mut planned = BTreeSet::new();
-    for name in candidates {
-        let Some(app) = lookup(&name) else {
-            memory.forget(&name); // deleted
+    for key in candidates {
+        let Some(app) = lookup(&key) else {
+            memory.forget(&key); // deleted
             continue;
         };
         let inputs = Inputs::of(&app, git, health, clusters);
-        let urgent = match (memory.apps.get(&name), &inputs) {
+        let urgent = match (memory.apps.get(&key), &inputs) {
             (None, _) | (_, None) => true,
             (Some((_, k)), Some(i)) => {
                 // Written by someone else after our last write (a view older than our own
@@ -432,15 +500,18 @@ async fn tick(
             continue;
         }
         if !memory.take() {
-            memory.pending.insert(name);
+            memory.pending.insert(key);
             continue;
         }
         if let Some(patch) = full_refresh(&app, git, health, clusters, config, &stamps, unix_ms) {
-            planned.insert(name.clone());
+            planned.insert(key.clone());
+            let (children, incomplete) = plan_children(&app, git, store, memory);
             plans.push(Plan {
-                name,
+                key,
                 inputs,
                 patch,
+                children,
+                incomplete,
             });
         }
     }
@@ -448,30 +519,30 @@ async fn tick(
         .order
         .iter()
         .take_while(|(at, _)| now.saturating_sub(*at) >= config.reconcile_every)
-        .map(|(_, name)| name.clone())
-        .filter(|name| !planned.contains(name))
+        .map(|(_, key)| key.clone())
+        .filter(|key| !planned.contains(key))
         .collect();
     let calm = config
         .calm
         .as_ref()
         .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst));
-    for name in due {
-        let Some(app) = lookup(&name) else {
-            memory.forget(&name);
+    for key in due {
+        let Some(app) = lookup(&key) else {
+            memory.forget(&key);
             continue;
         };
         let inputs = Inputs::of(&app, git, health, clusters);
         let unchanged = memory
             .apps
-            .get(&name)
+            .get(&key)
             .zip(inputs.as_ref())
             .is_some_and(|((_, k), i)| {
                 k.head == i.head && k.health == i.health && k.cluster == i.cluster
             });
         if unchanged && calm {
             // Looked at, nothing to write: due again one period from now.
-            if let Some((_, known)) = memory.apps.get(&name).cloned() {
-                memory.remember(name, now, known);
+            if let Some((_, known)) = memory.apps.get(&key).cloned() {
+                memory.remember(key, now, known);
             }
             continue;
         }
@@ -484,27 +555,75 @@ async fn tick(
             full_refresh(&app, git, health, clusters, config, &stamps, unix_ms)
         };
         if let Some(patch) = patch {
+            let (children, incomplete) = plan_children(&app, git, store, memory);
             plans.push(Plan {
-                name,
+                key,
                 inputs,
                 patch,
+                children,
+                incomplete,
             });
         }
     }
     let written: Vec<(String, Option<Inputs>)> = futures::stream::iter(plans)
         .map(
             |Plan {
-                 name,
+                 key,
                  inputs,
                  patch,
+                 children,
+                 incomplete,
              }| async move {
+                let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), namespace, &super::application_resource());
+                let mut failed = incomplete;
+                for child in children {
+                    let child_ns = child["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or(NAMESPACE)
+                        .to_string();
+                    let children: Api<DynamicObject> = Api::namespaced_with(
+                        client.clone(),
+                        &child_ns,
+                        &super::application_resource(),
+                    );
+                    let object: DynamicObject = match serde_json::from_value(child) {
+                        Ok(object) => object,
+                        Err(_) => continue, // not an object Argo CD could apply
+                    };
+                    match children.create(&PostParams::default(), &object).await {
+                        Ok(_) => env.observe(
+                            WorldEvent::ChildCreated {
+                                parent: name.to_string(),
+                                child: app_key(
+                                    &child_ns,
+                                    object.metadata.name.as_deref().unwrap_or(""),
+                                ),
+                            }
+                            .into(),
+                        ),
+                        Err(kube::Error::Api(status)) if status.code == 409 => {}
+                        Err(e) => {
+                            failed = true;
+                            env.observe(
+                                WorldEvent::ReconcileError {
+                                    app: name.to_string(),
+                                    error: e.to_string(),
+                                }
+                                .into(),
+                            );
+                        }
+                    }
+                }
                 match api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .patch(name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
                 {
-                    // The status is now current: remember the inputs at the version just written.
-                    Ok(app) => (
-                        name,
+                    // The status is now current: remember the inputs at the version just
+                    // written (unless a child is still to be created: looked at again).
+                    Ok(app) if !failed => (
+                        key,
                         inputs
                             .zip(app.metadata.resource_version)
                             .map(|(i, rv)| Inputs {
@@ -512,6 +631,7 @@ async fn tick(
                                 ..i
                             }),
                     ),
+                    Ok(_) => (key, None),
                     Err(e) => {
                         env.observe(
                             WorldEvent::ReconcileError {
@@ -520,7 +640,7 @@ async fn tick(
                             }
                             .into(),
                         );
-                        (name, None)
+                        (key, None)
                     }
                 }
             },
@@ -528,15 +648,33 @@ async fn tick(
         .buffer_unordered(STATUS_PARALLELISM)
         .collect()
         .await;
-    for (name, inputs) in written {
+    for (key, inputs) in written {
         match inputs {
-            Some(inputs) => memory.remember(name, now, inputs),
+            Some(inputs) => memory.remember(key, now, inputs),
             None => {
-                memory.forget(&name);
-                memory.pending.insert(name); // retried as urgent next tick
+                memory.forget(&key);
+                memory.pending.insert(key); // retried as urgent next tick
             }
         }
     }
+}
+
+/// The children `app`'s sync creates now, one client token each, and whether some must
+/// wait for tokens (the parent is then looked at again next tick).
+fn plan_children(
+    app: &DynamicObject,
+    git: &SharedGit,
+    store: &Store<DynamicObject>,
+    memory: &mut Memory,
+) -> (Vec<Value>, bool) {
+    let mut children = missing_children(app, git, store);
+    let mut granted = 0;
+    while granted < children.len() && memory.take() {
+        granted += 1;
+    }
+    let incomplete = granted < children.len();
+    children.truncate(granted);
+    (children, incomplete)
 }
 
 /// Runs the controller until the host stops: a reflector plus a periodic reconcile loop.
@@ -551,8 +689,6 @@ pub async fn run(
     clusters: Clusters,
     config: Config,
 ) {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, &config.namespace, &super::application_resource());
     let mut memory = Memory {
         last_fill: env.elapsed(),
         ..Memory::default()
@@ -561,7 +697,7 @@ pub async fn run(
         env.sleep(TICK).await;
         tick(
             &env,
-            &api,
+            &client,
             &store,
             &touched,
             &git,

@@ -71,6 +71,65 @@ impl HealthOverrides {
     }
 }
 
+/// The API tokens Argo CD accepts. A bundled installation has one fixed token; an existing
+/// Argo CD issues its own, and the `rotate_token` fault revokes it (an expired or
+/// regenerated `argocd account generate-token`) and issues the next. Shared so the world can
+/// rotate it while the server runs.
+#[derive(Clone, Debug, Default)]
+pub struct Tokens(Arc<Mutex<TokenState>>);
+
+#[derive(Debug, Default)]
+struct TokenState {
+    accepted: Option<String>,
+    issued: u64,
+}
+
+impl From<String> for Tokens {
+    fn from(token: String) -> Tokens {
+        Tokens(Arc::new(Mutex::new(TokenState {
+            accepted: Some(token),
+            issued: 1,
+        })))
+    }
+}
+
+impl From<&str> for Tokens {
+    fn from(token: &str) -> Tokens {
+        Tokens::from(token.to_string())
+    }
+}
+
+impl Tokens {
+    /// Whether `token` is the one Argo CD accepts now.
+    pub fn accepts(&self, token: &str) -> bool {
+        self.0
+            .lock()
+            .expect("tokens lock poisoned")
+            .accepted
+            .as_deref()
+            == Some(token)
+    }
+
+    /// The token Argo CD accepts now (empty if none).
+    pub fn current(&self) -> String {
+        self.0
+            .lock()
+            .expect("tokens lock poisoned")
+            .accepted
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// Revokes the current token and issues the next (`argocd-token-<n>`); returns it.
+    pub fn rotate(&self) -> String {
+        let mut state = self.0.lock().expect("tokens lock poisoned");
+        state.issued += 1;
+        let next = format!("argocd-token-{}", state.issued);
+        state.accepted = Some(next.clone());
+        next
+    }
+}
+
 /// Reads an app's `spec.source` as (repoURL, path).
 pub fn source_of(app: &DynamicObject) -> Option<(String, String)> {
     let source = app.data.get("spec")?.get("source")?;
@@ -90,8 +149,12 @@ pub struct Resource {
     pub version: &'static str,
     /// Kind.
     pub kind: &'static str,
-    /// Name (the app's name, in the namespace of the same name).
+    /// Name (the app's name for its Deployment and Service; the child's name for an
+    /// Application of an app-of-apps).
     pub name: String,
+    /// Namespace (the app's destination namespace, named like the app; the child's own
+    /// namespace for an Application).
+    pub namespace: String,
     /// The Git file it comes from.
     pub file: String,
 }
@@ -107,11 +170,22 @@ impl Resource {
     }
 }
 
-/// The Kubernetes resources an app's manifests describe, one per file, sorted.
+/// The Kubernetes resources an app's manifests describe, one per file, sorted: a
+/// Deployment and a Service per app, or (app-of-apps) one `Application` per child manifest.
 pub fn resources_of(files: &BTreeMap<String, String>, app: &str) -> Vec<Resource> {
     let mut resources: Vec<Resource> = files
-        .keys()
-        .map(|file| {
+        .iter()
+        .map(|(file, content)| {
+            if let Some((name, namespace)) = child_of(content) {
+                return Resource {
+                    group: "argoproj.io",
+                    version: "v1alpha1",
+                    kind: "Application",
+                    name,
+                    namespace,
+                    file: file.clone(),
+                };
+            }
             let (group, kind) = if file.ends_with("service.yaml") {
                 ("", "Service")
             } else {
@@ -122,13 +196,51 @@ pub fn resources_of(files: &BTreeMap<String, String>, app: &str) -> Vec<Resource
                 version: "v1",
                 kind,
                 name: app.to_string(),
+                namespace: app.to_string(),
                 file: file.clone(),
             }
         })
         .collect();
     resources.sort();
-    resources.dedup_by(|a, b| (a.group, a.kind) == (b.group, b.kind));
+    resources.dedup_by(|a, b| (a.group, a.kind, &a.name) == (b.group, b.kind, &b.name));
     resources
+}
+
+/// An app-of-apps child manifest's (name, namespace), if `content` is an Application.
+pub fn child_of(content: &str) -> Option<(String, String)> {
+    if !content.contains("kind: Application") {
+        return None;
+    }
+    let object: serde_json::Value = serde_saphyr::from_str(content).ok()?;
+    let metadata = object.get("metadata")?;
+    Some((
+        metadata.get("name")?.as_str()?.to_string(),
+        metadata
+            .get("namespace")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or(NAMESPACE)
+            .to_string(),
+    ))
+}
+
+/// The Applications an app-of-apps parent deploys: each child manifest in its files, as
+/// Argo CD applies it (with the parent's instance label, the default tracking method).
+pub fn children_of(files: &BTreeMap<String, String>, parent: &str) -> Vec<serde_json::Value> {
+    files
+        .values()
+        .filter(|content| child_of(content).is_some())
+        .filter_map(|content| serde_saphyr::from_str::<serde_json::Value>(content).ok())
+        .map(|mut child| {
+            child["metadata"]["labels"] = serde_json::json!({"app.kubernetes.io/instance": parent});
+            child
+        })
+        .collect()
+}
+
+/// `namespace/name`: how Argo CD names an app outside its own namespace, and the key
+/// every map of apps here uses.
+pub fn app_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
 }
 
 /// The compiled (rendered) manifest of `resource` from its Git file's `content`: the YAML
@@ -143,7 +255,7 @@ pub fn compiled(resource: &Resource, content: &str, app: &str) -> serde_json::Va
     object["kind"] = serde_json::json!(resource.kind);
     object["metadata"] = serde_json::json!({
         "name": resource.name,
-        "namespace": app,
+        "namespace": resource.namespace,
         "labels": {"app.kubernetes.io/instance": app},
     });
     object
@@ -157,14 +269,20 @@ pub async fn run(
     git: crate::world::git::SharedGit,
     health: HealthOverrides,
     config: controller::Config,
-    token: String,
+    tokens: impl Into<Tokens>,
 ) -> std::io::Result<()> {
     use futures::StreamExt;
     use kube::runtime::{reflector, watcher, WatchStreamExt};
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
-    let api: kube::Api<DynamicObject> =
-        kube::Api::namespaced_with(client.clone(), &config.namespace, &application_resource());
+    // Argo CD watches its own namespace, or every namespace when
+    // `application.namespaces` names more (and ignores apps outside them).
+    let api: kube::Api<DynamicObject> = if config.application_namespaces.is_empty() {
+        kube::Api::namespaced_with(client.clone(), &config.namespace, &application_resource())
+    } else {
+        kube::Api::all_with(client.clone(), &application_resource())
+    };
+    let allowed = config.clone();
     let writer = reflector::store::Writer::new(application_resource());
     let store = writer.as_reader();
     let backoff = orrery_system::env::kube::SeededBackoff::new(env.clone());
@@ -182,7 +300,13 @@ pub async fn run(
                     | watcher::Event::Delete(app),
                 ) = &event
                 {
-                    seen.touch(app.metadata.name.as_deref().unwrap_or(""));
+                    let namespace = app.metadata.namespace.as_deref().unwrap_or("");
+                    if allowed.manages(namespace) {
+                        seen.touch(&app_key(
+                            namespace,
+                            app.metadata.name.as_deref().unwrap_or(""),
+                        ));
+                    }
                 }
                 async {}
             }),
@@ -190,8 +314,8 @@ pub async fn run(
     let server = server::Server {
         apps: store.clone(),
         git: git.clone(),
-        token,
-        namespace: config.namespace.clone(),
+        tokens: tokens.into(),
+        config: config.clone(),
         compiled: Default::default(),
     };
     let listen = config.listen.clone();

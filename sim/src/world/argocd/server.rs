@@ -8,7 +8,9 @@
 //! | `GET /api/v1/applications/{name}/revisions/{rev}/metadata` | `{author, date, message}` |
 //! | `GET /api/v1/applications/{name}/resource?namespace=&resourceName=&group=&version=&kind=` | `{manifest}`: the live object as a JSON string |
 //!
-//! `appNamespace`, `project` and `sourceIndex` are accepted and ignored (one namespace).
+//! `appNamespace` selects the app's namespace (default: Argo CD's own); a namespace Argo CD
+//! does not manage is refused as the real server refuses it. `project` and `sourceIndex`
+//! are accepted and ignored.
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -29,10 +31,10 @@ pub struct Server {
     pub apps: Store<DynamicObject>,
     /// The Git provider.
     pub git: SharedGit,
-    /// Accepted bearer token.
-    pub token: String,
-    /// Namespace of the Applications.
-    pub namespace: String,
+    /// The bearer token it accepts.
+    pub tokens: super::Tokens,
+    /// The controller's settings: its namespace and the other namespaces it manages.
+    pub config: super::controller::Config,
     /// Compiled manifests as JSON text, by (app, file content): rendering is pure, and the
     /// reporters ask for the same few versions over and over.
     pub compiled:
@@ -85,7 +87,8 @@ impl Server {
             .headers()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            == Some(&format!("Bearer {}", self.token));
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|token| self.tokens.accepts(token));
         if !authorised {
             return error(
                 StatusCode::UNAUTHORIZED,
@@ -99,9 +102,23 @@ impl Server {
         let ["api", "v1", "applications", name, rest @ ..] = segments.as_slice() else {
             return error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}"));
         };
+        let namespace = params
+            .get("appNamespace")
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .unwrap_or_else(|| self.config.namespace.clone());
+        if !self.config.manages(&namespace) {
+            // [inferred wording] Argo CD answers apps outside `application.namespaces` with
+            // PermissionDenied ("namespace '<ns>' is not permitted").
+            return error(
+                StatusCode::FORBIDDEN,
+                7,
+                format!("namespace '{namespace}' is not permitted"),
+            );
+        }
         let key =
             kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource())
-                .within(&self.namespace);
+                .within(&namespace);
         let Some(app) = self.apps.get(&key) else {
             return error(
                 StatusCode::NOT_FOUND,
@@ -197,7 +214,7 @@ impl Server {
                             r.kind == want("kind")
                                 && r.group == want("group")
                                 && r.name == want("resourceName")
-                                && name == &want("namespace")
+                                && r.namespace == want("namespace")
                         })
                         .map(|r| {
                             self.compiled(

@@ -261,6 +261,12 @@ fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
         revision: status("/status/sync/revision"),
         health_status: status("/status/health/status"),
         runtime: event.runtime,
+        read_errors: event
+            .payload
+            .errors
+            .iter()
+            .filter(|e| e.kind == "transient")
+            .count() as u32,
     };
     let applied = platform
         .read_model

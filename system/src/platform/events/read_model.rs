@@ -21,6 +21,10 @@ pub struct AppState {
     pub health_status: String,
     /// Runtime that reported it.
     pub runtime: String,
+    /// Errors of type `transient` in the last event for this state: the reporter's failed
+    /// Argo CD reads (a revoked token, an unreachable server), not the app's own problems.
+    /// A repeat of the same state refreshes them.
+    pub read_errors: u32,
 }
 
 /// What the platform shows for one resource of an app (from resource events).
@@ -73,7 +77,13 @@ impl ReadModel {
                 self.updated += 1;
                 self.apps.insert(key.to_string(), state);
             }
-            Applied::Duplicate => self.duplicates += 1,
+            Applied::Duplicate => {
+                self.duplicates += 1;
+                // What the platform shows of the app's errors is the newest report's.
+                if let Some(current) = self.apps.get_mut(key) {
+                    current.read_errors = state.read_errors;
+                }
+            }
             Applied::Stale => self.stale += 1,
         }
         outcome
@@ -109,7 +119,34 @@ mod tests {
             revision: "r".into(),
             health_status: "Healthy".into(),
             runtime: "rt".into(),
+            read_errors: 0,
         }
+    }
+
+    #[test]
+    fn a_repeat_of_the_same_state_refreshes_the_read_errors_shown() {
+        let mut model = ReadModel::default();
+        let with_errors = AppState {
+            read_errors: 2,
+            ..state(5, "Synced")
+        };
+        assert_eq!(model.apply("ns/a", with_errors), Applied::Updated);
+        assert_eq!(model.apply("ns/a", state(5, "Synced")), Applied::Duplicate);
+        assert_eq!(
+            model.snapshot()["ns/a"].read_errors,
+            0,
+            "the clean re-send clears them"
+        );
+        let stale = AppState {
+            read_errors: 3,
+            ..state(4, "Synced")
+        };
+        assert_eq!(model.apply("ns/a", stale), Applied::Stale);
+        assert_eq!(
+            model.snapshot()["ns/a"].read_errors,
+            0,
+            "an older event changes nothing"
+        );
     }
 
     #[test]

@@ -64,7 +64,8 @@ pub struct ArgoCd {
     env: SharedEnv,
     http: crate::env::http::Client<Full<Bytes>>,
     addr: String,
-    token: String,
+    /// The bearer token; replaced when the hardened reporter sees its Secret change.
+    token: std::sync::Mutex<String>,
     timeout: Duration,
 }
 
@@ -96,9 +97,19 @@ impl ArgoCd {
             http: crate::env::http::client(env.clone(), timeout * 2),
             env,
             addr: addr.into(),
-            token: token.into(),
+            token: std::sync::Mutex::new(token.into()),
             timeout,
         }
+    }
+
+    /// The bearer token calls use now.
+    pub fn token(&self) -> String {
+        self.token.lock().expect("token lock poisoned").clone()
+    }
+
+    /// Replaces the bearer token (a rotated `argocd-token` Secret).
+    pub fn set_token(&self, token: &str) {
+        *self.token.lock().expect("token lock poisoned") = token.to_string();
     }
 
     async fn get(&self, path: String) -> Result<Value, ReadError> {
@@ -110,7 +121,7 @@ impl ArgoCd {
             return Err(failed("connection reset (fault point)".into()));
         }
         let request = Request::get(format!("http://{}{path}", self.addr))
-            .header("authorization", format!("Bearer {}", self.token))
+            .header("authorization", format!("Bearer {}", self.token()))
             .body(Full::new(Bytes::new()))
             .map_err(|e| failed(e.to_string()))?;
         let response = tokio::time::timeout(self.timeout, self.http.request(request))

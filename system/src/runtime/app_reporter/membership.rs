@@ -132,13 +132,18 @@ fn update(replica: &Replica, members: Vec<String>) {
             let Some(name) = app.metadata.name.as_deref() else {
                 continue;
             };
+            let namespace = app.metadata.namespace.as_deref().unwrap_or("");
+            if !replica.config.reports(namespace) {
+                continue;
+            }
+            let key = super::app_key(namespace, name);
             let was = shard::rendezvous_owner(name, &previous) == Some(replica.me.as_str());
             let is = shard::rendezvous_owner(name, &members) == Some(replica.me.as_str());
             if is && !was {
-                state.hardened.push(name);
+                state.hardened.push(&key);
                 gained += 1;
             } else if was && !is {
-                state.hardened.forget(name);
+                state.hardened.forget(&key);
             }
         }
         state.members = members.clone();

@@ -34,6 +34,7 @@ pub mod rate_limit;
 mod resync;
 mod serve;
 pub mod shard;
+pub mod token;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -60,12 +61,19 @@ pub struct Config {
     pub variant: Variant,
     /// The Kubernetes API.
     pub apiserver: KubeTarget,
-    /// Namespace of the Applications.
+    /// Namespace of the Applications (Argo CD's), and of the replicas' leases.
     pub namespace: String,
+    /// More namespaces whose Applications are reported (`--application-namespaces` /
+    /// `ARGOCD_APPLICATION_NAMESPACES`; research §1.1: non-empty makes the informer watch all
+    /// namespaces; apps outside the listed ones are ignored).
+    pub application_namespaces: Vec<String>,
     /// Argo CD server `host:port` and its bearer token.
     pub argocd_addr: String,
-    /// Bearer token for the Argo CD server.
+    /// Bearer token for the Argo CD server (a bundled Argo CD).
     pub argocd_token: String,
+    /// An existing Argo CD: the Secret (in `namespace`, key `token`) holding the token it
+    /// issued; read at start (faithful) or followed (hardened). See [`token`].
+    pub argocd_token_secret: Option<String>,
     /// Platform `host:port` (events API).
     pub platform_addr: String,
     /// Runtime token sent in `Authorization`.
@@ -103,14 +111,21 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether Applications in `namespace` are reported.
+    pub fn reports(&self, namespace: &str) -> bool {
+        namespace == self.namespace || self.application_namespaces.iter().any(|n| n == namespace)
+    }
+
     /// Defaults for `variant` with the given addresses.
     pub fn new(variant: Variant, apiserver: KubeTarget, namespace: &str) -> Self {
         Config {
             variant,
             apiserver,
             namespace: namespace.into(),
+            application_namespaces: Vec::new(),
             argocd_addr: "argocd:8080".into(),
             argocd_token: String::new(),
+            argocd_token_secret: None,
             platform_addr: "platform:8080".into(),
             runtime_token: String::new(),
             cache_addr: "cache:6379".into(),
@@ -211,6 +226,33 @@ impl Replica {
         }
     }
 
+    /// hardened: queues every app this replica owns, bypassing the dedup cache (a new
+    /// Argo CD token: the last events may carry the old one's read errors). Returns how many.
+    fn requeue_owned(&self) -> u64 {
+        let mut apps = self.store.state();
+        apps.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        let keys: Vec<String> = apps
+            .iter()
+            .filter_map(|app| {
+                let namespace = app.metadata.namespace.as_deref()?;
+                let name = app.metadata.name.as_deref()?;
+                (self.config.reports(namespace) && self.owns(name))
+                    .then(|| app_key(namespace, name))
+            })
+            .collect();
+        let mut state = self.state();
+        for key in &keys {
+            state.forced.insert(key.clone());
+            state.hardened.push(key);
+        }
+        drop(state);
+        self.wake.notify_waiters();
+        keys.len() as u64
+    }
+
     /// Label used for `reporter_shard` and in `/app-distribution`.
     fn shard_label(&self) -> String {
         match (self.config.variant, self.shard) {
@@ -225,18 +267,24 @@ impl Replica {
         let Some(name) = app.metadata.name.clone() else {
             return;
         };
-        if !self.owns(&name) {
+        let namespace = app.metadata.namespace.as_deref().unwrap_or("");
+        if !self.config.reports(namespace) || !self.owns(&name) {
             return;
         }
+        // The hardened queue, tombstones and limiter know an app by `namespace/name` (two
+        // namespaces may hold apps of the same name); the faithful limiter by name alone.
+        let key = app_key(namespace, &name);
         let deleted = kind == WatchType::Deleted;
         let now = self.env.elapsed();
         let limited = {
             let mut state = self.state();
-            match state
-                .limiter
-                .as_mut()
-                .map(|l| (l.take(&name, now), l.limit().learning_mode))
-            {
+            match state.limiter.as_mut().map(|l| {
+                let by = match self.config.variant {
+                    Variant::Faithful => &name, // keyed by app name, as the real limiter
+                    Variant::Hardened => &key,
+                };
+                (l.take(by, now), l.limit().learning_mode)
+            }) {
                 Some((Verdict::Limited { retry_in }, learning)) => {
                     state.counters.rate_limited += 1;
                     Some((retry_in, learning))
@@ -258,15 +306,15 @@ impl Replica {
                 // latest state is read then, so nothing is lost by waiting).
                 let mut state = self.state();
                 if deleted {
-                    state.tombstones.insert(name.clone(), app.clone());
+                    state.tombstones.insert(key.clone(), app.clone());
                 }
-                if state.deferred.insert(name.clone()) {
+                if state.deferred.insert(key.clone()) {
                     let again = self.clone();
                     tokio::spawn(async move {
                         again.env.sleep(retry_in).await;
                         let mut state = again.state();
-                        state.deferred.remove(&name);
-                        state.hardened.push(&name);
+                        state.deferred.remove(&key);
+                        state.hardened.push(&key);
                         drop(state);
                         again.wake.notify_one();
                     });
@@ -293,11 +341,11 @@ impl Replica {
             ),
             Variant::Hardened => {
                 if deleted {
-                    state.tombstones.insert(name.clone(), app.clone());
+                    state.tombstones.insert(key.clone(), app.clone());
                 } else {
-                    state.tombstones.remove(&name);
+                    state.tombstones.remove(&key);
                 }
-                state.hardened.push_within(&name, room)
+                state.hardened.push_within(&key, room)
             }
         };
         if pushed == Push::Overflowed && self.config.variant == Variant::Faithful {
@@ -323,8 +371,11 @@ pub async fn run(env: SharedEnv, config: Config) {
     let me = env.identity().host.clone();
     let shard = config.shard.or(env.identity().ordinal);
     let client = crate::env::kube::client(env.clone(), &config.apiserver);
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &config.namespace, &application_resource());
+    let api: Api<DynamicObject> = if config.application_namespaces.is_empty() {
+        Api::namespaced_with(client.clone(), &config.namespace, &application_resource())
+    } else {
+        Api::all_with(client.clone(), &application_resource())
+    };
     let writer = reflector::store::Writer::new(application_resource());
     let store = writer.as_reader();
     let replica = Arc::new(Replica {
@@ -394,8 +445,41 @@ pub async fn run(env: SharedEnv, config: Config) {
         Variant::Hardened => replica.config.workers.max(1),
     };
     let processor = Arc::new(process::Processor::new(env.clone(), &replica.config));
-    for _ in 0..workers {
-        tasks.spawn(worker(replica.clone(), processor.clone()));
+    match replica.config.argocd_token_secret.clone() {
+        None => {
+            for _ in 0..workers {
+                tasks.spawn(worker(replica.clone(), processor.clone()));
+            }
+        }
+        // An existing Argo CD: no work before its token is read from the Secret.
+        Some(secret) => {
+            let (replica, processor, client) = (replica.clone(), processor.clone(), client.clone());
+            tasks.spawn(async move {
+                let token = token::load(&replica, client.clone(), &secret).await;
+                processor.argocd().set_token(&token);
+                replica.env.observe(
+                    ReporterEvent::TokenLoaded {
+                        replica: replica.me.clone(),
+                        requeued: 0,
+                    }
+                    .into(),
+                );
+                // Dropped with this task (a shutdown stops them all).
+                let mut inner = tokio::task::JoinSet::new();
+                if replica.config.variant == Variant::Hardened {
+                    inner.spawn(token::follow(
+                        replica.clone(),
+                        processor.clone(),
+                        client,
+                        secret,
+                    ));
+                }
+                for _ in 0..workers {
+                    inner.spawn(worker(replica.clone(), processor.clone()));
+                }
+                while inner.join_next().await.is_some() {}
+            });
+        }
     }
     if replica.config.variant == Variant::Hardened {
         tasks.spawn(membership::run(replica.clone(), client.clone()));
@@ -457,6 +541,11 @@ async fn report_queue(replica: Arc<Replica>) {
     }
 }
 
+/// `namespace/name`: the hardened reporter's key of an app.
+pub fn app_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
 /// A unit of work: the app, whether it was deleted, the hardened queue entry to release,
 /// and whether to bypass the dedup cache.
 struct Work {
@@ -485,8 +574,9 @@ async fn next(replica: &Replica) -> Work {
                 Variant::Hardened => {
                     while let Some(name) = state.hardened.pop() {
                         // Level-based: process the latest state, or the tombstone of a deleted app.
-                        let key = reflector::ObjectRef::new_with(&name, application_resource())
-                            .within(&replica.config.namespace);
+                        let (namespace, app_name) = name.split_once('/').unwrap_or(("", &name));
+                        let key = reflector::ObjectRef::new_with(app_name, application_resource())
+                            .within(namespace);
                         let force = state.forced.remove(&name);
                         if let Some(app) = replica.store.get(&key) {
                             return Work {

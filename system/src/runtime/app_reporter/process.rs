@@ -260,6 +260,11 @@ struct Gathered {
 }
 
 impl Processor {
+    /// The Argo CD client (its token is replaced when its Secret changes).
+    pub fn argocd(&self) -> &ArgoCd {
+        &self.argocd
+    }
+
     /// Clients for the Argo CD server, the platform and the cache.
     pub fn new(env: SharedEnv, config: &Config) -> Self {
         Processor {

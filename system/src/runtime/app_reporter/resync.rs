@@ -18,8 +18,6 @@ use crate::observe::ReporterEvent;
 
 /// Runs the pass periodically until the host stops.
 pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube::Client) {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, &replica.config.namespace, &application_resource());
     loop {
         replica.env.sleep(replica.config.resync_every).await;
         let read = if replica
@@ -41,15 +39,16 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
         };
         let mut apps = replica.store.state();
         apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let namespace = replica.config.namespace.clone();
         let mut requeued = 0;
         let mut present = std::collections::BTreeSet::new();
         for app in &apps {
             let Some(name) = app.metadata.name.clone() else {
                 continue;
             };
-            present.insert(name.clone());
-            if !replica.owns(&name) {
+            let namespace = app.metadata.namespace.clone().unwrap_or_default();
+            let key = super::app_key(&namespace, &name);
+            present.insert(key.clone());
+            if !replica.config.reports(&namespace) || !replica.owns(&name) {
                 continue;
             }
             let status = app.data.get("status").unwrap_or(&Value::Null);
@@ -59,7 +58,7 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
                     .unwrap_or("")
                     .to_owned()
             };
-            let lagging = match reported.get(&format!("{namespace}/{name}")) {
+            let lagging = match reported.get(&key) {
                 None => true,
                 Some(r) => {
                     r["deleted"].as_bool().unwrap_or(false)
@@ -70,31 +69,33 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
             };
             if lagging {
                 let mut state = replica.state();
-                state.forced.insert(name.clone());
-                state.hardened.push(&name);
+                state.forced.insert(key.clone());
+                state.hardened.push(&key);
                 requeued += 1;
             }
         }
         let mut deletions = 0;
-        let prefix = format!("{namespace}/");
         for (key, r) in &reported {
-            let Some(name) = key.strip_prefix(&prefix) else {
+            let Some((namespace, name)) = key.split_once('/') else {
                 continue;
             };
             if r["deleted"].as_bool().unwrap_or(false)
-                || present.contains(name)
+                || present.contains(key)
+                || !replica.config.reports(namespace)
                 || !replica.owns(name)
             {
                 continue;
             }
             // Our store lacks it: confirm with the API server before reporting a deletion.
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &application_resource());
             if let Ok(None) = api.get_opt(name).await {
                 let rv = r["resource_version"].as_u64().unwrap_or(0) + 1;
-                let mut gone = DynamicObject::new(name, &application_resource()).within(&namespace);
+                let mut gone = DynamicObject::new(name, &application_resource()).within(namespace);
                 gone.metadata.resource_version = Some(rv.to_string());
                 let mut state = replica.state();
-                state.tombstones.insert(name.to_string(), Arc::new(gone));
-                state.hardened.push(name);
+                state.tombstones.insert(key.clone(), Arc::new(gone));
+                state.hardened.push(key);
                 deletions += 1;
             }
         }
