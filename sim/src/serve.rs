@@ -140,6 +140,18 @@ pub struct RuntimeArgs {
     /// Bearer token for the Argo CD server.
     #[arg(long, env = "ARGOCD_TOKEN", hide_env_values = true, default_value = "")]
     argocd_token: String,
+    /// An existing Argo CD: read its token from this Secret (key `token`) in --namespace
+    /// instead of --argocd-token; hardened follows the Secret through rotations.
+    #[arg(
+        long,
+        env = "ARGO_CD_TOKEN_SECRET_NAME",
+        conflicts_with = "argocd_token"
+    )]
+    argocd_token_secret: Option<String>,
+    /// More namespaces whose Applications the reporter watches besides --namespace
+    /// (Argo CD's `application.namespaces`; comma-separated).
+    #[arg(long, env = "ARGOCD_APPLICATION_NAMESPACES", value_delimiter = ',')]
+    application_namespaces: Vec<String>,
     /// The platform's events API (host:port), where the reporter sends events.
     #[arg(long)]
     events_api: Option<String>,
@@ -398,6 +410,8 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             let mut reporter = app_reporter::Config::new(variant, kube.clone(), &args.namespace);
             reporter.argocd_addr = argocd;
             reporter.argocd_token = args.argocd_token.clone();
+            reporter.argocd_token_secret = args.argocd_token_secret.clone();
+            reporter.application_namespaces = args.application_namespaces.clone();
             reporter.platform_addr = args.events_api.clone().unwrap_or_default();
             reporter.runtime_token = args.token.clone();
             reporter.cache_addr = args.cache.clone();

@@ -704,3 +704,333 @@ async fn argo_cd_marks_apps_unknown_while_their_destination_cluster_is_down_and_
     );
     let _ = cluster.cleanup(&namespace).await;
 }
+
+/// Argo CD (accepting `tokens`, managing `namespace` and `more_namespaces`), the platform's
+/// events path and one reporter replica of `variant` (configured further by `configure`),
+/// in-process on loopback around the real API server. Returns the platform and the tasks.
+fn one_replica_world(
+    variant: Variant,
+    target: &KubeTarget,
+    namespace: &str,
+    git: &SharedGit,
+    tokens: argocd::Tokens,
+    more_namespaces: &[String],
+    configure: impl FnOnce(&mut app_reporter::Config),
+) -> (Arc<Platform>, Vec<tokio::task::JoinHandle<()>>) {
+    let (argocd_port, platform_port, cache_port) = (free_port(), free_port(), free_port());
+    let argo_config = argocd::controller::Config {
+        reconcile_every: Duration::from_secs(1),
+        namespace: namespace.to_string(),
+        application_namespaces: more_namespaces.to_vec(),
+        listen: format!("127.0.0.1:{argocd_port}"),
+        ..Default::default()
+    };
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn({
+        let run = argocd::run(
+            Arc::new(RealEnv::new("argocd")),
+            target.clone(),
+            git.clone(),
+            HealthOverrides::default(),
+            argo_config,
+            tokens,
+        );
+        async move { drop(run.await) }
+    }));
+    let platform = Platform::new(events::Config {
+        tokens: [(TOKEN.to_string(), "acme".to_string())]
+            .into_iter()
+            .collect(),
+        bus_capacity: 1000,
+    });
+    let state = ControlPlaneState {
+        events: Some(platform.clone()),
+        ..Default::default()
+    };
+    let events_only = ControlPlaneConfig {
+        events: Some(format!("127.0.0.1:{platform_port}")),
+        ..Default::default()
+    };
+    tasks.push(tokio::spawn(async move {
+        let env = Arc::new(RealEnv::new("platform"));
+        drop(control_plane::run(env, events_only, state, std::future::pending()).await)
+    }));
+    let mut config = app_reporter::Config::new(variant, target.clone(), namespace);
+    config.argocd_addr = format!("127.0.0.1:{argocd_port}");
+    config.platform_addr = format!("127.0.0.1:{platform_port}");
+    config.runtime_token = TOKEN.into();
+    config.cache_addr = format!("127.0.0.1:{cache_port}");
+    config.serve_addr = format!("127.0.0.1:{}", free_port());
+    config.application_namespaces = more_namespaces.to_vec();
+    configure(&mut config);
+    let runtime = RuntimeConfig {
+        app_reporter: Some(config),
+        cache: Some(format!("127.0.0.1:{cache_port}")),
+        ..Default::default()
+    };
+    tasks.push(tokio::spawn(async move {
+        let env: SharedEnv = Arc::new(RealEnv::new("reporter-0"));
+        drop(runtime_assembly::run(env, runtime, std::future::pending()).await)
+    }));
+    (platform, tasks)
+}
+
+/// An existing Argo CD: the runtime's token lives in Secret `argocd-token` on the real API
+/// server. Argo CD revokes it and issues another; the Secret is updated. Both variants keep
+/// reporting (sync and health come from the watched Application), but only hardened follows
+/// the Secret: its next events carry no Argo CD read errors, while faithful's keep the 401s
+/// until a restart. Also: no replica works before the Secret exists.
+async fn token_rotation_suite(variant: Variant) {
+    use k8s_openapi::api::core::v1::Secret;
+    let (cluster, namespace) = prepared(format!(
+        "orrery-token-{}-{}",
+        std::process::id(),
+        variant.as_str()
+    ))
+    .await;
+    let config = kube::Config::infer().await.expect("kubeconfig");
+    let target = KubeTarget::real(config, &namespace);
+    let git = SharedGit::default();
+    git.lock().commit(
+        REPO,
+        "Dev <dev@example.com>",
+        "init",
+        unix_ms(),
+        BTreeMap::from([(
+            "apps/tok/deployment.yaml".to_string(),
+            "image: tok:v1".to_string(),
+        )]),
+    );
+    let tokens = argocd::Tokens::from("argocd-token-1");
+    let (platform, tasks) = one_replica_world(
+        variant,
+        &target,
+        &namespace,
+        &git,
+        tokens.clone(),
+        &[],
+        |config| config.argocd_token_secret = Some("argocd-token".into()),
+    );
+
+    let apps: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    apps.create(&PostParams::default(), &app("tok", &namespace))
+        .await
+        .expect("create the app");
+    let key = format!("{namespace}/tok");
+    // No Secret yet: the replica waits instead of reporting with no token.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !platform.apps().contains_key(&key),
+        "nothing is reported before the token Secret exists"
+    );
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &namespace);
+    let secret = |token: &str| -> Secret {
+        serde_json::from_value(
+            json!({"metadata": {"name": "argocd-token"}, "stringData": {"token": token}}),
+        )
+        .expect("a Secret")
+    };
+    secrets
+        .create(&PostParams::default(), &secret("argocd-token-1"))
+        .await
+        .expect("create the token Secret");
+    let reported = |wanted_errors: u32, revision: String| {
+        let (platform, key) = (platform.clone(), key.clone());
+        move || {
+            let (platform, key, revision) = (platform.clone(), key.clone(), revision.clone());
+            async move {
+                match platform.apps().get(&key) {
+                    Some(a) if a.revision == revision && a.read_errors == wanted_errors => Ok(()),
+                    other => Err(format!("platform shows {other:?}")),
+                }
+            }
+        }
+    };
+    let first = git.lock().head(REPO).expect("a head").sha.clone();
+    eventually(
+        "the app reported with the first token, no read errors",
+        reported(0, first),
+    )
+    .await;
+
+    // The token is revoked; the next change is reported with Argo CD's 401s as read errors.
+    let second_token = tokens.rotate();
+    let commit = |version: u32| {
+        git.lock().commit(
+            REPO,
+            "Dev <dev@example.com>",
+            &format!("v{version}"),
+            unix_ms(),
+            BTreeMap::from([(
+                "apps/tok/deployment.yaml".to_string(),
+                format!("image: tok:v{version}"),
+            )]),
+        )
+    };
+    let second = commit(2);
+    eventually(
+        "the next change reported with the revoked token's read errors",
+        reported(2, second.clone()),
+    )
+    .await;
+
+    // The operator puts the new token into the Secret.
+    secrets
+        .replace(
+            "argocd-token",
+            &PostParams::default(),
+            &secret(&second_token),
+        )
+        .await
+        .expect("update the token Secret");
+    match variant {
+        Variant::Hardened => {
+            eventually(
+                "hardened re-sent the app with the new token: no read errors",
+                reported(0, second),
+            )
+            .await
+        }
+        Variant::Faithful => {
+            // A further change still goes out with the old token's errors.
+            let third = commit(3);
+            eventually(
+                "faithful still reports with the revoked token until a restart",
+                reported(2, third),
+            )
+            .await
+        }
+    }
+    for task in tasks {
+        task.abort();
+    }
+    let _ = cluster.cleanup(&namespace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn faithful_reporter_keeps_a_revoked_argo_cd_token_read_from_its_secret_at_start() {
+    token_rotation_suite(Variant::Faithful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn hardened_reporter_follows_its_argo_cd_token_secret_through_a_rotation() {
+    token_rotation_suite(Variant::Hardened).await;
+}
+
+/// Apps in any namespace on a real API server: Argo CD and the reporter watch every
+/// namespace and keep the listed ones; an app-of-apps parent's sync creates its child in
+/// another namespace, and the child reaches the platform as its parent's child event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn apps_in_several_namespaces_and_an_app_of_apps_child_reach_the_platform() {
+    let pid = std::process::id();
+    let (cluster, home) = prepared(format!("orrery-ns-{pid}-home")).await;
+    let (team, other) = (
+        format!("orrery-ns-{pid}-team"),
+        format!("orrery-ns-{pid}-other"),
+    );
+    for namespace in [&team, &other] {
+        cluster
+            .prepare(namespace)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let config = kube::Config::infer().await.expect("kubeconfig");
+    let target = KubeTarget::real(config, &home);
+    let git = SharedGit::default();
+    let child = format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: kid, namespace: {team}}}\nspec: {{project: default, source: {{repoURL: \"{REPO}\", path: apps/kid}}, syncPolicy: {{automated: {{}}}}}}\n"
+    );
+    let files = BTreeMap::from([
+        ("roots/root/kid.yaml".to_string(), child),
+        (
+            "apps/kid/deployment.yaml".to_string(),
+            "image: kid:v1".to_string(),
+        ),
+        (
+            "apps/solo/deployment.yaml".to_string(),
+            "image: solo:v1".to_string(),
+        ),
+        (
+            "apps/stray/deployment.yaml".to_string(),
+            "image: stray:v1".to_string(),
+        ),
+    ]);
+    git.lock()
+        .commit(REPO, "Dev <dev@example.com>", "init", unix_ms(), files);
+    let (platform, tasks) = one_replica_world(
+        Variant::Hardened,
+        &target,
+        &home,
+        &git,
+        argocd::Tokens::from(ARGO_TOKEN),
+        std::slice::from_ref(&team),
+        |config| config.argocd_token = ARGO_TOKEN.into(),
+    );
+    let create = |namespace: &str, name: &str, path: &str| {
+        let mut object = app(name, namespace);
+        object.data["spec"]["source"]["path"] = json!(path);
+        let apps: Api<DynamicObject> =
+            Api::namespaced_with(cluster.client(), namespace, &application_resource());
+        let name = name.to_string();
+        async move {
+            apps.create(&PostParams::default(), &object)
+                .await
+                .unwrap_or_else(|e| panic!("create {name}: {e}"));
+        }
+    };
+    create(&home, "root", "roots/root").await;
+    create(&team, "solo", "apps/solo").await;
+    create(&other, "stray", "apps/stray").await;
+    let wanted = [
+        format!("{home}/root"),
+        format!("{team}/solo"),
+        format!("{team}/kid"),
+    ];
+    eventually(
+        "apps of both managed namespaces, the child included, reported Synced",
+        || {
+            let (apps, wanted) = (platform.apps(), wanted.clone());
+            async move {
+                match wanted
+                    .iter()
+                    .find(|k| !apps.get(*k).is_some_and(|a| a.sync_status == "Synced"))
+                {
+                    None => Ok(()),
+                    Some(k) => Err(format!(
+                        "{k}: {:?}; platform knows {:?}",
+                        apps.get(k),
+                        apps.keys()
+                    )),
+                }
+            }
+        },
+    )
+    .await;
+    let kid: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &team, &application_resource());
+    let kid = kid.get("kid").await.expect("the child exists");
+    assert_eq!(
+        kid.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/instance"))
+            .map(String::as_str),
+        Some("root"),
+        "created by the parent's sync, with its instance label"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !platform.apps().contains_key(&format!("{other}/stray")),
+        "an app in a namespace neither Argo CD nor the reporter manages is not reported"
+    );
+    for task in tasks {
+        task.abort();
+    }
+    for namespace in [&home, &team, &other] {
+        let _ = cluster.cleanup(namespace).await;
+    }
+}

@@ -23,8 +23,13 @@ pub struct AppState {
     pub runtime: String,
     /// Errors of type `transient` in the last event for this state: the reporter's failed
     /// Argo CD reads (a revoked token, an unreachable server), not the app's own problems.
-    /// A repeat of the same state refreshes them.
+    /// A repeat of the same state refreshes them. (Left out of the JSON when zero.)
+    #[serde(skip_serializing_if = "is_zero")]
     pub read_errors: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What the platform shows for one resource of an app (from resource events).
