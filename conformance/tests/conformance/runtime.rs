@@ -997,7 +997,7 @@ async fn apps_in_several_namespaces_and_an_app_of_apps_child_reach_the_platform(
             async move {
                 match wanted
                     .iter()
-                    .find(|k| !apps.get(*k).is_some_and(|a| a.sync_status == "Synced"))
+                    .find(|k| apps.get(*k).is_none_or(|a| a.sync_status != "Synced"))
                 {
                     None => Ok(()),
                     Some(k) => Err(format!(
