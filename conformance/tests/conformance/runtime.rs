@@ -121,7 +121,7 @@ async fn reporter_suite(variant: Variant) {
     let first = git
         .lock()
         .commit(REPO, "Dev <dev@example.com>", "init", unix_ms(), files);
-    let (argocd_port, platform_port, cache_port) = (free_port(), free_port(), free_port());
+    let (argocd_port, cache_port) = (free_port(), free_port());
     let argo_config = argocd::controller::Config {
         reconcile_every: Duration::from_secs(1),
         history_limit: 5,
@@ -129,37 +129,8 @@ async fn reporter_suite(variant: Variant) {
         listen: format!("127.0.0.1:{argocd_port}"),
         ..Default::default()
     };
-    let mut tasks = Vec::new();
-    tasks.push(tokio::spawn({
-        let run = argocd::run(
-            Arc::new(RealEnv::new("argocd")),
-            target.clone(),
-            git.clone(),
-            HealthOverrides::default(),
-            argo_config,
-            ARGO_TOKEN,
-        );
-        async move { drop(run.await) }
-    }));
-    let platform = Platform::new(events::Config {
-        tokens: [(TOKEN.to_string(), "acme".to_string())]
-            .into_iter()
-            .collect(),
-        bus_capacity: 1000,
-    });
-    // The platform's events path and the runtime's dedup cache, from their assemblies.
-    let state = ControlPlaneState {
-        events: Some(platform.clone()),
-        ..Default::default()
-    };
-    let events_only = ControlPlaneConfig {
-        events: Some(format!("127.0.0.1:{platform_port}")),
-        ..Default::default()
-    };
-    tasks.push(tokio::spawn(async move {
-        let env = Arc::new(RealEnv::new("platform"));
-        drop(control_plane::run(env, events_only, state, std::future::pending()).await)
-    }));
+    let (platform, platform_port, mut tasks) =
+        argocd_and_platform(&target, &git, argo_config, ARGO_TOKEN.into());
     // The dedup cache: a real redis-server when conformance/redis/run.sh started one (as
     // Argo CD's Redis in production), else orrery's RESP server.
     let real_redis = std::env::var("ORRERY_REDIS_ADDR").ok();
@@ -705,26 +676,15 @@ async fn argo_cd_marks_apps_unknown_while_their_destination_cluster_is_down_and_
     let _ = cluster.cleanup(&namespace).await;
 }
 
-/// Argo CD (accepting `tokens`, managing `namespace` and `more_namespaces`), the platform's
-/// events path and one reporter replica of `variant` (configured further by `configure`),
-/// in-process on loopback around the real API server. Returns the platform and the tasks.
-fn one_replica_world(
-    variant: Variant,
+/// Orrery's Argo CD (real mode, `config`, accepting `tokens`) and the platform's events path
+/// (from its assembly) on loopback: the platform, its port and the tasks running them.
+fn argocd_and_platform(
     target: &KubeTarget,
-    namespace: &str,
     git: &SharedGit,
+    config: argocd::controller::Config,
     tokens: argocd::Tokens,
-    more_namespaces: &[String],
-    configure: impl FnOnce(&mut app_reporter::Config),
-) -> (Arc<Platform>, Vec<tokio::task::JoinHandle<()>>) {
-    let (argocd_port, platform_port, cache_port) = (free_port(), free_port(), free_port());
-    let argo_config = argocd::controller::Config {
-        reconcile_every: Duration::from_secs(1),
-        namespace: namespace.to_string(),
-        application_namespaces: more_namespaces.to_vec(),
-        listen: format!("127.0.0.1:{argocd_port}"),
-        ..Default::default()
-    };
+) -> (Arc<Platform>, u16, Vec<tokio::task::JoinHandle<()>>) {
+    let platform_port = free_port();
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn({
         let run = argocd::run(
@@ -732,7 +692,7 @@ fn one_replica_world(
             target.clone(),
             git.clone(),
             HealthOverrides::default(),
-            argo_config,
+            config,
             tokens,
         );
         async move { drop(run.await) }
@@ -755,6 +715,31 @@ fn one_replica_world(
         let env = Arc::new(RealEnv::new("platform"));
         drop(control_plane::run(env, events_only, state, std::future::pending()).await)
     }));
+    (platform, platform_port, tasks)
+}
+
+/// Argo CD (accepting `tokens`, managing `namespace` and `more_namespaces`), the platform's
+/// events path and one reporter replica of `variant` (configured further by `configure`),
+/// in-process on loopback around the real API server. Returns the platform and the tasks.
+fn one_replica_world(
+    variant: Variant,
+    target: &KubeTarget,
+    namespace: &str,
+    git: &SharedGit,
+    tokens: argocd::Tokens,
+    more_namespaces: &[String],
+    configure: impl FnOnce(&mut app_reporter::Config),
+) -> (Arc<Platform>, Vec<tokio::task::JoinHandle<()>>) {
+    let (argocd_port, cache_port) = (free_port(), free_port());
+    let argo_config = argocd::controller::Config {
+        reconcile_every: Duration::from_secs(1),
+        namespace: namespace.to_string(),
+        application_namespaces: more_namespaces.to_vec(),
+        listen: format!("127.0.0.1:{argocd_port}"),
+        ..Default::default()
+    };
+    let (platform, platform_port, mut tasks) =
+        argocd_and_platform(target, git, argo_config, tokens);
     let mut config = app_reporter::Config::new(variant, target.clone(), namespace);
     config.argocd_addr = format!("127.0.0.1:{argocd_port}");
     config.platform_addr = format!("127.0.0.1:{platform_port}");

@@ -132,8 +132,11 @@ impl FinalState {
 pub trait Checker {
     /// Invariant name as written in scenarios.
     fn name(&self) -> &'static str;
-    /// Feeds one trace event; returns a violation the first time one is seen.
-    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation>;
+    /// Feeds one trace event; returns a violation the first time one is seen. (Checkers of
+    /// the end state alone keep this default.)
+    fn on_event(&mut self, _event: &TraceEvent) -> Option<Violation> {
+        None
+    }
     /// Checks the end state; returns a violation if the invariant does not hold.
     fn at_end(&mut self, state: &FinalState) -> Option<Violation>;
 }

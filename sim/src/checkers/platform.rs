@@ -8,7 +8,6 @@ use serde_json::{json, Value};
 use orrery_system::platform::events::read_model::AppState;
 
 use super::{AppTruth, Checker, Class, FinalState, Violation};
-use crate::trace::TraceEvent;
 
 /// Keys of apps the platform shows differently from the API server: missing, stale, or
 /// still shown (not deleted) although gone.
@@ -37,16 +36,23 @@ pub fn stale_apps(apps: &[AppTruth], reported: &BTreeMap<String, AppState>) -> V
     stale
 }
 
+/// A violation of `invariant` seen on the platform at the end of the run.
+fn on_platform(invariant: &str, class: Class, state: &FinalState, details: Value) -> Violation {
+    Violation {
+        invariant: invariant.into(),
+        class,
+        at_ms: state.end_ms,
+        host: "platform".into(),
+        details,
+    }
+}
+
 /// The checker (stateless: it reads the final state).
 pub struct PlatformConverges;
 
 impl Checker for PlatformConverges {
     fn name(&self) -> &'static str {
         "platform_converges"
-    }
-
-    fn on_event(&mut self, _event: &TraceEvent) -> Option<Violation> {
-        None
     }
 
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
@@ -62,17 +68,16 @@ impl Checker for PlatformConverges {
                 "platform": state.reported.get(key).map(|r| json!({"sync": r.sync_status, "revision": r.revision, "health": r.health_status, "deleted": r.deleted, "rv": r.resource_version})),
             })
         };
-        Some(Violation {
-            invariant: self.name().into(),
-            class: Class::Safety,
-            at_ms: state.end_ms,
-            host: "platform".into(),
-            details: json!({
+        Some(on_platform(
+            self.name(),
+            Class::Safety,
+            state,
+            json!({
                 "apps": state.apps.len(),
                 "stale_or_missing": stale.len(),
                 "examples": stale.iter().take(5).map(example).collect::<Vec<_>>(),
             }),
-        })
+        ))
     }
 }
 
@@ -85,10 +90,6 @@ pub struct NoAppStuckUnknown;
 impl Checker for NoAppStuckUnknown {
     fn name(&self) -> &'static str {
         "no_app_stuck_unknown"
-    }
-
-    fn on_event(&mut self, _event: &TraceEvent) -> Option<Violation> {
-        None
     }
 
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
@@ -112,13 +113,12 @@ impl Checker for NoAppStuckUnknown {
         if stuck.is_empty() {
             return None;
         }
-        Some(Violation {
-            invariant: self.name().into(),
-            class: Class::Liveness,
-            at_ms: state.end_ms,
-            host: "platform".into(),
-            details: json!({"stuck_apps": stuck.len(), "examples": stuck.iter().take(5).collect::<Vec<_>>()}),
-        })
+        Some(on_platform(
+            self.name(),
+            Class::Liveness,
+            state,
+            json!({"stuck_apps": stuck.len(), "examples": stuck.iter().take(5).collect::<Vec<_>>()}),
+        ))
     }
 }
 
@@ -130,10 +130,6 @@ pub struct NoStaleReadErrors;
 impl Checker for NoStaleReadErrors {
     fn name(&self) -> &'static str {
         "no_stale_read_errors"
-    }
-
-    fn on_event(&mut self, _event: &TraceEvent) -> Option<Violation> {
-        None
     }
 
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
@@ -149,12 +145,11 @@ impl Checker for NoStaleReadErrors {
         if shown.is_empty() {
             return None;
         }
-        Some(Violation {
-            invariant: self.name().into(),
-            class: Class::Liveness,
-            at_ms: state.end_ms,
-            host: "platform".into(),
-            details: json!({"apps_with_read_errors": shown.len(), "examples": shown.iter().take(5).collect::<Vec<_>>()}),
-        })
+        Some(on_platform(
+            self.name(),
+            Class::Liveness,
+            state,
+            json!({"apps_with_read_errors": shown.len(), "examples": shown.iter().take(5).collect::<Vec<_>>()}),
+        ))
     }
 }

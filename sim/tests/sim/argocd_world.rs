@@ -8,11 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use kube::api::{Api, DynamicObject, PostParams};
-use orrery_sim::env::SimEnv;
 use orrery_sim::world::apiserver::Knobs;
 use orrery_sim::world::argocd::{self, application_resource, HealthOverrides, NAMESPACE};
 use orrery_sim::world::git::SharedGit;
-use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
 use serde_json::{json, Value};
 
@@ -69,27 +67,12 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
             .chain(files("manual", 1))
             .collect(),
     );
-    let (host_git, trace) = (git.clone(), w.trace.clone());
-    w.sim.host("argocd", move || {
-        let env = SimEnv::shared("argocd", SEED, trace.clone());
-        let config = argocd::controller::Config {
-            reconcile_every: Duration::from_secs(5),
-            history_limit: 2,
-            ..Default::default()
-        };
-        let run = argocd::run(
-            env,
-            KubeTarget::new("apiserver:6443"),
-            host_git.clone(),
-            HealthOverrides::default(),
-            config,
-            TOKEN,
-        );
-        async move {
-            run.await?;
-            Ok(())
-        }
-    });
+    let config = argocd::controller::Config {
+        reconcile_every: Duration::from_secs(5),
+        history_limit: 2,
+        ..Default::default()
+    };
+    w.argocd(&git, &HealthOverrides::default(), config, TOKEN);
     let trace = w.trace.clone();
     w.sim.client("client", async move {
         let (env, client) = kube("client", &trace, Duration::from_secs(30));
@@ -243,27 +226,12 @@ fn a_parent_sync_creates_its_children_in_their_namespaces_and_the_server_serves_
             .chain(files("stray", 1))
             .collect(),
     );
-    let (host_git, trace) = (git.clone(), w.trace.clone());
-    w.sim.host("argocd", move || {
-        let env = SimEnv::shared("argocd", SEED, trace.clone());
-        let config = argocd::controller::Config {
-            reconcile_every: Duration::from_secs(5),
-            application_namespaces: vec!["team-a".into()],
-            ..Default::default()
-        };
-        let run = argocd::run(
-            env,
-            KubeTarget::new("apiserver:6443"),
-            host_git.clone(),
-            HealthOverrides::default(),
-            config,
-            TOKEN,
-        );
-        async move {
-            run.await?;
-            Ok(())
-        }
-    });
+    let config = argocd::controller::Config {
+        reconcile_every: Duration::from_secs(5),
+        application_namespaces: vec!["team-a".into()],
+        ..Default::default()
+    };
+    w.argocd(&git, &HealthOverrides::default(), config, TOKEN);
     let trace = w.trace.clone();
     w.sim.client("client", async move {
         let (env, client) = kube("client", &trace, Duration::from_secs(30));

@@ -87,27 +87,12 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
         bus_capacity: 100,
     });
 
-    let (trace, host_git) = (w.trace.clone(), git.clone());
-    w.sim.host("argocd", move || {
-        let env = SimEnv::shared("argocd", SEED, trace.clone());
-        let config = argocd::controller::Config {
-            reconcile_every: Duration::from_secs(3),
-            history_limit: 5,
-            ..Default::default()
-        };
-        let run = argocd::run(
-            env,
-            KubeTarget::new("apiserver:6443"),
-            host_git.clone(),
-            HealthOverrides::default(),
-            config,
-            "argo",
-        );
-        async move {
-            run.await?;
-            Ok(())
-        }
-    });
+    let config = argocd::controller::Config {
+        reconcile_every: Duration::from_secs(3),
+        history_limit: 5,
+        ..Default::default()
+    };
+    w.argocd(&git, &HealthOverrides::default(), config, "argo");
     let (trace, host_platform) = (w.trace.clone(), platform.clone());
     w.sim.host("platform", move || {
         let env = SimEnv::shared("platform", SEED, trace.clone());

@@ -87,26 +87,11 @@ fn world_with(
             .collect(),
         bus_capacity: 100,
     });
-    let (trace, host_git, host_health) = (w.trace.clone(), git.clone(), health.clone());
-    w.sim.host("argocd", move || {
-        let env = SimEnv::shared("argocd", SEED, trace.clone());
-        let config = argocd::controller::Config {
-            reconcile_every: Duration::from_secs(5),
-            ..Default::default()
-        };
-        let run = argocd::run(
-            env,
-            KubeTarget::new("apiserver:6443"),
-            host_git.clone(),
-            host_health.clone(),
-            config,
-            "argo",
-        );
-        async move {
-            run.await?;
-            Ok(())
-        }
-    });
+    let config = argocd::controller::Config {
+        reconcile_every: Duration::from_secs(5),
+        ..Default::default()
+    };
+    w.argocd(&git, &health, config, "argo");
     let (trace, host_platform) = (w.trace.clone(), platform.clone());
     w.sim.host("platform", move || {
         let env = SimEnv::shared("platform", SEED, trace.clone());

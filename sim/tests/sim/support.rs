@@ -48,6 +48,35 @@ pub fn world(knobs: Knobs) -> World {
     World { sim, api, trace }
 }
 
+impl World {
+    /// Boots orrery's simulated Argo CD on host `argocd` (server on port 8080, accepting
+    /// `token`) against the world's API server, reading `git` and `health`.
+    pub fn argocd(
+        &mut self,
+        git: &orrery_sim::world::git::SharedGit,
+        health: &orrery_sim::world::argocd::HealthOverrides,
+        config: orrery_sim::world::argocd::controller::Config,
+        token: &'static str,
+    ) {
+        let (trace, git, health) = (self.trace.clone(), git.clone(), health.clone());
+        self.sim.host("argocd", move || {
+            let env = SimEnv::shared("argocd", SEED, trace.clone());
+            let run = orrery_sim::world::argocd::run(
+                env,
+                KubeTarget::new("apiserver:6443"),
+                git.clone(),
+                health.clone(),
+                config.clone(),
+                token,
+            );
+            async move {
+                run.await?;
+                Ok(())
+            }
+        });
+    }
+}
+
 /// The environment and kube client of a test client host (call inside the host).
 pub fn kube(host: &str, trace: &Trace, read_idle: Duration) -> (SharedEnv, kube::Client) {
     let env = SimEnv::shared(host, SEED, trace.clone());
