@@ -10,7 +10,7 @@
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test lint reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly
+.PHONY: all test test-linted lint reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly
 
 all: test
 
@@ -24,14 +24,28 @@ build:
 reports: build
 	$(ORRERY) reports --scenarios scenarios --out reports
 
-## Tests: everything CI gates on.
-test: lint build
+## Tests: everything CI gates on. The lints ride on the build: clippy-driver compiles the
+## workspace's own crates (what `cargo clippy` runs, with the same `-D warnings`), while the
+## dependencies are compiled once by plain rustc, instead of a second time in check mode for
+## a separate `cargo clippy` (that saved about 4 of make test's minutes on 2 cores).
+## CLIPPY_ARGS is how cargo-clippy hands its arguments to clippy-driver.
+CLIPPY_DRIVER := $(shell rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+LINTED := RUSTC_WORKSPACE_WRAPPER=$(CLIPPY_DRIVER) CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+
+test:
+	@[ -n "$(CLIPPY_DRIVER)" ] || { echo "clippy-driver not found: rustup component add clippy"; exit 1; }
+	$(CARGO) fmt --all --check
+	$(LINTED) $(MAKE) --no-print-directory test-linted
+
+# make test's steps, run with the lints on (see above).
+test-linted: build
 	$(CARGO) test --workspace
 	$(MAKE) --no-print-directory determinism
 	$(MAKE) --no-print-directory conformance-ci
 	$(MAKE) --no-print-directory reports-check
 
-## Formatting and lints (rustfmt defaults; clippy's default set, warnings are errors).
+## Formatting and lints on their own (rustfmt defaults; clippy's default set, warnings are
+## errors); make test applies the same lints to every target it compiles.
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
