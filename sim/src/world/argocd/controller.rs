@@ -326,12 +326,36 @@ struct Plan {
 
 /// The child Applications an auto-synced app-of-apps parent deploys that do not exist yet
 /// (Argo CD's sync applies them; a child deleted by hand comes back at the next sync).
+/// `resources` is the parent's `status.resources` as this refresh writes it: only when one of
+/// its `Application` entries is missing from the store are the manifests read from Git, so
+/// the refreshes of the other apps do no Git work here.
 fn missing_children(
     app: &DynamicObject,
+    resources: &Value,
     git: &SharedGit,
     store: &Store<DynamicObject>,
 ) -> Vec<Value> {
     if app.data.pointer("/spec/syncPolicy/automated").is_none() {
+        return Vec::new();
+    }
+    let absent = |name: &str, namespace: &str| {
+        store
+            .get(
+                &kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource())
+                    .within(namespace),
+            )
+            .is_none()
+    };
+    let field = |r: &Value, f: &str| r[f].as_str().unwrap_or("").to_string();
+    let missing: BTreeSet<(String, String)> = resources
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["kind"] == "Application")
+        .map(|r| (field(r, "name"), field(r, "namespace")))
+        .filter(|(name, namespace)| absent(name, namespace))
+        .collect();
+    if missing.is_empty() {
         return Vec::new();
     }
     let Some((repo, path)) = source_of(app) else {
@@ -350,15 +374,7 @@ fn missing_children(
         .filter(|child| {
             let name = child["metadata"]["name"].as_str().unwrap_or("");
             let namespace = child["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE);
-            store
-                .get(
-                    &kube::runtime::reflector::ObjectRef::new_with(
-                        name,
-                        super::application_resource(),
-                    )
-                    .within(namespace),
-                )
-                .is_none()
+            missing.contains(&(name.to_string(), namespace.to_string()))
         })
         .collect()
 }
@@ -505,7 +521,7 @@ async fn tick(
         }
         if let Some(patch) = full_refresh(&app, git, health, clusters, config, &stamps, unix_ms) {
             planned.insert(key.clone());
-            let (children, incomplete) = plan_children(&app, git, store, memory);
+            let (children, incomplete) = plan_children(&app, &patch, git, store, memory);
             plans.push(Plan {
                 key,
                 inputs,
@@ -555,7 +571,7 @@ async fn tick(
             full_refresh(&app, git, health, clusters, config, &stamps, unix_ms)
         };
         if let Some(patch) = patch {
-            let (children, incomplete) = plan_children(&app, git, store, memory);
+            let (children, incomplete) = plan_children(&app, &patch, git, store, memory);
             plans.push(Plan {
                 key,
                 inputs,
@@ -663,11 +679,17 @@ async fn tick(
 /// wait for tokens (the parent is then looked at again next tick).
 fn plan_children(
     app: &DynamicObject,
+    patch: &Value,
     git: &SharedGit,
     store: &Store<DynamicObject>,
     memory: &mut Memory,
 ) -> (Vec<Value>, bool) {
-    let mut children = missing_children(app, git, store);
+    // The resources this refresh writes, or (a refresh that only stamps the time) the app's.
+    let resources = patch
+        .pointer("/status/resources")
+        .or_else(|| app.data.pointer("/status/resources"))
+        .unwrap_or(&Value::Null);
+    let mut children = missing_children(app, resources, git, store);
     let mut granted = 0;
     while granted < children.len() && memory.take() {
         granted += 1;
