@@ -138,6 +138,67 @@ fn watch_list_sends_initial_events_then_the_initial_events_end_bookmark() {
     w.sim.run().unwrap();
 }
 
+/// kube-apiserver's cache watcher sends a bookmark only above its floor: the RV the watch
+/// started from, raised by the events found in the cache at the start but not by live ones.
+#[test]
+fn bookmarks_stay_above_the_start_floor_and_may_repeat_a_live_events_rv() {
+    let knobs = Knobs {
+        bookmark_interval: Duration::from_secs(2),
+        ..Knobs::default()
+    };
+    let mut w = world(knobs);
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (env, client) = kube("probe", &trace, IDLE);
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let first = api
+            .create(&PostParams::default(), &configmap("first", &[]))
+            .await?;
+        let start = first.metadata.resource_version.clone().unwrap();
+        let params = WatchParams::default().timeout(9);
+        let (events, live_rv) = futures::join!(
+            async {
+                let stream = api.watch(&params, &start).await?;
+                stream.try_collect::<Vec<_>>().await
+            },
+            async {
+                env.sleep(Duration::from_secs(1)).await;
+                let live = api
+                    .create(&PostParams::default(), &configmap("live", &[]))
+                    .await
+                    .expect("create");
+                live.metadata.resource_version.unwrap()
+            }
+        );
+        let events = events?;
+        let bookmarks: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                WatchEvent::Bookmark(b) => Some(b.metadata.resource_version.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            matches!(&events[0], WatchEvent::Added(cm) if cm.metadata.name.as_deref() == Some("live")),
+            "{events:?}"
+        );
+        assert!(!bookmarks.is_empty(), "{events:?}");
+        assert!(
+            bookmarks.iter().all(|rv| *rv == live_rv),
+            "every bookmark repeats the live event's RV {live_rv}: {bookmarks:?}"
+        );
+        // From the newest RV, nothing newer: no bookmark before or at the timeout.
+        let quiet: Vec<_> = api
+            .watch(&WatchParams::default().timeout(5), &live_rv)
+            .await?
+            .try_collect()
+            .await?;
+        assert!(quiet.is_empty(), "{quiet:?}");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
 #[test]
 fn compaction_past_the_watched_rv_makes_the_watcher_relist_after_an_in_stream_410() {
     let knobs = Knobs {

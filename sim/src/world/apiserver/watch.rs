@@ -160,9 +160,13 @@ impl Stream {
                 rv
             }
         };
-        // kube-apiserver's cache watcher drops a bookmark whose RV is not newer than the
-        // last RV the stream carried, so a quiet watch gets no bookmarks at all.
-        let mut last_sent = cursor;
+        // kube-apiserver's cache watcher sends a bookmark only above its floor: the RV the
+        // watch started from, raised by the events it found in the watch cache at the start
+        // (the first pass below) but not by events that arrive later — so a quiet watch gets
+        // no bookmarks, and a bookmark may repeat the RV of a live event
+        // (`cacheWatcher.processInterval` / `process` in k8s.io/apiserver).
+        let mut floor = cursor;
+        let mut first_pass = true;
         let interval = self
             .server
             .knobs()
@@ -189,10 +193,13 @@ impl Stream {
                     if let Err(end) = self.send(bytes).await {
                         return end;
                     }
-                    last_sent = change.rv;
+                    if first_pass {
+                        floor = change.rv;
+                    }
                 }
                 cursor = change.rv;
             }
+            first_pass = false;
             // Every change up to `newest` was looked at (other types are not ours), so the
             // cursor may move there: bookmarks then carry the global RV, as upstream.
             cursor = cursor.max(newest);
@@ -201,11 +208,10 @@ impl Stream {
                 return End::Timeout;
             }
             if request.bookmarks && now >= next_bookmark {
-                if cursor > last_sent {
+                if cursor > floor {
                     if let Err(end) = self.send(bookmark(&request.kind, cursor, false)).await {
                         return end;
                     }
-                    last_sent = cursor;
                 }
                 next_bookmark = schedule(now);
             }
