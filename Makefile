@@ -5,12 +5,13 @@
 #                  once; reported as SKIPPED if it cannot be), and a check that the
 #                  committed reports are up to date (what CI runs)
 # Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make sweep, make bench,
-#       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores)
+#       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores),
+#       make profile (where one seed's time goes)
 
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test test-linted lint reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly
+.PHONY: all test test-linted lint reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly profile
 
 all: test
 
@@ -89,6 +90,23 @@ nightly:
 bench:
 	$(CARGO) build --release -p orrery-sim --bin orrery
 	./target/release/orrery bench --events 20000 --out reports/perf/bench.json
+
+## Where one seed's time goes (not part of make test): a perf profile of a release build with
+## frame pointers; the report goes to reports/perf/profile-<scenario>-<variant>.txt.
+##   make profile SCENARIO=queue-overflow VARIANT=hardened SEED=1
+## Before/after cost of every scenario against another revision: scripts/perf-table.sh BASE
+SCENARIO ?= queue-overflow
+VARIANT ?= hardened
+SEED ?= 1
+PROFILE_OUT := reports/perf/profile-$(SCENARIO)-$(VARIANT)
+profile:
+	@command -v perf >/dev/null || { echo "perf not found: apt-get install linux-perf"; exit 2; }
+	RUSTFLAGS="-C force-frame-pointers=yes" $(CARGO) build --profile profiling -p orrery-sim --bin orrery
+	@mkdir -p reports/perf
+	perf record -F 499 --call-graph fp -o $(PROFILE_OUT).data ./target/profiling/orrery run scenarios/$(SCENARIO).yaml --seed $(SEED) --variant $(VARIANT) > /dev/null
+	perf report -i $(PROFILE_OUT).data --no-children --percent-limit 0.3 --stdio -g none > $(PROFILE_OUT).txt 2>/dev/null
+	perf report -i $(PROFILE_OUT).data --children --percent-limit 2 --stdio -g none > $(PROFILE_OUT).inclusive.txt 2>/dev/null
+	@head -40 $(PROFILE_OUT).txt; echo "full: $(PROFILE_OUT).txt (self), $(PROFILE_OUT).inclusive.txt (with callees)"
 
 ## Conformance suites (API fidelity: real vs simulated API server; runtime on real Kubernetes).
 CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture

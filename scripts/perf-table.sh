@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Cost per scenario, before and after a change, measured in one run on one machine.
+#
+# Builds the release binary of BASE (any git revision, in a throwaway worktree) and of the
+# working tree, runs seed 1 of each scenario in both variants with each binary (one run at a
+# time, so they do not compete for cores), and prints a Markdown table: wall seconds per seed,
+# simulated seconds per wall second, peak RSS, and whether the two trace hashes agree.
+# The table also goes to reports/perf/compare.md (ignored by git; copy figures into the
+# README's performance section by hand).
+#
+#   scripts/perf-table.sh BASE [scenario-name...]     e.g. scripts/perf-table.sh HEAD~3 queue-overflow
+set -euo pipefail
+base=${1:?usage: scripts/perf-table.sh BASE-REVISION [scenario-name...]}
+shift
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+command -v /usr/bin/time >/dev/null || { echo "needs GNU time (/usr/bin/time): apt-get install time" >&2; exit 2; }
+command -v jq >/dev/null || { echo "needs jq: apt-get install jq" >&2; exit 2; }
+
+work=$(mktemp -d)
+cleanup() { git worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"; }
+trap cleanup EXIT
+git worktree add -q --detach "$work/base" "$base"
+echo "building $base ($(git rev-parse --short "$base")) and the working tree, release..." >&2
+CARGO_TARGET_DIR="$root/target/perf-base" cargo build -q --release --manifest-path "$work/base/Cargo.toml" -p orrery-sim --bin orrery
+cargo build -q --release -p orrery-sim --bin orrery
+cp "$root/target/perf-base/release/orrery" "$work/old"
+cp "$root/target/release/orrery" "$work/new"
+
+names=("$@")
+if [ ${#names[@]} -eq 0 ]; then
+  for f in scenarios/*.yaml; do names+=("$(basename "$f" .yaml)"); done
+fi
+
+# measure BINARY SCENARIO-FILE VARIANT -> "wall sim rss_mb hash"
+measure() {
+  local out="$work/out" tim="$work/time"
+  /usr/bin/time -f '%e %M' -o "$tim" "$1" run "$2" --seed 1 --variant "$3" > "$out" || true
+  local line sim hash
+  line=$(tail -1 "$out")
+  sim=$(jq -r .sim_seconds <<<"$line")
+  hash=$(jq -r .trace_hash <<<"$line")
+  read -r wall rss < <(tail -1 "$tim")
+  echo "$wall $sim $((rss / 1024)) $hash"
+}
+
+table="$work/table.md"
+{
+  echo "| scenario | variant | wall s/seed before | after | speed-up | sim/wall before | after | peak RSS MB before | after | trace hash |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+} > "$table"
+for name in "${names[@]}"; do
+  new_file="scenarios/$name.yaml"
+  old_file="$work/base/scenarios/$name.yaml"
+  [ -f "$new_file" ] || { echo "no scenario $new_file" >&2; exit 2; }
+  [ -f "$old_file" ] || old_file="$new_file"
+  for variant in faithful hardened; do
+    read -r ow os orss oh < <(measure "$work/old" "$old_file" "$variant")
+    read -r nw ns nrss nh < <(measure "$work/new" "$new_file" "$variant")
+    same=$([ "$oh" = "$nh" ] && echo "identical" || echo "differs ($oh → $nh)")
+    awk -v n="$name" -v v="$variant" -v ow="$ow" -v nw="$nw" -v os="$os" -v ns="$ns" \
+        -v orss="$orss" -v nrss="$nrss" -v same="$same" 'BEGIN {
+      printf "| %s | %s | %.2f | %.2f | %.1f× | %.1f | %.1f | %d | %d | %s |\n",
+        n, v, ow, nw, (nw > 0 ? ow / nw : 0), (ow > 0 ? os / ow : 0), (nw > 0 ? ns / nw : 0), orss, nrss, same }' | tee -a "$table" >&2
+  done
+done
+mkdir -p reports/perf
+{ echo "Before: \`$base\` ($(git rev-parse --short "$base")); after: the working tree. Release builds, seed 1, one run at a time, $(nproc) cores."; echo; cat "$table"; } > reports/perf/compare.md
+cat reports/perf/compare.md
