@@ -184,9 +184,10 @@ fn desired_status(
 
 /// `spec.destination` as (server, namespace); no server means in-cluster.
 pub fn destination_of(app: &DynamicObject) -> (String, String) {
+    let destination = app.data.get("spec").and_then(|s| s.get("destination"));
     let field = |f: &str| {
-        app.data
-            .pointer(&format!("/spec/destination/{f}"))
+        destination
+            .and_then(|d| d.get(f))
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string()
@@ -389,6 +390,11 @@ impl Memory {
         self.last_fill = now;
     }
 
+    /// Whether a token is left (without taking it).
+    fn has_token(&self) -> bool {
+        self.tokens_milli >= 1000
+    }
+
     /// Takes one token if there is one.
     fn take(&mut self) -> bool {
         if self.tokens_milli >= 1000 {
@@ -492,6 +498,13 @@ async fn tick(
     let mut plans: Vec<Plan> = Vec::new();
     let mut planned = BTreeSet::new();
     for key in candidates {
+        // An app never refreshed is urgent whatever its inputs; with no token left it waits
+        // for a later tick, unread (one deleted meanwhile is dropped then), so the thousands
+        // waiting at start-up cost nothing per tick.
+        if !memory.has_token() && !memory.apps.contains_key(&key) {
+            memory.pending.insert(key);
+            continue;
+        }
         let Some(app) = lookup(&key) else {
             memory.forget(&key); // deleted
             continue;
