@@ -49,7 +49,7 @@ pub mod tunnel;
 #[cfg(test)]
 mod tests;
 
-pub use platform::stale_apps;
+pub use platform::{stale_apps, stale_count};
 
 use serde::Serialize;
 use serde_json::Value;

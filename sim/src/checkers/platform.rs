@@ -14,14 +14,13 @@ use super::{AppTruth, Checker, Class, FinalState, Violation};
 pub fn stale_apps(apps: &[AppTruth], reported: &BTreeMap<String, AppState>) -> Vec<String> {
     let mut stale: Vec<String> = apps
         .iter()
-        .filter(|a| match reported.get(&a.key) {
-            Some(r) => {
-                r.deleted
-                    || r.sync_status != a.sync_status
-                    || r.revision != a.revision
-                    || r.health_status != a.health_status
-            }
-            None => true,
+        .filter(|a| {
+            shown_differently(
+                reported.get(&a.key),
+                &a.sync_status,
+                &a.revision,
+                &a.health_status,
+            )
         })
         .map(|a| a.key.clone())
         .collect();
@@ -34,6 +33,47 @@ pub fn stale_apps(apps: &[AppTruth], reported: &BTreeMap<String, AppState>) -> V
     );
     stale.sort();
     stale
+}
+
+/// Whether the platform shows an app differently from the API server's sync status,
+/// revision and health: not at all, as deleted, or with another value.
+pub fn shown_differently(
+    reported: Option<&AppState>,
+    sync_status: &str,
+    revision: &str,
+    health_status: &str,
+) -> bool {
+    match reported {
+        Some(r) => {
+            r.deleted
+                || r.sync_status != sync_status
+                || r.revision != revision
+                || r.health_status != health_status
+        }
+        None => true,
+    }
+}
+
+/// The number of keys [`stale_apps`] would return, from borrowed views of the API server's
+/// apps (`(key, sync status, revision, health)`), without building [`AppTruth`]s.
+pub fn stale_count<'a>(
+    apps: impl IntoIterator<Item = (&'a str, &'a str, &'a str, &'a str)>,
+    reported: &BTreeMap<String, AppState>,
+) -> (u64, u64) {
+    let (mut live, mut stale, mut shown_live) = (0u64, 0u64, 0u64);
+    for (key, sync_status, revision, health_status) in apps {
+        live += 1;
+        let entry = reported.get(key);
+        if entry.is_some_and(|r| !r.deleted) {
+            shown_live += 1;
+        }
+        if shown_differently(entry, sync_status, revision, health_status) {
+            stale += 1;
+        }
+    }
+    // Shown (not deleted) but gone from the API server.
+    let shown = reported.values().filter(|r| !r.deleted).count() as u64;
+    (live, stale + shown - shown_live)
 }
 
 /// A violation of `invariant` seen on the platform at the end of the run.

@@ -417,3 +417,54 @@ fn no_app_stuck_unknown_fires_for_unknown_apps_on_registered_clusters_only() {
         "Unknown by right: the cluster's registration was removed"
     );
 }
+
+#[test]
+fn stale_count_counts_what_stale_apps_lists() {
+    let shown = |sync: &str, deleted: bool| AppState {
+        resource_version: 7,
+        deleted,
+        sync_status: sync.into(),
+        revision: "abc".into(),
+        health_status: "Healthy".into(),
+        runtime: "acme".into(),
+        read_errors: 0,
+    };
+    let apps = vec![
+        app("same", "1", "Synced"),
+        app("differs", "2", "Synced"),
+        app("missing", "3", "Synced"),
+        app("shown-deleted", "4", "Synced"),
+    ];
+    let reported: std::collections::BTreeMap<String, AppState> = [
+        ("argocd/same", shown("Synced", false)),
+        ("argocd/differs", shown("OutOfSync", false)),
+        ("argocd/shown-deleted", shown("Synced", true)),
+        ("argocd/gone-but-shown", shown("Synced", false)),
+        ("argocd/gone-and-deleted", shown("Synced", true)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let listed = crate::checkers::stale_apps(&apps, &reported);
+    assert_eq!(
+        listed,
+        [
+            "argocd/differs",
+            "argocd/gone-but-shown",
+            "argocd/missing",
+            "argocd/shown-deleted"
+        ]
+    );
+    let views = apps.iter().map(|a| {
+        (
+            a.key.as_str(),
+            a.sync_status.as_str(),
+            a.revision.as_str(),
+            a.health_status.as_str(),
+        )
+    });
+    assert_eq!(
+        crate::checkers::stale_count(views, &reported),
+        (4, listed.len() as u64)
+    );
+}

@@ -600,18 +600,48 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
     apps
 }
 
-/// Records how many apps the platform shows differently from the API server (a time series).
+/// Records how many apps the platform shows differently from the API server (a time series):
+/// counts what [`checkers::stale_apps`] of [`truth`] would return, from borrowed objects and
+/// the read model in place (a copy of 10,000 apps per sample cost 7 % of a run).
 fn sample_staleness(sim: &turmoil::Sim<'static>, world: &World) {
-    let apps = truth(&world.api);
-    let reported = world.platform.apps();
-    let stale = checkers::stale_apps(&apps, &reported);
-    world.trace.record_harness(
-        sim.elapsed(),
-        HarnessEvent::StaleApps {
-            apps: apps.len() as u64,
-            stale: stale.len() as u64,
-        },
-    );
+    let kind = world
+        .api
+        .kind("applications")
+        .expect("applications are served")
+        .clone();
+    let store = world.api.store();
+    let keys: Vec<String> = store
+        .iter(&kind)
+        .map(|o| {
+            let metadata = o.get("metadata");
+            format!("{}/{}", text(metadata, "namespace"), text(metadata, "name"))
+        })
+        .collect();
+    let (apps, stale) = world.platform.with_apps(|reported| {
+        let views = keys.iter().zip(store.iter(&kind)).map(|(key, o)| {
+            let status = o.get("status");
+            let sync = status.and_then(|s| s.get("sync"));
+            let health = status.and_then(|s| s.get("health"));
+            (
+                key.as_str(),
+                text(sync, "status"),
+                text(sync, "revision"),
+                text(health, "status"),
+            )
+        });
+        checkers::stale_count(views, reported)
+    });
+    drop(store);
+    world
+        .trace
+        .record_harness(sim.elapsed(), HarnessEvent::StaleApps { apps, stale });
+}
+
+/// `o[field]` as text ("" when absent or not a string).
+fn text<'a>(o: Option<&'a Value>, field: &str) -> &'a str {
+    o.and_then(|o| o.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 /// How often the harness samples platform staleness when reporters run.

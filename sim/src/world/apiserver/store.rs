@@ -231,15 +231,18 @@ impl Store {
     }
 
     /// Calls `f` on every stored object of `kind` in key order, without copying them.
-    pub fn visit(&self, kind: &ResourceKind, mut f: impl FnMut(&Value)) {
+    pub fn visit(&self, kind: &ResourceKind, f: impl FnMut(&Value)) {
+        self.iter(kind).for_each(f);
+    }
+
+    /// Every stored object of `kind` in key order, borrowed.
+    pub fn iter<'a>(&'a self, kind: &ResourceKind) -> impl Iterator<Item = &'a Value> + 'a {
         let key = kind.key();
         let first = (key.clone(), String::new(), String::new());
-        for ((resource, _, _), value) in self.objects.range(first..) {
-            if *resource != key {
-                break;
-            }
-            f(value);
-        }
+        self.objects
+            .range(first..)
+            .take_while(move |((resource, _, _), _)| *resource == key)
+            .map(|(_, value)| value.as_ref())
     }
 
     /// Drops history written before `now - window`.

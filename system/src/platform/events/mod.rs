@@ -83,6 +83,16 @@ impl Platform {
             .snapshot()
     }
 
+    /// Calls `f` with every app's reported state, without copying the read model (the
+    /// harness samples staleness of 10,000 apps every 10 simulated seconds).
+    pub fn with_apps<T>(&self, f: impl FnOnce(&BTreeMap<String, AppState>) -> T) -> T {
+        f(self
+            .read_model
+            .lock()
+            .expect("read model lock poisoned")
+            .apps())
+    }
+
     /// Every resource's reported state (`<app ns>/<app>/<group>/<kind>/<ns>/<name>`).
     pub fn resources(&self) -> BTreeMap<String, read_model::ResourceState> {
         self.read_model

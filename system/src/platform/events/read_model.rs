@@ -110,6 +110,11 @@ impl ReadModel {
     pub fn snapshot(&self) -> BTreeMap<String, AppState> {
         self.apps.clone()
     }
+
+    /// Every app's state, borrowed.
+    pub fn apps(&self) -> &BTreeMap<String, AppState> {
+        &self.apps
+    }
 }
 
 #[cfg(test)]
