@@ -575,12 +575,7 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
         .kind("applications")
         .expect("applications are served")
         .clone();
-    let text = |o: Option<&Value>, field: &str| {
-        o.and_then(|o| o.get(field))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
+    let text = |o: Option<&Value>, field: &str| text(o, field).to_string();
     let mut apps: Vec<checkers::AppTruth> = Vec::new();
     api.store().visit(&kind, |o| {
         let (metadata, status) = (o.get("metadata"), o.get("status"));

@@ -26,7 +26,7 @@ use orrery_system::observe::WorldEvent;
 use super::error::ApiError;
 use super::resources::ResourceKind;
 use super::selector::{FieldSelector, LabelSelector};
-use super::store::Filter;
+use super::store::{Filter, Written};
 use super::watch::{self, WatchRequest};
 use super::ApiServer;
 
@@ -93,6 +93,15 @@ struct Target {
 pub struct Handler {
     env: SharedEnv,
     server: Arc<ApiServer>,
+}
+
+/// A write's answer: the stored object's JSON, the bytes its watchers send too.
+fn written(status: StatusCode, written: &Written) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(full(written.json.clone()))
+        .expect("static response parts are valid")
 }
 
 fn error_response(error: &ApiError) -> Response<Body> {
@@ -269,7 +278,7 @@ impl Handler {
                 let created = self.write("create", &target, |store| {
                     store.create(&target.kind, &namespace, body, now, unix_millis)
                 })?;
-                Ok(json(StatusCode::CREATED, &created))
+                Ok(written(StatusCode::CREATED, &created))
             }
             (&Method::PUT, Some(name)) => {
                 let body = read_json(req, &content_type, &target.kind.kind).await?;
@@ -277,7 +286,7 @@ impl Handler {
                 let replaced = self.write("replace", &target, |store| {
                     store.replace(&target.kind, &namespace, name, body, target.status, now)
                 })?;
-                Ok(json(StatusCode::OK, &replaced))
+                Ok(written(StatusCode::OK, &replaced))
             }
             (&Method::PATCH, Some(name)) => {
                 let media = content_type
@@ -328,7 +337,7 @@ impl Handler {
                             )
                         })?;
                         // An apply that creates answers 201, as a POST would.
-                        return Ok(json(
+                        return Ok(written(
                             if existed {
                                 StatusCode::OK
                             } else {
@@ -339,7 +348,7 @@ impl Handler {
                     }
                     other => return Err(ApiError::unsupported_media_type(other)),
                 };
-                Ok(json(StatusCode::OK, &patched))
+                Ok(written(StatusCode::OK, &patched))
             }
             (&Method::DELETE, Some(name)) => {
                 let deleted = self.write("delete", &target, |store| {
@@ -360,8 +369,8 @@ impl Handler {
         &self,
         verb: &str,
         target: &Target,
-        op: impl FnOnce(&mut super::Store) -> Result<Value, ApiError>,
-    ) -> Result<Value, ApiError> {
+        op: impl FnOnce(&mut super::Store) -> Result<Written, ApiError>,
+    ) -> Result<Written, ApiError> {
         let window = self.server.knobs().compaction_window;
         let (result, rv) = {
             let mut store = self.server.store();

@@ -63,6 +63,32 @@ impl Change {
 
 type Key = (String, String, String);
 
+/// What a write stored: the object and its JSON text, serialised once for the answer and for
+/// every watcher that sends the change (instead of a deep copy for the answer and a second
+/// serialisation for the watchers).
+#[derive(Clone, Debug)]
+pub struct Written {
+    /// The stored object (shared with the store and its history).
+    pub object: Arc<Value>,
+    /// `object` as JSON.
+    pub json: bytes::Bytes,
+}
+
+impl Written {
+    fn of(object: Arc<Value>) -> Written {
+        let json = bytes::Bytes::from(serde_json::to_vec(&*object).expect("JSON values serialise"));
+        Written { object, json }
+    }
+}
+
+impl std::ops::Deref for Written {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.object
+    }
+}
+
 /// The storage of the simulated API server.
 #[derive(Debug, Default)]
 pub struct Store {
@@ -267,7 +293,7 @@ impl Store {
         key: Key,
         new: Option<Value>,
         now: Duration,
-    ) -> Value {
+    ) -> Written {
         self.rv += 1;
         let rv = self.rv;
         let previous = self.objects.get(&key).cloned();
@@ -293,17 +319,18 @@ impl Store {
                 (ChangeType::Deleted, Arc::new(object))
             }
         };
+        let written = Written::of(object);
         self.history.push_back(Change {
             rv,
             resource: kind.key(),
             namespace: key.1,
             change,
-            object: object.clone(),
+            object: written.object.clone(),
             previous,
             at: now,
-            encoded: Arc::default(),
+            encoded: Arc::new(std::sync::OnceLock::from(written.json.clone())),
         });
-        (*object).clone()
+        written
     }
 
     /// Reads one object.
@@ -322,7 +349,7 @@ impl Store {
         mut object: Value,
         now: Duration,
         unix_millis: u64,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Written, ApiError> {
         if !object.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -461,7 +488,7 @@ impl Store {
         mut body: Value,
         status_only: bool,
         now: Duration,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Written, ApiError> {
         if !body.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -501,7 +528,7 @@ impl Store {
         patch: &Value,
         status_only: bool,
         now: Duration,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Written, ApiError> {
         let key = Self::key(kind, namespace, name);
         let current = self
             .objects
@@ -527,7 +554,7 @@ impl Store {
         namespace: &str,
         name: &str,
         now: Duration,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Written, ApiError> {
         let key = Self::key(kind, namespace, name);
         if !self.objects.contains_key(&key) {
             return Err(ApiError::not_found(kind, name));
@@ -548,9 +575,9 @@ impl Store {
         status_only: bool,
         now: Duration,
         unix_millis: u64,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Written, ApiError> {
         let key = Self::key(kind, namespace, name);
-        match self.objects.get(&key).map(|o| (**o).clone()) {
+        match self.objects.get(&key).cloned() {
             None if status_only => Err(ApiError::not_found(kind, name)),
             None => {
                 let mut object = applied.clone();
@@ -577,8 +604,8 @@ impl Store {
                     &rfc3339(unix_millis),
                 )?;
                 Self::prepare_update(kind, &current, &mut next, status_only);
-                if next == current {
-                    return Ok(current); // an apply that changes nothing writes nothing, as upstream
+                if next == *current {
+                    return Ok(Written::of(current)); // an apply that changes nothing writes nothing, as upstream
                 }
                 Ok(self.commit(kind, key, Some(next), now))
             }
@@ -708,6 +735,16 @@ mod tests {
     }
 
     #[test]
+    fn a_write_answers_with_the_bytes_its_watchers_send() {
+        let mut store = Store::default();
+        let k = kind("applications");
+        let created = store.create(&k, "ns", app("a"), Duration::ZERO, 0).unwrap();
+        assert_eq!(created.json, serde_json::to_vec(&*created.object).unwrap());
+        let (changes, _) = store.changes_after(0, &k.key()).unwrap();
+        assert_eq!(changes[0].object_json(), created.json);
+    }
+
+    #[test]
     fn resource_versions_are_global_and_strictly_increasing_across_types() {
         let mut store = Store::default();
         let a = store
@@ -732,7 +769,7 @@ mod tests {
         let mut store = Store::default();
         let k = kind("applications");
         let created = store.create(&k, "ns", app("a"), Duration::ZERO, 0).unwrap();
-        let mut stale = created.clone();
+        let mut stale = (*created).clone();
         store
             .patch_merge(
                 &k,
