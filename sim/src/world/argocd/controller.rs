@@ -397,7 +397,7 @@ impl Memory {
 
     /// Takes one token if there is one.
     fn take(&mut self) -> bool {
-        if self.tokens_milli >= 1000 {
+        if self.has_token() {
             self.tokens_milli -= 1000;
             true
         } else {
