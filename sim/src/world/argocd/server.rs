@@ -12,6 +12,8 @@
 //! does not manage is refused as the real server refuses it. `project` and `sourceIndex`
 //! are accepted and ignored.
 
+use std::collections::BTreeMap;
+
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use kube::api::DynamicObject;
@@ -35,10 +37,50 @@ pub struct Server {
     pub tokens: super::Tokens,
     /// The controller's settings: its namespace and the other namespaces it manages.
     pub config: super::controller::Config,
-    /// Compiled manifests as JSON text, by (app, file content): rendering is pure, and the
-    /// reporters ask for the same few versions over and over.
-    pub compiled:
-        std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<(String, String), String>>>,
+    /// Compiled manifests as JSON text, by app, file and file content: rendering is pure,
+    /// and the reporters ask for the same few versions over and over.
+    pub compiled: std::sync::Arc<std::sync::Mutex<CompiledCache>>,
+}
+
+/// Compiled manifests by app → file → file content, each level looked up by `&str` (no
+/// key is built per lookup).
+#[derive(Default)]
+pub struct CompiledCache {
+    by_app: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
+    entries: usize,
+}
+
+impl CompiledCache {
+    /// The cached text for (app, file, raw), rendering and keeping it on a miss.
+    fn get_or_render(
+        &mut self,
+        app: &str,
+        file: &str,
+        raw: &str,
+        render: impl FnOnce() -> String,
+    ) -> String {
+        if let Some(text) = self
+            .by_app
+            .get(app)
+            .and_then(|files| files.get(file))
+            .and_then(|versions| versions.get(raw))
+        {
+            return text.clone();
+        }
+        if self.entries >= COMPILED_CACHE_LIMIT {
+            self.by_app.clear();
+            self.entries = 0;
+        }
+        let text = render();
+        self.by_app
+            .entry(app.to_string())
+            .or_default()
+            .entry(file.to_string())
+            .or_default()
+            .insert(raw.to_string(), text.clone());
+        self.entries += 1;
+        text
+    }
 }
 
 /// Entries kept in the compiled-manifest cache before it is cleared.
@@ -68,17 +110,12 @@ fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
 impl Server {
     /// `resource`'s compiled manifest as JSON text (cached).
     fn compiled(&self, resource: &super::Resource, raw: &str, app: &str) -> String {
-        let key = (format!("{app}\u{0}{}", resource.file), raw.to_string());
-        let mut cache = self.compiled.lock().expect("compiled cache lock poisoned");
-        if let Some(text) = cache.get(&key) {
-            return text.clone();
-        }
-        let text = compiled(resource, raw, app).to_string();
-        if cache.len() >= COMPILED_CACHE_LIMIT {
-            cache.clear();
-        }
-        cache.insert(key, text.clone());
-        text
+        self.compiled
+            .lock()
+            .expect("compiled cache lock poisoned")
+            .get_or_render(app, &resource.file, raw, || {
+                compiled(resource, raw, app).to_string()
+            })
     }
 
     /// Answers one request.

@@ -144,7 +144,7 @@ struct Accepted {
 fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection> {
     let json = if gzip {
         let mut text = Vec::new();
-        flate2::read::GzDecoder::new(body)
+        flate2::bufread::GzDecoder::new(body)
             .take(DECOMPRESSED_LIMIT_BYTES + 1)
             .read_to_end(&mut text)
             .map_err(|e| {

@@ -11,8 +11,6 @@ use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::env::fnv1a_64;
-
 /// The app-level entry's key: `app|<ns>/<name>|last-sent-event`.
 pub fn app_key(namespace: &str, name: &str) -> String {
     format!("app|{namespace}/{name}|last-sent-event")
@@ -33,8 +31,107 @@ pub fn resource_key(app_namespace: &str, app: &str, latest_revision: &str, res: 
     )
 }
 
-fn digest(value: &Value) -> String {
-    format!("{:016x}", fnv1a_64(value.to_string().as_bytes()))
+fn digest(value: &impl Serialize) -> String {
+    let mut hash = Fnv1a(FNV_OFFSET);
+    // Writing into a hash cannot fail; a value that cannot be serialised hashes what came out.
+    let _ = serde_json::to_writer(&mut hash, value);
+    format!("{:016x}", hash.0)
+}
+
+/// FNV-1a's offset basis ([`crate::env::fnv1a_64`] of nothing).
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// [`crate::env::fnv1a_64`] of everything written: hashes JSON as it is serialised, without the text.
+struct Fnv1a(u64);
+
+impl std::io::Write for Fnv1a {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An object as it serialises after serde_json's `Map::remove(skip)`, without copying it:
+/// with `preserve_order` that removal is a `swap_remove` (the last entry takes the removed
+/// one's place), so the entries come out in that order. `conditions` also drops
+/// `lastTransitionTime` from every object in a `conditions` array (the status rule).
+struct Without<'a> {
+    map: &'a serde_json::Map<String, Value>,
+    skip: &'a str,
+    conditions: bool,
+}
+
+impl Serialize for Without<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let entries: Vec<(&String, &Value)> = self.map.iter().collect();
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        if let Some(gone) = entries.iter().position(|(k, _)| k.as_str() == self.skip) {
+            order.swap_remove(gone);
+        }
+        let mut out = serializer.serialize_map(Some(order.len()))?;
+        for i in order {
+            let (key, value) = entries[i];
+            match value {
+                Value::Array(items) if self.conditions && key == "conditions" => {
+                    out.serialize_entry(key, &Conditions(items))?
+                }
+                _ => out.serialize_entry(key, value)?,
+            }
+        }
+        out.end()
+    }
+}
+
+/// `status.conditions` without each condition's `lastTransitionTime`.
+struct Conditions<'a>(&'a [Value]);
+
+impl Serialize for Conditions<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|c| match c {
+            Value::Object(map) => Filtered::Map(Without {
+                map,
+                skip: "lastTransitionTime",
+                conditions: false,
+            }),
+            other => Filtered::Value(other),
+        }))
+    }
+}
+
+/// A value, or an object without some of its keys.
+enum Filtered<'a> {
+    Value(&'a Value),
+    Map(Without<'a>),
+}
+
+impl Serialize for Filtered<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Filtered::Value(v) => v.serialize(serializer),
+            Filtered::Map(m) => m.serialize(serializer),
+        }
+    }
+}
+
+/// `value` without `skip` (when it is an object).
+fn without<'a>(value: Option<&'a Value>, skip: &'a str, conditions: bool) -> Filtered<'a> {
+    match value {
+        Some(Value::Object(map)) => Filtered::Map(Without {
+            map,
+            skip,
+            conditions,
+        }),
+        Some(other) => Filtered::Value(other),
+        None => Filtered::Value(&Value::Null),
+    }
 }
 
 /// A `status.resources[]` entry as compared by the resource-level rule (deep equality).
@@ -58,22 +155,15 @@ pub struct AppFingerprint {
 impl AppFingerprint {
     /// The fingerprint of `app` after the real reporter's normalisation (rule 3).
     pub fn of(app: &DynamicObject) -> Self {
-        let mut spec = app.data.get("spec").cloned().unwrap_or(Value::Null);
-        if let Some(map) = spec.as_object_mut() {
-            map.remove("project"); // "take spec.project from the new app": never a difference
-        }
-        let mut status = app.data.get("status").cloned().unwrap_or(Value::Null);
-        if let Some(map) = status.as_object_mut() {
-            map.remove("reconciledAt");
-            if let Some(conditions) = map.get_mut("conditions").and_then(Value::as_array_mut) {
-                for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
-                    c.remove("lastTransitionTime");
-                }
-            }
-        }
-        let operation = app.data.get("operation").cloned().unwrap_or(Value::Null);
-        let health = status
-            .pointer("/health/status")
+        // spec without `project` ("take spec.project from the new app": never a difference),
+        // status without `reconciledAt` and its conditions without `lastTransitionTime`,
+        // hashed as they serialise, without copies of them.
+        let spec = without(app.data.get("spec"), "project", false);
+        let status = without(app.data.get("status"), "reconciledAt", true);
+        let operation = app.data.get("operation").unwrap_or(&Value::Null);
+        let health = app
+            .data
+            .pointer("/status/health/status")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
@@ -87,8 +177,8 @@ impl AppFingerprint {
         }
         AppFingerprint {
             health,
-            core: digest(&serde_json::json!([spec, status, operation])),
-            meta: digest(&serde_json::to_value(&meta).unwrap_or(Value::Null)),
+            core: digest(&(spec, status, operation)),
+            meta: digest(&meta),
         }
     }
 
@@ -159,7 +249,60 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::fnv1a_64;
     use serde_json::json;
+
+    /// The digests as first written: copies with serde_json's `remove`, then the text hashed.
+    fn fingerprint_by_copies(app: &DynamicObject) -> (String, String) {
+        let hash = |v: &Value| format!("{:016x}", fnv1a_64(v.to_string().as_bytes()));
+        let mut spec = app.data.get("spec").cloned().unwrap_or(Value::Null);
+        if let Some(map) = spec.as_object_mut() {
+            map.remove("project");
+        }
+        let mut status = app.data.get("status").cloned().unwrap_or(Value::Null);
+        if let Some(map) = status.as_object_mut() {
+            map.remove("reconciledAt");
+            if let Some(conditions) = map.get_mut("conditions").and_then(Value::as_array_mut) {
+                for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
+                    c.remove("lastTransitionTime");
+                }
+            }
+        }
+        let operation = app.data.get("operation").cloned().unwrap_or(Value::Null);
+        let mut meta = app.metadata.clone();
+        meta.resource_version = None;
+        meta.generation = None;
+        meta.generate_name = None;
+        meta.managed_fields = None;
+        (
+            hash(&json!([spec, status, operation])),
+            hash(&serde_json::to_value(&meta).unwrap()),
+        )
+    }
+
+    #[test]
+    fn fingerprints_hash_the_same_text_as_copies_with_keys_removed() {
+        let apps = [
+            json!({"metadata": {"name": "a", "resourceVersion": "7"},
+                   "spec": {"project": "p", "source": {"repoURL": "r"}, "destination": {}},
+                   "status": {"reconciledAt": "t", "sync": {"status": "Synced"},
+                              "conditions": [{"type": "X", "lastTransitionTime": "t", "message": "m"}, 5],
+                              "health": {"status": "Healthy"}}}),
+            // The removed keys last, first, absent; status not an object; no spec.
+            json!({"metadata": {"name": "b"}, "spec": {"source": {}, "project": "p"},
+                   "status": {"conditions": [{"message": "m", "lastTransitionTime": "t"}], "reconciledAt": "t"}}),
+            json!({"metadata": {"name": "c"}, "spec": {"a": 1}, "status": "odd", "operation": {"sync": {}}}),
+            json!({"metadata": {"name": "d", "labels": {"x": "y"}}}),
+        ];
+        for a in apps {
+            let mut object = a.clone();
+            object["apiVersion"] = json!("argoproj.io/v1alpha1");
+            object["kind"] = json!("Application");
+            let app: DynamicObject = serde_json::from_value(object).unwrap();
+            let got = AppFingerprint::of(&app);
+            assert_eq!((got.core, got.meta), fingerprint_by_copies(&app), "{a}");
+        }
+    }
 
     fn app(status: Value) -> DynamicObject {
         serde_json::from_value(json!({
