@@ -174,3 +174,86 @@ impl kube::runtime::utils::Backoff for SeededBackoff {
     /// kube's `ResetTimerBackoff` does.
     fn reset(&mut self) {}
 }
+
+/// A watched object shared by a reflector's store and the stream's consumer: the watch event
+/// is decoded once and never copied (kube-rs's `Writer` clones every object it stores; a
+/// clone of an `Arc` costs nothing). Derefs to the object.
+#[derive(Debug)]
+pub struct Shared<K>(pub std::sync::Arc<K>);
+
+impl<K> Clone for Shared<K> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<K> std::ops::Deref for Shared<K> {
+    type Target = K;
+
+    fn deref(&self) -> &K {
+        &self.0
+    }
+}
+
+impl<K: kube::Resource> kube::runtime::reflector::Lookup for Shared<K> {
+    type DynamicType = K::DynamicType;
+
+    fn kind(dyntype: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::kind(dyntype)
+    }
+
+    fn group(dyntype: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::group(dyntype)
+    }
+
+    fn version(dyntype: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::version(dyntype)
+    }
+
+    fn plural(dyntype: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::plural(dyntype)
+    }
+
+    fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.0
+            .meta()
+            .name
+            .as_deref()
+            .map(std::borrow::Cow::Borrowed)
+    }
+
+    fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.0
+            .meta()
+            .namespace
+            .as_deref()
+            .map(std::borrow::Cow::Borrowed)
+    }
+
+    fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.0
+            .meta()
+            .resource_version
+            .as_deref()
+            .map(std::borrow::Cow::Borrowed)
+    }
+
+    fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.0.meta().uid.as_deref().map(std::borrow::Cow::Borrowed)
+    }
+}
+
+/// A watcher event with its object wrapped in [`Shared`] (for `kube::runtime::reflector`).
+pub fn shared<K>(
+    event: kube::runtime::watcher::Event<K>,
+) -> kube::runtime::watcher::Event<Shared<K>> {
+    use kube::runtime::watcher::Event;
+    let share = |o| Shared(std::sync::Arc::new(o));
+    match event {
+        Event::Apply(o) => Event::Apply(share(o)),
+        Event::Delete(o) => Event::Delete(share(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(share(o)),
+        Event::InitDone => Event::InitDone,
+    }
+}

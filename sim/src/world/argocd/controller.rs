@@ -33,6 +33,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use serde_json::{json, Value};
 
+use orrery_system::env::kube::Shared;
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
@@ -334,7 +335,7 @@ fn missing_children(
     app: &DynamicObject,
     resources: &Value,
     git: &SharedGit,
-    store: &Store<DynamicObject>,
+    store: &Store<Shared<DynamicObject>>,
 ) -> Vec<Value> {
     if app.data.pointer("/spec/syncPolicy/automated").is_none() {
         return Vec::new();
@@ -449,7 +450,7 @@ fn full_refresh(
 async fn tick(
     env: &SharedEnv,
     client: &kube::Client,
-    store: &Store<DynamicObject>,
+    store: &Store<Shared<DynamicObject>>,
     touched: &Touched,
     git: &SharedGit,
     health: &HealthOverrides,
@@ -694,7 +695,7 @@ fn plan_children(
     app: &DynamicObject,
     patch: &Value,
     git: &SharedGit,
-    store: &Store<DynamicObject>,
+    store: &Store<Shared<DynamicObject>>,
     memory: &mut Memory,
 ) -> (Vec<Value>, bool) {
     // The resources this refresh writes, or (a refresh that only stamps the time) the app's.
@@ -717,7 +718,7 @@ fn plan_children(
 pub async fn run(
     env: SharedEnv,
     client: kube::Client,
-    store: Store<DynamicObject>,
+    store: Store<Shared<DynamicObject>>,
     touched: Touched,
     git: SharedGit,
     health: HealthOverrides,

@@ -271,7 +271,7 @@ pub async fn run(
     config: controller::Config,
     tokens: impl Into<Tokens>,
 ) -> std::io::Result<()> {
-    use futures::StreamExt;
+    use futures::{StreamExt, TryStreamExt};
     use kube::runtime::{reflector, watcher, WatchStreamExt};
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
@@ -289,28 +289,26 @@ pub async fn run(
     // Every app the watch delivers is a candidate for the controller's next tick.
     let touched = controller::Touched::default();
     let seen = touched.clone();
-    tokio::spawn(
-        watcher(api, watcher::Config::default())
-            .backoff(backoff)
-            .reflect(writer)
-            .for_each(move |event| {
-                if let Ok(
-                    watcher::Event::Apply(app)
-                    | watcher::Event::InitApply(app)
-                    | watcher::Event::Delete(app),
-                ) = &event
-                {
-                    let namespace = app.metadata.namespace.as_deref().unwrap_or("");
-                    if allowed.manages(namespace) {
-                        seen.touch(&app_key(
-                            namespace,
-                            app.metadata.name.as_deref().unwrap_or(""),
-                        ));
-                    }
-                }
-                async {}
-            }),
-    );
+    let events = watcher(api, watcher::Config::default())
+        .backoff(backoff)
+        .map_ok(orrery_system::env::kube::shared);
+    tokio::spawn(reflector::reflector(writer, events).for_each(move |event| {
+        if let Ok(
+            watcher::Event::Apply(app)
+            | watcher::Event::InitApply(app)
+            | watcher::Event::Delete(app),
+        ) = &event
+        {
+            let namespace = app.metadata.namespace.as_deref().unwrap_or("");
+            if allowed.manages(namespace) {
+                seen.touch(&app_key(
+                    namespace,
+                    app.metadata.name.as_deref().unwrap_or(""),
+                ));
+            }
+        }
+        async {}
+    }));
     let server = server::Server {
         apps: store.clone(),
         git: git.clone(),

@@ -21,6 +21,7 @@ use kube::runtime::reflector::Store;
 use serde_json::{json, Value};
 
 use orrery_system::env::http::{json, Body};
+use orrery_system::env::kube::Shared;
 
 use super::{compiled, resources_of, source_of};
 use crate::world::apiserver::store::rfc3339;
@@ -30,7 +31,7 @@ use crate::world::git::SharedGit;
 #[derive(Clone)]
 pub struct Server {
     /// The controller's reflector of Applications.
-    pub apps: Store<DynamicObject>,
+    pub apps: Store<Shared<DynamicObject>>,
     /// The Git provider.
     pub git: SharedGit,
     /// The bearer token it accepts.
@@ -42,12 +43,20 @@ pub struct Server {
     pub compiled: std::sync::Arc<std::sync::Mutex<CompiledCache>>,
 }
 
-/// Compiled manifests by app → file → file content, each level looked up by `&str` (no
-/// key is built per lookup).
+/// Compiled manifests by (app, file, file content), found by a hash of the three and
+/// compared in full (no key is built per lookup; a hash collision only shares a bucket).
 #[derive(Default)]
 pub struct CompiledCache {
-    by_app: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
+    buckets: BTreeMap<u64, Vec<Compiled>>,
     entries: usize,
+}
+
+/// One cached rendering.
+struct Compiled {
+    app: String,
+    file: String,
+    raw: String,
+    text: String,
 }
 
 impl CompiledCache {
@@ -59,25 +68,31 @@ impl CompiledCache {
         raw: &str,
         render: impl FnOnce() -> String,
     ) -> String {
-        if let Some(text) = self
-            .by_app
-            .get(app)
-            .and_then(|files| files.get(file))
-            .and_then(|versions| versions.get(raw))
-        {
-            return text.clone();
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for part in [app, file, raw] {
+            for b in part.bytes().chain([0]) {
+                hash ^= u64::from(b);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        if let Some(hit) = self.buckets.get(&hash).and_then(|bucket| {
+            bucket
+                .iter()
+                .find(|c| c.app == app && c.file == file && c.raw == raw)
+        }) {
+            return hit.text.clone();
         }
         if self.entries >= COMPILED_CACHE_LIMIT {
-            self.by_app.clear();
+            self.buckets.clear();
             self.entries = 0;
         }
         let text = render();
-        self.by_app
-            .entry(app.to_string())
-            .or_default()
-            .entry(file.to_string())
-            .or_default()
-            .insert(raw.to_string(), text.clone());
+        self.buckets.entry(hash).or_default().push(Compiled {
+            app: app.to_string(),
+            file: file.to_string(),
+            raw: raw.to_string(),
+            text: text.clone(),
+        });
         self.entries += 1;
         text
     }
@@ -176,7 +191,7 @@ impl Server {
         match rest {
             [] => json(
                 StatusCode::OK,
-                &serde_json::to_value(&*app).unwrap_or(Value::Null),
+                &serde_json::to_value(&**app).unwrap_or(Value::Null),
             ),
             ["resource-tree"] => {
                 let nodes: Vec<Value> = status["resources"]

@@ -40,14 +40,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::Notify;
 
 use crate::core::Variant;
-use crate::env::kube::{KubeTarget, SeededBackoff};
+use crate::env::kube::{KubeTarget, SeededBackoff, Shared};
 use crate::env::{Point, SharedEnv};
 use crate::observe::ReporterEvent;
 use dedup::WatchType;
@@ -206,7 +206,7 @@ struct Replica {
     config: Config,
     me: String,
     shard: Option<u32>,
-    store: Store<DynamicObject>,
+    store: Store<Shared<DynamicObject>>,
     state: Mutex<State>,
     wake: Notify,
 }
@@ -411,34 +411,26 @@ pub async fn run(env: SharedEnv, config: Config) {
     let mut tasks = tokio::task::JoinSet::new();
     let watched = replica.clone();
     let backoff = SeededBackoff::new(env.clone());
-    tasks.spawn(
-        watcher(api, watcher::Config::default())
-            .backoff(backoff)
-            .reflect(writer)
-            .for_each(move |event| {
-                match event {
-                    // The initial list reaches the real informer as OnAdd; later changes as OnUpdate.
-                    Ok(watcher::Event::InitApply(app)) => {
-                        watched.on_change(Arc::new(app), WatchType::Added)
-                    }
-                    Ok(watcher::Event::Apply(app)) => {
-                        watched.on_change(Arc::new(app), WatchType::Modified)
-                    }
-                    Ok(watcher::Event::Delete(app)) => {
-                        watched.on_change(Arc::new(app), WatchType::Deleted)
-                    }
-                    Ok(_) => {}
-                    Err(e) => watched.env.observe(
-                        ReporterEvent::WatchError {
-                            replica: watched.me.clone(),
-                            error: e.to_string(),
-                        }
-                        .into(),
-                    ),
+    let events = watcher(api, watcher::Config::default())
+        .backoff(backoff)
+        .map_ok(crate::env::kube::shared);
+    tasks.spawn(reflector::reflector(writer, events).for_each(move |event| {
+        match event {
+            // The initial list reaches the real informer as OnAdd; later changes as OnUpdate.
+            Ok(watcher::Event::InitApply(app)) => watched.on_change(app.0, WatchType::Added),
+            Ok(watcher::Event::Apply(app)) => watched.on_change(app.0, WatchType::Modified),
+            Ok(watcher::Event::Delete(app)) => watched.on_change(app.0, WatchType::Deleted),
+            Ok(_) => {}
+            Err(e) => watched.env.observe(
+                ReporterEvent::WatchError {
+                    replica: watched.me.clone(),
+                    error: e.to_string(),
                 }
-                async {}
-            }),
-    );
+                .into(),
+            ),
+        }
+        async {}
+    }));
 
     let workers = match replica.config.variant {
         Variant::Faithful => 1, // one consumer, as the real reporter
@@ -580,7 +572,7 @@ async fn next(replica: &Replica) -> Work {
                         let force = state.forced.remove(&name);
                         if let Some(app) = replica.store.get(&key) {
                             return Work {
-                                app,
+                                app: app.0.clone(),
                                 kind: WatchType::Modified,
                                 hardened_name: Some(name),
                                 force,
