@@ -310,10 +310,14 @@ async fn handle(
     }
     match (req.method().as_str(), req.uri().path()) {
         ("GET", "/healthz") => json(StatusCode::OK, &json!({"status": "ok"})),
-        ("GET", "/2.0/api/apps") => json(
-            StatusCode::OK,
-            &serde_json::to_value(platform.apps()).unwrap_or(Value::Null),
-        ),
+        // Serialised in place under the lock: no copy of 10,000 states per read.
+        ("GET", "/2.0/api/apps") => Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(crate::env::http::full(platform.with_apps(|apps| {
+                serde_json::to_vec(apps).unwrap_or_default()
+            })))
+            .expect("static response parts are valid"),
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
             Ok(event) => match bus.try_send(event) {
                 // Fault point: stored, then the handler fails before it answers.

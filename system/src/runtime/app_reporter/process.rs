@@ -93,6 +93,23 @@ pub struct Processor {
     config: Config,
 }
 
+/// What the hardened resync reads of one app in the platform's read model (the fields of
+/// `platform::events::read_model::AppState` it compares; the rest is skipped unparsed).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct ReportedApp {
+    /// The platform shows the app deleted.
+    pub deleted: bool,
+    /// `sync.status` shown.
+    pub sync_status: String,
+    /// Revision shown.
+    pub revision: String,
+    /// `health.status` shown.
+    pub health_status: String,
+    /// The app's resourceVersion the state reflects.
+    pub resource_version: u64,
+}
+
 /// The envelope `{"data": payload}`, serialised straight from the payload (the same bytes as
 /// `json!({"data": payload})` without building a `Value` tree of every event first).
 #[derive(serde::Serialize)]
@@ -755,7 +772,9 @@ impl Processor {
     }
 
     /// The platform's read model (`GET /2.0/api/apps`): `namespace/name` → reported state.
-    pub async fn platform_apps(&self) -> Result<std::collections::BTreeMap<String, Value>, String> {
+    pub async fn platform_apps(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, ReportedApp>, String> {
         let request = Request::get(format!("http://{}/2.0/api/apps", self.config.platform_addr))
             .header("authorization", self.config.runtime_token.clone())
             .body(Full::new(Bytes::new()))

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
 use super::process::Processor;
@@ -40,31 +41,24 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
         let mut apps = replica.store.state();
         apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut requeued = 0;
-        let mut present = std::collections::BTreeSet::new();
         for app in &apps {
-            let Some(name) = app.metadata.name.clone() else {
+            let Some(name) = app.metadata.name.as_deref() else {
                 continue;
             };
-            let namespace = app.metadata.namespace.clone().unwrap_or_default();
-            let key = super::app_key(&namespace, &name);
-            present.insert(key.clone());
-            if !replica.config.reports(&namespace) || !replica.owns(&name) {
+            let namespace = app.metadata.namespace.as_deref().unwrap_or_default();
+            if !replica.config.reports(namespace) || !replica.owns(name) {
                 continue;
             }
+            let key = super::app_key(namespace, name);
             let status = app.data.get("status").unwrap_or(&Value::Null);
-            let text = |v: &Value, p: &str| {
-                v.pointer(p)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned()
-            };
+            let text = |p: &str| status.pointer(p).and_then(Value::as_str).unwrap_or("");
             let lagging = match reported.get(&key) {
                 None => true,
                 Some(r) => {
-                    r["deleted"].as_bool().unwrap_or(false)
-                        || text(r, "/sync_status") != text(status, "/sync/status")
-                        || text(r, "/revision") != text(status, "/sync/revision")
-                        || text(r, "/health_status") != text(status, "/health/status")
+                    r.deleted
+                        || r.sync_status != text("/sync/status")
+                        || r.revision != text("/sync/revision")
+                        || r.health_status != text("/health/status")
                 }
             };
             if lagging {
@@ -79,10 +73,11 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
             let Some((namespace, name)) = key.split_once('/') else {
                 continue;
             };
-            if r["deleted"].as_bool().unwrap_or(false)
-                || present.contains(key)
-                || !replica.config.reports(namespace)
-                || !replica.owns(name)
+            let in_store = || {
+                let at = ObjectRef::new_with(name, application_resource()).within(namespace);
+                replica.store.get(&at).is_some()
+            };
+            if r.deleted || !replica.config.reports(namespace) || !replica.owns(name) || in_store()
             {
                 continue;
             }
@@ -90,7 +85,7 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), namespace, &application_resource());
             if let Ok(None) = api.get_opt(name).await {
-                let rv = r["resource_version"].as_u64().unwrap_or(0) + 1;
+                let rv = r.resource_version + 1;
                 let mut gone = DynamicObject::new(name, &application_resource()).within(namespace);
                 gone.metadata.resource_version = Some(rv.to_string());
                 let mut state = replica.state();
