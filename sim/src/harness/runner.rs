@@ -600,10 +600,18 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
 /// the read model in place (a copy of 10,000 apps per sample cost 7 % of a run).
 ///
 /// The count depends only on the API server's apps and the platform's app states, so a
-/// sample taken when neither moved since the last one (the store's resourceVersion and the
-/// read model's update count are the same) repeats the last count without recounting.
+/// sample taken when neither moved since the last one (no Application written, the read
+/// model's update count the same) repeats the last count without recounting.
 fn sample_staleness(sim: &turmoil::Sim<'static>, world: &World, last: &mut Option<StaleSample>) {
-    let marks = (world.api.store().rv(), world.platform.projection_counts().0);
+    let kind = world
+        .api
+        .kind("applications")
+        .expect("applications are served")
+        .clone();
+    let marks = (
+        world.api.store().last_write(&kind),
+        world.platform.projection_counts().0,
+    );
     let (apps, stale) = match last {
         Some(sample) if sample.marks == marks => sample.counts,
         _ => {
@@ -617,8 +625,8 @@ fn sample_staleness(sim: &turmoil::Sim<'static>, world: &World, last: &mut Optio
         .record_harness(sim.elapsed(), HarnessEvent::StaleApps { apps, stale });
 }
 
-/// The last staleness count and what it was counted from: (store resourceVersion, read
-/// model updates).
+/// The last staleness count and what it was counted from: (RV of the last write to an
+/// Application, read model updates).
 struct StaleSample {
     marks: (u64, u64),
     counts: (u64, u64),

@@ -98,6 +98,9 @@ pub struct Store {
     history: VecDeque<Change>,
     /// History holds every change with `rv > compacted_rv`.
     compacted_rv: u64,
+    /// The RV of the last write to each resource (`kind.key()`), for readers that only
+    /// care whether one kind moved.
+    last_write: BTreeMap<String, u64>,
 }
 
 /// One page of a list.
@@ -231,6 +234,11 @@ impl Store {
         self.rv
     }
 
+    /// The RV of the last write to objects of `kind` (0 before the first).
+    pub fn last_write(&self, kind: &ResourceKind) -> u64 {
+        self.last_write.get(&kind.key()).copied().unwrap_or(0)
+    }
+
     /// Changes with RV at or below this are gone from history.
     pub fn compacted_rv(&self) -> u64 {
         self.compacted_rv
@@ -296,6 +304,12 @@ impl Store {
     ) -> Written {
         self.rv += 1;
         let rv = self.rv;
+        match self.last_write.get_mut(&key.0) {
+            Some(last) => *last = rv,
+            None => {
+                self.last_write.insert(key.0.clone(), rv);
+            }
+        }
         let previous = self.objects.get(&key).cloned();
         let (change, object) = match new {
             Some(mut object) => {

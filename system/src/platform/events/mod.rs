@@ -4,6 +4,7 @@
 //!
 //! A 2xx answer means *queued*, as in the real platform: the handler projects later.
 
+pub mod object;
 pub mod read_model;
 
 use std::collections::BTreeMap;
@@ -15,7 +16,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::core::event::{Envelope, EventPayload};
@@ -137,7 +138,7 @@ fn reject(status: StatusCode, reason: impl Into<String>) -> Rejection {
 struct Accepted {
     runtime: String,
     payload: EventPayload,
-    object: Value,
+    object: object::ObjectView,
 }
 
 /// Decodes and validates one `POST /2.0/api/events` body.
@@ -172,17 +173,14 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
     let object_json = BASE64_STANDARD
         .decode(&envelope.data.object)
         .map_err(|e| reject(StatusCode::BAD_REQUEST, format!("data.object: {e}")))?;
-    let object: Value = serde_json::from_slice(&object_json).map_err(|e| {
-        reject(
-            StatusCode::BAD_REQUEST,
-            format!("data.object is not JSON: {e}"),
-        )
-    })?;
-    if object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .is_none()
-    {
+    let object::Lenient(object): object::Lenient<object::ObjectView> =
+        serde_json::from_slice(&object_json).map_err(|e| {
+            reject(
+                StatusCode::BAD_REQUEST,
+                format!("data.object is not JSON: {e}"),
+            )
+        })?;
+    if object.metadata.0.name.0.is_none() {
         return Err(reject(
             StatusCode::BAD_REQUEST,
             "data.object has no metadata.name",
@@ -200,28 +198,23 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
 /// `source` describes the parent); any other object is one resource of `source.appName`.
 fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
     let source = &event.payload.source;
-    let kind = event
-        .object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let object = &event.object;
+    let metadata = &object.metadata.0;
+    let kind = object.kind.as_str();
     let is_app = kind == "Application" || (kind.is_empty() && source.app_name.is_empty());
     if !is_app {
-        let text = |p: &str| {
-            event
-                .object
-                .pointer(p)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        };
-        let api_version = text("/apiVersion");
-        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let group = object
+            .api_version
+            .as_str()
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("");
         let key = format!(
             "{}/{}/{group}/{kind}/{}/{}",
             source.app_namespace,
             source.app_name,
-            text("/metadata/namespace"),
-            text("/metadata/name")
+            metadata.namespace.as_str(),
+            metadata.name.as_str()
         );
         platform
             .read_model
@@ -238,39 +231,17 @@ fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
             );
         return;
     }
-    let name = event
-        .object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let namespace = event
-        .object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let rv = event
-        .object
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0);
-    let status = |p: &str| {
-        event
-            .object
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
+    let name = metadata.name.as_str();
+    let namespace = metadata.namespace.as_str();
+    let rv = metadata.resource_version.as_str().parse().unwrap_or(0);
+    let status = &object.status.0;
     let state = AppState {
         resource_version: rv,
         deleted: event.payload.is_deletion(),
-        sync_status: status("/status/sync/status"),
-        revision: status("/status/sync/revision"),
-        health_status: status("/status/health/status"),
-        runtime: event.runtime,
+        sync_status: status.sync.0.status.as_str().to_string(),
+        revision: status.sync.0.revision.as_str().to_string(),
+        health_status: status.health.0.status.as_str().to_string(),
+        runtime: event.runtime.clone(),
         read_errors: event
             .payload
             .errors
@@ -423,6 +394,7 @@ pub async fn serve(
 mod tests {
     use super::*;
     use crate::core::event::Source;
+    use serde_json::Value;
     use std::io::Write;
 
     fn payload(object: &Value) -> Vec<u8> {
@@ -452,7 +424,7 @@ mod tests {
         let object =
             json!({"metadata": {"name": "a", "namespace": "argocd", "resourceVersion": "7"}});
         let ok = decode("rt", true, &gzip(&payload(&object))).unwrap();
-        assert_eq!(ok.object["metadata"]["name"], "a");
+        assert_eq!(ok.object.metadata.0.name.as_str(), "a");
         let not_gzip = decode("rt", true, b"plain").err().unwrap();
         assert_eq!(not_gzip.status, StatusCode::BAD_REQUEST);
         assert!(not_gzip.reason.contains("gzip"), "{}", not_gzip.reason);

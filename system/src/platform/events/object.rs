@@ -1,0 +1,251 @@
+//! What the projection reads of an event's object (`data.object`): kind, apiVersion, name,
+//! namespace, resourceVersion and the app's sync and health. The rest of the object is
+//! checked to be JSON and skipped, not built into a tree (an Application carries its whole
+//! status; the platform reads five strings of it).
+//!
+//! Reading is as lenient as `Value::pointer(..).and_then(Value::as_str)`: a field of
+//! another type than expected reads as absent, never as an error.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+/// The fields of an event's object the projection uses.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ObjectView {
+    /// `kind`.
+    pub kind: Text,
+    /// `apiVersion`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: Text,
+    /// `metadata`.
+    pub metadata: Lenient<Metadata>,
+    /// `status` (an Application's).
+    pub status: Lenient<Status>,
+}
+
+/// `metadata.{name, namespace, resourceVersion}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Metadata {
+    /// `metadata.name`.
+    pub name: Text,
+    /// `metadata.namespace`.
+    pub namespace: Text,
+    /// `metadata.resourceVersion`.
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: Text,
+}
+
+/// `status.sync` and `status.health`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Status {
+    /// `status.sync`.
+    pub sync: Lenient<Sync>,
+    /// `status.health`.
+    pub health: Lenient<Health>,
+}
+
+/// `status.sync.{status, revision}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Sync {
+    /// `status.sync.status`.
+    pub status: Text,
+    /// `status.sync.revision`.
+    pub revision: Text,
+}
+
+/// `status.health.status`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Health {
+    /// `status.health.status`.
+    pub status: Text,
+}
+
+/// A string, or nothing when the field is absent or not a string.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Text(pub Option<String>);
+
+impl Text {
+    /// The string, or "" (as `as_str().unwrap_or("")`).
+    pub fn as_str(&self) -> &str {
+        self.0.as_deref().unwrap_or("")
+    }
+}
+
+/// An object read as `T`, or `T::default()` when the field holds anything but an object.
+#[derive(Debug, Default)]
+pub struct Lenient<T>(pub T);
+
+/// Skips every element of a sequence or entry of a map (a value of the wrong type).
+fn skip_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text(Some(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
+                Ok(Text(Some(v)))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Text, A::Error> {
+                skip_seq(seq).map(|()| Text(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text, A::Error> {
+                skip_map(map).map(|()| Text(None))
+            }
+        }
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct LenientVisitor<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for LenientVisitor<T> {
+            type Value = Lenient<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Lenient<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Lenient)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Lenient<T>, E> {
+                Ok(Lenient(T::default()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Lenient<T>, E> {
+                Ok(Lenient(T::default()))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Lenient<T>, E> {
+                Ok(Lenient(T::default()))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Lenient<T>, E> {
+                Ok(Lenient(T::default()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Lenient<T>, E> {
+                Ok(Lenient(T::default()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Lenient<T>, E> {
+                Ok(Lenient(T::default()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Lenient<T>, A::Error> {
+                skip_seq(seq).map(|()| Lenient(T::default()))
+            }
+        }
+        deserializer.deserialize_any(LenientVisitor(PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    /// What `Value::pointer(p).and_then(Value::as_str).unwrap_or("")` reads.
+    fn by_pointer(object: &Value, p: &str) -> String {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[test]
+    fn the_view_reads_what_json_pointers_read_even_from_odd_shapes() {
+        let objects = [
+            json!({"kind": "Application", "apiVersion": "argoproj.io/v1alpha1",
+                   "metadata": {"name": "a", "namespace": "argocd", "resourceVersion": "7",
+                                "labels": {"x": "y"}, "managedFields": [{"f": {}}]},
+                   "spec": {"source": {"repoURL": "r"}},
+                   "status": {"sync": {"status": "Synced", "revision": "abc", "comparedTo": {}},
+                              "health": {"status": "Healthy", "message": null},
+                              "resources": [{"kind": "Deployment"}], "history": []}}),
+            json!({"kind": 5, "metadata": {"name": ["a"], "namespace": null, "resourceVersion": 7},
+                   "status": {"sync": "Synced", "health": [1, 2]}}),
+            json!({"metadata": "a", "status": null}),
+            json!({"metadata": {"name": "b"}, "status": {"sync": {"status": {"deep": [1]}}}}),
+            json!([1, 2]),
+            json!("text"),
+        ];
+        for object in objects {
+            let Lenient(view): Lenient<ObjectView> =
+                serde_json::from_slice(object.to_string().as_bytes()).unwrap();
+            let got = [
+                view.kind.as_str(),
+                view.api_version.as_str(),
+                view.metadata.0.name.as_str(),
+                view.metadata.0.namespace.as_str(),
+                view.metadata.0.resource_version.as_str(),
+                view.status.0.sync.0.status.as_str(),
+                view.status.0.sync.0.revision.as_str(),
+                view.status.0.health.0.status.as_str(),
+            ];
+            let want = [
+                "/kind",
+                "/apiVersion",
+                "/metadata/name",
+                "/metadata/namespace",
+                "/metadata/resourceVersion",
+                "/status/sync/status",
+                "/status/sync/revision",
+                "/status/health/status",
+            ]
+            .map(|p| by_pointer(&object, p));
+            assert_eq!(got.map(str::to_string), want, "{object}");
+            assert_eq!(
+                view.metadata.0.name.0.is_some(),
+                object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .is_some()
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_json_is_still_refused() {
+        for bad in [
+            &b"{\"metadata\": {\"name\": \"a\""[..],
+            b"{\"spec\": [1,}",
+            b"",
+            b"nul",
+        ] {
+            assert!(serde_json::from_slice::<Lenient<ObjectView>>(bad).is_err());
+        }
+    }
+}
