@@ -68,13 +68,12 @@ impl CompiledCache {
         raw: &str,
         render: impl FnOnce() -> String,
     ) -> String {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut pieces = orrery_system::env::Fnv1a64::new();
         for part in [app, file, raw] {
-            for b in part.bytes().chain([0]) {
-                hash ^= u64::from(b);
-                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-            }
+            pieces.write(part.as_bytes());
+            pieces.write(&[0]);
         }
+        let hash = pieces.finish();
         if let Some(hit) = self.buckets.get(&hash).and_then(|bucket| {
             bucket
                 .iter()

@@ -32,30 +32,10 @@ pub fn resource_key(app_namespace: &str, app: &str, latest_revision: &str, res: 
 }
 
 fn digest(value: &impl Serialize) -> String {
-    let mut hash = Fnv1a(FNV_OFFSET);
+    let mut hash = crate::env::Fnv1a64::new();
     // Writing into a hash cannot fail; a value that cannot be serialised hashes what came out.
     let _ = serde_json::to_writer(&mut hash, value);
-    format!("{:016x}", hash.0)
-}
-
-/// FNV-1a's offset basis ([`crate::env::fnv1a_64`] of nothing).
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// [`crate::env::fnv1a_64`] of everything written: hashes JSON as it is serialised, without the text.
-struct Fnv1a(u64);
-
-impl std::io::Write for Fnv1a {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    format!("{:016x}", hash.finish())
 }
 
 /// An object as it serialises after serde_json's `Map::remove(skip)`, without copying it:

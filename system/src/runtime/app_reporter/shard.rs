@@ -35,11 +35,11 @@ pub fn faithful_owns(app: &str, shard: Option<u32>, replicas: u32) -> bool {
 /// Rendezvous weight of (app, member): FNV-1a 64 over both, finalised for spread.
 fn weight(app: &str, member: &str) -> u64 {
     // fnv1a_64 of "{app}\0{member}", hashed in pieces (no string built per call).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in app.bytes().chain([0]).chain(member.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut hash = crate::env::Fnv1a64::new();
+    for piece in [app.as_bytes(), &[0], member.as_bytes()] {
+        hash.write(piece);
     }
+    let mut h = hash.finish();
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^ (h >> 33)
