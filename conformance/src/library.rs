@@ -12,6 +12,7 @@ use crate::script::Script;
 const CM: &str = "/api/v1/namespaces/{ns}/configmaps";
 const APPS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/applications";
 const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/rollouts";
+const ANALYSIS_RUNS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/analysisruns";
 
 /// A ConfigMap; empty `labels`/`data` are left out (sending `{}` would make an applier own the empty map).
 fn cm(name: &str, labels: Value, data: Value) -> Value {
@@ -194,6 +195,12 @@ pub fn scripts() -> Vec<Script> {
             .post(ROLLOUTS, rollout("r", 1))
             .put(&format!("{}/status", at(ROLLOUTS, "r")), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "r", "resourceVersion": "{rv:0}"}, "spec": {"replicas": 9}, "status": {"phase": "Progressing"}}))
             .put(&at(ROLLOUTS, "r"), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "r", "resourceVersion": "{rv:1}"}, "spec": {"replicas": 2}, "status": {"phase": "dropped"}})),
+        Script::new("analysisrun-status-with-the-object", "an AnalysisRun has no subresources: its status is written with the object, and /status is 404")
+            .post(ANALYSIS_RUNS, json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisRun", "metadata": {"name": "canary-1"}, "spec": {"metrics": [{"name": "success-rate"}]}}))
+            .put(&at(ANALYSIS_RUNS, "canary-1"), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisRun", "metadata": {"name": "canary-1", "resourceVersion": "{rv:0}"}, "spec": {"metrics": [{"name": "success-rate"}]}, "status": {"phase": "Running"}}))
+            .merge_patch(&at(ANALYSIS_RUNS, "canary-1"), json!({"status": {"phase": "Failed", "message": "metric success-rate assessed Failed"}}))
+            .merge_patch(&format!("{}/status", at(ANALYSIS_RUNS, "canary-1")), json!({"status": {"phase": "Successful"}}))
+            .get(&at(ANALYSIS_RUNS, "canary-1")),
         Script::new("status-subresource-missing-404", "the /status subresource of a kind without one is 404")
             .post(APPS, app("a", json!({})))
             .merge_patch(&format!("{}/status", at(APPS, "a")), json!({"status": {"x": 1}})),

@@ -65,7 +65,11 @@ impl ResourceKind {
     }
 }
 
-const FIXTURE_CRDS: [(&str, &str); 3] = [
+const FIXTURE_CRDS: [(&str, &str); 4] = [
+    (
+        "fixtures/crds/analysisrun.yaml",
+        include_str!("../../../fixtures/crds/analysisrun.yaml"),
+    ),
     (
         "fixtures/crds/application.yaml",
         include_str!("../../../fixtures/crds/application.yaml"),
@@ -164,6 +168,11 @@ mod tests {
             find("rollouts").status_subresource,
             "Rollout has a status subresource"
         );
+        assert!(
+            !find("analysisruns").status_subresource,
+            "AnalysisRun has no subresources"
+        );
+        assert_eq!(find("analysisruns").api_version(), "argoproj.io/v1alpha1");
         assert_eq!(find("applications").api_version(), "argoproj.io/v1alpha1");
         assert_eq!(find("configmaps").api_version(), "v1");
     }
