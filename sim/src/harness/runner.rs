@@ -615,7 +615,7 @@ fn sample_staleness(sim: &turmoil::Sim<'static>, world: &World, last: &mut Optio
     let (apps, stale) = match last {
         Some(sample) if sample.marks == marks => sample.counts,
         _ => {
-            let counts = count_stale(world);
+            let counts = count_stale(world, &kind);
             *last = Some(StaleSample { marks, counts });
             counts
         }
@@ -633,22 +633,17 @@ struct StaleSample {
 }
 
 /// (apps, stale apps) now: [`checkers::stale_count`] over the store's apps, borrowed.
-fn count_stale(world: &World) -> (u64, u64) {
-    let kind = world
-        .api
-        .kind("applications")
-        .expect("applications are served")
-        .clone();
+fn count_stale(world: &World, kind: &apiserver::ResourceKind) -> (u64, u64) {
     let store = world.api.store();
     let keys: Vec<String> = store
-        .iter(&kind)
+        .iter(kind)
         .map(|o| {
             let metadata = o.get("metadata");
             format!("{}/{}", text(metadata, "namespace"), text(metadata, "name"))
         })
         .collect();
     let (apps, stale) = world.platform.with_apps(|reported| {
-        let views = keys.iter().zip(store.iter(&kind)).map(|(key, o)| {
+        let views = keys.iter().zip(store.iter(kind)).map(|(key, o)| {
             let status = o.get("status");
             let sync = status.and_then(|s| s.get("sync"));
             let health = status.and_then(|s| s.get("health"));

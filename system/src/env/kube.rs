@@ -195,6 +195,7 @@ impl<K> std::ops::Deref for Shared<K> {
     }
 }
 
+/// Looks the object up as kube-rs looks up `K` itself.
 impl<K: kube::Resource> kube::runtime::reflector::Lookup for Shared<K> {
     type DynamicType = K::DynamicType;
 
@@ -215,31 +216,19 @@ impl<K: kube::Resource> kube::runtime::reflector::Lookup for Shared<K> {
     }
 
     fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.0
-            .meta()
-            .name
-            .as_deref()
-            .map(std::borrow::Cow::Borrowed)
+        kube::runtime::reflector::Lookup::name(&*self.0)
     }
 
     fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.0
-            .meta()
-            .namespace
-            .as_deref()
-            .map(std::borrow::Cow::Borrowed)
+        kube::runtime::reflector::Lookup::namespace(&*self.0)
     }
 
     fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.0
-            .meta()
-            .resource_version
-            .as_deref()
-            .map(std::borrow::Cow::Borrowed)
+        kube::runtime::reflector::Lookup::resource_version(&*self.0)
     }
 
     fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.0.meta().uid.as_deref().map(std::borrow::Cow::Borrowed)
+        kube::runtime::reflector::Lookup::uid(&*self.0)
     }
 }
 

@@ -83,54 +83,19 @@ impl Text {
 #[derive(Debug, Default)]
 pub struct Lenient<T>(pub T);
 
-/// Skips every element of a sequence or entry of a map (a value of the wrong type).
+/// Skips every element of a sequence (an array where an object was expected).
 fn skip_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
     while seq.next_element::<IgnoredAny>()?.is_some() {}
     Ok(())
 }
 
-fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TextVisitor;
-        impl<'de> Visitor<'de> for TextVisitor {
-            type Value = Text;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
-                Ok(Text(Some(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
-                Ok(Text(Some(v)))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Text, A::Error> {
-                skip_seq(seq).map(|()| Text(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text, A::Error> {
-                skip_map(map).map(|()| Text(None))
-            }
-        }
-        deserializer.deserialize_any(TextVisitor)
+        // Anything but a string is the rare, malformed case: read it whole and drop it.
+        Ok(Text(match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(s) => Some(s),
+            _ => None,
+        }))
     }
 }
 
