@@ -249,6 +249,13 @@ events! {
         "client.request" => Request { key: String, write: bool, attempt: u32, outcome: RequestOutcome, latency_ms: u64 },
         /// The runtime's app-proxy stand-in executed a state-changing request.
         "runtime.execute" => Execute { key: String },
+        /// The Rollouts controller wrote a Rollout whose phase or step moved
+        /// (`rollout` is `namespace/name`; `step` is -1 for blue-green).
+        "rollouts.phase" => RolloutPhase { rollout: String, revision: u64, step: i64, phase: String, message: String },
+        /// An AnalysisRun ended (`run` is `namespace/name`).
+        "rollouts.analysis" => AnalysisDone { run: String, phase: String },
+        /// A write of the Rollouts controller failed (it is retried at the next tick).
+        "rollouts.error" => RolloutsError { object: String, error: String },
     }
 }
 

@@ -14,5 +14,6 @@ pub mod argocd;
 pub mod git;
 pub mod placement;
 pub mod probe;
+pub mod rollouts;
 pub mod tunnel;
 pub mod workload;
