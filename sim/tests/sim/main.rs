@@ -11,6 +11,7 @@ mod invariants_fire;
 mod properties;
 mod real_mode;
 mod reporter_model;
+mod rollouts;
 mod scenarios;
 mod shrink;
 mod support;

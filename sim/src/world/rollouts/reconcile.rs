@@ -135,7 +135,7 @@ pub fn reconcile(
         spec.strategy.canary.is_some() && st.current_step_hash.as_deref() != Some(&steps_hash);
     if st.current_pod_hash.as_deref() != Some(&hash) || canary_steps_changed {
         if st.current_pod_hash.is_some() {
-            st.current_step_index = Some(0);
+            st.current_step_index = spec.strategy.canary.as_ref().map(|_| 0);
             st.pause_conditions.clear();
             st.controller_pause = false;
             st.abort = false;
@@ -605,18 +605,18 @@ fn scale(plan: &mut Plan, name: &str, current: i32, want: i32) {
 
 /// Scales an old blue-green ReplicaSet down once its `scale-down-deadline` passed,
 /// setting the deadline first.
+/// The annotation goes once the ReplicaSet is at 0, so a failed scale-down is simply
+/// tried again at the next reconcile.
 fn wind_down(plan: &mut Plan, rs: &ReplicaSet, delay_seconds: i64, now_ms: u64) {
-    if rs.replicas == 0 {
-        return;
-    }
     match rs.scale_down_deadline.as_deref() {
+        Some(_) if rs.replicas == 0 => plan.deadlines.push((rs.name.clone(), None)),
+        _ if rs.replicas == 0 => {}
         None => plan.deadlines.push((
             rs.name.clone(),
             Some(rfc3339(now_ms + delay_seconds.max(0) as u64 * 1000)),
         )),
         Some(deadline) if deadline <= rfc3339(now_ms).as_str() => {
             scale(plan, &rs.name, rs.replicas, 0);
-            plan.deadlines.push((rs.name.clone(), None));
         }
         Some(_) => {}
     }
