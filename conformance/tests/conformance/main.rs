@@ -4,4 +4,5 @@
 
 mod fidelity;
 mod redis;
+mod rollouts;
 mod runtime;
