@@ -256,6 +256,10 @@ events! {
         "rollouts.analysis" => AnalysisDone { run: String, phase: String },
         /// A write of the Rollouts controller failed (it is retried at the next tick).
         "rollouts.error" => RolloutsError { object: String, error: String },
+        /// The Workflows controller moved a Workflow's phase (`workflow` is `namespace/name`).
+        "workflows.phase" => WorkflowPhase { workflow: String, phase: String, message: String },
+        /// A write of the Workflows controller failed (it is retried at the next tick).
+        "workflows.error" => WorkflowsError { object: String, error: String },
     }
 }
 

@@ -6,3 +6,4 @@ mod fidelity;
 mod redis;
 mod rollouts;
 mod runtime;
+mod workflows;

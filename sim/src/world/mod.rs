@@ -16,4 +16,5 @@ pub mod placement;
 pub mod probe;
 pub mod rollouts;
 pub mod tunnel;
+pub mod workflows;
 pub mod workload;

@@ -18,6 +18,7 @@ mod support;
 mod swarm;
 mod tunnel;
 mod watcher_checklist;
+mod workflows;
 
 /// Same allocator as the `orrery` binary (simulations are allocation-heavy).
 #[global_allocator]

@@ -1,0 +1,186 @@
+//! Simulated Argo Workflows: a controller that runs `Workflow`s
+//! (`workflows.argoproj.io/v1alpha1`, no status subresource) through Running to Succeeded,
+//! Failed or Error, with nodes, retries, shutdown, deadlines and TTL garbage collection,
+//! following argo-workflows v3.6. Pods are not objects: what each step's pod does (its
+//! phase and how long it runs) is the world's [`Jobs`], set by the workload or a test.
+//!
+//! - [`operate`]: one operation on one Workflow, as a pure function;
+//! - [`run`]: a reflector of Workflows in every namespace and, every second, each one
+//!   operated on and its status and labels merge-patched, or deleted when its TTL ran out.
+
+pub mod operate;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use serde_json::json;
+
+use orrery_system::env::kube::KubeTarget;
+use orrery_system::env::SharedEnv;
+use orrery_system::observe::WorldEvent;
+
+/// `argoproj.io/v1alpha1 Workflow`.
+pub fn workflow_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Workflow",
+    ))
+}
+
+/// What one attempt of a step's pod does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Job {
+    /// `Succeeded`, `Failed` (main container exits 1) or `Error` (the pod is lost).
+    pub phase: &'static str,
+    /// Seconds it runs once started.
+    pub seconds: u64,
+}
+
+impl Default for Job {
+    /// Succeeds after 5 s.
+    fn default() -> Job {
+        Job {
+            phase: "Succeeded",
+            seconds: 5,
+        }
+    }
+}
+
+/// The pods' behaviour in the simulated world, per (`namespace/workflow`, step node name
+/// without its attempt suffix): one [`Job`] per attempt, the last one repeating. Absent:
+/// [`Job::default`].
+#[derive(Clone, Debug, Default)]
+pub struct Jobs(Arc<Mutex<JobTable>>);
+
+/// Attempts by (`namespace/workflow`, node name).
+type JobTable = BTreeMap<(String, String), Vec<Job>>;
+
+impl Jobs {
+    /// The pod of node `node` of `workflow` does `attempts` (one entry per attempt).
+    pub fn set(&self, workflow: &str, node: &str, attempts: Vec<Job>) {
+        self.0
+            .lock()
+            .expect("jobs lock poisoned")
+            .insert((workflow.to_string(), node.to_string()), attempts);
+    }
+
+    /// What attempt `attempt` of node `node` of `workflow` does.
+    pub fn get(&self, workflow: &str, node: &str, attempt: usize) -> Job {
+        self.0
+            .lock()
+            .expect("jobs lock poisoned")
+            .get(&(workflow.to_string(), node.to_string()))
+            .and_then(|jobs| jobs.get(attempt).or(jobs.last()).copied())
+            .unwrap_or_default()
+    }
+}
+
+/// How often the controller operates on every Workflow.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Runs the Workflows controller against `target` until the host stops.
+pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs) {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::runtime::{reflector, watcher, WatchStreamExt};
+
+    let client = orrery_system::env::kube::client(env.clone(), &target);
+    let resource = workflow_resource();
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let events = watcher(
+        kube::Api::<DynamicObject>::all_with(client.clone(), &resource),
+        watcher::Config::default(),
+    )
+    .backoff(orrery_system::env::kube::SeededBackoff::new(env.clone()))
+    .map_ok(orrery_system::env::kube::shared);
+    tokio::spawn(reflector::reflector(writer, events).for_each(|_| async {}));
+    // Per workflow: the resourceVersion of our last write (a reflector view older than it
+    // is skipped) and the phase it wrote.
+    let mut written: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    loop {
+        env.sleep(TICK).await;
+        let mut workflows = store.state();
+        let key = |o: &DynamicObject| {
+            format!(
+                "{}/{}",
+                o.metadata.namespace.as_deref().unwrap_or(""),
+                o.metadata.name.as_deref().unwrap_or("")
+            )
+        };
+        workflows.sort_by_key(|o| key(o));
+        let now_ms = env.unix_millis();
+        for object in workflows {
+            let id = key(&object);
+            let rv: u64 = object
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|rv| rv.parse().ok())
+                .unwrap_or(0);
+            if written.get(&id).is_some_and(|(at, _)| *at > rv) {
+                continue;
+            }
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let ns = object.metadata.namespace.clone().unwrap_or_default();
+            let labels = object.metadata.labels.clone().unwrap_or_default();
+            let spec = object.data.get("spec").cloned().unwrap_or(json!({}));
+            let status = object.data.get("status").cloned().unwrap_or(json!(null));
+            let labels: BTreeMap<String, String> = labels.into_iter().collect();
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+            match operate::operate(&id, &name, &spec, &status, &labels, &jobs, now_ms) {
+                operate::Step::Unchanged => {}
+                operate::Step::Delete => {
+                    if let Err(error) = api.delete(&name, &DeleteParams::default()).await {
+                        observe_error(&env, id.clone(), error);
+                    }
+                    written.remove(&id);
+                }
+                operate::Step::Write { labels, status } => {
+                    let phase = status["phase"].as_str().unwrap_or("").to_string();
+                    let message = status["message"].as_str().unwrap_or("").to_string();
+                    let body = json!({"metadata": {"labels": labels}, "status": status});
+                    match api
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(body))
+                        .await
+                    {
+                        Ok(object) => {
+                            let rv = object
+                                .metadata
+                                .resource_version
+                                .as_deref()
+                                .and_then(|rv| rv.parse().ok())
+                                .unwrap_or(0);
+                            if written.get(&id).is_none_or(|(_, p)| *p != phase) {
+                                env.observe(
+                                    WorldEvent::WorkflowPhase {
+                                        workflow: id.clone(),
+                                        phase: phase.clone(),
+                                        message,
+                                    }
+                                    .into(),
+                                );
+                            }
+                            written.insert(id, (rv, phase));
+                        }
+                        Err(error) => observe_error(&env, id, error),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn observe_error(env: &SharedEnv, object: String, error: kube::Error) {
+    env.observe(
+        WorldEvent::WorkflowsError {
+            object,
+            error: error.to_string(),
+        }
+        .into(),
+    );
+}
