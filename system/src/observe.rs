@@ -131,6 +131,9 @@ events! {
         "platform.event" => Event { app: String, rv: String, deleted: bool, applied: Projection },
         /// A request to the events API was refused (401, 400, 413, 503…).
         "platform.rejected" => Rejected { status: u16, reason: String },
+        /// The handler projected a cluster-stream object (`kind` Rollout, ReplicaSet,
+        /// AnalysisRun or Workflow; `object` is `namespace/name`).
+        "platform.cluster_event" => ClusterEvent { kind: String, object: String, rv: String, deleted: bool, applied: Projection },
     }
 }
 

@@ -213,3 +213,67 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
     });
     w.sim.run().unwrap();
 }
+
+#[test]
+fn the_platform_keeps_the_newest_state_of_each_cluster_object_per_runtime() {
+    let mut w = world(Knobs::default());
+    let platform = Platform::new(events::Config {
+        tokens: [
+            ("token-a".to_string(), "acme-a".to_string()),
+            ("token-b".to_string(), "acme-b".to_string()),
+        ]
+        .into_iter()
+        .collect(),
+        bus_capacity: 100,
+    });
+    let (trace, host_platform) = (w.trace.clone(), platform.clone());
+    w.sim.host("platform", move || {
+        let env = SimEnv::shared("platform", SEED, trace.clone());
+        let state = ControlPlaneState {
+            events: Some(host_platform.clone()),
+            ..Default::default()
+        };
+        let config = ControlPlaneConfig {
+            events: Some("0.0.0.0:8080".into()),
+            ..Default::default()
+        };
+        async move {
+            control_plane::run(env, config, state, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    });
+    let trace = w.trace.clone();
+    w.sim.client("sensor", async move {
+        let env: SharedEnv = SimEnv::shared("sensor", SEED, trace.clone());
+        let url = "http://platform:8080/2.0/api/events";
+        // The Sensor's HTTP trigger: the object as JSON text at data.object, the raw token.
+        let post = |token: &'static str, object: Value, _kind: &'static str| {
+            let env = env.clone();
+            async move {
+                let body = serde_json::to_vec(&json!({"data": {"object": object.to_string()}})).unwrap();
+                call(&env, "POST", url, &[("authorization", token), ("content-type", "application/json")], body).await
+            }
+        };
+        let rollout = |rv: u64, phase: &str| json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "web", "namespace": "shop", "resourceVersion": rv.to_string()}, "status": {"phase": phase, "currentStepIndex": 1, "currentPodHash": "bbb", "stableRS": "aaa"}});
+        let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-bbb", "namespace": "shop", "resourceVersion": "8", "labels": {"rollouts-pod-template-hash": "bbb"}, "ownerReferences": [{"kind": "Rollout", "name": "web", "uid": "u"}]}, "spec": {"replicas": 1}, "status": {"availableReplicas": 1}});
+        assert_eq!(post("token-a", rollout(9, "Paused"), "UPDATE").await.0, 200);
+        assert_eq!(post("token-a", rollout(7, "Progressing"), "UPDATE").await.0, 200, "accepted, then ignored as older");
+        assert_eq!(post("token-a", rs, "ADD").await.0, 200);
+        assert_eq!(post("token-b", rollout(3, "Healthy"), "ADD").await.0, 200);
+        let (status, _, reason) = post("token-a", json!({"kind": "Pod", "metadata": {"name": "p"}}), "ADD").await;
+        assert_eq!(status, 400);
+        assert!(reason.contains("is not Rollout, ReplicaSet, AnalysisRun or Workflow"), "{reason}");
+        assert_eq!(post("nope", rollout(10, "Healthy"), "UPDATE").await.0, 401);
+        env.sleep(Duration::from_secs(1)).await;
+        let (status, rollouts, _) = call(&env, "GET", "http://platform:8080/2.0/api/rollouts", &[], Vec::new()).await;
+        assert_eq!(status, 200);
+        let web = &rollouts["acme-a/shop/web"];
+        assert_eq!((web["phase"].as_str(), web["resourceVersion"].as_u64(), web["step"].as_i64()), (Some("Paused"), Some(9), Some(1)));
+        assert_eq!(web["replicaSets"]["bbb"], json!({"replicas": 1, "available": 1}));
+        assert_eq!(rollouts["acme-b/shop/web"]["phase"], "Healthy", "runtimes are kept apart");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}

@@ -1,9 +1,13 @@
 //! The platform's events path: `POST /2.0/api/events` (runtime token → 401, gzip JSON,
 //! 5 MB body cap → 413, malformed → 400 with the reason, bus full → 503) → a bounded event
 //! bus → the event handler → the [`read_model::ReadModel`]; `GET /2.0/api/apps` queries it.
+//! Events whose `data.object` is a Kubernetes object (not base64) of the cluster stream —
+//! Rollouts, ReplicaSets, AnalysisRuns, Workflows — go to the [`cluster::ClusterModel`],
+//! queried by `GET /2.0/api/rollouts` and `GET /2.0/api/workflows`.
 //!
 //! A 2xx answer means *queued*, as in the real platform: the handler projects later.
 
+pub mod cluster;
 pub mod object;
 pub mod read_model;
 
@@ -54,6 +58,7 @@ pub struct Platform {
     config: Config,
     knobs: Mutex<Knobs>,
     read_model: Mutex<ReadModel>,
+    cluster: Mutex<cluster::ClusterModel>,
 }
 
 impl Platform {
@@ -63,6 +68,7 @@ impl Platform {
             config,
             knobs: Mutex::new(Knobs::default()),
             read_model: Mutex::new(ReadModel::default()),
+            cluster: Mutex::new(cluster::ClusterModel::default()),
         })
     }
 
@@ -110,6 +116,22 @@ impl Platform {
         model.updated + model.duplicates + model.stale + model.resource_events
     }
 
+    /// Every reported Rollout (`runtime/namespace/name`) with its ReplicaSets and runs.
+    pub fn rollouts(&self) -> BTreeMap<String, cluster::RolloutView> {
+        self.cluster
+            .lock()
+            .expect("cluster lock poisoned")
+            .rollouts()
+    }
+
+    /// Every reported Workflow (`runtime/namespace/name`).
+    pub fn workflows(&self) -> BTreeMap<String, cluster::WorkflowView> {
+        self.cluster
+            .lock()
+            .expect("cluster lock poisoned")
+            .workflows()
+    }
+
     /// (updated, duplicates, stale) counts of the projection.
     pub fn projection_counts(&self) -> (u64, u64, u64) {
         let model = self.read_model.lock().expect("read model lock poisoned");
@@ -137,8 +159,43 @@ fn reject(status: StatusCode, reason: impl Into<String>) -> Rejection {
 /// An event accepted onto the bus.
 struct Accepted {
     runtime: String,
-    payload: EventPayload,
-    object: object::ObjectView,
+    event: Kind,
+}
+
+/// What an accepted event carries. (Application events are the common case: boxing them
+/// would add an allocation per event for the rarer, smaller variant's sake.)
+#[allow(clippy::large_enum_variant)]
+enum Kind {
+    /// An application reporter's event (`EventPayload`, object in base64).
+    App {
+        payload: EventPayload,
+        object: object::ObjectView,
+    },
+    /// A cluster-stream object (the Sensor's `data.object`).
+    Cluster(cluster::ClusterEvent),
+}
+
+/// The cluster stream's envelope: the Kubernetes object at `data.object` — as JSON text,
+/// which is what the Argo Events Sensor's HTTP trigger sends (`payload: [{src: {dataKey:
+/// body}, dest: data.object}]` without `useRawData` sets a string), or inline — with the
+/// watch event `type` beside it when the sender adds one (the Sensor does not).
+#[derive(serde::Deserialize)]
+struct ClusterEnvelope {
+    data: ClusterData,
+}
+
+#[derive(serde::Deserialize)]
+struct ClusterData {
+    object: ClusterObject,
+    #[serde(default, rename = "type")]
+    event_type: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum ClusterObject {
+    Inline(serde_json::Map<String, serde_json::Value>),
+    Text(String),
 }
 
 /// Decodes and validates one `POST /2.0/api/events` body.
@@ -164,12 +221,38 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
     } else {
         body.to_vec()
     };
-    let envelope: Envelope = serde_json::from_slice(&json).map_err(|e| {
-        reject(
-            StatusCode::BAD_REQUEST,
-            format!("invalid event envelope: {e}"),
-        )
-    })?;
+    let envelope: Envelope = match serde_json::from_slice(&json) {
+        Ok(envelope) => envelope,
+        Err(e) => {
+            // Not an application event: a cluster-stream object, or malformed (the
+            // application envelope's reason is the one reported).
+            let Ok(cluster) = serde_json::from_slice::<ClusterEnvelope>(&json) else {
+                return Err(reject(
+                    StatusCode::BAD_REQUEST,
+                    format!("invalid event envelope: {e}"),
+                ));
+            };
+            let object = match cluster.data.object {
+                ClusterObject::Inline(map) => serde_json::Value::Object(map),
+                ClusterObject::Text(text) => match serde_json::from_str(&text) {
+                    Ok(object @ serde_json::Value::Object(_)) => object,
+                    // Base64 or other text: the application envelope's reason stands.
+                    _ => {
+                        return Err(reject(
+                            StatusCode::BAD_REQUEST,
+                            format!("invalid event envelope: {e}"),
+                        ))
+                    }
+                },
+            };
+            let event = cluster::ClusterEvent::read(&object, cluster.data.event_type.as_deref())
+                .map_err(|e| reject(StatusCode::BAD_REQUEST, e.to_string()))?;
+            return Ok(Accepted {
+                runtime: runtime.to_string(),
+                event: Kind::Cluster(event),
+            });
+        }
+    };
     let object_json = BASE64_STANDARD
         .decode(&envelope.data.object)
         .map_err(|e| reject(StatusCode::BAD_REQUEST, format!("data.object: {e}")))?;
@@ -188,15 +271,56 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
     }
     Ok(Accepted {
         runtime: runtime.to_string(),
-        payload: envelope.data,
-        object,
+        event: Kind::App {
+            payload: envelope.data,
+            object,
+        },
     })
+}
+
+/// An application event, unpacked.
+struct AppEvent {
+    runtime: String,
+    payload: EventPayload,
+    object: object::ObjectView,
 }
 
 /// Projects one accepted event into the read model: an event whose object is an
 /// Application updates that app (its state read from the object: a child-app event's
 /// `source` describes the parent); any other object is one resource of `source.appName`.
-fn project(env: &SharedEnv, platform: &Platform, event: Accepted) {
+fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
+    let (payload, object) = match accepted.event {
+        Kind::App { payload, object } => (payload, object),
+        Kind::Cluster(event) => {
+            let (kind, name, rv, deleted) = (
+                format!("{:?}", event.kind),
+                format!("{}/{}", event.namespace, event.name),
+                event.resource_version.to_string(),
+                event.deleted,
+            );
+            let applied = platform
+                .cluster
+                .lock()
+                .expect("cluster lock poisoned")
+                .apply(&accepted.runtime, event);
+            env.observe(
+                PlatformEvent::ClusterEvent {
+                    kind,
+                    object: name,
+                    rv,
+                    deleted,
+                    applied,
+                }
+                .into(),
+            );
+            return;
+        }
+    };
+    let event = AppEvent {
+        runtime: accepted.runtime,
+        payload,
+        object,
+    };
     let source = &event.payload.source;
     let object = &event.object;
     let metadata = &object.metadata.0;
@@ -289,6 +413,14 @@ async fn handle(
                 serde_json::to_vec(apps).unwrap_or_default()
             })))
             .expect("static response parts are valid"),
+        ("GET", "/2.0/api/rollouts") => json(
+            StatusCode::OK,
+            &serde_json::to_value(platform.rollouts()).unwrap_or_default(),
+        ),
+        ("GET", "/2.0/api/workflows") => json(
+            StatusCode::OK,
+            &serde_json::to_value(platform.workflows()).unwrap_or_default(),
+        ),
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
             Ok(event) => match bus.try_send(event) {
                 // Fault point: stored, then the handler fails before it answers.
@@ -424,7 +556,10 @@ mod tests {
         let object =
             json!({"metadata": {"name": "a", "namespace": "argocd", "resourceVersion": "7"}});
         let ok = decode("rt", true, &gzip(&payload(&object))).unwrap();
-        assert_eq!(ok.object.metadata.0.name.as_str(), "a");
+        let Kind::App { object: ok, .. } = ok.event else {
+            panic!("an application event")
+        };
+        assert_eq!(ok.metadata.0.name.as_str(), "a");
         let not_gzip = decode("rt", true, b"plain").err().unwrap();
         assert_eq!(not_gzip.status, StatusCode::BAD_REQUEST);
         assert!(not_gzip.reason.contains("gzip"), "{}", not_gzip.reason);
@@ -441,6 +576,55 @@ mod tests {
             nameless.reason.contains("metadata.name"),
             "{}",
             nameless.reason
+        );
+    }
+
+    #[test]
+    fn cluster_stream_objects_decode_and_bad_ones_are_refused_with_a_reason() {
+        // As the Sensor sends it: the object as JSON text, no event type.
+        let body = |object: serde_json::Value| {
+            serde_json::to_vec(&json!({"data": {"object": object.to_string()}})).unwrap()
+        };
+        let workflow = json!({"kind": "Workflow", "metadata": {"name": "build", "namespace": "ci", "resourceVersion": "4"}, "status": {"phase": "Running"}});
+        let ok = decode("rt", false, &body(workflow)).unwrap();
+        let Kind::Cluster(event) = ok.event else {
+            panic!("a cluster event")
+        };
+        assert_eq!(
+            (
+                event.kind,
+                event.name.as_str(),
+                event.resource_version,
+                event.deleted
+            ),
+            (cluster::Kind::Workflow, "build", 4, false)
+        );
+        // Inline, with the type (what orrery's hardened reporter may send).
+        let inline = json!({"data": {"object": {"kind": "Rollout", "metadata": {"name": "web", "resourceVersion": "9"}}, "type": "DELETE"}});
+        let Kind::Cluster(event) = decode("rt", false, &serde_json::to_vec(&inline).unwrap())
+            .unwrap()
+            .event
+        else {
+            panic!("a cluster event")
+        };
+        assert!(event.deleted);
+        let pod = decode(
+            "rt",
+            false,
+            &body(json!({"kind": "Pod", "metadata": {"name": "p"}})),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(pod.status, StatusCode::BAD_REQUEST);
+        assert!(pod.reason.contains("\"Pod\""), "{}", pod.reason);
+        // Neither envelope: the application envelope's reason is reported.
+        let neither = decode("rt", false, b"{\"data\": {\"object\": 3}}")
+            .err()
+            .unwrap();
+        assert!(
+            neither.reason.contains("invalid event envelope"),
+            "{}",
+            neither.reason
         );
     }
 }
