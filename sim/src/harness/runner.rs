@@ -25,7 +25,7 @@ use crate::world::apiserver::{self, ApiServer};
 use crate::world::argocd::{self, HealthOverrides};
 use crate::world::git::SharedGit;
 use crate::world::placement::{self, host_of, hosts_with};
-use crate::world::{probe, tunnel, workload};
+use crate::world::{probe, rollouts, tunnel, workflows, workload};
 use orrery_system::env::{BoxFuture, SharedEnv};
 use orrery_system::platform::assembly::{self as control_plane_assembly, ControlPlaneState};
 use orrery_system::platform::events::{self as platform_events, Platform};
@@ -114,6 +114,10 @@ struct World {
     /// An existing Argo CD: the token the operator keeps in Secret `argocd-token`, and when
     /// (simulated time) it is written there.
     token_secret: Option<workload::TokenSecret>,
+    /// What analysing each Rollout version finds (the workload draws it).
+    verdicts: rollouts::Verdicts,
+    /// What each workflow step's pod does (the workload draws it).
+    jobs: workflows::Jobs,
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -302,6 +306,53 @@ fn world_pieces(
                 workload::run(env, client, config, handles).await;
             })
         }));
+    }
+    if host.has(Role::Rollouts) {
+        let (target, verdicts) = (target.clone(), world.verdicts.clone());
+        pieces.push(Box::new(move |env| {
+            Box::pin(rollouts::run(
+                env,
+                target.clone(),
+                verdicts.clone(),
+                rollouts::controller::Config::default(),
+            ))
+        }));
+    }
+    if host.has(Role::Workflows) {
+        let (target, jobs) = (target.clone(), world.jobs.clone());
+        pieces.push(Box::new(move |env| {
+            Box::pin(workflows::run(env, target.clone(), jobs.clone()))
+        }));
+    }
+    if host.has(Role::Workload) {
+        let (calm, target) = (world.calm.clone(), target.clone());
+        let (verdicts, jobs) = (world.verdicts.clone(), world.jobs.clone());
+        let (ro, wf) = (
+            scenario.workload.rollouts.clone(),
+            scenario.workload.workflows.clone(),
+        );
+        if ro.is_some() || wf.is_some() {
+            pieces.push(Box::new(move |env| {
+                let (target, calm) = (target.clone(), calm.clone());
+                let (verdicts, jobs) = (verdicts.clone(), jobs.clone());
+                let (ro, wf) = (ro.clone(), wf.clone());
+                Box::pin(async move {
+                    let client = orrery_system::env::kube::client(env.clone(), &target);
+                    if let Some(config) = ro {
+                        tokio::spawn(rollouts::workload::run(
+                            env.clone(),
+                            client.clone(),
+                            config,
+                            verdicts,
+                            calm.clone(),
+                        ));
+                    }
+                    if let Some(config) = wf {
+                        workflows::workload::run(env, client, config, jobs, calm).await;
+                    }
+                })
+            }));
+        }
     }
     if host.has(Role::Probe) {
         let config = probe::Config {
@@ -712,6 +763,8 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             events: Some(platform),
             ..Default::default()
         },
+        verdicts: rollouts::Verdicts::default(),
+        jobs: workflows::Jobs::default(),
     };
     tunnel::register(
         &world.control_plane.registry,

@@ -252,6 +252,10 @@ pub enum Role {
     /// A destination (managed) cluster: its own simulated API server (port 6443), registered
     /// with Argo CD by a cluster Secret; the workload spreads apps over these hosts.
     Cluster,
+    /// The simulated Argo Rollouts controller (`world::rollouts`).
+    Rollouts,
+    /// The simulated Argo Workflows controller (`world::workflows`).
+    Workflows,
 }
 
 /// Simulated Argo CD settings.
@@ -338,6 +342,120 @@ pub struct Workload {
     /// creates when it syncs the parent. Default none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub app_of_apps: Option<AppOfApps>,
+    /// Argo Rollouts load: Rollouts created at the start, new versions deployed with
+    /// drawn analysis verdicts, an operator promoting and retrying (needs a
+    /// `role: rollouts` host). Default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollouts: Option<RolloutsLoad>,
+    /// Argo Workflows load: workflows submitted with drawn step outcomes (needs a
+    /// `role: workflows` host). Default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflows: Option<WorkflowsLoad>,
+}
+
+/// Rollouts in the workload (see `world::rollouts::workload`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutsLoad {
+    /// Rollouts created at the start. Default 20.
+    pub count: usize,
+    /// Their namespace. Default `rollouts`.
+    pub namespace: String,
+    /// Every n-th Rollout is blue-green (manual promotion, pre-promotion analysis), the
+    /// others canaries. Default 4; 0: canaries only.
+    pub blue_green_every: usize,
+    /// Pods per Rollout. Default 4.
+    pub replicas: i32,
+    /// A new version of a random Rollout this often. Default 10 s; 0 disables.
+    #[serde(with = "super::duration")]
+    pub deploy_every: Duration,
+    /// Weights of what analysing a new version finds (drawn per version).
+    pub verdicts: VerdictWeights,
+    /// The operator promotes a Rollout paused this long (a pause without duration, a
+    /// blue-green pause, an inconclusive analysis). Default 30 s; 0: never.
+    #[serde(with = "super::duration")]
+    pub promote_after: Duration,
+    /// The operator retries a Rollout aborted this long ago. Default 0: never.
+    #[serde(with = "super::duration")]
+    pub retry_after: Duration,
+}
+
+impl Default for RolloutsLoad {
+    fn default() -> Self {
+        RolloutsLoad {
+            count: 20,
+            namespace: "rollouts".into(),
+            blue_green_every: 4,
+            replicas: 4,
+            deploy_every: Duration::from_secs(10),
+            verdicts: VerdictWeights::default(),
+            promote_after: Duration::from_secs(30),
+            retry_after: Duration::ZERO,
+        }
+    }
+}
+
+/// Relative weights of analysis verdicts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerdictWeights {
+    /// The version is fine. Default 80.
+    pub good: u32,
+    /// Its success rate is too low (the analysis fails). Default 10.
+    pub bad: u32,
+    /// Between the conditions (inconclusive). Default 5.
+    pub unsure: u32,
+    /// The metrics provider does not answer (the analysis errors). Default 0.
+    pub unreachable: u32,
+    /// Its pods never become ready. Default 5.
+    pub crash_loop: u32,
+}
+
+impl Default for VerdictWeights {
+    fn default() -> Self {
+        VerdictWeights {
+            good: 80,
+            bad: 10,
+            unsure: 5,
+            unreachable: 0,
+            crash_loop: 5,
+        }
+    }
+}
+
+/// Workflows in the workload (see `world::workflows::workload`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkflowsLoad {
+    /// Their namespace. Default `workflows`.
+    pub namespace: String,
+    /// A workflow is submitted this often. Default 5 s; 0 disables.
+    #[serde(with = "super::duration")]
+    pub submit_every: Duration,
+    /// Sequential steps per workflow. Default 3.
+    pub steps: usize,
+    /// Percent of step attempts that fail (exit code 1; retried). Default 10.
+    pub fail_percent: u32,
+    /// Retries per step (`retryStrategy.limit`). Default 1.
+    pub retry_limit: u32,
+    /// Longest a step runs, in seconds (drawn from 1 up to this). Default 20.
+    pub max_step_seconds: u64,
+    /// `ttlStrategy.secondsAfterCompletion`. Default 120; 0: no TTL.
+    pub ttl_seconds: u64,
+}
+
+impl Default for WorkflowsLoad {
+    fn default() -> Self {
+        WorkflowsLoad {
+            namespace: "workflows".into(),
+            submit_every: Duration::from_secs(5),
+            steps: 3,
+            fail_percent: 10,
+            retry_limit: 1,
+            max_step_seconds: 20,
+            ttl_seconds: 120,
+        }
+    }
 }
 
 /// App-of-apps in the workload.
@@ -378,6 +496,8 @@ impl Default for Workload {
             health_flap_every: Duration::from_secs(5),
             refresh_every: Duration::ZERO,
             app_of_apps: None,
+            rollouts: None,
+            workflows: None,
         }
     }
 }

@@ -166,7 +166,30 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &hosts_field,
         "runtimes and clients need exactly one host with role gateway",
     )?;
-    for role in [Role::Probe, Role::Platform, Role::Cache, Role::Gateway] {
+    let argo_world = count(Role::Rollouts) + count(Role::Workflows) > 0;
+    v.check(
+        !argo_world || count(Role::Apiserver) == 1,
+        &hosts_field,
+        "rollouts and workflows hosts need exactly one host with role apiserver",
+    )?;
+    for (load, role, present) in [
+        ("rollouts", Role::Rollouts, s.workload.rollouts.is_some()),
+        ("workflows", Role::Workflows, s.workload.workflows.is_some()),
+    ] {
+        v.check(
+            !present || (count(role) == 1 && count(Role::Workload) == 1),
+            &Field::root("workload").key(load),
+            format!("a {load} load needs one host with role {role:?} and one with role workload"),
+        )?;
+    }
+    for role in [
+        Role::Probe,
+        Role::Platform,
+        Role::Cache,
+        Role::Gateway,
+        Role::Rollouts,
+        Role::Workflows,
+    ] {
         v.check(
             count(role) <= 1,
             &hosts_field,

@@ -2,6 +2,7 @@
 //! server over turmoil TCP, and whole scenario runs.
 
 mod app_proxy;
+mod argo_world;
 mod argocd_world;
 mod assembly;
 mod cache;

@@ -18,6 +18,7 @@ pub mod controller;
 pub mod model;
 pub mod plugin;
 pub mod reconcile;
+pub mod workload;
 
 pub use analysis::{Verdict, Verdicts};
 

@@ -9,6 +9,7 @@
 //!   operated on and its status and labels merge-patched, or deleted when its TTL ran out.
 
 pub mod operate;
+pub mod workload;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
