@@ -100,9 +100,7 @@ fn the_workload_drives_rollouts_and_workflows_through_every_outcome_deterministi
 #[test]
 fn a_load_without_its_controller_is_refused_with_the_reason() {
     let yaml = WORLD.replace("    - {name: rollouts, role: rollouts}\n", "");
-    let error = scenario::parse::parse("argo-world.yaml", &yaml)
-        .err()
-        .expect("refused");
+    let error = scenario::parse::parse("argo-world.yaml", &yaml).expect_err("refused");
     assert!(
         error
             .to_string()
