@@ -15,19 +15,8 @@ use serde_json::{json, Value};
 const WITHIN: Duration = Duration::from_secs(90);
 
 fn workflow(name: &str, namespace: &str, extra: Value) -> DynamicObject {
-    let mut object = DynamicObject::new(name, &workflow_resource()).within(namespace);
-    let mut spec = json!({
-        "entrypoint": "main",
-        "templates": [
-            {"name": "main", "steps": [[{"name": "build", "template": "job"}], [{"name": "test", "template": "job"}]]},
-            {"name": "job", "container": {"image": "alpine", "command": ["true"]}},
-        ],
-    });
-    for (k, v) in extra.as_object().into_iter().flatten() {
-        spec[k] = v.clone();
-    }
-    object.data = json!({"spec": spec});
-    object
+    let job = json!({"container": {"image": "alpine", "command": ["true"]}});
+    workflows::sequential(name, namespace, &["build", "test"], job, extra)
 }
 
 /// Waits until workflow `name` is in `phase`, returning it.

@@ -56,6 +56,29 @@ async fn call(
     )
 }
 
+/// Boots the control plane's events path on host `platform` (port 8080) with `platform`'s
+/// state.
+fn boot_platform(w: &mut World, platform: &std::sync::Arc<Platform>) {
+    let (trace, host_platform) = (w.trace.clone(), platform.clone());
+    w.sim.host("platform", move || {
+        let env = SimEnv::shared("platform", SEED, trace.clone());
+        let state = ControlPlaneState {
+            events: Some(host_platform.clone()),
+            ..Default::default()
+        };
+        let config = ControlPlaneConfig {
+            events: Some("0.0.0.0:8080".into()),
+            ..Default::default()
+        };
+        async move {
+            control_plane::run(env, config, state, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    });
+}
+
 fn app(name: &str) -> DynamicObject {
     let mut app = DynamicObject::new(name, &application_resource()).within(NAMESPACE);
     app.data = json!({"spec": {"source": {"repoURL": REPO, "path": format!("apps/{name}")}, "syncPolicy": {"automated": {}}}});
@@ -93,24 +116,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
         ..Default::default()
     };
     w.argocd(&git, &HealthOverrides::default(), config, "argo");
-    let (trace, host_platform) = (w.trace.clone(), platform.clone());
-    w.sim.host("platform", move || {
-        let env = SimEnv::shared("platform", SEED, trace.clone());
-        let state = ControlPlaneState {
-            events: Some(host_platform.clone()),
-            ..Default::default()
-        };
-        let config = ControlPlaneConfig {
-            events: Some("0.0.0.0:8080".into()),
-            ..Default::default()
-        };
-        async move {
-            control_plane::run(env, config, state, std::future::pending())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    });
+    boot_platform(&mut w, &platform);
     // The reporter replicas, the first with the dedup cache beside it (one pod, two
     // containers), all from the runtime assembly.
     for replica in ["reporter-0", "reporter-1"] {
@@ -226,24 +232,7 @@ fn the_platform_keeps_the_newest_state_of_each_cluster_object_per_runtime() {
         .collect(),
         bus_capacity: 100,
     });
-    let (trace, host_platform) = (w.trace.clone(), platform.clone());
-    w.sim.host("platform", move || {
-        let env = SimEnv::shared("platform", SEED, trace.clone());
-        let state = ControlPlaneState {
-            events: Some(host_platform.clone()),
-            ..Default::default()
-        };
-        let config = ControlPlaneConfig {
-            events: Some("0.0.0.0:8080".into()),
-            ..Default::default()
-        };
-        async move {
-            control_plane::run(env, config, state, std::future::pending())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    });
+    boot_platform(&mut w, &platform);
     let trace = w.trace.clone();
     w.sim.client("sensor", async move {
         let env: SharedEnv = SimEnv::shared("sensor", SEED, trace.clone());

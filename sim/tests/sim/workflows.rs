@@ -9,25 +9,13 @@ use orrery_sim::env::SimEnv;
 use orrery_sim::world::apiserver::Knobs;
 use orrery_sim::world::workflows::{self, operate, workflow_resource, Job, Jobs};
 use orrery_system::env::kube::KubeTarget;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support::*;
 
-/// A two-step workflow (`build`, then `test`) with `extra` merged into its spec.
-pub fn workflow(name: &str, namespace: &str, extra: serde_json::Value) -> DynamicObject {
-    let mut object = DynamicObject::new(name, &workflow_resource()).within(namespace);
-    let mut spec = json!({
-        "entrypoint": "main",
-        "templates": [
-            {"name": "main", "steps": [[{"name": "build", "template": "job"}], [{"name": "test", "template": "job"}]]},
-            {"name": "job", "container": {"image": "alpine", "command": ["true"]}},
-        ],
-    });
-    for (k, v) in extra.as_object().into_iter().flatten() {
-        spec[k] = v.clone();
-    }
-    object.data = json!({"spec": spec});
-    object
+fn workflow(name: &str, namespace: &str, extra: Value) -> DynamicObject {
+    let job = json!({"container": {"image": "alpine", "command": ["true"]}});
+    workflows::sequential(name, namespace, &["build", "test"], job, extra)
 }
 
 #[test]

@@ -401,6 +401,16 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
     }
 }
 
+/// Each Rollout's `namespace/name` by uid (owner references name the uid).
+fn owners(stores: &Stores) -> BTreeMap<String, String> {
+    stores
+        .rollouts
+        .state()
+        .iter()
+        .map(|r| (r.metadata.uid.clone().unwrap_or_default(), key(r)))
+        .collect()
+}
+
 /// Pass 2: the pods of every ReplicaSet.
 async fn pods(
     env: &SharedEnv,
@@ -411,12 +421,7 @@ async fn pods(
     memory: &mut Memory,
 ) {
     let now = env.elapsed();
-    let owners: BTreeMap<String, String> = stores
-        .rollouts
-        .state()
-        .iter()
-        .map(|r| (r.metadata.uid.clone().unwrap_or_default(), key(r)))
-        .collect();
+    let owners = owners(stores);
     for object in sorted(&stores.replica_sets) {
         let id = key(&object);
         let rs = replica_set_of(&object);
@@ -460,12 +465,7 @@ async fn measurements(
     verdicts: &Verdicts,
 ) {
     let now_ms = env.unix_millis();
-    let owners: BTreeMap<String, String> = stores
-        .rollouts
-        .state()
-        .iter()
-        .map(|r| (r.metadata.uid.clone().unwrap_or_default(), key(r)))
-        .collect();
+    let owners = owners(stores);
     for object in sorted(&stores.runs) {
         let run = run_of(&object);
         if run.completed() {

@@ -433,25 +433,8 @@ fn blue_green_step(
         }
         if let Some(analysis) = &bg.pre_promotion_analysis {
             let base = format!("{}-{hash}-{revision}-pre", rollout.name);
-            let slot = st.blue_green.pre_promotion_analysis_run_status.as_ref();
-            match slot.filter(|run| is_named(&run.name, &base)) {
-                Some(run) if run.status == "Successful" => {}
-                Some(_) => return, // running, or paused/aborted
-                None => {
-                    let run_name = free_name(&base, runs, None);
-                    plan.runs.push(NewRun {
-                        name: run_name.clone(),
-                        hash: hash.to_string(),
-                        kind: RunKind::PrePromotion,
-                        analysis: analysis.clone(),
-                    });
-                    plan.status.blue_green.pre_promotion_analysis_run_status = Some(RunStatus {
-                        name: run_name,
-                        status: "Pending".into(),
-                        message: None,
-                    });
-                    return;
-                }
+            if !promotion_analysis(plan, RunKind::PrePromotion, base, hash, analysis, runs) {
+                return;
             }
         }
         let st = &mut plan.status;
@@ -487,29 +470,47 @@ fn blue_green_step(
     // Switched: post-promotion analysis, then the new ReplicaSet is the stable.
     if let Some(analysis) = &bg.post_promotion_analysis {
         let base = format!("{}-{hash}-{revision}-post", rollout.name);
-        let slot = st.blue_green.post_promotion_analysis_run_status.as_ref();
-        match slot.filter(|run| is_named(&run.name, &base)) {
-            Some(run) if run.status == "Successful" => {}
-            Some(_) => return,
-            None => {
-                let run_name = free_name(&base, runs, None);
-                plan.runs.push(NewRun {
-                    name: run_name.clone(),
-                    hash: hash.to_string(),
-                    kind: RunKind::PostPromotion,
-                    analysis: analysis.clone(),
-                });
-                plan.status.blue_green.post_promotion_analysis_run_status = Some(RunStatus {
-                    name: run_name,
-                    status: "Pending".into(),
-                    message: None,
-                });
-                return;
-            }
+        if !promotion_analysis(plan, RunKind::PostPromotion, base, hash, analysis, runs) {
+            return;
         }
     }
     promote_stable(&mut plan.status, hash);
     wind_down(plan, stable, delay, now_ms);
+}
+
+/// A blue-green promotion's analysis (`PrePromotion` or `PostPromotion`, run `base` or a
+/// collision-suffixed one): whether it succeeded; if none runs yet, one is planned.
+fn promotion_analysis(
+    plan: &mut Plan,
+    kind: RunKind,
+    base: String,
+    hash: &str,
+    analysis: &Value,
+    runs: &[AnalysisRun],
+) -> bool {
+    let bg = &mut plan.status.blue_green;
+    let slot = match kind {
+        RunKind::PrePromotion => &mut bg.pre_promotion_analysis_run_status,
+        _ => &mut bg.post_promotion_analysis_run_status,
+    };
+    match slot.as_ref().filter(|run| is_named(&run.name, &base)) {
+        Some(run) => run.status == "Successful", // else running, or paused/aborted
+        None => {
+            let name = free_name(&base, runs, None);
+            *slot = Some(RunStatus {
+                name: name.clone(),
+                status: "Pending".into(),
+                message: None,
+            });
+            plan.runs.push(NewRun {
+                name,
+                hash: hash.to_string(),
+                kind,
+                analysis: analysis.clone(),
+            });
+            false
+        }
+    }
 }
 
 /// Folds the blue-green AnalysisRuns' phases into the status: Failed/Error abort,

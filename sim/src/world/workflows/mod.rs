@@ -33,6 +33,33 @@ pub fn workflow_resource() -> ApiResource {
     ))
 }
 
+/// A Workflow whose entrypoint `main` runs `steps` one after another, each with the
+/// template `job` (a container template, with its `retryStrategy` if any; `name` is set to
+/// `job`), and `extra` merged into the spec (`ttlStrategy`, `shutdown`, …).
+pub fn sequential(
+    name: &str,
+    namespace: &str,
+    steps: &[&str],
+    mut job: serde_json::Value,
+    extra: serde_json::Value,
+) -> DynamicObject {
+    job["name"] = json!("job");
+    let groups: Vec<serde_json::Value> = steps
+        .iter()
+        .map(|step| json!([{"name": step, "template": "job"}]))
+        .collect();
+    let mut spec = json!({
+        "entrypoint": "main",
+        "templates": [{"name": "main", "steps": groups}, job],
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
+    let mut object = DynamicObject::new(name, &workflow_resource()).within(namespace);
+    object.data = json!({"spec": spec});
+    object
+}
+
 /// What one attempt of a step's pod does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Job {

@@ -12,7 +12,7 @@ use serde_json::json;
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
-use super::{workflow_resource, Job, Jobs};
+use super::{sequential, workflow_resource, Job, Jobs};
 use crate::scenario::model::WorkflowsLoad as Config;
 
 /// Name of the `i`-th submitted workflow.
@@ -41,35 +41,28 @@ pub async fn run(
         }
         let name = workflow_name(submitted);
         let key = format!("{}/{name}", config.namespace);
-        let steps: Vec<serde_json::Value> = (0..config.steps)
-            .map(|s| {
-                let step = format!("step-{s}");
-                let attempts = (0..=config.retry_limit)
-                    .map(|_| Job {
-                        phase: if env.random_u64() % 100 < u64::from(config.fail_percent) {
-                            "Failed"
-                        } else {
-                            "Succeeded"
-                        },
-                        seconds: 1 + env.random_u64() % config.max_step_seconds.max(1),
-                    })
-                    .collect();
-                jobs.set(&key, &format!("{name}[{s}].{step}"), attempts);
-                json!([{"name": step, "template": "job"}])
-            })
-            .collect();
-        let mut spec = json!({
-            "entrypoint": "main",
-            "templates": [
-                {"name": "main", "steps": steps},
-                {"name": "job", "container": {"image": "registry.example/ci:1", "command": ["make"]}, "retryStrategy": {"limit": config.retry_limit}},
-            ],
-        });
-        if config.ttl_seconds > 0 {
-            spec["ttlStrategy"] = json!({"secondsAfterCompletion": config.ttl_seconds});
+        let steps: Vec<String> = (0..config.steps).map(|s| format!("step-{s}")).collect();
+        for (s, step) in steps.iter().enumerate() {
+            let attempts = (0..=config.retry_limit)
+                .map(|_| Job {
+                    phase: if env.random_u64() % 100 < u64::from(config.fail_percent) {
+                        "Failed"
+                    } else {
+                        "Succeeded"
+                    },
+                    seconds: 1 + env.random_u64() % config.max_step_seconds.max(1),
+                })
+                .collect();
+            jobs.set(&key, &format!("{name}[{s}].{step}"), attempts);
         }
-        let mut object = DynamicObject::new(&name, &workflow_resource()).within(&config.namespace);
-        object.data = json!({"spec": spec});
+        let job = json!({"container": {"image": "registry.example/ci:1", "command": ["make"]}, "retryStrategy": {"limit": config.retry_limit}});
+        let extra = if config.ttl_seconds > 0 {
+            json!({"ttlStrategy": {"secondsAfterCompletion": config.ttl_seconds}})
+        } else {
+            json!({})
+        };
+        let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+        let object = sequential(&name, &config.namespace, &steps, job, extra);
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => submitted += 1,
             Err(kube::Error::Api(status)) if status.code == 409 => submitted += 1,
