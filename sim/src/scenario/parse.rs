@@ -182,6 +182,42 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             format!("a {load} load needs one host with role {role:?} and one with role workload"),
         )?;
     }
+    if let Some(load) = &s.workload.rollouts {
+        let field = Field::root("workload").key("rollouts");
+        v.check(
+            (0..=10_000).contains(&load.replicas),
+            &field.key("replicas"),
+            "replicas must be between 0 and 10000",
+        )?;
+    }
+    if let Some(load) = &s.workload.workflows {
+        let field = Field::root("workload").key("workflows");
+        for (key, ok, why) in [
+            (
+                "retry_limit",
+                load.retry_limit <= 10,
+                "retry_limit must be at most 10",
+            ),
+            ("steps", load.steps <= 50, "steps must be at most 50"),
+            (
+                "fail_percent",
+                load.fail_percent <= 100,
+                "fail_percent must be at most 100",
+            ),
+            (
+                "max_step_seconds",
+                load.max_step_seconds <= 86_400,
+                "max_step_seconds must be at most 86400 (a day)",
+            ),
+            (
+                "ttl_seconds",
+                load.ttl_seconds <= 31_536_000,
+                "ttl_seconds must be at most 31536000 (a year)",
+            ),
+        ] {
+            v.check(ok, &field.key(key), why)?;
+        }
+    }
     for role in [
         Role::Probe,
         Role::Platform,

@@ -42,8 +42,9 @@ pub fn fenceposts(
     if replicas == 0 {
         return (0, 0);
     }
-    let surge = int_or_percent(max_surge, replicas, true);
-    let mut unavailable = int_or_percent(max_unavailable, replicas, false);
+    // Bounded so that no later sum can overflow on absurd input.
+    let surge = int_or_percent(max_surge, replicas, true).clamp(0, 1_000_000);
+    let mut unavailable = int_or_percent(max_unavailable, replicas, false).clamp(0, 1_000_000);
     if surge == 0 && unavailable == 0 {
         unavailable = 1;
     }

@@ -513,6 +513,13 @@ pub async fn run(
     config: Config,
 ) {
     let mut memory = Memory::default();
+    // Nothing is reconciled before all three reflectors have listed: a Rollout seen before
+    // its ReplicaSets would look as if its stable ReplicaSet were gone.
+    for store in [&stores.rollouts, &stores.replica_sets, &stores.runs] {
+        if store.wait_until_ready().await.is_err() {
+            return; // the reflector task ended: the host is stopping
+        }
+    }
     loop {
         env.sleep(config.tick).await;
         rollouts(&env, &client, &stores, &mut memory).await;

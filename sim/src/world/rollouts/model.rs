@@ -60,9 +60,10 @@ pub struct RolloutSpec {
 }
 
 impl RolloutSpec {
-    /// `spec.replicas`, default 1.
+    /// `spec.replicas`, default 1 (kept within 0..=1,000,000 so the replica arithmetic
+    /// cannot overflow on absurd input).
     pub fn replicas(&self) -> i32 {
-        self.replicas.unwrap_or(1).max(0)
+        self.replicas.unwrap_or(1).clamp(0, 1_000_000)
     }
 }
 
@@ -149,8 +150,8 @@ impl Pause {
                 let n: i64 = number.parse().ok()?;
                 match unit {
                     "" | "s" => Some(n),
-                    "m" => Some(n * 60),
-                    "h" => Some(n * 3600),
+                    "m" => n.checked_mul(60),
+                    "h" => n.checked_mul(3600),
                     _ => None,
                 }
             }

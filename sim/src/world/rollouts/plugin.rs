@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::controller::rollout_of;
 
-/// Why a plugin command did nothing.
+/// Why a plugin command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     /// The API server refused or could not be reached.
@@ -20,9 +20,6 @@ pub enum PluginError {
         #[source]
         source: kube::Error,
     },
-    /// `promote --full` of a Rollout whose current template is already the stable one.
-    #[error("rollout {0} is already fully promoted")]
-    AlreadyPromoted(String),
 }
 
 async fn patch_status(
@@ -62,12 +59,6 @@ pub async fn promote(api: &Api<DynamicObject>, name: &str, full: bool) -> Result
     })?;
     let rollout = rollout_of(&object);
     let st = &rollout.status;
-    if full {
-        if st.current_pod_hash == st.stable_rs {
-            return Err(PluginError::AlreadyPromoted(name.to_string()));
-        }
-        return patch_status(api, name, json!({"promoteFull": true})).await;
-    }
     if rollout.spec.paused {
         api.patch(
             name,
@@ -81,8 +72,16 @@ pub async fn promote(api: &Api<DynamicObject>, name: &str, full: bool) -> Result
         })?;
     }
     let status = match &rollout.spec.strategy.canary {
+        // `--full`: only while an update is under way.
+        _ if full => (st.current_pod_hash != st.stable_rs).then(|| json!({"promoteFull": true})),
+        // A canary without steps has nothing to step past.
+        Some(canary) if canary.steps.is_empty() => None,
         Some(canary) => {
-            let next = (st.current_step_index.unwrap_or(0) + 1).min(canary.steps.len() as i32);
+            let next = st
+                .current_step_index
+                .unwrap_or(0)
+                .saturating_add(1)
+                .min(canary.steps.len() as i32);
             let inconclusive = st
                 .canary
                 .current_step_analysis_run_status

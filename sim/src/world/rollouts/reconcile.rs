@@ -88,6 +88,7 @@ fn weight_at(steps: &[Step], index: usize) -> i32 {
         .filter_map(|s| s.set_weight)
         .next_back()
         .unwrap_or(0)
+        .clamp(0, 100)
 }
 
 /// Reconciles `rollout` at `now_ms` given the ReplicaSets and AnalysisRuns it owns.
@@ -118,7 +119,14 @@ pub fn reconcile(
         .iter()
         .find(|rs| rs.hash == hash)
         .map(|rs| rs.revision)
-        .unwrap_or_else(|| replica_sets.iter().map(|rs| rs.revision).max().unwrap_or(0) + 1);
+        .unwrap_or_else(|| {
+            replica_sets
+                .iter()
+                .map(|rs| rs.revision)
+                .max()
+                .unwrap_or(0)
+                .saturating_add(1)
+        });
     let name = format!("{}-{hash}", rollout.name);
     let new_rs = replica_sets.iter().find(|rs| rs.hash == hash);
     if new_rs.is_none() {
@@ -150,6 +158,10 @@ pub fn reconcile(
             st.current_step_hash = Some(steps_hash);
         }
     }
+    // `promote --full` of an aborted rollout lifts the abort and promotes.
+    if st.promote_full && st.abort {
+        st.abort = false;
+    }
     // `retry`: the abort was lifted; the update starts over with fresh AnalysisRuns (the
     // failed ones stay, so the new ones get a collision suffix, `<name>.1`).
     if !st.abort && st.aborted_at.is_some() {
@@ -161,8 +173,15 @@ pub fn reconcile(
             st.current_step_index = Some(0);
         }
     }
-    // The first template ever deployed is promoted at once ("Initial deploy").
-    if st.stable_rs.is_none() {
+    // The first template ever deployed is promoted at once ("Initial deploy"), and so is
+    // the current one when the stable ReplicaSet is gone (upstream's `shouldFullPromote`
+    // with no stable ReplicaSet). The controller reconciles only once its ReplicaSet
+    // reflector has listed, so "gone" is not "not listed yet".
+    let stable_gone = st
+        .stable_rs
+        .as_ref()
+        .is_some_and(|stable| *stable != hash && !replica_sets.iter().any(|rs| &rs.hash == stable));
+    if st.stable_rs.is_none() || stable_gone {
         st.stable_rs = Some(hash.clone());
         st.current_step_index = spec.strategy.canary.as_ref().map(|_| steps.len() as i32);
     }
@@ -177,11 +196,14 @@ pub fn reconcile(
     let mut abort_message = None;
 
     if let Some(blue_green) = spec.strategy.blue_green.clone() {
+        // Promoted by a user while the controller paused (the condition was removed).
+        let promoted = plan.status.controller_pause && plan.status.pause_conditions.is_empty();
         // The blue-green AnalysisRuns' results first: a failed one aborts this reconcile.
-        blue_green_runs(&mut plan, runs, &mut abort_message, &now);
+        blue_green_runs(&mut plan, runs, &mut abort_message, &now, promoted);
         blue_green_step(
             &mut plan,
             &blue_green,
+            promoted,
             rollout,
             (&hash, &name, revision),
             new_rs,
@@ -300,6 +322,15 @@ fn canary_step(
         return;
     }
     let step = &steps[index];
+    if step.analysis.is_none() {
+        // Moved past an analysis step (promoted while it ran): that run is cancelled.
+        if let Some(stale) = st.canary.current_step_analysis_run_status.take() {
+            if let Some(run) = runs.iter().find(|r| r.name == stale.name && !r.completed()) {
+                plan.terminate.push(run.name.clone());
+            }
+        }
+    }
+    let st = &mut plan.status;
     if step.set_weight.is_some() {
         if at_desired {
             st.current_step_index = Some(index as i32 + 1);
@@ -378,6 +409,7 @@ fn canary_step(
 fn blue_green_step(
     plan: &mut Plan,
     bg: &BlueGreen,
+    promoted: bool,
     rollout: &Rollout,
     (hash, name, revision): (&str, &str, u64),
     new_rs: Option<&ReplicaSet>,
@@ -393,8 +425,14 @@ fn blue_green_step(
         .scale_down_delay_seconds
         .unwrap_or(SCALE_DOWN_DELAY_SECONDS);
     let st = &mut plan.status;
+    // `promote --full`: no pause, no analysis.
+    let full = st.promote_full;
     if bg.preview_service.is_some() {
         st.blue_green.preview_selector = Some(hash.to_string());
+    }
+    // A retried update's ReplicaSet loses the deadline its abort gave it.
+    if let Some(rs) = current.filter(|rs| rs.scale_down_deadline.is_some() && !st.abort) {
+        plan.deadlines.push((rs.name.clone(), None));
     }
     let Some(stable) = stable_rs else {
         // Steady: the stable is the current template; everything else winds down.
@@ -431,16 +469,17 @@ fn blue_green_step(
         if new_rs.available < replicas || rollout.spec.paused {
             return;
         }
-        if let Some(analysis) = &bg.pre_promotion_analysis {
+        if let Some(analysis) = bg.pre_promotion_analysis.as_ref().filter(|_| !full) {
             let base = format!("{}-{hash}-{revision}-pre", rollout.name);
-            if !promotion_analysis(plan, RunKind::PrePromotion, base, hash, analysis, runs) {
+            let kind = RunKind::PrePromotion;
+            if !promotion_analysis(plan, kind, base, hash, analysis, runs, promoted) {
                 return;
             }
         }
         let st = &mut plan.status;
         // A pause only when auto-promotion is off or delayed (`needsBlueGreenControllerPause`).
         let seconds = bg.auto_promotion_seconds.unwrap_or(0);
-        if bg.auto_promotion_enabled == Some(false) || seconds > 0 {
+        if !full && (bg.auto_promotion_enabled == Some(false) || seconds > 0) {
             let ours = st
                 .pause_conditions
                 .iter()
@@ -468,9 +507,10 @@ fn blue_green_step(
         return;
     }
     // Switched: post-promotion analysis, then the new ReplicaSet is the stable.
-    if let Some(analysis) = &bg.post_promotion_analysis {
+    if let Some(analysis) = bg.post_promotion_analysis.as_ref().filter(|_| !full) {
         let base = format!("{}-{hash}-{revision}-post", rollout.name);
-        if !promotion_analysis(plan, RunKind::PostPromotion, base, hash, analysis, runs) {
+        let kind = RunKind::PostPromotion;
+        if !promotion_analysis(plan, kind, base, hash, analysis, runs, promoted) {
             return;
         }
     }
@@ -479,7 +519,8 @@ fn blue_green_step(
 }
 
 /// A blue-green promotion's analysis (`PrePromotion` or `PostPromotion`, run `base` or a
-/// collision-suffixed one): whether it succeeded; if none runs yet, one is planned.
+/// collision-suffixed one): whether it succeeded; if none runs yet, or the last one was
+/// inconclusive and the user promoted (`needsNewAnalysisRun`), a new one is planned.
 fn promotion_analysis(
     plan: &mut Plan,
     kind: RunKind,
@@ -487,15 +528,19 @@ fn promotion_analysis(
     hash: &str,
     analysis: &Value,
     runs: &[AnalysisRun],
+    promoted: bool,
 ) -> bool {
     let bg = &mut plan.status.blue_green;
     let slot = match kind {
         RunKind::PrePromotion => &mut bg.pre_promotion_analysis_run_status,
         _ => &mut bg.post_promotion_analysis_run_status,
     };
-    match slot.as_ref().filter(|run| is_named(&run.name, &base)) {
-        Some(run) => run.status == "Successful", // else running, or paused/aborted
-        None => {
+    let current = slot.as_ref().filter(|run| is_named(&run.name, &base));
+    match current {
+        Some(run) if !(promoted && run.status == "Inconclusive") => {
+            run.status == "Successful" // else running, or paused/aborted
+        }
+        _ => {
             let name = free_name(&base, runs, None);
             *slot = Some(RunStatus {
                 name: name.clone(),
@@ -520,6 +565,7 @@ fn blue_green_runs(
     runs: &[AnalysisRun],
     abort_message: &mut Option<String>,
     now: &str,
+    promoted: bool,
 ) {
     let st = &mut plan.status;
     let mut outcome = None;
@@ -539,9 +585,8 @@ fn blue_green_runs(
         }
     }
     match outcome {
-        // *Simplified*: promoting past an inconclusive blue-green analysis is not modelled
-        // (the rollout stays paused until aborted or given a new template).
-        Some((phase, _)) if phase == "Inconclusive" && !st.abort => {
+        // Paused until promoted; a promotion starts a new run (`promotion_analysis`).
+        Some((phase, _)) if phase == "Inconclusive" && !st.abort && !promoted => {
             add_pause(st, "InconclusiveAnalysisRun", now);
         }
         Some((phase, _)) if phase == "Inconclusive" => {} // aborted stays aborted
@@ -614,7 +659,9 @@ fn wind_down(plan: &mut Plan, rs: &ReplicaSet, delay_seconds: i64, now_ms: u64) 
         _ if rs.replicas == 0 => {}
         None => plan.deadlines.push((
             rs.name.clone(),
-            Some(rfc3339(now_ms + delay_seconds.max(0) as u64 * 1000)),
+            Some(rfc3339(now_ms.saturating_add(
+                (delay_seconds.max(0) as u64).saturating_mul(1000),
+            ))),
         )),
         Some(deadline) if deadline <= rfc3339(now_ms).as_str() => {
             scale(plan, &rs.name, rs.replicas, 0);
@@ -641,8 +688,11 @@ fn complete_step(st: &mut RolloutStatus, index: usize) {
     st.canary.current_step_analysis_run_status = None;
 }
 
+/// Aborted: no pause is left (`CalculatePauseStatus` returns early while aborted).
 fn abort(st: &mut RolloutStatus, now: &str) {
     st.abort = true;
+    st.pause_conditions.clear();
+    st.controller_pause = false;
     if st.aborted_at.is_none() {
         st.aborted_at = Some(now.to_string());
     }
@@ -657,6 +707,7 @@ fn promote_stable(st: &mut RolloutStatus, hash: &str) {
     st.abort = false;
     st.aborted_at = None;
     st.promote_full = false;
+    st.canary.current_step_analysis_run_status = None;
 }
 
 fn terminate_running(plan: &mut Plan, runs: &[AnalysisRun]) {
@@ -738,7 +789,7 @@ fn finish_status(
             "True",
             "NewReplicaSetAvailable",
             format!(
-                "RolloutCompleted: Rollout \"{}\" has successfully progressed.",
+                "ReplicaSet \"{}-{hash}\" has successfully progressed.",
                 rollout.name
             ),
         )
@@ -780,7 +831,16 @@ fn finish_status(
         if let Some(since) = since {
             progressing.last_update_time = since;
         }
-        let analysing = st.canary.current_step_analysis_run_status.is_some();
+        // No deadline while an analysis runs or an old ReplicaSet waits for its
+        // scale-down (upstream's `isWaitingForReplicaSetScaleDown`).
+        let unfinished =
+            |r: &Option<RunStatus>| r.as_ref().is_some_and(|r| r.status != "Successful");
+        let analysing = st.canary.current_step_analysis_run_status.is_some()
+            || unfinished(&st.blue_green.pre_promotion_analysis_run_status)
+            || unfinished(&st.blue_green.post_promotion_analysis_run_status)
+            || replica_sets
+                .iter()
+                .any(|rs| rs.scale_down_deadline.is_some() && rs.replicas > 0);
         if !analysing && elapsed_since(&progressing.last_update_time, &now) > deadline {
             progressing.status = "False".into();
             progressing.reason = "ProgressDeadlineExceeded".into();
@@ -879,6 +939,19 @@ pub fn phase_of(spec: &RolloutSpec, st: &RolloutStatus) -> (String, String) {
             return progressing("active service cutover pending");
         }
         if st.stable_rs.as_deref() != Some(current) {
+            let analysed = st
+                .blue_green
+                .post_promotion_analysis_run_status
+                .as_ref()
+                .is_some_and(|r| r.status == "Successful");
+            let analysis = spec
+                .strategy
+                .blue_green
+                .as_ref()
+                .is_some_and(|bg| bg.post_promotion_analysis.is_some());
+            if analysis && !analysed {
+                return progressing("waiting for analysis to complete");
+            }
             return progressing("waiting for post-promotion verification to complete");
         }
     } else {

@@ -438,3 +438,87 @@ fn blue_green_with_a_failing_pre_promotion_analysis_never_switches() {
         0
     );
 }
+
+#[test]
+fn promote_full_lifts_an_abort_and_promotes_a_canary() {
+    let mut bench = Bench::new(canary(steps()));
+    bench.deploy("web:v2");
+    bench.run_for(5);
+    bench.rollout.status.abort = true;
+    bench.run_for(5);
+    assert_eq!(bench.phase().0, "Degraded");
+    bench.rollout.status.promote_full = true; // `promote --full`
+    bench.run_for(15);
+    assert_eq!(bench.phase(), ("Healthy".into(), String::new()));
+    assert_eq!(
+        bench.rollout.status.stable_rs,
+        bench.rollout.status.current_pod_hash
+    );
+    assert!(!bench.rollout.status.abort);
+}
+
+#[test]
+fn an_abort_during_a_pause_clears_it_and_a_retry_walks_the_steps_again() {
+    let mut bench = Bench::new(canary(
+        json!([{"setWeight": 20}, {"analysis": {"templates": [{"templateName": "success-rate"}]}}, {"pause": {}}]),
+    ));
+    bench.deploy("web:v2");
+    bench.run_for(40);
+    assert_eq!(bench.phase(), ("Paused".into(), "CanaryPauseStep".into()));
+    bench.rollout.status.abort = true;
+    bench.run_for(5);
+    assert!(bench.rollout.status.pause_conditions.is_empty());
+    assert!(!bench.rollout.status.controller_pause);
+    bench.rollout.status.abort = false; // `retry`
+    bench.run_for(40);
+    // Back at the pause after a fresh analysis run (`.1`), not stuck before it.
+    assert_eq!(bench.phase(), ("Paused".into(), "CanaryPauseStep".into()));
+    assert_eq!(bench.rollout.status.current_step_index, Some(2));
+    assert!(bench
+        .runs
+        .iter()
+        .any(|(r, _)| r.name.ends_with("-1.1") && r.phase == "Successful"));
+}
+
+#[test]
+fn a_rollout_whose_stable_replica_set_is_gone_promotes_the_current_one() {
+    let mut bench = Bench::new(canary(steps()));
+    bench.deploy("web:v2");
+    bench.run_for(3);
+    let stable = bench.rollout.status.stable_rs.clone().unwrap();
+    bench.sets.retain(|rs| rs.hash != stable); // deleted by hand
+    bench.run_for(10);
+    assert_eq!(bench.phase(), ("Healthy".into(), String::new()));
+    assert_eq!(
+        bench.rollout.status.stable_rs,
+        bench.rollout.status.current_pod_hash
+    );
+}
+
+#[test]
+fn blue_green_promote_full_skips_the_pause_and_an_inconclusive_analysis_runs_again_when_promoted() {
+    let mut bench = Bench::new(blue_green(json!({"autoPromotionEnabled": false})));
+    bench.deploy("web:v2");
+    bench.run_for(5);
+    assert_eq!(bench.phase().1, "BlueGreenPause");
+    bench.rollout.status.promote_full = true;
+    bench.run_for(3);
+    assert_eq!(bench.phase(), ("Healthy".into(), String::new()));
+
+    let mut bench = Bench::new(blue_green(
+        json!({"prePromotionAnalysis": {"templates": [{"templateName": "success-rate"}]}}),
+    ));
+    bench.verdict = Verdict::Unsure;
+    bench.deploy("web:v2");
+    bench.run_for(5);
+    assert_eq!(
+        bench.phase(),
+        ("Paused".into(), "InconclusiveAnalysisRun".into())
+    );
+    bench.verdict = Verdict::Good;
+    bench.promote();
+    bench.run_for(40);
+    assert_eq!(bench.phase(), ("Healthy".into(), String::new()));
+    let names: Vec<&str> = bench.runs.iter().map(|(r, _)| r.name.as_str()).collect();
+    assert!(names.iter().any(|n| n.ends_with("-pre.1")), "{names:?}");
+}

@@ -16,6 +16,9 @@ use orrery_system::core::time::{parse_rfc3339, rfc3339};
 
 use super::{Job, Jobs};
 
+/// Deepest nesting of templates (upstream's `maxAllowedStackDepth`).
+const MAX_DEPTH: usize = 100;
+
 /// Label with the workflow's phase.
 pub const PHASE_LABEL: &str = "workflows.argoproj.io/phase";
 /// Label `"true"` once the workflow finished (`"false"` before, since v3.5.3).
@@ -81,6 +84,9 @@ struct Op<'a> {
     /// Why pods stop now (shutdown or the deadline), with the messages for running and for
     /// not yet created pods.
     stopping: Option<(String, String)>,
+    /// Why a retry node ends without retrying (`Stopped with strategy '<s>'`, `retry
+    /// exceeded workflow deadline <t>`).
+    retry_stop: Option<String>,
 }
 
 impl Op<'_> {
@@ -151,15 +157,27 @@ impl Op<'_> {
     }
 
     /// Runs template `template` as node `name`; returns the node's id.
-    fn execute(&mut self, name: &str, template: &str, boundary: Option<&str>) -> String {
+    fn execute(
+        &mut self,
+        name: &str,
+        template: &str,
+        boundary: Option<&str>,
+        depth: usize,
+    ) -> String {
         let spec = self
             .templates
             .get(template)
             .copied()
             .cloned()
             .unwrap_or(Value::Null);
+        if depth > MAX_DEPTH {
+            // A template that calls itself without end (upstream errors the node).
+            let id = self.node(name, "Steps", template, boundary, "Error");
+            self.mark(&id, "Error", Some("Maximum recursion depth exceeded"));
+            return id;
+        }
         if let Some(groups) = spec["steps"].as_array() {
-            return self.steps(name, template, groups, boundary);
+            return self.steps(name, template, groups, boundary, depth);
         }
         match spec.get("retryStrategy") {
             Some(retry) => self.retry(name, template, retry, boundary),
@@ -173,6 +191,7 @@ impl Op<'_> {
         template: &str,
         groups: &[Value],
         boundary: Option<&str>,
+        depth: usize,
     ) -> String {
         let id = self.node(name, "Steps", template, boundary, "Running");
         if finished(&self.phase(&id)) {
@@ -190,6 +209,7 @@ impl Op<'_> {
                     &step_name,
                     step["template"].as_str().unwrap_or(""),
                     Some(&id),
+                    depth + 1,
                 );
                 self.add_child(&group_id, &child);
                 match self.phase(&child).as_str() {
@@ -250,7 +270,11 @@ impl Op<'_> {
                 "OnError" => phase == "Error",
                 _ => phase == "Failed", // OnFailure (the default)
             };
-            if self.stopping.is_some() || !retries {
+            if let Some(why) = self.retry_stop.clone() {
+                self.mark(&id, &phase, Some(&why));
+                return id;
+            }
+            if !retries {
                 self.mark(&id, &phase, message.as_deref());
                 return id;
             }
@@ -297,7 +321,7 @@ impl Op<'_> {
         let base = name.split('(').next().unwrap_or(name);
         let job: Job = self.jobs.get(&self.key, base, attempt);
         let elapsed = self.now_ms.saturating_sub(started);
-        if elapsed >= 1000 + job.seconds * 1000 {
+        if elapsed >= job.seconds.saturating_mul(1000).saturating_add(1000) {
             let message = match job.phase {
                 "Failed" => Some("Error (exit code 1)"),
                 "Error" => Some("pod deleted"),
@@ -334,7 +358,14 @@ pub fn operate(
         .or_else(|| ttl["secondsAfterCompletion"].as_u64());
         let finished_at = status["finishedAt"].as_str().and_then(parse_rfc3339);
         return match (seconds, finished_at) {
-            (Some(s), Some(at)) if now_ms >= at + s * 1000 + 1000 => Step::Delete,
+            (Some(s), Some(at))
+                if now_ms
+                    >= at
+                        .saturating_add(s.saturating_mul(1000))
+                        .saturating_add(1000) =>
+            {
+                Step::Delete
+            }
             _ => Step::Unchanged,
         };
     }
@@ -343,7 +374,7 @@ pub fn operate(
     } else {
         json!({})
     };
-    if next["phase"].as_str().unwrap_or("").is_empty() {
+    if matches!(next["phase"].as_str().unwrap_or(""), "" | "Pending") {
         next["phase"] = json!("Running");
         next["startedAt"] = json!(now);
     }
@@ -356,7 +387,18 @@ pub fn operate(
     let shutdown = spec["shutdown"].as_str().filter(|s| !s.is_empty());
     let past_deadline = spec["activeDeadlineSeconds"]
         .as_u64()
-        .is_some_and(|s| now_ms >= started + s * 1000);
+        .is_some_and(|s| now_ms >= started.saturating_add(s.saturating_mul(1000)));
+    let retry_stop = match (shutdown, past_deadline) {
+        (Some(strategy), _) => Some(format!("Stopped with strategy '{strategy}'")),
+        (None, true) => Some(format!(
+            "retry exceeded workflow deadline {}",
+            spec["activeDeadlineSeconds"]
+                .as_u64()
+                .map(|s| rfc3339(started.saturating_add(s.saturating_mul(1000))))
+                .unwrap_or_default()
+        )),
+        (None, false) => None,
+    };
     let stopping = match (shutdown, past_deadline) {
         (Some(strategy), _) => Some((
             format!("workflow shutdown with strategy:  {strategy}"),
@@ -387,9 +429,10 @@ pub fn operate(
         now_ms,
         now: now.clone(),
         stopping,
+        retry_stop,
     };
     let entry = spec["entrypoint"].as_str().unwrap_or("");
-    let root = op.execute(name, entry, None);
+    let root = op.execute(name, entry, None, 0);
     let root_phase = op.phase(&root);
     let pods: Vec<&Value> = op.nodes.values().filter(|n| n["type"] == "Pod").collect();
     let done = pods
@@ -664,5 +707,17 @@ mod tests {
         assert_eq!(T0 + deleted * 1000, finished + 31_000);
         let (_, _, kept) = run(&workflow(json!({})), &jobs, 100);
         assert_eq!(kept, None, "no TTL: kept");
+    }
+
+    #[test]
+    fn a_template_that_calls_itself_errors_instead_of_recursing_forever() {
+        let spec = json!({"entrypoint": "main", "templates": [{"name": "main", "steps": [[{"name": "again", "template": "main"}]]}]});
+        let (status, _, _) = run(&spec, &Jobs::default(), 3);
+        assert_eq!(status["phase"], "Failed");
+        assert!(status["nodes"]
+            .as_object()
+            .unwrap()
+            .values()
+            .any(|n| n["message"] == "Maximum recursion depth exceeded"));
     }
 }

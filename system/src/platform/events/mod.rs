@@ -189,6 +189,12 @@ struct ClusterData {
     object: ClusterObject,
     #[serde(default, rename = "type")]
     event_type: Option<String>,
+    /// Present only in application events: a body with it is an application event that
+    /// failed to parse, and gets that reason.
+    #[serde(default)]
+    timestamp: Option<serde_json::Value>,
+    #[serde(default)]
+    source: Option<serde_json::Value>,
 }
 
 #[derive(serde::Deserialize)]
@@ -226,7 +232,10 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
         Err(e) => {
             // Not an application event: a cluster-stream object, or malformed (the
             // application envelope's reason is the one reported).
-            let Ok(cluster) = serde_json::from_slice::<ClusterEnvelope>(&json) else {
+            let cluster = serde_json::from_slice::<ClusterEnvelope>(&json)
+                .ok()
+                .filter(|c| c.data.timestamp.is_none() && c.data.source.is_none());
+            let Some(cluster) = cluster else {
                 return Err(reject(
                     StatusCode::BAD_REQUEST,
                     format!("invalid event envelope: {e}"),
@@ -617,6 +626,17 @@ mod tests {
         .unwrap();
         assert_eq!(pod.status, StatusCode::BAD_REQUEST);
         assert!(pod.reason.contains("\"Pod\""), "{}", pod.reason);
+        // An application event with an inline object keeps the application envelope's
+        // reason, as before the cluster stream existed.
+        let app_shaped = json!({"data": {"timestamp": "t", "source": {}, "object": {"kind": "Rollout", "metadata": {"name": "a"}}}});
+        let refused = decode("rt", false, &serde_json::to_vec(&app_shaped).unwrap())
+            .err()
+            .unwrap();
+        assert!(
+            refused.reason.contains("invalid event envelope"),
+            "{}",
+            refused.reason
+        );
         // Neither envelope: the application envelope's reason is reported.
         let neither = decode("rt", false, b"{\"data\": {\"object\": 3}}")
             .err()
