@@ -368,11 +368,7 @@ async fn kube_target(apiserver: Option<String>, namespace: &str) -> Result<KubeT
 fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
     init_logging(args.common.log_format);
     let variant = Variant::from(args.common.variant);
-    let routes = Routes {
-        app_proxy: args.app_proxy.clone(),
-        workflows: args.workflows.clone(),
-        event_sources: Default::default(),
-    };
+    let routes = Routes::new(args.app_proxy.clone(), args.workflows.clone());
     let mut client = tunnel_client::Config::new(variant, &args.platform, &args.name, &args.token);
     client.dedup_store = args.durable_requests.then(|| args.cache.clone());
     if let Some(path) = &args.tls_ca {

@@ -19,6 +19,7 @@ mod support;
 mod swarm;
 mod tunnel;
 mod watcher_checklist;
+mod webhooks;
 mod workflows;
 
 /// Same allocator as the `orrery` binary (simulations are allocation-heavy).

@@ -3,10 +3,18 @@
 //!
 //! - `/app-proxy…` → the app-proxy (path kept);
 //! - `/workflows/…` → the Argo Workflows server, prefix stripped;
-//! - `/webhooks/<ns>/<name>` → that Argo Events event source;
+//! - `/webhooks/<ns>/<name>` → that Argo Events event source's Service,
+//!   `<name>-eventsource-svc.<ns>.svc.cluster.local`, resolved per request (no fixed map);
 //! - `/healthz`, `/readyz` → 200; anything else → 404.
+//!
+//! As the chart's nginx (`internal-router/_configmap.yaml` at gitops-runtime-helm
+//! 33e7bb8a^: `location ~ /webhooks/([^/]+)/([^/]+)` → `proxy_pass
+//! http://$2-eventsource-svc.$1.svc.cluster.local`, with a `resolver`): the webhook rule
+//! is an unanchored regular expression, so it wins over the prefix routes wherever
+//! `/webhooks/<a>/<b>` appears in a path, and the request URI is passed unchanged. A
+//! name that does not resolve is a 502, as nginx answers. (nginx matches the normalised
+//! path, with `%XX` decoded and `..` resolved; this router matches the path as sent.)
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,14 +27,48 @@ use crate::env::http::{full, json, Body, Client};
 use crate::env::SharedEnv;
 
 /// Where each route goes (`host:port` upstreams).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Routes {
     /// The app-proxy.
     pub app_proxy: String,
     /// The Argo Workflows server.
     pub workflows: String,
-    /// Event sources by `namespace/name`.
-    pub event_sources: BTreeMap<String, String>,
+    /// The DNS suffix after `<name>-eventsource-svc.<ns>.` (the chart's
+    /// `svc.cluster.local`).
+    pub event_source_domain: String,
+    /// The event source Services' port (80: nginx's default for `http://`).
+    pub event_source_port: u16,
+}
+
+impl Default for Routes {
+    /// No app-proxy or workflows server; event sources where the chart puts them.
+    fn default() -> Routes {
+        Routes::new("", "")
+    }
+}
+
+impl Routes {
+    /// Routes to `app_proxy` and `workflows`, event sources at
+    /// `<name>-eventsource-svc.<ns>.svc.cluster.local:80`.
+    pub fn new(app_proxy: impl Into<String>, workflows: impl Into<String>) -> Routes {
+        Routes {
+            app_proxy: app_proxy.into(),
+            workflows: workflows.into(),
+            event_source_domain: "svc.cluster.local".into(),
+            event_source_port: 80,
+        }
+    }
+}
+
+/// The (namespace, name) of the first `/webhooks/<ns>/<name>` in `path`, as the chart's
+/// unanchored `/webhooks/([^/]+)/([^/]+)` finds it.
+fn webhook(path: &str) -> Option<(&str, &str)> {
+    path.match_indices("/webhooks/").find_map(|(at, found)| {
+        let rest = &path[at + found.len()..];
+        let (ns, rest) = rest.split_once('/')?;
+        let name = rest.split('/').next()?;
+        (!ns.is_empty() && !name.is_empty()).then_some((ns, name))
+    })
 }
 
 /// The routing decision for a path.
@@ -50,6 +92,16 @@ impl Routes {
     pub fn route(&self, path_and_query: &str) -> Route {
         let path = path_and_query.split('?').next().unwrap_or("");
         let query = path_and_query.strip_prefix(path).unwrap_or("");
+        // The regular-expression location wins over every prefix location.
+        if let Some((ns, name)) = webhook(path) {
+            return Route::Upstream {
+                upstream: format!(
+                    "{name}-eventsource-svc.{ns}.{}:{}",
+                    self.event_source_domain, self.event_source_port
+                ),
+                path: path_and_query.to_string(),
+            };
+        }
         if path == "/healthz" || path == "/readyz" {
             return Route::Health;
         }
@@ -63,19 +115,6 @@ impl Routes {
             return Route::Upstream {
                 upstream: self.workflows.clone(),
                 path: format!("/{rest}{query}"),
-            };
-        }
-        if let Some(rest) = path.strip_prefix("/webhooks/") {
-            let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
-            return match parts.as_slice() {
-                [ns, name] => match self.event_sources.get(&format!("{ns}/{name}")) {
-                    Some(upstream) => Route::Upstream {
-                        upstream: upstream.clone(),
-                        path: format!("/{ns}/{name}{query}"),
-                    },
-                    None => Route::NotFound(format!("no event source {ns}/{name}")),
-                },
-                _ => Route::NotFound("webhook paths are /webhooks/<namespace>/<name>".into()),
             };
         }
         Route::NotFound(format!("no route for {path}"))
@@ -149,16 +188,7 @@ mod tests {
     use super::*;
 
     fn routes() -> Routes {
-        Routes {
-            app_proxy: "app-proxy:3017".into(),
-            workflows: "workflows:2746".into(),
-            event_sources: [(
-                "argo-events/github".to_string(),
-                "github-es:12000".to_string(),
-            )]
-            .into_iter()
-            .collect(),
-        }
+        Routes::new("app-proxy:3017", "workflows:2746")
     }
 
     #[test]
@@ -180,18 +210,31 @@ mod tests {
                 path: "/api/v1/workflows/ns?limit=2".into()
             }
         );
+        // Any event source, resolved by name; the request URI passed unchanged.
         assert_eq!(
-            r.route("/webhooks/argo-events/github"),
+            r.route("/webhooks/argo-events/github?x=1"),
             Route::Upstream {
-                upstream: "github-es:12000".into(),
-                path: "/argo-events/github".into()
+                upstream: "github-eventsource-svc.argo-events.svc.cluster.local:80".into(),
+                path: "/webhooks/argo-events/github?x=1".into()
             }
         );
-        assert!(matches!(
-            r.route("/webhooks/argo-events/missing"),
-            Route::NotFound(_)
-        ));
+        assert_eq!(
+            r.route("/webhooks/ci/push/extra"),
+            Route::Upstream {
+                upstream: "push-eventsource-svc.ci.svc.cluster.local:80".into(),
+                path: "/webhooks/ci/push/extra".into()
+            }
+        );
+        // The unanchored expression wins over a prefix route, as in nginx.
+        assert_eq!(
+            r.route("/app-proxy/x/webhooks/ci/push"),
+            Route::Upstream {
+                upstream: "push-eventsource-svc.ci.svc.cluster.local:80".into(),
+                path: "/app-proxy/x/webhooks/ci/push".into()
+            }
+        );
         assert!(matches!(r.route("/webhooks/only-one"), Route::NotFound(_)));
+        assert!(matches!(r.route("/webhooks//name"), Route::NotFound(_)));
         assert!(matches!(r.route("/app-proxyX"), Route::NotFound(_)));
         assert!(matches!(r.route("/"), Route::NotFound(_)));
     }
