@@ -58,6 +58,12 @@ pub fn scripts() -> Vec<Script> {
             .post(CM, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "elsewhere"}})),
         Script::new("malformed-json-400", "a body that is not JSON is 400 BadRequest")
             .raw("POST", CM, "application/json", "{not json"),
+        Script::new("create-invalid-names-422", "names that are not DNS-1123 subdomains, or longer than 253 characters, and bad label keys and values are 422 Invalid")
+            .post(CM, cm("Bad_Name!", json!({}), json!({})))
+            .post(CM, cm(&"a".repeat(254), json!({}), json!({})))
+            .post(CM, cm("ok-name", json!({"bad key": "v"}), json!({})))
+            .post(CM, cm("ok-name", json!({"k": "bad value!"}), json!({})))
+            .post(CM, cm("ok-name", json!({}), json!({}))),
         // --- updates and optimistic concurrency
         Script::new("put-stale-rv-409", "PUT with a stale resourceVersion is 409 Conflict")
             .post(CM, cm("a", json!({}), json!({"k": "1"})))

@@ -124,6 +124,41 @@ impl ApiError {
         }
     }
 
+    /// 422 Invalid with several `(field, detail)` causes: one is worded as
+    /// [`ApiError::invalid`], more as `[field: detail, field: detail]`, as kube-apiserver's
+    /// `ErrorList` prints them.
+    /// Object validation names the *kind* (`ConfigMap`, `Application.argoproj.io`), where
+    /// other errors name the resource (`errors.NewInvalid` takes a `GroupKind`).
+    pub fn invalid_causes(kind: &ResourceKind, name: &str, causes: &[(String, String)]) -> Self {
+        let mut details = json!({"name": name, "kind": kind.kind});
+        if !kind.group.is_empty() {
+            details["group"] = json!(kind.group);
+        }
+        let group_kind = if kind.group.is_empty() {
+            kind.kind.clone()
+        } else {
+            format!("{}.{}", kind.kind, kind.group)
+        };
+        details["causes"] = causes
+            .iter()
+            .map(|(field, detail)| json!({"reason": "FieldValueInvalid", "message": detail, "field": field}))
+            .collect();
+        let listed: Vec<String> = causes
+            .iter()
+            .map(|(field, detail)| format!("{field}: {detail}"))
+            .collect();
+        let what = match listed.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        ApiError {
+            code: 422,
+            reason: "Invalid",
+            message: format!("{group_kind} {name:?} is invalid: {what}"),
+            details,
+        }
+    }
+
     /// 422 for an apply request without `fieldManager`, worded as kube-apiserver does.
     pub fn field_manager_required() -> Self {
         let cause = json!({"reason": "FieldValueRequired", "message": "Required value: is required for apply patch", "field": "fieldManager"});

@@ -19,6 +19,7 @@ pub mod http;
 pub mod resources;
 pub mod selector;
 pub mod store;
+pub mod validation;
 pub mod watch;
 
 use std::sync::{Arc, Mutex, MutexGuard};

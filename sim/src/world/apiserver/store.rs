@@ -382,6 +382,8 @@ impl Store {
                 }
             },
         };
+        // Validation comes before storage: an invalid name is 422 even if it exists.
+        super::validation::metadata(kind, &name, &object, true)?;
         let key = Self::key(kind, namespace, &name);
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(kind, &name));
@@ -530,6 +532,7 @@ impl Store {
         }
         Self::check_precondition(kind, &current, &body)?;
         Self::prepare_update(kind, &current, &mut body, status_only);
+        super::validation::metadata(kind, name, &body, false)?;
         Ok(self.commit(kind, key, Some(body), now))
     }
 
@@ -558,6 +561,7 @@ impl Store {
             ));
         }
         Self::prepare_update(kind, &current, &mut next, status_only);
+        super::validation::metadata(kind, name, &next, false)?;
         Ok(self.commit(kind, key, Some(next), now))
     }
 
@@ -621,6 +625,7 @@ impl Store {
                 if next == *current {
                     return Ok(Written::of(current)); // an apply that changes nothing writes nothing, as upstream
                 }
+                super::validation::metadata(kind, name, &next, false)?;
                 Ok(self.commit(kind, key, Some(next), now))
             }
         }

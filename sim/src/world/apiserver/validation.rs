@@ -1,0 +1,162 @@
+//! Object metadata validation on writes, worded as kube-apiserver v1.36 words it
+//! (`apimachinery/pkg/util/validation`, `api/validation/objectmeta.go`): names must be
+//! DNS-1123 subdomains of at most 253 characters, label keys qualified names and label
+//! values at most 63 characters of the label alphabet. Differential script
+//! `create-invalid-names-422` proves the answers against a real server.
+
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::resources::ResourceKind;
+
+const DNS1123_SUBDOMAIN_ERROR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const QUALIFIED_NAME_ERROR: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const LABEL_VALUE_ERROR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+
+fn alnum_lower(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?` for one dot-separated label of a subdomain.
+fn dns_label(part: &str) -> bool {
+    let (first, last) = (part.chars().next(), part.chars().last());
+    first.is_some_and(alnum_lower)
+        && last.is_some_and(alnum_lower)
+        && part.chars().all(|c| alnum_lower(c) || c == '-')
+}
+
+/// The errors of `IsDNS1123Subdomain`.
+fn subdomain(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 253 {
+        errors.push("must be no more than 253 characters".to_string());
+    }
+    if !value.split('.').all(dns_label) {
+        errors.push(DNS1123_SUBDOMAIN_ERROR.to_string());
+    }
+    errors
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`.
+fn label_alphabet(value: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    value.chars().next().is_some_and(alnum)
+        && value.chars().last().is_some_and(alnum)
+        && value
+            .chars()
+            .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+}
+
+/// The errors of `IsQualifiedName` (`[prefix/]name`).
+fn qualified_name(key: &str) -> Vec<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let mut errors = Vec::new();
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() {
+            errors.push("prefix part must be non-empty".to_string());
+        } else {
+            errors.extend(
+                subdomain(prefix)
+                    .into_iter()
+                    .map(|e| format!("prefix part {e}")),
+            );
+        }
+    }
+    if name.is_empty() {
+        errors.push("name part must be non-empty".to_string());
+    } else {
+        if name.len() > 63 {
+            errors.push("name part must be no more than 63 characters".to_string());
+        }
+        if !label_alphabet(name) {
+            errors.push(QUALIFIED_NAME_ERROR.to_string());
+        }
+    }
+    errors
+}
+
+/// The errors of `IsValidLabelValue`.
+fn label_value(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 63 {
+        errors.push("must be no more than 63 characters".to_string());
+    }
+    if !value.is_empty() && !label_alphabet(value) {
+        errors.push(LABEL_VALUE_ERROR.to_string());
+    }
+    errors
+}
+
+/// Validates `object`'s name (on create) and labels, as kube-apiserver does before it
+/// stores a write: 422 Invalid with one cause per error.
+pub fn metadata(
+    kind: &ResourceKind,
+    name: &str,
+    object: &Value,
+    check_name: bool,
+) -> Result<(), ApiError> {
+    let mut causes: Vec<(String, String)> = Vec::new();
+    let quote = |v: &str| serde_json::to_string(v).unwrap_or_default();
+    if check_name {
+        for error in subdomain(name) {
+            causes.push((
+                "metadata.name".into(),
+                format!("Invalid value: {}: {error}", quote(name)),
+            ));
+        }
+    }
+    if let Some(labels) = object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+    {
+        for (key, value) in labels {
+            for error in qualified_name(key) {
+                causes.push((
+                    "metadata.labels".into(),
+                    format!("Invalid value: {}: {error}", quote(key)),
+                ));
+            }
+            let value = value.as_str().unwrap_or("");
+            for error in label_value(value) {
+                causes.push((
+                    "metadata.labels".into(),
+                    format!("Invalid value: {}: {error}", quote(value)),
+                ));
+            }
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_causes(kind, name, &causes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_labels_follow_kubernetes_rules() {
+        assert!(subdomain("example.com").is_empty());
+        assert!(subdomain("a-1.b").is_empty());
+        assert_eq!(subdomain("Bad_Name!").len(), 1);
+        assert_eq!(
+            subdomain(&"a".repeat(254)),
+            ["must be no more than 253 characters"]
+        );
+        assert_eq!(subdomain(&"A".repeat(254)).len(), 2);
+        assert!(qualified_name("app.kubernetes.io/instance").is_empty());
+        assert_eq!(qualified_name("bad key").len(), 1);
+        assert_eq!(
+            qualified_name("Bad.Prefix/x"),
+            [format!("prefix part {DNS1123_SUBDOMAIN_ERROR}")]
+        );
+        assert!(label_value("").is_empty());
+        assert!(label_value("v1.2_x-y").is_empty());
+        assert_eq!(label_value("bad value!").len(), 1);
+    }
+}
