@@ -422,9 +422,10 @@ async fn pods(
 ) {
     let now = env.elapsed();
     let owners = owners(stores);
-    for object in sorted(&stores.replica_sets) {
-        let id = key(&object);
-        let rs = replica_set_of(&object);
+    let replica_sets = sorted(&stores.replica_sets);
+    for object in &replica_sets {
+        let id = key(object);
+        let rs = replica_set_of(object);
         let since = match memory.scaled.get(&id) {
             Some((replicas, since)) if *replicas == rs.replicas => *since,
             _ => {
@@ -432,7 +433,7 @@ async fn pods(
                 now
             }
         };
-        let rollout = owner(&object).and_then(|uid| owners.get(&uid).cloned());
+        let rollout = owner(object).and_then(|uid| owners.get(&uid).cloned());
         let crashing = rollout
             .as_deref()
             .is_some_and(|r| verdicts.get(r, &rs.hash) == Verdict::CrashLoop);
@@ -452,8 +453,7 @@ async fn pods(
         let body = json!({"status": {"replicas": rs.replicas, "readyReplicas": ready, "availableReplicas": ready, "observedGeneration": object.metadata.generation.unwrap_or(0)}});
         patch(env, &api, &rs.name, body, true, id).await;
     }
-    let live: std::collections::BTreeSet<String> =
-        stores.replica_sets.state().iter().map(|o| key(o)).collect();
+    let live: std::collections::BTreeSet<String> = replica_sets.iter().map(|o| key(o)).collect();
     memory.scaled.retain(|id, _| live.contains(id));
 }
 

@@ -7,6 +7,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::controller::rollout_of;
+use super::model::Rollout;
 
 /// Why a plugin command failed.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +59,6 @@ pub async fn promote(api: &Api<DynamicObject>, name: &str, full: bool) -> Result
         source,
     })?;
     let rollout = rollout_of(&object);
-    let st = &rollout.status;
     if rollout.spec.paused {
         api.patch(
             name,
@@ -71,7 +71,18 @@ pub async fn promote(api: &Api<DynamicObject>, name: &str, full: bool) -> Result
             source,
         })?;
     }
-    let status = match &rollout.spec.strategy.canary {
+    let status = status_patch(&rollout, full);
+    match status {
+        Some(status) => patch_status(api, name, status).await,
+        None => Ok(()),
+    }
+}
+
+/// The `/status` merge patch `promote` (`full`: `promote --full`) sends for `rollout` as it
+/// is now (upstream's `getPatches`), or `None` when it sends none.
+pub fn status_patch(rollout: &Rollout, full: bool) -> Option<Value> {
+    let st = &rollout.status;
+    match &rollout.spec.strategy.canary {
         // `--full`: only while an update is under way.
         _ if full => (st.current_pod_hash != st.stable_rs).then(|| json!({"promoteFull": true})),
         // A canary without steps has nothing to step past.
@@ -98,9 +109,5 @@ pub async fn promote(api: &Api<DynamicObject>, name: &str, full: bool) -> Result
             }
         }
         None => (!st.pause_conditions.is_empty()).then(|| json!({"pauseConditions": null})),
-    };
-    match status {
-        Some(status) => patch_status(api, name, status).await,
-        None => Ok(()),
     }
 }

@@ -148,27 +148,12 @@ impl Bench {
         }
     }
 
-    /// What `kubectl argo rollouts promote` patches in these states.
+    /// `kubectl argo rollouts promote`: the plugin's own status patch, merged in.
     fn promote(&mut self) {
-        let st = &mut self.rollout.status;
-        let steps = self
-            .rollout
-            .spec
-            .strategy
-            .canary
-            .as_ref()
-            .map_or(0, |c| c.steps.len()) as i32;
-        let inconclusive = st
-            .canary
-            .current_step_analysis_run_status
-            .as_ref()
-            .is_some_and(|r| r.status == "Inconclusive");
-        if inconclusive && st.controller_pause && !st.pause_conditions.is_empty() {
-            st.pause_conditions.clear();
-            st.controller_pause = false;
-            st.current_step_index = Some((st.current_step_index.unwrap_or(0) + 1).min(steps));
-        } else {
-            st.pause_conditions.clear();
+        if let Some(patch) = super::plugin::status_patch(&self.rollout, false) {
+            let mut status = serde_json::to_value(&self.rollout.status).expect("a status");
+            crate::world::apiserver::store::merge_patch(&mut status, &patch);
+            self.rollout.status = serde_json::from_value(status).expect("a status");
         }
     }
 }
