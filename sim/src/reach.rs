@@ -24,6 +24,13 @@
 //! | `child_app_reported` | the platform took the state of a child app an app-of-apps parent's sync created |
 //! | `other_namespace_reported` | the platform took the state of an app outside Argo CD's own namespace |
 //! | `argocd_token_reloaded` | a running reporter put a rotated Argo CD token from its Secret into use |
+//! | `analysis_failed` | an AnalysisRun of a Rollout ended Failed or Error (the Rollout aborts) |
+//! | `event_bus_restarted` | an event bus host was stopped and started again |
+//! | `resource_reporter_restarted` | a resource reporter host was stopped and started again |
+//! | `publish_dropped` | faithful: the EventSource gave an event up after its publish attempts |
+//! | `trigger_gave_up` | faithful: the Sensor's attempts for an event all failed and it was acked anyway |
+//! | `accepted_as_final` | faithful: the Sensor took a 400/401/404 as the end of an event |
+//! | `resources_resynced` | hardened: the resource reporter's resync re-sent or deleted something |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -31,8 +38,8 @@ use std::str::FromStr;
 
 use orrery_system::env::Point;
 use orrery_system::observe::{
-    FaultPointEvent, Observation, PlatformEvent, Projection, ReporterEvent, TunnelEvent, WatchEnd,
-    WorldEvent,
+    FaultPointEvent, LossReason, Observation, PlatformEvent, Projection, ReporterEvent,
+    ResourceReporterEvent, TunnelEvent, WatchEnd, WorldEvent,
 };
 
 use crate::faults::Fault;
@@ -99,6 +106,20 @@ conditions! {
     OtherNamespaceReported = "other_namespace_reported",
     /// A running reporter replica put a rotated Argo CD token into use.
     ArgocdTokenReloaded = "argocd_token_reloaded",
+    /// An AnalysisRun ended Failed or Error.
+    AnalysisFailed = "analysis_failed",
+    /// An event bus host was stopped and started again.
+    EventBusRestarted = "event_bus_restarted",
+    /// A resource reporter host was stopped and started again.
+    ResourceReporterRestarted = "resource_reporter_restarted",
+    /// The EventSource gave an event up after its publish attempts.
+    PublishDropped = "publish_dropped",
+    /// The Sensor's attempts for an event all failed.
+    TriggerGaveUp = "trigger_gave_up",
+    /// The Sensor took a non-2xx status its policy allows as the end of an event.
+    AcceptedAsFinal = "accepted_as_final",
+    /// The hardened resource reporter's resync re-sent or deleted something.
+    ResourcesResynced = "resources_resynced",
 }
 
 impl fmt::Display for Condition {
@@ -317,6 +338,17 @@ impl Condition {
                         && during(&spans, e.at_ms)
                 })
             }
+            Condition::AnalysisFailed => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::AnalysisDone { phase, .. }) if phase == "Failed" || phase == "Error")
+            }),
+            Condition::EventBusRestarted => restarted(scenario, events, Role::Eventbus),
+            Condition::ResourceReporterRestarted => restarted(scenario, events, Role::Resources),
+            Condition::PublishDropped => lost(events, LossReason::PublishFailed),
+            Condition::TriggerGaveUp => lost(events, LossReason::RetriesSpent),
+            Condition::AcceptedAsFinal => lost(events, LossReason::AcceptedAsFinal),
+            Condition::ResourcesResynced => events.iter().any(|e| {
+                matches!(e.resources(), Some(ResourceReporterEvent::Resync { queued, deleted }) if queued + deleted > 0)
+            }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -349,6 +381,22 @@ impl Condition {
             }
         }
     }
+}
+
+/// Whether a host with `role` was stopped and started again.
+fn restarted(scenario: &Scenario, events: &[TraceEvent], role: Role) -> bool {
+    let down = downtimes(events);
+    hosts(scenario, role).iter().any(|h| {
+        down.get(h)
+            .is_some_and(|d| d.iter().any(|(_, end)| *end != u64::MAX))
+    })
+}
+
+/// Whether the resource reporter gave a state up for `why`.
+fn lost(events: &[TraceEvent], why: LossReason) -> bool {
+    events.iter().any(
+        |e| matches!(e.resources(), Some(ResourceReporterEvent::Lost { why: w, .. }) if *w == why),
+    )
 }
 
 /// True when `at` falls inside one of the down intervals (the host is down at `at`).

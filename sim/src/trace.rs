@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use orrery_system::core::Variant;
 use orrery_system::env::fnv1a_64;
-use orrery_system::observe::{Observation, ReporterEvent, TunnelEvent, WorldEvent};
+use orrery_system::observe::{
+    Observation, PlatformEvent, ReporterEvent, ResourceReporterEvent, TunnelEvent, WorldEvent,
+};
 use serde::Serialize;
 
 use crate::faults::Fault;
@@ -87,6 +89,15 @@ pub enum HarnessEvent {
         /// Applications in the API server.
         apps: u64,
         /// Of which the platform shows a different state.
+        stale: u64,
+    },
+    /// How many Rollouts the platform showed differently from the API server (sampled
+    /// when a resource reporter runs).
+    #[serde(rename = "harness.stale_rollouts")]
+    StaleRollouts {
+        /// Rollouts in the API server.
+        rollouts: u64,
+        /// Of which the platform shows a different phase, step or ReplicaSet weights.
         stale: u64,
     },
     /// Test hook of `orrery run` (never in a normal run): makes two processes' traces differ.
@@ -175,6 +186,22 @@ impl TraceEvent {
         }
     }
 
+    /// The platform's event, if this is one.
+    pub fn platform(&self) -> Option<&PlatformEvent> {
+        match &self.entry {
+            Entry::Observed(Observation::Platform(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The resource reporter's event, if this is one.
+    pub fn resources(&self) -> Option<&ResourceReporterEvent> {
+        match &self.entry {
+            Entry::Observed(Observation::Resources(e)) => Some(e),
+            _ => None,
+        }
+    }
+
     /// The harness's event, if this is one.
     pub fn harness(&self) -> Option<&HarnessEvent> {
         match &self.entry {
@@ -194,6 +221,7 @@ impl HarnessEvent {
             HarnessEvent::Fault(_) => "fault",
             HarnessEvent::CalmStart { .. } => "calm.start",
             HarnessEvent::StaleApps { .. } => "harness.stale_apps",
+            HarnessEvent::StaleRollouts { .. } => "harness.stale_rollouts",
             HarnessEvent::TestNondeterminism { .. } => "test.nondeterminism",
         }
     }

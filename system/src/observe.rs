@@ -266,12 +266,47 @@ events! {
     }
 }
 
+events! {
+    /// The resource event reporter (`runtime::resource_reporter`). Objects are
+    /// `namespace/name`; `status` is the platform's last answer (0: none).
+    pub enum ResourceReporterEvent {
+        /// The reporter started.
+        "resources.start" => Start { host: String, variant: Variant },
+        /// A watch failed (it retries with kube's backoff).
+        "resources.watch_error" => WatchError { kind: crate::runtime::resource_reporter::Kind, error: String },
+        /// The platform accepted an object's state with a 2xx, after `attempts` POSTs.
+        "resources.delivered" => Delivered { kind: crate::runtime::resource_reporter::Kind, object: String, rv: u64, attempts: u32 },
+        /// An object's state will not reach the platform (see `why`).
+        "resources.lost" => Lost { kind: crate::runtime::resource_reporter::Kind, object: String, rv: u64, status: u16, why: LossReason },
+        /// hardened: a resync pass re-queued `queued` objects and `deleted` deletions the
+        /// platform had missed.
+        "resources.resync" => Resync { queued: u64, deleted: u64 },
+    }
+}
+
+/// Why a resource reporter gave an object's state up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossReason {
+    /// faithful: the EventSource could not publish it to the bus (5 attempts).
+    PublishFailed,
+    /// faithful: the trigger's attempts all failed; the message was acked anyway.
+    RetriesSpent,
+    /// faithful: the platform answered a non-2xx status the trigger's policy accepts
+    /// (400, 401, 404).
+    AcceptedAsFinal,
+    /// hardened: the platform refused the body (400); resending cannot help.
+    Refused,
+}
+
 /// One thing a component saw or did.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Observation {
     /// From the application event reporter.
     Reporter(ReporterEvent),
+    /// From the resource event reporter.
+    Resources(ResourceReporterEvent),
     /// From the tunnel client or server.
     Tunnel(TunnelEvent),
     /// From the platform's events path.
@@ -289,6 +324,7 @@ impl Observation {
     pub fn kind(&self) -> &'static str {
         match self {
             Observation::Reporter(e) => e.kind(),
+            Observation::Resources(e) => e.kind(),
             Observation::Tunnel(e) => e.kind(),
             Observation::Platform(e) => e.kind(),
             Observation::Kube(e) => e.kind(),
@@ -306,6 +342,12 @@ impl Observation {
 impl From<ReporterEvent> for Observation {
     fn from(event: ReporterEvent) -> Self {
         Observation::Reporter(event)
+    }
+}
+
+impl From<ResourceReporterEvent> for Observation {
+    fn from(event: ResourceReporterEvent) -> Self {
+        Observation::Resources(event)
     }
 }
 

@@ -10,6 +10,9 @@
 //! | `executed_at_most_once` | safety | no state-changing request (idempotency key) is executed twice by the runtime |
 //! | `all_reconnect` | liveness | after the tunnel server restarts (or the calm phase starts), every runtime that had a tunnel has it back within 60 s |
 //! | `tunnel_recovers` | liveness | after a repair, a restart or the calm phase, a request succeeds through the tunnel within 30 s (judged from the clients' side: a dead but unnoticed tunnel is not back) |
+//! | `platform_shows_rollouts` | safety | after the calm phase the platform shows every Rollout's phase, step and ReplicaSet replicas as the API server has them (see `resources`) |
+//! | `platform_never_older` | safety | the platform never moves a cluster-stream object to an older resourceVersion |
+//! | `workflow_phases_reported` | safety | every Workflow that finished is shown by the platform with its final phase at the end |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
 //! # Typed events
@@ -44,6 +47,7 @@ mod convergence;
 mod monotonic;
 pub mod ownership;
 mod platform;
+pub mod resources;
 pub mod tunnel;
 
 #[cfg(test)]
@@ -113,6 +117,14 @@ pub struct FinalState {
     pub end_ms: u64,
     /// Destination servers whose registration an `unregister` fault removed.
     pub unregistered: std::collections::BTreeSet<String>,
+    /// Every Rollout in the API server, sorted by key.
+    pub rollouts: Vec<resources::RolloutTruth>,
+    /// The platform's Rollouts (`runtime/namespace/name`).
+    pub reported_rollouts:
+        std::collections::BTreeMap<String, orrery_system::platform::events::cluster::RolloutView>,
+    /// The platform's Workflows (`runtime/namespace/name`).
+    pub reported_workflows:
+        std::collections::BTreeMap<String, orrery_system::platform::events::cluster::WorkflowView>,
 }
 
 impl FinalState {
@@ -155,6 +167,9 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "all_reconnect" => Box::new(tunnel::AllReconnect::default()),
         "no_app_stuck_unknown" => Box::new(platform::NoAppStuckUnknown),
         "no_stale_read_errors" => Box::new(platform::NoStaleReadErrors),
+        "platform_shows_rollouts" => Box::new(resources::PlatformShowsRollouts),
+        "platform_never_older" => Box::new(resources::PlatformNeverOlder::default()),
+        "workflow_phases_reported" => Box::new(resources::WorkflowPhasesReported::default()),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

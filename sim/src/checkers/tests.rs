@@ -163,6 +163,7 @@ fn platform_converges_fires_on_a_lost_final_state() {
         reported: reported(sync),
         end_ms: 10,
         unregistered: Default::default(),
+        ..Default::default()
     };
     assert!(violations("platform_converges", &[], &state("Synced")).is_empty());
     let lost = violations("platform_converges", &[], &state("OutOfSync"));
@@ -190,6 +191,7 @@ fn no_stale_read_errors_fires_while_an_app_still_shows_argo_cd_read_errors() {
         .collect(),
         end_ms: 10,
         unregistered: Default::default(),
+        ..Default::default()
     };
     assert!(violations("no_stale_read_errors", &[], &state(0, false)).is_empty());
     assert!(
@@ -381,6 +383,7 @@ fn no_app_stuck_unknown_fires_for_unknown_apps_on_registered_clusters_only() {
             reported: reported(platform_health),
             end_ms: 10,
             unregistered: removed.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
         }
     };
     let c = "https://cluster-c:6443";
@@ -467,4 +470,216 @@ fn stale_count_counts_what_stale_apps_lists() {
         crate::checkers::stale_count(views, &reported),
         (4, listed.len() as u64)
     );
+}
+
+/// A Rollout view as the platform would show it (`acme/shop/web`).
+fn rollout_view(
+    phase: &str,
+    step: Option<i64>,
+    sets: &[(&str, i64)],
+    deleted: bool,
+) -> BTreeMap<String, orrery_system::platform::events::cluster::RolloutView> {
+    use orrery_system::platform::events::cluster::{Fields, ReplicaSetView, RolloutView};
+    let view = RolloutView {
+        resource_version: 9,
+        deleted,
+        fields: Fields {
+            phase: phase.into(),
+            step,
+            ..Fields::default()
+        },
+        replica_sets: sets
+            .iter()
+            .map(|(hash, replicas)| {
+                (
+                    hash.to_string(),
+                    ReplicaSetView {
+                        replicas: *replicas,
+                        available: *replicas,
+                    },
+                )
+            })
+            .collect(),
+        analysis_runs: BTreeMap::new(),
+    };
+    [("acme/shop/web".to_string(), view)].into_iter().collect()
+}
+
+#[test]
+fn platform_shows_rollouts_fires_on_a_wrong_phase_step_or_weight_and_on_a_lost_deletion() {
+    let truth = resources::RolloutTruth {
+        key: "shop/web".into(),
+        phase: "Paused".into(),
+        step: Some(1),
+        replica_sets: [("aaa".to_string(), 3), ("bbb".to_string(), 1)]
+            .into_iter()
+            .collect(),
+    };
+    let state = |views, rollouts: Vec<resources::RolloutTruth>| FinalState {
+        rollouts,
+        reported_rollouts: views,
+        end_ms: 10,
+        ..Default::default()
+    };
+    let right = rollout_view(
+        "Paused",
+        Some(1),
+        &[("aaa", 3), ("bbb", 1), ("old", 0)],
+        false,
+    );
+    assert!(violations(
+        "platform_shows_rollouts",
+        &[],
+        &state(right.clone(), vec![truth.clone()])
+    )
+    .is_empty());
+    for (wrong, why) in [
+        (
+            rollout_view("Progressing", Some(1), &[("aaa", 3), ("bbb", 1)], false),
+            "phase",
+        ),
+        (
+            rollout_view("Paused", Some(0), &[("aaa", 3), ("bbb", 1)], false),
+            "phase/step",
+        ),
+        (
+            rollout_view("Paused", Some(1), &[("aaa", 4), ("bbb", 0)], false),
+            "ReplicaSet aaa",
+        ),
+        (
+            rollout_view(
+                "Paused",
+                Some(1),
+                &[("aaa", 3), ("bbb", 1), ("old", 2)],
+                false,
+            ),
+            "ReplicaSet old is gone",
+        ),
+        (
+            rollout_view("Paused", Some(1), &[("aaa", 3), ("bbb", 1)], true),
+            "not shown",
+        ),
+    ] {
+        let found = violations(
+            "platform_shows_rollouts",
+            &[],
+            &state(wrong, vec![truth.clone()]),
+        );
+        assert_eq!(found.len(), 1, "{why}");
+        assert_eq!(found[0].class, Class::Safety);
+        assert!(
+            found[0].details["why"].as_str().unwrap().contains(why),
+            "{why}: {}",
+            found[0].details
+        );
+    }
+    // Deleted from the cluster but still shown live.
+    let gone = violations("platform_shows_rollouts", &[], &state(right, vec![]));
+    assert_eq!(gone[0].details["why"], "gone, platform shows it live");
+}
+
+fn cluster_event(ms: u64, rv: &str, deleted: bool) -> TraceEvent {
+    at(
+        ms,
+        "platform",
+        orrery_system::observe::PlatformEvent::ClusterEvent {
+            kind: "Rollout".into(),
+            object: "shop/web".into(),
+            rv: rv.into(),
+            deleted,
+            applied: orrery_system::observe::Projection::Updated,
+        },
+    )
+}
+
+#[test]
+fn platform_never_older_fires_when_an_older_version_is_applied_after_a_newer_one() {
+    let state = FinalState::default();
+    let ordered = [cluster_event(1, "5", false), cluster_event(2, "7", false)];
+    assert!(violations("platform_never_older", &ordered, &state).is_empty());
+    // A typed deletion below the held version ends the object; it is not a regression.
+    let deletion = [cluster_event(1, "7", false), cluster_event(2, "0", true)];
+    assert!(violations("platform_never_older", &deletion, &state).is_empty());
+    let older = [cluster_event(1, "7", false), cluster_event(2, "5", false)];
+    let found = violations("platform_never_older", &older, &state);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].at_ms, 2);
+    assert_eq!(found[0].details["shown_rv"], 7);
+}
+
+#[test]
+fn workflow_phases_reported_fires_when_a_finished_workflow_is_not_shown_finished() {
+    use orrery_system::platform::events::cluster::{Fields, WorkflowView};
+    let finished = [
+        at(
+            1,
+            "workflows",
+            WorldEvent::WorkflowPhase {
+                workflow: "ci/build".into(),
+                phase: "Running".into(),
+                message: String::new(),
+            },
+        ),
+        at(
+            2,
+            "workflows",
+            WorldEvent::WorkflowPhase {
+                workflow: "ci/build".into(),
+                phase: "Failed".into(),
+                message: "step 2 failed".into(),
+            },
+        ),
+    ];
+    let shown = |phase: &str, deleted: bool| FinalState {
+        reported_workflows: [(
+            "acme/ci/build".to_string(),
+            WorkflowView {
+                resource_version: 4,
+                deleted,
+                fields: Fields {
+                    phase: phase.into(),
+                    ..Fields::default()
+                },
+            },
+        )]
+        .into_iter()
+        .collect(),
+        end_ms: 10,
+        ..Default::default()
+    };
+    assert!(violations(
+        "workflow_phases_reported",
+        &finished,
+        &shown("Failed", false)
+    )
+    .is_empty());
+    assert!(
+        violations(
+            "workflow_phases_reported",
+            &finished,
+            &shown("Failed", true)
+        )
+        .is_empty(),
+        "deleted by its TTL after the platform took its final phase"
+    );
+    let stale = violations(
+        "workflow_phases_reported",
+        &finished,
+        &shown("Running", false),
+    );
+    assert_eq!(stale.len(), 1);
+    assert_eq!(stale[0].details["platform_shows"], "Running");
+    let never = violations(
+        "workflow_phases_reported",
+        &finished,
+        &FinalState::default(),
+    );
+    assert_eq!(never[0].details["platform_shows"], "nothing");
+    // A workflow still running at the end is not owed a final phase.
+    assert!(violations(
+        "workflow_phases_reported",
+        &finished[..1],
+        &FinalState::default()
+    )
+    .is_empty());
 }

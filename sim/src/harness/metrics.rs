@@ -7,7 +7,8 @@ use serde::Serialize;
 use crate::faults::Fault;
 use crate::trace::{Entry, HarnessEvent, TraceEvent};
 use orrery_system::observe::{
-    Observation, PlatformEvent, ReporterEvent, RequestOutcome, TunnelEvent, WorldEvent,
+    Observation, PlatformEvent, ReporterEvent, RequestOutcome, ResourceReporterEvent, TunnelEvent,
+    WorldEvent,
 };
 
 /// A latency distribution.
@@ -194,6 +195,33 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
                 .entry("stale_apps".into())
                 .or_default()
                 .push((second, *stale)),
+            Entry::Harness(HarnessEvent::StaleRollouts { stale, .. }) => series
+                .entry("stale_rollouts".into())
+                .or_default()
+                .push((second, *stale)),
+            Entry::Observed(Observation::Resources(ResourceReporterEvent::Delivered {
+                kind,
+                attempts,
+                ..
+            })) => {
+                let kind = kind.dependency();
+                count(format!("resources.delivered.{kind}"));
+                *counters
+                    .entry(format!("resources.retried.{kind}"))
+                    .or_default() += u64::from(attempts.saturating_sub(1));
+            }
+            Entry::Observed(Observation::Resources(ResourceReporterEvent::Lost {
+                kind,
+                why,
+                ..
+            })) => {
+                let why = serde_json::to_value(why).unwrap_or_default();
+                count(format!(
+                    "resources.lost.{}.{}",
+                    kind.dependency(),
+                    why.as_str().unwrap_or("?")
+                ))
+            }
             _ => {}
         }
         if let Some(ReporterEvent::Queue {

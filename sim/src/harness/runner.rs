@@ -118,6 +118,8 @@ struct World {
     verdicts: rollouts::Verdicts,
     /// What each workflow step's pod does (the workload draws it).
     jobs: workflows::Jobs,
+    /// The event bus's stored messages (its file store outlives the bus process).
+    bus: orrery_system::runtime::resource_reporter::bus::Store,
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -154,6 +156,7 @@ fn register_hosts(
         let control_plane = placement::control_plane(scenario, host, variant);
         let (replicas, state) = (world.reporter_replicas.clone(), world.control_plane.clone());
         let caches = world.caches.clone();
+        let bus = world.bus.clone();
         let buggify = scenario
             .buggify
             .clone()
@@ -171,6 +174,9 @@ fn register_hosts(
             if let Some(reporter) = runtime.as_mut().and_then(|r| r.app_reporter.as_mut()) {
                 // Read once at start, like the real reporter's environment variable.
                 reporter.replicas = *replicas.lock().expect("replicas lock poisoned");
+            }
+            if let Some(runtime) = runtime.as_mut().filter(|r| r.event_bus.is_some()) {
+                runtime.bus_store = Some(bus.clone());
             }
             if let Some(runtime) = runtime.as_mut().filter(|r| r.cache.is_some()) {
                 // Each boot starts with empty memory, like Redis without persistence.
@@ -532,6 +538,12 @@ impl Target for Harness<'_> {
         let mut knobs = self.world.platform.knobs();
         knobs.api_latency = change.api_latency.unwrap_or(knobs.api_latency);
         knobs.handler_delay = change.handler_delay.unwrap_or(knobs.handler_delay);
+        if let Some(reject) = &change.reject {
+            knobs.reject = http::StatusCode::from_u16(reject.status)
+                .ok()
+                .filter(|_| reject.percent > 0)
+                .map(|status| (status, reject.percent));
+        }
         self.world.platform.set_knobs(knobs);
     }
 
@@ -617,6 +629,7 @@ fn platform_knobs(scenario: &Scenario) -> platform_events::Knobs {
     platform_events::Knobs {
         api_latency: scenario.platform.api_latency,
         handler_delay: scenario.platform.handler_delay,
+        reject: None,
     }
 }
 
@@ -644,6 +657,74 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
     // Store order is (namespace, name) already; the sort keeps the contract explicit.
     apps.sort_by(|a, b| a.key.cmp(&b.key));
     apps
+}
+
+/// The API server's Rollouts with their ReplicaSets' replicas (empty when Rollouts are not
+/// served).
+fn rollout_truth(api: &ApiServer) -> Vec<checkers::resources::RolloutTruth> {
+    let (Some(rollouts), Some(sets)) = (
+        api.kind("rollouts").cloned(),
+        api.kind("replicasets").cloned(),
+    ) else {
+        return Vec::new();
+    };
+    let mut truth: BTreeMap<String, checkers::resources::RolloutTruth> = BTreeMap::new();
+    let store = api.store();
+    store.visit(&rollouts, |o| {
+        let metadata = o.get("metadata");
+        let status = o.get("status");
+        let key = format!("{}/{}", text(metadata, "namespace"), text(metadata, "name"));
+        truth.insert(
+            key.clone(),
+            checkers::resources::RolloutTruth {
+                key,
+                phase: text(status, "phase").to_string(),
+                step: status
+                    .and_then(|s| s.get("currentStepIndex"))
+                    .and_then(Value::as_i64),
+                replica_sets: BTreeMap::new(),
+            },
+        );
+    });
+    store.visit(&sets, |o| {
+        let metadata = o.get("metadata");
+        let owner = metadata
+            .and_then(|m| m.get("ownerReferences"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|r| r["kind"] == "Rollout")
+            .and_then(|r| r["name"].as_str());
+        let Some(owner) = owner else { return };
+        let key = format!("{}/{owner}", text(metadata, "namespace"));
+        let hash = metadata
+            .and_then(|m| m.get("labels"))
+            .and_then(|l| l.get("rollouts-pod-template-hash"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let replicas = o
+            .get("spec")
+            .and_then(|s| s.get("replicas"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if let Some(rollout) = truth.get_mut(&key) {
+            rollout.replica_sets.insert(hash.to_string(), replicas);
+        }
+    });
+    truth.into_values().collect()
+}
+
+/// Records how many Rollouts the platform shows differently from the API server.
+fn sample_rollouts(sim: &turmoil::Sim<'static>, world: &World) {
+    let truth = rollout_truth(&world.api);
+    let stale = checkers::resources::stale_rollouts(&truth, &world.platform.rollouts());
+    world.trace.record_harness(
+        sim.elapsed(),
+        HarnessEvent::StaleRollouts {
+            rollouts: truth.len() as u64,
+            stale: stale.len() as u64,
+        },
+    );
 }
 
 /// Records how many apps the platform shows differently from the API server (a time series):
@@ -733,6 +814,11 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     let scenario = &concrete;
     let trace = Trace::default();
     let reporters = reporter_hosts(scenario);
+    let resources = scenario
+        .topology
+        .hosts
+        .iter()
+        .any(|h| h.has(Role::Resources));
     let initial_replicas = scenario.reporter.replicas.unwrap_or(reporters.len() as u32);
     let platform = Platform::new(platform_events::Config {
         tokens: [(RUNTIME_TOKEN.to_string(), "acme-runtime".to_string())]
@@ -755,6 +841,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         platform: platform.clone(),
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
         caches: Arc::default(),
+        bus: Default::default(),
         unregister: Arc::default(),
         argocd_tokens: argocd_tokens.clone(),
         token_secret: (scenario.argocd.install == Install::Existing)
@@ -832,8 +919,13 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
                 faults.push(start_calm(&mut sim, scenario, &world, &mut down));
                 calm_started = true;
             }
-            if !reporters.is_empty() && sim.elapsed() >= next_sample {
-                sample_staleness(&sim, &world, &mut last_sample);
+            if (!reporters.is_empty() || resources) && sim.elapsed() >= next_sample {
+                if !reporters.is_empty() {
+                    sample_staleness(&sim, &world, &mut last_sample);
+                }
+                if resources {
+                    sample_rollouts(&sim, &world);
+                }
                 next_sample += STALENESS_SAMPLE_EVERY;
             }
             sim.step().map_err(|e| format!("a host failed: {e}"))?;
@@ -871,6 +963,9 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             .iter()
             .map(|host| workload::cluster_server(host))
             .collect(),
+        rollouts: rollout_truth(&world.api),
+        reported_rollouts: world.platform.rollouts(),
+        reported_workflows: world.platform.workflows(),
     };
     let mut checkers: Vec<_> = scenario
         .invariants

@@ -256,6 +256,12 @@ pub enum Role {
     Rollouts,
     /// The simulated Argo Workflows controller (`world::workflows`).
     Workflows,
+    /// The resource event reporter (`runtime::resource_reporter`): faithful runs the Argo
+    /// Events EventSource and Sensor here, hardened its one process.
+    Resources,
+    /// The Argo Events EventBus the faithful resource reporter publishes to (port 4222);
+    /// its stored messages survive its restarts (a file store).
+    Eventbus,
 }
 
 /// Simulated Argo CD settings.
@@ -679,6 +685,28 @@ pub struct PlatformChange {
         with = "super::duration::option"
     )]
     pub handler_delay: Option<Duration>,
+    /// An events API outage: `percent` of POSTs answered `status` unread (`percent: 0`
+    /// ends it; the calm phase ends it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reject: Option<Reject>,
+}
+
+/// Answers the events API gives instead of handling a POST.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reject {
+    /// The HTTP status (a 5xx outage, 429 from a rate limiter, 404 from a misrouted
+    /// ingress).
+    pub status: u16,
+    /// Share of POSTs answered so, in percent. Default 100.
+    #[serde(default = "Reject::all")]
+    pub percent: u32,
+}
+
+impl Reject {
+    fn all() -> u32 {
+        100
+    }
 }
 
 /// One timed fault. Exactly one action per step.
@@ -761,7 +789,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 10] = [
+pub const KNOWN_INVARIANTS: [&str; 13] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -772,6 +800,9 @@ pub const KNOWN_INVARIANTS: [&str; 10] = [
     "all_reconnect",
     "no_app_stuck_unknown",
     "no_stale_read_errors",
+    "platform_shows_rollouts",
+    "platform_never_older",
+    "workflow_phases_reported",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

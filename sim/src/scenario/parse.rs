@@ -172,6 +172,14 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &hosts_field,
         "rollouts and workflows hosts need exactly one host with role apiserver",
     )?;
+    v.check(
+        count(Role::Resources) == 0
+            || (count(Role::Apiserver) == 1
+                && count(Role::Platform) == 1
+                && count(Role::Eventbus) == 1),
+        &hosts_field,
+        "a resources host needs exactly one host with role apiserver, one with role platform and one with role eventbus (faithful publishes to it; hardened leaves it idle)",
+    )?;
     for (load, role, present) in [
         ("rollouts", Role::Rollouts, s.workload.rollouts.is_some()),
         ("workflows", Role::Workflows, s.workload.workflows.is_some()),
@@ -225,6 +233,8 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         Role::Gateway,
         Role::Rollouts,
         Role::Workflows,
+        Role::Resources,
+        Role::Eventbus,
     ] {
         v.check(
             count(role) <= 1,
@@ -713,6 +723,22 @@ fn validate_step(
                 format!("{host:?} is not a {role} host; {role} hosts are {allowed:?}"),
             )?;
         }
+    }
+    if let Some(reject) = step.platform.as_ref().and_then(|p| p.reject.as_ref()) {
+        let at = field.key("platform").key("reject");
+        v.check(
+            (400..=599).contains(&reject.status),
+            &at.key("status"),
+            format!(
+                "status must be an HTTP error status (400-599), not {}",
+                reject.status
+            ),
+        )?;
+        v.check(
+            reject.percent <= 100,
+            &at.key("percent"),
+            format!("percent must be at most 100, not {}", reject.percent),
+        )?;
     }
     if step.rotate_token.is_some() {
         v.check(

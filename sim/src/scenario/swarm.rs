@@ -520,6 +520,7 @@ fn steps(
         let pick_change = |rng: &mut Rng| PlatformChange {
             api_latency: ranges.api_latency.map(|r| between(rng, r)),
             handler_delay: ranges.handler_delay.map(|r| between(rng, r)),
+            reject: None,
         };
         on.platform = Some(pick_change(rng));
         off.platform = Some(PlatformChange {
@@ -527,6 +528,7 @@ fn steps(
             handler_delay: ranges
                 .handler_delay
                 .map(|_| scenario.platform.handler_delay),
+            reject: None,
         });
         "platform knobs".to_string()
     } else {

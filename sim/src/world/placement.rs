@@ -12,6 +12,7 @@ use orrery_system::env::kube::KubeTarget;
 use orrery_system::platform::assembly::{ControlPlaneConfig, GatewayConfig, TunnelServerConfig};
 use orrery_system::platform::tunnel as tunnel_server;
 use orrery_system::runtime::assembly::{RouterConfig, RuntimeConfig};
+use orrery_system::runtime::resource_reporter::{self, BUS_PORT};
 use orrery_system::runtime::router::Routes;
 use orrery_system::runtime::{app_reporter, tunnel_client};
 
@@ -70,6 +71,12 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     if host.has(Role::Reporter) {
         config.app_reporter = Some(reporter(scenario, variant));
     }
+    if host.has(Role::Eventbus) {
+        config.event_bus = Some(format!("0.0.0.0:{BUS_PORT}"));
+    }
+    if host.has(Role::Resources) {
+        config.resource_reporter = Some(resource_reporter(scenario, variant));
+    }
     if host.has(Role::Runtime) {
         let gateway = host_of(scenario, Role::Gateway);
         // With a cache host in the world, hardened keeps its request records there.
@@ -99,8 +106,11 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
             ingress: None,
         });
     }
-    let empty =
-        config.cache.is_none() && config.app_reporter.is_none() && config.tunnels.is_empty();
+    let empty = config.cache.is_none()
+        && config.app_reporter.is_none()
+        && config.tunnels.is_empty()
+        && config.event_bus.is_none()
+        && config.resource_reporter.is_none();
     (!empty).then_some(config)
 }
 
@@ -128,6 +138,31 @@ pub fn control_plane(
         });
     }
     (config.events.is_some() || config.tunnel.is_some()).then_some(config)
+}
+
+/// The resource event reporter's configuration, pointing at the world's hosts: Workflows
+/// are watched in the workflows load's namespace (the chart watches the runtime's, where
+/// its workflows run).
+fn resource_reporter(scenario: &Scenario, variant: Variant) -> resource_reporter::Config {
+    let target = KubeTarget {
+        addr: format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver)),
+        namespace: argocd::NAMESPACE.into(),
+        read_idle: Duration::from_secs(90),
+        kubeconfig: None,
+    };
+    let mut config = resource_reporter::Config::new(
+        variant,
+        target,
+        &format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform)),
+        RUNTIME_TOKEN,
+    );
+    config.bus_addr = format!("{}:{BUS_PORT}", host_of(scenario, Role::Eventbus));
+    config.workflow_namespace = scenario
+        .workload
+        .workflows
+        .as_ref()
+        .map(|w| w.namespace.clone());
+    config
 }
 
 /// One reporter replica's configuration, pointing at the world's hosts.

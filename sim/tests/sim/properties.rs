@@ -61,7 +61,8 @@ fn step() -> impl Strategy<Value = FaultStep> {
         (0u64..400).prop_map(|ms| FaultStep {
             platform: Some(PlatformChange {
                 api_latency: Some(Duration::from_millis(ms)),
-                handler_delay: None
+                handler_delay: None,
+                reject: None,
             }),
             ..FaultStep::default()
         }),

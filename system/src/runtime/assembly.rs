@@ -10,12 +10,14 @@
 //! | app-proxy | [`RuntimeConfig::app_proxy`] | the platform, the Git provider, the Kubernetes API |
 //! | application event reporter | [`RuntimeConfig::app_reporter`] | Kubernetes API, Argo CD, platform, dedup cache |
 //! | dedup cache | [`RuntimeConfig::cache`] | — |
+//! | resource event reporter | [`RuntimeConfig::resource_reporter`] | Kubernetes API, platform; faithful: the event bus |
+//! | event bus (Argo Events EventBus) | [`RuntimeConfig::event_bus`] | — |
 
 use std::future::Future;
 use std::sync::Arc;
 
 use super::router::{self, Router, Routes};
-use super::{app_proxy, app_reporter, cache, tunnel_client};
+use super::{app_proxy, app_reporter, cache, resource_reporter, tunnel_client};
 use crate::env::SharedEnv;
 use crate::observe::TunnelEvent;
 
@@ -44,6 +46,13 @@ pub struct RuntimeConfig {
     /// The cache's memory, when the caller must reach it (the simulated world's `flush`
     /// fault); empty, new memory otherwise.
     pub cache_store: Option<cache::Store>,
+    /// The resource event reporter (faithful: EventSource and Sensor; hardened: one process).
+    pub resource_reporter: Option<resource_reporter::Config>,
+    /// The event bus, listening on this address.
+    pub event_bus: Option<String>,
+    /// The bus's stored messages, when they must outlive this process (its file store);
+    /// empty, new memory otherwise.
+    pub bus_store: Option<resource_reporter::bus::Store>,
 }
 
 /// Why the runtime stopped on its own.
@@ -89,6 +98,17 @@ pub async fn run(
         spawn_server(&mut servers, &env, "cache", async move {
             cache::run_with(cache_env, &addr, store).await
         });
+    }
+    if let Some(addr) = config.event_bus.clone() {
+        let bus_env = env.clone();
+        let store = config.bus_store.clone().unwrap_or_default();
+        spawn_server(&mut servers, &env, "event-bus", async move {
+            resource_reporter::bus::run(bus_env, &addr, store).await
+        });
+    }
+    if let Some(reporter) = config.resource_reporter.clone() {
+        let reporter_env = env.clone();
+        servers.spawn(resource_reporter::run(reporter_env, reporter));
     }
     if let Some(proxy) = config.app_proxy.clone() {
         let proxy_env = env.clone();

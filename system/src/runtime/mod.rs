@@ -1,6 +1,8 @@
 //! Runtime components (customer cluster).
 //!
 //! - [`app_reporter`]: the application event reporter, `faithful` and `hardened`.
+//! - [`resource_reporter`]: the resource event reporter (Rollouts, Workflows), `faithful`
+//!   (Argo Events' EventSource → EventBus → Sensor) and `hardened`.
 //! - [`cache`]: the dedup store shared by reporter replicas (Redis in the real runtime).
 //! - [`tunnel_client`]: the runtime's end of the tunnel to the platform.
 //! - [`router`]: the request routing service (tunnel or ingress → app-proxy, workflows, webhooks).
@@ -12,5 +14,6 @@ pub mod app_proxy;
 pub mod app_reporter;
 pub mod assembly;
 pub mod cache;
+pub mod resource_reporter;
 pub mod router;
 pub mod tunnel_client;

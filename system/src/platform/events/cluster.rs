@@ -249,6 +249,28 @@ impl ClusterModel {
             fields: event.fields,
         };
         match self.objects.get(&key) {
+            // A typed deletion older than what is held still ends the object (a reporter's
+            // resync deletes what it only knows from this read model, whose ReplicaSet and
+            // AnalysisRun versions are not shown); the held version stays, so a later update
+            // of a recreated object still applies.
+            Some(old) if old.resource_version > entry.resource_version && entry.deleted => {
+                if old.deleted {
+                    self.duplicates += 1;
+                    return Applied::Duplicate;
+                }
+                self.updated += 1;
+                let held = old.resource_version;
+                let old_fields = old.fields.clone();
+                self.objects.insert(
+                    key,
+                    Entry {
+                        resource_version: held,
+                        fields: old_fields,
+                        ..entry
+                    },
+                );
+                Applied::Updated
+            }
             Some(old) if old.resource_version > entry.resource_version => {
                 self.stale += 1;
                 Applied::Stale
@@ -258,7 +280,11 @@ impl ClusterModel {
                 // A deletion at the same version (the watch's DELETE repeats the last
                 // state) still ends the object.
                 if entry.deleted && !old.deleted {
-                    self.objects.insert(key, entry);
+                    let ended = Entry {
+                        deleted: true,
+                        ..old.clone()
+                    };
+                    self.objects.insert(key, ended);
                 }
                 Applied::Duplicate
             }

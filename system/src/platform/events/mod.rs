@@ -51,6 +51,10 @@ pub struct Knobs {
     pub api_latency: Duration,
     /// Time the handler spends on each event.
     pub handler_delay: Duration,
+    /// An outage of the events API: this share (percent) of `POST /2.0/api/events` is
+    /// answered with this status, unread and unstored (a 5xx, a 429 from a rate limiter in
+    /// front, a 404 from a misrouted ingress). `None`: every POST is handled.
+    pub reject: Option<(StatusCode, u32)>,
 }
 
 /// The shared state of the events path.
@@ -422,14 +426,26 @@ async fn handle(
                 serde_json::to_vec(apps).unwrap_or_default()
             })))
             .expect("static response parts are valid"),
+        // With a runtime token, only that runtime's objects (what its reporter resyncs
+        // against); without one, every runtime's.
         ("GET", "/2.0/api/rollouts") => json(
             StatusCode::OK,
-            &serde_json::to_value(platform.rollouts()).unwrap_or_default(),
+            &serde_json::to_value(own(&platform, &req, platform.rollouts())).unwrap_or_default(),
         ),
         ("GET", "/2.0/api/workflows") => json(
             StatusCode::OK,
-            &serde_json::to_value(platform.workflows()).unwrap_or_default(),
+            &serde_json::to_value(own(&platform, &req, platform.workflows())).unwrap_or_default(),
         ),
+        ("POST", "/2.0/api/events")
+            if knobs
+                .reject
+                .is_some_and(|(_, percent)| env.random_u64() % 100 < u64::from(percent)) =>
+        {
+            let status = knobs
+                .reject
+                .map_or(StatusCode::SERVICE_UNAVAILABLE, |(s, _)| s);
+            json(status, &json!({"error": "the events API is unavailable"}))
+        }
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
             Ok(event) => match bus.try_send(event) {
                 // Fault point: stored, then the handler fails before it answers.
@@ -458,6 +474,30 @@ async fn handle(
             StatusCode::NOT_FOUND,
             &json!({"error": format!("no route for {method} {path}")}),
         ),
+    }
+}
+
+/// The entries of `views` (keyed `runtime/namespace/name`) of the runtime whose token the
+/// request carries; all of them when it carries none the platform knows.
+fn own<V>(
+    platform: &Platform,
+    req: &Request<Incoming>,
+    views: BTreeMap<String, V>,
+) -> BTreeMap<String, V> {
+    let runtime = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|token| platform.config.tokens.get(token));
+    match runtime {
+        Some(runtime) => {
+            let prefix = format!("{runtime}/");
+            views
+                .into_iter()
+                .filter(|(key, _)| key.starts_with(&prefix))
+                .collect()
+        }
+        None => views,
     }
 }
 
