@@ -12,6 +12,7 @@ mod invariants_fire;
 mod properties;
 mod real_mode;
 mod reporter_model;
+mod resources;
 mod rollouts;
 mod scenarios;
 mod shrink;
