@@ -20,7 +20,7 @@ use orrery_system::platform::registry::Registry;
 use orrery_system::platform::tunnel;
 use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
 use orrery_system::runtime::router::Routes;
-use orrery_system::runtime::{app_proxy, app_reporter, tunnel_client};
+use orrery_system::runtime::{app_proxy, app_reporter, resource_reporter, tunnel_client};
 
 use crate::{Fail, VariantArg};
 
@@ -177,6 +177,20 @@ pub struct RuntimeArgs {
     /// write is not run again after this process restarts (in memory only without it).
     #[arg(long)]
     durable_requests: bool,
+    /// Run the resource event reporter (Rollouts, ReplicaSets, AnalysisRuns, Workflows) to
+    /// --events-api: faithful through the event bus at --event-bus, hardened directly.
+    #[arg(long, requires = "events_api")]
+    report_resources: bool,
+    /// The event bus the faithful resource reporter publishes to and its Sensor reads.
+    #[arg(long, default_value = "127.0.0.1:4222")]
+    event_bus: String,
+    /// Also run the event bus, on --event-bus's address.
+    #[arg(long)]
+    serve_event_bus: bool,
+    /// Namespace whose Workflows the resource reporter watches (the chart: the runtime's);
+    /// default: every namespace.
+    #[arg(long)]
+    workflows_namespace: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -384,11 +398,12 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             ingress: args.ingress.clone(),
         }),
         cache: args.serve_cache.then(|| args.cache.clone()),
+        event_bus: args.serve_event_bus.then(|| args.event_bus.clone()),
         ..Default::default()
     };
     let (name, platform) = (args.name.clone(), args.platform.clone());
     block_on(async move {
-        let needs_kube = args.git.is_some() || args.argocd.is_some();
+        let needs_kube = args.git.is_some() || args.argocd.is_some() || args.report_resources;
         let kube = match needs_kube {
             true => Some(kube_target(args.apiserver.clone(), &args.namespace).await?),
             false => None,
@@ -416,11 +431,23 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             reporter.serve_addr = args.reporter_listen.clone();
             config.app_reporter = Some(reporter);
         }
+        if let (true, Some(kube)) = (args.report_resources, &kube) {
+            let mut resources = resource_reporter::Config::new(
+                variant,
+                kube.clone(),
+                &args.events_api.clone().unwrap_or_default(),
+                &args.token,
+            );
+            resources.bus_addr = args.event_bus.clone();
+            resources.workflow_namespace = args.workflows_namespace.clone();
+            config.resource_reporter = Some(resources);
+        }
         let env = logged_env(&name);
         tracing::info!(
             variant = variant.as_str(),
             app_proxy = config.app_proxy.is_some(),
             app_reporter = config.app_reporter.is_some(),
+            resource_reporter = config.resource_reporter.is_some(),
             "orrery runtime {name}: tunnel to {platform}"
         );
         runtime_assembly::run(env, config, shutdown_signal())

@@ -4,6 +4,7 @@
 
 mod fidelity;
 mod redis;
+mod resources;
 mod rollouts;
 mod runtime;
 mod workflows;
