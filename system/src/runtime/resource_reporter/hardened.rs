@@ -229,14 +229,16 @@ async fn deliver(shared: &Shared, mut change: Change) {
     }
 }
 
-/// Every `resync_every`: re-queues objects whose current version the platform has not
-/// acknowledged, and deletes on the platform the objects of this runtime the cluster no
-/// longer has (a deletion missed while the reporter was down).
+/// Every `resync_every`, against the platform's read model (`GET /2.0/api/rollouts`,
+/// `/workflows` with the runtime's token): re-queues every object the platform shows
+/// differently from the cluster or not at all (a state lost after the platform acknowledged
+/// it — its handler's queue dies with it), and deletes on the platform the objects the
+/// cluster no longer has (a deletion missed while the reporter was down). When the read
+/// model cannot be read, re-queues what the platform never acknowledged.
 async fn resync(shared: Arc<Shared>) {
     let env = shared.env.clone();
     loop {
         env.sleep(shared.config.resync_every).await;
-        let mut queued = 0u64;
         let live: BTreeMap<ObjectKey, (u64, Arc<Value>)> = shared
             .informer
             .lock()
@@ -244,10 +246,20 @@ async fn resync(shared: Arc<Shared>) {
             .objects()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        let reported = platform_objects(&shared).await;
+        let (mut queued, mut deleted) = (0u64, 0u64);
         {
             let mut pending = shared.pending.lock().expect("pending lock poisoned");
             for (key, (rv, object)) in &live {
-                if !pending.covered(key, *rv) {
+                let stale = match &reported {
+                    Some(reported) => {
+                        shown_of(key, object, *rv)
+                            .is_some_and(|mine| reported.get(key) != Some(&mine))
+                            && !pending.busy(key)
+                    }
+                    None => !pending.covered(key, *rv),
+                };
+                if stale {
                     pending.push(Change {
                         key: key.clone(),
                         event_type: EventType::Update,
@@ -257,13 +269,13 @@ async fn resync(shared: Arc<Shared>) {
                     queued += 1;
                 }
             }
-        }
-        let mut deleted = 0u64;
-        if let Some(reported) = platform_objects(&shared).await {
-            let mut pending = shared.pending.lock().expect("pending lock poisoned");
-            for (key, rv) in reported {
-                if !live.contains_key(&key) && !pending.busy(&key) {
-                    pending.push(tombstone(key, rv));
+            for (key, shown) in reported.iter().flatten() {
+                if !live.contains_key(key) && !pending.busy(key) {
+                    let rv = match shown {
+                        Shown::Version(rv) => *rv,
+                        _ => 0,
+                    };
+                    pending.push(tombstone(key.clone(), rv));
                     deleted += 1;
                 }
             }
@@ -272,6 +284,48 @@ async fn resync(shared: Arc<Shared>) {
             shared.wake.notify_waiters();
         }
         env.observe(ResourceReporterEvent::Resync { queued, deleted }.into());
+    }
+}
+
+/// What the platform's views show of an object: a Rollout's or Workflow's
+/// resourceVersion, a ReplicaSet's replicas and available replicas, an AnalysisRun's phase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// The resourceVersion the view reflects.
+    Version(u64),
+    /// `spec.replicas`, `status.availableReplicas`.
+    Replicas(i64, i64),
+    /// `status.phase`.
+    Phase(String),
+}
+
+/// What the platform should show of a live object; `None` for a ReplicaSet or
+/// AnalysisRun no Rollout owns (the views show only a Rollout's).
+pub fn shown_of(key: &ObjectKey, object: &Value, rv: u64) -> Option<Shown> {
+    let owned = || {
+        object
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|refs| refs.iter().any(|r| r["kind"] == "Rollout"))
+    };
+    let number = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0);
+    match key.kind {
+        Kind::Rollout | Kind::Workflow => Some(Shown::Version(rv)),
+        Kind::ReplicaSet => owned().then(|| {
+            Shown::Replicas(
+                number("/spec/replicas"),
+                number("/status/availableReplicas"),
+            )
+        }),
+        Kind::AnalysisRun => owned().then(|| {
+            Shown::Phase(
+                object
+                    .pointer("/status/phase")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        }),
     }
 }
 
@@ -291,14 +345,12 @@ fn tombstone(key: ObjectKey, rv: u64) -> Change {
     }
 }
 
-/// The live (not deleted) objects the platform shows for this runtime's token, with their
-/// resourceVersions: Rollouts with their ReplicaSets (named `<rollout>-<hash>`, as Argo
-/// Rollouts names them) and AnalysisRuns (their versions are not shown: 0, which the
-/// platform's typed deletion accepts below what it holds), and Workflows. `None` when it
-/// cannot be read.
-async fn platform_objects(shared: &Shared) -> Option<Vec<(ObjectKey, u64)>> {
+/// The live (not deleted) objects the platform shows for this runtime's token, with what it
+/// shows of each: Rollouts with their ReplicaSets (named `<rollout>-<hash>`, as Argo
+/// Rollouts names them) and AnalysisRuns, and Workflows. `None` when it cannot be read.
+async fn platform_objects(shared: &Shared) -> Option<BTreeMap<ObjectKey, Shown>> {
     let kinds = &shared.config.kinds;
-    let mut objects = Vec::new();
+    let mut objects = BTreeMap::new();
     if kinds.contains(&Kind::Rollout) {
         let views = read(shared, "/2.0/api/rollouts").await?;
         for (id, view) in views.as_object()?.iter() {
@@ -309,16 +361,23 @@ async fn platform_objects(shared: &Shared) -> Option<Vec<(ObjectKey, u64)>> {
                 continue;
             }
             let rv = view["resourceVersion"].as_u64().unwrap_or(0);
-            objects.push((key(Kind::Rollout, namespace, name), rv));
+            objects.insert(key(Kind::Rollout, namespace, name), Shown::Version(rv));
             if kinds.contains(&Kind::ReplicaSet) {
-                for hash in view["replicaSets"].as_object().into_iter().flatten() {
-                    let rs = format!("{name}-{}", hash.0);
-                    objects.push((key(Kind::ReplicaSet, namespace, &rs), 0));
+                for (hash, rs) in view["replicaSets"].as_object().into_iter().flatten() {
+                    let shown = Shown::Replicas(
+                        rs["replicas"].as_i64().unwrap_or(0),
+                        rs["available"].as_i64().unwrap_or(0),
+                    );
+                    objects.insert(
+                        key(Kind::ReplicaSet, namespace, &format!("{name}-{hash}")),
+                        shown,
+                    );
                 }
             }
             if kinds.contains(&Kind::AnalysisRun) {
-                for run in view["analysisRuns"].as_object().into_iter().flatten() {
-                    objects.push((key(Kind::AnalysisRun, namespace, run.0), 0));
+                for (run, phase) in view["analysisRuns"].as_object().into_iter().flatten() {
+                    let shown = Shown::Phase(phase.as_str().unwrap_or("").to_string());
+                    objects.insert(key(Kind::AnalysisRun, namespace, run), shown);
                 }
             }
         }
@@ -328,7 +387,7 @@ async fn platform_objects(shared: &Shared) -> Option<Vec<(ObjectKey, u64)>> {
         for (id, view) in views.as_object()?.iter() {
             if let (Some((namespace, name)), false) = (split(id), view["deleted"] == true) {
                 let rv = view["resourceVersion"].as_u64().unwrap_or(0);
-                objects.push((key(Kind::Workflow, namespace, name), rv));
+                objects.insert(key(Kind::Workflow, namespace, name), Shown::Version(rv));
             }
         }
     }
