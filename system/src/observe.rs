@@ -263,6 +263,8 @@ events! {
         "workflows.phase" => WorkflowPhase { workflow: String, phase: String, message: String },
         /// A write of the Workflows controller failed (it is retried at the next tick).
         "workflows.error" => WorkflowsError { object: String, error: String },
+        /// The Git provider delivered a push webhook (`status` 0: no answer; not redelivered).
+        "git.webhook" => GitWebhook { delivery: String, url: String, after: String, status: u16 },
     }
 }
 
@@ -281,6 +283,18 @@ events! {
         /// hardened: a resync pass re-queued `queued` objects and `deleted` deletions the
         /// platform had missed.
         "resources.resync" => Resync { queued: u64, deleted: u64 },
+    }
+}
+
+events! {
+    /// A Git webhook EventSource (`runtime::webhook_source`).
+    pub enum WebhookEvent {
+        /// A delivery of a configured event type was accepted (`after` is a push's new head).
+        "webhooks.received" => Received { source: String, event: String, delivery: String, after: String },
+        /// A delivery was refused (bad signature, not JSON).
+        "webhooks.refused" => Refused { source: String, why: String },
+        /// A delivery was published to the bus, or dropped after the publish attempts.
+        "webhooks.published" => Published { source: String, delivery: String, published: bool },
     }
 }
 
@@ -307,6 +321,8 @@ pub enum Observation {
     Reporter(ReporterEvent),
     /// From the resource event reporter.
     Resources(ResourceReporterEvent),
+    /// From a Git webhook EventSource.
+    Webhooks(WebhookEvent),
     /// From the tunnel client or server.
     Tunnel(TunnelEvent),
     /// From the platform's events path.
@@ -325,6 +341,7 @@ impl Observation {
         match self {
             Observation::Reporter(e) => e.kind(),
             Observation::Resources(e) => e.kind(),
+            Observation::Webhooks(e) => e.kind(),
             Observation::Tunnel(e) => e.kind(),
             Observation::Platform(e) => e.kind(),
             Observation::Kube(e) => e.kind(),
@@ -348,6 +365,12 @@ impl From<ReporterEvent> for Observation {
 impl From<ResourceReporterEvent> for Observation {
     fn from(event: ResourceReporterEvent) -> Self {
         Observation::Resources(event)
+    }
+}
+
+impl From<WebhookEvent> for Observation {
+    fn from(event: WebhookEvent) -> Self {
+        Observation::Webhooks(event)
     }
 }
 

@@ -63,6 +63,32 @@ impl Repo {
 #[derive(Debug, Default)]
 pub struct Git {
     repos: BTreeMap<String, Repo>,
+    /// Push webhooks per repository.
+    hooks: BTreeMap<String, Vec<Hook>>,
+    /// Deliveries waiting for [`deliver_webhooks`].
+    outbox: std::collections::VecDeque<Delivery>,
+    /// Deliveries made so far (their ids).
+    deliveries: u64,
+}
+
+/// A repository's push webhook (GitHub's `config.url` and `config.secret`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hook {
+    /// Where deliveries are POSTed (`http://host:port/path`).
+    pub url: String,
+    /// Signs each delivery (`X-Hub-Signature-256`); `None`: unsigned.
+    pub secret: Option<String>,
+}
+
+/// One push delivery to one hook.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// `X-GitHub-Delivery`.
+    pub id: String,
+    /// The hook.
+    pub hook: Hook,
+    /// The push event payload.
+    pub payload: serde_json::Value,
 }
 
 fn sha(parent: &str, author: &str, message: &str, changes: &BTreeMap<String, String>) -> String {
@@ -102,14 +128,34 @@ impl Git {
             repository.by_dir.entry(dir).or_default().push(index);
         }
         repository.by_sha.insert(sha.clone(), index);
-        repository.commits.push(Commit {
+        let commit = Commit {
             sha: sha.clone(),
             author: author.into(),
             message: message.into(),
             unix_ms,
             changes,
-        });
+        };
+        for hook in self.hooks.get(repo).into_iter().flatten() {
+            self.deliveries += 1;
+            self.outbox.push_back(Delivery {
+                id: format!("delivery-{:08}", self.deliveries),
+                hook: hook.clone(),
+                payload: push_payload(repo, &parent, &commit),
+            });
+        }
+        repository.commits.push(commit);
         sha
+    }
+
+    /// Adds a push webhook to `repo` (GitHub's `POST /repos/{repo}/hooks` with `events:
+    /// [push]`): every later commit is delivered to it.
+    pub fn add_hook(&mut self, repo: &str, hook: Hook) {
+        self.hooks.entry(repo.to_string()).or_default().push(hook);
+    }
+
+    /// Takes the deliveries waiting to be sent.
+    pub fn take_deliveries(&mut self) -> Vec<Delivery> {
+        self.outbox.drain(..).collect()
     }
 
     /// The newest commit of `repo`.
@@ -159,6 +205,93 @@ impl Git {
     /// Repository URLs in order.
     pub fn repos(&self) -> Vec<String> {
         self.repos.keys().cloned().collect()
+    }
+}
+
+/// A GitHub `push` event payload for `commit` on `main` of `repo`. Every changed file is
+/// listed under `modified` (the provider does not tell additions apart).
+fn push_payload(repo: &str, before: &str, commit: &Commit) -> serde_json::Value {
+    let timestamp = jiff::Timestamp::from_millisecond(commit.unix_ms as i64)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    let files: Vec<&String> = commit.changes.keys().collect();
+    let head = serde_json::json!({
+        "id": commit.sha,
+        "message": commit.message,
+        "timestamp": timestamp,
+        "author": {"name": commit.author},
+        "added": [],
+        "removed": [],
+        "modified": files,
+    });
+    let name = repo
+        .rsplit('/')
+        .next()
+        .unwrap_or(repo)
+        .trim_end_matches(".git");
+    serde_json::json!({
+        "ref": "refs/heads/main",
+        "before": if before.is_empty() { "0".repeat(40) } else { before.to_string() },
+        "after": commit.sha,
+        "repository": {"name": name, "clone_url": repo, "default_branch": "main"},
+        "head_commit": head,
+        "commits": [head],
+    })
+}
+
+/// Sends the provider's push deliveries as they are made, each once (GitHub does not
+/// redeliver a failed delivery on its own) with a 10 s timeout (GitHub's), headers
+/// `X-GitHub-Event: push`, `X-GitHub-Delivery` and, for a hook with a secret,
+/// `X-Hub-Signature-256`. Runs until the host stops.
+pub async fn deliver_webhooks(env: orrery_system::env::SharedEnv, git: SharedGit) {
+    use http_body_util::{BodyExt, Full};
+    use orrery_system::observe::WorldEvent;
+    let client = orrery_system::env::http::client_with_connect_timeout::<Full<bytes::Bytes>>(
+        env.clone(),
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_secs(10),
+    );
+    loop {
+        let deliveries = git.lock().take_deliveries();
+        for delivery in deliveries {
+            let body = bytes::Bytes::from(delivery.payload.to_string());
+            let mut request = http::Request::post(&delivery.hook.url)
+                .header("content-type", "application/json")
+                .header("x-github-event", "push")
+                .header("x-github-delivery", &delivery.id);
+            if let Some(secret) = &delivery.hook.secret {
+                request = request.header(
+                    "x-hub-signature-256",
+                    orrery_system::runtime::webhook_source::signature(secret, &body),
+                );
+            }
+            let status = match request.body(Full::new(body)) {
+                Ok(request) => match tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    client.request(request),
+                )
+                .await
+                {
+                    Ok(Ok(response)) => {
+                        let status = response.status().as_u16();
+                        let _ = response.into_body().collect().await;
+                        status
+                    }
+                    _ => 0,
+                },
+                Err(_) => 0,
+            };
+            env.observe(
+                WorldEvent::GitWebhook {
+                    delivery: delivery.id.clone(),
+                    url: delivery.hook.url.clone(),
+                    after: delivery.payload["after"].as_str().unwrap_or("").to_string(),
+                    status,
+                }
+                .into(),
+            );
+        }
+        env.sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 

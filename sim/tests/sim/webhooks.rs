@@ -75,3 +75,163 @@ fn webhooks_reach_the_event_source_named_in_the_path() {
     });
     w.run().unwrap();
 }
+
+/// A push to the simulated Git provider is delivered, signed, to the runtime's webhook
+/// EventSource twice — through the platform's gateway and the tunnel, and through the
+/// router's ingress — and each delivery lands on the event bus; a hook with the wrong
+/// secret is refused.
+#[test]
+fn a_git_push_reaches_the_event_bus_through_the_tunnel_and_through_the_ingress() {
+    use orrery_sim::world::git::{self, Hook, SharedGit};
+    use orrery_system::core::Variant;
+    use orrery_system::observe::{WebhookEvent, WorldEvent};
+    use orrery_system::platform::assembly::{
+        self as control_plane, ControlPlaneConfig, ControlPlaneState, GatewayConfig,
+        TunnelServerConfig,
+    };
+    use orrery_system::platform::tunnel;
+    use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
+    use orrery_system::runtime::resource_reporter::bus;
+    use orrery_system::runtime::{tunnel_client, webhook_source};
+
+    const REPO: &str = "https://git.example/shop.git";
+    let mut w = sim(Duration::from_secs(120));
+    let trace = orrery_sim::trace::Trace::default();
+    let state = ControlPlaneState::default();
+    state.registry.insert("rt-token", "acme", "prod");
+    let platform = ControlPlaneConfig {
+        tunnel: Some(TunnelServerConfig {
+            listen: "0.0.0.0:8443".into(),
+            config: tunnel::Config::new(Variant::Hardened),
+        }),
+        gateway: Some(GatewayConfig {
+            listen: "0.0.0.0:8080".into(),
+            admin_token: "admin".into(),
+        }),
+        events: None,
+    };
+    // Each host runs the runtime assembly with what its pod would run.
+    let mut boot = |host: &'static str, config: RuntimeConfig| {
+        let host_trace = trace.clone();
+        w.host(host, move || {
+            let env = SimEnv::shared(host, SEED, host_trace.clone());
+            let config = config.clone();
+            async move {
+                runtime_assembly::run(env, config, std::future::pending())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(())
+            }
+        });
+    };
+    boot(
+        "runtime",
+        RuntimeConfig {
+            tunnels: vec![tunnel_client::Config::new(
+                Variant::Hardened,
+                "platform:8443",
+                "acme-prod",
+                "rt-token",
+            )],
+            router: Some(RouterConfig {
+                routes: Routes::new("app-proxy:3017", "workflows:2746"),
+                ingress: Some("0.0.0.0:8088".into()),
+            }),
+            ..Default::default()
+        },
+    );
+    let mut source = webhook_source::Config::new("ci", "push", "0.0.0.0:80", "eventbus:4222");
+    source.secret = Some("s3cret".into());
+    boot(
+        "push-eventsource-svc.ci.svc.cluster.local",
+        RuntimeConfig {
+            webhook_sources: vec![source],
+            ..Default::default()
+        },
+    );
+    let store = bus::Store::default();
+    boot(
+        "eventbus",
+        RuntimeConfig {
+            event_bus: Some("0.0.0.0:4222".into()),
+            bus_store: Some(store.clone()),
+            ..Default::default()
+        },
+    );
+    let host_trace = trace.clone();
+    w.host("platform", move || {
+        let env = SimEnv::shared("platform", SEED, host_trace.clone());
+        let (config, state) = (platform.clone(), state.clone());
+        async move {
+            control_plane::run(env, config, state, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    });
+    let git = SharedGit::default();
+    for (url, secret) in [
+        (
+            "http://platform:8080/api/runtimes/acme-prod/webhooks/ci/push",
+            "s3cret",
+        ),
+        ("http://runtime:8088/webhooks/ci/push", "s3cret"),
+        ("http://runtime:8088/webhooks/ci/push", "wrong"),
+    ] {
+        git.lock().add_hook(
+            REPO,
+            Hook {
+                url: url.into(),
+                secret: Some(secret.into()),
+            },
+        );
+    }
+    let (host_trace, host_git, host_store) = (trace.clone(), git.clone(), store.clone());
+    w.client("github", async move {
+        let env: SharedEnv = SimEnv::shared("github", SEED, host_trace.clone());
+        tokio::spawn(git::deliver_webhooks(env.clone(), host_git.clone()));
+        env.sleep(Duration::from_secs(5)).await; // the tunnel is up
+        let files = [("apps/web/values.yaml".to_string(), "tag: v2".to_string())];
+        let sha =
+            host_git
+                .lock()
+                .commit(REPO, "Dev <dev@example.com>", "bump web", 0, files.into());
+        env.sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            host_store.backlog().get("push"),
+            Some(&2),
+            "one per good hook"
+        );
+        let bus = bus::Client::new(env.clone(), "eventbus:4222", Duration::from_secs(5));
+        let bus::Fetched::Message(_, message) = bus.fetch("push", "sensor").await? else {
+            panic!("a message on the bus");
+        };
+        let message: serde_json::Value = serde_json::from_slice(&message)?;
+        assert_eq!(message["body"]["after"], sha);
+        assert_eq!(message["body"]["ref"], "refs/heads/main");
+        assert_eq!(message["header"]["X-GitHub-Event"][0], "push");
+        Ok(())
+    });
+    w.run().unwrap();
+    let events = trace.events();
+    let statuses: Vec<(String, u16)> = events
+        .iter()
+        .filter_map(|e| match e.world() {
+            Some(WorldEvent::GitWebhook { url, status, .. }) => Some((url.clone(), *status)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses.len(), 3, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|(_, s)| *s == 200).count(),
+        2,
+        "{statuses:?}"
+    );
+    assert!(statuses.iter().any(|(_, s)| *s == 400), "{statuses:?}");
+    assert!(events.iter().any(|e| matches!(
+        &e.entry,
+        orrery_sim::trace::Entry::Observed(orrery_system::observe::Observation::Webhooks(
+            WebhookEvent::Refused { why, .. }
+        )) if why.contains("X-Hub-Signature-256")
+    )));
+}

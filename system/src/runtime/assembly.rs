@@ -12,12 +12,13 @@
 //! | dedup cache | [`RuntimeConfig::cache`] | — |
 //! | resource event reporter | [`RuntimeConfig::resource_reporter`] | Kubernetes API, platform; faithful: the event bus |
 //! | event bus (Argo Events EventBus) | [`RuntimeConfig::event_bus`] | — |
+//! | Git webhook EventSources | [`RuntimeConfig::webhook_sources`] | the event bus |
 
 use std::future::Future;
 use std::sync::Arc;
 
 use super::router::{self, Router, Routes};
-use super::{app_proxy, app_reporter, cache, resource_reporter, tunnel_client};
+use super::{app_proxy, app_reporter, cache, resource_reporter, tunnel_client, webhook_source};
 use crate::env::SharedEnv;
 use crate::observe::TunnelEvent;
 
@@ -53,6 +54,8 @@ pub struct RuntimeConfig {
     /// The bus's stored messages, when they must outlive this process (its file store);
     /// empty, new memory otherwise.
     pub bus_store: Option<resource_reporter::bus::Store>,
+    /// Git webhook EventSources (one server each).
+    pub webhook_sources: Vec<webhook_source::Config>,
 }
 
 /// Why the runtime stopped on its own.
@@ -104,6 +107,12 @@ pub async fn run(
         let store = config.bus_store.clone().unwrap_or_default();
         spawn_server(&mut servers, &env, "event-bus", async move {
             resource_reporter::bus::run(bus_env, &addr, store).await
+        });
+    }
+    for source in config.webhook_sources.clone() {
+        let source_env = env.clone();
+        spawn_server(&mut servers, &env, "webhook-eventsource", async move {
+            webhook_source::run(source_env, source).await
         });
     }
     if let Some(reporter) = config.resource_reporter.clone() {

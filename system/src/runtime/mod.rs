@@ -3,6 +3,7 @@
 //! - [`app_reporter`]: the application event reporter, `faithful` and `hardened`.
 //! - [`resource_reporter`]: the resource event reporter (Rollouts, Workflows), `faithful`
 //!   (Argo Events' EventSource → EventBus → Sensor) and `hardened`.
+//! - [`webhook_source`]: a Git webhook EventSource (push deliveries → event bus).
 //! - [`cache`]: the dedup store shared by reporter replicas (Redis in the real runtime).
 //! - [`tunnel_client`]: the runtime's end of the tunnel to the platform.
 //! - [`router`]: the request routing service (tunnel or ingress → app-proxy, workflows, webhooks).
@@ -17,3 +18,4 @@ pub mod cache;
 pub mod resource_reporter;
 pub mod router;
 pub mod tunnel_client;
+pub mod webhook_source;
