@@ -478,6 +478,8 @@ topology:
     - {name: gateway, role: gateway}
     - {name: prod, role: runtime}
     - {name: client-0, role: client}
+    - {name: eventbus, role: eventbus}
+    - {name: resources, role: resources}
 argocd: {application_namespaces: [team-a]}
 duration: 10s
 calm: 10s
@@ -794,7 +796,87 @@ expect: {hardened: pass}
                 vec![token_loaded(1_000, 0)],
                 vec![token_loaded(1_000, 0), token_loaded(9_000, 40)],
             ),
+            (
+                AnalysisFailed,
+                vec![
+                    analysis(1_000, "Successful"),
+                    analysis(2_000, "Inconclusive"),
+                ],
+                vec![analysis(1_000, "Successful"), analysis(2_000, "Failed")],
+            ),
+            (
+                EventBusRestarted,
+                // Stopped for good is not a restart; another host's restart is not this one.
+                vec![
+                    stop(1_000, "eventbus"),
+                    stop(2_000, "resources"),
+                    start(3_000, "resources"),
+                ],
+                vec![stop(1_000, "eventbus"), start(3_000, "eventbus")],
+            ),
+            (
+                ResourceReporterRestarted,
+                vec![
+                    stop(1_000, "resources"),
+                    stop(2_000, "eventbus"),
+                    start(3_000, "eventbus"),
+                ],
+                vec![stop(1_000, "resources"), start(3_000, "resources")],
+            ),
+            (
+                PublishDropped,
+                vec![lost(1_000, LossReason::RetriesSpent)],
+                vec![lost(1_000, LossReason::PublishFailed)],
+            ),
+            (
+                TriggerGaveUp,
+                vec![lost(1_000, LossReason::AcceptedAsFinal)],
+                vec![lost(1_000, LossReason::RetriesSpent)],
+            ),
+            (
+                AcceptedAsFinal,
+                vec![lost(1_000, LossReason::Refused)],
+                vec![lost(1_000, LossReason::AcceptedAsFinal)],
+            ),
+            (
+                ResourcesResynced,
+                vec![resync(1_000, 0, 0)],
+                vec![resync(1_000, 0, 0), resync(2_000, 0, 1)],
+            ),
         ]
+    }
+
+    fn analysis(at_ms: u64, phase: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "rollouts",
+            WorldEvent::AnalysisDone {
+                run: "shop/web-abc-2-1".into(),
+                phase: phase.into(),
+            },
+        )
+    }
+
+    fn lost(at_ms: u64, why: LossReason) -> TraceEvent {
+        at(
+            at_ms,
+            "resources",
+            ResourceReporterEvent::Lost {
+                kind: orrery_system::runtime::resource_reporter::Kind::Rollout,
+                object: "shop/web".into(),
+                rv: 7,
+                status: 503,
+                why,
+            },
+        )
+    }
+
+    fn resync(at_ms: u64, queued: u64, deleted: u64) -> TraceEvent {
+        at(
+            at_ms,
+            "resources",
+            ResourceReporterEvent::Resync { queued, deleted },
+        )
     }
 
     fn token_loaded(at_ms: u64, requeued: u64) -> TraceEvent {

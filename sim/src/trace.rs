@@ -100,6 +100,15 @@ pub enum HarnessEvent {
         /// Of which the platform shows a different phase, step or ReplicaSet weights.
         stale: u64,
     },
+    /// How many Workflows the platform showed in another phase than the API server's
+    /// (sampled when a resource reporter runs).
+    #[serde(rename = "harness.stale_workflows")]
+    StaleWorkflows {
+        /// Workflows in the API server.
+        workflows: u64,
+        /// Of which the platform shows another phase (or none).
+        stale: u64,
+    },
     /// Test hook of `orrery run` (never in a normal run): makes two processes' traces differ.
     #[serde(rename = "test.nondeterminism")]
     TestNondeterminism {
@@ -222,6 +231,7 @@ impl HarnessEvent {
             HarnessEvent::CalmStart { .. } => "calm.start",
             HarnessEvent::StaleApps { .. } => "harness.stale_apps",
             HarnessEvent::StaleRollouts { .. } => "harness.stale_rollouts",
+            HarnessEvent::StaleWorkflows { .. } => "harness.stale_workflows",
             HarnessEvent::TestNondeterminism { .. } => "test.nondeterminism",
         }
     }

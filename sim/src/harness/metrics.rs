@@ -199,6 +199,10 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
                 .entry("stale_rollouts".into())
                 .or_default()
                 .push((second, *stale)),
+            Entry::Harness(HarnessEvent::StaleWorkflows { stale, .. }) => series
+                .entry("stale_workflows".into())
+                .or_default()
+                .push((second, *stale)),
             Entry::Observed(Observation::Resources(ResourceReporterEvent::Delivered {
                 kind,
                 attempts,

@@ -727,6 +727,34 @@ fn sample_rollouts(sim: &turmoil::Sim<'static>, world: &World) {
     );
 }
 
+/// Records how many Workflows the platform shows in another phase than the API server's.
+fn sample_workflows(sim: &turmoil::Sim<'static>, world: &World) {
+    let Some(kind) = world.api.kind("workflows").cloned() else {
+        return;
+    };
+    let shown: BTreeMap<String, String> = world
+        .platform
+        .workflows()
+        .into_iter()
+        .filter(|(_, view)| !view.deleted)
+        .filter_map(|(key, view)| Some((key.split_once('/')?.1.to_string(), view.fields.phase)))
+        .collect();
+    let (mut workflows, mut stale) = (0u64, 0u64);
+    world.api.store().visit(&kind, |o| {
+        let metadata = o.get("metadata");
+        let key = format!("{}/{}", text(metadata, "namespace"), text(metadata, "name"));
+        let phase = text(o.get("status"), "phase");
+        workflows += 1;
+        if shown.get(&key).map(String::as_str) != Some(phase) {
+            stale += 1;
+        }
+    });
+    world.trace.record_harness(
+        sim.elapsed(),
+        HarnessEvent::StaleWorkflows { workflows, stale },
+    );
+}
+
 /// Records how many apps the platform shows differently from the API server (a time series):
 /// counts what [`checkers::stale_apps`] of [`truth`] would return, from borrowed objects and
 /// the read model in place (a copy of 10,000 apps per sample cost 7 % of a run).
@@ -923,8 +951,11 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
                 if !reporters.is_empty() {
                     sample_staleness(&sim, &world, &mut last_sample);
                 }
-                if resources {
+                if resources && scenario.workload.rollouts.is_some() {
                     sample_rollouts(&sim, &world);
+                }
+                if resources && scenario.workload.workflows.is_some() {
+                    sample_workflows(&sim, &world);
                 }
                 next_sample += STALENESS_SAMPLE_EVERY;
             }

@@ -3,11 +3,13 @@
 //! `/webhooks/<ns>/<name>` to (research §2.3). It takes a provider's push deliveries,
 //! checks their signature, and publishes each to the event bus for a Sensor.
 //!
-//! Behaviour, after argo-events' webhook plumbing (`pkg/eventsources/common/webhook`): the
-//! handler queues the delivery on the route's channel and answers 200 `success` at once; a
-//! separate task publishes it to the bus with the EventSource's retry (5 attempts, 1–2 s
-//! apart) and drops it after that — the provider has had its 200 and, like GitHub, never
-//! redelivers on its own. Only `POST` on the configured endpoint; a missing or wrong
+//! Behaviour, after argo-events v1.9's webhook plumbing (`pkg/eventsources/common/webhook`):
+//! the handler hands the delivery over an unbuffered channel to the one dispatcher and
+//! answers 200 `success` once it was taken; the dispatcher publishes it to the bus with the
+//! EventSource's retry (5 attempts, 1–2 s apart) and drops it after that. So while one
+//! delivery's publish is being retried (the bus is down), the next delivery waits in its
+//! handler and meets the provider's 10 s timeout (argo-events issue #3448; later versions
+//! answer 500 instead) — and the provider, like GitHub, never redelivers on its own. Only `POST` on the configured endpoint; a missing or wrong
 //! `X-Hub-Signature-256` with a secret configured is 400 (GitHub's own header; the status
 //! code is inferred); event types other than those configured are acknowledged and ignored.
 
@@ -62,6 +64,33 @@ impl Config {
     }
 }
 
+/// A delivery handed to the dispatcher: its id, the bus message, and the signal that it
+/// was taken.
+type Handoff = (String, Bytes, tokio::sync::oneshot::Sender<()>);
+
+/// The largest delivery read (GitHub caps payloads at 25 MB).
+const MAX_DELIVERY_BYTES: usize = 25 * 1024 * 1024;
+
+/// Whether `header` is `sha256=<hex>` of the HMAC-SHA256 of `body` under `secret`
+/// (compared in constant time).
+fn verified(secret: &str, header: &str, body: &[u8]) -> bool {
+    let Some(hex) = header.strip_prefix("sha256=") else {
+        return false;
+    };
+    if hex.len() % 2 != 0 || !hex.is_ascii() {
+        return false;
+    }
+    let tag: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+        .collect();
+    let Some(tag) = tag else {
+        return false;
+    };
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    ring::hmac::verify(&key, body, &tag).is_ok()
+}
+
 /// `sha256=<hex HMAC-SHA256 of body under secret>`: GitHub's `X-Hub-Signature-256`.
 pub fn signature(secret: &str, body: &[u8]) -> String {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
@@ -73,7 +102,9 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
 /// Runs the EventSource until its listener fails.
 pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
     let listener = env.listen(&config.listen).await?;
-    let (queue, mut deliveries) = mpsc::unbounded_channel::<(String, Bytes)>();
+    // The unbuffered route channel: each delivery is handed over with a signal the handler
+    // waits for, sent when the dispatcher takes it.
+    let (queue, mut deliveries) = mpsc::channel::<Handoff>(1);
     let publisher_env = env.clone();
     let publisher_config = config.clone();
     let publisher = tokio::spawn(async move {
@@ -82,7 +113,8 @@ pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
             &publisher_config.bus_addr,
             Duration::from_secs(5),
         );
-        while let Some((delivery, message)) = deliveries.recv().await {
+        while let Some((delivery, message, taken)) = deliveries.recv().await {
+            let _ = taken.send(());
             let mut published = false;
             for attempt in 0..publisher_config.publish_attempts.max(1) {
                 if attempt > 0 {
@@ -120,7 +152,7 @@ pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
 async fn handle(
     env: SharedEnv,
     config: Config,
-    queue: mpsc::UnboundedSender<(String, Bytes)>,
+    queue: mpsc::Sender<Handoff>,
     req: Request<Incoming>,
 ) -> Response<Body> {
     if req.uri().path() != config.endpoint {
@@ -147,7 +179,10 @@ async fn handle(
         header("x-github-delivery"),
         header("x-hub-signature-256"),
     );
-    let body = match req.into_body().collect().await {
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_DELIVERY_BYTES)
+        .collect()
+        .await
+    {
         Ok(body) => body.to_bytes(),
         Err(e) => {
             return json_response(
@@ -167,7 +202,7 @@ async fn handle(
         json_response(StatusCode::BAD_REQUEST, &json!({ "error": why }))
     };
     if let Some(secret) = &config.secret {
-        if signed != signature(secret, &body) {
+        if !verified(secret, &signed, &body) {
             return refuse("X-Hub-Signature-256 is missing or does not match the secret".into());
         }
     }
@@ -188,13 +223,35 @@ async fn handle(
         .into(),
     );
     let message = json!({"header": {"X-GitHub-Event": [event], "X-GitHub-Delivery": [delivery.clone()]}, "body": payload});
-    let _ = queue.send((delivery, Bytes::from(message.to_string())));
+    let (taken, was_taken) = tokio::sync::oneshot::channel();
+    if queue
+        .send((delivery, Bytes::from(message.to_string()), taken))
+        .await
+        .is_err()
+        || was_taken.await.is_err()
+    {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": "the event source is stopping"}),
+        );
+    }
     json_response(StatusCode::OK, &json!({"status": "success"}))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signature_verifies_only_for_its_body_and_secret() {
+        let good = signature("s3cret", b"{}");
+        assert!(verified("s3cret", &good, b"{}"));
+        assert!(!verified("other", &good, b"{}"));
+        assert!(!verified("s3cret", &good, b"{ }"));
+        for bad in ["", "sha256=", "sha256=zz", "sha1=00", "sha256=abc"] {
+            assert!(!verified("s3cret", bad, b"{}"), "{bad:?}");
+        }
+    }
 
     #[test]
     fn the_signature_is_githubs_hmac_sha256_in_hex() {

@@ -285,6 +285,12 @@ impl ClusterModel {
                         ..old.clone()
                     };
                     self.objects.insert(key, ended);
+                } else if !entry.deleted && old.deleted {
+                    // The object at this version is live after all (a resync's deletion
+                    // raced its creation): the live state wins.
+                    self.objects.insert(key, entry);
+                    self.updated += 1;
+                    return Applied::Updated;
                 }
                 Applied::Duplicate
             }

@@ -478,19 +478,20 @@ async fn handle(
 }
 
 /// The entries of `views` (keyed `runtime/namespace/name`) of the runtime whose token the
-/// request carries; all of them when it carries none the platform knows.
+/// request carries; none for an unknown token; all of them without `Authorization`.
 fn own<V>(
     platform: &Platform,
     req: &Request<Incoming>,
     views: BTreeMap<String, V>,
 ) -> BTreeMap<String, V> {
-    let runtime = req
+    let token = req
         .headers()
         .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|token| platform.config.tokens.get(token));
-    match runtime {
-        Some(runtime) => {
+        .and_then(|v| v.to_str().ok());
+    match token.map(|token| platform.config.tokens.get(token)) {
+        // A token the platform does not know sees nothing (not every runtime's objects).
+        Some(None) => BTreeMap::new(),
+        Some(Some(runtime)) => {
             let prefix = format!("{runtime}/");
             views
                 .into_iter()

@@ -7,13 +7,15 @@
 //! - a subscriber takes the next unacknowledged message and acks it when its trigger
 //!   returns (`SetManualAckMode`, ack after the trigger);
 //! - a new subscriber session (the Sensor restarted) is redelivered what the old one took
-//!   but never acked (a durable subscription).
+//!   but never acked (a durable subscription);
+//! - a message taken and not acked within [`ACK_WAIT`] is delivered again (`AckWait(1s)` of
+//!   the Sensor's STAN subscription): a fetch answer lost on the way, or an ack that did not
+//!   arrive. The Sensor recognises a message it already handled and only acks it.
 //!
 //! The store survives the bus process's restart (NATS Streaming's file store on an
 //! `emptyDir`, which outlives a container restart); what the bus loses is what could not be
-//! published while it was down. Not modelled: the 1 s `AckWait` redelivery while a slow
-//! trigger runs (the Sensor's cache of processed event IDs acks those as duplicates), and
-//! the three-replica Raft group (one host plays the whole bus).
+//! published while it was down. Not modelled: the three-replica Raft group (one host plays
+//! the whole bus) and STAN's `MaxInflight`.
 //!
 //! Wire protocol (HTTP/1.1, JSON bodies are the messages themselves):
 //! `POST /publish/<subject>` → 200 `{"seq": n}`; `POST /fetch/<subject>?session=S` → 200 with
@@ -37,14 +39,18 @@ use crate::env::SharedEnv;
 /// How long a fetch waits for a message (JetStream's `Fetch(1, MaxWait(1s))`).
 pub const FETCH_WAIT: Duration = Duration::from_secs(1);
 
+/// A taken message not acked within this is delivered again (the Sensor's STAN
+/// subscription: `stan.AckWait(1*time.Second)`, `pkg/eventbus/stan/sensor/trigger_conn.go`).
+pub const ACK_WAIT: Duration = Duration::from_secs(1);
+
 /// One subject's stream.
 #[derive(Debug, Default)]
 struct Subject {
     next_seq: u64,
     /// Stored, not yet acknowledged, in order.
     unacked: VecDeque<(u64, Bytes)>,
-    /// Taken by the current session and not acknowledged yet.
-    in_flight: std::collections::BTreeSet<u64>,
+    /// Taken by the current session and not acknowledged yet, with when.
+    in_flight: BTreeMap<u64, Duration>,
     /// The subscriber session that took them.
     session: String,
 }
@@ -79,23 +85,30 @@ impl Store {
         seq
     }
 
-    /// The next message `session` may take from `subject`. A session other than the one
-    /// that took the in-flight messages replaces it, and those messages are delivered again.
-    pub fn take(&self, subject: &str, session: &str) -> Fetched {
+    /// The next message `session` may take from `subject` at `now` (the bus's clock): the
+    /// oldest one not acknowledged and not taken less than [`ACK_WAIT`] ago. A session other
+    /// than the one that took the in-flight messages replaces it, and those messages are
+    /// delivered again.
+    pub fn take(&self, subject: &str, session: &str, now: Duration) -> Fetched {
         let mut subjects = self.subjects.lock().expect("bus lock poisoned");
         let stream = subjects.entry(subject.to_string()).or_default();
         if stream.session != session {
             stream.session = session.to_string();
             stream.in_flight.clear();
         }
+        let in_flight = &stream.in_flight;
         let next = stream
             .unacked
             .iter()
-            .find(|(seq, _)| !stream.in_flight.contains(seq))
+            .find(|(seq, _)| {
+                in_flight
+                    .get(seq)
+                    .is_none_or(|taken| now.saturating_sub(*taken) >= ACK_WAIT)
+            })
             .cloned();
         match next {
             Some((seq, message)) => {
-                stream.in_flight.insert(seq);
+                stream.in_flight.insert(seq, now);
                 Fetched::Message(seq, message)
             }
             None => Fetched::Empty,
@@ -168,7 +181,8 @@ async fn handle(env: SharedEnv, store: Store, req: Request<Incoming>) -> Respons
             loop {
                 let arrived = store.arrived.clone();
                 let notified = arrived.notified();
-                if let Fetched::Message(seq, message) = store.take(subject, &session) {
+                if let Fetched::Message(seq, message) = store.take(subject, &session, env.elapsed())
+                {
                     return Response::builder()
                         .status(StatusCode::OK)
                         .header("content-type", "application/json")
@@ -305,31 +319,54 @@ impl Client {
 mod tests {
     use super::*;
 
+    const T0: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_message_not_acked_within_the_ack_wait_is_delivered_again() {
+        let store = Store::default();
+        store.publish("rollouts", Bytes::from_static(b"1"));
+        assert!(matches!(
+            store.take("rollouts", "s1", T0),
+            Fetched::Message(1, _)
+        ));
+        let soon = T0 + ACK_WAIT / 2;
+        assert_eq!(store.take("rollouts", "s1", soon), Fetched::Empty);
+        assert!(matches!(
+            store.take("rollouts", "s1", T0 + ACK_WAIT),
+            Fetched::Message(1, _)
+        ));
+        store.ack("rollouts", 1);
+        assert_eq!(
+            store.take("rollouts", "s1", T0 + ACK_WAIT * 3),
+            Fetched::Empty
+        );
+    }
+
     #[test]
     fn messages_are_taken_in_order_acked_once_and_redelivered_to_a_new_session() {
         let store = Store::default();
         store.publish("rollouts", Bytes::from_static(b"1"));
         store.publish("rollouts", Bytes::from_static(b"2"));
         assert_eq!(
-            store.take("rollouts", "s1"),
+            store.take("rollouts", "s1", T0),
             Fetched::Message(1, Bytes::from_static(b"1"))
         );
         // In flight: the same session gets the next one.
         assert_eq!(
-            store.take("rollouts", "s1"),
+            store.take("rollouts", "s1", T0),
             Fetched::Message(2, Bytes::from_static(b"2"))
         );
-        assert_eq!(store.take("rollouts", "s1"), Fetched::Empty);
+        assert_eq!(store.take("rollouts", "s1", T0), Fetched::Empty);
         store.ack("rollouts", 1);
         // The subscriber restarted before acking 2: the new session gets it again.
         assert_eq!(
-            store.take("rollouts", "s2"),
+            store.take("rollouts", "s2", T0),
             Fetched::Message(2, Bytes::from_static(b"2"))
         );
         store.ack("rollouts", 2);
         store.ack("rollouts", 2);
-        assert_eq!(store.take("rollouts", "s2"), Fetched::Empty);
+        assert_eq!(store.take("rollouts", "s2", T0), Fetched::Empty);
         assert_eq!(store.backlog()["rollouts"], 0);
-        assert_eq!(store.take("workflows", "s2"), Fetched::Empty);
+        assert_eq!(store.take("workflows", "s2", T0), Fetched::Empty);
     }
 }

@@ -76,6 +76,9 @@ pub async fn run(env: SharedEnv, config: Config) {
     while tasks.join_next().await.is_some() {}
 }
 
+/// Handled messages remembered per trigger.
+const HANDLED_CACHE: usize = 1000;
+
 /// The bus message: the EventSource's event data (`body` is the object, `type` the
 /// informer event).
 fn message(change: &Change) -> Bytes {
@@ -131,8 +134,15 @@ async fn trigger(
     session: String,
 ) {
     let subject = kind.dependency();
+    // Messages this process already handled (the Sensor's cache of event IDs): one delivered
+    // again after the ack wait is acked, not triggered twice. Lost with the process.
+    let mut handled: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
     loop {
         let (seq, message) = match bus.fetch(subject, &session).await {
+            Ok(Fetched::Message(seq, _)) if handled.contains(&seq) => {
+                let _ = bus.ack(subject, &session, seq).await;
+                continue;
+            }
             Ok(Fetched::Message(seq, message)) => (seq, message),
             Ok(Fetched::Empty) => continue,
             Err(_) => {
@@ -198,6 +208,10 @@ async fn trigger(
         };
         env.observe(event.into());
         // Acked after the trigger returned, success or not.
+        handled.push_back(seq);
+        if handled.len() > HANDLED_CACHE {
+            handled.pop_front();
+        }
         let _ = bus.ack(subject, &session, seq).await;
     }
 }

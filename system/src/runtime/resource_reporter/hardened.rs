@@ -77,7 +77,9 @@ impl Pending {
             if change.event_type == EventType::Delete {
                 self.delivered.remove(key);
             } else {
-                self.delivered.insert(key.clone(), change.rv);
+                // Never lowered (a resync's older state the platform ignored as stale).
+                let held = self.delivered.entry(key.clone()).or_default();
+                *held = (*held).max(change.rv);
             }
         }
         if self.latest.contains_key(key) && self.queued.insert(key.clone()) {
@@ -182,8 +184,9 @@ async fn deliver(shared: &Shared, mut change: Change) {
         let answer = shared.poster.post(body, Some(&key)).await;
         let outcome = match answer {
             Answer::Status(code) if (200..300).contains(&code) => Some(true),
-            // The platform refuses the body itself: sending it again cannot help.
-            Answer::Status(400) => Some(false),
+            // The platform refuses the body itself (malformed, too large, unprocessable):
+            // sending it again cannot help.
+            Answer::Status(400 | 413 | 422) => Some(false),
             _ => None,
         };
         if let Some(delivered) = outcome {
@@ -200,7 +203,7 @@ async fn deliver(shared: &Shared, mut change: Change) {
                         kind: change.key.kind,
                         object: change.key.object(),
                         rv: change.rv,
-                        status: 400,
+                        status: answer.code(),
                         why: LossReason::Refused,
                     }
                 }
@@ -239,29 +242,26 @@ async fn resync(shared: Arc<Shared>) {
     let env = shared.env.clone();
     loop {
         env.sleep(shared.config.resync_every).await;
-        let live: BTreeMap<ObjectKey, (u64, Arc<Value>)> = shared
-            .informer
-            .lock()
-            .expect("informer lock poisoned")
-            .objects()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
         let reported = platform_objects(&shared).await;
+        // The cluster as the informer has it *after* the read: an object created (and
+        // delivered) while the read was under way is live, never taken for a deletion.
         let (mut queued, mut deleted) = (0u64, 0u64);
         {
+            let informer = shared.informer.lock().expect("informer lock poisoned");
+            let live: BTreeMap<&ObjectKey, &(u64, Arc<Value>)> = informer.objects().collect();
             let mut pending = shared.pending.lock().expect("pending lock poisoned");
             for (key, (rv, object)) in &live {
                 let stale = match &reported {
                     Some(reported) => {
                         shown_of(key, object, *rv)
-                            .is_some_and(|mine| reported.get(key) != Some(&mine))
+                            .is_some_and(|mine| reported.get(*key) != Some(&mine))
                             && !pending.busy(key)
                     }
                     None => !pending.covered(key, *rv),
                 };
                 if stale {
                     pending.push(Change {
-                        key: key.clone(),
+                        key: (*key).clone(),
                         event_type: EventType::Update,
                         rv: *rv,
                         object: object.clone(),
@@ -311,7 +311,12 @@ pub fn shown_of(key: &ObjectKey, object: &Value, rv: u64) -> Option<Shown> {
     let number = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0);
     match key.kind {
         Kind::Rollout | Kind::Workflow => Some(Shown::Version(rv)),
-        Kind::ReplicaSet => owned().then(|| {
+        Kind::ReplicaSet => (owned()
+            && object
+                .pointer("/metadata/labels/rollouts-pod-template-hash")
+                .and_then(Value::as_str)
+                .is_some_and(|h| !h.is_empty()))
+        .then(|| {
             Shown::Replicas(
                 number("/spec/replicas"),
                 number("/status/availableReplicas"),
@@ -364,6 +369,9 @@ async fn platform_objects(shared: &Shared) -> Option<BTreeMap<ObjectKey, Shown>>
             objects.insert(key(Kind::Rollout, namespace, name), Shown::Version(rv));
             if kinds.contains(&Kind::ReplicaSet) {
                 for (hash, rs) in view["replicaSets"].as_object().into_iter().flatten() {
+                    if hash.is_empty() {
+                        continue;
+                    }
                     let shown = Shown::Replicas(
                         rs["replicas"].as_i64().unwrap_or(0),
                         rs["available"].as_i64().unwrap_or(0),
