@@ -69,10 +69,8 @@ pub fn stale_rollouts(
             .iter()
             .find(|(hash, replicas)| shown(hash) != Some(**replicas))
             .map(|(hash, replicas)| {
-                format!(
-                    "ReplicaSet {hash} has {replicas} replicas, platform shows {:?}",
-                    shown(hash)
-                )
+                let shown = shown(hash).map_or("none".to_string(), |r| r.to_string());
+                format!("ReplicaSet {hash} has {replicas} replicas, platform shows {shown}")
             })
             .or_else(|| {
                 view.replica_sets
