@@ -16,9 +16,6 @@ use orrery_sim::world::git::SharedGit;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
-use orrery_system::platform::assembly::{
-    self as control_plane, ControlPlaneConfig, ControlPlaneState,
-};
 use orrery_system::platform::events::{self, Platform};
 use orrery_system::runtime::app_reporter;
 use orrery_system::runtime::assembly::{self as runtime_assembly, RuntimeConfig};
@@ -54,29 +51,6 @@ async fn call(
         serde_json::from_str(&text).unwrap_or(Value::Null),
         text,
     )
-}
-
-/// Boots the control plane's events path on host `platform` (port 8080) with `platform`'s
-/// state.
-fn boot_platform(w: &mut World, platform: &std::sync::Arc<Platform>) {
-    let (trace, host_platform) = (w.trace.clone(), platform.clone());
-    w.sim.host("platform", move || {
-        let env = SimEnv::shared("platform", SEED, trace.clone());
-        let state = ControlPlaneState {
-            events: Some(host_platform.clone()),
-            ..Default::default()
-        };
-        let config = ControlPlaneConfig {
-            events: Some("0.0.0.0:8080".into()),
-            ..Default::default()
-        };
-        async move {
-            control_plane::run(env, config, state, std::future::pending())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    });
 }
 
 fn app(name: &str) -> DynamicObject {

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use orrery_sim::env::SimEnv;
 use orrery_sim::harness::runner;
 use orrery_sim::report;
 use orrery_sim::scenario::{self, Outcome, Variant};
@@ -15,38 +14,14 @@ use orrery_sim::world::apiserver::Knobs;
 use orrery_system::core;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::observe::{LossReason, ResourceReporterEvent};
-use orrery_system::platform::assembly::{
-    self as control_plane, ControlPlaneConfig, ControlPlaneState,
-};
 use orrery_system::platform::events::{self, Platform};
-use orrery_system::runtime::assembly::{self as runtime_assembly, RuntimeConfig};
+use orrery_system::runtime::assembly::RuntimeConfig;
 use orrery_system::runtime::resource_reporter::{self, bus, Kind};
 use serde_json::json;
 
 use crate::support::*;
 
 const TOKEN: &str = "rt-token";
-
-fn boot_platform(w: &mut World, platform: &Arc<Platform>) {
-    let (trace, host_platform) = (w.trace.clone(), platform.clone());
-    w.sim.host("platform", move || {
-        let env = SimEnv::shared("platform", SEED, trace.clone());
-        let state = ControlPlaneState {
-            events: Some(host_platform.clone()),
-            ..Default::default()
-        };
-        let config = ControlPlaneConfig {
-            events: Some("0.0.0.0:8080".into()),
-            ..Default::default()
-        };
-        async move {
-            control_plane::run(env, config, state, std::future::pending())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    });
-}
 
 /// The reporter (and, for faithful, the bus on host `eventbus`) through the runtime
 /// assembly, with a 10 s resync.
@@ -59,35 +34,23 @@ fn boot_reporter(w: &mut World, variant: core::Variant, bus_store: &bus::Store) 
     );
     config.resync_every = Duration::from_secs(10);
     config.bus_addr = format!("eventbus:{}", resource_reporter::BUS_PORT);
-    let trace = w.trace.clone();
-    w.sim.host("resources", move || {
-        let env = SimEnv::shared("resources", SEED, trace.clone());
-        let runtime = RuntimeConfig {
-            resource_reporter: Some(config.clone()),
+    boot_runtime(
+        w,
+        "resources",
+        RuntimeConfig {
+            resource_reporter: Some(config),
             ..Default::default()
-        };
-        async move {
-            runtime_assembly::run(env, runtime, std::future::pending())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    });
-    let (trace, store) = (w.trace.clone(), bus_store.clone());
-    w.sim.host("eventbus", move || {
-        let env = SimEnv::shared("eventbus", SEED, trace.clone());
-        let runtime = RuntimeConfig {
+        },
+    );
+    boot_runtime(
+        w,
+        "eventbus",
+        RuntimeConfig {
             event_bus: Some(format!("0.0.0.0:{}", resource_reporter::BUS_PORT)),
-            bus_store: Some(store.clone()),
+            bus_store: Some(bus_store.clone()),
             ..Default::default()
-        };
-        async move {
-            runtime_assembly::run(env, runtime, std::future::pending())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    });
+        },
+    );
 }
 
 fn object(kind: Kind, name: &str, status: serde_json::Value) -> DynamicObject {

@@ -202,3 +202,48 @@ pub fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool)
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Boots the platform's events path (the control-plane assembly) on host `platform`,
+/// port 8080, projecting into `platform`.
+pub fn boot_platform(w: &mut World, platform: &Arc<orrery_system::platform::events::Platform>) {
+    use orrery_system::platform::assembly::{
+        self as control_plane, ControlPlaneConfig, ControlPlaneState,
+    };
+    let (trace, host_platform) = (w.trace.clone(), platform.clone());
+    w.sim.host("platform", move || {
+        let env = SimEnv::shared("platform", SEED, trace.clone());
+        let state = ControlPlaneState {
+            events: Some(host_platform.clone()),
+            ..Default::default()
+        };
+        let config = ControlPlaneConfig {
+            events: Some("0.0.0.0:8080".into()),
+            ..Default::default()
+        };
+        async move {
+            control_plane::run(env, config, state, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    });
+}
+
+/// Boots the runtime assembly with `config` on `host` (what that pod runs).
+pub fn boot_runtime(
+    w: &mut World,
+    host: &'static str,
+    config: orrery_system::runtime::assembly::RuntimeConfig,
+) {
+    let trace = w.trace.clone();
+    w.sim.host(host, move || {
+        let env = SimEnv::shared(host, SEED, trace.clone());
+        let config = config.clone();
+        async move {
+            orrery_system::runtime::assembly::run(env, config, std::future::pending())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    });
+}
