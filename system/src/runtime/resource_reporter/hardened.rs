@@ -6,7 +6,7 @@
 //! |---|---|
 //! | publish fails while the bus is down → dropped | no bus; the watch feeds the queue directly |
 //! | 3 back-to-back attempts, then acked and lost | retried with capped exponential backoff until delivered |
-//! | 400/401/404 taken as final | only 400 (the platform refuses the body) is final; the rest is retried |
+//! | 400/401/404 taken as final | only 400, 413 and 422 (the platform refuses the body itself) are final; the rest is retried |
 //! | older state can be re-sent after a newer one (redelivery) | one POST in flight per object; a newer state replaces a waiting one |
 //! | a deletion looks like an update (no `type`) | the watch event `type` is sent, so a deletion ends the object |
 //! | backlog grows with the event rate | one pending entry per object (latest state wins) |

@@ -6,7 +6,7 @@
 //! | shape | EventSource → EventBus → Sensor (Argo Events, as the chart wires it) | one process, watch → latest-state queue → POST |
 //! | watch | informer: add/update/delete, same resourceVersion dropped, no resync | the same informer, plus a periodic resync |
 //! | bus down | publish retried 5 times 1–2 s apart, then the event is dropped | no bus |
-//! | delivery | 3 back-to-back attempts; `[200,201,204,400,401,404]` end them; acked either way | retried with capped backoff until 2xx; only 400 is final |
+//! | delivery | 3 back-to-back attempts; `[200,201,204,400,401,404]` end them; acked either way | retried with capped backoff until 2xx; only 400, 413 and 422 are final |
 //! | ordering | per dependency, in bus order; a restarted Sensor re-sends what it had taken | one POST in flight per object; newer state replaces waiting older state |
 //! | deletion | sent as the object's last state (no type) | `type: DELETE`; deletions missed during a gap found from the platform's read model |
 //! | memory | unbounded informer backlog while publishing blocks | one pending entry per object |
