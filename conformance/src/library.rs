@@ -64,6 +64,10 @@ pub fn scripts() -> Vec<Script> {
             .post(CM, cm("ok-name", json!({"bad key": "v"}), json!({})))
             .post(CM, cm("ok-name", json!({"k": "bad value!"}), json!({})))
             .post(CM, cm("ok-name", json!({}), json!({}))),
+        Script::new("create-invalid-annotations-422", "an annotation key that is not a qualified name (case aside), or annotations over 256 KiB in total, are 422 Invalid")
+            .post(CM, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "annotations": {"bad key": "v"}}}))
+            .post(CM, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "annotations": {"big": "x".repeat(262_145)}}}))
+            .post(CM, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "annotations": {"Example.COM/Upper": "v"}}})),
         // --- updates and optimistic concurrency
         Script::new("put-stale-rv-409", "PUT with a stale resourceVersion is 409 Conflict")
             .post(CM, cm("a", json!({}), json!({"k": "1"})))

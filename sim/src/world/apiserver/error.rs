@@ -141,7 +141,7 @@ impl ApiError {
         };
         details["causes"] = causes
             .iter()
-            .map(|(field, detail)| json!({"reason": "FieldValueInvalid", "message": detail, "field": field}))
+            .map(|(field, detail)| json!({"reason": field_reason(detail), "message": detail, "field": field}))
             .collect();
         let listed: Vec<String> = causes
             .iter()
@@ -307,5 +307,18 @@ impl ApiError {
         let mut details = details(kind, name);
         details["uid"] = uid.clone();
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+    }
+}
+
+/// A field error's reason from its message, which starts with its type's text as in
+/// apimachinery's `field.Error` (`Invalid value:` → `FieldValueInvalid`, `Too long:` →
+/// `FieldValueTooLong`, `Required value:` → `FieldValueRequired`).
+fn field_reason(message: &str) -> &'static str {
+    if message.starts_with("Too long:") {
+        "FieldValueTooLong"
+    } else if message.starts_with("Required value:") {
+        "FieldValueRequired"
+    } else {
+        "FieldValueInvalid"
     }
 }

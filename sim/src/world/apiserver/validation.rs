@@ -90,7 +90,10 @@ fn label_value(value: &str) -> Vec<String> {
     errors
 }
 
-/// Validates `object`'s name (on create) and labels, as kube-apiserver does before it
+/// `TotalAnnotationSizeLimitB`: 256 KiB.
+const ANNOTATIONS_LIMIT_BYTES: usize = 256 * 1024;
+
+/// Validates `object`'s name (on create), labels and annotations, as kube-apiserver does before it
 /// stores a write: 422 Invalid with one cause per error.
 pub fn metadata(
     kind: &ResourceKind,
@@ -128,6 +131,29 @@ pub fn metadata(
             }
         }
     }
+    if let Some(annotations) = object
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
+        // `ValidateAnnotations`: a qualified name once lowercased; at most 256 KiB of keys
+        // and values together.
+        let mut size = 0usize;
+        for (key, value) in annotations {
+            for error in qualified_name(&key.to_lowercase()) {
+                causes.push((
+                    "metadata.annotations".into(),
+                    format!("Invalid value: {}: {error}", quote(key)),
+                ));
+            }
+            size += key.len() + value.as_str().map_or(0, str::len);
+        }
+        if size > ANNOTATIONS_LIMIT_BYTES {
+            causes.push((
+                "metadata.annotations".into(),
+                format!("Too long: may not be more than {ANNOTATIONS_LIMIT_BYTES} bytes"),
+            ));
+        }
+    }
     if causes.is_empty() {
         Ok(())
     } else {
@@ -158,5 +184,25 @@ mod tests {
         assert!(label_value("").is_empty());
         assert!(label_value("v1.2_x-y").is_empty());
         assert_eq!(label_value("bad value!").len(), 1);
+    }
+
+    #[test]
+    fn annotation_keys_are_qualified_names_in_any_case_and_their_total_size_is_capped() {
+        let kind = crate::scenario::kinds::registry()
+            .into_iter()
+            .find(|k| k.plural == "configmaps")
+            .expect("configmaps are served");
+        let cm = |annotations: Value| serde_json::json!({"metadata": {"name": "a", "annotations": annotations}});
+        let check = |object: &Value| metadata(&kind, "a", object, true);
+        assert!(check(&cm(serde_json::json!({"Example.COM/Upper": "v"}))).is_ok());
+        let bad = check(&cm(serde_json::json!({"bad key": "v"}))).unwrap_err();
+        assert_eq!(bad.details["causes"][0]["field"], "metadata.annotations");
+        let big = "x".repeat(ANNOTATIONS_LIMIT_BYTES);
+        let long = check(&cm(serde_json::json!({ "big": big }))).unwrap_err();
+        assert_eq!(long.details["causes"][0]["reason"], "FieldValueTooLong");
+        assert!(check(&cm(
+            serde_json::json!({ "b": "x".repeat(ANNOTATIONS_LIMIT_BYTES - 1) })
+        ))
+        .is_ok());
     }
 }
