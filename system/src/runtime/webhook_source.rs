@@ -115,22 +115,15 @@ pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
         );
         while let Some((delivery, message, taken)) = deliveries.recv().await {
             let _ = taken.send(());
-            let mut published = false;
-            for attempt in 0..publisher_config.publish_attempts.max(1) {
-                if attempt > 0 {
-                    let backoff = publisher_config.publish_backoff;
-                    let pause = publisher_env.random_between(backoff, backoff.saturating_mul(2));
-                    publisher_env.sleep(pause).await;
-                }
-                if client
-                    .publish(&publisher_config.name, message.clone())
-                    .await
-                    .is_ok()
-                {
-                    published = true;
-                    break;
-                }
-            }
+            let published = client
+                .publish_with_retry(
+                    &publisher_env,
+                    &publisher_config.name,
+                    message,
+                    publisher_config.publish_attempts,
+                    publisher_config.publish_backoff,
+                )
+                .await;
             publisher_env.observe(
                 WebhookEvent::Published {
                     source: publisher_config.name.clone(),

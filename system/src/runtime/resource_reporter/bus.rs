@@ -261,9 +261,8 @@ impl Client {
             .map_err(|e| BusError::Unreachable(e.to_string()))
     }
 
-    /// Publishes `message` on `subject`; `Ok` once the bus stored it.
-    pub async fn publish(&self, subject: &str, message: Bytes) -> Result<(), BusError> {
-        let response = self.call(format!("/publish/{subject}"), message).await?;
+    /// Reads a response through and keeps only whether it was a success.
+    async fn succeeded(response: Response<Incoming>) -> Result<(), BusError> {
         let status = response.status();
         let _ = response.into_body().collect().await;
         if status.is_success() {
@@ -271,6 +270,33 @@ impl Client {
         } else {
             Err(BusError::Status(status))
         }
+    }
+
+    /// Publishes `message` on `subject`; `Ok` once the bus stored it.
+    pub async fn publish(&self, subject: &str, message: Bytes) -> Result<(), BusError> {
+        Self::succeeded(self.call(format!("/publish/{subject}"), message).await?).await
+    }
+
+    /// Publishes as an EventSource does (`DefaultBackoff`): up to `attempts` tries,
+    /// `backoff` to twice that apart; whether the bus stored it in the end.
+    pub async fn publish_with_retry(
+        &self,
+        env: &SharedEnv,
+        subject: &str,
+        message: Bytes,
+        attempts: u32,
+        backoff: Duration,
+    ) -> bool {
+        for attempt in 0..attempts.max(1) {
+            if attempt > 0 {
+                env.sleep(env.random_between(backoff, backoff.saturating_mul(2)))
+                    .await;
+            }
+            if self.publish(subject, message.clone()).await.is_ok() {
+                return true;
+            }
+        }
+        false
     }
 
     /// Takes the next message of `subject` for `session` (waits up to [`FETCH_WAIT`]).
@@ -299,19 +325,8 @@ impl Client {
 
     /// Acknowledges `seq` of `subject`.
     pub async fn ack(&self, subject: &str, session: &str, seq: u64) -> Result<(), BusError> {
-        let response = self
-            .call(
-                format!("/ack/{subject}?session={session}&seq={seq}"),
-                Bytes::new(),
-            )
-            .await?;
-        let status = response.status();
-        let _ = response.into_body().collect().await;
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(BusError::Status(status))
-        }
+        let path = format!("/ack/{subject}?session={session}&seq={seq}");
+        Self::succeeded(self.call(path, Bytes::new()).await?).await
     }
 }
 

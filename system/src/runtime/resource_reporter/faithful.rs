@@ -95,20 +95,15 @@ async fn publish(
     while let Some(change) = changes.recv().await {
         let subject = change.key.kind.dependency();
         let body = message(&change);
-        let mut published = false;
-        for attempt in 0..config.publish_attempts.max(1) {
-            if attempt > 0 {
-                let pause = env.random_between(
-                    config.publish_backoff,
-                    config.publish_backoff.saturating_mul(2),
-                );
-                env.sleep(pause).await;
-            }
-            if bus.publish(subject, body.clone()).await.is_ok() {
-                published = true;
-                break;
-            }
-        }
+        let published = bus
+            .publish_with_retry(
+                &env,
+                subject,
+                body,
+                config.publish_attempts,
+                config.publish_backoff,
+            )
+            .await;
         if !published {
             env.observe(
                 ResourceReporterEvent::Lost {

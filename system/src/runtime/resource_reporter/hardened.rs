@@ -115,6 +115,8 @@ struct Shared {
     pending: Mutex<Pending>,
     wake: Notify,
     poster: Poster,
+    /// Reads the platform's read model (one client, its connections reused).
+    http: crate::env::http::Client<Full<bytes::Bytes>>,
 }
 
 /// Runs the reporter until the process stops.
@@ -133,6 +135,7 @@ pub async fn run(env: SharedEnv, config: Config) {
         pending: Mutex::new(Pending::default()),
         wake: Notify::new(),
         poster,
+        http: crate::env::http::client(env.clone(), config.trigger_timeout),
     });
     let mut tasks = tokio::task::JoinSet::new();
     // The watch runs its own informer; this side mirrors it for the resync.
@@ -421,12 +424,11 @@ async fn read(shared: &Shared, path: &str) -> Option<Value> {
         .header("authorization", shared.config.runtime_token.clone())
         .body(Full::new(bytes::Bytes::new()))
         .ok()?;
-    let http: crate::env::http::Client<Full<bytes::Bytes>> =
-        crate::env::http::client(shared.env.clone(), shared.config.trigger_timeout);
-    let response = tokio::time::timeout(shared.config.trigger_timeout, http.request(request))
-        .await
-        .ok()?
-        .ok()?;
+    let response =
+        tokio::time::timeout(shared.config.trigger_timeout, shared.http.request(request))
+            .await
+            .ok()?
+            .ok()?;
     if !response.status().is_success() {
         return None;
     }
