@@ -217,6 +217,13 @@ events! {
         "apiserver.watch_end" => WatchEnded { resource: String, from_rv: Option<u64>, end: WatchEnd },
         /// Argo CD failed to reconcile an app.
         "argocd.reconcile_error" => ReconcileError { app: String, error: String },
+        /// Argo CD finished a sync operation of `app` (`namespace/name`) at `revision`;
+        /// `previous` is the history entry before it (empty for a first sync) and
+        /// `expected` the change revision the harness computes from Git for it: the newest
+        /// commit on the first-parent chain `previous..revision` that touches the app's
+        /// refresh paths (empty: none does, or the app has no refresh paths). Only with a
+        /// visible operation (`argocd.sync_duration` > 0).
+        "argocd.synced" => Synced { app: String, revision: String, previous: String, expected: String },
         /// Argo CD's sync of an app-of-apps parent created a child Application
         /// (`child` is `namespace/name`).
         "argocd.child_created" => ChildCreated { parent: String, child: String },
@@ -287,6 +294,28 @@ events! {
 }
 
 events! {
+    /// The change-revision (ACR) controller (`runtime::acr`). Apps are `namespace/name`.
+    pub enum AcrEvent {
+        /// The controller started.
+        "acr.start" => Start { host: String, variant: Variant },
+        /// The Application watch failed (it retries with kube's backoff).
+        "acr.watch_error" => WatchError { error: String },
+        /// faithful: the 1,000-slot channel was full; the app's event is gone.
+        "acr.dropped" => Dropped { app: String },
+        /// faithful: the event showed a sync operation that had finished by the event's
+        /// turn (the re-GET has none): that sync's change revision is never computed.
+        "acr.late" => Late { app: String },
+        /// A change revision was written into the app for the sync `previous..current`
+        /// (`revision` empty: a stale value was removed).
+        "acr.patched" => Patched { app: String, field: crate::runtime::acr::Field, current: String, previous: String, revision: String },
+        /// Computing or writing failed (faithful: the event is gone; hardened: retried).
+        "acr.failed" => Failed { app: String, error: String },
+        /// hardened: a resync pass queued `apps`.
+        "acr.resync" => Resync { apps: u64 },
+    }
+}
+
+events! {
     /// A Git webhook EventSource (`runtime::webhook_source`).
     pub enum WebhookEvent {
         /// A delivery of a configured event type was accepted (`after` is a push's new head).
@@ -323,6 +352,8 @@ pub enum Observation {
     Resources(ResourceReporterEvent),
     /// From a Git webhook EventSource.
     Webhooks(WebhookEvent),
+    /// From the change-revision (ACR) controller.
+    Acr(AcrEvent),
     /// From the tunnel client or server.
     Tunnel(TunnelEvent),
     /// From the platform's events path.
@@ -342,6 +373,7 @@ impl Observation {
             Observation::Reporter(e) => e.kind(),
             Observation::Resources(e) => e.kind(),
             Observation::Webhooks(e) => e.kind(),
+            Observation::Acr(e) => e.kind(),
             Observation::Tunnel(e) => e.kind(),
             Observation::Platform(e) => e.kind(),
             Observation::Kube(e) => e.kind(),
@@ -371,6 +403,12 @@ impl From<ResourceReporterEvent> for Observation {
 impl From<WebhookEvent> for Observation {
     fn from(event: WebhookEvent) -> Self {
         Observation::Webhooks(event)
+    }
+}
+
+impl From<AcrEvent> for Observation {
+    fn from(event: AcrEvent) -> Self {
+        Observation::Acr(event)
     }
 }
 

@@ -3,6 +3,13 @@
 //! Shared by the workload (which pushes commits, like developers do) and by Argo CD
 //! (which reads revisions and manifests). Commit SHAs are derived from content, so the
 //! same seed produces the same history.
+//!
+//! History is a DAG: `main` is the mainline every app follows, other branches fork from it
+//! and come back as merge commits. [`Git::rev_list_ancestry_path`] and [`Git::diff_tree`]
+//! answer as `git rev-list --ancestry-path A..B` and `git diff-tree --no-commit-id
+//! --name-only -r C` do (a merge or root commit lists no files); `sim/tests/sim/git.rs`
+//! compares them with real `git` on the same history. Tree reads ([`Git::files_at`],
+//! [`Git::last_change`]) are answered for mainline commits, from a per-directory index.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,17 +28,29 @@ pub struct Commit {
     pub message: String,
     /// Commit time, Unix milliseconds.
     pub unix_ms: u64,
-    /// Files written by this commit (path → content); deletions are not modelled.
+    /// Parent SHAs: none for a root commit, two for a merge (mainline first).
+    pub parents: Vec<String>,
+    /// Files written by this commit relative to its first parent (path → content): for a
+    /// merge, what the merged branch brought; deletions are not modelled.
     pub changes: BTreeMap<String, String>,
 }
 
-/// A repository: an append-only list of commits on one branch.
+/// The default branch every simulated app follows.
+pub const MAIN: &str = "main";
+
+/// A repository: every commit ever made (oldest first) and its branches.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Repo {
-    /// Oldest first.
+    /// Oldest first, on every branch.
     pub commits: Vec<Commit>,
-    /// Directory → indexes of the commits that wrote a file directly in it, so lookups by
-    /// app path cost O(changes to that path), not O(history) (10,000-app scenarios need it).
+    /// Branch → head SHA.
+    pub branches: BTreeMap<String, String>,
+    /// Indexes of the mainline commits (`main`'s first-parent chain), oldest first.
+    #[serde(skip)]
+    mainline: std::collections::BTreeSet<usize>,
+    /// Directory → indexes of the mainline commits that wrote a file directly in it, so
+    /// lookups by app path cost O(changes to that path), not O(history) (10,000-app
+    /// scenarios need it).
     #[serde(skip)]
     by_dir: BTreeMap<String, Vec<usize>>,
     /// SHA → index (every app's reconcile looks up its deployed revision).
@@ -46,6 +65,18 @@ fn dir_of(file: &str) -> &str {
 impl Repo {
     fn index_of(&self, sha: &str) -> Option<usize> {
         self.by_sha.get(sha).copied()
+    }
+
+    /// The index of a mainline commit (tree reads are answered for those only).
+    fn mainline_index(&self, sha: &str) -> Option<usize> {
+        self.index_of(sha).filter(|i| self.mainline.contains(i))
+    }
+
+    fn parents_of(&self, index: usize) -> impl Iterator<Item = usize> + '_ {
+        self.commits[index]
+            .parents
+            .iter()
+            .filter_map(|p| self.index_of(p))
     }
 
     fn touching(&self, path: &str, end: usize) -> impl Iterator<Item = &Commit> {
@@ -69,6 +100,18 @@ pub struct Git {
     outbox: std::collections::VecDeque<Delivery>,
     /// Deliveries made so far (their ids).
     deliveries: u64,
+    /// How fetches are served now (the `git` fault).
+    pub serving: Serving,
+}
+
+/// How the provider serves Git fetches now (the `git` fault): throttled — every fetch takes
+/// `latency`, as clients wait out a rate limit's reset — or down, every fetch failing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Serving {
+    /// Added to every fetch.
+    pub latency: std::time::Duration,
+    /// Fetches fail (503).
+    pub outage: bool,
 }
 
 /// A repository's push webhook (GitHub's `config.url` and `config.secret`).
@@ -105,7 +148,7 @@ fn sha(parent: &str, author: &str, message: &str, changes: &BTreeMap<String, Str
 }
 
 impl Git {
-    /// Appends a commit to `repo` (created on first use) and returns its SHA.
+    /// Appends a commit to `main` of `repo` (created on first use) and returns its SHA.
     pub fn commit(
         &mut self,
         repo: &str,
@@ -114,25 +157,105 @@ impl Git {
         unix_ms: u64,
         changes: BTreeMap<String, String>,
     ) -> String {
+        self.commit_on(repo, MAIN, author, message, unix_ms, changes)
+    }
+
+    /// Appends a commit to `branch` of `repo` and returns its SHA. A new branch forks from
+    /// `main`'s head.
+    pub fn commit_on(
+        &mut self,
+        repo: &str,
+        branch: &str,
+        author: &str,
+        message: &str,
+        unix_ms: u64,
+        changes: BTreeMap<String, String>,
+    ) -> String {
         let repository = self.repos.entry(repo.to_string()).or_default();
         let parent = repository
-            .commits
-            .last()
-            .map(|c| c.sha.clone())
-            .unwrap_or_default();
-        let sha = sha(&parent, author, message, &changes);
+            .branches
+            .get(branch)
+            .or_else(|| repository.branches.get(MAIN))
+            .cloned();
+        self.append(
+            repo,
+            branch,
+            author,
+            message,
+            unix_ms,
+            parent.into_iter().collect(),
+            changes,
+        )
+    }
+
+    /// Merges `branch` into `main` with a merge commit (no fast-forward, as a pull
+    /// request's merge button does) and returns its SHA, or `None` when either branch is
+    /// unknown. The merge carries the files the branch changed since it forked; on a
+    /// conflict the branch's content wins.
+    pub fn merge(
+        &mut self,
+        repo: &str,
+        branch: &str,
+        author: &str,
+        message: &str,
+        unix_ms: u64,
+    ) -> Option<String> {
+        let repository = self.repos.get(repo)?;
+        let main = repository.branches.get(MAIN)?.clone();
+        let head = repository.branches.get(branch)?.clone();
+        // The branch's own commits: its first-parent chain down to the mainline.
+        let mut brought = BTreeMap::new();
+        let mut at = repository.index_of(&head);
+        while let Some(i) = at.filter(|i| !repository.mainline.contains(i)) {
+            for (file, content) in &repository.commits[i].changes {
+                brought
+                    .entry(file.clone())
+                    .or_insert_with(|| content.clone());
+            }
+            at = repository.parents_of(i).next();
+        }
+        Some(self.append(
+            repo,
+            MAIN,
+            author,
+            message,
+            unix_ms,
+            vec![main, head],
+            brought,
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &mut self,
+        repo: &str,
+        branch: &str,
+        author: &str,
+        message: &str,
+        unix_ms: u64,
+        parents: Vec<String>,
+        changes: BTreeMap<String, String>,
+    ) -> String {
+        let repository = self.repos.entry(repo.to_string()).or_default();
+        let before = parents.first().cloned().unwrap_or_default();
+        let sha = sha(&parents.join(" "), author, message, &changes);
         let index = repository.commits.len();
-        let dirs: std::collections::BTreeSet<String> =
-            changes.keys().map(|f| dir_of(f).to_string()).collect();
-        for dir in dirs {
-            repository.by_dir.entry(dir).or_default().push(index);
+        if branch == MAIN {
+            let dirs: std::collections::BTreeSet<String> =
+                changes.keys().map(|f| dir_of(f).to_string()).collect();
+            for dir in dirs {
+                repository.by_dir.entry(dir).or_default().push(index);
+            }
+            repository.mainline.insert(index);
         }
         repository.by_sha.insert(sha.clone(), index);
+        repository.branches.insert(branch.to_string(), sha.clone());
         let commit = Commit {
             sha: sha.clone(),
             author: author.into(),
             message: message.into(),
             unix_ms,
+            parents,
             changes,
         };
         for hook in self.hooks.get(repo).into_iter().flatten() {
@@ -140,11 +263,103 @@ impl Git {
             self.outbox.push_back(Delivery {
                 id: format!("delivery-{:08}", self.deliveries),
                 hook: hook.clone(),
-                payload: push_payload(repo, &parent, &commit),
+                payload: push_payload(repo, branch, &before, &commit),
             });
         }
         repository.commits.push(commit);
         sha
+    }
+
+    /// `git rev-list --ancestry-path from..to`: the commits that are ancestors of `to`
+    /// (itself included) and descendants of `from`, newest first; `None` when either SHA is
+    /// unknown. Commits are ordered by creation, which is commit-date order here.
+    pub fn rev_list_ancestry_path(&self, repo: &str, from: &str, to: &str) -> Option<Vec<String>> {
+        let repository = self.repos.get(repo)?;
+        let (from, to) = (repository.index_of(from)?, repository.index_of(to)?);
+        // Paint ancestors of `to` (1) and of `from` (2) newest first, as git's merge-base
+        // walk does, until only commits reachable from both are left to visit.
+        const TO: u8 = 1;
+        const FROM: u8 = 2;
+        let mut flags: BTreeMap<usize, u8> = BTreeMap::from([(to, TO)]);
+        *flags.entry(from).or_default() |= FROM;
+        let mut queue: std::collections::BTreeSet<usize> = [from, to].into();
+        while let Some(&i) = queue.last() {
+            if queue.iter().all(|q| flags[q] & FROM != 0) {
+                break; // everything left is an ancestor of `from`
+            }
+            queue.remove(&i);
+            let flag = flags[&i];
+            for parent in repository.parents_of(i) {
+                let entry = flags.entry(parent).or_default();
+                if *entry | flag != *entry {
+                    *entry |= flag;
+                    queue.insert(parent);
+                }
+            }
+        }
+        // `from..to`: reachable from `to` only. Ancestry path: of those, the ones with
+        // `from` among their ancestors (parents come before children in `commits`).
+        let range: Vec<usize> = flags
+            .iter()
+            .filter(|(_, f)| **f == TO)
+            .map(|(i, _)| *i)
+            .collect();
+        let mut on_path = std::collections::BTreeSet::new();
+        for &i in &range {
+            if repository
+                .parents_of(i)
+                .any(|p| p == from || on_path.contains(&p))
+            {
+                on_path.insert(i);
+            }
+        }
+        Some(
+            on_path
+                .iter()
+                .rev()
+                .map(|i| repository.commits[*i].sha.clone())
+                .collect(),
+        )
+    }
+
+    /// `git diff-tree --no-commit-id --name-only -r <sha>`: the files a commit changed
+    /// relative to its parent, sorted; empty for a merge commit (git shows a merge's diff only
+    /// with `-m`, `-c` or `--cc`) and for a root commit (only with `--root`). `None` when
+    /// the SHA is unknown.
+    pub fn diff_tree(&self, repo: &str, sha: &str) -> Option<Vec<String>> {
+        let repository = self.repos.get(repo)?;
+        let commit = &repository.commits[repository.index_of(sha)?];
+        Some(if commit.parents.len() == 1 {
+            commit.changes.keys().cloned().collect()
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// The commits of `repo` reachable from `to` and not from `from` along `main`'s
+    /// first-parent chain (`git log --first-parent from..to`), newest first, with the files
+    /// each changed relative to its first parent (a merge: what it brought). The harness's
+    /// ground truth for change revisions; `from` empty means all of them.
+    pub fn first_parent_range(&self, repo: &str, from: &str, to: &str) -> Vec<&Commit> {
+        let Some(repository) = self.repos.get(repo) else {
+            return Vec::new();
+        };
+        let Some(mut at) = repository.index_of(to) else {
+            return Vec::new();
+        };
+        let stop = repository.index_of(from);
+        let mut out = Vec::new();
+        loop {
+            if Some(at) == stop {
+                break;
+            }
+            out.push(&repository.commits[at]);
+            match repository.parents_of(at).next() {
+                Some(parent) => at = parent,
+                None => break,
+            }
+        }
+        out
     }
 
     /// Adds a push webhook to `repo` (GitHub's `POST /repos/{repo}/hooks` with `events:
@@ -158,9 +373,12 @@ impl Git {
         self.outbox.drain(..).collect()
     }
 
-    /// The newest commit of `repo`.
+    /// The head of `main` of `repo`.
     pub fn head(&self, repo: &str) -> Option<&Commit> {
-        self.repos.get(repo)?.commits.last()
+        let repository = self.repos.get(repo)?;
+        repository
+            .commits
+            .get(repository.index_of(repository.branches.get(MAIN)?)?)
     }
 
     /// A commit by SHA.
@@ -169,10 +387,11 @@ impl Git {
         repository.commits.get(repository.index_of(sha)?)
     }
 
-    /// The files directly under `path` as of `sha` (path → content), or `None` if `sha` is unknown.
+    /// The files directly under `path` as of `sha` (path → content), or `None` if `sha` is
+    /// unknown or not on the mainline.
     pub fn files_at(&self, repo: &str, sha: &str, path: &str) -> Option<BTreeMap<String, String>> {
         let repository = self.repos.get(repo)?;
-        let end = repository.index_of(sha)?;
+        let end = repository.mainline_index(sha)?;
         let dir = path.trim_end_matches('/');
         let prefix = if dir.is_empty() {
             String::new()
@@ -198,7 +417,7 @@ impl Git {
     /// The newest commit at or before `sha` that changed a file directly under `path`.
     pub fn last_change(&self, repo: &str, sha: &str, path: &str) -> Option<&Commit> {
         let repository = self.repos.get(repo)?;
-        let end = repository.index_of(sha)?;
+        let end = repository.mainline_index(sha)?;
         repository.touching(path, end).last()
     }
 
@@ -208,9 +427,9 @@ impl Git {
     }
 }
 
-/// A GitHub `push` event payload for `commit` on `main` of `repo`. Every changed file is
+/// A GitHub `push` event payload for `commit` on `branch` of `repo`. Every changed file is
 /// listed under `modified` (the provider does not tell additions apart).
-fn push_payload(repo: &str, before: &str, commit: &Commit) -> serde_json::Value {
+fn push_payload(repo: &str, branch: &str, before: &str, commit: &Commit) -> serde_json::Value {
     let timestamp = jiff::Timestamp::from_millisecond(commit.unix_ms as i64)
         .map(|t| t.to_string())
         .unwrap_or_default();
@@ -230,7 +449,7 @@ fn push_payload(repo: &str, before: &str, commit: &Commit) -> serde_json::Value 
         .unwrap_or(repo)
         .trim_end_matches(".git");
     serde_json::json!({
-        "ref": "refs/heads/main",
+        "ref": format!("refs/heads/{branch}"),
         "before": if before.is_empty() { "0".repeat(40) } else { before.to_string() },
         "after": commit.sha,
         "repository": {"name": name, "clone_url": repo, "default_branch": "main"},

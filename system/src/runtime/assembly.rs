@@ -13,12 +13,15 @@
 //! | resource event reporter | [`RuntimeConfig::resource_reporter`] | Kubernetes API, platform; faithful: the event bus |
 //! | event bus (Argo Events EventBus) | [`RuntimeConfig::event_bus`] | — |
 //! | Git webhook EventSources | [`RuntimeConfig::webhook_sources`] | the event bus |
+//! | change-revision (ACR) controller | [`RuntimeConfig::acr`] | Kubernetes API, Argo CD |
 
 use std::future::Future;
 use std::sync::Arc;
 
 use super::router::{self, Router, Routes};
-use super::{app_proxy, app_reporter, cache, resource_reporter, tunnel_client, webhook_source};
+use super::{
+    acr, app_proxy, app_reporter, cache, resource_reporter, tunnel_client, webhook_source,
+};
 use crate::env::SharedEnv;
 use crate::observe::TunnelEvent;
 
@@ -56,6 +59,8 @@ pub struct RuntimeConfig {
     pub bus_store: Option<resource_reporter::bus::Store>,
     /// Git webhook EventSources (one server each).
     pub webhook_sources: Vec<webhook_source::Config>,
+    /// The change-revision (ACR) controller.
+    pub acr: Option<acr::Config>,
 }
 
 /// Why the runtime stopped on its own.
@@ -118,6 +123,9 @@ pub async fn run(
     if let Some(reporter) = config.resource_reporter.clone() {
         let reporter_env = env.clone();
         servers.spawn(resource_reporter::run(reporter_env, reporter));
+    }
+    if let Some(controller) = config.acr.clone() {
+        servers.spawn(acr::run(env.clone(), controller));
     }
     if let Some(proxy) = config.app_proxy.clone() {
         let proxy_env = env.clone();

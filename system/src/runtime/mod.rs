@@ -11,6 +11,7 @@
 //! - [`assembly`]: the whole runtime, one config and one `run` — what `orrery serve runtime`
 //!   and the simulated world start.
 
+pub mod acr;
 pub mod app_proxy;
 pub mod app_reporter;
 pub mod assembly;

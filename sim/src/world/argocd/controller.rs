@@ -22,6 +22,18 @@
 //! rate limit, not `reconcile_every`, sets the refresh cycle (10,000 / 50 = 200 s), as in a
 //! real installation with default limits.
 //!
+//! **Sync operations.** With `sync_duration` zero (the default, and every scenario written
+//! before the ACR controller existed) an auto-sync is folded into the refresh's one write:
+//! `history`, `operationState` and `sync` together, the operation never visible. With
+//! `sync_duration` > 0 it goes as in Argo CD: the refresh writes the requested `operation`
+//! (`{sync: {revision}, initiatedBy: {automated: true}}`) with `sync.status: OutOfSync`; the
+//! operation runs for `sync_duration`; then one merge patch — as `setOperationState` sends
+//! it — writes `status.operationState` (the operation as it reads then, `Succeeded`,
+//! `syncResult`), appends `history`, sets `Synced` and clears `operation` (`null`). Being a
+//! merge patch, fields of the previous `operationState.operation` the new one lacks
+//! survive it (a `changeRevision` among them) [inferred from `setOperationState`; not yet
+//! compared with a real Argo CD]. An app with an operation in progress is not refreshed.
+//!
 //! Speed: a due app whose inputs (resourceVersion, repository head, health) did not change
 //! since its last refresh gets only `reconciledAt` patched, without recomputing its
 //! status; per-app work beyond that one small write is proportional to what changed.
@@ -60,6 +72,9 @@ pub struct Config {
     pub application_namespaces: Vec<String>,
     /// Address the server listens on.
     pub listen: String,
+    /// How long a sync operation runs (zero: folded into the refresh's write, see the
+    /// module docs).
+    pub sync_duration: Duration,
     /// Set by the harness for the calm phase: periodic refreshes that would only stamp the
     /// time are skipped, so the world can quiesce and end-of-run checks compare a settled
     /// state (refreshes that change something still happen).
@@ -85,12 +100,14 @@ impl Default for Config {
             namespace: NAMESPACE.into(),
             application_namespaces: Vec::new(),
             listen: "0.0.0.0:8080".into(),
+            sync_duration: Duration::ZERO,
             calm: None,
         }
     }
 }
 
-/// The status Argo CD would report for `app` now, or `None` if its source is unusable.
+/// The status Argo CD would report for `app` now and, when an auto-sync must start as a
+/// visible operation, the revision to sync; `None` if its source is unusable.
 fn desired_status(
     app: &DynamicObject,
     git: &SharedGit,
@@ -98,12 +115,12 @@ fn desired_status(
     clusters: &Clusters,
     config: &Config,
     unix_ms: u64,
-) -> Option<Value> {
+) -> Option<(Value, Option<String>)> {
     let name = app.metadata.name.clone()?;
     let (repo, path) = source_of(app)?;
     let (server, dest_namespace) = destination_of(app);
     if let Some((kind, message)) = clusters.reach(&server).condition(&server, &dest_namespace) {
-        return Some(uncomparable(app, kind, &message, unix_ms));
+        return Some((uncomparable(app, kind, &message, unix_ms), None));
     }
     let git = git.lock();
     // Compared with the repository head, as Argo CD does: in sync when the app's files at
@@ -131,8 +148,12 @@ fn desired_status(
         map.remove("reconciledAt");
     }
     let now = rfc3339(unix_ms);
+    let mut start = None;
     if in_sync {
         next["sync"] = json!({"status": "Synced", "revision": head_sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+    } else if automated && !config.sync_duration.is_zero() {
+        next["sync"] = json!({"status": "OutOfSync", "revision": head_sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+        start = Some(head_sha.clone());
     } else if automated {
         let history = next
             .get("history")
@@ -180,7 +201,7 @@ fn desired_status(
             next["conditions"] = Value::Null;
         }
     }
-    Some(next)
+    Some((next, start))
 }
 
 /// `spec.destination` as (server, namespace); no server means in-cluster.
@@ -310,6 +331,8 @@ struct Memory {
     order: BTreeSet<(Duration, String)>,
     /// Apps to look at again next tick (no token was left for them, or a write failed).
     pending: BTreeSet<String>,
+    /// Sync operations in progress: app → when it started.
+    operations: BTreeMap<String, Duration>,
     /// Token bucket (thousandths of a token).
     tokens_milli: u64,
     last_fill: Duration,
@@ -324,6 +347,86 @@ struct Plan {
     children: Vec<Value>,
     /// Children left for a later tick (no client token).
     incomplete: bool,
+    /// This write starts a sync operation.
+    starts: bool,
+    /// This write completes a sync operation (what the harness records of it).
+    completes: Option<Completion>,
+}
+
+/// A finished sync operation, as `argocd.synced` records it.
+#[derive(Clone, Debug)]
+struct Completion {
+    revision: String,
+    previous: String,
+    expected: String,
+}
+
+/// The merge patch that completes `app`'s sync operation, started `running` ago (see the
+/// module docs), and what to record of it; `None` when the app has no operation.
+fn completion(
+    app: &DynamicObject,
+    git: &SharedGit,
+    config: &Config,
+    running: Duration,
+    unix_ms: u64,
+) -> Option<(Value, Completion)> {
+    let operation = app.data.get("operation").filter(|o| !o.is_null())?.clone();
+    let revision = operation.pointer("/sync/revision")?.as_str()?.to_string();
+    let (repo, path) = source_of(app)?;
+    let mut history = app
+        .data
+        .pointer("/status/history")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let previous = history
+        .last()
+        .and_then(|h| h["revision"].as_str())
+        .unwrap_or("")
+        .to_string();
+    let id = history.last().and_then(|h| h["id"].as_i64()).unwrap_or(-1) + 1;
+    let now = rfc3339(unix_ms);
+    let source = json!({"repoURL": repo, "path": path});
+    history.push(json!({"id": id, "revision": revision, "deployedAt": now, "source": source}));
+    let excess = history.len().saturating_sub(config.history_limit);
+    history.drain(..excess);
+    let started = rfc3339(unix_ms.saturating_sub(running.as_millis() as u64));
+    let patch = json!({
+        "operation": null,
+        "status": {
+            "operationState": {
+                "operation": operation,
+                "phase": "Succeeded",
+                "message": "successfully synced (all tasks run)",
+                "startedAt": started,
+                "finishedAt": now,
+                "syncResult": {"revision": revision, "source": source},
+            },
+            "history": history,
+            "sync": {"status": "Synced", "revision": revision, "comparedTo": {"source": source}},
+        },
+    });
+    let refresh = app
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(orrery_system::runtime::acr::paths::MANIFEST_GENERATE_PATHS))
+        .map(|annotation| orrery_system::runtime::acr::paths::refresh_paths(annotation, &path))
+        .unwrap_or_default();
+    let expected = if refresh.is_empty() {
+        String::new()
+    } else {
+        super::repo_server::expected_change(&git.lock(), &repo, &previous, &revision, &refresh)
+            .unwrap_or_default()
+    };
+    Some((
+        patch,
+        Completion {
+            revision,
+            previous,
+            expected,
+        },
+    ))
 }
 
 /// The child Applications an auto-synced app-of-apps parent deploys that do not exist yet
@@ -434,9 +537,13 @@ fn full_refresh(
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key("argocd.argoproj.io/refresh"));
-    let mut status = desired_status(app, git, health, clusters, config, unix_ms)?;
+    let (mut status, start) = desired_status(app, git, health, clusters, config, unix_ms)?;
     status["reconciledAt"] = stamps["reconciledAt"].clone();
     let mut patch = json!({"status": status});
+    if let Some(revision) = start {
+        patch["operation"] =
+            json!({"sync": {"revision": revision}, "initiatedBy": {"automated": true}});
+    }
     if refresh {
         patch["metadata"] = json!({"annotations": {"argocd.argoproj.io/refresh": null}});
     }
@@ -498,7 +605,40 @@ async fn tick(
     }
     let mut plans: Vec<Plan> = Vec::new();
     let mut planned = BTreeSet::new();
+    // Sync operations that have run their course complete first.
+    let finished: Vec<(String, Duration)> = memory
+        .operations
+        .iter()
+        .filter(|(_, started)| now.saturating_sub(**started) >= config.sync_duration)
+        .map(|(key, started)| (key.clone(), *started))
+        .collect();
+    for (key, started) in finished {
+        let Some(app) = lookup(&key) else {
+            memory.operations.remove(&key);
+            continue;
+        };
+        let Some((patch, done)) = completion(&app, git, config, now - started, unix_ms) else {
+            memory.operations.remove(&key); // cleared by someone else
+            continue;
+        };
+        if !memory.take() {
+            break;
+        }
+        planned.insert(key.clone());
+        plans.push(Plan {
+            key,
+            inputs: None,
+            patch,
+            children: Vec::new(),
+            incomplete: false,
+            starts: false,
+            completes: Some(done),
+        });
+    }
     for key in candidates {
+        if planned.contains(&key) {
+            continue;
+        }
         // An app never refreshed is urgent whatever its inputs; with no token left it waits
         // for a later tick, unread (one deleted meanwhile is dropped then), so the thousands
         // waiting at start-up cost nothing per tick.
@@ -508,8 +648,14 @@ async fn tick(
         }
         let Some(app) = lookup(&key) else {
             memory.forget(&key); // deleted
+            memory.operations.remove(&key);
             continue;
         };
+        if running_operation(&app, config) {
+            // Requested by us, by someone else, or before a restart: it runs to its end.
+            memory.operations.entry(key).or_insert(now);
+            continue;
+        }
         let inputs = Inputs::of(&app, git, health, clusters);
         let urgent = match (memory.apps.get(&key), &inputs) {
             (None, _) | (_, None) => true,
@@ -539,9 +685,11 @@ async fn tick(
             plans.push(Plan {
                 key,
                 inputs,
+                starts: patch.get("operation").is_some(),
                 patch,
                 children,
                 incomplete,
+                completes: None,
             });
         }
     }
@@ -561,6 +709,9 @@ async fn tick(
             memory.forget(&key);
             continue;
         };
+        if memory.operations.contains_key(&key) || running_operation(&app, config) {
+            continue;
+        }
         let inputs = Inputs::of(&app, git, health, clusters);
         let unchanged = memory
             .apps
@@ -589,13 +740,15 @@ async fn tick(
             plans.push(Plan {
                 key,
                 inputs,
+                starts: patch.get("operation").is_some(),
                 patch,
                 children,
                 incomplete,
+                completes: None,
             });
         }
     }
-    let written: Vec<(String, Option<Inputs>)> = futures::stream::iter(plans)
+    let written: Vec<(String, Option<Inputs>, Option<bool>)> = futures::stream::iter(plans)
         .map(
             |Plan {
                  key,
@@ -603,6 +756,8 @@ async fn tick(
                  patch,
                  children,
                  incomplete,
+                 starts,
+                 completes,
              }| async move {
                 let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
                 let api: Api<DynamicObject> =
@@ -646,13 +801,31 @@ async fn tick(
                         }
                     }
                 }
-                match api
+                // Some(true): an operation started; Some(false): one completed.
+                let operation = match (&completes, starts) {
+                    (Some(_), _) => Some(false),
+                    (None, true) => Some(true),
+                    (None, false) => None,
+                };
+                let written = api
                     .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                {
+                    .await;
+                match (written, completes) {
+                    (Ok(_), Some(done)) => {
+                        env.observe(
+                            WorldEvent::Synced {
+                                app: key.clone(),
+                                revision: done.revision,
+                                previous: done.previous,
+                                expected: done.expected,
+                            }
+                            .into(),
+                        );
+                        (key, None, operation)
+                    }
                     // The status is now current: remember the inputs at the version just
                     // written (unless a child is still to be created: looked at again).
-                    Ok(app) if !failed => (
+                    (Ok(app), None) if !failed => (
                         key,
                         inputs
                             .zip(app.metadata.resource_version)
@@ -660,9 +833,10 @@ async fn tick(
                                 resource_version: rv,
                                 ..i
                             }),
+                        operation,
                     ),
-                    Ok(_) => (key, None),
-                    Err(e) => {
+                    (Ok(_), None) => (key, None, operation),
+                    (Err(e), _) => {
                         env.observe(
                             WorldEvent::ReconcileError {
                                 app: name.to_string(),
@@ -670,7 +844,7 @@ async fn tick(
                             }
                             .into(),
                         );
-                        (key, None)
+                        (key, None, None)
                     }
                 }
             },
@@ -678,7 +852,20 @@ async fn tick(
         .buffer_unordered(STATUS_PARALLELISM)
         .collect()
         .await;
-    for (key, inputs) in written {
+    for (key, inputs, operation) in written {
+        match operation {
+            Some(true) => {
+                memory.operations.insert(key.clone(), now);
+            }
+            Some(false) => {
+                // Done: refreshed as urgent next tick, like any app written by a sync.
+                memory.operations.remove(&key);
+                memory.forget(&key);
+                memory.pending.insert(key);
+                continue;
+            }
+            None => {}
+        }
         match inputs {
             Some(inputs) => memory.remember(key, now, inputs),
             None => {
@@ -687,6 +874,12 @@ async fn tick(
             }
         }
     }
+}
+
+/// Whether `app` has a sync operation in progress that this controller runs as a visible
+/// operation (never with a zero `sync_duration`).
+fn running_operation(app: &DynamicObject, config: &Config) -> bool {
+    !config.sync_duration.is_zero() && app.data.get("operation").is_some_and(|o| !o.is_null())
 }
 
 /// The children `app`'s sync creates now, one client token each, and whether some must

@@ -3,11 +3,13 @@
 //!
 //! - [`controller`]: reconciles every app every N simulated seconds (sync status, health,
 //!   operationState, history, resources), auto-syncing apps with an automated policy.
-//! - [`server`]: the REST calls the reporters use (resource tree, manifests, revision
-//!   metadata, live resource), behind a bearer token.
+//! - [`server`]: the REST calls the reporters and the ACR controller use (resource tree,
+//!   manifests, revision metadata, live resource, change revision), behind a bearer token.
+//! - [`repo_server`]: the repo-server's `GetChangeRevision` over the simulated Git.
 
 pub mod clusters;
 pub mod controller;
+pub mod repo_server;
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -315,6 +317,7 @@ pub async fn run(
         tokens: tokens.into(),
         config: config.clone(),
         compiled: Default::default(),
+        env: env.clone(),
     };
     let listen = config.listen.clone();
     // Destination clusters: registered by Secrets, checked by the cluster cache.

@@ -7,6 +7,7 @@
 //! | `GET /api/v1/applications/{name}/manifests[?revision=R]` | the fork's answer: `{manifests: [{compiledManifest, rawManifest, path, line}], revision, applicationVersions}` from Git |
 //! | `GET /api/v1/applications/{name}/revisions/{rev}/metadata` | `{author, date, message}` |
 //! | `GET /api/v1/applications/{name}/resource?namespace=&resourceName=&group=&version=&kind=` | `{manifest}`: the live object as a JSON string |
+//! | `GET /api/v1/application/changeRevision?appName=&namespace=&currentRevision=&previousRevision=` | the fork's `GetChangeRevision`: `{revision}` or `{}` ([`super::repo_server`]); 400 `FailedPrecondition` without the `manifest-generate-paths` annotation; 500 when Git cannot be fetched |
 //!
 //! `appNamespace` selects the app's namespace (default: Argo CD's own); a namespace Argo CD
 //! does not manage is refused as the real server refuses it. `project` and `sourceIndex`
@@ -41,6 +42,8 @@ pub struct Server {
     /// Compiled manifests as JSON text, by app, file and file content: rendering is pure,
     /// and the reporters ask for the same few versions over and over.
     pub compiled: std::sync::Arc<std::sync::Mutex<CompiledCache>>,
+    /// Time, for the Git fetches a change-revision request waits on.
+    pub env: orrery_system::env::SharedEnv,
 }
 
 /// Compiled manifests by (app, file, file content), found by a hash of the three and
@@ -132,6 +135,77 @@ impl Server {
             })
     }
 
+    /// `GetChangeRevision` (`server/application/application.go` of the fork): the app must
+    /// carry the `manifest-generate-paths` annotation; the repo-server fetches the repository
+    /// (waiting out a throttled provider, failing in an outage) and runs
+    /// [`super::repo_server::change_revision`] with the app's refresh paths.
+    async fn change_revision(&self, params: &BTreeMap<String, String>) -> Response<Body> {
+        use orrery_system::runtime::acr::paths::{refresh_paths, MANIFEST_GENERATE_PATHS};
+        let param = |key: &str| params.get(key).cloned().unwrap_or_default();
+        let (name, current, previous) = (
+            param("appName"),
+            param("currentRevision"),
+            param("previousRevision"),
+        );
+        let namespace = Some(param("namespace"))
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| self.config.namespace.clone());
+        let key =
+            kube::runtime::reflector::ObjectRef::new_with(&name, super::application_resource())
+                .within(&namespace);
+        let Some(app) = self.apps.get(&key) else {
+            return error(
+                StatusCode::NOT_FOUND,
+                5,
+                format!("applications.argoproj.io \"{name}\" not found"),
+            );
+        };
+        let annotation = app
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MANIFEST_GENERATE_PATHS))
+            .filter(|v| !v.is_empty())
+            .cloned();
+        let (Some(annotation), Some((repo, source_path))) = (annotation, source_of(&app)) else {
+            // [inferred wording] FailedPrecondition without the annotation.
+            return error(
+                StatusCode::BAD_REQUEST,
+                9,
+                format!("application {name} has no {MANIFEST_GENERATE_PATHS} annotation"),
+            );
+        };
+        let serving = self.git.lock().serving;
+        if !serving.latency.is_zero() {
+            self.env.sleep(serving.latency).await;
+        }
+        if serving.outage {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                13,
+                format!("unable to resolve git revision {current}: failed to fetch {repo}: 503 Service Unavailable"),
+            );
+        }
+        let refresh = refresh_paths(&annotation, &source_path);
+        let answer = super::repo_server::change_revision(
+            &self.git.lock(),
+            &repo,
+            &current,
+            &previous,
+            &refresh,
+        );
+        match answer {
+            Ok(Some(revision)) => json(StatusCode::OK, &json!({"revision": revision})),
+            Ok(None) => json(StatusCode::OK, &json!({})),
+            Err(super::repo_server::ChangeRevisionError::InvalidArgument(message)) => {
+                error(StatusCode::BAD_REQUEST, 3, message)
+            }
+            Err(super::repo_server::ChangeRevisionError::Internal(message)) => {
+                error(StatusCode::INTERNAL_SERVER_ERROR, 13, message)
+            }
+        }
+    }
+
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         let authorised = req
@@ -149,6 +223,9 @@ impl Server {
         }
         let params = orrery_system::env::http::query(req.uri());
         let path = req.uri().path().to_string();
+        if path == "/api/v1/application/changeRevision" {
+            return self.change_revision(&params).await;
+        }
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let ["api", "v1", "applications", name, rest @ ..] = segments.as_slice() else {
             return error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}"));
