@@ -166,6 +166,15 @@ pub fn scripts() -> Vec<Script> {
             .merge_patch(&at(CM, "a"), json!({"data": {"k": "v"}}))
             .merge_patch(&at(CM, "a"), json!({"metadata": {"labels": {"sel": "no"}}}))
             .watch(&format!("{CM}?resourceVersion={{rv:0}}&labelSelector=sel%3Dyes")),
+        Script::new("patch-noop-keeps-rv", "a merge patch that changes nothing writes nothing: same resourceVersion, no watch event")
+            .post(CM, cm("seed", json!({}), json!({})))
+            .post(CM, cm("a", json!({"app": "web"}), json!({"k": "v"})))
+            .merge_patch(&at(CM, "a"), json!({"data": {"k": "v"}}))
+            .merge_patch(&at(APPS, "b-missing"), json!({}))
+            .post(APPS, app("b", json!({"project": "default"})))
+            .merge_patch(&at(APPS, "b"), json!({"spec": {"project": "default"}}))
+            .merge_patch(&at(CM, "a"), json!({"data": {"k": "w"}}))
+            .watch(&format!("{CM}?resourceVersion={{rv:0}}")),
         Script::new("watch-deletion-rv", "the DELETED event carries a resourceVersion newer than the object's last write")
             .post(CM, cm("a", json!({}), json!({})))
             .delete(&at(CM, "a"))

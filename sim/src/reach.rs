@@ -31,6 +31,10 @@
 //! | `trigger_gave_up` | faithful: the Sensor's attempts for an event all failed and it was acked anyway |
 //! | `accepted_as_final` | faithful: the Sensor took a 400/401/404 as the end of an event |
 //! | `resources_resynced` | hardened: the resource reporter's resync re-sent or deleted something |
+//! | `acr_restarted` | an ACR controller host was stopped and started again |
+//! | `acr_event_dropped` | faithful: the ACR controller's channel was full and an app's event was dropped |
+//! | `acr_operation_missed` | faithful: an event's sync operation had finished by its turn, so that sync's change revision was never computed |
+//! | `acr_call_failed` | computing a change revision failed (Argo CD or Git did not answer) |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -38,7 +42,7 @@ use std::str::FromStr;
 
 use orrery_system::env::Point;
 use orrery_system::observe::{
-    FaultPointEvent, LossReason, Observation, PlatformEvent, Projection, ReporterEvent,
+    AcrEvent, FaultPointEvent, LossReason, Observation, PlatformEvent, Projection, ReporterEvent,
     ResourceReporterEvent, TunnelEvent, WatchEnd, WorldEvent,
 };
 
@@ -120,6 +124,14 @@ conditions! {
     AcceptedAsFinal = "accepted_as_final",
     /// The hardened resource reporter's resync re-sent or deleted something.
     ResourcesResynced = "resources_resynced",
+    /// An ACR controller host was stopped and started again.
+    AcrRestarted = "acr_restarted",
+    /// The faithful ACR controller's channel was full for an app's event.
+    AcrEventDropped = "acr_event_dropped",
+    /// The faithful ACR controller reached an event whose sync had already finished.
+    AcrOperationMissed = "acr_operation_missed",
+    /// Computing a change revision failed.
+    AcrCallFailed = "acr_call_failed",
 }
 
 impl fmt::Display for Condition {
@@ -349,6 +361,16 @@ impl Condition {
             Condition::ResourcesResynced => events.iter().any(|e| {
                 matches!(e.resources(), Some(ResourceReporterEvent::Resync { queued, deleted }) if queued + deleted > 0)
             }),
+            Condition::AcrRestarted => restarted(scenario, events, Role::Acr),
+            Condition::AcrEventDropped => events
+                .iter()
+                .any(|e| matches!(e.acr(), Some(AcrEvent::Dropped { .. }))),
+            Condition::AcrOperationMissed => events
+                .iter()
+                .any(|e| matches!(e.acr(), Some(AcrEvent::Late { .. }))),
+            Condition::AcrCallFailed => events
+                .iter()
+                .any(|e| matches!(e.acr(), Some(AcrEvent::Failed { .. }))),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -480,6 +502,7 @@ topology:
     - {name: client-0, role: client}
     - {name: eventbus, role: eventbus}
     - {name: resources, role: resources}
+    - {name: acr, role: acr}
 argocd: {application_namespaces: [team-a]}
 duration: 10s
 calm: 10s
@@ -843,7 +866,61 @@ expect: {hardened: pass}
                 vec![resync(1_000, 0, 0)],
                 vec![resync(1_000, 0, 0), resync(2_000, 0, 1)],
             ),
+            (
+                AcrRestarted,
+                vec![
+                    stop(1_000, "acr"),
+                    stop(2_000, "resources"),
+                    start(3_000, "resources"),
+                ],
+                vec![stop(1_000, "acr"), start(3_000, "acr")],
+            ),
+            (
+                AcrEventDropped,
+                vec![acr(
+                    1_000,
+                    AcrEvent::Late {
+                        app: "argocd/a".into(),
+                    },
+                )],
+                vec![acr(
+                    1_000,
+                    AcrEvent::Dropped {
+                        app: "argocd/a".into(),
+                    },
+                )],
+            ),
+            (
+                AcrOperationMissed,
+                vec![acr(
+                    1_000,
+                    AcrEvent::Dropped {
+                        app: "argocd/a".into(),
+                    },
+                )],
+                vec![acr(
+                    1_000,
+                    AcrEvent::Late {
+                        app: "argocd/a".into(),
+                    },
+                )],
+            ),
+            (
+                AcrCallFailed,
+                vec![acr(1_000, AcrEvent::Resync { apps: 3 })],
+                vec![acr(
+                    1_000,
+                    AcrEvent::Failed {
+                        app: "argocd/a".into(),
+                        error: "503".into(),
+                    },
+                )],
+            ),
         ]
+    }
+
+    fn acr(at_ms: u64, event: AcrEvent) -> TraceEvent {
+        at(at_ms, "acr", event)
     }
 
     fn analysis(at_ms: u64, phase: &str) -> TraceEvent {

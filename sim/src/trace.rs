@@ -203,6 +203,14 @@ impl TraceEvent {
         }
     }
 
+    /// The ACR controller's event, if this is one.
+    pub fn acr(&self) -> Option<&orrery_system::observe::AcrEvent> {
+        match &self.entry {
+            Entry::Observed(Observation::Acr(e)) => Some(e),
+            _ => None,
+        }
+    }
+
     /// The resource reporter's event, if this is one.
     pub fn resources(&self) -> Option<&ResourceReporterEvent> {
         match &self.entry {

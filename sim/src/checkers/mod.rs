@@ -13,6 +13,8 @@
 //! | `platform_shows_rollouts` | safety | after the calm phase the platform shows every Rollout's phase, step and ReplicaSet replicas as the API server has them (see `resources`) |
 //! | `platform_never_older` | safety | the platform never moves a cluster-stream object to an older resourceVersion |
 //! | `workflow_phases_reported` | safety | every Workflow that finished is shown by the platform with its final phase at the end |
+//! | `change_revision_correct` | safety | at the end every app's change revision (`status.operationState.operation.sync.changeRevision`) is the one its last sync should carry: the newest commit on the first-parent chain of its `previous..current` that touches its refresh paths, or none (see `acr`) |
+//! | `no_spurious_change` | safety | every change revision the ACR controller writes into an app is a commit that touched the app's refresh paths |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
 //! # Typed events
@@ -43,6 +45,7 @@
 //!     )
 //! }
 //! ```
+pub mod acr;
 mod convergence;
 mod monotonic;
 pub mod ownership;
@@ -103,6 +106,21 @@ pub struct AppTruth {
     pub health_status: String,
     /// `spec.destination.server` (empty when not set).
     pub destination: String,
+    /// `status.operationState.operation.sync.changeRevision` (empty when not set).
+    pub change_revision: String,
+}
+
+/// A change revision the ACR controller wrote into an app, judged against Git.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attribution {
+    /// Simulated milliseconds of the write.
+    pub at_ms: u64,
+    /// `namespace/name`.
+    pub app: String,
+    /// The commit written.
+    pub revision: String,
+    /// Whether that commit changed a file under the app's refresh paths.
+    pub touches: bool,
 }
 
 /// The world's final state, for end-of-run checks.
@@ -125,6 +143,8 @@ pub struct FinalState {
     /// The platform's Workflows (`runtime/namespace/name`).
     pub reported_workflows:
         std::collections::BTreeMap<String, orrery_system::platform::events::cluster::WorkflowView>,
+    /// Every change revision the ACR controller wrote, in trace order, judged against Git.
+    pub attributions: Vec<Attribution>,
 }
 
 impl FinalState {
@@ -170,6 +190,8 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "platform_shows_rollouts" => Box::new(resources::PlatformShowsRollouts),
         "platform_never_older" => Box::new(resources::PlatformNeverOlder::default()),
         "workflow_phases_reported" => Box::new(resources::WorkflowPhasesReported::default()),
+        "change_revision_correct" => Box::new(acr::ChangeRevisionCorrect::default()),
+        "no_spurious_change" => Box::new(acr::NoSpuriousChange),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

@@ -40,6 +40,7 @@ fn app(name: &str, rv: &str, sync: &str) -> AppTruth {
         revision: "abc".into(),
         health_status: "Healthy".into(),
         destination: "https://kubernetes.default.svc".into(),
+        change_revision: String::new(),
     }
 }
 
@@ -682,4 +683,79 @@ fn workflow_phases_reported_fires_when_a_finished_workflow_is_not_shown_finished
         &FinalState::default()
     )
     .is_empty());
+}
+
+/// Argo CD finished a sync of `app` whose change revision should be `expected`.
+fn synced(ms: u64, app: &str, expected: &str) -> TraceEvent {
+    at(
+        ms,
+        "argocd",
+        WorldEvent::Synced {
+            app: format!("argocd/{app}"),
+            revision: "head".into(),
+            previous: "before".into(),
+            expected: expected.into(),
+        },
+    )
+}
+
+#[test]
+fn change_revision_correct_fires_when_the_last_sync_carries_another_revision() {
+    let mut right = app("a", "5", "Synced");
+    right.change_revision = "c2".into();
+    let mut stale = app("b", "6", "Synced");
+    stale.change_revision = "c1".into();
+    let state = FinalState {
+        apps: vec![right.clone(), stale],
+        end_ms: 9_000,
+        ..FinalState::default()
+    };
+    // b's last sync should carry c3; it still has c1 (a merge patch carried it over).
+    let events = [
+        synced(1_000, "a", "c2"),
+        synced(2_000, "b", "c1"),
+        synced(3_000, "b", "c3"),
+    ];
+    let found = violations("change_revision_correct", &events, &state);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].details["app"], "argocd/b");
+    assert_eq!(found[0].details["expected"], "c3");
+    assert_eq!(found[0].details["actual"], "c1");
+    // The same world with b corrected passes; an app never synced is not judged.
+    let mut fixed = app("b", "7", "Synced");
+    fixed.change_revision = "c3".into();
+    let state = FinalState {
+        apps: vec![right, fixed, app("never-synced", "8", "OutOfSync")],
+        end_ms: 9_000,
+        ..FinalState::default()
+    };
+    assert!(violations("change_revision_correct", &events, &state).is_empty());
+}
+
+#[test]
+fn no_spurious_change_fires_on_a_commit_that_did_not_touch_the_app() {
+    let attribution = |ms: u64, revision: &str, touches: bool| crate::checkers::Attribution {
+        at_ms: ms,
+        app: "argocd/a".into(),
+        revision: revision.into(),
+        touches,
+    };
+    let clean = FinalState {
+        attributions: vec![attribution(1_000, "c1", true)],
+        ..FinalState::default()
+    };
+    assert!(violations("no_spurious_change", &[], &clean).is_empty());
+    let spurious = FinalState {
+        attributions: vec![
+            attribution(1_000, "c1", true),
+            attribution(2_000, "c9", false),
+            attribution(3_000, "c8", false),
+        ],
+        ..FinalState::default()
+    };
+    let found = violations("no_spurious_change", &[], &spurious);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].at_ms, 2_000);
+    assert_eq!(found[0].details["revision"], "c9");
+    assert_eq!(found[0].details["spurious"], 2);
 }

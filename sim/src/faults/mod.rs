@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::scenario::knobs::ApiServerPatch;
-use crate::scenario::model::{FaultStep, PlatformChange};
+use crate::scenario::model::{FaultStep, GitChange, PlatformChange};
 
 /// One fault, as the harness applies it. In the trace it is written as the scenario file
 /// writes it, e.g. `{"partition": ["probe", "apiserver"]}`.
@@ -54,6 +54,8 @@ pub enum Fault {
     Unregister(String),
     /// Revoke the runtime's Argo CD token; the new one reaches its Secret later.
     RotateToken(crate::scenario::model::RotateToken),
+    /// Change how the Git provider serves fetches (only the fields given).
+    Git(GitChange),
 }
 
 /// What faults act on: the harness's simulation and world.
@@ -81,6 +83,8 @@ pub trait Target {
     /// Revokes the runtime's token on Argo CD host `argocd`; the operator writes the new one
     /// into the token Secret `secret_after` later.
     fn rotate_token(&mut self, argocd: &str, secret_after: Duration);
+    /// Changes how the Git provider serves fetches.
+    fn change_git(&mut self, change: &GitChange);
 }
 
 impl Fault {
@@ -105,6 +109,7 @@ impl Fault {
         actions.extend(step.flush.clone().map(Fault::Flush));
         actions.extend(step.unregister.clone().map(Fault::Unregister));
         actions.extend(step.rotate_token.clone().map(Fault::RotateToken));
+        actions.extend(step.git.clone().map(Fault::Git));
         match actions.len() {
             1 => actions.pop(),
             _ => None,
@@ -125,6 +130,7 @@ impl Fault {
             Fault::Flush(_) => "flush",
             Fault::Unregister(_) => "unregister",
             Fault::RotateToken(_) => "rotate_token",
+            Fault::Git(_) => "git",
         }
     }
 
@@ -153,6 +159,7 @@ impl Fault {
             Fault::Flush(host) => target.flush(host),
             Fault::Unregister(host) => target.unregister(host),
             Fault::RotateToken(r) => target.rotate_token(&r.argocd, r.secret_after),
+            Fault::Git(change) => target.change_git(change),
         }
     }
 }
@@ -200,6 +207,10 @@ mod tests {
             self.0
                 .push(format!("rotate_token {argocd} {secret_after:?}"));
         }
+        fn change_git(&mut self, change: &GitChange) {
+            self.0
+                .push(format!("git {:?} {:?}", change.latency, change.outage));
+        }
     }
 
     fn step(yaml: &str) -> FaultStep {
@@ -217,6 +228,11 @@ mod tests {
             ("{at: 1s, crash: a}", "crash a", "\"a\""),
             ("{at: 1s, flush: c}", "flush c", "\"c\""),
             ("{at: 1s, unregister: k}", "unregister k", "\"k\""),
+            (
+                "{at: 1s, git: {latency: 2s}}",
+                "git Some(2s) None",
+                "{\"latency\":\"2s\"}",
+            ),
             (
                 "{at: 1s, latency: {between: [a, b], max: 300ms}}",
                 "latency a b 300ms",

@@ -150,7 +150,7 @@ fn counted_kind(event: &TraceEvent) -> Option<String> {
         return Some(format!("fault.{}", fault.name()));
     }
     let kind = event.kind();
-    ["workload.", "argocd.", "host.", "reporter."]
+    ["workload.", "argocd.", "host.", "reporter.", "acr."]
         .iter()
         .any(|prefix| kind.starts_with(prefix))
         .then(|| kind.to_string())
@@ -300,6 +300,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         );
     }
     tunnel_figures(events, &mut counters, &mut histograms, &mut series);
+    change_revision_figures(events, &mut counters, &mut histograms);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
         crate::checkers::ownership::analyse(events, &apps, state.end_ms)
@@ -310,6 +311,114 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         series,
         ownership,
     }
+}
+
+/// Change-revision figures (only when syncs ran as visible operations):
+/// - `acr.real_changes`: syncs that brought an app a new change (their expected change
+///   revision differs from the app's previous sync's); `argocd.synced` counts every sync, what
+///   a notification per sync would send;
+/// - `acr.notifications`: times an app's change revision moved to a new commit — what
+///   `oncePer: changeRevision` notifications send;
+/// - `acr.superseded_before_correct`: syncs whose change revision was still wrong when the
+///   app synced again (the next sync's value is what counts from then on);
+/// - `acr.never_correct`: apps whose last sync's change revision was still wrong at the end;
+/// - `time_to_correct_change_revision`: from a sync's end to its app carrying the expected
+///   change revision (0 when it already did).
+///
+/// The app's value is followed from the trace: an ACR write of
+/// `status.operationState…changeRevision` sets it; a write of `operation…changeRevision` is
+/// copied into it when that operation finishes; otherwise a finishing sync keeps the value
+/// its predecessor left (the merge patch carries it over).
+fn change_revision_figures(
+    events: &[TraceEvent],
+    counters: &mut BTreeMap<String, u64>,
+    histograms: &mut BTreeMap<String, Histogram>,
+) {
+    use orrery_system::observe::AcrEvent;
+    use orrery_system::runtime::acr::Field;
+    #[derive(Default)]
+    struct App {
+        value: String,
+        /// (operation revision, value written for it) before the operation finished.
+        pending: Option<(String, String)>,
+        /// The last sync's expected value and when it finished, until it is carried.
+        waiting: Option<(String, u64)>,
+        last_expected: Option<String>,
+    }
+    let mut apps: BTreeMap<&str, App> = BTreeMap::new();
+    let (mut real, mut notifications, mut superseded, mut syncs) = (0u64, 0u64, 0u64, 0u64);
+    let mut delays = Vec::new();
+    let settle = |app: &mut App, at_ms: u64, delays: &mut Vec<u64>| {
+        if let Some((expected, since)) = &app.waiting {
+            if *expected == app.value {
+                delays.push(at_ms - since);
+                app.waiting = None;
+            }
+        }
+    };
+    for event in events {
+        match &event.entry {
+            Entry::Observed(Observation::World(WorldEvent::Synced {
+                app,
+                revision,
+                expected,
+                ..
+            })) => {
+                syncs += 1;
+                let state = apps.entry(app.as_str()).or_default();
+                if state.waiting.take().is_some() {
+                    superseded += 1;
+                }
+                let before = state.value.clone();
+                if let Some((op, value)) = state.pending.take() {
+                    if op == *revision {
+                        state.value = value;
+                    }
+                }
+                if state.value != before && !state.value.is_empty() {
+                    notifications += 1;
+                }
+                if !expected.is_empty() && state.last_expected.as_ref() != Some(expected) {
+                    real += 1;
+                }
+                state.last_expected = Some(expected.clone());
+                state.waiting = Some((expected.clone(), event.at_ms));
+                settle(state, event.at_ms, &mut delays);
+            }
+            Entry::Observed(Observation::Acr(AcrEvent::Patched {
+                app,
+                field,
+                current,
+                revision,
+                ..
+            })) => {
+                let state = apps.entry(app.as_str()).or_default();
+                match field {
+                    Field::Operation => state.pending = Some((current.clone(), revision.clone())),
+                    Field::OperationState => {
+                        if *revision != state.value && !revision.is_empty() {
+                            notifications += 1;
+                        }
+                        state.value = revision.clone();
+                        settle(state, event.at_ms, &mut delays);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if syncs == 0 {
+        return;
+    }
+    let never = apps.values().filter(|a| a.waiting.is_some()).count() as u64;
+    counters.insert("acr.real_changes".into(), real);
+    counters.insert("acr.notifications".into(), notifications);
+    counters.insert("acr.superseded_before_correct".into(), superseded);
+    counters.insert("acr.never_correct".into(), never);
+    histograms.insert(
+        "time_to_correct_change_revision".into(),
+        Histogram::from_ms(delays),
+    );
 }
 
 /// Tunnel figures: request latency and availability over time, how long a drop took to be

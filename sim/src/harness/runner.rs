@@ -264,6 +264,7 @@ fn world_pieces(
             k8s_client_qps: scenario.argocd.k8s_client_qps,
             k8s_client_burst: scenario.argocd.k8s_client_burst,
             application_namespaces: scenario.argocd.application_namespaces.clone(),
+            sync_duration: scenario.argocd.sync_duration,
             calm: Some(world.calm.clone()),
             ..Default::default()
         };
@@ -520,6 +521,12 @@ impl Target for Harness<'_> {
         }
     }
 
+    fn change_git(&mut self, change: &crate::scenario::model::GitChange) {
+        let mut git = self.world.git.lock();
+        git.serving.latency = change.latency.unwrap_or(git.serving.latency);
+        git.serving.outage = change.outage.unwrap_or(git.serving.outage);
+    }
+
     fn unregister(&mut self, host: &str) {
         self.world
             .unregister
@@ -613,6 +620,7 @@ fn start_calm(
     }
     world.api.set_knobs(scenario.apiserver.clone());
     world.platform.set_knobs(platform_knobs(scenario));
+    world.git.lock().serving = Default::default();
     world.calm.store(true, Ordering::SeqCst);
     let detail = json!({"restarted": restarted, "links_repaired": true, "knobs_reset": true, "workload_stopped": true});
     world
@@ -652,11 +660,79 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
             revision: text(status.and_then(|s| s.get("sync")), "revision"),
             health_status: text(status.and_then(|s| s.get("health")), "status"),
             destination: text(o.get("spec").and_then(|s| s.get("destination")), "server"),
+            change_revision: o
+                .pointer("/status/operationState/operation/sync/changeRevision")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
         })
     });
     // Store order is (namespace, name) already; the sort keeps the contract explicit.
     apps.sort_by(|a, b| a.key.cmp(&b.key));
     apps
+}
+
+/// Every change revision the ACR controller wrote, judged against Git: does the commit
+/// change a file under the app's refresh paths (its annotation and source path as the API
+/// server holds them at the end)?
+fn attributions(
+    events: &[crate::trace::TraceEvent],
+    api: &ApiServer,
+    git: &SharedGit,
+) -> Vec<checkers::Attribution> {
+    use orrery_system::observe::AcrEvent;
+    use orrery_system::runtime::acr::paths;
+    let patched: Vec<(u64, &String, &String)> = events
+        .iter()
+        .filter_map(|e| match e.acr()? {
+            AcrEvent::Patched { app, revision, .. } if !revision.is_empty() => {
+                Some((e.at_ms, app, revision))
+            }
+            _ => None,
+        })
+        .collect();
+    if patched.is_empty() {
+        return Vec::new();
+    }
+    // Each app's repository and refresh paths.
+    let mut apps: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    if let Some(kind) = api.kind("applications").cloned() {
+        api.store().visit(&kind, |o| {
+            let metadata = o.get("metadata");
+            let key = format!("{}/{}", text(metadata, "namespace"), text(metadata, "name"));
+            let source = o.pointer("/spec/source");
+            let annotation = o
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(paths::MANIFEST_GENERATE_PATHS))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            apps.insert(
+                key,
+                (
+                    text(source, "repoURL").to_string(),
+                    paths::refresh_paths(annotation, text(source, "path")),
+                ),
+            );
+        });
+    }
+    let git = git.lock();
+    patched
+        .into_iter()
+        .map(|(at_ms, app, revision)| {
+            let touches = apps.get(app).is_some_and(|(repo, refresh)| {
+                git.commit_by_sha(repo, revision).is_some_and(|commit| {
+                    let files: Vec<String> = commit.changes.keys().cloned().collect();
+                    !files.is_empty() && paths::files_have_changed(refresh, &files)
+                })
+            });
+            checkers::Attribution {
+                at_ms,
+                app: app.clone(),
+                revision: revision.clone(),
+                touches,
+            }
+        })
+        .collect()
 }
 
 /// The API server's Rollouts with their ReplicaSets' replicas (empty when Rollouts are not
@@ -983,7 +1059,9 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             eprintln!("{}", e.line());
         }
     }
+    let events = trace.events();
     let state = FinalState {
+        attributions: attributions(&events, &world.api, &world.git),
         apps: truth(&world.api),
         reported: world.platform.apps(),
         end_ms,
@@ -1003,7 +1081,6 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         .iter()
         .map(|i| checkers::build(i).expect("validated when parsed"))
         .collect();
-    let events = trace.events();
     let violations = checkers::check(&mut checkers, &events, &state);
     let reached = crate::reach::reached(scenario, &events);
     let fault_points = crate::reach::fault_points(&events);

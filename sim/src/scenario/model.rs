@@ -262,6 +262,9 @@ pub enum Role {
     /// The Argo Events EventBus the faithful resource reporter publishes to (port 4222);
     /// its stored messages survive its restarts (a file store).
     Eventbus,
+    /// The change-revision (ACR) controller (`runtime::acr`), asking the `role: argocd`
+    /// host's server for change revisions.
+    Acr,
 }
 
 /// Simulated Argo CD settings.
@@ -291,6 +294,12 @@ pub struct ArgoCd {
     /// `rotate_token` fault can revoke it.
     #[serde(skip_serializing_if = "Install::is_bundled")]
     pub install: Install,
+    /// How long a sync operation runs. Default 0: an auto-sync is folded into the refresh's
+    /// one write and the `operation` field is never seen (every scenario before the ACR
+    /// controller). Above 0 the operation is requested, runs, and is completed by a merge
+    /// patch, as in Argo CD (see `world::argocd::controller`).
+    #[serde(with = "super::duration", skip_serializing_if = "Duration::is_zero")]
+    pub sync_duration: Duration,
 }
 
 /// The runtime's installation mode with respect to Argo CD.
@@ -319,6 +328,7 @@ impl Default for ArgoCd {
             k8s_client_burst: 100,
             application_namespaces: Vec::new(),
             install: Install::Bundled,
+            sync_duration: Duration::ZERO,
         }
     }
 }
@@ -357,6 +367,48 @@ pub struct Workload {
     /// `role: workflows` host). Default none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflows: Option<WorkflowsLoad>,
+    /// A monorepo: the apps share one repository under `paths` team directories, carry the
+    /// `manifest-generate-paths` annotation, and a commit storm touches random subsets of
+    /// the directories (needs `repositories: 1`). Default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub monorepo: Option<Monorepo>,
+}
+
+/// A monorepo and its commit storm (see `world::workload`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Monorepo {
+    /// Team directories (`teams/team-NNN`); app `i` lives in directory `i % paths`, with
+    /// the annotation `.`. Default 100.
+    pub paths: usize,
+    /// Every n-th app's annotation also names `/platform/base` (an absolute path). Default
+    /// 10; 0: none.
+    pub shared_every: usize,
+    /// A storm commit touches 1 to `touch` directories, drawn. Default 3.
+    pub touch: usize,
+    /// One in `shared_touch` storm commits also touches `platform/base`. Default 10; 0:
+    /// never.
+    pub shared_touch: usize,
+    /// A storm commit this often. Default 200 ms.
+    #[serde(with = "super::duration")]
+    pub commit_every: Duration,
+    /// The storm starts this long after the apps were created (their first syncs happen
+    /// at the initial commit). Default 90 s.
+    #[serde(with = "super::duration")]
+    pub start_after: Duration,
+}
+
+impl Default for Monorepo {
+    fn default() -> Self {
+        Monorepo {
+            paths: 100,
+            shared_every: 10,
+            touch: 3,
+            shared_touch: 10,
+            commit_every: Duration::from_millis(200),
+            start_after: Duration::from_secs(90),
+        }
+    }
 }
 
 /// Rollouts in the workload (see `world::rollouts::workload`).
@@ -504,6 +556,7 @@ impl Default for Workload {
             app_of_apps: None,
             rollouts: None,
             workflows: None,
+            monorepo: None,
         }
     }
 }
@@ -753,6 +806,26 @@ pub struct FaultStep {
     /// `secret_after` later. Needs `argocd.install: existing`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotate_token: Option<RotateToken>,
+    /// Change how the Git provider serves fetches (throttled, down); the calm phase ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitChange>,
+}
+
+/// How the Git provider serves fetches from now on (only the fields given change).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitChange {
+    /// Every fetch takes this long (a rate-limited provider whose clients wait for the
+    /// reset); `0s` ends it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::duration::option"
+    )]
+    pub latency: Option<Duration>,
+    /// Every fetch fails (a provider outage); `false` ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outage: Option<bool>,
 }
 
 /// A rotation of the runtime's Argo CD token.
@@ -789,7 +862,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 13] = [
+pub const KNOWN_INVARIANTS: [&str; 15] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -803,6 +876,8 @@ pub const KNOWN_INVARIANTS: [&str; 13] = [
     "platform_shows_rollouts",
     "platform_never_older",
     "workflow_phases_reported",
+    "change_revision_correct",
+    "no_spurious_change",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

@@ -180,6 +180,37 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &hosts_field,
         "a resources host needs exactly one host with role apiserver, one with role platform and one with role eventbus (faithful publishes to it; hardened leaves it idle)",
     )?;
+    v.check(
+        count(Role::Acr) == 0 || (count(Role::Apiserver) == 1 && count(Role::Argocd) == 1),
+        &hosts_field,
+        "an acr host needs exactly one host with role apiserver and one with role argocd",
+    )?;
+    if let Some(monorepo) = &s.workload.monorepo {
+        let field = Field::root("workload").key("monorepo");
+        v.check(
+            s.workload.repositories == 1,
+            &Field::root("workload").key("repositories"),
+            format!(
+                "a monorepo is one repository: repositories must be 1, not {}",
+                s.workload.repositories
+            ),
+        )?;
+        v.check(
+            (1..=10_000).contains(&monorepo.paths),
+            &field.key("paths"),
+            "paths must be between 1 and 10000",
+        )?;
+        v.check(
+            (1..=monorepo.paths).contains(&monorepo.touch),
+            &field.key("touch"),
+            format!("touch must be between 1 and paths ({})", monorepo.paths),
+        )?;
+        v.check(
+            s.workload.app_of_apps.is_none(),
+            &field,
+            "a monorepo workload cannot also be an app-of-apps",
+        )?;
+    }
     for (load, role, present) in [
         ("rollouts", Role::Rollouts, s.workload.rollouts.is_some()),
         ("workflows", Role::Workflows, s.workload.workflows.is_some()),
@@ -235,6 +266,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         Role::Workflows,
         Role::Resources,
         Role::Eventbus,
+        Role::Acr,
     ] {
         v.check(
             count(role) <= 1,
@@ -662,11 +694,19 @@ fn validate_step(
         step.flush.is_some(),
         step.unregister.is_some(),
         step.rotate_token.is_some(),
+        step.git.is_some(),
     ];
     let set = actions.iter().filter(|a| **a).count();
     v.check(set == 1, &field, format!(
-        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform, flush, unregister, rotate_token (found {set})"
+        "each fault step needs exactly one of partition, repair, crash, restart, latency, apiserver, scale, platform, flush, unregister, rotate_token, git (found {set})"
     ))?;
+    if let Some(git) = &step.git {
+        v.check(
+            git.latency.is_some() || git.outage.is_some(),
+            &field.key("git"),
+            "a git fault needs latency or outage",
+        )?;
+    }
     v.check(
         step.at <= duration,
         &field.key("at"),

@@ -459,6 +459,7 @@ fn step(at: Duration) -> FaultStep {
         flush: None,
         unregister: None,
         rotate_token: None,
+        git: None,
     }
 }
 

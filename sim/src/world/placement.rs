@@ -14,7 +14,7 @@ use orrery_system::platform::tunnel as tunnel_server;
 use orrery_system::runtime::assembly::{RouterConfig, RuntimeConfig};
 use orrery_system::runtime::resource_reporter::{self, BUS_PORT};
 use orrery_system::runtime::router::Routes;
-use orrery_system::runtime::{app_reporter, tunnel_client};
+use orrery_system::runtime::{acr, app_reporter, tunnel_client};
 
 use super::argocd;
 use super::tunnel::{runtimes_of, APP_PROXY_PORT, GATEWAY_PORT, TUNNEL_PORT};
@@ -77,6 +77,9 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     if host.has(Role::Resources) {
         config.resource_reporter = Some(resource_reporter(scenario, variant));
     }
+    if host.has(Role::Acr) {
+        config.acr = Some(acr_controller(scenario, variant));
+    }
     if host.has(Role::Runtime) {
         let gateway = host_of(scenario, Role::Gateway);
         // With a cache host in the world, hardened keeps its request records there.
@@ -110,7 +113,8 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         && config.app_reporter.is_none()
         && config.tunnels.is_empty()
         && config.event_bus.is_none()
-        && config.resource_reporter.is_none();
+        && config.resource_reporter.is_none()
+        && config.acr.is_none();
     (!empty).then_some(config)
 }
 
@@ -163,6 +167,27 @@ fn resource_reporter(scenario: &Scenario, variant: Variant) -> resource_reporter
         .as_ref()
         .map(|w| w.namespace.clone());
     config
+}
+
+/// The ACR controller's configuration: Applications in `argocd`, the world's Argo CD and the
+/// token the runtime was installed with (an existing Argo CD's first token).
+fn acr_controller(scenario: &Scenario, variant: Variant) -> acr::Config {
+    let target = KubeTarget {
+        addr: format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver)),
+        namespace: argocd::NAMESPACE.into(),
+        read_idle: Duration::from_secs(90),
+        kubeconfig: None,
+    };
+    let token = match scenario.argocd.install {
+        Install::Bundled => ARGOCD_TOKEN,
+        Install::Existing => EXISTING_ARGOCD_TOKEN,
+    };
+    acr::Config::new(
+        variant,
+        target,
+        &format!("{}:8080", host_of(scenario, Role::Argocd)),
+        token,
+    )
 }
 
 /// One reporter replica's configuration, pointing at the world's hosts.

@@ -65,6 +65,16 @@ pub struct Layout {
     pub namespaces: Vec<String>,
     /// Parents and children, if any.
     pub tree: Option<crate::scenario::model::AppOfApps>,
+    /// The monorepo's team directories, if the apps share one.
+    pub monorepo: Option<crate::scenario::model::Monorepo>,
+}
+
+/// The shared directory every `shared_every`-th monorepo app also depends on.
+pub const SHARED_DIR: &str = "platform/base";
+
+/// The monorepo directory of team `group`.
+pub fn team_dir(group: usize) -> String {
+    format!("teams/team-{group:03}")
 }
 
 impl Layout {
@@ -75,7 +85,15 @@ impl Layout {
             clusters: clusters.to_vec(),
             namespaces: namespaces.to_vec(),
             tree: config.app_of_apps.clone(),
+            monorepo: config.monorepo.clone(),
         }
+    }
+
+    /// A monorepo app's directory, and whether it also depends on [`SHARED_DIR`].
+    fn team_of(&self, index: usize) -> Option<(String, bool)> {
+        let monorepo = self.monorepo.as_ref()?;
+        let shared = monorepo.shared_every > 0 && index.is_multiple_of(monorepo.shared_every);
+        Some((team_dir(index % monorepo.paths.max(1)), shared))
     }
 
     fn is_parent(&self, index: usize) -> bool {
@@ -92,6 +110,14 @@ impl Layout {
     /// Application manifests.
     fn files(&self, index: usize, version: u64) -> BTreeMap<String, String> {
         let name = app_name(index);
+        if let Some((dir, _)) = self.team_of(index) {
+            // The app's Deployment, its team's values, and the shared base.
+            return BTreeMap::from([
+                (format!("{dir}/{name}.yaml"), format!("kind: Deployment\nmetadata: {{name: {name}}}\nspec: {{replicas: 2, image: registry.example/{name}:v{version}}}\n")),
+                (format!("{dir}/values.yaml"), format!("version: {version}\n")),
+                (format!("{SHARED_DIR}/config.yaml"), format!("version: {version}\n")),
+            ]);
+        }
         match &self.tree {
             Some(tree) if index < tree.parents => tree
                 .children_of(index)
@@ -114,6 +140,17 @@ impl Layout {
 /// Writes the initial commit of every repository: manifests for apps `0..count`.
 pub fn seed_git(git: &SharedGit, config: &Config, layout: &Layout, unix_ms: u64) {
     let mut git = git.lock();
+    if layout.monorepo.is_some() {
+        // A monorepo made on a hosting provider begins with its README; the import is then
+        // an ordinary commit (`git diff-tree` lists nothing for a root commit).
+        git.commit(
+            &repo_url(0),
+            "Bootstrap <ops@example.com>",
+            "Initial commit",
+            unix_ms,
+            BTreeMap::from([("README.md".to_string(), "# monorepo\n".to_string())]),
+        );
+    }
     for repo in 0..config.repositories {
         let mut files = BTreeMap::new();
         for app in (0..config.applications).filter(|a| a % config.repositories == repo) {
@@ -146,8 +183,11 @@ fn application(index: usize, layout: &Layout) -> DynamicObject {
     // Four in five apps auto-sync, as in most fleets; parents always do (their sync
     // creates the children).
     let automated = index % 5 != 4 || layout.is_parent(index);
+    let team = layout.team_of(index);
     let path = if layout.is_parent(index) {
         format!("roots/{name}")
+    } else if let Some((dir, _)) = &team {
+        dir.clone()
     } else {
         format!("apps/{name}")
     };
@@ -160,6 +200,17 @@ fn application(index: usize, layout: &Layout) -> DynamicObject {
         spec["syncPolicy"] = json!({"automated": {"prune": true, "selfHeal": true}});
     }
     app.data = json!({"spec": spec});
+    if let Some((_, shared)) = team {
+        let paths = if shared {
+            format!(".;/{SHARED_DIR}")
+        } else {
+            ".".to_string()
+        };
+        app.metadata.annotations = Some(BTreeMap::from([(
+            orrery_system::runtime::acr::paths::MANIFEST_GENERATE_PATHS.to_string(),
+            paths,
+        )]));
+    }
     app
 }
 
@@ -335,6 +386,8 @@ struct Generator {
     live: Vec<usize>,
     next_index: usize,
     versions: BTreeMap<usize, u64>,
+    /// Monorepo storm commits so far.
+    storm_commits: u64,
 }
 
 impl Generator {
@@ -429,6 +482,57 @@ impl Generator {
         }
     }
 
+    /// A monorepo storm commit: 1 to `touch` team directories (and now and then the shared
+    /// base) get a new version in one commit.
+    fn storm(&mut self) {
+        let Some(monorepo) = self.layout.monorepo.clone() else {
+            return;
+        };
+        let count = 1 + (self.env.random_u64() % monorepo.touch as u64) as usize;
+        let mut dirs = std::collections::BTreeSet::new();
+        while dirs.len() < count {
+            dirs.insert(team_dir(
+                (self.env.random_u64() % monorepo.paths as u64) as usize,
+            ));
+        }
+        if monorepo.shared_touch > 0
+            && self
+                .env
+                .random_u64()
+                .is_multiple_of(monorepo.shared_touch as u64)
+        {
+            dirs.insert(SHARED_DIR.to_string());
+        }
+        self.storm_commits += 1;
+        let version = self.storm_commits + 1;
+        let changes: BTreeMap<String, String> = dirs
+            .iter()
+            .map(|dir| {
+                let file = if dir == SHARED_DIR {
+                    "config"
+                } else {
+                    "values"
+                };
+                (
+                    format!("{dir}/{file}.yaml"),
+                    format!("version: {version}\n"),
+                )
+            })
+            .collect();
+        let touched: Vec<String> = dirs.into_iter().collect();
+        let sha = self.handles.git.lock().commit(
+            &repo_url(0),
+            "Dev <dev@example.com>",
+            &format!("bump {}", touched.join(" ")),
+            self.env.unix_millis(),
+            changes,
+        );
+        self.record(WorldEvent::Commit {
+            app: touched.join(","),
+            sha,
+        });
+    }
+
     fn flap(&mut self) {
         let Some(index) = self.pick() else { return };
         let name = app_name(index);
@@ -487,6 +591,7 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
         handles,
         live: Vec::new(),
         versions: BTreeMap::new(),
+        storm_commits: 0,
     };
     // Create the initial apps CREATE_PARALLELISM at a time (10,000 one by one would take
     // most of a scenario); failed creates are retried after a pause.
@@ -540,9 +645,18 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
         period(generator.config.churn_every),
         period(generator.config.health_flap_every),
         period(generator.config.refresh_every),
+        generator
+            .config
+            .monorepo
+            .as_ref()
+            .and_then(|m| period(m.commit_every)),
     ];
     let start = env.elapsed();
     let mut due: Vec<Option<Duration>> = periods.iter().map(|p| p.map(|p| start + p)).collect();
+    // The storm starts `start_after` the apps were created.
+    if let (Some(storm), Some(monorepo)) = (&mut due[4], &generator.config.monorepo) {
+        *storm += monorepo.start_after;
+    }
     while !generator.handles.calm.load(Ordering::SeqCst) {
         let Some((action, at)) = due
             .iter()
@@ -560,7 +674,8 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
             0 => generator.commit().await,
             1 => generator.churn().await,
             2 => generator.flap(),
-            _ => generator.refresh().await,
+            3 => generator.refresh().await,
+            _ => generator.storm(),
         }
         due[action] = periods[action].map(|p| at + p);
     }

@@ -372,13 +372,17 @@ impl Handler {
         op: impl FnOnce(&mut super::Store) -> Result<Written, ApiError>,
     ) -> Result<Written, ApiError> {
         let window = self.server.knobs().compaction_window;
-        let (result, rv) = {
+        let (result, rv, wrote) = {
             let mut store = self.server.store();
+            let before = store.rv();
             let result = op(&mut store);
             store.compact(self.env.elapsed(), window);
-            (result, store.rv())
+            (result, store.rv(), store.rv() != before)
         };
         let object = result?;
+        if !wrote {
+            return Ok(object); // a no-op update: nothing stored, nothing to tell
+        }
         self.server.notify(rv);
         let text = |field: &str| {
             object["metadata"][field]

@@ -533,6 +533,9 @@ impl Store {
         Self::check_precondition(kind, &current, &body)?;
         Self::prepare_update(kind, &current, &mut body, status_only);
         super::validation::metadata(kind, name, &body, false)?;
+        if Self::unchanged(&current, &body) {
+            return Ok(Written::of(Arc::new(current)));
+        }
         Ok(self.commit(kind, key, Some(body), now))
     }
 
@@ -562,7 +565,21 @@ impl Store {
         }
         Self::prepare_update(kind, &current, &mut next, status_only);
         super::validation::metadata(kind, name, &next, false)?;
+        if Self::unchanged(&current, &next) {
+            return Ok(Written::of(current));
+        }
         Ok(self.commit(kind, key, Some(next), now))
+    }
+
+    /// Whether an update leaves the object as stored: the real server then writes nothing
+    /// (no new resourceVersion, no watch event; etcd3's `GuaranteedUpdate` compares the
+    /// bytes), which controllers that re-patch the same value rely on.
+    fn unchanged(current: &Value, next: &Value) -> bool {
+        let mut next = next.clone();
+        if let Some(rv) = current["metadata"].get("resourceVersion") {
+            set_meta(&mut next, "resourceVersion", rv.clone());
+        }
+        next == *current
     }
 
     /// DELETE: removes an object; the DELETED change carries the deletion's RV.

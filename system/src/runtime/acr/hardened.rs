@@ -11,6 +11,10 @@
 //! - A first sync (no earlier history entry) is asked only whether its own commit touched
 //!   the app (`previousRevision` = `currentRevision`): the repo-server's answer for an
 //!   empty previous revision is the current revision whether it touched the app or not.
+//!   Known limit: a first sync at a commit that did not touch the app, or at the
+//!   repository's root commit (`git diff-tree` lists nothing for it), gets no change
+//!   revision, where the newest touching ancestor would be right; finding that needs Git
+//!   access of our own (`git log -1 <current> -- <paths>`), not the repo-server's API.
 //! - Every write carries the resourceVersion it was computed from (a new sync in between
 //!   → 409 → the app is judged again), and records `previous..current=revision` in the
 //!   [`COMPUTED`] annotation, so a restarted controller skips apps already right.
