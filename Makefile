@@ -57,6 +57,7 @@ determinism: build
 	$(ORRERY) check-determinism scenarios/watch-convergence.yaml --seed 7
 	$(ORRERY) check-determinism scenarios/tunnel-drop.yaml --seed 3 --variant faithful
 	$(ORRERY) check-determinism scenarios/tunnel-drop.yaml --seed 3 --variant hardened
+	$(ORRERY) check-determinism scenarios/monorepo-storm.yaml --seed 2 --variant faithful
 
 ## Regenerate the reports and fail if that changed anything committed.
 reports-check: reports

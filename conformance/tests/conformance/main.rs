@@ -2,6 +2,7 @@
 //! `cargo test` reports them as ignored (never as passed); `make conformance-apiserver`
 //! and `make conformance` run them with `--include-ignored` and a `KUBECONFIG`.
 
+mod acr;
 mod fidelity;
 mod redis;
 mod resources;

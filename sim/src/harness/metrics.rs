@@ -587,4 +587,55 @@ mod tests {
         assert_eq!(h.buckets[0], ("≤100ms".to_string(), 100));
         assert_eq!(Histogram::from_ms(vec![]).p99, 0);
     }
+
+    #[test]
+    fn change_revision_figures_follow_the_value_an_app_carries() {
+        use orrery_system::observe::AcrEvent;
+        use orrery_system::runtime::acr::Field;
+        let synced = |ms: u64, revision: &str, expected: &str| {
+            TraceEvent::observed(
+                ms,
+                "argocd",
+                WorldEvent::Synced {
+                    app: "argocd/a".into(),
+                    revision: revision.into(),
+                    previous: String::new(),
+                    expected: expected.into(),
+                },
+            )
+        };
+        let patched = |ms: u64, field: Field, current: &str, revision: &str| {
+            TraceEvent::observed(
+                ms,
+                "acr",
+                AcrEvent::Patched {
+                    app: "argocd/a".into(),
+                    field,
+                    current: current.into(),
+                    previous: String::new(),
+                    revision: revision.into(),
+                },
+            )
+        };
+        let events = [
+            // Written into the running operation: right the moment the sync ends.
+            patched(500, Field::Operation, "h1", "c1"),
+            synced(1_000, "h1", "c1"),
+            // Missed while running, corrected 4 s after the sync ended.
+            synced(2_000, "h2", "c2"),
+            patched(6_000, Field::OperationState, "h2", "c2"),
+            // A sync that keeps the same change (no real change), then one never corrected.
+            synced(7_000, "h3", "c2"),
+            synced(8_000, "h4", "c4"),
+        ];
+        let metrics = compute(&events, &crate::checkers::FinalState::default());
+        let counter = |name: &str| metrics.counters.get(name).copied();
+        assert_eq!(counter("argocd.synced"), Some(4));
+        assert_eq!(counter("acr.real_changes"), Some(3));
+        assert_eq!(counter("acr.notifications"), Some(2));
+        assert_eq!(counter("acr.never_correct"), Some(1));
+        assert_eq!(counter("acr.superseded_before_correct"), Some(0));
+        let delays = &metrics.histograms["time_to_correct_change_revision"];
+        assert_eq!((delays.count, delays.max), (3, 4_000));
+    }
 }

@@ -8,6 +8,7 @@ mod assembly;
 mod cache;
 mod cli;
 mod events_path;
+mod git;
 mod invariants_fire;
 mod properties;
 mod real_mode;

@@ -1,0 +1,141 @@
+//! The simulated Git provider against real `git`: the same history (a root commit, a
+//! feature branch merged with a merge commit, commits on both sides) is built in both, and
+//! `rev-list --ancestry-path` and `diff-tree --no-commit-id --name-only -r` must answer
+//! alike for every pair and commit the repo-server asks about. Commits are matched by
+//! message; committer dates increase so real git's newest-first order is defined.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use orrery_sim::world::git::Git;
+
+const REPO: &str = "https://git.example/org/mono.git";
+
+fn git(dir: &Path, args: &[&str], step: u64) -> String {
+    let date = format!("{} +0000", 1_700_000_000 + step * 60);
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_DATE", &date)
+        .env("GIT_COMMITTER_DATE", &date)
+        .env("GIT_AUTHOR_NAME", "Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@example.com")
+        .env("GIT_COMMITTER_NAME", "Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@example.com")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// One step of the shared history.
+enum Step {
+    Commit(&'static str, &'static str, &'static [&'static str]),
+    Merge(&'static str, &'static str),
+}
+
+const HISTORY: &[Step] = &[
+    Step::Commit("main", "root", &["README.md"]),
+    Step::Commit("main", "c1", &["apps/x/d.yaml", "apps/y/d.yaml"]),
+    Step::Commit("feature", "f1", &["apps/x/d.yaml"]),
+    Step::Commit("main", "c2", &["apps/y/d.yaml"]),
+    Step::Commit("feature", "f2", &["apps/z/new.yaml"]),
+    Step::Merge("feature", "m1"),
+    Step::Commit("main", "c3", &["apps/x/d.yaml"]),
+    Step::Commit("main", "c4", &["apps/y/d.yaml", "apps/y/sub/e.yaml"]),
+];
+
+#[test]
+fn rev_list_and_diff_tree_answer_as_real_git() {
+    let dir = std::env::temp_dir().join(format!("orrery-git-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    git(&dir, &["init", "-q", "-b", "main"], 0);
+    let mut sim = Git::default();
+    // message → (real sha, simulated sha)
+    let mut shas: BTreeMap<&str, (String, String)> = BTreeMap::new();
+    let mut branch = "main".to_string();
+    for (step, entry) in HISTORY.iter().enumerate() {
+        let step = step as u64 + 1;
+        match entry {
+            Step::Commit(on, message, files) => {
+                if *on != branch {
+                    let exists = git(&dir, &["branch", "--list", on], step);
+                    if exists.is_empty() {
+                        git(&dir, &["checkout", "-q", "-b", on], step);
+                    } else {
+                        git(&dir, &["checkout", "-q", on], step);
+                    }
+                    branch = on.to_string();
+                }
+                let mut changes = BTreeMap::new();
+                for file in *files {
+                    let path = dir.join(file);
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    let content = format!("{message} wrote {file}\n");
+                    std::fs::write(&path, &content).unwrap();
+                    git(&dir, &["add", file], step);
+                    changes.insert(file.to_string(), content);
+                }
+                git(&dir, &["commit", "-q", "-m", message], step);
+                let real = git(&dir, &["rev-parse", "HEAD"], step);
+                let simulated = sim.commit_on(REPO, on, "Dev", message, step, changes);
+                shas.insert(message, (real, simulated));
+            }
+            Step::Merge(from, message) => {
+                git(&dir, &["checkout", "-q", "main"], step);
+                branch = "main".into();
+                git(&dir, &["merge", "-q", "--no-ff", "-m", message, from], step);
+                let real = git(&dir, &["rev-parse", "HEAD"], step);
+                let simulated = sim.merge(REPO, from, "Dev", message, step).unwrap();
+                shas.insert(message, (real, simulated));
+            }
+        }
+    }
+    let by_real: BTreeMap<&str, &str> = shas.iter().map(|(m, (r, _))| (r.as_str(), *m)).collect();
+    let by_sim: BTreeMap<&str, &str> = shas.iter().map(|(m, (_, s))| (s.as_str(), *m)).collect();
+    let names = |list: Vec<&str>, map: &BTreeMap<&str, &str>| -> Vec<String> {
+        list.iter()
+            .map(|sha| map.get(sha).copied().unwrap_or(sha).to_string())
+            .collect()
+    };
+    let messages: Vec<&str> = shas.keys().copied().collect();
+    let mut compared = 0;
+    for from in &messages {
+        for to in &messages {
+            let (real_from, sim_from) = &shas[from];
+            let (real_to, sim_to) = &shas[to];
+            let range = format!("{real_from}..{real_to}");
+            let real = git(&dir, &["rev-list", "--ancestry-path", &range], 99);
+            let real = names(real.lines().collect(), &by_real);
+            let simulated = sim.rev_list_ancestry_path(REPO, sim_from, sim_to).unwrap();
+            let simulated = names(simulated.iter().map(String::as_str).collect(), &by_sim);
+            assert_eq!(simulated, real, "rev-list --ancestry-path {from}..{to}");
+            compared += 1;
+        }
+        let (real, simulated) = &shas[from];
+        let real_files = git(
+            &dir,
+            &["diff-tree", "--no-commit-id", "--name-only", "-r", real],
+            99,
+        );
+        let real_files: Vec<&str> = real_files.lines().collect();
+        assert_eq!(
+            sim.diff_tree(REPO, simulated).unwrap(),
+            real_files,
+            "diff-tree {from}"
+        );
+    }
+    assert_eq!(compared, messages.len() * messages.len());
+    // The merge and the root list nothing, as real git answers.
+    assert!(sim.diff_tree(REPO, &shas["m1"].1).unwrap().is_empty());
+    assert!(sim.diff_tree(REPO, &shas["root"].1).unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
