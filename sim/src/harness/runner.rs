@@ -314,6 +314,21 @@ fn world_pieces(
             })
         }));
     }
+    if host.has(Role::Git) {
+        let git = world.git.clone();
+        pieces.push(Box::new(move |env| {
+            let git = git.clone();
+            Box::pin(async move {
+                tokio::spawn(crate::world::git::deliver_webhooks(
+                    env.clone(),
+                    git.clone(),
+                ));
+                if let Err(error) = crate::world::git::serve(env, git, "0.0.0.0:80").await {
+                    tracing::error!(%error, "simulated Git provider stopped");
+                }
+            })
+        }));
+    }
     if host.has(Role::Rollouts) {
         let (target, verdicts) = (target.clone(), world.verdicts.clone());
         pieces.push(Box::new(move |env| {
@@ -525,6 +540,7 @@ impl Target for Harness<'_> {
         let mut git = self.world.git.lock();
         git.serving.latency = change.latency.unwrap_or(git.serving.latency);
         git.serving.outage = change.outage.unwrap_or(git.serving.outage);
+        git.serving.rate_limit = change.rate_limit.unwrap_or(git.serving.rate_limit);
     }
 
     fn unregister(&mut self, host: &str) {
@@ -672,9 +688,9 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
     apps
 }
 
-/// Every change revision the ACR controller wrote, judged against Git: does the commit
-/// change a file under the app's refresh paths (its annotation and source path as the API
-/// server holds them at the end)?
+/// Every change revision the ACR controller wrote into an app that still exists, judged
+/// against Git: does the commit change a file under the app's refresh paths (its annotation
+/// and source path as the API server holds them at the end)?
 fn attributions(
     events: &[crate::trace::TraceEvent],
     api: &ApiServer,
@@ -718,19 +734,19 @@ fn attributions(
     let git = git.lock();
     patched
         .into_iter()
-        .map(|(at_ms, app, revision)| {
-            let touches = apps.get(app).is_some_and(|(repo, refresh)| {
-                git.commit_by_sha(repo, revision).is_some_and(|commit| {
-                    let files: Vec<String> = commit.changes.keys().cloned().collect();
-                    !files.is_empty() && paths::files_have_changed(refresh, &files)
-                })
+        // An app deleted since has no paths left to judge by (names are never reused).
+        .filter_map(|(at_ms, app, revision)| {
+            let (repo, refresh) = apps.get(app)?;
+            let touches = git.commit_by_sha(repo, revision).is_some_and(|commit| {
+                let files: Vec<String> = commit.changes.keys().cloned().collect();
+                !files.is_empty() && paths::files_have_changed(refresh, &files)
             });
-            checkers::Attribution {
+            Some(checkers::Attribution {
                 at_ms,
                 app: app.clone(),
                 revision: revision.clone(),
                 touches,
-            }
+            })
         })
         .collect()
 }

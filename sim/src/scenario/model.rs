@@ -263,8 +263,11 @@ pub enum Role {
     /// its stored messages survive its restarts (a file store).
     Eventbus,
     /// The change-revision (ACR) controller (`runtime::acr`), asking the `role: argocd`
-    /// host's server for change revisions.
+    /// host's server for change revisions (hardened: and the Git provider, if served).
     Acr,
+    /// The Git provider's HTTP API (port 80) and its push webhook deliveries
+    /// (`world::git`).
+    Git,
 }
 
 /// Simulated Argo CD settings.
@@ -826,6 +829,10 @@ pub struct GitChange {
     /// Every fetch fails (a provider outage); `false` ends it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outage: Option<bool>,
+    /// The provider's HTTP API answers at most this many calls a minute, then 429 until
+    /// the minute is over; `0` ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<u32>,
 }
 
 /// A rotation of the runtime's Argo CD token.

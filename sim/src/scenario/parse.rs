@@ -267,6 +267,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         Role::Resources,
         Role::Eventbus,
         Role::Acr,
+        Role::Git,
     ] {
         v.check(
             count(role) <= 1,
@@ -702,9 +703,9 @@ fn validate_step(
     ))?;
     if let Some(git) = &step.git {
         v.check(
-            git.latency.is_some() || git.outage.is_some(),
+            git.latency.is_some() || git.outage.is_some() || git.rate_limit.is_some(),
             &field.key("git"),
-            "a git fault needs latency or outage",
+            "a git fault needs latency, outage or rate_limit",
         )?;
     }
     v.check(

@@ -102,16 +102,29 @@ pub struct Git {
     deliveries: u64,
     /// How fetches are served now (the `git` fault).
     pub serving: Serving,
+    /// The API's current rate-limit window.
+    window: Window,
 }
 
-/// How the provider serves Git fetches now (the `git` fault): throttled — every fetch takes
-/// `latency`, as clients wait out a rate limit's reset — or down, every fetch failing.
+/// How the provider serves Git fetches and its HTTP API now (the `git` fault): throttled —
+/// every fetch takes `latency`, as clients wait out a rate limit's reset — or down, every
+/// fetch and API call failing; and the API's rate limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Serving {
-    /// Added to every fetch.
+    /// Added to every fetch and API call.
     pub latency: std::time::Duration,
-    /// Fetches fail (503).
+    /// Fetches fail; the API answers 503.
     pub outage: bool,
+    /// API calls allowed per minute (0: unlimited); beyond it the API answers 429 with
+    /// `retry-after` and `x-ratelimit-reset`, as GitHub's secondary rate limits.
+    pub rate_limit: u32,
+}
+
+/// The API's rate-limit window: its start (Unix seconds) and the calls made in it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    start_s: u64,
+    used: u32,
 }
 
 /// A repository's push webhook (GitHub's `config.url` and `config.secret`).
@@ -421,6 +434,38 @@ impl Git {
         repository.touching(path, end).last()
     }
 
+    /// Counts one API call at `unix_s` against the rate limit: `Err(reset)` (Unix seconds)
+    /// when the minute's allowance is spent.
+    pub fn admit(&mut self, unix_s: u64) -> Result<(), u64> {
+        if self.serving.rate_limit == 0 {
+            return Ok(());
+        }
+        if unix_s >= self.window.start_s + 60 {
+            self.window = Window {
+                start_s: unix_s,
+                used: 0,
+            };
+        }
+        if self.window.used >= self.serving.rate_limit {
+            return Err(self.window.start_s + 60);
+        }
+        self.window.used += 1;
+        Ok(())
+    }
+
+    /// The newest commit on the first-parent chain from `sha` (itself included) whose
+    /// changes touch one of `paths` (`git log -1 --first-parent <sha> -- <paths>`, Argo CD's
+    /// path rules); `None` when none does or `sha` is unknown.
+    pub fn newest_touching(&self, repo: &str, sha: &str, paths: &[String]) -> Option<&Commit> {
+        self.first_parent_range(repo, "", sha)
+            .into_iter()
+            .find(|commit| {
+                let files: Vec<String> = commit.changes.keys().cloned().collect();
+                !files.is_empty()
+                    && orrery_system::runtime::acr::paths::files_have_changed(paths, &files)
+            })
+    }
+
     /// Repository URLs in order.
     pub fn repos(&self) -> Vec<String> {
         self.repos.keys().cloned().collect()
@@ -526,9 +571,18 @@ impl SharedGit {
 }
 
 /// The Git provider's HTTP API, a small subset shaped after the hosted providers':
-/// `GET /api/repos` → `{"repositories": [...]}`; `POST /api/commits`
-/// `{"repo","path","content","message","author"}` → `201 {"sha": …}` (400 with the reason
-/// for a malformed body). Serves until the listener fails.
+/// - `GET /api/repos` → `{"repositories": [...]}`;
+/// - `POST /api/commits` `{"repo","path","content","message","author"}` → `201 {"sha": …}`
+///   (400 with the reason for a malformed body);
+/// - `GET /api/commits?repo=&sha=&paths=` (GitHub's `GET /repos/{o}/{r}/commits?sha=&path=&per_page=1`,
+///   with `;`-separated paths as the `manifest-generate-paths` annotation resolves them) →
+///   `[{"sha": …}]` — the newest commit from `sha` along the first parents that touched
+///   one of the paths, `[]` when none did; 404 for an unknown repository or SHA.
+///
+/// The `git` fault applies: an outage answers 503, `latency` delays every answer, and
+/// beyond `rate_limit` calls a minute the answer is 429 with `retry-after` and
+/// `x-ratelimit-remaining: 0`, `x-ratelimit-reset: <unix seconds>`. Serves until the
+/// listener fails.
 pub async fn serve(
     env: orrery_system::env::SharedEnv,
     git: SharedGit,
@@ -541,7 +595,57 @@ pub async fn serve(
     orrery_system::env::http::serve(listener, move |request, _| {
         let (env, git) = (env.clone(), git.clone());
         async move {
+            let serving = git.lock().serving;
+            if !serving.latency.is_zero() {
+                env.sleep(serving.latency).await;
+            }
+            if serving.outage {
+                return json(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    &j!({"message": "Service Unavailable"}),
+                );
+            }
+            let now_s = env.unix_millis() / 1000;
+            if let Err(reset) = git.lock().admit(now_s) {
+                let mut answer = json(
+                    http::StatusCode::TOO_MANY_REQUESTS,
+                    &j!({"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}),
+                );
+                let headers = answer.headers_mut();
+                for (name, value) in [
+                    ("retry-after", reset.saturating_sub(now_s).to_string()),
+                    ("x-ratelimit-remaining", "0".to_string()),
+                    ("x-ratelimit-reset", reset.to_string()),
+                ] {
+                    if let Ok(value) = http::HeaderValue::from_str(&value) {
+                        headers.insert(name, value);
+                    }
+                }
+                return answer;
+            }
             match (request.method().as_str(), request.uri().path()) {
+                ("GET", "/api/commits") => {
+                    let params = orrery_system::env::http::query(request.uri());
+                    let param = |k: &str| params.get(k).cloned().unwrap_or_default();
+                    let paths: Vec<String> = param("paths")
+                        .split(';')
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                    let git = git.lock();
+                    if git.commit_by_sha(&param("repo"), &param("sha")).is_none() {
+                        return json(
+                            http::StatusCode::NOT_FOUND,
+                            &j!({"message": format!("No commit found for SHA: {}", param("sha"))}),
+                        );
+                    }
+                    let found: Vec<Value> = git
+                        .newest_touching(&param("repo"), &param("sha"), &paths)
+                        .map(|c| j!({"sha": c.sha}))
+                        .into_iter()
+                        .collect();
+                    json(http::StatusCode::OK, &Value::Array(found))
+                }
                 ("GET", "/api/repos") => json(
                     http::StatusCode::OK,
                     &j!({"repositories": git.lock().repos()}),

@@ -182,12 +182,16 @@ fn acr_controller(scenario: &Scenario, variant: Variant) -> acr::Config {
         Install::Bundled => ARGOCD_TOKEN,
         Install::Existing => EXISTING_ARGOCD_TOKEN,
     };
-    acr::Config::new(
+    let mut config = acr::Config::new(
         variant,
         target,
         &format!("{}:8080", host_of(scenario, Role::Argocd)),
         token,
-    )
+    );
+    if scenario.topology.hosts.iter().any(|h| h.has(Role::Git)) {
+        config.git_api = Some(format!("{}:80", host_of(scenario, Role::Git)));
+    }
+    config
 }
 
 /// One reporter replica's configuration, pointing at the world's hosts.

@@ -467,14 +467,24 @@ impl Generator {
             }
         }
         let index = self.next_index;
-        // The new app needs manifests before Argo CD can sync it.
+        // The new app needs manifests before Argo CD can sync it (in a monorepo: its
+        // Deployment in its team's directory).
         let repo = repo_url(index % self.config.repositories);
+        let files = match self.layout.team_of(index) {
+            Some((dir, _)) => {
+                let name = app_name(index);
+                let mut files = self.layout.files(index, 1);
+                files.retain(|file, _| *file == format!("{dir}/{name}.yaml"));
+                files
+            }
+            None => manifest(&app_name(index), 1),
+        };
         self.handles.git.lock().commit(
             &repo,
             "Dev <dev@example.com>",
             &format!("add {}", app_name(index)),
             self.env.unix_millis(),
-            manifest(&app_name(index), 1),
+            files,
         );
         if self.create(index).await {
             self.live.push(index);

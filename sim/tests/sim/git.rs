@@ -139,3 +139,105 @@ fn rev_list_and_diff_tree_answer_as_real_git() {
     assert!(sim.diff_tree(REPO, &shas["root"].1).unwrap().is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The provider's HTTP API over turmoil: the newest commit touching a path from a revision,
+/// then its rate limit (429 with `retry-after` and `x-ratelimit-reset`, the window's end)
+/// and an outage (503), as the `git` fault sets them.
+#[test]
+fn the_provider_api_finds_touching_commits_and_answers_rate_limits_and_outages() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use orrery_sim::env::SimEnv;
+    use orrery_sim::world::git::{self as provider, SharedGit};
+    use orrery_system::env::SharedEnv;
+    use std::time::Duration;
+
+    use crate::support::{sim, SEED};
+
+    let shared = SharedGit::default();
+    let (base, x) = {
+        let mut git = shared.lock();
+        let base = git.commit(
+            REPO,
+            "a",
+            "base",
+            0,
+            files(&["apps/x/d.yaml", "apps/y/d.yaml"]),
+        );
+        let x = git.commit(REPO, "a", "x", 1, files(&["apps/x/d.yaml"]));
+        git.commit(REPO, "a", "y", 2, files(&["apps/y/d.yaml"]));
+        (base, x)
+    };
+    let head = shared.lock().head(REPO).unwrap().sha.clone();
+    let mut w = sim(Duration::from_secs(120));
+    let trace = orrery_sim::trace::Trace::default();
+    let (host_git, host_trace) = (shared.clone(), trace.clone());
+    w.host("git", move || {
+        let env = SimEnv::shared("git", SEED, host_trace.clone());
+        let git = host_git.clone();
+        async move {
+            provider::serve(env, git, "0.0.0.0:80").await?;
+            Ok(())
+        }
+    });
+    let knobs = shared.clone();
+    w.client("runtime", async move {
+        let env: SharedEnv = SimEnv::shared("runtime", SEED, trace.clone());
+        let client =
+            orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(20));
+        let get = |sha: &str, paths: &str| {
+            let uri = format!(
+                "http://git:80/api/commits?repo={}&sha={sha}&paths={paths}",
+                REPO.replace(':', "%3A").replace('/', "%2F")
+            );
+            client.request(
+                http::Request::get(uri)
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+        };
+        let body = |r: http::Response<hyper::body::Incoming>| async move {
+            let bytes = r.into_body().collect().await.unwrap().to_bytes();
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()
+        };
+        // From the head, x's directory was last touched by x; nothing touched apps/z.
+        let found = get(&head, "apps%2Fx").await?;
+        assert_eq!(found.status(), 200);
+        assert_eq!(body(found).await, serde_json::json!([{"sha": x}]));
+        let none = get(&head, "apps%2Fz").await?;
+        assert_eq!(body(none).await, serde_json::json!([]));
+        assert_eq!(get(&"0".repeat(40), "apps%2Fx").await?.status(), 404);
+        // Two calls a minute: the third is refused until the window ends.
+        knobs.lock().serving.rate_limit = 2;
+        assert_eq!(get(&base, "apps%2Fx").await?.status(), 200);
+        assert_eq!(get(&base, "apps%2Fx").await?.status(), 200);
+        let limited = get(&base, "apps%2Fx").await?;
+        assert_eq!(limited.status(), 429);
+        let header = |name: &str| {
+            limited.headers()[name]
+                .to_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        let (retry, reset) = (header("retry-after"), header("x-ratelimit-reset"));
+        assert!(retry > 0 && retry <= 60, "retry-after {retry}");
+        assert_eq!(limited.headers()["x-ratelimit-remaining"], "0");
+        env.sleep(Duration::from_secs(retry)).await;
+        assert!(env.unix_millis() / 1000 >= reset);
+        assert_eq!(get(&base, "apps%2Fx").await?.status(), 200);
+        // An outage answers 503 whatever the limit.
+        knobs.lock().serving = Default::default();
+        knobs.lock().serving.outage = true;
+        assert_eq!(get(&base, "apps%2Fx").await?.status(), 503);
+        Ok(())
+    });
+    w.run().unwrap();
+}
+
+fn files(entries: &[&str]) -> BTreeMap<String, String> {
+    entries
+        .iter()
+        .map(|f| (f.to_string(), format!("{f} content")))
+        .collect()
+}

@@ -8,13 +8,14 @@
 //!   entry is the `syncResult`) has its `status.operationState` value checked against the
 //!   last two history entries and corrected — written, or removed when no commit in the
 //!   range touches the app (a value the merge patch carried over from the previous sync).
-//! - A first sync (no earlier history entry) is asked only whether its own commit touched
-//!   the app (`previousRevision` = `currentRevision`): the repo-server's answer for an
-//!   empty previous revision is the current revision whether it touched the app or not.
-//!   Known limit: a first sync at a commit that did not touch the app, or at the
-//!   repository's root commit (`git diff-tree` lists nothing for it), gets no change
-//!   revision, where the newest touching ancestor would be right; finding that needs Git
-//!   access of our own (`git log -1 <current> -- <paths>`), not the repo-server's API.
+//! - A first sync (no earlier history entry): the repo-server's answer for an empty
+//!   previous revision is the current revision whether it touched the app or not, so the
+//!   Git provider is asked for the newest commit from it that touched the app's paths
+//!   ([`super::GitApi`], `git log -1 --first-parent <current> -- <paths>`). Without a
+//!   provider configured, the repo-server is asked only whether the sync's own commit
+//!   touched the app (`previousRevision` = `currentRevision`); a first sync at a commit
+//!   that did not, or at the root commit (`git diff-tree` lists nothing for it), then gets
+//!   no change revision.
 //! - Every write carries the resourceVersion it was computed from (a new sync in between
 //!   → 409 → the app is judged again), and records `previous..current=revision` in the
 //!   [`COMPUTED`] annotation, so a restarted controller skips apps already right.
@@ -31,7 +32,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
-use super::{annotated, application_resource, apps, history, key_of, text, ArgoCd, Config, Field};
+use super::{
+    annotated, application_resource, apps, history, key_of, paths, text, ArgoCd, Config, Field,
+    GitApi,
+};
 use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;
 use crate::observe::AcrEvent;
@@ -113,6 +117,7 @@ struct Worker {
     env: SharedEnv,
     client: kube::Client,
     argocd: ArgoCd,
+    git: Option<GitApi>,
     store: Store<DynamicObject>,
 }
 
@@ -137,17 +142,33 @@ impl Worker {
         if recorded == record(&target, Some(&existing)) {
             return Ok(Outcome::Done); // computed for this range, and still in place
         }
-        // A first sync: only whether its own commit touched the app.
-        let previous = if target.previous.is_empty() {
-            target.current.clone()
-        } else {
-            target.previous.clone()
-        };
-        let revision = self
-            .argocd
-            .change_revision(name, namespace, &target.current, &previous)
-            .await
-            .map_err(|e| e.to_string())?;
+        let revision = match (&self.git, target.previous.is_empty()) {
+            // A first sync: the newest commit that touched the app, from the provider.
+            (Some(git), true) => {
+                let repo = text(&app, "/spec/source/repoURL");
+                let annotation = text(
+                    &app,
+                    &format!(
+                        "/metadata/annotations/{}",
+                        paths::MANIFEST_GENERATE_PATHS.replace('/', "~1")
+                    ),
+                );
+                let refresh = paths::refresh_paths(&annotation, &text(&app, "/spec/source/path"));
+                git.newest_touching(&repo, &target.current, &refresh).await
+            }
+            // Without a provider: only whether its own commit touched the app.
+            (None, true) => {
+                self.argocd
+                    .change_revision(name, namespace, &target.current, &target.current)
+                    .await
+            }
+            (_, false) => {
+                self.argocd
+                    .change_revision(name, namespace, &target.current, &target.previous)
+                    .await
+            }
+        }
+        .map_err(|e| e.to_string())?;
         let mut patch = target.field.patch(revision.as_deref());
         patch["metadata"] = json!({
             "resourceVersion": object.metadata.resource_version,
@@ -279,6 +300,10 @@ pub async fn run(env: SharedEnv, config: Config) {
             &config.argocd_token,
             config.call_timeout,
         ),
+        git: config
+            .git_api
+            .as_deref()
+            .map(|addr| GitApi::new(env.clone(), addr, config.call_timeout)),
         env: env.clone(),
         client,
         store: store.clone(),

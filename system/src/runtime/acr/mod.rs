@@ -8,7 +8,7 @@
 //! | input | Application informer → broadcaster (apps with the `manifest-generate-paths` annotation) → 1,000-slot channel, **dropped when full** | the same informer → a set of pending apps (one entry per app, nothing dropped) |
 //! | consumer | one, 2-minute budget per event | `workers` at once, one computation per app at a time |
 //! | when | only while the sync's `operation` is set (re-GET; gone → nothing, for good) | while it runs, **and** after it completed: the finished sync's value is checked against `history` |
-//! | revisions | `(current, previous)` from `operation`, `syncResult` and `history` (below) | in progress: (`operation.sync.revision`, last history entry); done: the last two history entries; a first sync asks only whether its own commit touched the app |
+//! | revisions | `(current, previous)` from `operation`, `syncResult` and `history` (below) | in progress: (`operation.sync.revision`, last history entry); done: the last two history entries; a first sync asks the Git provider for the newest commit touching the app's paths (without one: only whether its own commit did) |
 //! | write | merge patch of `status.operationState.operation.sync.changeRevision` (or `operation.sync.changeRevision` before any operationState) | the same fields, with the resourceVersion read as a precondition (a new sync in between → re-read); a stale value is cleared |
 //! | failures | logged; the event is gone | retried with 1–30 s jittered backoff |
 //! | restart | whatever was queued is gone; the initial list re-sends every app, into the same 1,000 slots | the initial list and a resync every `resync_every` re-check every app |
@@ -23,6 +23,7 @@
 
 mod argocd;
 mod faithful;
+mod git;
 mod hardened;
 pub mod paths;
 
@@ -36,6 +37,7 @@ use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;
 use crate::observe::AcrEvent;
 pub use argocd::{ArgoCd, CallError};
+pub use git::GitApi;
 
 /// The port the real controller listens on (`common.DefaultPortACRServer`; health only).
 pub const PORT: u16 = 8090;
@@ -65,6 +67,10 @@ pub struct Config {
     pub retry_max: Duration,
     /// hardened: every app is re-checked this often. Default 60 s.
     pub resync_every: Duration,
+    /// hardened: the Git provider's API (`host:port`), asked for a first sync's change
+    /// revision (the newest commit touching the app's paths); `None`: the repo-server's
+    /// answer for the sync's own commit only.
+    pub git_api: Option<String>,
 }
 
 impl Config {
@@ -82,6 +88,7 @@ impl Config {
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(30),
             resync_every: Duration::from_secs(60),
+            git_api: None,
         }
     }
 }
