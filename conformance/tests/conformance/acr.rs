@@ -2,7 +2,8 @@
 //! kube-apiserver: orrery's Argo CD (visible sync operations, its `changeRevision` endpoint)
 //! syncs two annotated Applications of one monorepo; a commit touching one app's directory
 //! and then one touching the other's move both to the same head; each variant must write
-//! the commit that really changed each app into its finished sync.
+//! the commit that really changed each app into its finished sync. The simulated Git
+//! provider's API runs on loopback too (hardened asks it for first syncs).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -136,14 +137,26 @@ async fn change_revisions_on_a_real_api_server(variant: Variant) {
         );
         async move { drop(run.await) }
     });
+    // The Git provider's API on loopback: hardened asks it for first syncs.
+    let git_port = free_port();
+    let provider = tokio::spawn({
+        let git = git.clone();
+        async move {
+            let addr = format!("127.0.0.1:{git_port}");
+            let env = Arc::new(RealEnv::new("git"));
+            drop(orrery_sim::world::git::serve(env, git, &addr).await)
+        }
+    });
     let runtime = tokio::spawn({
+        let mut acr = acr::Config::new(
+            variant,
+            target.clone(),
+            &format!("127.0.0.1:{argo_port}"),
+            ARGO_TOKEN,
+        );
+        acr.git_api = Some(format!("127.0.0.1:{git_port}"));
         let config = RuntimeConfig {
-            acr: Some(acr::Config::new(
-                variant,
-                target.clone(),
-                &format!("127.0.0.1:{argo_port}"),
-                ARGO_TOKEN,
-            )),
+            acr: Some(acr),
             ..Default::default()
         };
         let env = Arc::new(RealEnv::new("acr"));
@@ -207,6 +220,7 @@ async fn change_revisions_on_a_real_api_server(variant: Variant) {
     }
     runtime.abort();
     argo.abort();
+    provider.abort();
     let _ = cluster.cleanup(&namespace).await;
 }
 
