@@ -208,8 +208,10 @@ mod tests {
                 .push(format!("rotate_token {argocd} {secret_after:?}"));
         }
         fn change_git(&mut self, change: &GitChange) {
-            self.0
-                .push(format!("git {:?} {:?}", change.latency, change.outage));
+            self.0.push(format!(
+                "git {:?} {:?} {:?}",
+                change.latency, change.outage, change.rate_limit
+            ));
         }
     }
 
@@ -230,7 +232,7 @@ mod tests {
             ("{at: 1s, unregister: k}", "unregister k", "\"k\""),
             (
                 "{at: 1s, git: {latency: 2s}}",
-                "git Some(2s) None",
+                "git Some(2s) None None",
                 "{\"latency\":\"2s\"}",
             ),
             (

@@ -300,7 +300,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         );
     }
     tunnel_figures(events, &mut counters, &mut histograms, &mut series);
-    change_revision_figures(events, &mut counters, &mut histograms);
+    change_revision_figures(events, state, &mut counters, &mut histograms);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
         crate::checkers::ownership::analyse(events, &apps, state.end_ms)
@@ -321,16 +321,20 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
 ///   `oncePer: changeRevision` notifications send;
 /// - `acr.superseded_before_correct`: syncs whose change revision was still wrong when the
 ///   app synced again (the next sync's value is what counts from then on);
-/// - `acr.never_correct`: apps whose last sync's change revision was still wrong at the end;
+/// - `acr.never_correct`: apps whose last sync's change revision is wrong at the end, as
+///   `change_revision_correct` counts them (apps deleted meanwhile are not judged);
 /// - `time_to_correct_change_revision`: from a sync's end to its app carrying the expected
 ///   change revision (0 when it already did).
 ///
-/// The app's value is followed from the trace: an ACR write of
+/// For the time to correct, the app's value is followed from the trace: an ACR write of
 /// `status.operationState…changeRevision` sets it; a write of `operation…changeRevision` is
-/// copied into it when that operation finishes; otherwise a finishing sync keeps the value
-/// its predecessor left (the merge patch carries it over).
+/// taken as copied into it when that operation finishes (Argo CD copies the operation as its
+/// cache holds it, so a write just before the end may miss: then the figure is early);
+/// otherwise a finishing sync keeps the value its predecessor left (the merge patch carries
+/// it over).
 fn change_revision_figures(
     events: &[TraceEvent],
+    state: &crate::checkers::FinalState,
     counters: &mut BTreeMap<String, u64>,
     histograms: &mut BTreeMap<String, Histogram>,
 ) {
@@ -410,7 +414,11 @@ fn change_revision_figures(
     if syncs == 0 {
         return;
     }
-    let never = apps.values().filter(|a| a.waiting.is_some()).count() as u64;
+    let expected: BTreeMap<String, String> = apps
+        .iter()
+        .filter_map(|(app, a)| Some((app.to_string(), a.last_expected.clone()?)))
+        .collect();
+    let never = crate::checkers::acr::wrong_change_revisions(&expected, state).len() as u64;
     counters.insert("acr.real_changes".into(), real);
     counters.insert("acr.notifications".into(), notifications);
     counters.insert("acr.superseded_before_correct".into(), superseded);
@@ -628,7 +636,16 @@ mod tests {
             synced(7_000, "h3", "c2"),
             synced(8_000, "h4", "c4"),
         ];
-        let metrics = compute(&events, &crate::checkers::FinalState::default());
+        let mut right = crate::checkers::AppTruth {
+            key: "argocd/a".into(),
+            change_revision: "c2".into(),
+            ..Default::default()
+        };
+        let state = crate::checkers::FinalState {
+            apps: vec![right.clone()],
+            ..Default::default()
+        };
+        let metrics = compute(&events, &state);
         let counter = |name: &str| metrics.counters.get(name).copied();
         assert_eq!(counter("argocd.synced"), Some(4));
         assert_eq!(counter("acr.real_changes"), Some(3));
@@ -637,5 +654,12 @@ mod tests {
         assert_eq!(counter("acr.superseded_before_correct"), Some(0));
         let delays = &metrics.histograms["time_to_correct_change_revision"];
         assert_eq!((delays.count, delays.max), (3, 4_000));
+        // Judged at the end like the checker: right once the app carries c4.
+        right.change_revision = "c4".into();
+        let state = crate::checkers::FinalState {
+            apps: vec![right],
+            ..Default::default()
+        };
+        assert_eq!(compute(&events, &state).counters["acr.never_correct"], 0);
     }
 }

@@ -737,10 +737,9 @@ fn attributions(
         // An app deleted since has no paths left to judge by (names are never reused).
         .filter_map(|(at_ms, app, revision)| {
             let (repo, refresh) = apps.get(app)?;
-            let touches = git.commit_by_sha(repo, revision).is_some_and(|commit| {
-                let files: Vec<String> = commit.changes.keys().cloned().collect();
-                !files.is_empty() && paths::files_have_changed(refresh, &files)
-            });
+            let touches = git
+                .commit_by_sha(repo, revision)
+                .is_some_and(|commit| commit.touches(refresh));
             Some(checkers::Attribution {
                 at_ms,
                 app: app.clone(),

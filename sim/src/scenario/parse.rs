@@ -185,6 +185,31 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &hosts_field,
         "an acr host needs exactly one host with role apiserver and one with role argocd",
     )?;
+    if count(Role::Acr) > 0 {
+        v.check(
+            s.argocd.history_limit >= 2,
+            &Field::root("argocd").key("history_limit"),
+            format!(
+                "with an acr host history_limit must be at least 2 (a finished sync is judged against the entry before it), not {}",
+                s.argocd.history_limit
+            ),
+        )?;
+    }
+    for (i, invariant) in s.invariants.iter().enumerate() {
+        if matches!(
+            invariant.name.as_str(),
+            "change_revision_correct" | "no_spurious_change"
+        ) {
+            v.check(
+                count(Role::Acr) == 1 && !s.argocd.sync_duration.is_zero(),
+                &Field::root("invariants").index(i).key("name"),
+                format!(
+                    "{} needs a host with role acr and argocd.sync_duration above 0 (without visible sync operations nothing is judged)",
+                    invariant.name
+                ),
+            )?;
+        }
+    }
     if let Some(monorepo) = &s.workload.monorepo {
         let field = Field::root("workload").key("monorepo");
         v.check(
@@ -867,6 +892,48 @@ expect:
         let err = parse("t.yaml", &bad).unwrap_err().to_string();
         assert!(
             err.starts_with("t.yaml:11:24: faults[0].partition[1]: unknown host \"apisrv\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn change_revision_invariants_need_an_acr_host_and_visible_syncs() {
+        let without_acr = GOOD.replace(
+            "  - name: probe_matches_apiserver",
+            "  - name: probe_matches_apiserver\n  - name: change_revision_correct",
+        );
+        let err = parse("t.yaml", &without_acr).unwrap_err().to_string();
+        assert!(
+            err.contains("invariants[1].name: change_revision_correct needs a host with role acr"),
+            "{err}"
+        );
+        let with_acr = without_acr.replace(
+            "    - {name: probe, role: probe}",
+            "    - {name: probe, role: probe}\n    - {name: acr, role: acr}",
+        );
+        let err = parse("t.yaml", &with_acr).unwrap_err().to_string();
+        assert!(err.contains("argocd.sync_duration above 0"), "{err}");
+        let good = with_acr.replace(
+            "duration: 10s",
+            "argocd: {sync_duration: 2s}\nduration: 10s",
+        );
+        parse("t.yaml", &good).unwrap();
+        let short = good.replace(
+            "{sync_duration: 2s}",
+            "{sync_duration: 2s, history_limit: 1}",
+        );
+        let err = parse("t.yaml", &short).unwrap_err().to_string();
+        assert!(
+            err.contains("argocd.history_limit: with an acr host history_limit must be at least 2"),
+            "{err}"
+        );
+        let monorepo = good.replace(
+            "duration: 10s",
+            "workload: {repositories: 2, monorepo: {paths: 10}}\nduration: 10s",
+        );
+        let err = parse("t.yaml", &monorepo).unwrap_err().to_string();
+        assert!(
+            err.contains("workload.repositories: a monorepo is one repository"),
             "{err}"
         );
     }

@@ -35,6 +35,15 @@ pub struct Commit {
     pub changes: BTreeMap<String, String>,
 }
 
+impl Commit {
+    /// Whether this commit's changes (relative to its first parent) touch an app with
+    /// `refresh` paths (Argo CD's `AppFilesHaveChanged`); a commit without changes does not.
+    pub fn touches(&self, refresh: &[String]) -> bool {
+        let files: Vec<String> = self.changes.keys().cloned().collect();
+        !files.is_empty() && orrery_system::runtime::acr::paths::files_have_changed(refresh, &files)
+    }
+}
+
 /// The default branch every simulated app follows.
 pub const MAIN: &str = "main";
 
@@ -48,6 +57,9 @@ pub struct Repo {
     /// Indexes of the mainline commits (`main`'s first-parent chain), oldest first.
     #[serde(skip)]
     mainline: std::collections::BTreeSet<usize>,
+    /// Indexes of branch commits a merge already brought to `main`.
+    #[serde(skip)]
+    merged: std::collections::BTreeSet<usize>,
     /// Directory → indexes of the mainline commits that wrote a file directly in it, so
     /// lookups by app path cost O(changes to that path), not O(history) (10,000-app
     /// scenarios need it).
@@ -216,16 +228,24 @@ impl Git {
         let repository = self.repos.get(repo)?;
         let main = repository.branches.get(MAIN)?.clone();
         let head = repository.branches.get(branch)?.clone();
-        // The branch's own commits: its first-parent chain down to the mainline.
+        // The branch's own commits not merged before: its first-parent chain down to the
+        // mainline or to what an earlier merge brought.
         let mut brought = BTreeMap::new();
+        let mut walked = Vec::new();
         let mut at = repository.index_of(&head);
-        while let Some(i) = at.filter(|i| !repository.mainline.contains(i)) {
+        while let Some(i) =
+            at.filter(|i| !repository.mainline.contains(i) && !repository.merged.contains(i))
+        {
+            walked.push(i);
             for (file, content) in &repository.commits[i].changes {
                 brought
                     .entry(file.clone())
                     .or_insert_with(|| content.clone());
             }
             at = repository.parents_of(i).next();
+        }
+        if let Some(repository) = self.repos.get_mut(repo) {
+            repository.merged.extend(walked);
         }
         Some(self.append(
             repo,
@@ -349,10 +369,11 @@ impl Git {
         })
     }
 
-    /// The commits of `repo` reachable from `to` and not from `from` along `main`'s
-    /// first-parent chain (`git log --first-parent from..to`), newest first, with the files
-    /// each changed relative to its first parent (a merge: what it brought). The harness's
-    /// ground truth for change revisions; `from` empty means all of them.
+    /// The commits on `to`'s first-parent chain after `from` (`git log --first-parent
+    /// from..to` when `from` is on that chain), newest first, with the files each changed
+    /// relative to its first parent (a merge: what it brought). The harness's ground truth
+    /// for change revisions. `from` empty means the whole chain; a `from` that is not on the
+    /// chain (a rollback to an older revision, another branch) gives none.
     pub fn first_parent_range(&self, repo: &str, from: &str, to: &str) -> Vec<&Commit> {
         let Some(repository) = self.repos.get(repo) else {
             return Vec::new();
@@ -361,18 +382,22 @@ impl Git {
             return Vec::new();
         };
         let stop = repository.index_of(from);
+        if !from.is_empty() && stop.is_none() {
+            return Vec::new();
+        }
         let mut out = Vec::new();
         loop {
             if Some(at) == stop {
-                break;
+                return out;
             }
             out.push(&repository.commits[at]);
             match repository.parents_of(at).next() {
                 Some(parent) => at = parent,
-                None => break,
+                // The root: complete when the whole chain was asked for.
+                None if stop.is_none() => return out,
+                None => return Vec::new(),
             }
         }
-        out
     }
 
     /// Adds a push webhook to `repo` (GitHub's `POST /repos/{repo}/hooks` with `events:
@@ -459,11 +484,7 @@ impl Git {
     pub fn newest_touching(&self, repo: &str, sha: &str, paths: &[String]) -> Option<&Commit> {
         self.first_parent_range(repo, "", sha)
             .into_iter()
-            .find(|commit| {
-                let files: Vec<String> = commit.changes.keys().cloned().collect();
-                !files.is_empty()
-                    && orrery_system::runtime::acr::paths::files_have_changed(paths, &files)
-            })
+            .find(|commit| commit.touches(paths))
     }
 
     /// Repository URLs in order.

@@ -14,6 +14,21 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::{BoxStream, DeadlineStream, Listener, SharedEnv};
 
+/// Percent-encodes a query value (RFC 3986 unreserved characters pass), so names, SHAs,
+/// URLs and paths survive a query string.
+pub fn query_escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
 /// A request's query string as a map (`application/x-www-form-urlencoded`: `%XX` and `+`
 /// decoded; a repeated key keeps its last value).
 pub fn query(uri: &http::Uri) -> std::collections::BTreeMap<String, String> {

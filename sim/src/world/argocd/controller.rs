@@ -362,7 +362,8 @@ struct Completion {
 }
 
 /// The merge patch that completes `app`'s sync operation, started `running` ago (see the
-/// module docs), and what to record of it; `None` when the app has no operation.
+/// module docs), and what to record of it; `None` when the app has no operation. An
+/// operation without a revision (one a client wrote as `{sync: {…}}` only) syncs the head.
 fn completion(
     app: &DynamicObject,
     git: &SharedGit,
@@ -371,8 +372,12 @@ fn completion(
     unix_ms: u64,
 ) -> Option<(Value, Completion)> {
     let operation = app.data.get("operation").filter(|o| !o.is_null())?.clone();
-    let revision = operation.pointer("/sync/revision")?.as_str()?.to_string();
     let (repo, path) = source_of(app)?;
+    // An operation without a revision syncs the target revision (here: main's head).
+    let revision = match operation.pointer("/sync/revision").and_then(Value::as_str) {
+        Some(revision) if !revision.is_empty() => revision.to_string(),
+        _ => git.lock().head(&repo)?.sha.clone(),
+    };
     let mut history = app
         .data
         .pointer("/status/history")

@@ -88,7 +88,9 @@ pub fn change_revision(
 /// The change revision a sync from `previous` to `current` should carry: the newest commit
 /// on `main`'s first-parent chain `previous..current` (all of it when `previous` is empty)
 /// whose changes relative to its first parent — a merge's included — touch `refresh`.
-/// `None` when none does.
+/// `None` when none does, for a `previous` off that chain (a rollback), and for `previous ==
+/// current` (a sync that brought nothing new; the repo-server answers `current` when that
+/// commit touched the app).
 pub fn expected_change(
     git: &Git,
     repo: &str,
@@ -98,10 +100,7 @@ pub fn expected_change(
 ) -> Option<String> {
     git.first_parent_range(repo, previous, current)
         .into_iter()
-        .find(|commit| {
-            let files: Vec<String> = commit.changes.keys().cloned().collect();
-            !files.is_empty() && files_have_changed(refresh, &files)
-        })
+        .find(|commit| commit.touches(refresh))
         .map(|commit| commit.sha.clone())
 }
 

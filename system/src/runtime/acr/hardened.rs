@@ -17,8 +17,10 @@
 //!   that did not, or at the root commit (`git diff-tree` lists nothing for it), then gets
 //!   no change revision.
 //! - Every write carries the resourceVersion it was computed from (a new sync in between
-//!   → 409 → the app is judged again), and records `previous..current=revision` in the
-//!   [`COMPUTED`] annotation, so a restarted controller skips apps already right.
+//!   → 409 → the app is judged again, with backoff, from the cached answer), and records
+//!   `previous..current@<paths digest>=revision` in the [`COMPUTED`] annotation, so a
+//!   restarted controller skips apps already right (and recomputes an app whose paths
+//!   changed).
 //! - Argo CD or Git failures are retried with 1–30 s jittered backoff; a resync re-checks
 //!   every app every `resync_every`.
 
@@ -40,7 +42,8 @@ use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;
 use crate::observe::AcrEvent;
 
-/// Annotation recording what the controller last computed: `previous..current=revision`.
+/// Annotation recording what the controller last computed:
+/// `previous..current@<paths digest>=revision`.
 pub const COMPUTED: &str = "acr.orrery.io/computed";
 
 /// How long an idle worker waits before looking for work again.
@@ -98,13 +101,26 @@ fn target(app: &Value) -> Option<Target> {
     })
 }
 
-fn record(target: &Target, revision: Option<&str>) -> String {
-    format!(
-        "{}..{}={}",
-        target.previous,
-        target.current,
-        revision.unwrap_or("")
-    )
+/// A computation's scope: the sync range and the app's refresh paths.
+struct Scope<'a> {
+    target: &'a Target,
+    refresh: &'a [String],
+}
+
+impl Scope<'_> {
+    /// `previous..current@<FNV-1a of the paths>=revision`, as [`COMPUTED`] records it
+    /// (`None`: the scope alone, the cache's key).
+    fn record(&self, revision: Option<&str>) -> String {
+        let paths = crate::env::fnv1a_64(self.refresh.join(";").as_bytes());
+        let scope = format!(
+            "{}..{}@{paths:016x}",
+            self.target.previous, self.target.current
+        );
+        match revision {
+            Some(revision) => format!("{scope}={revision}"),
+            None => scope,
+        }
+    }
 }
 
 enum Outcome {
@@ -119,6 +135,9 @@ struct Worker {
     argocd: ArgoCd,
     git: Option<GitApi>,
     store: Store<DynamicObject>,
+    /// The last answer per app, by scope: a write that met a newer version retries without
+    /// asking Argo CD or the provider again.
+    computed: Mutex<BTreeMap<String, (String, Option<String>)>>,
 }
 
 impl Worker {
@@ -128,6 +147,10 @@ impl Worker {
         };
         let reference = ObjectRef::new_with(name, application_resource()).within(namespace);
         let Some(object) = self.store.get(&reference) else {
+            self.computed
+                .lock()
+                .expect("acr cache lock poisoned")
+                .remove(key);
             return Ok(Outcome::Done); // deleted
         };
         let app = serde_json::to_value(&*object).unwrap_or(Value::Null);
@@ -135,44 +158,62 @@ impl Worker {
             return Ok(Outcome::Done);
         };
         let existing = target.field.read(&app);
-        let recorded = text(
-            &app,
-            &format!("/metadata/annotations/{}", COMPUTED.replace('/', "~1")),
+        let annotation = |key: &str| {
+            object
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let refresh = paths::refresh_paths(
+            &annotation(paths::MANIFEST_GENERATE_PATHS),
+            &text(&app, "/spec/source/path"),
         );
-        if recorded == record(&target, Some(&existing)) {
-            return Ok(Outcome::Done); // computed for this range, and still in place
+        let scope = Scope {
+            target: &target,
+            refresh: &refresh,
+        };
+        if annotation(COMPUTED) == scope.record(Some(&existing)) {
+            return Ok(Outcome::Done); // computed for this range and these paths, still in place
         }
-        let revision = match (&self.git, target.previous.is_empty()) {
+        // Computed before (a write that met a newer version): not asked again.
+        let cached = self
+            .computed
+            .lock()
+            .expect("acr cache lock poisoned")
+            .get(key)
+            .filter(|(record, _)| *record == scope.record(None))
+            .map(|(_, revision)| revision.clone());
+        let revision = match (cached, &self.git, target.previous.is_empty()) {
+            (Some(revision), _, _) => Ok(revision),
             // A first sync: the newest commit that touched the app, from the provider.
-            (Some(git), true) => {
+            (None, Some(git), true) => {
                 let repo = text(&app, "/spec/source/repoURL");
-                let annotation = text(
-                    &app,
-                    &format!(
-                        "/metadata/annotations/{}",
-                        paths::MANIFEST_GENERATE_PATHS.replace('/', "~1")
-                    ),
-                );
-                let refresh = paths::refresh_paths(&annotation, &text(&app, "/spec/source/path"));
                 git.newest_touching(&repo, &target.current, &refresh).await
             }
             // Without a provider: only whether its own commit touched the app.
-            (None, true) => {
+            (None, None, true) => {
                 self.argocd
                     .change_revision(name, namespace, &target.current, &target.current)
                     .await
             }
-            (_, false) => {
+            (None, _, false) => {
                 self.argocd
                     .change_revision(name, namespace, &target.current, &target.previous)
                     .await
             }
         }
         .map_err(|e| e.to_string())?;
+        self.computed
+            .lock()
+            .expect("acr cache lock poisoned")
+            .insert(key.to_string(), (scope.record(None), revision.clone()));
         let mut patch = target.field.patch(revision.as_deref());
         patch["metadata"] = json!({
             "resourceVersion": object.metadata.resource_version,
-            "annotations": {COMPUTED: record(&target, revision.as_deref())},
+            "annotations": {COMPUTED: scope.record(revision.as_deref())},
         });
         match apps(&self.client, namespace)
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -238,8 +279,8 @@ async fn work(env: SharedEnv, config: Config, queue: Shared, worker: Arc<Worker>
                     q.attempts.remove(&key);
                     None
                 }
-                Ok(Outcome::Moved) => Some(IDLE * 2),
-                Err(_) => {
+                // Moved (the store lags a newer version) backs off like a failure.
+                Ok(Outcome::Moved) | Err(_) => {
                     let attempt = q.attempts.entry(key.clone()).or_default();
                     *attempt += 1;
                     Some(backoff(&env, &config, *attempt))
@@ -307,6 +348,7 @@ pub async fn run(env: SharedEnv, config: Config) {
         env: env.clone(),
         client,
         store: store.clone(),
+        computed: Mutex::default(),
     });
     for _ in 0..config.workers.max(1) {
         tokio::spawn(work(

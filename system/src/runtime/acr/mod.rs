@@ -23,7 +23,6 @@
 
 mod argocd;
 mod faithful;
-mod git;
 mod hardened;
 pub mod paths;
 
@@ -36,8 +35,7 @@ use crate::core::Variant;
 use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;
 use crate::observe::AcrEvent;
-pub use argocd::{ArgoCd, CallError};
-pub use git::GitApi;
+pub use argocd::{ArgoCd, CallError, GitApi};
 
 /// The port the real controller listens on (`common.DefaultPortACRServer`; health only).
 pub const PORT: u16 = 8090;

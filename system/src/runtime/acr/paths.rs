@@ -43,9 +43,20 @@ pub fn refresh_paths(annotation: &str, source_path: &str) -> Vec<String> {
         .filter(|item| !item.is_empty())
         .map(|item| match item.strip_prefix('/') {
             Some(absolute) => absolute.to_string(),
-            None => clean(&format!("{source_path}/{item}")),
+            None => join(source_path, item),
         })
         .collect()
+}
+
+/// Go's `filepath.Join` of two elements: empty elements are ignored, the rest joined and
+/// cleaned (both empty: empty).
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, true) => String::new(),
+        (true, false) => clean(b),
+        (false, true) => clean(a),
+        (false, false) => clean(&format!("{a}/{b}")),
+    }
 }
 
 fn ensure_abs(path: &str) -> String {
@@ -150,50 +161,42 @@ fn glob_at(p: &[char], n: &[char]) -> Option<bool> {
     }
 }
 
-/// Matches `c` against the class starting after `[`; returns (matched, pattern after `]`).
+/// Matches `c` against the class starting after `[` as Go's `matchChunk` does; returns
+/// (matched, pattern after `]`), or `None` for a malformed class (a bare `-` or `]` where a
+/// character belongs, an unterminated class). Unlike `?` and `*`, a class may match `/`.
 fn class(p: &[char], c: Option<char>) -> Option<(bool, &[char])> {
-    let (negated, mut i) = match p.first() {
-        Some('^') => (true, 1),
-        _ => (false, 0),
-    };
+    let negated = p.first() == Some(&'^');
+    let mut i = usize::from(negated);
     let mut matched = false;
-    let mut first = true;
+    let mut ranges = 0;
     loop {
-        let lo = *p.get(i)?;
-        if lo == ']' && !first {
+        if p.get(i) == Some(&']') && ranges > 0 {
             i += 1;
             break;
         }
-        first = false;
-        let lo = if lo == '\\' {
-            i += 1;
-            *p.get(i)?
-        } else {
-            lo
-        };
-        i += 1;
-        let hi = if p.get(i) == Some(&'-') && p.get(i + 1).is_some_and(|h| *h != ']') {
-            let hi = if p[i + 1] == '\\' {
-                i += 1;
-                *p.get(i + 1)?
-            } else {
-                p[i + 1]
-            };
-            i += 2;
-            hi
-        } else {
-            lo
-        };
-        if let Some(c) = c {
-            if lo <= c && c <= hi {
-                matched = true;
-            }
+        let (lo, next) = class_char(p, i)?;
+        i = next;
+        let mut hi = lo;
+        if p.get(i) == Some(&'-') {
+            let (h, next) = class_char(p, i + 1)?;
+            hi = h;
+            i = next;
         }
+        if c.is_some_and(|c| lo <= c && c <= hi) {
+            matched = true;
+        }
+        ranges += 1;
     }
-    let Some(c) = c else {
-        return Some((false, &p[i..]));
-    };
-    Some((matched != negated && c != '/', &p[i..]))
+    Some((c.is_some() && matched != negated, &p[i..]))
+}
+
+/// Go's `getEsc`: one class character at `i` (escaped with `\`), and the index after it.
+fn class_char(p: &[char], i: usize) -> Option<(char, usize)> {
+    match *p.get(i)? {
+        '-' | ']' => None,
+        '\\' => Some((*p.get(i + 1)?, i + 2)),
+        ch => Some((ch, i + 1)),
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +232,8 @@ mod tests {
         );
         assert_eq!(refresh_paths("..", "apps"), s(&["."]));
         assert_eq!(refresh_paths("*.yaml", "apps/x"), s(&["apps/x/*.yaml"]));
+        // An empty source path (the repository root): Go's Join ignores it.
+        assert_eq!(refresh_paths(".;x/../y", ""), s(&[".", "y"]));
     }
 
     #[test]
@@ -263,5 +268,12 @@ mod tests {
         assert_eq!(glob("/a/[^b-d].yaml", "/a/c.yaml"), Some(false));
         assert_eq!(glob("/a/\\*.yaml", "/a/*.yaml"), Some(true));
         assert_eq!(glob("/a/[b", "/a/b"), None);
+        // Malformed classes are errors (no match), as Go's ErrBadPattern.
+        assert_eq!(glob("/a/[]b]", "/a/b"), None);
+        assert_eq!(glob("/a/[-b]", "/a/b"), None);
+        assert_eq!(glob("/a/[b-]", "/a/b"), None);
+        // A class may match the separator; `?` may not.
+        assert_eq!(glob("/a[/]b", "/a/b"), Some(true));
+        assert_eq!(glob("/a?b", "/a/b"), Some(false));
     }
 }

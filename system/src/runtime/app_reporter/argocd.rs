@@ -9,6 +9,7 @@ use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 
+use crate::env::http::query_escape as q;
 use crate::env::{Point, SharedEnv};
 
 /// Why a read failed; the processing rules treat each kind differently.
@@ -43,20 +44,6 @@ impl ReadError {
     pub fn is_deadline(&self) -> bool {
         matches!(self, ReadError::Deadline { .. })
     }
-}
-
-/// Percent-encodes a query value (names, namespaces and shas are plain; be safe anyway).
-fn q(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
 
 /// A client of one Argo CD server.
