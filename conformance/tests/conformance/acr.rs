@@ -20,23 +20,10 @@ use orrery_system::runtime::acr::{self, paths::MANIFEST_GENERATE_PATHS};
 use orrery_system::runtime::assembly::{self, RuntimeConfig};
 use serde_json::{json, Value};
 
+use crate::support::{eventually, free_port, unix_ms};
+
 const REPO: &str = "https://git.example/org/mono.git";
 const ARGO_TOKEN: &str = "argocd-acr-token";
-const WITHIN: Duration = Duration::from_secs(90);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 fn files(dirs: &[&str], version: u32) -> BTreeMap<String, String> {
     dirs.iter()
@@ -72,23 +59,6 @@ async fn finished(
         text("/status/operationState/syncResult/revision"),
         text("/status/operationState/operation/sync/changeRevision"),
     ))
-}
-
-async fn eventually<F, Fut, T>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(reason) if tokio::time::Instant::now() >= deadline => {
-                panic!("{what}: not within {WITHIN:?}; last: {reason}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
-    }
 }
 
 async fn change_revisions_on_a_real_api_server(variant: Variant) {

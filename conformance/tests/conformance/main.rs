@@ -8,4 +8,5 @@ mod redis;
 mod resources;
 mod rollouts;
 mod runtime;
+mod support;
 mod workflows;

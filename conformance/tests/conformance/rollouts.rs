@@ -16,26 +16,7 @@ use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::{RealEnv, SharedEnv};
 use serde_json::{json, Value};
 
-/// How long a step may take on a real, loaded API server.
-const WITHIN: Duration = Duration::from_secs(90);
-
-/// Polls `check` every 250 ms until it returns `Ok`, or fails with its last reason.
-async fn eventually<F, Fut, T>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(reason) if tokio::time::Instant::now() >= deadline => {
-                panic!("{what}: not within {WITHIN:?}; last: {reason}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
-    }
-}
+use crate::support::eventually;
 
 fn status_of(object: &DynamicObject) -> (String, String, i64) {
     let status = &object.data["status"];

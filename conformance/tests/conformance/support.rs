@@ -1,0 +1,42 @@
+//! Helpers the real-mode suites share: loopback ports, the wall clock for commit times, and
+//! polling a real server until a condition holds.
+
+use std::time::Duration;
+
+/// How long a step may take on a real, loaded API server.
+pub const WITHIN: Duration = Duration::from_secs(90);
+
+/// A free loopback port (bound and released; the suites run one test at a time).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Unix milliseconds now (commit times in real mode).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Polls `check` every 250 ms until it returns `Ok`, or fails with its last reason after
+/// [`WITHIN`].
+pub async fn eventually<F, Fut, T>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(reason) if tokio::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {WITHIN:?}; last: {reason}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
