@@ -43,7 +43,7 @@ use std::str::FromStr;
 use orrery_system::env::Point;
 use orrery_system::observe::{
     AcrEvent, FaultPointEvent, LossReason, Observation, PlatformEvent, Projection, ReporterEvent,
-    ResourceReporterEvent, TunnelEvent, WatchEnd, WorldEvent,
+    ResourceReporterEvent, SourcesEvent, TunnelEvent, WatchEnd, WorldEvent,
 };
 
 use crate::faults::Fault;
@@ -132,6 +132,14 @@ conditions! {
     AcrOperationMissed = "acr_operation_missed",
     /// Computing a change revision failed.
     AcrCallFailed = "acr_call_failed",
+    /// A source server host was stopped and started again.
+    SourcesRestarted = "sources_restarted",
+    /// The source server answered from its cache.
+    SourcesServedFromCache = "sources_served_from_cache",
+    /// The source server could not answer (Argo CD or Git unavailable, nothing cached).
+    SourcesUnavailable = "sources_unavailable",
+    /// A reporter sent an app without its Git details (app versions or revisions metadata).
+    DetailsMissing = "details_missing",
 }
 
 impl fmt::Display for Condition {
@@ -371,6 +379,16 @@ impl Condition {
             Condition::AcrCallFailed => events
                 .iter()
                 .any(|e| matches!(e.acr(), Some(AcrEvent::Failed { .. }))),
+            Condition::SourcesRestarted => restarted(scenario, events, Role::Sources),
+            Condition::SourcesServedFromCache => events.iter().any(|e| {
+                matches!(e.sources(), Some(SourcesEvent::Served { cached: true, .. }))
+            }),
+            Condition::SourcesUnavailable => events
+                .iter()
+                .any(|e| matches!(e.sources(), Some(SourcesEvent::Unavailable { .. }))),
+            Condition::DetailsMissing => events
+                .iter()
+                .any(|e| matches!(e.reporter(), Some(ReporterEvent::DetailsMissing { .. }))),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -503,6 +521,7 @@ topology:
     - {name: eventbus, role: eventbus}
     - {name: resources, role: resources}
     - {name: acr, role: acr}
+    - {name: sources, role: sources}
 argocd: {application_namespaces: [team-a]}
 duration: 10s
 calm: 10s
@@ -916,7 +935,62 @@ expect: {hardened: pass}
                     },
                 )],
             ),
+            (
+                SourcesRestarted,
+                vec![stop(1_000, "sources")],
+                vec![stop(1_000, "sources"), start(3_000, "sources")],
+            ),
+            (
+                SourcesServedFromCache,
+                vec![served(1_000, false)],
+                vec![served(1_000, false), served(2_000, true)],
+            ),
+            (
+                SourcesUnavailable,
+                vec![served(1_000, false)],
+                vec![at(
+                    1_000,
+                    "sources",
+                    SourcesEvent::Unavailable {
+                        what: "metadata".into(),
+                        app: "argocd/a".into(),
+                        revision: "abc".into(),
+                        error: "503".into(),
+                    },
+                )],
+            ),
+            (
+                DetailsMissing,
+                vec![at(
+                    1_000,
+                    "reporter-0",
+                    ReporterEvent::ResyncError {
+                        replica: "reporter-0".into(),
+                    },
+                )],
+                vec![at(
+                    1_000,
+                    "reporter-0",
+                    ReporterEvent::DetailsMissing {
+                        replica: "reporter-0".into(),
+                        app: "a".into(),
+                    },
+                )],
+            ),
         ]
+    }
+
+    fn served(at_ms: u64, cached: bool) -> TraceEvent {
+        at(
+            at_ms,
+            "sources",
+            SourcesEvent::Served {
+                what: "manifests".into(),
+                app: "argocd/a".into(),
+                revision: "abc".into(),
+                cached,
+            },
+        )
     }
 
     fn acr(at_ms: u64, event: AcrEvent) -> TraceEvent {

@@ -211,6 +211,14 @@ impl TraceEvent {
         }
     }
 
+    /// The source server's event, if this is one.
+    pub fn sources(&self) -> Option<&orrery_system::observe::SourcesEvent> {
+        match &self.entry {
+            Entry::Observed(Observation::Sources(e)) => Some(e),
+            _ => None,
+        }
+    }
+
     /// The resource reporter's event, if this is one.
     pub fn resources(&self) -> Option<&ResourceReporterEvent> {
         match &self.entry {

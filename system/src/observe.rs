@@ -79,6 +79,10 @@ events! {
         /// hardened: the replica deleted its lease while shutting down, so the others take
         /// its apps at once instead of after the lease expires.
         "reporter.lease_released" => LeaseReleased { replica: String, deleted: bool },
+        /// An app was reported without its Git details (app versions, or a sync or change
+        /// revision's metadata): the source server or Argo CD could not answer. hardened
+        /// reports it again later.
+        "reporter.details_missing" => DetailsMissing { replica: String, app: String },
     }
 }
 
@@ -316,6 +320,18 @@ events! {
 }
 
 events! {
+    /// The source server (`runtime::source_server`). Apps are `namespace/name`.
+    pub enum SourcesEvent {
+        /// The server started.
+        "sources.start" => Start { host: String },
+        /// A request was answered (`cached`: from the server's cache, without upstream calls).
+        "sources.served" => Served { what: String, app: String, revision: String, cached: bool },
+        /// A request could not be answered (Argo CD or Git unavailable, and nothing cached).
+        "sources.unavailable" => Unavailable { what: String, app: String, revision: String, error: String },
+    }
+}
+
+events! {
     /// A Git webhook EventSource (`runtime::webhook_source`).
     pub enum WebhookEvent {
         /// A delivery of a configured event type was accepted (`after` is a push's new head).
@@ -354,6 +370,8 @@ pub enum Observation {
     Webhooks(WebhookEvent),
     /// From the change-revision (ACR) controller.
     Acr(AcrEvent),
+    /// From the source server.
+    Sources(SourcesEvent),
     /// From the tunnel client or server.
     Tunnel(TunnelEvent),
     /// From the platform's events path.
@@ -374,6 +392,7 @@ impl Observation {
             Observation::Resources(e) => e.kind(),
             Observation::Webhooks(e) => e.kind(),
             Observation::Acr(e) => e.kind(),
+            Observation::Sources(e) => e.kind(),
             Observation::Tunnel(e) => e.kind(),
             Observation::Platform(e) => e.kind(),
             Observation::Kube(e) => e.kind(),
@@ -409,6 +428,12 @@ impl From<WebhookEvent> for Observation {
 impl From<AcrEvent> for Observation {
     fn from(event: AcrEvent) -> Self {
         Observation::Acr(event)
+    }
+}
+
+impl From<SourcesEvent> for Observation {
+    fn from(event: SourcesEvent) -> Self {
+        Observation::Sources(event)
     }
 }
 

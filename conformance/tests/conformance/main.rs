@@ -8,5 +8,6 @@ mod redis;
 mod resources;
 mod rollouts;
 mod runtime;
+mod sources;
 mod support;
 mod workflows;

@@ -40,3 +40,26 @@ where
         }
     }
 }
+
+/// `GET url` over a real socket: (status, JSON body; `null` when the body is not JSON).
+pub async fn get_status(url: &str) -> Result<(u16, serde_json::Value), String> {
+    use http_body_util::{BodyExt, Full};
+    let env: orrery_system::env::SharedEnv =
+        std::sync::Arc::new(orrery_system::env::RealEnv::new("probe"));
+    let client = orrery_system::env::http::client::<Full<bytes::Bytes>>(
+        env,
+        std::time::Duration::from_secs(10),
+    );
+    let request = http::Request::get(url)
+        .body(Full::new(bytes::Bytes::new()))
+        .map_err(|e| e.to_string())?;
+    let response = client.request(request).await.map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, serde_json::from_slice(&body).unwrap_or_default()))
+}

@@ -15,6 +15,8 @@
 //! | `workflow_phases_reported` | safety | every Workflow that finished is shown by the platform with its final phase at the end |
 //! | `change_revision_correct` | safety | at the end every app's change revision (`status.operationState.operation.sync.changeRevision`) is the one its last sync should carry: the newest commit on the first-parent chain of its `previous..current` that touches its refresh paths, or none (see `acr`) |
 //! | `no_spurious_change` | safety | every change revision the ACR controller writes into an app is a commit that touched the app's refresh paths |
+//! | `app_version_reported` | liveness | after the calm phase every app the platform shows at its current sync (status and revision) shows the app version Git holds at its last sync (`Chart.yaml`'s `appVersion` at `syncResult.revision`; see `sources`) |
+//! | `change_revision_reported` | liveness | after the calm phase every app the platform shows at its current sync, whose sync has a change revision, shows that commit's author and message (`app.meta.revisions-metadata`) |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
 //! # Typed events
@@ -51,6 +53,7 @@ mod monotonic;
 pub mod ownership;
 mod platform;
 pub mod resources;
+pub mod sources;
 pub mod tunnel;
 
 #[cfg(test)]
@@ -108,6 +111,11 @@ pub struct AppTruth {
     pub destination: String,
     /// `status.operationState.operation.sync.changeRevision` (empty when not set).
     pub change_revision: String,
+    /// The app version Git holds at the last sync's revision (`Chart.yaml`'s `appVersion`
+    /// under the app's path at `syncResult.revision`; empty when there is none).
+    pub app_version: String,
+    /// The change revision's commit in Git: (author, message).
+    pub change_commit: Option<(String, String)>,
 }
 
 /// A change revision the ACR controller wrote into an app, judged against Git.
@@ -192,6 +200,8 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "workflow_phases_reported" => Box::new(resources::WorkflowPhasesReported::default()),
         "change_revision_correct" => Box::new(acr::ChangeRevisionCorrect::default()),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),
+        "app_version_reported" => Box::new(sources::AppVersionReported),
+        "change_revision_reported" => Box::new(sources::ChangeRevisionReported),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

@@ -41,6 +41,7 @@ fn app(name: &str, rv: &str, sync: &str) -> AppTruth {
         health_status: "Healthy".into(),
         destination: "https://kubernetes.default.svc".into(),
         change_revision: String::new(),
+        ..Default::default()
     }
 }
 
@@ -156,6 +157,7 @@ fn platform_converges_fires_on_a_lost_final_state() {
             health_status: "Healthy".into(),
             runtime: "acme".into(),
             read_errors: 0,
+            ..Default::default()
         };
         [("argocd/a".to_string(), state)].into_iter().collect()
     };
@@ -186,6 +188,7 @@ fn no_stale_read_errors_fires_while_an_app_still_shows_argo_cd_read_errors() {
                 health_status: "Healthy".into(),
                 runtime: "acme".into(),
                 read_errors,
+                ..Default::default()
             },
         )]
         .into_iter()
@@ -372,6 +375,7 @@ fn no_app_stuck_unknown_fires_for_unknown_apps_on_registered_clusters_only() {
             health_status: health.into(),
             runtime: "acme".into(),
             read_errors: 0,
+            ..Default::default()
         };
         [("argocd/a".to_string(), state)].into_iter().collect()
     };
@@ -432,6 +436,7 @@ fn stale_count_counts_what_stale_apps_lists() {
         health_status: "Healthy".into(),
         runtime: "acme".into(),
         read_errors: 0,
+        ..Default::default()
     };
     let apps = vec![
         app("same", "1", "Synced"),
@@ -758,4 +763,62 @@ fn no_spurious_change_fires_on_a_commit_that_did_not_touch_the_app() {
     assert_eq!(found[0].at_ms, 2_000);
     assert_eq!(found[0].details["revision"], "c9");
     assert_eq!(found[0].details["spurious"], 2);
+}
+
+#[test]
+fn app_version_and_change_revision_reported_fire_on_missing_git_details() {
+    use orrery_system::platform::events::read_model::CommitShown;
+    let mut truth = app("a", "7", "Synced");
+    truth.app_version = "1.4".into();
+    truth.change_revision = "c3".into();
+    truth.change_commit = Some(("Dev".into(), "bump a".into()));
+    let shown = |version: &str, commits: Vec<CommitShown>, revision: &str| AppState {
+        resource_version: 6,
+        sync_status: "Synced".into(),
+        revision: revision.into(),
+        health_status: "Healthy".into(),
+        app_version: version.into(),
+        change_commits: commits,
+        ..Default::default()
+    };
+    let commit = |revision: &str, message: &str| CommitShown {
+        revision: revision.into(),
+        author: "Dev".into(),
+        message: message.into(),
+        date: String::new(),
+    };
+    let state = |reported: AppState| FinalState {
+        apps: vec![truth.clone()],
+        reported: [("argocd/a".to_string(), reported)].into_iter().collect(),
+        end_ms: 9_000,
+        ..FinalState::default()
+    };
+    // Everything shown (at an older resourceVersion that only moved reconciledAt): holds.
+    let good = state(shown("1.4", vec![commit("c3", "bump a")], "abc"));
+    assert!(violations("app_version_reported", &[], &good).is_empty());
+    assert!(violations("change_revision_reported", &[], &good).is_empty());
+    // Sent without the details: each invariant names its own.
+    let bare = state(shown("", Vec::new(), "abc"));
+    let found = violations("app_version_reported", &[], &bare);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].class, super::Class::Liveness);
+    assert_eq!(
+        (
+            found[0].details["expected"].as_str(),
+            found[0].details["actual"].as_str()
+        ),
+        (Some("1.4"), Some(""))
+    );
+    let found = violations("change_revision_reported", &[], &bare);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].details["change_revision"], "c3");
+    // Another commit's metadata, or the right SHA with another message, is not the change.
+    for commits in [vec![commit("c2", "bump a")], vec![commit("c3", "other")]] {
+        let wrong = state(shown("1.4", commits, "abc"));
+        assert_eq!(violations("change_revision_reported", &[], &wrong).len(), 1);
+    }
+    // An app the platform shows at another sync is platform_converges's concern.
+    let behind = state(shown("", Vec::new(), "older"));
+    assert!(violations("app_version_reported", &[], &behind).is_empty());
+    assert!(violations("change_revision_reported", &[], &behind).is_empty());
 }

@@ -150,10 +150,17 @@ fn counted_kind(event: &TraceEvent) -> Option<String> {
         return Some(format!("fault.{}", fault.name()));
     }
     let kind = event.kind();
-    ["workload.", "argocd.", "host.", "reporter.", "acr."]
-        .iter()
-        .any(|prefix| kind.starts_with(prefix))
-        .then(|| kind.to_string())
+    [
+        "workload.",
+        "argocd.",
+        "host.",
+        "reporter.",
+        "acr.",
+        "sources.",
+    ]
+    .iter()
+    .any(|prefix| kind.starts_with(prefix))
+    .then(|| kind.to_string())
 }
 
 /// Computes the figures of a run from its trace and final state.
@@ -301,6 +308,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     }
     tunnel_figures(events, &mut counters, &mut histograms, &mut series);
     change_revision_figures(events, state, &mut counters, &mut histograms);
+    git_detail_figures(events, state, &mut counters);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
         crate::checkers::ownership::analyse(events, &apps, state.end_ms)
@@ -426,6 +434,37 @@ fn change_revision_figures(
     histograms.insert(
         "time_to_correct_change_revision".into(),
         Histogram::from_ms(delays),
+    );
+}
+
+/// What the platform shows of the apps' Git side, when a source server served them:
+/// - `sources.served_from_cache`: answers the source server gave from its cache;
+/// - `platform.apps_without_version` / `platform.apps_without_change_commit`: apps the
+///   platform shows at their current sync without the app version Git has, or without their
+///   change revision's commit, at the end (what `app_version_reported` and
+///   `change_revision_reported` judge).
+fn git_detail_figures(
+    events: &[TraceEvent],
+    state: &crate::checkers::FinalState,
+    counters: &mut BTreeMap<String, u64>,
+) {
+    use orrery_system::observe::SourcesEvent;
+    if !events.iter().any(|e| e.sources().is_some()) {
+        return;
+    }
+    let cached = events
+        .iter()
+        .filter(|e| matches!(e.sources(), Some(SourcesEvent::Served { cached: true, .. })))
+        .count();
+    counters.insert("sources.served_from_cache".into(), cached as u64);
+    let (without_version, without_commit) = crate::checkers::sources::missing(state);
+    counters.insert(
+        "platform.apps_without_version".into(),
+        without_version as u64,
+    );
+    counters.insert(
+        "platform.apps_without_change_commit".into(),
+        without_commit as u64,
     );
 }
 

@@ -657,8 +657,12 @@ fn platform_knobs(scenario: &Scenario) -> platform_events::Knobs {
     }
 }
 
-/// The API server's Applications: `namespace/name` → (name, rv, reported state).
-fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
+/// The API server's Applications: `namespace/name` → (name, rv, reported state), with
+/// what Git says of their last sync (the app version at `syncResult.revision`, the change
+/// revision's commit).
+fn truth(api: &ApiServer, git: &SharedGit) -> Vec<checkers::AppTruth> {
+    use orrery_system::runtime::source_server::version;
+    let git = git.lock();
     let kind = api
         .kind("applications")
         .expect("applications are served")
@@ -681,7 +685,32 @@ fn truth(api: &ApiServer) -> Vec<checkers::AppTruth> {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
-        })
+            ..Default::default()
+        });
+        let truth = apps.last_mut().expect("just pushed");
+        let source = o.pointer("/spec/source");
+        let (repo, path) = (text(source, "repoURL"), text(source, "path"));
+        let synced = o
+            .pointer("/status/operationState/syncResult/revision")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if let Some(files) = (!synced.is_empty())
+            .then(|| git.files_at(&repo, synced, &path))
+            .flatten()
+        {
+            truth.app_version =
+                version::application_versions(&files, &path, &version::VersionSource::default())
+                    .ok()
+                    .and_then(|v| {
+                        v.get("appVersion")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_default();
+        }
+        if let Some(commit) = git.commit_by_sha(&repo, &truth.change_revision) {
+            truth.change_commit = Some((commit.author.clone(), commit.message.clone()));
+        }
     });
     // Store order is (namespace, name) already; the sort keeps the contract explicit.
     apps.sort_by(|a, b| a.key.cmp(&b.key));
@@ -1077,7 +1106,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     let events = trace.events();
     let state = FinalState {
         attributions: attributions(&events, &world.api, &world.git),
-        apps: truth(&world.api),
+        apps: truth(&world.api, &world.git),
         reported: world.platform.apps(),
         end_ms,
         unregistered: world

@@ -268,6 +268,10 @@ pub enum Role {
     /// The Git provider's HTTP API (port 80) and its push webhook deliveries
     /// (`world::git`).
     Git,
+    /// The source server (`runtime::source_server`, port 8090), reading from the `role:
+    /// argocd` host; with one in the world, reporters read app versions and revision
+    /// metadata from it instead of from Argo CD.
+    Sources,
 }
 
 /// Simulated Argo CD settings.
@@ -869,7 +873,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 15] = [
+pub const KNOWN_INVARIANTS: [&str; 17] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -885,6 +889,8 @@ pub const KNOWN_INVARIANTS: [&str; 15] = [
     "workflow_phases_reported",
     "change_revision_correct",
     "no_spurious_change",
+    "app_version_reported",
+    "change_revision_reported",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

@@ -185,6 +185,11 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &hosts_field,
         "an acr host needs exactly one host with role apiserver and one with role argocd",
     )?;
+    v.check(
+        count(Role::Sources) == 0 || count(Role::Argocd) == 1,
+        &hosts_field,
+        "a sources host needs exactly one host with role argocd",
+    )?;
     if count(Role::Acr) > 0 {
         v.check(
             s.argocd.history_limit >= 2,
@@ -196,6 +201,19 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         )?;
     }
     for (i, invariant) in s.invariants.iter().enumerate() {
+        if matches!(
+            invariant.name.as_str(),
+            "app_version_reported" | "change_revision_reported"
+        ) {
+            v.check(
+                count(Role::Platform) == 1 && count(Role::Reporter) > 0,
+                &Field::root("invariants").index(i).key("name"),
+                format!(
+                    "{} needs a host with role platform and at least one with role reporter",
+                    invariant.name
+                ),
+            )?;
+        }
         if matches!(
             invariant.name.as_str(),
             "change_revision_correct" | "no_spurious_change"
@@ -292,6 +310,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         Role::Resources,
         Role::Eventbus,
         Role::Acr,
+        Role::Sources,
         Role::Git,
     ] {
         v.check(

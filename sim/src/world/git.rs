@@ -452,6 +452,17 @@ impl Git {
         Some(files)
     }
 
+    /// The order in which `sha` was pushed to `repo` (0 = first, on any branch): a clone
+    /// fetched when the newest commit was number N holds every commit up to N.
+    pub fn pushed_as(&self, repo: &str, sha: &str) -> Option<usize> {
+        self.repos.get(repo)?.index_of(sha)
+    }
+
+    /// The number of the newest commit pushed to `repo` (see [`Git::pushed_as`]).
+    pub fn newest_pushed(&self, repo: &str) -> Option<usize> {
+        self.repos.get(repo)?.commits.len().checked_sub(1)
+    }
+
     /// The newest commit at or before `sha` that changed a file directly under `path`.
     pub fn last_change(&self, repo: &str, sha: &str, path: &str) -> Option<&Commit> {
         let repository = self.repos.get(repo)?;

@@ -14,7 +14,7 @@ use orrery_system::platform::tunnel as tunnel_server;
 use orrery_system::runtime::assembly::{RouterConfig, RuntimeConfig};
 use orrery_system::runtime::resource_reporter::{self, BUS_PORT};
 use orrery_system::runtime::router::Routes;
-use orrery_system::runtime::{acr, app_reporter, tunnel_client};
+use orrery_system::runtime::{acr, app_reporter, source_server, tunnel_client};
 
 use super::argocd;
 use super::tunnel::{runtimes_of, APP_PROXY_PORT, GATEWAY_PORT, TUNNEL_PORT};
@@ -80,6 +80,17 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     if host.has(Role::Acr) {
         config.acr = Some(acr_controller(scenario, variant));
     }
+    if host.has(Role::Sources) {
+        let token = match scenario.argocd.install {
+            Install::Bundled => ARGOCD_TOKEN,
+            Install::Existing => EXISTING_ARGOCD_TOKEN,
+        };
+        config.source_server = Some(source_server::Config::new(
+            &format!("0.0.0.0:{}", source_server::PORT),
+            &format!("{}:8080", host_of(scenario, Role::Argocd)),
+            token,
+        ));
+    }
     if host.has(Role::Runtime) {
         let gateway = host_of(scenario, Role::Gateway);
         // With a cache host in the world, hardened keeps its request records there.
@@ -114,7 +125,8 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         && config.tunnels.is_empty()
         && config.event_bus.is_none()
         && config.resource_reporter.is_none()
-        && config.acr.is_none();
+        && config.acr.is_none()
+        && config.source_server.is_none();
     (!empty).then_some(config)
 }
 
@@ -210,6 +222,13 @@ fn reporter(scenario: &Scenario, variant: Variant) -> app_reporter::Config {
         Install::Existing => config.argocd_token_secret = Some(ARGOCD_TOKEN_SECRET.into()),
     }
     config.application_namespaces = scenario.argocd.application_namespaces.clone();
+    if scenario.topology.hosts.iter().any(|h| h.has(Role::Sources)) {
+        config.sources_addr = Some(format!(
+            "{}:{}",
+            host_of(scenario, Role::Sources),
+            source_server::PORT
+        ));
+    }
     config.platform_addr = format!("{}:{PLATFORM_PORT}", host_of(scenario, Role::Platform));
     config.runtime_token = RUNTIME_TOKEN.into();
     config.cache_addr = format!("{}:{CACHE_PORT}", host_of(scenario, Role::Cache));

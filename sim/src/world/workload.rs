@@ -72,6 +72,17 @@ pub struct Layout {
 /// The shared directory every `shared_every`-th monorepo app also depends on.
 pub const SHARED_DIR: &str = "platform/base";
 
+/// A team's `Chart.yaml`: its app version moves with each release (`1.<version>`), so the
+/// source server and the fork's repo-server read app versions from it (`$.appVersion`).
+fn chart(team: &str, version: u64) -> String {
+    format!("apiVersion: v2\nname: {team}\nversion: 0.1.0\nappVersion: \"1.{version}\"\n")
+}
+
+/// A team directory's last segment (`teams/team-007` → `team-007`).
+fn team_name(dir: &str) -> String {
+    dir.rsplit('/').next().unwrap_or(dir).to_string()
+}
+
 /// The monorepo directory of team `group`.
 pub fn team_dir(group: usize) -> String {
     format!("teams/team-{group:03}")
@@ -111,10 +122,11 @@ impl Layout {
     fn files(&self, index: usize, version: u64) -> BTreeMap<String, String> {
         let name = app_name(index);
         if let Some((dir, _)) = self.team_of(index) {
-            // The app's Deployment, its team's values, and the shared base.
+            // The app's Deployment, its team's values and chart, and the shared base.
             return BTreeMap::from([
                 (format!("{dir}/{name}.yaml"), format!("kind: Deployment\nmetadata: {{name: {name}}}\nspec: {{replicas: 2, image: registry.example/{name}:v{version}}}\n")),
                 (format!("{dir}/values.yaml"), format!("version: {version}\n")),
+                (format!("{dir}/Chart.yaml"), chart(&team_name(&dir), version)),
                 (format!("{SHARED_DIR}/config.yaml"), format!("version: {version}\n")),
             ]);
         }
@@ -515,20 +527,22 @@ impl Generator {
         }
         self.storm_commits += 1;
         let version = self.storm_commits + 1;
-        let changes: BTreeMap<String, String> = dirs
-            .iter()
-            .map(|dir| {
-                let file = if dir == SHARED_DIR {
-                    "config"
-                } else {
-                    "values"
-                };
-                (
-                    format!("{dir}/{file}.yaml"),
+        let mut changes = BTreeMap::new();
+        for dir in &dirs {
+            if dir == SHARED_DIR {
+                changes.insert(
+                    format!("{dir}/config.yaml"),
                     format!("version: {version}\n"),
-                )
-            })
-            .collect();
+                );
+            } else {
+                // A team's release bumps its values and its chart's appVersion together.
+                changes.insert(
+                    format!("{dir}/values.yaml"),
+                    format!("version: {version}\n"),
+                );
+                changes.insert(format!("{dir}/Chart.yaml"), chart(&team_name(dir), version));
+            }
+        }
         let touched: Vec<String> = dirs.into_iter().collect();
         let sha = self.handles.git.lock().commit(
             &repo_url(0),
@@ -680,7 +694,10 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
         if generator.handles.calm.load(Ordering::SeqCst) {
             break;
         }
+        // Pushes fail while the Git provider is down: no commits, no new apps.
+        let provider_down = generator.handles.git.lock().serving.outage;
         match action {
+            0 | 1 | 4 if provider_down => {}
             0 => generator.commit().await,
             1 => generator.churn().await,
             2 => generator.flap(),

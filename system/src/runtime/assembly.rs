@@ -14,13 +14,15 @@
 //! | event bus (Argo Events EventBus) | [`RuntimeConfig::event_bus`] | — |
 //! | Git webhook EventSources | [`RuntimeConfig::webhook_sources`] | the event bus |
 //! | change-revision (ACR) controller | [`RuntimeConfig::acr`] | Kubernetes API, Argo CD |
+//! | source server | [`RuntimeConfig::source_server`] | Argo CD (and its repo-server) |
 
 use std::future::Future;
 use std::sync::Arc;
 
 use super::router::{self, Router, Routes};
 use super::{
-    acr, app_proxy, app_reporter, cache, resource_reporter, tunnel_client, webhook_source,
+    acr, app_proxy, app_reporter, cache, resource_reporter, source_server, tunnel_client,
+    webhook_source,
 };
 use crate::env::SharedEnv;
 use crate::observe::TunnelEvent;
@@ -61,6 +63,8 @@ pub struct RuntimeConfig {
     pub webhook_sources: Vec<webhook_source::Config>,
     /// The change-revision (ACR) controller.
     pub acr: Option<acr::Config>,
+    /// The source server.
+    pub source_server: Option<source_server::Config>,
 }
 
 /// Why the runtime stopped on its own.
@@ -126,6 +130,12 @@ pub async fn run(
     }
     if let Some(controller) = config.acr.clone() {
         servers.spawn(acr::run(env.clone(), controller));
+    }
+    if let Some(sources) = config.source_server.clone() {
+        let sources_env = env.clone();
+        spawn_server(&mut servers, &env, "source-server", async move {
+            source_server::run(sources_env, sources).await
+        });
     }
     if let Some(proxy) = config.app_proxy.clone() {
         let proxy_env = env.clone();

@@ -7,7 +7,10 @@
 //! - [`cache`]: the dedup store shared by reporter replicas (Redis in the real runtime).
 //! - [`tunnel_client`]: the runtime's end of the tunnel to the platform.
 //! - [`router`]: the request routing service (tunnel or ingress → app-proxy, workflows, webhooks).
-//! - [`app_proxy`]: the runtime's REST API (repositories, commits, workflows).
+//! - [`app_proxy`]: the runtime's REST API (repositories, commits, workflows, manifests).
+//! - [`acr`]: the change-revision controller (monorepos: which commit really changed an app).
+//! - [`source_server`]: Git manifests, revision metadata and app versions for the reporters
+//!   and the app-proxy, cached.
 //! - [`assembly`]: the whole runtime, one config and one `run` — what `orrery serve runtime`
 //!   and the simulated world start.
 
@@ -18,5 +21,7 @@ pub mod assembly;
 pub mod cache;
 pub mod resource_reporter;
 pub mod router;
+pub mod source_server;
 pub mod tunnel_client;
+pub mod upstream;
 pub mod webhook_source;

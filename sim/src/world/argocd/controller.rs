@@ -123,12 +123,12 @@ fn desired_status(
         return Some((uncomparable(app, kind, &message, unix_ms), None));
     }
     let git = git.lock();
+    let status = app.data.get("status").cloned().unwrap_or(json!({}));
     // Compared with the repository head, as Argo CD does: in sync when the app's files at
     // the head are the ones deployed (the newest commit touching its path is the same).
-    let head = git.head(&repo)?.clone();
+    let head = resolved_head(&git, &repo, &status)?.clone();
     let head_sha = head.sha.clone();
     let path_head = git.last_change(&repo, &head_sha, &path)?.sha.clone();
-    let status = app.data.get("status").cloned().unwrap_or(json!({}));
     // What is deployed is the last history entry; `sync.revision` is only what was compared.
     let synced_revision = status
         .get("history")
@@ -286,7 +286,9 @@ impl Inputs {
         clusters: &Clusters,
     ) -> Option<Inputs> {
         let (repo, _) = source_of(app)?;
-        let head = git.lock().head(&repo)?.sha.clone();
+        let no_status = json!({});
+        let status = app.data.get("status").unwrap_or(&no_status);
+        let head = resolved_head(&git.lock(), &repo, status)?.sha.clone();
         // Only whether the cluster answers matters, not the text of its last error.
         let cluster = match clusters.reach(&destination_of(app).0) {
             Reach::Unreachable(_) => Reach::Unreachable(String::new()),
@@ -942,4 +944,25 @@ pub async fn run(
         )
         .await;
     }
+}
+
+/// The head a refresh compares with: the branch's head, resolved by the repo-server
+/// (`ls-remote`); while the Git provider is down it cannot be resolved, so the app stays at
+/// the revision it last compared (`status.sync.revision`), as Argo CD keeps the last
+/// comparison when the repo-server fails.
+fn resolved_head<'g>(
+    git: &'g crate::world::git::Git,
+    repo: &str,
+    status: &Value,
+) -> Option<&'g crate::world::git::Commit> {
+    if git.serving.outage {
+        let last = status
+            .pointer("/sync/revision")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if let Some(commit) = git.commit_by_sha(repo, last) {
+            return Some(commit);
+        }
+    }
+    git.head(repo)
 }

@@ -177,6 +177,8 @@ impl Resource {
 pub fn resources_of(files: &BTreeMap<String, String>, app: &str) -> Vec<Resource> {
     let mut resources: Vec<Resource> = files
         .iter()
+        // A chart's `Chart.yaml` describes the chart (its name and versions), not a resource.
+        .filter(|(file, _)| !file.ends_with("Chart.yaml"))
         .map(|(file, content)| {
             if let Some((name, namespace)) = child_of(content) {
                 return Resource {
@@ -318,6 +320,7 @@ pub async fn run(
         config: config.clone(),
         compiled: Default::default(),
         env: env.clone(),
+        clones: Default::default(),
     };
     let listen = config.listen.clone();
     // Destination clusters: registered by Secrets, checked by the cluster cache.

@@ -6,8 +6,16 @@
 //! | `GET /api/v1/applications/{name}/resource-tree` | `{nodes: [...]}` from `status.resources` |
 //! | `GET /api/v1/applications/{name}/manifests[?revision=R]` | the fork's answer: `{manifests: [{compiledManifest, rawManifest, path, line}], revision, applicationVersions}` from Git |
 //! | `GET /api/v1/applications/{name}/revisions/{rev}/metadata` | `{author, date, message}` |
+//! | `GET /api/v1/applications/{name}/files?revision=R` | `{revision, files: {path: content}}`: the files directly under the app's path — a stand-in for the repo-server's `GetGitFiles` (gRPC in Argo CD), which the source server reads |
 //! | `GET /api/v1/applications/{name}/resource?namespace=&resourceName=&group=&version=&kind=` | `{manifest}`: the live object as a JSON string |
 //! | `GET /api/v1/application/changeRevision?appName=&namespace=&currentRevision=&previousRevision=` | the fork's `GetChangeRevision`: `{revision}` or `{}` ([`super::repo_server`]); 400 `FailedPrecondition` without the `manifest-generate-paths` annotation; 500 when Git cannot be fetched |
+//!
+//! Manifests, metadata and files come from the repo-server's clone of the repository: a
+//! revision the clone already holds is answered even while the Git provider is down
+//! (Argo CD fetches only a revision it does not have); anything else needs a fetch, which
+//! waits out the `git` fault's latency and fails in an outage (500, as the repo-server's
+//! "failed to fetch"). The clone lives as long as the Argo CD process. [inferred: one clone
+//! per repository, fetched whole]
 //!
 //! `appNamespace` selects the app's namespace (default: Argo CD's own); a namespace Argo CD
 //! does not manage is refused as the real server refuses it. `project` and `sourceIndex`
@@ -44,6 +52,9 @@ pub struct Server {
     pub compiled: std::sync::Arc<std::sync::Mutex<CompiledCache>>,
     /// Time, for the Git fetches a change-revision request waits on.
     pub env: orrery_system::env::SharedEnv,
+    /// The repo-server's clones: per repository, the newest commit fetched (see
+    /// [`crate::world::git::Git::pushed_as`]).
+    pub clones: std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>>,
 }
 
 /// Compiled manifests by (app, file, file content), found by a hash of the three and
@@ -103,18 +114,13 @@ impl CompiledCache {
 /// Entries kept in the compiled-manifest cache before it is cleared.
 const COMPILED_CACHE_LIMIT: usize = 50_000;
 
-/// `applicationVersions` of the fork's manifests answer: the image tag of the app's
-/// Deployment as its app version (the simulated repositories have no `Chart.yaml`).
-fn app_versions(files: &std::collections::BTreeMap<String, String>) -> Value {
-    let version = files
-        .values()
-        .find_map(|content| {
-            let image = content.split("image: ").nth(1)?;
-            let tag = image.split([',', '}', '\n']).next()?.rsplit_once(':')?.1;
-            Some(tag.trim().to_string())
-        })
-        .unwrap_or_default();
-    json!({"appVersion": version, "dependencies": {}})
+/// `applicationVersions` of the fork's manifests answer: the default `versionSource`
+/// (`Chart.yaml` / `$.appVersion`, research §4.3) read from the app's files; `null` without
+/// one.
+fn app_versions(files: &BTreeMap<String, String>, app_path: &str) -> Value {
+    use orrery_system::runtime::source_server::version;
+    version::application_versions(files, app_path, &version::VersionSource::default())
+        .unwrap_or(Value::Null)
 }
 
 fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
@@ -125,6 +131,49 @@ fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
 }
 
 impl Server {
+    /// The repo-server has `revision` of `repo` (the head when empty), fetching it if its
+    /// clone does not: `Err` with the answer to give when the fetch fails (an outage).
+    async fn fetch(&self, repo: &str, revision: &str) -> Result<(), Response<Body>> {
+        let (have, needed) = {
+            let git = self.git.lock();
+            let wanted = if revision.is_empty() {
+                git.newest_pushed(repo)
+            } else {
+                git.pushed_as(repo, revision)
+            };
+            let have = self
+                .clones
+                .lock()
+                .expect("clones lock poisoned")
+                .get(repo)
+                .copied();
+            (have, wanted)
+        };
+        if let (Some(have), Some(needed)) = (have, needed) {
+            if needed <= have {
+                return Ok(()); // in the clone already: no fetch
+            }
+        }
+        let serving = self.git.lock().serving;
+        if !serving.latency.is_zero() {
+            self.env.sleep(serving.latency).await;
+        }
+        if serving.outage {
+            return Err(error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                13,
+                format!("rpc error: code = Internal desc = failed to fetch {repo}: 503 Service Unavailable"),
+            ));
+        }
+        if let Some(newest) = self.git.lock().newest_pushed(repo) {
+            self.clones
+                .lock()
+                .expect("clones lock poisoned")
+                .insert(repo.to_string(), newest);
+        }
+        Ok(())
+    }
+
     /// `resource`'s compiled manifest as JSON text (cached).
     fn compiled(&self, resource: &super::Resource, raw: &str, app: &str) -> String {
         self.compiled
@@ -261,6 +310,19 @@ impl Server {
                 format!("application {name} has no spec.source"),
             );
         };
+        let fetched = match rest {
+            ["manifests"] | ["files"] => params.get("revision").cloned().unwrap_or_default(),
+            ["revisions", revision, "metadata"] => revision.to_string(),
+            _ => String::new(),
+        };
+        if matches!(
+            rest,
+            ["manifests"] | ["files"] | ["revisions", _, "metadata"]
+        ) {
+            if let Err(answer) = self.fetch(&repo, &fetched).await {
+                return answer;
+            }
+        }
         let git = self.git.lock();
         let no_status = json!({});
         let status = app.data.get("status").unwrap_or(&no_status);
@@ -305,10 +367,27 @@ impl Server {
                                 "manifests": manifests,
                                 "revision": revision,
                                 "sourceType": "Directory",
-                                "applicationVersions": app_versions(&files),
+                                "applicationVersions": app_versions(&files, &app_path),
                             }),
                         )
                     }
+                    None => error(
+                        StatusCode::NOT_FOUND,
+                        5,
+                        format!("revision {revision} not found in {repo}"),
+                    ),
+                }
+            }
+            ["files"] => {
+                let revision = Some(fetched)
+                    .filter(|r| !r.is_empty())
+                    .or_else(|| git.head(&repo).map(|c| c.sha.clone()))
+                    .unwrap_or_default();
+                match git.files_at(&repo, &revision, &app_path) {
+                    Some(files) => json(
+                        StatusCode::OK,
+                        &json!({"revision": revision, "files": files}),
+                    ),
                     None => error(
                         StatusCode::NOT_FOUND,
                         5,

@@ -385,6 +385,26 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
             .iter()
             .filter(|e| e.kind == "transient")
             .count() as u32,
+        app_version: event
+            .payload
+            .app_versions
+            .get("appVersion")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string(),
+        change_revision: status
+            .operation_state
+            .0
+            .operation
+            .0
+            .sync
+            .0
+            .change_revision
+            .as_str()
+            .to_string(),
+        change_commits: read_model::CommitShown::change_revisions(
+            metadata.annotations.0.revisions_metadata.as_str(),
+        ),
     };
     let applied = platform
         .read_model

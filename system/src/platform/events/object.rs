@@ -1,5 +1,6 @@
 //! What the projection reads of an event's object (`data.object`): kind, apiVersion, name,
-//! namespace, resourceVersion and the app's sync and health. The rest of the object is
+//! namespace, resourceVersion, the app's sync and health, its sync's change revision and
+//! the reporter's revisions-metadata annotation. The rest of the object is
 //! checked to be JSON and skipped, not built into a tree (an Application carries its whole
 //! status; the platform reads five strings of it).
 //!
@@ -38,6 +39,17 @@ pub struct Metadata {
     /// `metadata.resourceVersion`.
     #[serde(rename = "resourceVersion")]
     pub resource_version: Text,
+    /// `metadata.annotations` (the reporter's).
+    pub annotations: Lenient<Annotations>,
+}
+
+/// The annotations the projection reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Annotations {
+    /// `app.meta.revisions-metadata`: JSON text of `{syncRevisions, changeRevisions}`.
+    #[serde(rename = "app.meta.revisions-metadata")]
+    pub revisions_metadata: Text,
 }
 
 /// `status.sync` and `status.health`.
@@ -48,6 +60,34 @@ pub struct Status {
     pub sync: Lenient<Sync>,
     /// `status.health`.
     pub health: Lenient<Health>,
+    /// `status.operationState`.
+    #[serde(rename = "operationState")]
+    pub operation_state: Lenient<OperationState>,
+}
+
+/// `status.operationState.operation`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct OperationState {
+    /// `operation`.
+    pub operation: Lenient<Operation>,
+}
+
+/// `operation.sync`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Operation {
+    /// `sync`.
+    pub sync: Lenient<OperationSync>,
+}
+
+/// `operation.sync.changeRevision` (written by the ACR controller).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct OperationSync {
+    /// `changeRevision`.
+    #[serde(rename = "changeRevision")]
+    pub change_revision: Text,
 }
 
 /// `status.sync.{status, revision}`.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 /// What the platform shows for one app.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct AppState {
     /// The app's `metadata.resourceVersion` this state reflects.
     pub resource_version: u64,
@@ -26,6 +26,57 @@ pub struct AppState {
     /// A repeat of the same state refreshes them. (Left out of the JSON when zero.)
     #[serde(skip_serializing_if = "is_zero")]
     pub read_errors: u32,
+    /// The app version the newest report for this state carried (`appVersions.appVersion`;
+    /// empty: none).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub app_version: String,
+    /// The sync's change revision (`operation.sync.changeRevision`; empty: none).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub change_revision: String,
+    /// The commits the newest report for this state described for its change revisions
+    /// (from `app.meta.revisions-metadata`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub change_commits: Vec<CommitShown>,
+}
+
+/// One commit as the platform shows it next to an app.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CommitShown {
+    /// The SHA.
+    pub revision: String,
+    /// Author.
+    pub author: String,
+    /// Message.
+    pub message: String,
+    /// Commit date.
+    pub date: String,
+}
+
+impl CommitShown {
+    /// The `changeRevisions` of an `app.meta.revisions-metadata` annotation (empty when it is
+    /// absent, not JSON, or the list is `null`).
+    pub fn change_revisions(annotation: &str) -> Vec<CommitShown> {
+        let Ok(parsed) = serde_json::from_str::<serde_json::Value>(annotation) else {
+            return Vec::new();
+        };
+        let text = |v: &serde_json::Value, p: &str| {
+            v.pointer(p)
+                .and_then(|s| s.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        parsed["changeRevisions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| CommitShown {
+                revision: text(r, "/revision"),
+                author: text(r, "/metadata/author"),
+                message: text(r, "/metadata/message"),
+                date: text(r, "/metadata/date"),
+            })
+            .collect()
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -84,9 +135,12 @@ impl ReadModel {
             }
             Applied::Duplicate => {
                 self.duplicates += 1;
-                // What the platform shows of the app's errors is the newest report's.
+                // What the platform shows of the app's errors and Git details is the newest
+                // report's.
                 if let Some(current) = self.apps.get_mut(key) {
                     current.read_errors = state.read_errors;
+                    current.app_version = state.app_version;
+                    current.change_commits = state.change_commits;
                 }
             }
             Applied::Stale => self.stale += 1,
@@ -130,6 +184,7 @@ mod tests {
             health_status: "Healthy".into(),
             runtime: "rt".into(),
             read_errors: 0,
+            ..Default::default()
         }
     }
 

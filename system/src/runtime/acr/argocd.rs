@@ -4,81 +4,12 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 
 use crate::env::http::query_escape as q;
 use crate::env::SharedEnv;
-
-/// Why a call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
-    /// No answer within the timeout.
-    #[error("GET {path}: context deadline exceeded")]
-    Deadline {
-        /// The request path.
-        path: String,
-    },
-    /// A transport error, a non-2xx answer or a body that is not the expected JSON.
-    #[error("GET {path}: {message}")]
-    Failed {
-        /// The request path.
-        path: String,
-        /// What went wrong.
-        message: String,
-    },
-}
-
-/// A JSON-over-HTTP client of one server.
-struct Client {
-    http: crate::env::http::Client<Full<Bytes>>,
-    addr: String,
-    timeout: Duration,
-}
-
-impl Client {
-    fn new(env: SharedEnv, addr: &str, timeout: Duration) -> Self {
-        Client {
-            http: crate::env::http::client(env, timeout * 2),
-            addr: addr.into(),
-            timeout,
-        }
-    }
-
-    /// `GET path` with an optional bearer token: the JSON answer of a 2xx.
-    async fn get(&self, path: String, token: Option<&str>) -> Result<Value, CallError> {
-        let failed = |message: String| CallError::Failed {
-            path: path.clone(),
-            message,
-        };
-        let mut request = http::Request::get(format!("http://{}{path}", self.addr));
-        if let Some(token) = token {
-            request = request.header("authorization", format!("Bearer {token}"));
-        }
-        let request = request
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| failed(e.to_string()))?;
-        let deadline = || CallError::Deadline { path: path.clone() };
-        let response = tokio::time::timeout(self.timeout, self.http.request(request))
-            .await
-            .map_err(|_| deadline())?
-            .map_err(|e| failed(e.to_string()))?;
-        let status = response.status();
-        let body = tokio::time::timeout(self.timeout, response.into_body().collect())
-            .await
-            .map_err(|_| deadline())?
-            .map_err(|e| failed(e.to_string()))?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(failed(format!(
-                "{status}: {}",
-                String::from_utf8_lossy(&body)
-            )));
-        }
-        serde_json::from_slice(&body).map_err(|e| failed(format!("invalid JSON: {e}")))
-    }
-}
+pub use crate::runtime::upstream::CallError;
+use crate::runtime::upstream::Client;
 
 /// A client of one Argo CD server.
 pub struct ArgoCd {

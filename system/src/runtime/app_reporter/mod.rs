@@ -108,6 +108,10 @@ pub struct Config {
     /// Address of the health/metrics server (`/healthz` on 8088 and metrics on 8087 in the
     /// real reporter; one port here).
     pub serve_addr: String,
+    /// The source server (`host:port`; `SOURCES_SERVER` / `ARGO_GATEWAY_URL` of the newer
+    /// reporter): app versions and revision metadata are read there instead of from the
+    /// Codefresh fork of Argo CD. `None`: from Argo CD, as the v2 reporter does.
+    pub sources_addr: Option<String>,
 }
 
 impl Config {
@@ -142,6 +146,7 @@ impl Config {
             rate_limit: None,
             resource_concurrency: 10,
             serve_addr: "0.0.0.0:8087".into(),
+            sources_addr: None,
         }
     }
 }
@@ -619,6 +624,15 @@ async fn worker(replica: Arc<Replica>, processor: Arc<process::Processor>) {
         .await
         .unwrap_or(process::Outcome::Aborted(process::Tally::default()));
         let elapsed_ms = replica.env.elapsed().saturating_sub(started).as_millis() as u64;
+        if outcome.tally().details_missing > 0 {
+            replica.env.observe(
+                ReporterEvent::DetailsMissing {
+                    replica: replica.me.clone(),
+                    app: app.metadata.name.clone().unwrap_or_default(),
+                }
+                .into(),
+            );
+        }
         let mut state = replica.state();
         if let Some(name) = app.metadata.name.as_deref() {
             let tally = outcome.tally();

@@ -51,6 +51,9 @@ pub struct Tally {
     pub resources_failed: u64,
     /// Events that went out carrying payload errors (Argo CD reads that failed).
     pub payload_errors: u64,
+    /// Apps reported without their Git details (app versions, or a sync or change
+    /// revision's metadata) because reading them failed.
+    pub details_missing: u64,
 }
 
 /// How processing one app ended.
@@ -78,7 +81,7 @@ impl Outcome {
     pub fn needs_retry(&self) -> bool {
         match self {
             Outcome::CachedIgnored => false,
-            Outcome::Done(t) => t.resources_failed > 0,
+            Outcome::Done(t) => t.resources_failed > 0 || t.details_missing > 0,
             Outcome::Aborted(_) => true,
         }
     }
@@ -89,6 +92,8 @@ pub struct Processor {
     env: SharedEnv,
     http: crate::env::http::Client<Full<Bytes>>,
     argocd: ArgoCd,
+    /// The source server, when configured: app versions and revision metadata come from it.
+    sources: Option<ArgoCd>,
     cache: cache::Client,
     config: Config,
 }
@@ -198,6 +203,10 @@ pub fn parent_of(app: &DynamicObject) -> Option<String> {
         .or(from_annotation)
         .filter(|p| !p.is_empty() && p != me)
 }
+
+/// The annotation the reporter puts the sync and change revisions' metadata in
+/// (`event_reporter/utils`: `annotationRevisionKey`).
+pub const REVISIONS_METADATA: &str = "app.meta.revisions-metadata";
 
 /// The app's latest history revision (`status.history[-1].revision`).
 fn latest_revision(status: &Value) -> String {
@@ -322,7 +331,36 @@ struct Gathered {
     manifests_failed: bool,
     app_versions: Value,
     commit: Option<Value>,
+    /// `app.meta.revisions-metadata`: `{syncRevisions, changeRevisions}` (each `null` when
+    /// there were none or one could not be read), or `None` before the app has a revision.
+    revisions_metadata: Option<Value>,
+    /// A Git detail could not be read (app versions, or a revision's metadata).
+    details_missing: bool,
     errors: Vec<EventError>,
+}
+
+/// The revisions of the app's sync operation whose changes are its own (ACR's
+/// `changeRevision(s)`): the operation state's, else the pending operation's
+/// (`utils.GetOperationChangeRevisions`).
+pub fn change_revisions(app: &Value) -> Vec<String> {
+    let from = |sync: &Value| -> Option<Vec<String>> {
+        if let Some(list) = sync.get("changeRevisions").and_then(Value::as_array) {
+            return Some(
+                list.iter()
+                    .map(|r| r.as_str().unwrap_or("").to_string())
+                    .collect(),
+            );
+        }
+        sync.get("changeRevision")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+            .map(|r| vec![r.to_string()])
+    };
+    match app.pointer("/status/operationState/operation/sync") {
+        Some(sync) => from(sync),
+        None => app.pointer("/operation/sync").and_then(from),
+    }
+    .unwrap_or_default()
 }
 
 impl Processor {
@@ -341,6 +379,14 @@ impl Processor {
                 &config.argocd_token,
                 config.request_timeout,
             ),
+            sources: config.sources_addr.as_deref().map(|addr| {
+                ArgoCd::new(
+                    env.clone(),
+                    addr,
+                    &config.argocd_token,
+                    config.request_timeout,
+                )
+            }),
             cache: cache::Client::new(env.clone(), &config.cache_addr, config.request_timeout),
             env,
             config: config.clone(),
@@ -362,6 +408,7 @@ impl Processor {
     async fn gather(
         &self,
         app: &AppRef,
+        app_object: &Value,
         status: &Value,
         deleted: bool,
     ) -> Result<Gathered, ReadError> {
@@ -370,6 +417,8 @@ impl Processor {
             manifests_failed: deleted,
             app_versions: json!({}),
             commit: None,
+            revisions_metadata: None,
+            details_missing: false,
             errors: Vec::new(),
         };
         if deleted {
@@ -391,18 +440,54 @@ impl Processor {
                 gathered.errors.push(self.read_error(&e, reference.clone()));
             }
         }
+        // App versions and revision metadata: from the source server when there is one.
+        let git_side = self.sources.as_ref().unwrap_or(&self.argocd);
         let sync_revision = text(status, "/operationState/syncResult/revision");
         if !sync_revision.is_empty() {
-            match self.argocd.manifests(app, Some(&sync_revision)).await {
+            match git_side.manifests(app, Some(&sync_revision)).await {
                 Ok(answer) => gathered.app_versions = answer["applicationVersions"].clone(),
                 Err(e) if e.is_deadline() => return Err(e),
-                Err(_) => {} // only app versions come from this call
+                Err(_) => gathered.details_missing = true, // only app versions come from this call
             }
-            match self.argocd.revision_metadata(app, &sync_revision, 0).await {
-                Ok(meta) => gathered.commit = Some(meta),
-                Err(e) if e.is_deadline() => return Err(e),
-                Err(_) => {}
+        }
+        // `getApplicationRevisionsMetadata`: every sync revision's and every change
+        // revision's metadata; one failure drops that whole list ("resuming").
+        let latest = latest_revision(status);
+        if !sync_revision.is_empty()
+            || !latest.is_empty()
+            || !text(status, "/sync/revision").is_empty()
+        {
+            let syncs: Vec<String> = [sync_revision.clone()]
+                .into_iter()
+                .filter(|r| !r.is_empty())
+                .collect();
+            let changes = change_revisions(app_object);
+            let mut lists = Vec::new();
+            for revisions in [&syncs, &changes] {
+                let mut list = Vec::new();
+                let mut failed = false;
+                for revision in revisions {
+                    match git_side.revision_metadata(app, revision, 0).await {
+                        Ok(meta) => list.push(json!({"revision": revision, "metadata": meta})),
+                        Err(e) if e.is_deadline() => return Err(e),
+                        Err(_) => {
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+                gathered.details_missing |= failed;
+                lists.push(if failed || list.is_empty() {
+                    Value::Null
+                } else {
+                    Value::Array(list)
+                });
             }
+            gathered.commit = lists[0].get(0).and_then(|r| r.get("metadata")).cloned();
+            gathered.revisions_metadata = Some(json!({
+                "syncRevisions": lists[0],
+                "changeRevisions": lists[1],
+            }));
         }
         Ok(gathered)
     }
@@ -466,7 +551,8 @@ impl Processor {
             project: text(&app.data, "/spec/project"),
         };
         let mut tally = Tally::default();
-        let gathered = match self.gather(&reference, status, deleted).await {
+        let mut app_json = serde_json::to_value(app).unwrap_or(Value::Null);
+        let gathered = match self.gather(&reference, &app_json, status, deleted).await {
             Ok(g) => g,
             Err(_) => return Outcome::Aborted(tally),
         };
@@ -481,7 +567,18 @@ impl Processor {
             source.commit_author = text(meta, "/author");
             source.commit_date = text(meta, "/date");
         }
-        let app_json = serde_json::to_value(app).unwrap_or(Value::Null);
+        // `AddCommitsDetailsToAnnotations`: the revisions' metadata rides on the app object.
+        if let (Some(meta), Some(metadata)) =
+            (&gathered.revisions_metadata, app_json.get_mut("metadata"))
+        {
+            if !metadata.get("annotations").is_some_and(Value::is_object) {
+                metadata["annotations"] = json!({});
+            }
+            metadata["annotations"][REVISIONS_METADATA] = Value::String(meta.to_string());
+        }
+        if gathered.details_missing {
+            tally.details_missing += 1;
+        }
         let being_deleted = deleted || app.metadata.deletion_timestamp.is_some();
 
         // Step 4: a child app is one "resource" event of its parent; a root app, one app event.
@@ -652,7 +749,10 @@ impl Processor {
         }
         // Written only after the whole app returned without error. Fault point: the process
         // stops between the acknowledgements and this write.
-        if !deleted && !self.env.buggify(Point::ReporterAfterSendBeforeCache) {
+        // hardened: an app reported without its Git details is not recorded as sent, so its
+        // retry is not skipped as unchanged.
+        let incomplete = variant == Variant::Hardened && tally.details_missing > 0;
+        if !deleted && !incomplete && !self.env.buggify(Point::ReporterAfterSendBeforeCache) {
             let _ = self
                 .cache
                 .put(

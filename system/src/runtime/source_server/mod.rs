@@ -1,0 +1,426 @@
+//! The source server (the runtime's `sources-server`, now `argo-gateway`; research §4.2):
+//! the Git side of an app for the reporters and the app-proxy — raw and rendered manifests
+//! with `path` and `line`, revision metadata, and app versions read from the app's
+//! `versionSource` — so that the runtime does not need the Codefresh fork of Argo CD for
+//! them. Its source is not public; what it asks and caches is [inferred] from its wiring
+//! (`ARGOCD_SERVER`, `REPO_SERVER`, Redis) and the docs ("retrieves Git manifest and revision
+//! data from Argo CD upon request from the Event Reporters or App Proxy").
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /api/v1/applications/{name}/manifests?appNamespace=&revision=` | `{manifests: [{compiledManifest, rawManifest, path, line}], revision, applicationVersions}` — the fork's answer shape, so a reporter reads it as it reads the fork |
+//! | `GET /api/v1/applications/{name}/revisions/{rev}/metadata?appNamespace=` | `{author, date, message}` |
+//! | `GET /healthz` | 200 |
+//!
+//! Upstream, per request: the Application (for its source path), Argo CD's rendered
+//! manifests at the revision, and the raw files under the app's path at the revision from
+//! the repo-server (`GetGitFiles`; through the Argo CD server in the simulated world).
+//!
+//! **Cache.** An answer at a commit SHA never changes, so it is kept (up to `cache_entries`,
+//! oldest out first) and served again without upstream calls. Answers for a branch or
+//! without a revision are not cached.
+//!
+//! **Git or Argo CD unavailable.** Cached answers are still served; otherwise 503 with the
+//! upstream's failure in `message` (404 when Argo CD says the app or revision does not
+//! exist), never an empty answer that could pass for "no versions".
+
+pub mod version;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use crate::env::http::{json, query_escape as q, Body};
+use crate::env::SharedEnv;
+use crate::observe::SourcesEvent;
+use crate::runtime::upstream::{CallError, Client};
+pub use version::VersionSource;
+
+/// The port the real server listens on (`sources-server`: 8090).
+pub const PORT: u16 = 8090;
+
+/// Source server settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: String,
+    /// Argo CD's server, `host:port` (`ARGOCD_SERVER`); the repo-server's files are read
+    /// through it.
+    pub argocd_addr: String,
+    /// Argo CD API token.
+    pub argocd_token: String,
+    /// Per-call timeout of upstream calls.
+    pub call_timeout: Duration,
+    /// Where app versions are read from (`Chart.yaml` / `$.appVersion`).
+    pub version_source: VersionSource,
+    /// Answers kept. Default 10,000.
+    pub cache_entries: usize,
+}
+
+impl Config {
+    /// Defaults, listening on `listen`, reading from Argo CD at `argocd_addr` with `token`.
+    pub fn new(listen: &str, argocd_addr: &str, token: &str) -> Self {
+        Config {
+            listen: listen.into(),
+            argocd_addr: argocd_addr.into(),
+            argocd_token: token.into(),
+            call_timeout: Duration::from_secs(30),
+            version_source: VersionSource::default(),
+            cache_entries: 10_000,
+        }
+    }
+}
+
+/// What an answer is about: (route, `namespace/name`, revision).
+type Key = (&'static str, String, String);
+
+/// Answers at commit SHAs, oldest first out.
+#[derive(Default)]
+struct Cache {
+    answers: BTreeMap<Key, Value>,
+    order: VecDeque<Key>,
+}
+
+impl Cache {
+    fn get(&self, key: &Key) -> Option<Value> {
+        self.answers.get(key).cloned()
+    }
+
+    fn put(&mut self, key: Key, answer: Value, limit: usize) {
+        if limit == 0 || self.answers.contains_key(&key) {
+            return;
+        }
+        while self.answers.len() >= limit {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.answers.remove(&oldest);
+        }
+        self.order.push_back(key.clone());
+        self.answers.insert(key, answer);
+    }
+}
+
+/// A revision that names a commit (40 hex digits): its answers never change.
+fn is_sha(revision: &str) -> bool {
+    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Why a request could not be answered.
+#[derive(Debug, thiserror::Error)]
+enum Unanswered {
+    /// Argo CD says the app or revision does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// An upstream failed (Argo CD, the repo-server, Git).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The app's version file or path is unusable.
+    #[error("{0}")]
+    Version(#[from] version::VersionError),
+}
+
+impl From<CallError> for Unanswered {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::Status { status, .. } if status == StatusCode::NOT_FOUND => {
+                Unanswered::NotFound(e.to_string())
+            }
+            other => Unanswered::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// The YAML documents of a file: (1-based line where each starts, its text).
+pub fn documents(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut start = 1;
+    for (index, line) in text.lines().enumerate() {
+        if line.trim_end() == "---" {
+            if !current.trim().is_empty() {
+                out.push((start, std::mem::take(&mut current)));
+            }
+            current.clear();
+            start = index + 2;
+        } else {
+            if current.is_empty() && line.trim().is_empty() {
+                start = index + 2;
+                continue;
+            }
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push((start, current));
+    }
+    out
+}
+
+/// The document of `file` that a rendered object comes from: the first whose `kind`
+/// matches, else the first; with its line.
+fn raw_document(file: &str, compiled: &Value) -> (String, usize) {
+    let kind = compiled.get("kind").and_then(Value::as_str).unwrap_or("");
+    let docs = documents(file);
+    docs.iter()
+        .find(|(_, doc)| {
+            doc.lines()
+                .any(|l| l.trim_start().strip_prefix("kind:").map(str::trim) == Some(kind))
+        })
+        .or(docs.first())
+        .map(|(line, doc)| (doc.clone(), *line))
+        .unwrap_or_default()
+}
+
+/// The server's state.
+struct Sources {
+    env: SharedEnv,
+    config: Config,
+    argocd: Client,
+    cache: Mutex<Cache>,
+}
+
+impl Sources {
+    async fn argocd(&self, path: String) -> Result<Value, CallError> {
+        self.argocd.get(path, Some(&self.config.argocd_token)).await
+    }
+
+    /// The fork's manifests answer, built from Argo CD's rendering and the raw files.
+    async fn manifests(&self, name: &str, ns: &str, revision: &str) -> Result<Value, Unanswered> {
+        let app = self
+            .argocd(format!(
+                "/api/v1/applications/{}?appNamespace={}",
+                q(name),
+                q(ns)
+            ))
+            .await?;
+        let app_path = app
+            .pointer("/spec/source/path")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let query = format!("appNamespace={}&revision={}", q(ns), q(revision));
+        let rendered = self
+            .argocd(format!(
+                "/api/v1/applications/{}/manifests?{query}",
+                q(name)
+            ))
+            .await?;
+        let files = self
+            .argocd(format!("/api/v1/applications/{}/files?{query}", q(name)))
+            .await?;
+        let files: BTreeMap<String, String> = files
+            .get("files")
+            .and_then(Value::as_object)
+            .map(|f| {
+                f.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let manifests: Vec<Value> = rendered
+            .get("manifests")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                let compiled_text = m.get("compiledManifest").and_then(Value::as_str).unwrap_or("");
+                let compiled: Value = serde_json::from_str(compiled_text).unwrap_or(Value::Null);
+                let path = m.get("path").and_then(Value::as_str).unwrap_or("");
+                let (raw, line) = files
+                    .get(path)
+                    .map(|text| raw_document(text, &compiled))
+                    .unwrap_or_default();
+                json!({"compiledManifest": compiled_text, "rawManifest": raw, "path": path, "line": line})
+            })
+            .collect();
+        let versions =
+            version::application_versions(&files, &app_path, &self.config.version_source)?;
+        Ok(json!({
+            "manifests": manifests,
+            "revision": rendered.get("revision").cloned().unwrap_or(json!(revision)),
+            "applicationVersions": versions,
+        }))
+    }
+
+    async fn metadata(&self, name: &str, ns: &str, revision: &str) -> Result<Value, Unanswered> {
+        let meta = self
+            .argocd(format!(
+                "/api/v1/applications/{}/revisions/{}/metadata?appNamespace={}",
+                q(name),
+                q(revision),
+                q(ns)
+            ))
+            .await?;
+        Ok(json!({"author": meta["author"], "date": meta["date"], "message": meta["message"]}))
+    }
+
+    /// Answers one request: from the cache when the revision is a SHA and the answer is
+    /// there, else from upstream (kept when the revision is a SHA).
+    async fn answer(
+        &self,
+        what: &'static str,
+        name: &str,
+        ns: &str,
+        revision: &str,
+    ) -> Response<Body> {
+        let app = format!("{ns}/{name}");
+        let key: Key = (what, app.clone(), revision.to_string());
+        let pinned = is_sha(revision);
+        let cached = if pinned {
+            self.cache.lock().expect("cache lock poisoned").get(&key)
+        } else {
+            None
+        };
+        let (result, from_cache) = match cached {
+            Some(answer) => (Ok(answer), true),
+            None => {
+                let result = match what {
+                    "manifests" => self.manifests(name, ns, revision).await,
+                    _ => self.metadata(name, ns, revision).await,
+                };
+                (result, false)
+            }
+        };
+        match result {
+            Ok(answer) => {
+                if pinned && !from_cache {
+                    self.cache.lock().expect("cache lock poisoned").put(
+                        key,
+                        answer.clone(),
+                        self.config.cache_entries,
+                    );
+                }
+                self.env.observe(
+                    SourcesEvent::Served {
+                        what: what.into(),
+                        app,
+                        revision: revision.into(),
+                        cached: from_cache,
+                    }
+                    .into(),
+                );
+                json(StatusCode::OK, &answer)
+            }
+            Err(e) => {
+                let status = match e {
+                    Unanswered::NotFound(_) => StatusCode::NOT_FOUND,
+                    Unanswered::Version(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    Unanswered::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                self.env.observe(
+                    SourcesEvent::Unavailable {
+                        what: what.into(),
+                        app,
+                        revision: revision.into(),
+                        error: e.to_string(),
+                    }
+                    .into(),
+                );
+                json(
+                    status,
+                    &json!({"error": e.to_string(), "message": e.to_string()}),
+                )
+            }
+        }
+    }
+
+    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        if req.method() != http::Method::GET {
+            return json(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &json!({"error": format!("{} {path}: only GET is served", req.method())}),
+            );
+        }
+        if path == "/healthz" {
+            return json(StatusCode::OK, &json!({"status": "ok"}));
+        }
+        let params = crate::env::http::query(req.uri());
+        let ns = params.get("appNamespace").cloned().unwrap_or_default();
+        let revision = params.get("revision").cloned().unwrap_or_default();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        match segments.as_slice() {
+            ["api", "v1", "applications", name, "manifests"] if !revision.is_empty() => {
+                self.answer("manifests", name, &ns, &revision).await
+            }
+            ["api", "v1", "applications", _, "manifests"] => json(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "manifests: the revision query parameter is required"}),
+            ),
+            ["api", "v1", "applications", name, "revisions", rev, "metadata"] => {
+                self.answer("metadata", name, &ns, rev).await
+            }
+            _ => json(
+                StatusCode::NOT_FOUND,
+                &json!({"error": format!("unknown route {path}")}),
+            ),
+        }
+    }
+}
+
+/// Runs the source server until its listener fails.
+pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
+    let listener = env.listen(&config.listen).await?;
+    env.observe(
+        SourcesEvent::Start {
+            host: env.identity().host.clone(),
+        }
+        .into(),
+    );
+    let sources = Arc::new(Sources {
+        argocd: Client::new(env.clone(), &config.argocd_addr, config.call_timeout),
+        cache: Mutex::new(Cache::default()),
+        env,
+        config,
+    });
+    crate::env::http::serve(listener, move |req, _peer| {
+        let sources = sources.clone();
+        async move { sources.handle(req).await }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_start_at_their_first_line() {
+        let text = "a: 1\n---\n\nkind: Service\nb: 2\n---\n---\nkind: Deployment\n";
+        assert_eq!(
+            documents(text),
+            vec![
+                (1, "a: 1\n".to_string()),
+                (4, "kind: Service\nb: 2\n".to_string()),
+                (8, "kind: Deployment\n".to_string()),
+            ]
+        );
+        let (raw, line) = raw_document(text, &json!({"kind": "Deployment"}));
+        assert_eq!((raw.as_str(), line), ("kind: Deployment\n", 8));
+        let (raw, line) = raw_document(text, &json!({"kind": "ConfigMap"}));
+        assert_eq!(
+            (raw.as_str(), line),
+            ("a: 1\n", 1),
+            "no kind matches: the first"
+        );
+    }
+
+    #[test]
+    fn the_cache_keeps_the_newest_answers() {
+        let mut cache = Cache::default();
+        let key = |i: u8| ("metadata", "ns/a".to_string(), format!("{i}"));
+        for i in 0..5 {
+            cache.put(key(i), json!(i), 3);
+        }
+        assert_eq!(cache.get(&key(1)), None);
+        assert_eq!(cache.get(&key(4)), Some(json!(4)));
+        assert_eq!(cache.answers.len(), 3);
+        assert!(is_sha(&"a".repeat(40)) && !is_sha("main") && !is_sha(&"g".repeat(40)));
+    }
+}
