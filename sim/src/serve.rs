@@ -20,7 +20,9 @@ use orrery_system::platform::registry::Registry;
 use orrery_system::platform::tunnel;
 use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
 use orrery_system::runtime::router::Routes;
-use orrery_system::runtime::{app_proxy, app_reporter, resource_reporter, tunnel_client};
+use orrery_system::runtime::{
+    app_proxy, app_reporter, resource_reporter, source_server, tunnel_client,
+};
 
 use crate::{Fail, VariantArg};
 
@@ -173,6 +175,10 @@ pub struct RuntimeArgs {
     /// The reporter's health and metrics address.
     #[arg(long, default_value = "127.0.0.1:8087")]
     reporter_listen: String,
+    /// Also run the source server on this address, reading from --argocd; the reporter
+    /// and the app-proxy then read app versions and revision metadata from it.
+    #[arg(long, requires = "argocd")]
+    serve_sources: Option<String>,
     /// hardened: keep the tunnel's request records in the cache at --cache, so a retried
     /// write is not run again after this process restarts (in memory only without it).
     #[arg(long)]
@@ -412,6 +418,7 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             config.app_proxy = Some(app_proxy::Config {
                 platform_addr: args.platform_api.clone().unwrap_or_default(),
                 git_addr,
+                sources_addr: args.serve_sources.clone(),
                 kube: kube.clone(),
                 permissions_ttl: std::time::Duration::from_secs(30),
                 listen: routes.app_proxy.clone(),
@@ -429,6 +436,14 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             reporter.replicas = args.replicas.max(1);
             reporter.shard = args.shard;
             reporter.serve_addr = args.reporter_listen.clone();
+            reporter.sources_addr = args.serve_sources.clone();
+            if let Some(listen) = args.serve_sources.clone() {
+                config.source_server = Some(source_server::Config::new(
+                    &listen,
+                    &reporter.argocd_addr,
+                    &args.argocd_token,
+                ));
+            }
             config.app_reporter = Some(reporter);
         }
         if let (true, Some(kube)) = (args.report_resources, &kube) {

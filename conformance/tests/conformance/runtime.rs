@@ -433,6 +433,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     let proxy_config = app_proxy::Config {
         platform_addr: format!("127.0.0.1:{platform_port}"),
         git_addr: "127.0.0.1:9".into(),
+        sources_addr: None,
         kube: KubeTarget::real(config, &namespace),
         permissions_ttl: Duration::from_secs(30),
         listen: format!("127.0.0.1:{proxy_port}"),

@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Full};
 use kube::api::{Api, DynamicObject, PostParams};
 use orrery_sim::env::SimEnv;
 use orrery_sim::world::apiserver::Knobs;
+use orrery_sim::world::argocd::application_resource;
 use orrery_sim::world::git::{self, SharedGit};
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
@@ -21,7 +22,7 @@ use orrery_system::platform::tunnel;
 use orrery_system::runtime::app_proxy::{self, workflow_resource};
 use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
 use orrery_system::runtime::router::Routes;
-use orrery_system::runtime::tunnel_client;
+use orrery_system::runtime::{source_server, tunnel_client};
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -61,10 +62,38 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         "Dev <d@x>",
         "init",
         0,
-        [("apps/a.yaml".to_string(), "a".to_string())]
-            .into_iter()
-            .collect(),
+        [
+            ("apps/a.yaml".to_string(), "kind: Deployment\n".to_string()),
+            (
+                "apps/Chart.yaml".to_string(),
+                "name: a\nappVersion: \"2.0\"\n".to_string(),
+            ),
+        ]
+        .into_iter()
+        .collect(),
     );
+    let first = git.lock().head(REPO).expect("the init commit").sha.clone();
+    // Argo CD (the source server reads it), with the Git provider's history.
+    let argo_git = git.clone();
+    let trace = w.trace.clone();
+    w.sim.host("argocd", move || {
+        let (env, git) = (
+            SimEnv::shared("argocd", SEED, trace.clone()),
+            argo_git.clone(),
+        );
+        async move {
+            orrery_sim::world::argocd::run(
+                env,
+                KubeTarget::new("apiserver:6443"),
+                git,
+                Default::default(),
+                Default::default(),
+                "argo-token",
+            )
+            .await?;
+            Ok(())
+        }
+    });
     let host_git = git.clone();
     let trace = w.trace.clone();
     w.sim.host("git", move || {
@@ -83,6 +112,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
             "repositories:list",
             "applications:commit",
             "workflows:terminate",
+            "applications:read",
         ],
     );
     state
@@ -127,10 +157,16 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         app_proxy: Some(app_proxy::Config {
             platform_addr: "platform:8080".into(),
             git_addr: "git:80".into(),
+            sources_addr: Some("runtime:8090".into()),
             kube: KubeTarget::new("apiserver:6443"),
             permissions_ttl: Duration::from_secs(30),
             listen: "0.0.0.0:3017".into(),
         }),
+        source_server: Some(source_server::Config::new(
+            "0.0.0.0:8090",
+            "argocd:8080",
+            "argo-token",
+        )),
         ..Default::default()
     };
     let trace = w.trace.clone();
@@ -147,7 +183,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
     let (trace, check_git) = (w.trace.clone(), git.clone());
     w.sim.client("client", async move {
         let (env, kube) = kube("client", &trace, Duration::from_secs(60));
-        let workflows: Api<DynamicObject> = Api::namespaced_with(kube, "default", &workflow_resource());
+        let workflows: Api<DynamicObject> = Api::namespaced_with(kube.clone(), "default", &workflow_resource());
         let mut wf = DynamicObject::new("build-42", &workflow_resource()).within("default");
         wf.data = json!({"spec": {"entrypoint": "main"}});
         workflows.create(&PostParams::default(), &wf).await?;
@@ -167,6 +203,22 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         let patched = workflows.get("build-42").await?;
         assert_eq!(patched.data["spec"]["shutdown"], "Terminate", "the workflow is terminated through the Kubernetes API");
         assert_eq!(call(&env, "POST", "workflows/default/missing/terminate", "alice-token", Value::Null).await.0, 404);
+
+        // An app's manifests and version at a revision, through the source server.
+        let apps: Api<DynamicObject> = Api::namespaced_with(kube.clone(), "argocd", &application_resource());
+        let mut app = DynamicObject::new("a", &application_resource()).within("argocd");
+        app.data = json!({"spec": {"source": {"repoURL": REPO, "path": "apps"}}});
+        apps.create(&PostParams::default(), &app).await?;
+        env.sleep(Duration::from_secs(3)).await;
+        let manifests = format!("applications/argocd/a/manifests?revision={first}");
+        let (code, body) = call(&env, "GET", &manifests, "alice-token", Value::Null).await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["applicationVersions"]["appVersion"], "2.0", "{body}");
+        assert_eq!(body["manifests"][0]["path"], "apps/a.yaml", "{body}");
+        assert_eq!(body["manifests"][0]["line"], 1, "{body}");
+        let (code, body) = call(&env, "GET", "applications/argocd/missing/manifests?revision=x", "alice-token", Value::Null).await;
+        assert_eq!(code, 404, "an unknown app is the source server's 404: {body}");
+        assert_eq!(call(&env, "GET", &manifests, "bob-token", Value::Null).await.0, 403);
 
         let (code, body) = call(&env, "POST", "applications/commit", "bob-token", commit).await;
         assert_eq!(code, 403, "bob may only list: {body}");

@@ -158,7 +158,11 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
             ),
             "the compiled manifest is the rendered object"
         );
-        assert_eq!(manifests["applicationVersions"]["appVersion"], "v1");
+        assert_eq!(
+            manifests["applicationVersions"],
+            serde_json::Value::Null,
+            "no Chart.yaml under the app's path: no app versions"
+        );
         let (_, meta) = get(
             &env,
             &format!("/api/v1/applications/auto/revisions/{head}/metadata"),

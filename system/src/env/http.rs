@@ -37,6 +37,32 @@ pub fn query(uri: &http::Uri) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// A URL path segment with its `%XX` escapes decoded (`feature%2Fx` → `feature/x`); an
+/// invalid escape is kept as written.
+pub fn path_segment(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The response body type every orrery HTTP handler returns (streaming allowed).
 pub type Body = BoxBody<Bytes, std::io::Error>;
 

@@ -949,20 +949,18 @@ pub async fn run(
 /// The head a refresh compares with: the branch's head, resolved by the repo-server
 /// (`ls-remote`); while the Git provider is down it cannot be resolved, so the app stays at
 /// the revision it last compared (`status.sync.revision`), as Argo CD keeps the last
-/// comparison when the repo-server fails.
+/// comparison when the repo-server fails, or is not compared at all if it never was.
+/// [limitation] The controller reads the provider's history directly, not through the
+/// repo-server's clone.
 fn resolved_head<'g>(
     git: &'g crate::world::git::Git,
     repo: &str,
     status: &Value,
 ) -> Option<&'g crate::world::git::Commit> {
     if git.serving.outage {
-        let last = status
-            .pointer("/sync/revision")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if let Some(commit) = git.commit_by_sha(repo, last) {
-            return Some(commit);
-        }
+        // Nothing resolved before: nothing to compare with until Git answers.
+        let last = status.pointer("/sync/revision").and_then(Value::as_str)?;
+        return git.commit_by_sha(repo, last);
     }
     git.head(repo)
 }

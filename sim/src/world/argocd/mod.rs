@@ -178,7 +178,7 @@ pub fn resources_of(files: &BTreeMap<String, String>, app: &str) -> Vec<Resource
     let mut resources: Vec<Resource> = files
         .iter()
         // A chart's `Chart.yaml` describes the chart (its name and versions), not a resource.
-        .filter(|(file, _)| !file.ends_with("Chart.yaml"))
+        .filter(|(file, _)| file.rsplit('/').next() != Some("Chart.yaml"))
         .map(|(file, content)| {
             if let Some((name, namespace)) = child_of(content) {
                 return Resource {

@@ -131,8 +131,9 @@ fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
 }
 
 impl Server {
-    /// The repo-server has `revision` of `repo` (the head when empty), fetching it if its
-    /// clone does not: `Err` with the answer to give when the fetch fails (an outage).
+    /// The repo-server has `revision` of `repo` (the branch head when empty, which takes
+    /// an `ls-remote` every time), fetching it if its clone does not: `Err` with the answer
+    /// to give when the fetch fails (an outage).
     async fn fetch(&self, repo: &str, revision: &str) -> Result<(), Response<Body>> {
         let (have, needed) = {
             let git = self.git.lock();
@@ -149,9 +150,11 @@ impl Server {
                 .copied();
             (have, wanted)
         };
-        if let (Some(have), Some(needed)) = (have, needed) {
+        // A commit the clone has needs no fetch; a branch (no revision) always needs
+        // `ls-remote` to be resolved.
+        if let (false, Some(have), Some(needed)) = (revision.is_empty(), have, needed) {
             if needed <= have {
-                return Ok(()); // in the clone already: no fetch
+                return Ok(());
             }
         }
         let serving = self.git.lock().serving;

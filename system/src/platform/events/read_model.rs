@@ -135,12 +135,17 @@ impl ReadModel {
             }
             Applied::Duplicate => {
                 self.duplicates += 1;
-                // What the platform shows of the app's errors and Git details is the newest
-                // report's.
+                // What the platform shows of the app's errors is the newest report's; a
+                // report without Git details keeps the ones an earlier report of this
+                // state gave.
                 if let Some(current) = self.apps.get_mut(key) {
                     current.read_errors = state.read_errors;
-                    current.app_version = state.app_version;
-                    current.change_commits = state.change_commits;
+                    if !state.app_version.is_empty() {
+                        current.app_version = state.app_version;
+                    }
+                    if !state.change_commits.is_empty() {
+                        current.change_commits = state.change_commits;
+                    }
                 }
             }
             Applied::Stale => self.stale += 1,

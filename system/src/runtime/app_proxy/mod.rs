@@ -7,11 +7,13 @@
 //! | `GET /app-proxy/api/repositories` | `repositories:list` | lists the Git provider's repositories |
 //! | `POST /app-proxy/api/applications/commit` `{"repo","path","content","message"}` | `applications:commit` | commits a GitOps-controlled file (e.g. an Application manifest) |
 //! | `POST /app-proxy/api/workflows/<ns>/<name>/terminate` | `workflows:terminate` | sets `spec.shutdown: Terminate` on the Argo Workflow through the Kubernetes API |
+//! | `GET /app-proxy/api/applications/<ns>/<name>/manifests?revision=R` | `applications:read` | the app's raw and rendered manifests and app version at a revision, from the source server |
 //! | `GET /app-proxy/healthz` | — | 200 |
 //!
 //! Errors: 401 without or with an unknown token, 403 for an operation the user may not do,
 //! 400 for a malformed body (with the reason), 404 for an unknown route or workflow,
-//! 502/503 when the Git provider or the platform cannot be reached.
+//! 502/503 when the Git provider, the source server or the platform cannot be reached
+//! (the source server's own 404 and 503 answers are passed on with its message).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +41,9 @@ pub struct Config {
     pub platform_addr: String,
     /// The Git provider's API (`host:port`).
     pub git_addr: String,
+    /// The source server (`host:port`), for manifests and app versions; `None`: those
+    /// routes answer 503.
+    pub sources_addr: Option<String>,
     /// The Kubernetes API server.
     pub kube: KubeTarget,
     /// How long fetched permissions are trusted.
@@ -290,6 +295,42 @@ impl AppProxy {
                     Err(e) => error(
                         StatusCode::BAD_GATEWAY,
                         format!("cannot reach the Git provider: {e}"),
+                    ),
+                }
+            }
+            ("GET", ["app-proxy", "api", "applications", namespace, name, "manifests"]) => {
+                if let Err(refusal) = self.authorise(&request, "applications:read").await {
+                    return refusal;
+                }
+                let Some(sources) = self.config.sources_addr.as_deref() else {
+                    return error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no source server is configured for this runtime",
+                    );
+                };
+                let revision = crate::env::http::query(request.uri())
+                    .remove("revision")
+                    .unwrap_or_default();
+                let q = crate::env::http::query_escape;
+                let url = format!(
+                    "http://{sources}/api/v1/applications/{}/manifests?appNamespace={}&revision={}",
+                    q(name),
+                    q(namespace),
+                    q(&revision)
+                );
+                match self.call("GET", url, &[], None).await {
+                    Ok((200, answer)) => json(StatusCode::OK, &answer),
+                    Ok((status @ (400 | 404 | 503), answer)) => json(
+                        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                        &json!({"error": answer["error"].as_str().unwrap_or("the source server refused")}),
+                    ),
+                    Ok((status, answer)) => error(
+                        StatusCode::BAD_GATEWAY,
+                        format!("the source server answered {status}: {answer}"),
+                    ),
+                    Err(e) => error(
+                        StatusCode::BAD_GATEWAY,
+                        format!("cannot reach the source server: {e}"),
                     ),
                 }
             }

@@ -44,6 +44,18 @@ impl ReadError {
     pub fn is_deadline(&self) -> bool {
         matches!(self, ReadError::Deadline { .. })
     }
+
+    /// True when asking again cannot help: the thing does not exist (404) or the request
+    /// was refused as malformed or unprocessable (400, 422).
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            ReadError::NotFound { .. } => true,
+            ReadError::Failed { message, .. } => {
+                message.starts_with("400 ") || message.starts_with("422 ")
+            }
+            ReadError::Deadline { .. } => false,
+        }
+    }
 }
 
 /// A client of one Argo CD server.

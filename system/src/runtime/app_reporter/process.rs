@@ -339,6 +339,38 @@ struct Gathered {
     errors: Vec<EventError>,
 }
 
+/// `Revisions` when set, else `[Revision]` (`getRevisions`; the single one may be empty).
+fn revisions_of(sync: &Value, one: &str, many: &str) -> Vec<String> {
+    match sync.get(many).and_then(Value::as_array) {
+        Some(list) => list
+            .iter()
+            .map(|r| r.as_str().unwrap_or("").to_string())
+            .collect(),
+        None => vec![sync
+            .get(one)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()],
+    }
+}
+
+/// The revisions the app's sync operation synced (`utils.GetOperationSyncRevisions`): the
+/// operation state's, else the pending operation's, else `status.sync`'s.
+pub fn sync_revisions(app: &Value) -> Vec<String> {
+    let sync = app
+        .pointer("/status/operationState/operation/sync")
+        .or_else(|| app.pointer("/operation/sync"))
+        .filter(|s| s.is_object());
+    match sync {
+        Some(sync) => revisions_of(sync, "revision", "revisions"),
+        None => revisions_of(
+            app.pointer("/status/sync").unwrap_or(&Value::Null),
+            "revision",
+            "revisions",
+        ),
+    }
+}
+
 /// The revisions of the app's sync operation whose changes are its own (ACR's
 /// `changeRevision(s)`): the operation state's, else the pending operation's
 /// (`utils.GetOperationChangeRevisions`).
@@ -411,6 +443,7 @@ impl Processor {
         app_object: &Value,
         status: &Value,
         deleted: bool,
+        variant: Variant,
     ) -> Result<Gathered, ReadError> {
         let mut gathered = Gathered {
             manifests: Vec::new(),
@@ -440,49 +473,57 @@ impl Processor {
                 gathered.errors.push(self.read_error(&e, reference.clone()));
             }
         }
-        // App versions and revision metadata: from the source server when there is one.
+        // App versions and revision metadata: from the source server when there is one. A
+        // failure that asking again can mend (not a 404, 400 or 422) marks the app as
+        // reported without its details.
         let git_side = self.sources.as_ref().unwrap_or(&self.argocd);
         let sync_revision = text(status, "/operationState/syncResult/revision");
         if !sync_revision.is_empty() {
             match git_side.manifests(app, Some(&sync_revision)).await {
                 Ok(answer) => gathered.app_versions = answer["applicationVersions"].clone(),
                 Err(e) if e.is_deadline() => return Err(e),
-                Err(_) => gathered.details_missing = true, // only app versions come from this call
+                Err(e) => gathered.details_missing |= !e.is_permanent(),
             }
         }
         // `getApplicationRevisionsMetadata`: every sync revision's and every change
-        // revision's metadata; one failure drops that whole list ("resuming").
-        let latest = latest_revision(status);
-        if !sync_revision.is_empty()
-            || !latest.is_empty()
-            || !text(status, "/sync/revision").is_empty()
-        {
-            let syncs: Vec<String> = [sync_revision.clone()]
-                .into_iter()
-                .filter(|r| !r.is_empty())
-                .collect();
-            let changes = change_revisions(app_object);
+        // revision's metadata; one failure drops that whole list ("resuming"). Helm chart
+        // sources report the revision alone.
+        let has_revision = !text(status, "/sync/revision").is_empty()
+            || status
+                .pointer("/sync/revisions")
+                .is_some_and(|r| !r.is_null())
+            || status["history"].as_array().is_some_and(|h| !h.is_empty());
+        if has_revision {
+            let helm = !text(app_object, "/spec/source/chart").is_empty();
             let mut lists = Vec::new();
-            for revisions in [&syncs, &changes] {
+            for mut revisions in [sync_revisions(app_object), change_revisions(app_object)] {
+                if variant == Variant::Hardened {
+                    revisions.retain(|r| !r.is_empty()); // nothing to ask about
+                }
                 let mut list = Vec::new();
                 let mut failed = false;
-                for revision in revisions {
+                for revision in &revisions {
+                    if helm {
+                        list.push(json!({"revision": revision}));
+                        continue;
+                    }
                     match git_side.revision_metadata(app, revision, 0).await {
                         Ok(meta) => list.push(json!({"revision": revision, "metadata": meta})),
                         Err(e) if e.is_deadline() => return Err(e),
-                        Err(_) => {
+                        Err(e) => {
                             failed = true;
+                            gathered.details_missing |= !e.is_permanent();
                             break;
                         }
                     }
                 }
-                gathered.details_missing |= failed;
                 lists.push(if failed || list.is_empty() {
                     Value::Null
                 } else {
                     Value::Array(list)
                 });
             }
+            // The legacy commit fields: the first sync revision's metadata.
             gathered.commit = lists[0].get(0).and_then(|r| r.get("metadata")).cloned();
             gathered.revisions_metadata = Some(json!({
                 "syncRevisions": lists[0],
@@ -552,7 +593,10 @@ impl Processor {
         };
         let mut tally = Tally::default();
         let mut app_json = serde_json::to_value(app).unwrap_or(Value::Null);
-        let gathered = match self.gather(&reference, &app_json, status, deleted).await {
+        let gathered = match self
+            .gather(&reference, &app_json, status, deleted, variant)
+            .await
+        {
             Ok(g) => g,
             Err(_) => return Outcome::Aborted(tally),
         };
@@ -950,6 +994,29 @@ mod tests {
             "metadata": {"name": "child", "namespace": "argocd", "labels": labels, "annotations": annotations},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn sync_and_change_revisions_follow_the_operation_as_the_real_utils_do() {
+        let op = json!({"status": {
+            "sync": {"revision": "s0"},
+            "operationState": {"operation": {"sync": {"revision": "s1", "changeRevision": "c1"}}},
+        }});
+        assert_eq!(sync_revisions(&op), ["s1"]);
+        assert_eq!(change_revisions(&op), ["c1"]);
+        let pending = json!({"operation": {"sync": {"revisions": ["a", "b"], "changeRevisions": ["c", "d"]}}, "status": {"sync": {"revision": "s0"}}});
+        assert_eq!(sync_revisions(&pending), ["a", "b"]);
+        assert_eq!(change_revisions(&pending), ["c", "d"]);
+        let idle = json!({"status": {"sync": {"revision": "s0"}}});
+        assert_eq!(sync_revisions(&idle), ["s0"]);
+        assert!(
+            change_revisions(&idle).is_empty(),
+            "no change revision: none"
+        );
+        // An operation without a revision: one empty revision, as `getRevisions` gives.
+        let head = json!({"status": {"operationState": {"operation": {"sync": {}}}}});
+        assert_eq!(sync_revisions(&head), [""]);
+        assert!(change_revisions(&head).is_empty());
     }
 
     #[test]

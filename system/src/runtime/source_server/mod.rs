@@ -16,9 +16,11 @@
 //! manifests at the revision, and the raw files under the app's path at the revision from
 //! the repo-server (`GetGitFiles`; through the Argo CD server in the simulated world).
 //!
-//! **Cache.** An answer at a commit SHA never changes, so it is kept (up to `cache_entries`,
-//! oldest out first) and served again without upstream calls. Answers for a branch or
-//! without a revision are not cached.
+//! **Cache.** An answer at a commit SHA does not change while the app's source does, so it
+//! is kept (up to `cache_entries`, oldest out first) and served again without upstream
+//! calls; answers at a branch are not cached. [limitation] The key is (app, revision): an
+//! app deleted and re-created under the same name with another source path is answered
+//! from the old entry until it ages out.
 //!
 //! **Git or Argo CD unavailable.** Cached answers are still served; otherwise 503 with the
 //! upstream's failure in `message` (404 when Argo CD says the app or revision does not
@@ -135,45 +137,53 @@ impl From<CallError> for Unanswered {
     }
 }
 
-/// The YAML documents of a file: (1-based line where each starts, its text).
+/// The YAML documents of a file: (1-based line where each starts, its text). Documents
+/// with nothing but comments and blank lines are left out.
 pub fn documents(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut current = String::new();
     let mut start = 1;
+    let mut push = |start: usize, doc: &mut String| {
+        let content = doc
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+        if content {
+            out.push((start, std::mem::take(doc)));
+        }
+        doc.clear();
+    };
     for (index, line) in text.lines().enumerate() {
         if line.trim_end() == "---" {
-            if !current.trim().is_empty() {
-                out.push((start, std::mem::take(&mut current)));
-            }
-            current.clear();
+            push(start, &mut current);
+            start = index + 2;
+        } else if current.is_empty() && line.trim().is_empty() {
             start = index + 2;
         } else {
-            if current.is_empty() && line.trim().is_empty() {
-                start = index + 2;
-                continue;
-            }
             current.push_str(line);
             current.push('\n');
         }
     }
-    if !current.trim().is_empty() {
-        out.push((start, current));
-    }
+    push(start, &mut current);
     out
 }
 
-/// The document of `file` that a rendered object comes from: the first whose `kind`
-/// matches, else the first; with its line.
+/// The document of `file` a rendered object comes from, with its line: the file's only
+/// document, or the one whose top-level `kind` (and `metadata.name`, when it has one)
+/// match; `("", 0)` when none does — no line rather than a wrong one.
 fn raw_document(file: &str, compiled: &Value) -> (String, usize) {
-    let kind = compiled.get("kind").and_then(Value::as_str).unwrap_or("");
     let docs = documents(file);
-    docs.iter()
+    if let [(line, doc)] = docs.as_slice() {
+        return (doc.clone(), *line);
+    }
+    let want = |pointer: &str| compiled.pointer(pointer).and_then(Value::as_str);
+    docs.into_iter()
         .find(|(_, doc)| {
-            doc.lines()
-                .any(|l| l.trim_start().strip_prefix("kind:").map(str::trim) == Some(kind))
+            let parsed: Value = serde_saphyr::from_str(doc).unwrap_or(Value::Null);
+            let name = parsed.pointer("/metadata/name").and_then(Value::as_str);
+            parsed.get("kind").and_then(Value::as_str) == want("/kind")
+                && (name.is_none() || name == want("/metadata/name"))
         })
-        .or(docs.first())
-        .map(|(line, doc)| (doc.clone(), *line))
+        .map(|(line, doc)| (doc, line))
         .unwrap_or_default()
 }
 
@@ -214,6 +224,7 @@ impl Sources {
         let files = self
             .argocd(format!("/api/v1/applications/{}/files?{query}", q(name)))
             .await?;
+        // An answer without files is not "no versions": it is not an answer.
         let files: BTreeMap<String, String> = files
             .get("files")
             .and_then(Value::as_object)
@@ -222,7 +233,11 @@ impl Sources {
                     .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
                     .collect()
             })
-            .unwrap_or_default();
+            .ok_or_else(|| {
+                Unanswered::Unavailable(format!(
+                    "the repo-server's files of {name} at {revision} came without files"
+                ))
+            })?;
         let manifests: Vec<Value> = rendered
             .get("manifests")
             .and_then(Value::as_array)
@@ -344,7 +359,12 @@ impl Sources {
         let params = crate::env::http::query(req.uri());
         let ns = params.get("appNamespace").cloned().unwrap_or_default();
         let revision = params.get("revision").cloned().unwrap_or_default();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let decoded: Vec<String> = path
+            .trim_matches('/')
+            .split('/')
+            .map(crate::env::http::path_segment)
+            .collect();
+        let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
         match segments.as_slice() {
             ["api", "v1", "applications", name, "manifests"] if !revision.is_empty() => {
                 self.answer("manifests", name, &ns, &revision).await
@@ -352,6 +372,10 @@ impl Sources {
             ["api", "v1", "applications", _, "manifests"] => json(
                 StatusCode::BAD_REQUEST,
                 &json!({"error": "manifests: the revision query parameter is required"}),
+            ),
+            ["api", "v1", "applications", _, "revisions", "", "metadata"] => json(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "metadata: the revision path segment is empty"}),
             ),
             ["api", "v1", "applications", name, "revisions", rev, "metadata"] => {
                 self.answer("metadata", name, &ns, rev).await
@@ -392,22 +416,43 @@ mod tests {
 
     #[test]
     fn documents_start_at_their_first_line() {
-        let text = "a: 1\n---\n\nkind: Service\nb: 2\n---\n---\nkind: Deployment\n";
+        let text = "# header\n---\na: 1\n---\n\nkind: Service\nb: 2\n---\n---\nkind: Deployment\nmetadata: {name: web}\n---\nkind: Deployment\nmetadata: {name: api}\nspec: {scaleTargetRef: {kind: Role}}\n";
         assert_eq!(
             documents(text),
             vec![
-                (1, "a: 1\n".to_string()),
-                (4, "kind: Service\nb: 2\n".to_string()),
-                (8, "kind: Deployment\n".to_string()),
-            ]
+                (3, "a: 1\n".to_string()),
+                (6, "kind: Service\nb: 2\n".to_string()),
+                (10, "kind: Deployment\nmetadata: {name: web}\n".to_string()),
+                (
+                    13,
+                    "kind: Deployment\nmetadata: {name: api}\nspec: {scaleTargetRef: {kind: Role}}\n"
+                        .to_string()
+                ),
+            ],
+            "comment-only documents are left out"
         );
-        let (raw, line) = raw_document(text, &json!({"kind": "Deployment"}));
-        assert_eq!((raw.as_str(), line), ("kind: Deployment\n", 8));
-        let (raw, line) = raw_document(text, &json!({"kind": "ConfigMap"}));
+        let object = |kind: &str, name: &str| json!({"kind": kind, "metadata": {"name": name}});
         assert_eq!(
-            (raw.as_str(), line),
-            ("a: 1\n", 1),
-            "no kind matches: the first"
+            raw_document(text, &object("Deployment", "api")).1,
+            13,
+            "kind and name"
+        );
+        assert_eq!(raw_document(text, &object("Deployment", "web")).1, 10);
+        assert_eq!(
+            raw_document(text, &object("Service", "x")).1,
+            6,
+            "no name: by kind"
+        );
+        assert_eq!(
+            raw_document(text, &object("Role", "x")),
+            (String::new(), 0),
+            "nested kinds do not count; no match, no line"
+        );
+        let single = "# values\nreplicas: 2\n";
+        assert_eq!(
+            raw_document(single, &object("Deployment", "web")),
+            (single.to_string(), 1),
+            "a file's only document, its comments included"
         );
     }
 
