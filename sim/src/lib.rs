@@ -18,6 +18,8 @@
 //! - [`shrink`]: `orrery shrink`, delta-debugging a failing run to a minimal scenario.
 //! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
 //! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
+//! - [`real_git`]: real mode, local Git repositories behind the Git provider's HTTP API
+//!   (`orrery serve git`).
 
 pub mod bench;
 pub mod checkers;
@@ -26,6 +28,7 @@ pub mod exit;
 pub mod faults;
 pub mod harness;
 pub mod reach;
+pub mod real_git;
 pub mod report;
 pub mod scenario;
 pub mod shrink;

@@ -42,6 +42,41 @@ pub enum Serve {
     /// orrery's key-value cache on its own (the runtime's Redis stand-in): a store that
     /// outlives runtime restarts, e.g. for `serve runtime --durable-requests`.
     Cache(CacheArgs),
+    /// Local Git repositories behind the Git provider's HTTP API (`GET /api/repos`,
+    /// `GET /api/commits?repo=&sha=&paths=`, `POST /api/commits`), answered by `git`:
+    /// point the app-proxy (`--git`) and the ACR controller at real history.
+    Git(GitArgs),
+}
+
+/// `orrery serve git`.
+#[derive(Args)]
+pub struct GitArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8929")]
+    listen: String,
+    /// A repository as URL=DIR (the URL clients name, the local clone or worktree);
+    /// repeatable.
+    #[arg(long = "repo", required = true, value_parser = parse_repo)]
+    repos: Vec<(String, PathBuf)>,
+    /// Log format (the level follows RUST_LOG, default info).
+    #[arg(long, value_enum, default_value = "human")]
+    log_format: LogFormat,
+}
+
+/// `URL=DIR`, with DIR an existing directory.
+fn parse_repo(text: &str) -> Result<(String, PathBuf), String> {
+    let (url, dir) = text
+        .split_once('=')
+        .filter(|(u, d)| !u.is_empty() && !d.is_empty())
+        .ok_or_else(|| format!("--repo {text:?}: want URL=DIR"))?;
+    let dir = PathBuf::from(dir);
+    if !dir.is_dir() {
+        return Err(format!(
+            "--repo {text:?}: {} is not a directory",
+            dir.display()
+        ));
+    }
+    Ok((url.to_string(), dir))
 }
 
 /// `orrery serve cache`.
@@ -266,6 +301,7 @@ pub fn run(what: Serve) -> Result<Exit, Fail> {
         Serve::ControlPlane(args) => control_plane(args),
         Serve::Runtime(args) => runtime(args),
         Serve::Cache(args) => cache(args),
+        Serve::Git(args) => git(args),
     }
     .map(|()| Exit::Expected)
 }
@@ -322,6 +358,26 @@ fn cache(args: CacheArgs) -> Result<(), Fail> {
         tokio::select! {
             served = orrery_system::runtime::cache::run(env, &args.listen) => {
                 served.map_err(|e| Fail::usage(format!("cache on {}: {e}", args.listen)))
+            }
+            () = shutdown_signal() => Ok(()),
+        }
+    })
+}
+
+/// Local Git repositories behind the Git provider's API, until Ctrl-C.
+fn git(args: GitArgs) -> Result<(), Fail> {
+    init_logging(args.log_format);
+    for (url, dir) in &args.repos {
+        tracing::info!("orrery git: {url} from {}", dir.display());
+    }
+    tracing::info!("orrery git on {}", args.listen);
+    block_on(async move {
+        let env: orrery_system::env::SharedEnv =
+            std::sync::Arc::new(orrery_system::env::RealEnv::new("git"));
+        let repos = args.repos.into_iter().collect();
+        tokio::select! {
+            served = orrery_sim::real_git::serve(env, repos, &args.listen) => {
+                served.map_err(|e| Fail::usage(format!("git on {}: {e}", args.listen)))
             }
             () = shutdown_signal() => Ok(()),
         }

@@ -52,14 +52,13 @@ const HISTORY: &[Step] = &[
     Step::Commit("main", "c4", &["apps/y/d.yaml", "apps/y/sub/e.yaml"]),
 ];
 
-#[test]
-fn rev_list_and_diff_tree_answer_as_real_git() {
-    let dir = std::env::temp_dir().join(format!("orrery-git-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    git(&dir, &["init", "-q", "-b", "main"], 0);
+/// The shared history built in a real repository at `dir` and in a simulated provider:
+/// message → (real SHA, simulated SHA).
+fn build(dir: &Path) -> (Git, BTreeMap<&'static str, (String, String)>) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q", "-b", "main"], 0);
     let mut sim = Git::default();
-    // message → (real sha, simulated sha)
     let mut shas: BTreeMap<&str, (String, String)> = BTreeMap::new();
     let mut branch = "main".to_string();
     for (step, entry) in HISTORY.iter().enumerate() {
@@ -67,11 +66,11 @@ fn rev_list_and_diff_tree_answer_as_real_git() {
         match entry {
             Step::Commit(on, message, files) => {
                 if *on != branch {
-                    let exists = git(&dir, &["branch", "--list", on], step);
+                    let exists = git(dir, &["branch", "--list", on], step);
                     if exists.is_empty() {
-                        git(&dir, &["checkout", "-q", "-b", on], step);
+                        git(dir, &["checkout", "-q", "-b", on], step);
                     } else {
-                        git(&dir, &["checkout", "-q", on], step);
+                        git(dir, &["checkout", "-q", on], step);
                     }
                     branch = on.to_string();
                 }
@@ -81,24 +80,31 @@ fn rev_list_and_diff_tree_answer_as_real_git() {
                     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
                     let content = format!("{message} wrote {file}\n");
                     std::fs::write(&path, &content).unwrap();
-                    git(&dir, &["add", file], step);
+                    git(dir, &["add", file], step);
                     changes.insert(file.to_string(), content);
                 }
-                git(&dir, &["commit", "-q", "-m", message], step);
-                let real = git(&dir, &["rev-parse", "HEAD"], step);
+                git(dir, &["commit", "-q", "-m", message], step);
+                let real = git(dir, &["rev-parse", "HEAD"], step);
                 let simulated = sim.commit_on(REPO, on, "Dev", message, step, changes);
                 shas.insert(message, (real, simulated));
             }
             Step::Merge(from, message) => {
-                git(&dir, &["checkout", "-q", "main"], step);
+                git(dir, &["checkout", "-q", "main"], step);
                 branch = "main".into();
-                git(&dir, &["merge", "-q", "--no-ff", "-m", message, from], step);
-                let real = git(&dir, &["rev-parse", "HEAD"], step);
+                git(dir, &["merge", "-q", "--no-ff", "-m", message, from], step);
+                let real = git(dir, &["rev-parse", "HEAD"], step);
                 let simulated = sim.merge(REPO, from, "Dev", message, step).unwrap();
                 shas.insert(message, (real, simulated));
             }
         }
     }
+    (sim, shas)
+}
+
+#[test]
+fn rev_list_and_diff_tree_answer_as_real_git() {
+    let dir = std::env::temp_dir().join(format!("orrery-git-{}", std::process::id()));
+    let (sim, shas) = build(&dir);
     let by_real: BTreeMap<&str, &str> = shas.iter().map(|(m, (r, _))| (r.as_str(), *m)).collect();
     let by_sim: BTreeMap<&str, &str> = shas.iter().map(|(m, (_, s))| (s.as_str(), *m)).collect();
     let names = |list: Vec<&str>, map: &BTreeMap<&str, &str>| -> Vec<String> {
@@ -240,4 +246,119 @@ fn files(entries: &[&str]) -> BTreeMap<String, String> {
         .iter()
         .map(|f| (f.to_string(), format!("{f} content")))
         .collect()
+}
+
+/// The provider API's one history question — the newest commit from a revision along first
+/// parents touching an app's refresh paths — asked of the simulated provider and of real
+/// `git` behind `orrery serve git` (`real_git`), for every commit of the shared history and
+/// paths of every kind the annotation allows (directories, a file, a glob, several, the
+/// root): the answers must name the same commits. Then `orrery serve git`'s HTTP API on
+/// loopback: the answer, a commit through `POST /api/commits`, and its refusals.
+#[test]
+fn the_provider_api_answers_as_real_git_behind_orrery_serve_git() {
+    let dir = std::env::temp_dir().join(format!("orrery-real-git-{}", std::process::id()));
+    let (sim, shas) = build(&dir);
+    let by_real: BTreeMap<&str, &str> = shas.iter().map(|(m, (r, _))| (r.as_str(), *m)).collect();
+    let by_sim: BTreeMap<&str, &str> = shas.iter().map(|(m, (_, s))| (s.as_str(), *m)).collect();
+    let path_sets: &[&[&str]] = &[
+        &["/apps/x"],
+        &["/apps/y"],
+        &["/apps/y/sub"],
+        &["/apps/z"],
+        &["/apps/x/d.yaml"],
+        &["/apps/*/d.yaml"],
+        &["/apps/x", "/apps/z"],
+        &["/README.md"],
+        &["/"],
+        &["/nothing"],
+    ];
+    let mut compared = 0;
+    for (message, (real, simulated)) in &shas {
+        for paths in path_sets {
+            let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+            let from_real = orrery_sim::real_git::newest_touching(&dir, real, &paths)
+                .unwrap()
+                .map(|sha| by_real[sha.as_str()].to_string());
+            let from_sim = sim
+                .newest_touching(REPO, simulated, &paths)
+                .map(|c| by_sim[c.sha.as_str()].to_string());
+            assert_eq!(
+                from_sim, from_real,
+                "newest touching {paths:?} from {message}"
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, shas.len() * path_sets.len());
+
+    // The HTTP API on loopback, with a commit made through it.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let env: orrery_system::env::SharedEnv =
+            std::sync::Arc::new(orrery_system::env::RealEnv::new("git"));
+        let repos = BTreeMap::from([(REPO.to_string(), dir.clone())]);
+        let addr = format!("127.0.0.1:{port}");
+        let server = tokio::spawn({
+            let (env, addr) = (env.clone(), addr.clone());
+            async move { orrery_sim::real_git::serve(env, repos, &addr).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
+            env,
+            std::time::Duration::from_secs(10),
+        );
+        let call = |method: &str, path: String, body: serde_json::Value| {
+            let request = http::Request::builder()
+                .method(method)
+                .uri(format!("http://{addr}{path}"))
+                .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+                .unwrap();
+            let client = &client;
+            async move {
+                let response = client.request(request).await.expect("answered");
+                let status = response.status().as_u16();
+                let body = http_body_util::BodyExt::collect(response.into_body())
+                    .await
+                    .unwrap()
+                    .to_bytes();
+                (status, serde_json::from_slice::<serde_json::Value>(&body).unwrap_or_default())
+            }
+        };
+        let q = orrery_system::env::http::query_escape;
+        let c4 = &shas["c4"].0;
+        let (status, body) = call("GET", format!("/api/commits?repo={}&sha={c4}&paths={}", q(REPO), q("/apps/x")), serde_json::Value::Null).await;
+        assert_eq!((status, body[0]["sha"].as_str()), (200, Some(shas["c3"].0.as_str())), "{body}");
+        let (status, body) = call("GET", format!("/api/commits?repo={}&sha={}&paths=%2Fnothing", q(REPO), "0".repeat(40)), serde_json::Value::Null).await;
+        assert_eq!(status, 404, "an unknown commit: {body}");
+        let (status, body) = call("GET", "/api/repos".into(), serde_json::Value::Null).await;
+        assert_eq!((status, body["repositories"][0].as_str()), (200, Some(REPO)));
+        git(&dir, &["checkout", "-q", "main"], 100);
+        let (status, body) = call(
+            "POST",
+            "/api/commits".into(),
+            serde_json::json!({"repo": REPO, "path": "apps/w/new.yaml", "content": "kind: Deployment\n", "message": "add w", "author": "alice"}),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let head = git(&dir, &["log", "-1", "--format=%H %an %s"], 100);
+        assert_eq!(head, format!("{} alice add w", body["sha"].as_str().unwrap()));
+        let (status, body) = call(
+            "POST",
+            "/api/commits".into(),
+            serde_json::json!({"repo": REPO, "path": "../outside.yaml", "content": "x"}),
+        )
+        .await;
+        assert_eq!(status, 400, "a path outside the repository is refused: {body}");
+        assert!(body["error"].as_str().unwrap().contains("not inside the repository"));
+        server.abort();
+    });
+    let _ = std::fs::remove_dir_all(&dir);
 }

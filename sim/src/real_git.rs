@@ -1,0 +1,274 @@
+//! Real mode: local Git repositories behind the simulated Git provider's HTTP API
+//! (`orrery serve git --repo URL=DIR`), so the runtime's Git clients (the hardened ACR
+//! controller's first-sync lookup, the app-proxy's repositories and commits) run against
+//! real `git` history instead of [`super::git`]'s. Every answer comes from the `git` binary
+//! on the machine; `sim/tests/sim/git.rs` asks both providers the same questions about the
+//! same history.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /api/repos` | `{"repositories": [...]}` (the URLs given) |
+//! | `GET /api/commits?repo=&sha=&paths=` | `[{"sha"}]`: the newest commit from `sha` along first parents whose changes against its first parent touch one of the `;`-separated paths (Argo CD's refresh-path rules, as the simulated provider); `[]` when none; 404 for an unknown repository or commit |
+//! | `POST /api/commits` `{"repo","path","content","message","author"}` | `201 {"sha"}`: the file written and committed on the checked-out branch (a worktree, not a bare repository); 400 for a path outside the repository or a malformed body |
+//!
+//! This is real mode only (never part of a simulated world): it runs `git` processes, and
+//! `git` reads the clock. Each `git` call is short and runs inline in its request.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use http::StatusCode;
+use http_body_util::BodyExt;
+use orrery_system::env::http::json;
+use serde_json::{json as j, Value};
+
+/// Why a `git` command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// `git` could not be started.
+    #[error("running git: {0}")]
+    Spawn(#[from] std::io::Error),
+    /// `git` exited unsuccessfully.
+    #[error("git {args}: {stderr}")]
+    Failed {
+        /// The arguments.
+        args: String,
+        /// Its standard error.
+        stderr: String,
+    },
+}
+
+/// Runs `git -C dir args…` and returns its standard output.
+fn git(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, GitError> {
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()?;
+    if !output.status.success() {
+        return Err(GitError::Failed {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Whether `sha` names a commit in `dir`.
+fn is_commit(dir: &Path, sha: &str) -> bool {
+    !sha.is_empty()
+        && !sha.starts_with('-')
+        && git(dir, &["cat-file", "-e", &format!("{sha}^{{commit}}")], &[]).is_ok()
+}
+
+/// The newest commit from `sha` along first parents whose changes (against its first
+/// parent; a root commit's files) touch one of `paths` by Argo CD's rules.
+pub fn newest_touching(
+    dir: &Path,
+    sha: &str,
+    paths: &[String],
+) -> Result<Option<String>, GitError> {
+    // `--first-parent` diffs a merge against its first parent (git ≥ 2.31).
+    let log = git(
+        dir,
+        &[
+            "log",
+            "--first-parent",
+            "--format=commit %H",
+            "--name-only",
+            sha,
+            "--",
+        ],
+        &[],
+    )?;
+    let mut commits: Vec<(String, Vec<String>)> = Vec::new();
+    for line in log.lines() {
+        if let Some(sha) = line.strip_prefix("commit ") {
+            commits.push((sha.to_string(), Vec::new()));
+        } else if let (false, Some((_, files))) = (line.is_empty(), commits.last_mut()) {
+            files.push(line.to_string());
+        }
+    }
+    Ok(commits.into_iter().find_map(|(sha, files)| {
+        (!files.is_empty() && orrery_system::runtime::acr::paths::files_have_changed(paths, &files))
+            .then_some(sha)
+    }))
+}
+
+/// A repository-relative path that stays inside the repository.
+fn inside(path: &str) -> Option<PathBuf> {
+    let path = Path::new(path);
+    (!path.as_os_str().is_empty() && path.components().all(|c| matches!(c, Component::Normal(_))))
+        .then(|| path.to_path_buf())
+}
+
+/// Writes `content` to `path` in the worktree `dir` and commits it as `author`.
+fn commit(
+    dir: &Path,
+    path: &str,
+    content: &str,
+    message: &str,
+    author: &str,
+) -> Result<String, String> {
+    let relative =
+        inside(path).ok_or_else(|| format!("path {path:?} is not inside the repository"))?;
+    if git(dir, &["rev-parse", "--is-bare-repository"], &[])
+        .map_err(|e| e.to_string())?
+        .trim()
+        == "true"
+    {
+        return Err("the repository is bare: commits need a worktree".into());
+    }
+    let file = dir.join(&relative);
+    if let Some(parent) = file.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(&file, content).map_err(|e| e.to_string())?;
+    let author = if author.contains('<') {
+        author.to_string()
+    } else {
+        format!("{author} <{author}@orrery.invalid>")
+    };
+    let (name, email) = author
+        .split_once('<')
+        .map(|(n, e)| {
+            (
+                n.trim().to_string(),
+                e.trim_end_matches('>').trim().to_string(),
+            )
+        })
+        .unwrap_or_default();
+    let env = [
+        ("GIT_COMMITTER_NAME", name.as_str()),
+        ("GIT_COMMITTER_EMAIL", email.as_str()),
+    ];
+    let relative = relative.to_string_lossy().into_owned();
+    git(dir, &["add", "--", &relative], &env).map_err(|e| e.to_string())?;
+    git(
+        dir,
+        &[
+            "commit", "-q", "--author", &author, "-m", message, "--", &relative,
+        ],
+        &env,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(git(dir, &["rev-parse", "HEAD"], &[])
+        .map_err(|e| e.to_string())?
+        .trim()
+        .to_string())
+}
+
+/// Serves `repos` (URL → local directory) on `addr` until the listener fails.
+pub async fn serve(
+    env: orrery_system::env::SharedEnv,
+    repos: BTreeMap<String, PathBuf>,
+    addr: &str,
+) -> std::io::Result<()> {
+    let repos = Arc::new(repos);
+    // One commit at a time: `git add` and `git commit` share the index.
+    let committing = Arc::new(std::sync::Mutex::new(()));
+    let listener = env.listen(addr).await?;
+    orrery_system::env::http::serve(listener, move |request, _| {
+        let (repos, committing) = (repos.clone(), committing.clone());
+        async move {
+            let params = orrery_system::env::http::query(request.uri());
+            let param = |k: &str| params.get(k).cloned().unwrap_or_default();
+            match (request.method().as_str(), request.uri().path()) {
+                ("GET", "/api/repos") => json(
+                    StatusCode::OK,
+                    &j!({"repositories": repos.keys().collect::<Vec<_>>()}),
+                ),
+                ("GET", "/api/commits") => {
+                    let Some(dir) = repos.get(&param("repo")).cloned() else {
+                        return json(
+                            StatusCode::NOT_FOUND,
+                            &j!({"message": format!("no repository {}", param("repo"))}),
+                        );
+                    };
+                    let sha = param("sha");
+                    let paths: Vec<String> = param("paths")
+                        .split(';')
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                    if !is_commit(&dir, &sha) {
+                        return json(
+                            StatusCode::NOT_FOUND,
+                            &j!({"message": format!("No commit found for SHA: {sha}")}),
+                        );
+                    }
+                    match newest_touching(&dir, &sha, &paths) {
+                        Ok(found) => json(
+                            StatusCode::OK,
+                            &Value::Array(found.map(|sha| j!({"sha": sha})).into_iter().collect()),
+                        ),
+                        Err(e) => json(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            &j!({"message": e.to_string()}),
+                        ),
+                    }
+                }
+                ("POST", "/api/commits") => {
+                    let body = match http_body_util::Limited::new(request.into_body(), 1 << 20)
+                        .collect()
+                        .await
+                    {
+                        Ok(c) => c.to_bytes(),
+                        Err(e) => {
+                            return json(
+                                StatusCode::BAD_REQUEST,
+                                &j!({"error": format!("reading the body: {e}")}),
+                            )
+                        }
+                    };
+                    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let field = |name: &str| parsed[name].as_str().map(str::to_string);
+                    let (Some(repo), Some(path), Some(content)) =
+                        (field("repo"), field("path"), field("content"))
+                    else {
+                        return json(
+                            StatusCode::BAD_REQUEST,
+                            &j!({"error": "want repo, path and content"}),
+                        );
+                    };
+                    let Some(dir) = repos.get(&repo).cloned() else {
+                        return json(
+                            StatusCode::NOT_FOUND,
+                            &j!({"error": format!("no repository {repo}")}),
+                        );
+                    };
+                    let message = field("message").unwrap_or_default();
+                    let author = field("author").unwrap_or_else(|| "unknown".into());
+                    let done = {
+                        let _one_at_a_time = committing.lock().expect("commit lock poisoned");
+                        commit(&dir, &path, &content, &message, &author)
+                    };
+                    match done {
+                        Ok(sha) => json(StatusCode::CREATED, &j!({"sha": sha})),
+                        Err(e) => json(StatusCode::BAD_REQUEST, &j!({"error": e})),
+                    }
+                }
+                (_, path) => json(
+                    StatusCode::NOT_FOUND,
+                    &j!({"error": format!("no route {path}")}),
+                ),
+            }
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_relative_paths_inside_the_repository_are_written() {
+        for ok in ["a.yaml", "teams/a/values.yaml"] {
+            assert!(super::inside(ok).is_some(), "{ok}");
+        }
+        for bad in ["", "/etc/passwd", "../x", "teams/../../x", "./a"] {
+            assert!(super::inside(bad).is_none(), "{bad}");
+        }
+    }
+}
