@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+use crate::world::git::CommitRequest;
 use http::StatusCode;
-use http_body_util::BodyExt;
 use orrery_system::env::http::json;
 use serde_json::{json as j, Value};
 
@@ -211,27 +211,15 @@ pub async fn serve(
                     }
                 }
                 ("POST", "/api/commits") => {
-                    let body = match http_body_util::Limited::new(request.into_body(), 1 << 20)
-                        .collect()
-                        .await
-                    {
-                        Ok(c) => c.to_bytes(),
-                        Err(e) => {
-                            return json(
-                                StatusCode::BAD_REQUEST,
-                                &j!({"error": format!("reading the body: {e}")}),
-                            )
-                        }
-                    };
-                    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    let field = |name: &str| parsed[name].as_str().map(str::to_string);
-                    let (Some(repo), Some(path), Some(content)) =
-                        (field("repo"), field("path"), field("content"))
-                    else {
-                        return json(
-                            StatusCode::BAD_REQUEST,
-                            &j!({"error": "want repo, path and content"}),
-                        );
+                    let CommitRequest {
+                        repo,
+                        path,
+                        content,
+                        message,
+                        author,
+                    } = match CommitRequest::read(request).await {
+                        Ok(commit) => commit,
+                        Err(refusal) => return refusal,
                     };
                     let Some(dir) = repos.get(&repo).cloned() else {
                         return json(
@@ -239,8 +227,6 @@ pub async fn serve(
                             &j!({"error": format!("no repository {repo}")}),
                         );
                     };
-                    let message = field("message").unwrap_or_default();
-                    let author = field("author").unwrap_or_else(|| "unknown".into());
                     let done = {
                         let _one_at_a_time = committing.lock().expect("commit lock poisoned");
                         commit(&dir, &path, &content, &message, &author)

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, PostParams};
 use orrery_conformance::cluster::Cluster;
-use orrery_sim::world::argocd::{self, application_resource, HealthOverrides};
+use orrery_sim::world::argocd::application_resource;
 use orrery_sim::world::git::SharedGit;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
@@ -20,7 +20,7 @@ use orrery_system::runtime::acr::{self, paths::MANIFEST_GENERATE_PATHS};
 use orrery_system::runtime::assembly::{self, RuntimeConfig};
 use serde_json::{json, Value};
 
-use crate::support::{eventually, free_port, unix_ms};
+use crate::support::{eventually, free_port, start_argocd, unix_ms};
 
 const REPO: &str = "https://git.example/org/mono.git";
 const ARGO_TOKEN: &str = "argocd-acr-token";
@@ -89,24 +89,7 @@ async fn change_revisions_on_a_real_api_server(variant: Variant) {
         files(&["a", "b"], 1),
     );
     let argo_port = free_port();
-    let argo_config = argocd::controller::Config {
-        reconcile_every: Duration::from_secs(2),
-        sync_duration: Duration::from_secs(1),
-        namespace: namespace.clone(),
-        listen: format!("127.0.0.1:{argo_port}"),
-        ..Default::default()
-    };
-    let argo = tokio::spawn({
-        let run = argocd::run(
-            Arc::new(RealEnv::new("argocd")),
-            target.clone(),
-            git.clone(),
-            HealthOverrides::default(),
-            argo_config,
-            ARGO_TOKEN,
-        );
-        async move { drop(run.await) }
-    });
+    let argo = start_argocd(&target, &git, argo_port, Duration::from_secs(1), ARGO_TOKEN);
     // The Git provider's API on loopback: hardened asks it for first syncs.
     let git_port = free_port();
     let provider = tokio::spawn({

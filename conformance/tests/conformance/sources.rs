@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, PostParams};
 use orrery_conformance::cluster::Cluster;
-use orrery_sim::world::argocd::{self, application_resource, HealthOverrides};
+use orrery_sim::world::argocd::application_resource;
 use orrery_sim::world::git::SharedGit;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::RealEnv;
@@ -19,7 +19,7 @@ use orrery_system::runtime::assembly::{self, RuntimeConfig};
 use orrery_system::runtime::source_server;
 use serde_json::{json, Value};
 
-use crate::support::{eventually, free_port, get_status, unix_ms};
+use crate::support::{eventually, free_port, get_status, start_argocd, unix_ms};
 
 const REPO: &str = "https://git.example/org/mono.git";
 const ARGO_TOKEN: &str = "argocd-sources-token";
@@ -48,29 +48,6 @@ async fn reqwest_like(port: u16, path: &str) -> Result<(u16, Value), String> {
     get_status(&format!("http://127.0.0.1:{port}{path}")).await
 }
 
-fn start_argocd(
-    target: &KubeTarget,
-    git: &SharedGit,
-    namespace: &str,
-    port: u16,
-) -> tokio::task::JoinHandle<()> {
-    let config = argocd::controller::Config {
-        reconcile_every: Duration::from_secs(2),
-        namespace: namespace.to_string(),
-        listen: format!("127.0.0.1:{port}"),
-        ..Default::default()
-    };
-    let run = argocd::run(
-        Arc::new(RealEnv::new("argocd")),
-        target.clone(),
-        git.clone(),
-        HealthOverrides::default(),
-        config,
-        ARGO_TOKEN,
-    );
-    tokio::spawn(async move { drop(run.await) })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outage() {
@@ -92,7 +69,7 @@ async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outa
         release(1),
     );
     let argo_port = free_port();
-    let mut argo = start_argocd(&target, &git, &namespace, argo_port);
+    let mut argo = start_argocd(&target, &git, argo_port, Duration::ZERO, ARGO_TOKEN);
     let sources_port = free_port();
     let runtime = tokio::spawn({
         let sources = source_server::Config::new(
@@ -173,7 +150,7 @@ async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outa
     git.lock().serving.outage = true;
     argo.abort();
     let _ = argo.await;
-    argo = start_argocd(&target, &git, &namespace, argo_port);
+    argo = start_argocd(&target, &git, argo_port, Duration::ZERO, ARGO_TOKEN);
     // Cached: still served.
     let (status, cached) = get(sources_port, &manifests(&first)).await;
     assert_eq!(status, 200, "{cached}");

@@ -63,3 +63,31 @@ pub async fn get_status(url: &str) -> Result<(u16, serde_json::Value), String> {
         .to_bytes();
     Ok((status, serde_json::from_slice(&body).unwrap_or_default()))
 }
+
+/// orrery's Argo CD on loopback `port` against `target` (its namespace is Argo CD's),
+/// reading `git`, accepting `token`: refreshes every 2 s, syncs taking `sync_duration`.
+pub fn start_argocd(
+    target: &orrery_system::env::kube::KubeTarget,
+    git: &orrery_sim::world::git::SharedGit,
+    port: u16,
+    sync_duration: std::time::Duration,
+    token: &str,
+) -> tokio::task::JoinHandle<()> {
+    use orrery_sim::world::argocd;
+    let config = argocd::controller::Config {
+        reconcile_every: std::time::Duration::from_secs(2),
+        sync_duration,
+        namespace: target.namespace.clone(),
+        listen: format!("127.0.0.1:{port}"),
+        ..Default::default()
+    };
+    let run = argocd::run(
+        std::sync::Arc::new(orrery_system::env::RealEnv::new("argocd")),
+        target.clone(),
+        git.clone(),
+        argocd::HealthOverrides::default(),
+        config,
+        token.to_string(),
+    );
+    tokio::spawn(async move { drop(run.await) })
+}

@@ -56,6 +56,17 @@ pub fn missing(state: &FinalState) -> (usize, usize) {
     )
 }
 
+/// A liveness violation on the platform at the end of the run.
+fn liveness(invariant: &str, state: &FinalState, details: serde_json::Value) -> Violation {
+    Violation {
+        invariant: invariant.into(),
+        class: Class::Liveness,
+        at_ms: state.end_ms,
+        host: "platform".into(),
+        details,
+    }
+}
+
 /// `app_version_reported`.
 pub struct AppVersionReported;
 
@@ -67,12 +78,10 @@ impl Checker for AppVersionReported {
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
         let wrong = without_version(state);
         let (app, shown) = wrong.first()?;
-        Some(Violation {
-            invariant: self.name().into(),
-            class: Class::Liveness,
-            at_ms: state.end_ms,
-            host: "platform".into(),
-            details: json!({
+        Some(liveness(
+            self.name(),
+            state,
+            json!({
                 "reason": format!(
                     "{} apps show another app version than Git holds at their sync; {} shows {:?}, Git has {:?}",
                     wrong.len(), app.key, shown.app_version, app.app_version
@@ -82,7 +91,7 @@ impl Checker for AppVersionReported {
                 "expected": app.app_version,
                 "actual": shown.app_version,
             }),
-        })
+        ))
     }
 }
 
@@ -97,12 +106,10 @@ impl Checker for ChangeRevisionReported {
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
         let wrong = without_change_commit(state);
         let (app, shown) = wrong.first()?;
-        Some(Violation {
-            invariant: self.name().into(),
-            class: Class::Liveness,
-            at_ms: state.end_ms,
-            host: "platform".into(),
-            details: json!({
+        Some(liveness(
+            self.name(),
+            state,
+            json!({
                 "reason": format!(
                     "{} apps with a change revision do not show its commit; {} has change revision {} and shows {} change commits",
                     wrong.len(), app.key, app.change_revision, shown.change_commits.len()
@@ -111,6 +118,6 @@ impl Checker for ChangeRevisionReported {
                 "app": app.key,
                 "change_revision": app.change_revision,
             }),
-        })
+        ))
     }
 }

@@ -602,6 +602,57 @@ impl SharedGit {
     }
 }
 
+/// A `POST /api/commits` body: `{"repo","path","content","message","author"}` (message
+/// empty and author `unknown` when left out); shared with `orrery serve git`.
+pub struct CommitRequest {
+    /// Repository URL.
+    pub repo: String,
+    /// File path in the repository.
+    pub path: String,
+    /// The file's new content.
+    pub content: String,
+    /// Commit message.
+    pub message: String,
+    /// Author.
+    pub author: String,
+}
+
+impl CommitRequest {
+    /// Reads the body (at most 1 MiB), or the 400 answer naming what is wrong.
+    pub async fn read(
+        request: http::Request<hyper::body::Incoming>,
+    ) -> Result<CommitRequest, http::Response<orrery_system::env::http::Body>> {
+        use http_body_util::BodyExt;
+        use orrery_system::env::http::json;
+        let refuse = |why: String| {
+            json(
+                http::StatusCode::BAD_REQUEST,
+                &serde_json::json!({"error": why}),
+            )
+        };
+        let body = http_body_util::Limited::new(request.into_body(), 1 << 20)
+            .collect()
+            .await
+            .map_err(|e| refuse(format!("reading the body: {e}")))?
+            .to_bytes();
+        let parsed: serde_json::Value =
+            serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        let field = |name: &str| parsed[name].as_str().map(str::to_string);
+        let (Some(repo), Some(path), Some(content)) =
+            (field("repo"), field("path"), field("content"))
+        else {
+            return Err(refuse("want repo, path and content".into()));
+        };
+        Ok(CommitRequest {
+            repo,
+            path,
+            content,
+            message: field("message").unwrap_or_default(),
+            author: field("author").unwrap_or_else(|| "unknown".into()),
+        })
+    }
+}
+
 /// The Git provider's HTTP API, a small subset shaped after the hosted providers':
 /// - `GET /api/repos` → `{"repositories": [...]}`;
 /// - `POST /api/commits` `{"repo","path","content","message","author"}` → `201 {"sha": …}`
@@ -620,7 +671,6 @@ pub async fn serve(
     git: SharedGit,
     addr: &str,
 ) -> std::io::Result<()> {
-    use http_body_util::BodyExt;
     use orrery_system::env::http::json;
     use serde_json::{json as j, Value};
     let listener = env.listen(addr).await?;
@@ -683,30 +733,16 @@ pub async fn serve(
                     &j!({"repositories": git.lock().repos()}),
                 ),
                 ("POST", "/api/commits") => {
-                    let body = match http_body_util::Limited::new(request.into_body(), 1 << 20)
-                        .collect()
-                        .await
-                    {
-                        Ok(c) => c.to_bytes(),
-                        Err(e) => {
-                            return json(
-                                http::StatusCode::BAD_REQUEST,
-                                &j!({"error": format!("reading the body: {e}")}),
-                            )
-                        }
+                    let CommitRequest {
+                        repo,
+                        path,
+                        content,
+                        message,
+                        author,
+                    } = match CommitRequest::read(request).await {
+                        Ok(commit) => commit,
+                        Err(refusal) => return refusal,
                     };
-                    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    let field = |name: &str| parsed[name].as_str().map(str::to_string);
-                    let (Some(repo), Some(path), Some(content)) =
-                        (field("repo"), field("path"), field("content"))
-                    else {
-                        return json(
-                            http::StatusCode::BAD_REQUEST,
-                            &j!({"error": "want repo, path and content"}),
-                        );
-                    };
-                    let message = field("message").unwrap_or_default();
-                    let author = field("author").unwrap_or_else(|| "unknown".into());
                     let sha = git.lock().commit(
                         &repo,
                         &author,
