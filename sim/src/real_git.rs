@@ -9,7 +9,9 @@
 //! |---|---|
 //! | `GET /api/repos` | `{"repositories": [...]}` (the URLs given) |
 //! | `GET /api/commits?repo=&sha=&paths=` | `[{"sha"}]`: the newest commit from `sha` along first parents whose changes against its first parent touch one of the `;`-separated paths (Argo CD's refresh-path rules, as the simulated provider); `[]` when none; 404 for an unknown repository or commit |
-//! | `POST /api/commits` `{"repo","path","content","message","author"}` | `201 {"sha"}`: the file written and committed on the checked-out branch (a worktree, not a bare repository); 400 for a path outside the repository or a malformed body |
+//! | `POST /api/commits` `{"repo","path","content","message","author","branch"}` | `201 {"sha"}`: the file written and committed on the checked-out branch (a worktree, not a bare repository; `branch`, default `main`, must be the checked-out one); 400 for a path outside the repository, another branch or a malformed body |
+//!
+//! Pull requests are not served here (the simulated provider's `/api/pulls`).
 //!
 //! This is real mode only (never part of a simulated world): it runs `git` processes, and
 //! `git` reads the clock. Each `git` call is short and runs inline in its request.
@@ -217,6 +219,7 @@ pub async fn serve(
                         content,
                         message,
                         author,
+                        branch,
                     } = match CommitRequest::read(request).await {
                         Ok(commit) => commit,
                         Err(refusal) => return refusal,
@@ -227,6 +230,15 @@ pub async fn serve(
                             &j!({"error": format!("no repository {repo}")}),
                         );
                     };
+                    let checked_out = git(&dir, &["branch", "--show-current"], &[])
+                        .map(|b| b.trim().to_string())
+                        .unwrap_or_default();
+                    if branch != checked_out {
+                        return json(
+                            StatusCode::BAD_REQUEST,
+                            &j!({"error": format!("branch {branch}: orrery serve git commits on the checked-out branch ({checked_out}) only")}),
+                        );
+                    }
                     let done = {
                         let _one_at_a_time = committing.lock().expect("commit lock poisoned");
                         commit(&dir, &path, &content, &message, &author)

@@ -116,6 +116,52 @@ pub struct Git {
     pub serving: Serving,
     /// The API's current rate-limit window.
     window: Window,
+    /// Pull requests per repository, numbered from 1 in opening order.
+    pulls: BTreeMap<String, Vec<PullRequest>>,
+}
+
+/// A pull request: `head` to be merged into `base` (`main`; the merge button's merge
+/// commit, no fast-forward).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PullRequest {
+    /// Its number in the repository (from 1).
+    pub number: u64,
+    /// The branch to merge.
+    pub head: String,
+    /// The branch it merges into.
+    pub base: String,
+    /// Title.
+    pub title: String,
+    /// Who opened it.
+    pub author: String,
+    /// `open`, `closed` (merged or not).
+    pub state: PullState,
+    /// The merge commit, once merged.
+    pub merge_commit_sha: Option<String>,
+}
+
+/// Where a pull request stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullState {
+    /// Open.
+    Open,
+    /// Closed, merged or not.
+    Closed,
+}
+
+/// Why a pull request could not be opened or merged (GitHub answers 422 and 405).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PullError {
+    /// The repository or a branch does not exist.
+    #[error("{0}")]
+    Unknown(String),
+    /// The request is refused as it stands (GitHub's 422 "Validation Failed").
+    #[error("{0}")]
+    Invalid(String),
+    /// The pull request cannot be merged (GitHub's 405 "Pull Request is not mergeable").
+    #[error("{0}")]
+    NotMergeable(String),
 }
 
 /// How the provider serves Git fetches and its HTTP API now (the `git` fault): throttled —
@@ -470,6 +516,112 @@ impl Git {
         repository.touching(path, end).last()
     }
 
+    /// Opens a pull request merging `head` into `base` of `repo`; its number.
+    pub fn open_pull(
+        &mut self,
+        repo: &str,
+        head: &str,
+        base: &str,
+        title: &str,
+        author: &str,
+    ) -> Result<u64, PullError> {
+        let repository = self
+            .repos
+            .get(repo)
+            .ok_or_else(|| PullError::Unknown(format!("no repository {repo}")))?;
+        if base != MAIN {
+            return Err(PullError::Invalid(format!(
+                "base {base}: pull requests merge into {MAIN} here"
+            )));
+        }
+        let Some(head_sha) = repository.branches.get(head) else {
+            return Err(PullError::Unknown(format!("no branch {head} in {repo}")));
+        };
+        let index = repository.index_of(head_sha);
+        if head == MAIN
+            || index
+                .is_some_and(|i| repository.mainline.contains(&i) || repository.merged.contains(&i))
+        {
+            return Err(PullError::Invalid(format!(
+                "No commits between {base} and {head}"
+            )));
+        }
+        let pulls = self.pulls.entry(repo.to_string()).or_default();
+        if pulls
+            .iter()
+            .any(|p| p.head == head && p.state == PullState::Open)
+        {
+            return Err(PullError::Invalid(format!(
+                "A pull request already exists for {head}"
+            )));
+        }
+        let number = pulls.len() as u64 + 1;
+        pulls.push(PullRequest {
+            number,
+            head: head.into(),
+            base: base.into(),
+            title: title.into(),
+            author: author.into(),
+            state: PullState::Open,
+            merge_commit_sha: None,
+        });
+        Ok(number)
+    }
+
+    /// Merges open pull request `number` of `repo` (a merge commit "Merge pull request #n
+    /// from head") and closes it; the merge commit's SHA.
+    pub fn merge_pull(
+        &mut self,
+        repo: &str,
+        number: u64,
+        author: &str,
+        unix_ms: u64,
+    ) -> Result<String, PullError> {
+        let pull = self
+            .pulls
+            .get(repo)
+            .and_then(|p| p.iter().find(|p| p.number == number))
+            .cloned()
+            .ok_or_else(|| PullError::Unknown(format!("no pull request #{number} in {repo}")))?;
+        if pull.state != PullState::Open {
+            return Err(PullError::NotMergeable(format!(
+                "Pull Request #{number} is not mergeable: it is closed"
+            )));
+        }
+        let message = format!(
+            "Merge pull request #{number} from {}\n\n{}",
+            pull.head, pull.title
+        );
+        let sha = self
+            .merge(repo, &pull.head, author, &message, unix_ms)
+            .ok_or_else(|| PullError::Unknown(format!("branch {} is gone", pull.head)))?;
+        if let Some(open) = self
+            .pulls
+            .get_mut(repo)
+            .and_then(|p| p.iter_mut().find(|p| p.number == number))
+        {
+            open.state = PullState::Closed;
+            open.merge_commit_sha = Some(sha.clone());
+        }
+        Ok(sha)
+    }
+
+    /// Closes open pull request `number` of `repo` without merging it.
+    pub fn close_pull(&mut self, repo: &str, number: u64) -> Result<(), PullError> {
+        let pull = self
+            .pulls
+            .get_mut(repo)
+            .and_then(|p| p.iter_mut().find(|p| p.number == number))
+            .ok_or_else(|| PullError::Unknown(format!("no pull request #{number} in {repo}")))?;
+        pull.state = PullState::Closed;
+        Ok(())
+    }
+
+    /// `repo`'s pull requests, in number order.
+    pub fn pulls(&self, repo: &str) -> &[PullRequest] {
+        self.pulls.get(repo).map_or(&[], Vec::as_slice)
+    }
+
     /// Counts one API call at `unix_s` against the rate limit: `Err(reset)` (Unix seconds)
     /// when the minute's allowance is spent.
     pub fn admit(&mut self, unix_s: u64) -> Result<(), u64> {
@@ -602,8 +754,20 @@ impl SharedGit {
     }
 }
 
-/// A `POST /api/commits` body: `{"repo","path","content","message","author"}` (message
-/// empty and author `unknown` when left out); shared with `orrery serve git`.
+/// The API's answer to a refused pull-request call: 404 unknown, 422 invalid, 405 not
+/// mergeable (GitHub's statuses).
+fn pull_error(e: PullError) -> http::Response<orrery_system::env::http::Body> {
+    let status = match e {
+        PullError::Unknown(_) => http::StatusCode::NOT_FOUND,
+        PullError::Invalid(_) => http::StatusCode::UNPROCESSABLE_ENTITY,
+        PullError::NotMergeable(_) => http::StatusCode::METHOD_NOT_ALLOWED,
+    };
+    orrery_system::env::http::json(status, &serde_json::json!({"message": e.to_string()}))
+}
+
+/// A `POST /api/commits` body: `{"repo","path","content","message","author","branch"}`
+/// (message empty, author `unknown` and branch `main` when left out); shared with `orrery
+/// serve git`.
 pub struct CommitRequest {
     /// Repository URL.
     pub repo: String,
@@ -615,6 +779,8 @@ pub struct CommitRequest {
     pub message: String,
     /// Author.
     pub author: String,
+    /// The branch to commit on (`main` when left out; a new branch forks from `main`).
+    pub branch: String,
 }
 
 impl CommitRequest {
@@ -649,6 +815,7 @@ impl CommitRequest {
             content,
             message: field("message").unwrap_or_default(),
             author: field("author").unwrap_or_else(|| "unknown".into()),
+            branch: field("branch").unwrap_or_else(|| MAIN.into()),
         })
     }
 }
@@ -657,6 +824,12 @@ impl CommitRequest {
 /// - `GET /api/repos` → `{"repositories": [...]}`;
 /// - `POST /api/commits` `{"repo","path","content","message","author"}` → `201 {"sha": …}`
 ///   (400 with the reason for a malformed body);
+/// - `POST /api/pulls` `{"repo","head","base","title","author"}` → `201 {"number"}` (422
+///   when there is nothing to merge or one is open for `head`; `base` must be `main`);
+/// - `GET /api/pulls?repo=&state=open|closed|all` → the pull requests (`number`, `head`,
+///   `base`, `title`, `state`, `merged`, `merge_commit_sha`);
+/// - `PUT /api/pulls/{n}/merge?repo=` → `{"sha","merged":true}`: a merge commit on `main`
+///   (its push webhook delivered), 405 when it is closed;
 /// - `GET /api/commits?repo=&sha=&paths=` (GitHub's `GET /repos/{o}/{r}/commits?sha=&path=&per_page=1`,
 ///   with `;`-separated paths as the `manifest-generate-paths` annotation resolves them) →
 ///   `[{"sha": …}]` — the newest commit from `sha` along the first parents that touched
@@ -739,18 +912,107 @@ pub async fn serve(
                         content,
                         message,
                         author,
+                        branch,
                     } = match CommitRequest::read(request).await {
                         Ok(commit) => commit,
                         Err(refusal) => return refusal,
                     };
-                    let sha = git.lock().commit(
+                    let sha = git.lock().commit_on(
                         &repo,
+                        &branch,
                         &author,
                         &message,
                         env.unix_millis(),
                         [(path, content)].into_iter().collect(),
                     );
                     json(http::StatusCode::CREATED, &j!({"sha": sha}))
+                }
+                ("POST", "/api/pulls") => {
+                    let body = match http_body_util::BodyExt::collect(
+                        http_body_util::Limited::new(request.into_body(), 1 << 20),
+                    )
+                    .await
+                    {
+                        Ok(c) => c.to_bytes(),
+                        Err(e) => {
+                            return json(
+                                http::StatusCode::BAD_REQUEST,
+                                &j!({"message": format!("reading the body: {e}")}),
+                            )
+                        }
+                    };
+                    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let field = |name: &str| parsed[name].as_str().map(str::to_string);
+                    let (Some(repo), Some(head)) = (field("repo"), field("head")) else {
+                        return json(
+                            http::StatusCode::BAD_REQUEST,
+                            &j!({"message": "want repo and head (and base, title, author)"}),
+                        );
+                    };
+                    let opened = git.lock().open_pull(
+                        &repo,
+                        &head,
+                        &field("base").unwrap_or_else(|| MAIN.into()),
+                        &field("title").unwrap_or_default(),
+                        &field("author").unwrap_or_else(|| "unknown".into()),
+                    );
+                    match opened {
+                        Ok(number) => json(
+                            http::StatusCode::CREATED,
+                            &j!({"number": number, "state": "open"}),
+                        ),
+                        Err(e) => pull_error(e),
+                    }
+                }
+                ("GET", "/api/pulls") => {
+                    let params = orrery_system::env::http::query(request.uri());
+                    let repo = params.get("repo").cloned().unwrap_or_default();
+                    let state = params.get("state").map_or("open", String::as_str);
+                    let git = git.lock();
+                    let listed: Vec<Value> = git
+                        .pulls(&repo)
+                        .iter()
+                        .filter(|p| match state {
+                            "all" => true,
+                            "closed" => p.state == PullState::Closed,
+                            _ => p.state == PullState::Open,
+                        })
+                        .map(|p| {
+                            j!({
+                                "number": p.number,
+                                "head": p.head,
+                                "base": p.base,
+                                "title": p.title,
+                                "author": p.author,
+                                "state": p.state,
+                                "merged": p.merge_commit_sha.is_some(),
+                                "merge_commit_sha": p.merge_commit_sha,
+                            })
+                        })
+                        .collect();
+                    json(http::StatusCode::OK, &Value::Array(listed))
+                }
+                ("PUT", path) if path.starts_with("/api/pulls/") && path.ends_with("/merge") => {
+                    let params = orrery_system::env::http::query(request.uri());
+                    let repo = params.get("repo").cloned().unwrap_or_default();
+                    let number = path
+                        .trim_start_matches("/api/pulls/")
+                        .trim_end_matches("/merge")
+                        .parse::<u64>();
+                    let Ok(number) = number else {
+                        return json(
+                            http::StatusCode::BAD_REQUEST,
+                            &j!({"message": format!("{path}: not a pull request number")}),
+                        );
+                    };
+                    let merged = git.lock().merge_pull(&repo, number, "merge-button", env.unix_millis());
+                    match merged {
+                        Ok(sha) => json(
+                            http::StatusCode::OK,
+                            &j!({"sha": sha, "merged": true, "message": "Pull Request successfully merged"}),
+                        ),
+                        Err(e) => pull_error(e),
+                    }
                 }
                 (_, path) => json(
                     http::StatusCode::NOT_FOUND,

@@ -362,3 +362,109 @@ fn the_provider_api_answers_as_real_git_behind_orrery_serve_git() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Pull requests over the provider's API (turmoil): a commit on a branch, a pull request
+/// opened for it, the refusals GitHub gives (nothing to merge, one already open, a closed
+/// one merged), its merge commit on `main` carrying the branch's files, and the push
+/// webhook that merge delivers.
+#[test]
+fn pull_requests_open_merge_and_refuse_as_the_provider_does() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use orrery_sim::env::SimEnv;
+    use orrery_sim::world::git::{self as provider, Hook, SharedGit};
+    use orrery_system::env::SharedEnv;
+    use serde_json::{json, Value};
+    use std::time::Duration;
+
+    use crate::support::{sim, SEED};
+
+    let shared = SharedGit::default();
+    shared
+        .lock()
+        .commit(REPO, "a", "base", 0, files(&["envs/dev/app.yaml"]));
+    shared.lock().add_hook(
+        REPO,
+        Hook {
+            url: "http://runtime:80/webhooks/argo-events/push".into(),
+            secret: None,
+        },
+    );
+    let mut w = sim(Duration::from_secs(60));
+    let trace = orrery_sim::trace::Trace::default();
+    let (host_git, host_trace) = (shared.clone(), trace.clone());
+    w.host("git", move || {
+        let env = SimEnv::shared("git", SEED, host_trace.clone());
+        let git = host_git.clone();
+        async move {
+            provider::serve(env, git, "0.0.0.0:80").await?;
+            Ok(())
+        }
+    });
+    let check = shared.clone();
+    w.client("operator", async move {
+        let env: SharedEnv = SimEnv::shared("operator", SEED, trace.clone());
+        let client =
+            orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(20));
+        let repo = REPO.replace(':', "%3A").replace('/', "%2F");
+        let call = |method: &str, path: String, body: Value| {
+            let request = http::Request::builder()
+                .method(method)
+                .uri(format!("http://git:80{path}"))
+                .body(Full::new(Bytes::from(body.to_string())))
+                .unwrap();
+            let response = client.request(request);
+            async move {
+                let response = response.await.expect("answered");
+                let status = response.status().as_u16();
+                let bytes = response.into_body().collect().await.unwrap().to_bytes();
+                (status, serde_json::from_slice::<Value>(&bytes).unwrap_or_default())
+            }
+        };
+        // Nothing on the branch yet: 404 for an unknown branch.
+        let open = json!({"repo": REPO, "head": "promote/staging", "title": "promote to staging", "author": "operator"});
+        assert_eq!(call("POST", "/api/pulls".into(), open.clone()).await.0, 404);
+        let commit = json!({"repo": REPO, "branch": "promote/staging", "path": "envs/staging/app.yaml", "content": "version: 2\n", "message": "promote", "author": "operator"});
+        assert_eq!(call("POST", "/api/commits".into(), commit).await.0, 201);
+        let (status, body) = call("POST", "/api/pulls".into(), open.clone()).await;
+        assert_eq!((status, body["number"].as_u64()), (201, Some(1)), "{body}");
+        let (status, body) = call("POST", "/api/pulls".into(), open.clone()).await;
+        assert_eq!(status, 422, "one is open for the branch already: {body}");
+        let (status, body) = call("POST", "/api/pulls".into(), json!({"repo": REPO, "head": "promote/staging", "base": "release"})).await;
+        assert_eq!(status, 422, "{body}");
+        let (status, listed) = call("GET", format!("/api/pulls?repo={repo}"), Value::Null).await;
+        assert_eq!((status, listed[0]["state"].as_str(), listed[0]["merged"].as_bool()), (200, Some("open"), Some(false)), "{listed}");
+        // Merge it: a merge commit on main with the branch's file.
+        let (status, merged) = call("PUT", format!("/api/pulls/1/merge?repo={repo}"), Value::Null).await;
+        assert_eq!(status, 200, "{merged}");
+        let sha = merged["sha"].as_str().unwrap().to_string();
+        {
+            let git = check.lock();
+            let head = git.head(REPO).unwrap();
+            assert_eq!(head.sha, sha);
+            assert_eq!(head.parents.len(), 2, "a merge commit");
+            assert!(head.message.starts_with("Merge pull request #1 from promote/staging"));
+            let files = git.files_at(REPO, &sha, "envs/staging").unwrap();
+            assert_eq!(files["envs/staging/app.yaml"], "version: 2\n");
+        }
+        let (status, _) = call("PUT", format!("/api/pulls/1/merge?repo={repo}"), Value::Null).await;
+        assert_eq!(status, 405, "a closed pull request is not mergeable");
+        assert_eq!(call("PUT", format!("/api/pulls/9/merge?repo={repo}"), Value::Null).await.0, 404);
+        assert_eq!(call("PUT", format!("/api/pulls/x/merge?repo={repo}"), Value::Null).await.0, 400);
+        let (_, closed) = call("GET", format!("/api/pulls?repo={repo}&state=closed"), Value::Null).await;
+        assert_eq!(closed[0]["merge_commit_sha"].as_str(), Some(sha.as_str()));
+        // Everything is on main now: nothing to merge.
+        let (status, _) = call("POST", "/api/pulls".into(), open).await;
+        assert_eq!(status, 422, "no commits between main and the merged branch");
+        // The merge's push webhook is queued for delivery.
+        let pushes: Vec<String> = check
+            .lock()
+            .take_deliveries()
+            .into_iter()
+            .map(|d| d.payload["after"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert!(pushes.contains(&sha), "{pushes:?}");
+        Ok(())
+    });
+    w.run().unwrap();
+}
