@@ -14,7 +14,11 @@
 //! Pull requests are not served here (the simulated provider's `/api/pulls`).
 //!
 //! This is real mode only (never part of a simulated world): it runs `git` processes, and
-//! `git` reads the clock. Each `git` call is short and runs inline in its request.
+//! `git` reads the clock. Each `git` call runs inline in its request (a long history makes
+//! `GET /api/commits` slow for everyone). The machine's and user's git configuration is
+//! ignored. Known differences from the simulated provider: rewriting a file with the same
+//! content is refused (git has nothing to commit) where the simulated one records a commit,
+//! and unknown repositories are not created.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -41,12 +45,17 @@ pub enum GitError {
     },
 }
 
-/// Runs `git -C dir args…` and returns its standard output.
+/// Runs `git -C dir args…` and returns its standard output. The machine's and the user's
+/// git configuration are ignored (answers must not depend on `log.showRoot`, rename
+/// detection or signing settings), and paths are literal, never patterns.
 fn git(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, GitError> {
     let output = std::process::Command::new("git")
         .arg("-C")
         .arg(dir)
         .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_LITERAL_PATHSPECS", "1")
         .envs(env.iter().copied())
         .output()?;
     if !output.status.success() {
@@ -72,38 +81,84 @@ pub fn newest_touching(
     sha: &str,
     paths: &[String],
 ) -> Result<Option<String>, GitError> {
-    // `--first-parent` diffs a merge against its first parent (git ≥ 2.31).
+    // Each merge diffed against its first parent, the root commit's files listed, renames
+    // as a deletion and an addition; NUL-separated, so no name is quoted or split.
     let log = git(
         dir,
         &[
+            "-c",
+            "log.showRoot=true",
             "log",
             "--first-parent",
-            "--format=commit %H",
+            "--diff-merges=first-parent",
+            "--no-renames",
+            "-z",
+            "--format=%x01%H",
             "--name-only",
             sha,
             "--",
         ],
         &[],
     )?;
-    let mut commits: Vec<(String, Vec<String>)> = Vec::new();
-    for line in log.lines() {
-        if let Some(sha) = line.strip_prefix("commit ") {
-            commits.push((sha.to_string(), Vec::new()));
-        } else if let (false, Some((_, files))) = (line.is_empty(), commits.last_mut()) {
-            files.push(line.to_string());
-        }
-    }
-    Ok(commits.into_iter().find_map(|(sha, files)| {
-        (!files.is_empty() && orrery_system::runtime::acr::paths::files_have_changed(paths, &files))
-            .then_some(sha)
-    }))
+    Ok(first_touching(&log, paths))
 }
 
-/// A repository-relative path that stays inside the repository.
+/// The first commit of `git log -z --format=%x01%H --name-only` output (newest first)
+/// whose files touch `paths`.
+fn first_touching(log: &str, paths: &[String]) -> Option<String> {
+    let mut commits: Vec<(String, Vec<String>)> = Vec::new();
+    let mut after_commit = false;
+    for token in log.split('\0') {
+        // The first name after a commit line follows the line's newline.
+        let token = match after_commit {
+            true => token.strip_prefix('\n').unwrap_or(token),
+            false => token,
+        };
+        if let Some(sha) = token.strip_prefix('\u{1}') {
+            commits.push((sha.to_string(), Vec::new()));
+            after_commit = true;
+            continue;
+        }
+        after_commit = false;
+        if let (false, Some((_, files))) = (token.is_empty(), commits.last_mut()) {
+            files.push(token.to_string());
+        }
+    }
+    commits.into_iter().find_map(|(sha, files)| {
+        (!files.is_empty() && orrery_system::runtime::acr::paths::files_have_changed(paths, &files))
+            .then_some(sha)
+    })
+}
+
+/// A repository-relative path that stays inside the repository's worktree: plain
+/// components only, none of them `.git` (any case: writing there would let a request
+/// configure git, e.g. a `core.fsmonitor` command).
 fn inside(path: &str) -> Option<PathBuf> {
     let path = Path::new(path);
-    (!path.as_os_str().is_empty() && path.components().all(|c| matches!(c, Component::Normal(_))))
-        .then(|| path.to_path_buf())
+    let plain = path.components().all(|c| match c {
+        Component::Normal(name) => !name.to_string_lossy().eq_ignore_ascii_case(".git"),
+        _ => false,
+    });
+    (!path.as_os_str().is_empty() && plain).then(|| path.to_path_buf())
+}
+
+/// Refuses a path whose existing parts include a symbolic link (it could lead out of the
+/// repository) or whose file exists as anything but a regular file.
+fn no_links(dir: &Path, relative: &Path) -> Result<(), String> {
+    let mut at = dir.to_path_buf();
+    for component in relative.components() {
+        at.push(component);
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(format!("{} is a symbolic link", at.display()))
+            }
+            Ok(_) | Err(_) => {}
+        }
+    }
+    match std::fs::symlink_metadata(&at) {
+        Ok(meta) if !meta.is_file() => Err(format!("{} is not a regular file", at.display())),
+        _ => Ok(()),
+    }
 }
 
 /// Writes `content` to `path` in the worktree `dir` and commits it as `author`.
@@ -123,6 +178,7 @@ fn commit(
     {
         return Err("the repository is bare: commits need a worktree".into());
     }
+    no_links(dir, &relative)?;
     let file = dir.join(&relative);
     if let Some(parent) = file.parent() {
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
@@ -151,7 +207,15 @@ fn commit(
     git(
         dir,
         &[
-            "commit", "-q", "--author", &author, "-m", message, "--", &relative,
+            "commit",
+            "-q",
+            "--allow-empty-message",
+            "--author",
+            &author,
+            "-m",
+            message,
+            "--",
+            &relative,
         ],
         &env,
     )
@@ -230,18 +294,16 @@ pub async fn serve(
                             &j!({"error": format!("no repository {repo}")}),
                         );
                     };
-                    let checked_out = git(&dir, &["branch", "--show-current"], &[])
-                        .map(|b| b.trim().to_string())
-                        .unwrap_or_default();
-                    if branch != checked_out {
-                        return json(
-                            StatusCode::BAD_REQUEST,
-                            &j!({"error": format!("branch {branch}: orrery serve git commits on the checked-out branch ({checked_out}) only")}),
-                        );
-                    }
                     let done = {
                         let _one_at_a_time = committing.lock().expect("commit lock poisoned");
-                        commit(&dir, &path, &content, &message, &author)
+                        let checked_out = git(&dir, &["branch", "--show-current"], &[])
+                            .map(|b| b.trim().to_string())
+                            .unwrap_or_default();
+                        if checked_out.is_empty() || branch != checked_out {
+                            Err(format!("branch {branch:?}: orrery serve git commits on the checked-out branch ({checked_out:?}) only"))
+                        } else {
+                            commit(&dir, &path, &content, &message, &author)
+                        }
                     };
                     match done {
                         Ok(sha) => json(StatusCode::CREATED, &j!({"sha": sha})),
@@ -265,8 +327,42 @@ mod tests {
         for ok in ["a.yaml", "teams/a/values.yaml"] {
             assert!(super::inside(ok).is_some(), "{ok}");
         }
-        for bad in ["", "/etc/passwd", "../x", "teams/../../x", "./a"] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "teams/../../x",
+            "./a",
+            ".git/config",
+            "a/.GIT/hooks/x",
+        ] {
             assert!(super::inside(bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn log_output_is_read_with_any_file_name() {
+        let paths = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Two commits, the newer touching a name with a space, the older a non-ASCII one
+        // and a name that looks like a commit line.
+        let log = "\u{1}bbbb\0\nx y.yaml\0\u{1}aaaa\0\ncaf\u{e9}/d.yaml\0commit deadbeef\0";
+        assert_eq!(
+            super::first_touching(log, &paths(&["/x y.yaml"])),
+            Some("bbbb".into())
+        );
+        assert_eq!(
+            super::first_touching(log, &paths(&["/caf\u{e9}"])),
+            Some("aaaa".into())
+        );
+        assert_eq!(
+            super::first_touching(log, &paths(&["/commit deadbeef"])),
+            Some("aaaa".into())
+        );
+        assert_eq!(super::first_touching(log, &paths(&["/nothing"])), None);
+        // A commit without files (an empty merge) touches nothing.
+        assert_eq!(
+            super::first_touching("\u{1}cccc\0\u{1}bbbb\0\na\0", &paths(&["/a"])),
+            Some("bbbb".into())
+        );
     }
 }

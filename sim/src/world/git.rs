@@ -535,7 +535,9 @@ impl Git {
             )));
         }
         let Some(head_sha) = repository.branches.get(head) else {
-            return Err(PullError::Unknown(format!("no branch {head} in {repo}")));
+            return Err(PullError::Invalid(format!(
+                "head: no branch {head} in {repo}"
+            )));
         };
         let index = repository.index_of(head_sha);
         if head == MAIN
@@ -586,6 +588,18 @@ impl Git {
         if pull.state != PullState::Open {
             return Err(PullError::NotMergeable(format!(
                 "Pull Request #{number} is not mergeable: it is closed"
+            )));
+        }
+        let nothing = self.repos.get(repo).is_none_or(|r| {
+            r.branches
+                .get(&pull.head)
+                .and_then(|h| r.index_of(h))
+                .is_none_or(|i| r.mainline.contains(&i) || r.merged.contains(&i))
+        });
+        if nothing {
+            return Err(PullError::NotMergeable(format!(
+                "Pull Request #{number} is not mergeable: {} has no commits {} lacks",
+                pull.head, pull.base
             )));
         }
         let message = format!(
@@ -809,20 +823,24 @@ impl CommitRequest {
         else {
             return Err(refuse("want repo, path and content".into()));
         };
+        let branch = field("branch").unwrap_or_else(|| MAIN.into());
+        if branch.is_empty() {
+            return Err(refuse("branch: empty".into()));
+        }
         Ok(CommitRequest {
             repo,
             path,
             content,
             message: field("message").unwrap_or_default(),
             author: field("author").unwrap_or_else(|| "unknown".into()),
-            branch: field("branch").unwrap_or_else(|| MAIN.into()),
+            branch,
         })
     }
 }
 
 /// The Git provider's HTTP API, a small subset shaped after the hosted providers':
 /// - `GET /api/repos` → `{"repositories": [...]}`;
-/// - `POST /api/commits` `{"repo","path","content","message","author"}` → `201 {"sha": …}`
+/// - `POST /api/commits` `{"repo","path","content","message","author","branch"}` → `201 {"sha": …}`
 ///   (400 with the reason for a malformed body);
 /// - `POST /api/pulls` `{"repo","head","base","title","author"}` → `201 {"number"}` (422
 ///   when there is nothing to merge or one is open for `head`; `base` must be `main`);
@@ -945,7 +963,7 @@ pub async fn serve(
                     let field = |name: &str| parsed[name].as_str().map(str::to_string);
                     let (Some(repo), Some(head)) = (field("repo"), field("head")) else {
                         return json(
-                            http::StatusCode::BAD_REQUEST,
+                            http::StatusCode::UNPROCESSABLE_ENTITY,
                             &j!({"message": "want repo and head (and base, title, author)"}),
                         );
                     };
@@ -968,6 +986,12 @@ pub async fn serve(
                     let params = orrery_system::env::http::query(request.uri());
                     let repo = params.get("repo").cloned().unwrap_or_default();
                     let state = params.get("state").map_or("open", String::as_str);
+                    if !matches!(state, "open" | "closed" | "all") {
+                        return json(
+                            http::StatusCode::UNPROCESSABLE_ENTITY,
+                            &j!({"message": format!("state {state:?}: want open, closed or all")}),
+                        );
+                    }
                     let git = git.lock();
                     let listed: Vec<Value> = git
                         .pulls(&repo)

@@ -358,6 +358,18 @@ fn the_provider_api_answers_as_real_git_behind_orrery_serve_git() {
         .await;
         assert_eq!(status, 400, "a path outside the repository is refused: {body}");
         assert!(body["error"].as_str().unwrap().contains("not inside the repository"));
+        // Nor may a request write git's own files or follow a link out of the worktree.
+        std::os::unix::fs::symlink(std::env::temp_dir(), dir.join("link")).unwrap();
+        for path in [".git/config", "link/escaped.yaml"] {
+            let (status, body) = call(
+                "POST",
+                "/api/commits".into(),
+                serde_json::json!({"repo": REPO, "path": path, "content": "[core]\n\tfsmonitor = touch /tmp/pwned\n"}),
+            )
+            .await;
+            assert_eq!(status, 400, "{path}: {body}");
+        }
+        assert!(!std::env::temp_dir().join("escaped.yaml").exists());
         server.abort();
     });
     let _ = std::fs::remove_dir_all(&dir);
@@ -421,9 +433,10 @@ fn pull_requests_open_merge_and_refuse_as_the_provider_does() {
                 (status, serde_json::from_slice::<Value>(&bytes).unwrap_or_default())
             }
         };
-        // Nothing on the branch yet: 404 for an unknown branch.
+        // Nothing on the branch yet: an unknown head is invalid (422), as GitHub answers.
         let open = json!({"repo": REPO, "head": "promote/staging", "title": "promote to staging", "author": "operator"});
-        assert_eq!(call("POST", "/api/pulls".into(), open.clone()).await.0, 404);
+        assert_eq!(call("POST", "/api/pulls".into(), open.clone()).await.0, 422);
+        assert_eq!(call("GET", format!("/api/pulls?repo={repo}&state=merged"), Value::Null).await.0, 422);
         let commit = json!({"repo": REPO, "branch": "promote/staging", "path": "envs/staging/app.yaml", "content": "version: 2\n", "message": "promote", "author": "operator"});
         assert_eq!(call("POST", "/api/commits".into(), commit).await.0, 201);
         let (status, body) = call("POST", "/api/pulls".into(), open.clone()).await;
