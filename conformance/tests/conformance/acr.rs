@@ -10,17 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, PostParams};
-use orrery_conformance::cluster::Cluster;
 use orrery_sim::world::argocd::application_resource;
 use orrery_sim::world::git::SharedGit;
 use orrery_system::core::Variant;
-use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::RealEnv;
 use orrery_system::runtime::acr::{self, paths::MANIFEST_GENERATE_PATHS};
-use orrery_system::runtime::assembly::{self, RuntimeConfig};
+use orrery_system::runtime::assembly::RuntimeConfig;
 use serde_json::{json, Value};
 
-use crate::support::{eventually, free_port, start_argocd, unix_ms};
+use crate::support::{
+    eventually, free_port, prepared, real_target, start_argocd, start_runtime, unix_ms,
+};
 
 const REPO: &str = "https://git.example/org/mono.git";
 const ARGO_TOKEN: &str = "argocd-acr-token";
@@ -62,14 +62,13 @@ async fn finished(
 }
 
 async fn change_revisions_on_a_real_api_server(variant: Variant) {
-    let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
-    let namespace = format!("orrery-acr-{}-{}", variant.as_str(), std::process::id());
-    cluster
-        .prepare(&namespace)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let config = kube::Config::infer().await.expect("kubeconfig");
-    let target = KubeTarget::real(config, &namespace);
+    let (cluster, namespace) = prepared(format!(
+        "orrery-acr-{}-{}",
+        variant.as_str(),
+        std::process::id()
+    ))
+    .await;
+    let target = real_target(&namespace).await;
 
     // The monorepo: a README root, then the import of both teams' directories.
     let git = SharedGit::default();
@@ -100,21 +99,20 @@ async fn change_revisions_on_a_real_api_server(variant: Variant) {
             drop(orrery_sim::world::git::serve(env, git, &addr).await)
         }
     });
-    let runtime = tokio::spawn({
-        let mut acr = acr::Config::new(
-            variant,
-            target.clone(),
-            &format!("127.0.0.1:{argo_port}"),
-            ARGO_TOKEN,
-        );
-        acr.git_api = Some(format!("127.0.0.1:{git_port}"));
-        let config = RuntimeConfig {
+    let mut acr = acr::Config::new(
+        variant,
+        target.clone(),
+        &format!("127.0.0.1:{argo_port}"),
+        ARGO_TOKEN,
+    );
+    acr.git_api = Some(format!("127.0.0.1:{git_port}"));
+    let runtime = start_runtime(
+        "acr",
+        RuntimeConfig {
             acr: Some(acr),
             ..Default::default()
-        };
-        let env = Arc::new(RealEnv::new("acr"));
-        async move { drop(assembly::run(env, config, std::future::pending()).await) }
-    });
+        },
+    );
     let apps: Api<DynamicObject> =
         Api::namespaced_with(cluster.client(), &namespace, &application_resource());
     for name in ["a", "b"] {

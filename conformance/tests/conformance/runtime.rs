@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use orrery_conformance::cluster::Cluster;
 use orrery_sim::world::argocd::{self, application_resource, HealthOverrides};
 use orrery_sim::world::git::SharedGit;
 use orrery_system::core::Variant;
@@ -22,6 +21,8 @@ use orrery_system::platform::events::{self, Platform};
 use orrery_system::runtime::app_reporter::{self, shard};
 use orrery_system::runtime::assembly::{self as runtime_assembly, RuntimeConfig};
 use serde_json::{json, Value};
+
+use crate::support::prepared;
 
 const TOKEN: &str = "conformance-runtime-token";
 const ARGO_TOKEN: &str = "conformance-argo-token";
@@ -52,20 +53,10 @@ fn app(name: &str, namespace: &str) -> DynamicObject {
 }
 
 async fn get_json(url: &str) -> Option<Value> {
-    let env: SharedEnv = Arc::new(RealEnv::new("probe"));
-    let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
-        env,
-        Duration::from_secs(10),
-    );
-    let request = http::Request::get(url)
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .ok()?;
-    let response = client.request(request).await.ok()?;
-    let body = http_body_util::BodyExt::collect(response.into_body())
+    crate::support::get_status(url)
         .await
-        .ok()?
-        .to_bytes();
-    serde_json::from_slice(&body).ok()
+        .ok()
+        .map(|(_, body)| body)
 }
 
 /// Polls `check` every 500 ms until it returns `Ok`, or fails with its last reason.
@@ -84,16 +75,6 @@ where
             Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
-}
-
-/// The real cluster, with a fresh test namespace `namespace` prepared on it.
-async fn prepared(namespace: String) -> (Cluster, String) {
-    let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
-    cluster
-        .prepare(&namespace)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    (cluster, namespace)
 }
 
 async fn reporter_suite(variant: Variant) {

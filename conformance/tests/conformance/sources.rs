@@ -6,20 +6,18 @@
 //! 503 naming the failed fetch for what it has not cached; and serve it once Git is back.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, PostParams};
-use orrery_conformance::cluster::Cluster;
 use orrery_sim::world::argocd::application_resource;
 use orrery_sim::world::git::SharedGit;
-use orrery_system::env::kube::KubeTarget;
-use orrery_system::env::RealEnv;
-use orrery_system::runtime::assembly::{self, RuntimeConfig};
+use orrery_system::runtime::assembly::RuntimeConfig;
 use orrery_system::runtime::source_server;
 use serde_json::{json, Value};
 
-use crate::support::{eventually, free_port, get_status, start_argocd, unix_ms};
+use crate::support::{
+    eventually, free_port, get_status, prepared, real_target, start_argocd, start_runtime, unix_ms,
+};
 
 const REPO: &str = "https://git.example/org/mono.git";
 const ARGO_TOKEN: &str = "argocd-sources-token";
@@ -37,28 +35,23 @@ fn release(version: u32) -> BTreeMap<String, String> {
     ])
 }
 
-/// `GET` on the source server: (status, JSON body).
-async fn get(port: u16, path: &str) -> (u16, Value) {
-    reqwest_like(port, path)
-        .await
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+/// `GET path` on the source server at `port`: (status, JSON body).
+async fn try_get(port: u16, path: &str) -> Result<(u16, Value), String> {
+    get_status(&format!("http://127.0.0.1:{port}{path}")).await
 }
 
-async fn reqwest_like(port: u16, path: &str) -> Result<(u16, Value), String> {
-    get_status(&format!("http://127.0.0.1:{port}{path}")).await
+/// [`try_get`], failing the test when the server cannot be reached.
+async fn get(port: u16, path: &str) -> (u16, Value) {
+    try_get(port, path)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outage() {
-    let cluster = Cluster::real().await.unwrap_or_else(|e| panic!("{e}"));
-    let namespace = format!("orrery-sources-{}", std::process::id());
-    cluster
-        .prepare(&namespace)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let config = kube::Config::infer().await.expect("kubeconfig");
-    let target = KubeTarget::real(config, &namespace);
+    let (cluster, namespace) = prepared(format!("orrery-sources-{}", std::process::id())).await;
+    let target = real_target(&namespace).await;
 
     let git = SharedGit::default();
     let first = git.lock().commit(
@@ -71,19 +64,18 @@ async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outa
     let argo_port = free_port();
     let mut argo = start_argocd(&target, &git, argo_port, Duration::ZERO, ARGO_TOKEN);
     let sources_port = free_port();
-    let runtime = tokio::spawn({
-        let sources = source_server::Config::new(
-            &format!("127.0.0.1:{sources_port}"),
-            &format!("127.0.0.1:{argo_port}"),
-            ARGO_TOKEN,
-        );
-        let config = RuntimeConfig {
+    let sources = source_server::Config::new(
+        &format!("127.0.0.1:{sources_port}"),
+        &format!("127.0.0.1:{argo_port}"),
+        ARGO_TOKEN,
+    );
+    let runtime = start_runtime(
+        "sources",
+        RuntimeConfig {
             source_server: Some(sources),
             ..Default::default()
-        };
-        let env = Arc::new(RealEnv::new("sources"));
-        async move { drop(assembly::run(env, config, std::future::pending()).await) }
-    });
+        },
+    );
     let apps: Api<DynamicObject> =
         Api::namespaced_with(cluster.client(), &namespace, &application_resource());
     let mut app = DynamicObject::new("a", &application_resource()).within(&namespace);
@@ -97,7 +89,7 @@ async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outa
     };
     // Raw and rendered manifests, path and line, and the app version of the first release.
     let answer = eventually("the source server answers a's manifests", || async {
-        match reqwest_like(sources_port, &manifests(&first)).await? {
+        match try_get(sources_port, &manifests(&first)).await? {
             (200, body) => Ok(body),
             other => Err(format!("{other:?}")),
         }
@@ -160,7 +152,7 @@ async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outa
     eventually(
         "uncached manifests are refused naming the failed fetch",
         || async {
-            match reqwest_like(sources_port, &manifests(&second)).await? {
+            match try_get(sources_port, &manifests(&second)).await? {
                 (503, body)
                     if body["message"]
                         .as_str()

@@ -1,5 +1,6 @@
-//! Helpers the real-mode suites share: loopback ports, the wall clock for commit times, and
-//! polling a real server until a condition holds.
+//! Helpers the real-mode suites share: a prepared namespace on the real cluster, loopback
+//! ports, the wall clock for commit times, polling a real server until a condition holds,
+//! and orrery's Argo CD and runtime on loopback.
 
 use std::time::Duration;
 
@@ -90,4 +91,33 @@ pub fn start_argocd(
         token.to_string(),
     );
     tokio::spawn(async move { drop(run.await) })
+}
+
+/// The real cluster, with a fresh test namespace `namespace` prepared on it.
+pub async fn prepared(namespace: String) -> (orrery_conformance::cluster::Cluster, String) {
+    let cluster = orrery_conformance::cluster::Cluster::real()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    cluster
+        .prepare(&namespace)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (cluster, namespace)
+}
+
+/// The KUBECONFIG cluster as a target in `namespace`.
+pub async fn real_target(namespace: &str) -> orrery_system::env::kube::KubeTarget {
+    let config = kube::Config::infer().await.expect("kubeconfig");
+    orrery_system::env::kube::KubeTarget::real(config, namespace)
+}
+
+/// The runtime assembly with `config`, as host `name`, until aborted.
+pub fn start_runtime(
+    name: &str,
+    config: orrery_system::runtime::assembly::RuntimeConfig,
+) -> tokio::task::JoinHandle<()> {
+    let env = std::sync::Arc::new(orrery_system::env::RealEnv::new(name));
+    tokio::spawn(async move {
+        drop(orrery_system::runtime::assembly::run(env, config, std::future::pending()).await)
+    })
 }
