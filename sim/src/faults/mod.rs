@@ -209,8 +209,8 @@ mod tests {
         }
         fn change_git(&mut self, change: &GitChange) {
             self.0.push(format!(
-                "git {:?} {:?} {:?}",
-                change.latency, change.outage, change.rate_limit
+                "git {:?} {:?} {:?} {:?}",
+                change.latency, change.outage, change.rate_limit, change.hourly_limit
             ));
         }
     }
@@ -232,8 +232,13 @@ mod tests {
             ("{at: 1s, unregister: k}", "unregister k", "\"k\""),
             (
                 "{at: 1s, git: {latency: 2s}}",
-                "git Some(2s) None None",
+                "git Some(2s) None None None",
                 "{\"latency\":\"2s\"}",
+            ),
+            (
+                "{at: 1s, git: {hourly_limit: 5000}}",
+                "git None None None Some(5000)",
+                "{\"hourly_limit\":5000}",
             ),
             (
                 "{at: 1s, latency: {between: [a, b], max: 300ms}}",

@@ -541,6 +541,7 @@ impl Target for Harness<'_> {
         git.serving.latency = change.latency.unwrap_or(git.serving.latency);
         git.serving.outage = change.outage.unwrap_or(git.serving.outage);
         git.serving.rate_limit = change.rate_limit.unwrap_or(git.serving.rate_limit);
+        git.serving.hourly_limit = change.hourly_limit.unwrap_or(git.serving.hourly_limit);
     }
 
     fn unregister(&mut self, host: &str) {

@@ -837,6 +837,10 @@ pub struct GitChange {
     /// the minute is over; `0` ends it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<u32>,
+    /// The provider's HTTP API answers at most this many calls an hour, then 403 "API rate
+    /// limit exceeded" until the hour is over (GitHub's primary limit); `0` ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hourly_limit: Option<u32>,
 }
 
 /// A rotation of the runtime's Argo CD token.

@@ -747,9 +747,12 @@ fn validate_step(
     ))?;
     if let Some(git) = &step.git {
         v.check(
-            git.latency.is_some() || git.outage.is_some() || git.rate_limit.is_some(),
+            git.latency.is_some()
+                || git.outage.is_some()
+                || git.rate_limit.is_some()
+                || git.hourly_limit.is_some(),
             &field.key("git"),
-            "a git fault needs latency, outage or rate_limit",
+            "a git fault needs latency, outage, rate_limit or hourly_limit",
         )?;
     }
     v.check(

@@ -114,8 +114,10 @@ pub struct Git {
     deliveries: u64,
     /// How fetches are served now (the `git` fault).
     pub serving: Serving,
-    /// The API's current rate-limit window.
+    /// The API's current secondary rate-limit window (a minute).
     window: Window,
+    /// The API's current primary rate-limit window (an hour).
+    hour: Window,
     /// Pull requests per repository, numbered from 1 in opening order.
     pulls: BTreeMap<String, Vec<PullRequest>>,
 }
@@ -176,13 +178,58 @@ pub struct Serving {
     /// API calls allowed per minute (0: unlimited); beyond it the API answers 429 with
     /// `retry-after` and `x-ratelimit-reset`, as GitHub's secondary rate limits.
     pub rate_limit: u32,
+    /// API calls allowed per hour (0: unlimited); beyond it the API answers 403 "API rate
+    /// limit exceeded" with `x-ratelimit-remaining: 0` and `x-ratelimit-reset`, as GitHub's
+    /// primary rate limit (5,000 an hour for a token). Every answer carries the
+    /// `x-ratelimit-*` headers while it is set.
+    pub hourly_limit: u32,
 }
 
-/// The API's rate-limit window: its start (Unix seconds) and the calls made in it.
+/// Why the API refused a call, and when it may be tried again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The hour's allowance is spent (GitHub's primary rate limit: 403).
+    Primary {
+        /// The allowance.
+        limit: u32,
+        /// When the hour ends (Unix seconds).
+        reset: u64,
+    },
+    /// The minute's allowance is spent (a secondary rate limit: 429).
+    Secondary {
+        /// When the minute ends (Unix seconds).
+        reset: u64,
+    },
+}
+
+/// The primary rate limit's standing after an admitted call (GitHub's `x-ratelimit-*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    /// Calls allowed in the hour.
+    pub limit: u32,
+    /// Calls made in it, this one included.
+    pub used: u32,
+    /// When the hour ends (Unix seconds).
+    pub reset: u64,
+}
+
+/// A rate-limit window: its start (Unix seconds) and the calls made in it.
 #[derive(Clone, Copy, Debug, Default)]
 struct Window {
     start_s: u64,
     used: u32,
+}
+
+impl Window {
+    /// Starts a new window at `unix_s` when this one (`length_s` long) is over.
+    fn roll(&mut self, unix_s: u64, length_s: u64) {
+        if unix_s >= self.start_s + length_s {
+            *self = Window {
+                start_s: unix_s,
+                used: 0,
+            };
+        }
+    }
 }
 
 /// A repository's push webhook (GitHub's `config.url` and `config.secret`).
@@ -636,23 +683,35 @@ impl Git {
         self.pulls.get(repo).map_or(&[], Vec::as_slice)
     }
 
-    /// Counts one API call at `unix_s` against the rate limit: `Err(reset)` (Unix seconds)
-    /// when the minute's allowance is spent.
-    pub fn admit(&mut self, unix_s: u64) -> Result<(), u64> {
-        if self.serving.rate_limit == 0 {
-            return Ok(());
+    /// Counts one API call at `unix_s` against the rate limits: the primary limit's standing
+    /// when one is set, or why the call is refused. A refused call counts against neither.
+    pub fn admit(&mut self, unix_s: u64) -> Result<Option<Quota>, Refusal> {
+        let (minute, hour) = (self.serving.rate_limit, self.serving.hourly_limit);
+        self.window.roll(unix_s, 60);
+        self.hour.roll(unix_s, 3600);
+        if hour > 0 && self.hour.used >= hour {
+            return Err(Refusal::Primary {
+                limit: hour,
+                reset: self.hour.start_s + 3600,
+            });
         }
-        if unix_s >= self.window.start_s + 60 {
-            self.window = Window {
-                start_s: unix_s,
-                used: 0,
-            };
+        if minute > 0 && self.window.used >= minute {
+            return Err(Refusal::Secondary {
+                reset: self.window.start_s + 60,
+            });
         }
-        if self.window.used >= self.serving.rate_limit {
-            return Err(self.window.start_s + 60);
+        // Each limit counts the calls made while it is set, as the fault started it.
+        if minute > 0 {
+            self.window.used += 1;
         }
-        self.window.used += 1;
-        Ok(())
+        if hour > 0 {
+            self.hour.used += 1;
+        }
+        Ok((hour > 0).then_some(Quota {
+            limit: hour,
+            used: self.hour.used,
+            reset: self.hour.start_s + 3600,
+        }))
     }
 
     /// The newest commit on the first-parent chain from `sha` (itself included) whose
@@ -853,17 +912,19 @@ impl CommitRequest {
 ///   `[{"sha": …}]` — the newest commit from `sha` along the first parents that touched
 ///   one of the paths, `[]` when none did; 404 for an unknown repository or SHA.
 ///
-/// The `git` fault applies: an outage answers 503, `latency` delays every answer, and
-/// beyond `rate_limit` calls a minute the answer is 429 with `retry-after` and
-/// `x-ratelimit-remaining: 0`, `x-ratelimit-reset: <unix seconds>`. Serves until the
-/// listener fails.
+/// The `git` fault applies: an outage answers 503, `latency` delays every answer,
+/// beyond `hourly_limit` calls an hour the answer is 403 "API rate limit exceeded" (GitHub's
+/// primary limit; every answer carries `x-ratelimit-limit`, `-remaining`, `-used`, `-reset`
+/// and `-resource` while it is set), and beyond `rate_limit` calls a minute 429 with
+/// `retry-after` and `x-ratelimit-remaining: 0`, `x-ratelimit-reset: <unix seconds>` (a
+/// secondary limit). Serves until the listener fails.
 pub async fn serve(
     env: orrery_system::env::SharedEnv,
     git: SharedGit,
     addr: &str,
 ) -> std::io::Result<()> {
     use orrery_system::env::http::json;
-    use serde_json::{json as j, Value};
+    use serde_json::json as j;
     let listener = env.listen(addr).await?;
     orrery_system::env::http::serve(listener, move |request, _| {
         let (env, git) = (env.clone(), git.clone());
@@ -879,178 +940,279 @@ pub async fn serve(
                 );
             }
             let now_s = env.unix_millis() / 1000;
-            if let Err(reset) = git.lock().admit(now_s) {
-                let mut answer = json(
-                    http::StatusCode::TOO_MANY_REQUESTS,
-                    &j!({"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}),
+            let admitted = git.lock().admit(now_s);
+            let quota = match admitted {
+                Ok(quota) => quota,
+                Err(refusal) => return refused(refusal, now_s),
+            };
+            let mut answer = route(&git, &env, request).await;
+            if let Some(quota) = quota {
+                rate_headers(
+                    answer.headers_mut(),
+                    quota.limit,
+                    quota.limit - quota.used,
+                    quota.used,
+                    quota.reset,
                 );
-                let headers = answer.headers_mut();
-                for (name, value) in [
-                    ("retry-after", reset.saturating_sub(now_s).to_string()),
-                    ("x-ratelimit-remaining", "0".to_string()),
-                    ("x-ratelimit-reset", reset.to_string()),
-                ] {
-                    if let Ok(value) = http::HeaderValue::from_str(&value) {
-                        headers.insert(name, value);
-                    }
-                }
-                return answer;
             }
-            match (request.method().as_str(), request.uri().path()) {
-                ("GET", "/api/commits") => {
-                    let params = orrery_system::env::http::query(request.uri());
-                    let param = |k: &str| params.get(k).cloned().unwrap_or_default();
-                    let paths: Vec<String> = param("paths")
-                        .split(';')
-                        .filter(|p| !p.is_empty())
-                        .map(str::to_string)
-                        .collect();
-                    let git = git.lock();
-                    if git.commit_by_sha(&param("repo"), &param("sha")).is_none() {
-                        return json(
-                            http::StatusCode::NOT_FOUND,
-                            &j!({"message": format!("No commit found for SHA: {}", param("sha"))}),
-                        );
-                    }
-                    let found: Vec<Value> = git
-                        .newest_touching(&param("repo"), &param("sha"), &paths)
-                        .map(|c| j!({"sha": c.sha}))
-                        .into_iter()
-                        .collect();
-                    json(http::StatusCode::OK, &Value::Array(found))
-                }
-                ("GET", "/api/repos") => json(
-                    http::StatusCode::OK,
-                    &j!({"repositories": git.lock().repos()}),
-                ),
-                ("POST", "/api/commits") => {
-                    let CommitRequest {
-                        repo,
-                        path,
-                        content,
-                        message,
-                        author,
-                        branch,
-                    } = match CommitRequest::read(request).await {
-                        Ok(commit) => commit,
-                        Err(refusal) => return refusal,
-                    };
-                    let sha = git.lock().commit_on(
-                        &repo,
-                        &branch,
-                        &author,
-                        &message,
-                        env.unix_millis(),
-                        [(path, content)].into_iter().collect(),
-                    );
-                    json(http::StatusCode::CREATED, &j!({"sha": sha}))
-                }
-                ("POST", "/api/pulls") => {
-                    let body = match http_body_util::BodyExt::collect(
-                        http_body_util::Limited::new(request.into_body(), 1 << 20),
-                    )
-                    .await
-                    {
-                        Ok(c) => c.to_bytes(),
-                        Err(e) => {
-                            return json(
-                                http::StatusCode::BAD_REQUEST,
-                                &j!({"message": format!("reading the body: {e}")}),
-                            )
-                        }
-                    };
-                    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    let field = |name: &str| parsed[name].as_str().map(str::to_string);
-                    let (Some(repo), Some(head)) = (field("repo"), field("head")) else {
-                        return json(
-                            http::StatusCode::UNPROCESSABLE_ENTITY,
-                            &j!({"message": "want repo and head (and base, title, author)"}),
-                        );
-                    };
-                    let opened = git.lock().open_pull(
-                        &repo,
-                        &head,
-                        &field("base").unwrap_or_else(|| MAIN.into()),
-                        &field("title").unwrap_or_default(),
-                        &field("author").unwrap_or_else(|| "unknown".into()),
-                    );
-                    match opened {
-                        Ok(number) => json(
-                            http::StatusCode::CREATED,
-                            &j!({"number": number, "state": "open"}),
-                        ),
-                        Err(e) => pull_error(e),
-                    }
-                }
-                ("GET", "/api/pulls") => {
-                    let params = orrery_system::env::http::query(request.uri());
-                    let repo = params.get("repo").cloned().unwrap_or_default();
-                    let state = params.get("state").map_or("open", String::as_str);
-                    if !matches!(state, "open" | "closed" | "all") {
-                        return json(
-                            http::StatusCode::UNPROCESSABLE_ENTITY,
-                            &j!({"message": format!("state {state:?}: want open, closed or all")}),
-                        );
-                    }
-                    let git = git.lock();
-                    let listed: Vec<Value> = git
-                        .pulls(&repo)
-                        .iter()
-                        .filter(|p| match state {
-                            "all" => true,
-                            "closed" => p.state == PullState::Closed,
-                            _ => p.state == PullState::Open,
-                        })
-                        .map(|p| {
-                            j!({
-                                "number": p.number,
-                                "head": p.head,
-                                "base": p.base,
-                                "title": p.title,
-                                "author": p.author,
-                                "state": p.state,
-                                "merged": p.merge_commit_sha.is_some(),
-                                "merge_commit_sha": p.merge_commit_sha,
-                            })
-                        })
-                        .collect();
-                    json(http::StatusCode::OK, &Value::Array(listed))
-                }
-                ("PUT", path) if path.starts_with("/api/pulls/") && path.ends_with("/merge") => {
-                    let params = orrery_system::env::http::query(request.uri());
-                    let repo = params.get("repo").cloned().unwrap_or_default();
-                    let number = path
-                        .trim_start_matches("/api/pulls/")
-                        .trim_end_matches("/merge")
-                        .parse::<u64>();
-                    let Ok(number) = number else {
-                        return json(
-                            http::StatusCode::BAD_REQUEST,
-                            &j!({"message": format!("{path}: not a pull request number")}),
-                        );
-                    };
-                    let merged = git.lock().merge_pull(&repo, number, "merge-button", env.unix_millis());
-                    match merged {
-                        Ok(sha) => json(
-                            http::StatusCode::OK,
-                            &j!({"sha": sha, "merged": true, "message": "Pull Request successfully merged"}),
-                        ),
-                        Err(e) => pull_error(e),
-                    }
-                }
-                (_, path) => json(
-                    http::StatusCode::NOT_FOUND,
-                    &j!({"error": format!("no route {path}")}),
-                ),
-            }
+            answer
         }
     })
     .await
 }
 
+/// One API call, admitted by the rate limits.
+async fn route(
+    git: &SharedGit,
+    env: &orrery_system::env::SharedEnv,
+    request: http::Request<hyper::body::Incoming>,
+) -> http::Response<orrery_system::env::http::Body> {
+    use orrery_system::env::http::json;
+    use serde_json::{json as j, Value};
+    match (request.method().as_str(), request.uri().path()) {
+        ("GET", "/api/commits") => {
+            let params = orrery_system::env::http::query(request.uri());
+            let param = |k: &str| params.get(k).cloned().unwrap_or_default();
+            let paths: Vec<String> = param("paths")
+                .split(';')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect();
+            let git = git.lock();
+            if git.commit_by_sha(&param("repo"), &param("sha")).is_none() {
+                return json(
+                    http::StatusCode::NOT_FOUND,
+                    &j!({"message": format!("No commit found for SHA: {}", param("sha"))}),
+                );
+            }
+            let found: Vec<Value> = git
+                .newest_touching(&param("repo"), &param("sha"), &paths)
+                .map(|c| j!({"sha": c.sha}))
+                .into_iter()
+                .collect();
+            json(http::StatusCode::OK, &Value::Array(found))
+        }
+        ("GET", "/api/repos") => json(
+            http::StatusCode::OK,
+            &j!({"repositories": git.lock().repos()}),
+        ),
+        ("POST", "/api/commits") => {
+            let CommitRequest {
+                repo,
+                path,
+                content,
+                message,
+                author,
+                branch,
+            } = match CommitRequest::read(request).await {
+                Ok(commit) => commit,
+                Err(refusal) => return refusal,
+            };
+            let sha = git.lock().commit_on(
+                &repo,
+                &branch,
+                &author,
+                &message,
+                env.unix_millis(),
+                [(path, content)].into_iter().collect(),
+            );
+            json(http::StatusCode::CREATED, &j!({"sha": sha}))
+        }
+        ("POST", "/api/pulls") => {
+            let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(
+                request.into_body(),
+                1 << 20,
+            ))
+            .await
+            {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    return json(
+                        http::StatusCode::BAD_REQUEST,
+                        &j!({"message": format!("reading the body: {e}")}),
+                    )
+                }
+            };
+            let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let field = |name: &str| parsed[name].as_str().map(str::to_string);
+            let (Some(repo), Some(head)) = (field("repo"), field("head")) else {
+                return json(
+                    http::StatusCode::UNPROCESSABLE_ENTITY,
+                    &j!({"message": "want repo and head (and base, title, author)"}),
+                );
+            };
+            let opened = git.lock().open_pull(
+                &repo,
+                &head,
+                &field("base").unwrap_or_else(|| MAIN.into()),
+                &field("title").unwrap_or_default(),
+                &field("author").unwrap_or_else(|| "unknown".into()),
+            );
+            match opened {
+                Ok(number) => json(
+                    http::StatusCode::CREATED,
+                    &j!({"number": number, "state": "open"}),
+                ),
+                Err(e) => pull_error(e),
+            }
+        }
+        ("GET", "/api/pulls") => {
+            let params = orrery_system::env::http::query(request.uri());
+            let repo = params.get("repo").cloned().unwrap_or_default();
+            let state = params.get("state").map_or("open", String::as_str);
+            if !matches!(state, "open" | "closed" | "all") {
+                return json(
+                    http::StatusCode::UNPROCESSABLE_ENTITY,
+                    &j!({"message": format!("state {state:?}: want open, closed or all")}),
+                );
+            }
+            let git = git.lock();
+            let listed: Vec<Value> = git
+                .pulls(&repo)
+                .iter()
+                .filter(|p| match state {
+                    "all" => true,
+                    "closed" => p.state == PullState::Closed,
+                    _ => p.state == PullState::Open,
+                })
+                .map(|p| {
+                    j!({
+                        "number": p.number,
+                        "head": p.head,
+                        "base": p.base,
+                        "title": p.title,
+                        "author": p.author,
+                        "state": p.state,
+                        "merged": p.merge_commit_sha.is_some(),
+                        "merge_commit_sha": p.merge_commit_sha,
+                    })
+                })
+                .collect();
+            json(http::StatusCode::OK, &Value::Array(listed))
+        }
+        ("PUT", path) if path.starts_with("/api/pulls/") && path.ends_with("/merge") => {
+            let params = orrery_system::env::http::query(request.uri());
+            let repo = params.get("repo").cloned().unwrap_or_default();
+            let number = path
+                .trim_start_matches("/api/pulls/")
+                .trim_end_matches("/merge")
+                .parse::<u64>();
+            let Ok(number) = number else {
+                return json(
+                    http::StatusCode::BAD_REQUEST,
+                    &j!({"message": format!("{path}: not a pull request number")}),
+                );
+            };
+            let merged = git
+                .lock()
+                .merge_pull(&repo, number, "merge-button", env.unix_millis());
+            match merged {
+                Ok(sha) => json(
+                    http::StatusCode::OK,
+                    &j!({"sha": sha, "merged": true, "message": "Pull Request successfully merged"}),
+                ),
+                Err(e) => pull_error(e),
+            }
+        }
+        (_, path) => json(
+            http::StatusCode::NOT_FOUND,
+            &j!({"error": format!("no route {path}")}),
+        ),
+    }
+}
+
+/// The answer to a call the rate limits refuse, as GitHub words and heads it.
+fn refused(refusal: Refusal, now_s: u64) -> http::Response<orrery_system::env::http::Body> {
+    use orrery_system::env::http::json;
+    use serde_json::json as j;
+    match refusal {
+        Refusal::Primary { limit, reset } => {
+            let mut answer = json(
+                http::StatusCode::FORBIDDEN,
+                &j!({
+                    "message": "API rate limit exceeded for installation. If you reach out to GitHub Support for help, please include the request ID.",
+                    "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api",
+                }),
+            );
+            rate_headers(answer.headers_mut(), limit, 0, limit, reset);
+            answer
+        }
+        Refusal::Secondary { reset } => {
+            let mut answer = json(
+                http::StatusCode::TOO_MANY_REQUESTS,
+                &j!({"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}),
+            );
+            let headers = answer.headers_mut();
+            for (name, value) in [
+                ("retry-after", reset.saturating_sub(now_s).to_string()),
+                ("x-ratelimit-remaining", "0".to_string()),
+                ("x-ratelimit-reset", reset.to_string()),
+            ] {
+                if let Ok(value) = http::HeaderValue::from_str(&value) {
+                    headers.insert(name, value);
+                }
+            }
+            answer
+        }
+    }
+}
+
+/// GitHub's `x-ratelimit-*` headers for the `core` resource.
+fn rate_headers(headers: &mut http::HeaderMap, limit: u32, remaining: u32, used: u32, reset: u64) {
+    for (name, value) in [
+        ("x-ratelimit-limit", limit.to_string()),
+        ("x-ratelimit-remaining", remaining.to_string()),
+        ("x-ratelimit-used", used.to_string()),
+        ("x-ratelimit-reset", reset.to_string()),
+        ("x-ratelimit-resource", "core".to_string()),
+    ] {
+        if let Ok(value) = http::HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hourly_limit_refuses_until_its_hour_ends_and_outranks_the_minute() {
+        let mut git = Git::default();
+        git.serving.hourly_limit = 2;
+        git.serving.rate_limit = 1;
+        let quota = |used| Quota {
+            limit: 2,
+            used,
+            reset: 1003700,
+        };
+        assert_eq!(git.admit(1000100), Ok(Some(quota(1))));
+        // The minute's allowance is spent first: 429 until 1000160.
+        assert_eq!(
+            git.admit(1000130),
+            Err(Refusal::Secondary { reset: 1000160 })
+        );
+        assert_eq!(git.admit(1000160), Ok(Some(quota(2))));
+        // Then the hour's, whatever the minute says: refused calls count against neither.
+        for at in [1000220, 1001000, 1003699] {
+            assert_eq!(
+                git.admit(at),
+                Err(Refusal::Primary {
+                    limit: 2,
+                    reset: 1003700
+                })
+            );
+        }
+        let next = Quota {
+            limit: 2,
+            used: 1,
+            reset: 1007300,
+        };
+        assert_eq!(git.admit(1003700), Ok(Some(next)));
+        // Without limits nothing is counted.
+        git.serving = Serving::default();
+        assert_eq!(git.admit(1003701), Ok(None));
+    }
 
     #[test]
     fn files_and_last_change_follow_history() {

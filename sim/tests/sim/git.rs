@@ -147,8 +147,9 @@ fn rev_list_and_diff_tree_answer_as_real_git() {
 }
 
 /// The provider's HTTP API over turmoil: the newest commit touching a path from a revision,
-/// then its rate limit (429 with `retry-after` and `x-ratelimit-reset`, the window's end)
-/// and an outage (503), as the `git` fault sets them.
+/// then its rate limits (a secondary 429 with `retry-after` and `x-ratelimit-reset`, the
+/// window's end; GitHub's primary 403 with the `x-ratelimit-*` headers, read by the
+/// runtime's client as its wait) and an outage (503), as the `git` fault sets them.
 #[test]
 fn the_provider_api_finds_touching_commits_and_answers_rate_limits_and_outages() {
     use bytes::Bytes;
@@ -232,6 +233,55 @@ fn the_provider_api_finds_touching_commits_and_answers_rate_limits_and_outages()
         env.sleep(Duration::from_secs(retry)).await;
         assert!(env.unix_millis() / 1000 >= reset);
         assert_eq!(get(&base, "apps%2Fx").await?.status(), 200);
+        // GitHub's primary limit: three calls an hour, each answer counting them down, then
+        // 403 until the hour is over — which the runtime's client reads as its wait.
+        knobs.lock().serving = Default::default();
+        knobs.lock().serving.hourly_limit = 3;
+        let mut remaining = Vec::new();
+        for _ in 0..3 {
+            let answer = get(&base, "apps%2Fx").await?;
+            assert_eq!(answer.status(), 200);
+            assert_eq!(answer.headers()["x-ratelimit-limit"], "3");
+            assert_eq!(answer.headers()["x-ratelimit-resource"], "core");
+            remaining.push(answer.headers()["x-ratelimit-remaining"].clone());
+        }
+        assert_eq!(remaining, ["2", "1", "0"]);
+        let exhausted = get(&base, "apps%2Fx").await?;
+        assert_eq!(exhausted.status(), 403);
+        assert_eq!(exhausted.headers()["x-ratelimit-remaining"], "0");
+        assert_eq!(exhausted.headers()["x-ratelimit-used"], "3");
+        assert!(exhausted.headers().get("retry-after").is_none());
+        let reset: u64 = exhausted.headers()["x-ratelimit-reset"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let message = body(exhausted).await["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(message.starts_with("API rate limit exceeded"), "{message}");
+        let api = orrery_system::runtime::upstream::Client::new(
+            env.clone(),
+            "git:80",
+            Duration::from_secs(5),
+        );
+        let refused = api
+            .get(
+                format!(
+                    "/api/commits?repo={}&sha={base}&paths=apps%2Fx",
+                    REPO.replace(':', "%3A").replace('/', "%2F")
+                ),
+                None,
+            )
+            .await
+            .unwrap_err();
+        let wait = refused.retry_after().expect("the reset is the wait");
+        assert_eq!(
+            Duration::from_millis(env.unix_millis()) + wait,
+            Duration::from_secs(reset)
+        );
+        assert!(wait > Duration::from_secs(3000), "{wait:?}");
         // An outage answers 503 whatever the limit.
         knobs.lock().serving = Default::default();
         knobs.lock().serving.outage = true;

@@ -36,11 +36,42 @@ pub enum CallError {
         status: http::StatusCode,
         /// The answer's body, as text.
         body: String,
+        /// How long the server asked to be left alone: its `retry-after`, or the time to its
+        /// `x-ratelimit-reset` when `x-ratelimit-remaining` is 0 (GitHub's rate limits).
+        retry_after: Option<Duration>,
     },
+}
+
+impl CallError {
+    /// How long the server asked the caller to wait before trying again, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CallError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// The wait a refusal's headers ask for at `now_ms` (Unix milliseconds): `retry-after` in
+/// seconds, else the time to `x-ratelimit-reset` (Unix seconds) when
+/// `x-ratelimit-remaining` is 0. An HTTP-date `retry-after` is not read.
+pub fn retry_after(headers: &http::HeaderMap, now_ms: u64) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(seconds) = header("retry-after").and_then(|v| v.trim().parse::<u64>().ok()) {
+        return Some(Duration::from_secs(seconds));
+    }
+    if header("x-ratelimit-remaining").map(str::trim) != Some("0") {
+        return None;
+    }
+    let reset_s = header("x-ratelimit-reset")?.trim().parse::<u64>().ok()?;
+    Some(Duration::from_millis(
+        reset_s.saturating_mul(1000).saturating_sub(now_ms),
+    ))
 }
 
 /// A JSON-over-HTTP client of one server.
 pub struct Client {
+    env: SharedEnv,
     http: crate::env::http::Client<Full<Bytes>>,
     addr: String,
     timeout: Duration,
@@ -50,7 +81,8 @@ impl Client {
     /// A client of `addr` (`host:port`); each call gets `timeout`.
     pub fn new(env: SharedEnv, addr: &str, timeout: Duration) -> Self {
         Client {
-            http: crate::env::http::client(env, timeout * 2),
+            http: crate::env::http::client(env.clone(), timeout * 2),
+            env,
             addr: addr.into(),
             timeout,
         }
@@ -75,6 +107,7 @@ impl Client {
             .map_err(|_| deadline())?
             .map_err(|e| failed(e.to_string()))?;
         let status = response.status();
+        let wait = retry_after(response.headers(), self.env.unix_millis());
         let body = tokio::time::timeout(self.timeout, response.into_body().collect())
             .await
             .map_err(|_| deadline())?
@@ -85,8 +118,47 @@ impl Client {
                 path: path.clone(),
                 status,
                 body: String::from_utf8_lossy(&body).into_owned(),
+                retry_after: wait,
             });
         }
         serde_json::from_slice(&body).map_err(|e| failed(format!("invalid JSON: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> http::HeaderMap {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn a_refusal_names_its_wait_by_retry_after_or_an_exhausted_limits_reset() {
+        let now_ms = 1_000_000_000_500;
+        // A secondary limit's retry-after wins.
+        let h = headers(&[("retry-after", "42"), ("x-ratelimit-reset", "1000000060")]);
+        assert_eq!(retry_after(&h, now_ms), Some(Duration::from_secs(42)));
+        // A primary limit: the time to the reset.
+        let h = headers(&[
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1000000060"),
+        ]);
+        assert_eq!(retry_after(&h, now_ms), Some(Duration::from_millis(59_500)));
+        // A reset already past: no wait.
+        assert_eq!(retry_after(&h, 2_000_000_000_000), Some(Duration::ZERO));
+        // Calls left, or no headers, or an unreadable one: nothing asked.
+        let h = headers(&[
+            ("x-ratelimit-remaining", "12"),
+            ("x-ratelimit-reset", "1000000060"),
+        ]);
+        assert_eq!(retry_after(&h, now_ms), None);
+        assert_eq!(retry_after(&http::HeaderMap::new(), now_ms), None);
+        let h = headers(&[("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT")]);
+        assert_eq!(retry_after(&h, now_ms), None);
     }
 }

@@ -35,8 +35,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
 use super::{
-    annotated, application_resource, apps, history, key_of, paths, text, ArgoCd, Config, Field,
-    GitApi,
+    annotated, application_resource, apps, history, key_of, paths, text, ArgoCd, CallError, Config,
+    Field, GitApi,
 };
 use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;
@@ -129,6 +129,28 @@ enum Outcome {
     Moved,
 }
 
+/// Why a judgement failed, and how long the server asked to be left alone.
+struct Failure {
+    error: String,
+    /// A rate limit's wait (`retry-after`, `x-ratelimit-reset`): the retry comes after it.
+    wait: Option<Duration>,
+}
+
+impl Failure {
+    fn plain(error: String) -> Self {
+        Failure { error, wait: None }
+    }
+}
+
+impl From<CallError> for Failure {
+    fn from(error: CallError) -> Self {
+        Failure {
+            wait: error.retry_after(),
+            error: error.to_string(),
+        }
+    }
+}
+
 struct Worker {
     env: SharedEnv,
     client: kube::Client,
@@ -141,7 +163,7 @@ struct Worker {
 }
 
 impl Worker {
-    async fn judge(&self, key: &str) -> Result<Outcome, String> {
+    async fn judge(&self, key: &str) -> Result<Outcome, Failure> {
         let Some((namespace, name)) = key.split_once('/') else {
             return Ok(Outcome::Done);
         };
@@ -205,7 +227,7 @@ impl Worker {
                     .await
             }
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(Failure::from)?;
         self.computed
             .lock()
             .expect("acr cache lock poisoned")
@@ -222,7 +244,7 @@ impl Worker {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 => return Ok(Outcome::Moved),
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Outcome::Done),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(Failure::plain(e.to_string())),
         }
         if revision.as_deref().unwrap_or("") != existing {
             self.env.observe(
@@ -279,19 +301,21 @@ async fn work(env: SharedEnv, config: Config, queue: Shared, worker: Arc<Worker>
                     q.attempts.remove(&key);
                     None
                 }
-                // Moved (the store lags a newer version) backs off like a failure.
+                // Moved (the store lags a newer version) backs off like a failure; a rate
+                // limit's wait comes first, the backoff spreading the retries after it.
                 Ok(Outcome::Moved) | Err(_) => {
                     let attempt = q.attempts.entry(key.clone()).or_default();
                     *attempt += 1;
-                    Some(backoff(&env, &config, *attempt))
+                    let wait = outcome.as_ref().err().and_then(|f| f.wait);
+                    Some(wait.unwrap_or_default() + backoff(&env, &config, *attempt))
                 }
             }
         };
-        if let Err(error) = outcome {
+        if let Err(failure) = outcome {
             env.observe(
                 AcrEvent::Failed {
                     app: key.clone(),
-                    error,
+                    error: failure.error,
                 }
                 .into(),
             );
