@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 
@@ -45,7 +45,8 @@ pub fn digest(mut entries: Vec<(String, String)>) -> (usize, String) {
 /// Runs the probe until the host stops. Observes `probe.*` events and, once a second
 /// when it changed, `probe.view` with the reflector's digest.
 pub async fn run(env: SharedEnv, client: kube::Client, config: Config) {
-    let api: Api<DynamicObject> = Api::namespaced_with(client, NAMESPACE, &application_resource());
+    let api: Api<orrery_system::env::kube::Wire> =
+        Api::namespaced_with(client, NAMESPACE, &application_resource());
     let writer = reflector::store::Writer::new(application_resource());
     let reader = writer.as_reader();
     let events_env = env.clone();
@@ -63,6 +64,7 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config) {
         }
     })
     .backoff(SeededBackoff::new(env.clone()))
+    .map_ok(orrery_system::env::kube::unwire)
     .reflect(writer)
     .for_each(move |event| {
         let seen = match &event {

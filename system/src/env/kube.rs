@@ -246,3 +246,199 @@ pub fn shared<K>(
         Event::InitDone => Event::InitDone,
     }
 }
+
+/// A [`kube::api::DynamicObject`] decoded in one pass. kube-core derives `DynamicObject`'s
+/// decoding with `#[serde(flatten)]`, which buffers the whole body as serde `Content` and
+/// decodes it a second time; for watchers of thousands of objects that was most of the cost
+/// of a watch event. Watch and list through `Api<Wire>`, then keep [`Wire::into_inner`]:
+/// the object is the one kube-core's derive would have produced (tested against it).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Wire(pub kube::api::DynamicObject);
+
+impl Wire {
+    /// The decoded object.
+    pub fn into_inner(self) -> kube::api::DynamicObject {
+        self.0
+    }
+}
+
+impl kube::Resource for Wire {
+    type DynamicType = kube::api::ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        kube::api::DynamicObject::kind(dt)
+    }
+
+    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        kube::api::DynamicObject::group(dt)
+    }
+
+    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        kube::api::DynamicObject::version(dt)
+    }
+
+    fn api_version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        kube::api::DynamicObject::api_version(dt)
+    }
+
+    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        kube::api::DynamicObject::plural(dt)
+    }
+
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        &self.0.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Wire {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(WireVisitor)
+    }
+}
+
+struct WireVisitor;
+
+impl<'de> serde::de::Visitor<'de> for WireVisitor {
+    type Value = Wire;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    /// As the derive decodes: `metadata` as `ObjectMeta` (default when absent), every other
+    /// field in order into `data`, except `apiVersion` and `kind`, which become the type
+    /// when both are strings. Otherwise serde's flattened `Option` gives no type and drops
+    /// what it took: in document order, each of the two up to and including the first that
+    /// is not a string.
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Wire, A::Error> {
+        use serde::de::Error;
+        use serde_json::Value;
+        let mut metadata: Option<kube::api::ObjectMeta> = None;
+        let mut entries: Vec<(String, Value)> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "metadata" {
+                if metadata.is_some() {
+                    return Err(A::Error::duplicate_field("metadata"));
+                }
+                metadata = Some(map.next_value()?);
+            } else {
+                let value = map.next_value()?;
+                entries.push((key, value));
+            }
+        }
+        let (mut api_version, mut kind) = (None, None);
+        let mut taken = 0; // entries[..taken] hold every type field the derive took
+        let mut failed = false;
+        for (at, (key, value)) in entries.iter().enumerate() {
+            let slot = match key.as_str() {
+                "apiVersion" => &mut api_version,
+                "kind" => &mut kind,
+                _ => continue,
+            };
+            taken = at + 1;
+            match value.as_str() {
+                Some(text) => *slot = Some(text.to_string()),
+                None => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        let types = match (failed, api_version, kind) {
+            (false, Some(api_version), Some(kind)) => {
+                Some(kube::api::TypeMeta { api_version, kind })
+            }
+            _ => None,
+        };
+        let data: serde_json::Map<String, Value> = entries
+            .into_iter()
+            .enumerate()
+            .filter(|(at, (key, _))| !(*at < taken && (key == "apiVersion" || key == "kind")))
+            .map(|(_, entry)| entry)
+            .collect();
+        Ok(Wire(kube::api::DynamicObject {
+            types,
+            metadata: metadata.unwrap_or_default(),
+            data: Value::Object(data),
+        }))
+    }
+}
+
+/// A watcher event of [`Wire`] objects as plain `DynamicObject`s.
+pub fn unwire(
+    event: kube::runtime::watcher::Event<Wire>,
+) -> kube::runtime::watcher::Event<kube::api::DynamicObject> {
+    use kube::runtime::watcher::Event;
+    match event {
+        Event::Apply(o) => Event::Apply(o.0),
+        Event::Delete(o) => Event::Delete(o.0),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(o.0),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// A watcher event of [`Wire`] objects as [`Shared`] `DynamicObject`s, for a reflector.
+pub fn shared_wire(
+    event: kube::runtime::watcher::Event<Wire>,
+) -> kube::runtime::watcher::Event<Shared<kube::api::DynamicObject>> {
+    shared(unwire(event))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Wire;
+    use kube::api::DynamicObject;
+
+    /// The one-pass decoder gives what kube-core's derive gives, or fails where it fails.
+    #[test]
+    fn wire_decodes_every_object_as_kube_cores_derive_does() {
+        let cases = [
+            r#"{"apiVersion":"argoproj.io/v1alpha1","kind":"Application","metadata":{"name":"a","namespace":"argocd","resourceVersion":"7","annotations":{"x":"y"}},"spec":{"source":{"repoURL":"r","path":"p"}},"status":{"sync":{"status":"Synced","revision":"abc"},"health":{"status":"Healthy"},"operationState":null}}"#,
+            r#"{"metadata":{"name":"a"},"spec":{}}"#,
+            r#"{"spec":{"z":1,"a":2},"metadata":{"name":"a"},"kind":"Application","apiVersion":"v1","data":[1,2]}"#,
+            r#"{"apiVersion":"v1","metadata":{"name":"a"},"spec":1}"#,
+            r#"{"kind":"ConfigMap","metadata":{"name":"a"}}"#,
+            r#"{"apiVersion":1,"kind":"ConfigMap","metadata":{"name":"a"}}"#,
+            r#"{"kind":"ConfigMap","x":1,"apiVersion":null,"metadata":{"name":"a"}}"#,
+            r#"{"kind":7,"x":1,"apiVersion":"v1"}"#,
+            r#"{"apiVersion":"v1","kind":"ConfigMap"}"#,
+            r#"{}"#,
+            r#"{"metadata":null}"#,
+            r#"{"metadata":{"name":"a"},"metadata":{"name":"b"}}"#,
+            r#"{"metadata":{"name":7}}"#,
+            r#"{"status":null,"a\"b":"\u00e9\n"}"#,
+            r#"[]"#,
+            r#"{"metadata":{"name":"a"}"#,
+        ];
+        for case in cases {
+            let derived = serde_json::from_str::<DynamicObject>(case);
+            let wire = serde_json::from_str::<Wire>(case).map(Wire::into_inner);
+            match (&derived, &wire) {
+                (Ok(d), Ok(w)) => {
+                    assert_eq!(d, w, "{case}");
+                    assert_eq!(
+                        serde_json::to_string(d).unwrap(),
+                        serde_json::to_string(w).unwrap(),
+                        "{case}"
+                    );
+                }
+                (Err(_), Err(_)) => {}
+                _ => panic!("{case}: derive {derived:?}, wire {wire:?}"),
+            }
+        }
+        // A watch event decodes through it too.
+        let event = r#"{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"v"}}}"#;
+        let decoded: kube::core::WatchEvent<Wire> = serde_json::from_str(event).unwrap();
+        let kube::core::WatchEvent::Modified(object) = decoded else {
+            panic!("{decoded:?}");
+        };
+        assert_eq!(object.0.data["data"]["k"], "v");
+    }
+}

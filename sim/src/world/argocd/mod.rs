@@ -281,7 +281,8 @@ pub async fn run(
     let client = orrery_system::env::kube::client(env.clone(), &target);
     // Argo CD watches its own namespace, or every namespace when
     // `application.namespaces` names more (and ignores apps outside them).
-    let api: kube::Api<DynamicObject> = if config.application_namespaces.is_empty() {
+    let api: kube::Api<orrery_system::env::kube::Wire> = if config.application_namespaces.is_empty()
+    {
         kube::Api::namespaced_with(client.clone(), &config.namespace, &application_resource())
     } else {
         kube::Api::all_with(client.clone(), &application_resource())
@@ -295,7 +296,7 @@ pub async fn run(
     let seen = touched.clone();
     let events = watcher(api, watcher::Config::default())
         .backoff(backoff)
-        .map_ok(orrery_system::env::kube::shared);
+        .map_ok(orrery_system::env::kube::shared_wire);
     tokio::spawn(reflector::reflector(writer, events).for_each(move |event| {
         if let Ok(
             watcher::Event::Apply(app)

@@ -22,7 +22,7 @@ pub mod workload;
 
 pub use analysis::{Verdict, Verdicts};
 
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, GroupVersionKind};
 
 /// `argoproj.io/v1alpha1 Rollout`.
 pub fn rollout_resource() -> ApiResource {
@@ -56,12 +56,13 @@ pub async fn run(
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
     let reflect = |resource: ApiResource| {
-        let api: kube::Api<DynamicObject> = kube::Api::all_with(client.clone(), &resource);
+        let api: kube::Api<orrery_system::env::kube::Wire> =
+            kube::Api::all_with(client.clone(), &resource);
         let writer = reflector::store::Writer::new(resource);
         let store = writer.as_reader();
         let events = watcher(api, watcher::Config::default())
             .backoff(orrery_system::env::kube::SeededBackoff::new(env.clone()))
-            .map_ok(orrery_system::env::kube::shared);
+            .map_ok(orrery_system::env::kube::shared_wire);
         tokio::spawn(reflector::reflector(writer, events).for_each(|_| async {}));
         store
     };

@@ -121,11 +121,11 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs) {
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
     let events = watcher(
-        kube::Api::<DynamicObject>::all_with(client.clone(), &resource),
+        kube::Api::<orrery_system::env::kube::Wire>::all_with(client.clone(), &resource),
         watcher::Config::default(),
     )
     .backoff(orrery_system::env::kube::SeededBackoff::new(env.clone()))
-    .map_ok(orrery_system::env::kube::shared);
+    .map_ok(orrery_system::env::kube::shared_wire);
     tokio::spawn(reflector::reflector(writer, events).for_each(|_| async {}));
     // Per workflow: the resourceVersion of our last write (a reflector view older than it
     // is skipped) and the phase it wrote.

@@ -3,13 +3,15 @@
 //! informer events into a 1,000-slot channel without blocking (full → dropped), and one
 //! consumer that re-GETs the app and computes while the sync's `operation` is set.
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{annotated, apps, history, key_of, text, ArgoCd, CallError, Config, Field};
+use super::{
+    annotated, apps, history, key_of, text, watched_apps, ArgoCd, CallError, Config, Field,
+};
 use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;
 use crate::observe::AcrEvent;
@@ -139,10 +141,11 @@ pub async fn run(env: SharedEnv, config: Config) {
     let client = crate::env::kube::client(env.clone(), &config.apiserver);
     let (tx, mut rx) = mpsc::channel::<Event>(config.channel_capacity.max(1));
     let watch_env = env.clone();
-    let watch_api = apps(&client, &config.apiserver.namespace);
+    let watch_api = watched_apps(&client, &config.apiserver.namespace);
     tokio::spawn(async move {
         let mut events = watcher(watch_api, watcher::Config::default())
             .backoff(SeededBackoff::new(watch_env.clone()))
+            .map_ok(crate::env::kube::unwire)
             .boxed();
         while let Some(event) = events.next().await {
             let (deleted, app) = match event {

@@ -28,15 +28,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
 use super::{
-    annotated, application_resource, apps, history, key_of, paths, text, ArgoCd, CallError, Config,
-    Field, GitApi,
+    annotated, application_resource, apps, history, key_of, paths, text, watched_apps, ArgoCd,
+    CallError, Config, Field, GitApi,
 };
 use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;
@@ -339,10 +339,11 @@ pub async fn run(env: SharedEnv, config: Config) {
     let watch_env = env.clone();
     let watched = queue.clone();
     let events = watcher(
-        apps(&client, &config.apiserver.namespace),
+        watched_apps(&client, &config.apiserver.namespace),
         watcher::Config::default(),
     )
-    .backoff(SeededBackoff::new(env.clone()));
+    .backoff(SeededBackoff::new(env.clone()))
+    .map_ok(crate::env::kube::unwire);
     tokio::spawn(reflector::reflector(writer, events).for_each(move |event| {
         match &event {
             Ok(watcher::Event::Apply(app) | watcher::Event::InitApply(app)) if annotated(app) => {

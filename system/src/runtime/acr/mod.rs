@@ -176,6 +176,11 @@ fn apps(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &application_resource())
 }
 
+/// The Applications of `namespace` for a watch, decoded in one pass ([`crate::env::kube::Wire`]).
+fn watched_apps(client: &kube::Client, namespace: &str) -> Api<crate::env::kube::Wire> {
+    Api::namespaced_with(client.clone(), namespace, &application_resource())
+}
+
 /// Runs the controller until the host stops.
 pub async fn run(env: SharedEnv, config: Config) {
     env.observe(

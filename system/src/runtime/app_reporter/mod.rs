@@ -376,7 +376,8 @@ pub async fn run(env: SharedEnv, config: Config) {
     let me = env.identity().host.clone();
     let shard = config.shard.or(env.identity().ordinal);
     let client = crate::env::kube::client(env.clone(), &config.apiserver);
-    let api: Api<DynamicObject> = if config.application_namespaces.is_empty() {
+    // Decoded in one pass (`Wire`): every replica decodes every Application change.
+    let api: Api<crate::env::kube::Wire> = if config.application_namespaces.is_empty() {
         Api::namespaced_with(client.clone(), &config.namespace, &application_resource())
     } else {
         Api::all_with(client.clone(), &application_resource())
@@ -418,7 +419,7 @@ pub async fn run(env: SharedEnv, config: Config) {
     let backoff = SeededBackoff::new(env.clone());
     let events = watcher(api, watcher::Config::default())
         .backoff(backoff)
-        .map_ok(crate::env::kube::shared);
+        .map_ok(crate::env::kube::shared_wire);
     tasks.spawn(reflector::reflector(writer, events).for_each(move |event| {
         match event {
             // The initial list reaches the real informer as OnAdd; later changes as OnUpdate.

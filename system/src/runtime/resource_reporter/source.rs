@@ -279,13 +279,13 @@ pub async fn run(
     let mut watches = futures::stream::SelectAll::new();
     for kind in scope.kinds.iter().copied() {
         let resource = kind.resource();
-        let api: Api<DynamicObject> = match (&scope.workflow_namespace, kind) {
+        let api: Api<crate::env::kube::Wire> = match (&scope.workflow_namespace, kind) {
             (Some(ns), Kind::Workflow) => Api::namespaced_with(client.clone(), ns, &resource),
             _ => Api::all_with(client.clone(), &resource),
         };
         let events = watcher(api, watcher::Config::default())
             .backoff(SeededBackoff::new(env.clone()))
-            .map_ok(move |event| (kind, event))
+            .map_ok(move |event| (kind, crate::env::kube::unwire(event)))
             .map_err(move |error| (kind, error));
         watches.push(events.boxed());
     }
