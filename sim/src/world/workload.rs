@@ -408,8 +408,8 @@ impl Generator {
             .then(|| self.live[(self.env.random_u64() % self.live.len() as u64) as usize])
     }
 
-    /// The Applications API of app `index`'s namespace.
-    fn api(&self, index: usize) -> Api<DynamicObject> {
+    /// The Applications API of app `index`'s namespace (answers decoded in one pass).
+    fn api(&self, index: usize) -> Api<orrery_system::env::kube::Wire> {
         Api::namespaced_with(
             self.client.clone(),
             &namespace_of(index, &self.layout.namespaces),
@@ -424,7 +424,10 @@ impl Generator {
     async fn create(&mut self, index: usize) -> bool {
         match self
             .api(index)
-            .create(&PostParams::default(), &application(index, &self.layout))
+            .create(
+                &PostParams::default(),
+                &orrery_system::env::kube::Wire(application(index, &self.layout)),
+            )
             .await
         {
             Ok(_) => true,
@@ -631,7 +634,7 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
         let results = futures::future::join_all(batch.iter().map(|index| {
             let (api, app) = (
                 generator.api(*index),
-                application(*index, &generator.layout),
+                orrery_system::env::kube::Wire(application(*index, &generator.layout)),
             );
             async move { (*index, api.create(&PostParams::default(), &app).await) }
         }))

@@ -767,7 +767,8 @@ async fn tick(
                  completes,
              }| async move {
                 let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
-                let api: Api<DynamicObject> =
+                // The written app is decoded in one pass (`Wire`).
+                let api: Api<orrery_system::env::kube::Wire> =
                     Api::namespaced_with(client.clone(), namespace, &super::application_resource());
                 let mut failed = incomplete;
                 for child in children {
@@ -835,7 +836,7 @@ async fn tick(
                     (Ok(app), None) if !failed => (
                         key,
                         inputs
-                            .zip(app.metadata.resource_version)
+                            .zip(app.0.metadata.resource_version)
                             .map(|(i, rv)| Inputs {
                                 resource_version: rv,
                                 ..i
