@@ -574,12 +574,33 @@ impl Store {
     /// Whether an update leaves the object as stored: the real server then writes nothing
     /// (no new resourceVersion, no watch event; etcd3's `GuaranteedUpdate` compares the
     /// bytes), which controllers that re-patch the same value rely on.
+    /// Compares `next`, its resourceVersion taken as the current one, without copying it.
     fn unchanged(current: &Value, next: &Value) -> bool {
-        let mut next = next.clone();
-        if let Some(rv) = current["metadata"].get("resourceVersion") {
-            set_meta(&mut next, "resourceVersion", rv.clone());
-        }
-        next == *current
+        let (Some(rv), Some(now), Some(then)) = (
+            current["metadata"].get("resourceVersion"),
+            current.as_object(),
+            next.as_object(),
+        ) else {
+            return next == current;
+        };
+        now.len() == then.len()
+            && then.iter().all(|(key, value)| {
+                let Some(was) = now.get(key) else {
+                    return false;
+                };
+                match (key.as_str(), value.as_object(), was.as_object()) {
+                    // `next`'s metadata with the current resourceVersion set in it.
+                    ("metadata", Some(meta), Some(was_meta)) => {
+                        let added = usize::from(!meta.contains_key("resourceVersion"));
+                        meta.len() + added == was_meta.len()
+                            && was_meta.get("resourceVersion") == Some(rv)
+                            && meta.iter().all(|(field, v)| {
+                                field == "resourceVersion" || was_meta.get(field) == Some(v)
+                            })
+                    }
+                    _ => value == was,
+                }
+            })
     }
 
     /// DELETE: removes an object; the DELETED change carries the deletion's RV.
@@ -760,6 +781,51 @@ pub struct Compacted;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The copy-free comparison agrees with setting the resourceVersion in a copy.
+    #[test]
+    fn unchanged_ignores_only_the_resource_version() {
+        let copying = |current: &Value, next: &Value| {
+            let mut next = next.clone();
+            if let Some(rv) = current["metadata"].get("resourceVersion") {
+                set_meta(&mut next, "resourceVersion", rv.clone());
+            }
+            next == *current
+        };
+        let current = json!({"kind": "A", "metadata": {"name": "a", "resourceVersion": "7", "labels": {"x": "1"}}, "spec": {"n": 1}});
+        let cases = [
+            current.clone(),
+            json!({"kind": "A", "metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"n": 1}}),
+            json!({"kind": "A", "metadata": {"name": "a", "resourceVersion": "6", "labels": {"x": "1"}}, "spec": {"n": 1}}),
+            json!({"spec": {"n": 1}, "metadata": {"labels": {"x": "1"}, "resourceVersion": "7", "name": "a"}, "kind": "A"}),
+            json!({"kind": "A", "metadata": {"name": "a", "labels": {"x": "2"}}, "spec": {"n": 1}}),
+            json!({"kind": "A", "metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"n": 2}}),
+            json!({"kind": "A", "metadata": {"name": "a", "labels": {"x": "1"}, "uid": "u"}, "spec": {"n": 1}}),
+            json!({"kind": "A", "metadata": {"name": "a"}, "spec": {"n": 1}}),
+            json!({"kind": "A", "metadata": {"name": "a", "labels": {"x": "1"}}}),
+            json!({"kind": "A", "metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"n": 1}, "status": {}}),
+            json!({"kind": "A", "metadata": "a", "spec": {"n": 1}}),
+            json!("text"),
+        ];
+        for next in &cases {
+            assert_eq!(
+                Store::unchanged(&current, next),
+                copying(&current, next),
+                "{next}"
+            );
+        }
+        let without_rv = json!({"kind": "A", "metadata": {"name": "a"}});
+        for next in &cases {
+            assert_eq!(
+                Store::unchanged(&without_rv, next),
+                copying(&without_rv, next),
+                "{next}"
+            );
+        }
+        assert!(Store::unchanged(&current, &cases[1]));
+        assert!(Store::unchanged(&current, &cases[3]));
+        assert!(!Store::unchanged(&current, &cases[4]));
+    }
     use crate::world::apiserver::resources::registry;
 
     fn kind(plural: &str) -> ResourceKind {

@@ -211,7 +211,17 @@ enum ClusterObject {
 /// Decodes and validates one `POST /2.0/api/events` body.
 fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection> {
     let json = if gzip {
-        let mut text = Vec::new();
+        // Sized by the gzip trailer's ISIZE (the length mod 2^32: a hint only, bounded by
+        // deflate's best ratio and 4 MiB so a lying trailer cannot reserve much), so the
+        // text is not copied as it grows.
+        let hint = body
+            .len()
+            .checked_sub(4)
+            .and_then(|at| body.get(at..))
+            .and_then(|tail| <[u8; 4]>::try_from(tail).ok())
+            .map_or(0, |tail| u64::from(u32::from_le_bytes(tail)));
+        let hint = hint.min(body.len() as u64 * 1032).min(4 << 20);
+        let mut text = Vec::with_capacity(hint as usize + 1);
         flate2::bufread::GzDecoder::new(body)
             .take(DECOMPRESSED_LIMIT_BYTES + 1)
             .read_to_end(&mut text)
