@@ -180,7 +180,7 @@ pub struct Serving {
     pub rate_limit: u32,
     /// API calls allowed per hour (0: unlimited); beyond it the API answers 403 "API rate
     /// limit exceeded" with `x-ratelimit-remaining: 0` and `x-ratelimit-reset`, as GitHub's
-    /// primary rate limit (5,000 an hour for a token). Every answer carries the
+    /// primary rate limit (5,000 an hour for a token). Every admitted answer carries the
     /// `x-ratelimit-*` headers while it is set.
     pub hourly_limit: u32,
 }
@@ -687,8 +687,14 @@ impl Git {
     /// when one is set, or why the call is refused. A refused call counts against neither.
     pub fn admit(&mut self, unix_s: u64) -> Result<Option<Quota>, Refusal> {
         let (minute, hour) = (self.serving.rate_limit, self.serving.hourly_limit);
-        self.window.roll(unix_s, 60);
-        self.hour.roll(unix_s, 3600);
+        // A window runs only while its limit is set: the first call after the fault sets
+        // it starts a full one.
+        if minute > 0 {
+            self.window.roll(unix_s, 60);
+        }
+        if hour > 0 {
+            self.hour.roll(unix_s, 3600);
+        }
         if hour > 0 && self.hour.used >= hour {
             return Err(Refusal::Primary {
                 limit: hour,
@@ -914,7 +920,7 @@ impl CommitRequest {
 ///
 /// The `git` fault applies: an outage answers 503, `latency` delays every answer,
 /// beyond `hourly_limit` calls an hour the answer is 403 "API rate limit exceeded" (GitHub's
-/// primary limit; every answer carries `x-ratelimit-limit`, `-remaining`, `-used`, `-reset`
+/// primary limit; every admitted answer carries `x-ratelimit-limit`, `-remaining`, `-used`, `-reset`
 /// and `-resource` while it is set), and beyond `rate_limit` calls a minute 429 with
 /// `retry-after` and `x-ratelimit-remaining: 0`, `x-ratelimit-reset: <unix seconds>` (a
 /// secondary limit). Serves until the listener fails.

@@ -292,3 +292,51 @@ fn a_hardened_replica_whose_lease_renewal_is_held_back_steps_down_at_its_lease_e
         .reached
         .contains(&orrery_sim::reach::Condition::LeaseExpiredWhileSending));
 }
+
+/// GitHub's primary rate limit spent from the start: the hardened ACR controller's first
+/// syncs ask the provider for the newest touching commit, the first refusal (403 with
+/// `x-ratelimit-reset` an hour away) names the wait, and the controller asks nothing more
+/// of the provider until then — a refusal per worker already in flight at most, not one
+/// per app and retry.
+#[test]
+fn the_hardened_acr_waits_out_a_spent_primary_rate_limit_instead_of_asking_again() {
+    let text = std::fs::read_to_string(scenario_path("monorepo-storm.yaml")).unwrap();
+    let start = text.find("\nfaults:\n").unwrap();
+    let end = text.find("\nduration:").unwrap();
+    let text = format!(
+        "{}\nfaults:\n  - {{at: 0s, git: {{hourly_limit: 2}}}}{}",
+        &text[..start],
+        &text[end..]
+    )
+    .replace("applications: 1000", "applications: 100")
+    .replace("paths: 100", "paths: 10")
+    .replace("calm: 180s", "calm: 30s")
+    .replace("duration: 270s", "duration: 120s");
+    let dir = std::env::temp_dir().join(format!("orrery-acr-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gate.yaml");
+    std::fs::write(&path, text).unwrap();
+    let s = scenario::load(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = runner::run(&s, 1, Variant::Hardened);
+    let errors: Vec<String> = run
+        .trace
+        .events()
+        .iter()
+        .filter_map(|e| match e.acr() {
+            Some(orrery_system::observe::AcrEvent::Failed { error, .. }) => Some(error.clone()),
+            _ => None,
+        })
+        .collect();
+    let refused = errors.iter().filter(|e| e.contains("403")).count();
+    let waited = errors
+        .iter()
+        .filter(|e| e.contains("asked to wait"))
+        .count();
+    assert!(refused >= 1, "the limit was met: {errors:?}");
+    assert!(
+        refused <= 8,
+        "{refused} calls refused: the provider was asked again after it named its wait"
+    );
+    assert!(waited > refused, "apps held back by the wait: {waited}");
+}

@@ -308,14 +308,15 @@ impl<'de> serde::de::Visitor<'de> for WireVisitor {
     type Value = Wire;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a Kubernetes object")
+        // The derive's words, so a refusal reads the same either way.
+        f.write_str("struct DynamicObject")
     }
 
     /// As the derive decodes: `metadata` as `ObjectMeta` (default when absent), every other
     /// field in order into `data`, except `apiVersion` and `kind`, which become the type
-    /// when both are strings. Otherwise serde's flattened `Option` gives no type and drops
-    /// what it took: in document order, each of the two up to and including the first that
-    /// is not a string.
+    /// when both are strings, once each. Otherwise serde's flattened `Option` gives no type
+    /// and drops what it took: in document order, each of the two up to and including the
+    /// first that is not a string or repeats one seen.
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Wire, A::Error> {
         use serde::de::Error;
         use serde_json::Value;
@@ -342,6 +343,10 @@ impl<'de> serde::de::Visitor<'de> for WireVisitor {
                 _ => continue,
             };
             taken = at + 1;
+            if slot.is_some() {
+                failed = true; // a duplicate field: the derive's TypeMeta fails there
+                break;
+            }
             match value.as_str() {
                 Some(text) => *slot = Some(text.to_string()),
                 None => {
@@ -408,6 +413,10 @@ mod tests {
             r#"{"apiVersion":1,"kind":"ConfigMap","metadata":{"name":"a"}}"#,
             r#"{"kind":"ConfigMap","x":1,"apiVersion":null,"metadata":{"name":"a"}}"#,
             r#"{"kind":7,"x":1,"apiVersion":"v1"}"#,
+            r#"{"apiVersion":"a","apiVersion":"b","kind":"K"}"#,
+            r#"{"kind":"K","apiVersion":"v1","kind":"K","x":1}"#,
+            r#"null"#,
+            r#""x""#,
             r#"{"apiVersion":"v1","kind":"ConfigMap"}"#,
             r#"{}"#,
             r#"{"metadata":null}"#,
@@ -429,7 +438,7 @@ mod tests {
                         "{case}"
                     );
                 }
-                (Err(_), Err(_)) => {}
+                (Err(d), Err(w)) => assert_eq!(d.to_string(), w.to_string(), "{case}"),
                 _ => panic!("{case}: derive {derived:?}, wire {wire:?}"),
             }
         }

@@ -52,10 +52,18 @@ impl CallError {
     }
 }
 
+/// The longest wait a server can ask for: GitHub's primary limit resets within the hour.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
 /// The wait a refusal's headers ask for at `now_ms` (Unix milliseconds): `retry-after` in
 /// seconds, else the time to `x-ratelimit-reset` (Unix seconds) when
-/// `x-ratelimit-remaining` is 0. An HTTP-date `retry-after` is not read.
+/// `x-ratelimit-remaining` is 0; at most [`MAX_RETRY_AFTER`]. An HTTP-date `retry-after`
+/// is not read.
 pub fn retry_after(headers: &http::HeaderMap, now_ms: u64) -> Option<Duration> {
+    asked_wait(headers, now_ms).map(|wait| wait.min(MAX_RETRY_AFTER))
+}
+
+fn asked_wait(headers: &http::HeaderMap, now_ms: u64) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(seconds) = header("retry-after").and_then(|v| v.trim().parse::<u64>().ok()) {
         return Some(Duration::from_secs(seconds));
@@ -160,5 +168,13 @@ mod tests {
         assert_eq!(retry_after(&http::HeaderMap::new(), now_ms), None);
         let h = headers(&[("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT")]);
         assert_eq!(retry_after(&h, now_ms), None);
+        // Absurd waits are capped at the hour.
+        let h = headers(&[("retry-after", "18446744073709551615")]);
+        assert_eq!(retry_after(&h, now_ms), Some(MAX_RETRY_AFTER));
+        let h = headers(&[
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "18446744073709551615"),
+        ]);
+        assert_eq!(retry_after(&h, now_ms), Some(MAX_RETRY_AFTER));
     }
 }

@@ -156,6 +156,9 @@ struct Worker {
     client: kube::Client,
     argocd: ArgoCd,
     git: Option<GitApi>,
+    /// Before this time (Unix ms) the provider is not asked: it named a wait (a rate limit),
+    /// which holds for every app, not only the one whose call was refused.
+    git_not_before_ms: Mutex<u64>,
     store: Store<DynamicObject>,
     /// The last answer per app, by scope: a write that met a newer version retries without
     /// asking Argo CD or the provider again.
@@ -212,8 +215,31 @@ impl Worker {
             (Some(revision), _, _) => Ok(revision),
             // A first sync: the newest commit that touched the app, from the provider.
             (None, Some(git), true) => {
+                let now_ms = self.env.unix_millis();
+                let not_before = *self
+                    .git_not_before_ms
+                    .lock()
+                    .expect("acr gate lock poisoned");
+                if now_ms < not_before {
+                    return Err(Failure {
+                        error: "the Git provider asked to wait (rate limit)".to_string(),
+                        wait: Some(Duration::from_millis(not_before - now_ms)),
+                    });
+                }
                 let repo = text(&app, "/spec/source/repoURL");
-                git.newest_touching(&repo, &target.current, &refresh).await
+                let answer = git.newest_touching(&repo, &target.current, &refresh).await;
+                if let Some(wait) = answer.as_ref().err().and_then(CallError::retry_after) {
+                    let until = self
+                        .env
+                        .unix_millis()
+                        .saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+                    let mut gate = self
+                        .git_not_before_ms
+                        .lock()
+                        .expect("acr gate lock poisoned");
+                    *gate = (*gate).max(until);
+                }
+                answer
             }
             // Without a provider: only whether its own commit touched the app.
             (None, None, true) => {
@@ -307,7 +333,10 @@ async fn work(env: SharedEnv, config: Config, queue: Shared, worker: Arc<Worker>
                     let attempt = q.attempts.entry(key.clone()).or_default();
                     *attempt += 1;
                     let wait = outcome.as_ref().err().and_then(|f| f.wait);
-                    Some(wait.unwrap_or_default() + backoff(&env, &config, *attempt))
+                    Some(
+                        wait.unwrap_or_default()
+                            .saturating_add(backoff(&env, &config, *attempt)),
+                    )
                 }
             }
         };
@@ -370,6 +399,7 @@ pub async fn run(env: SharedEnv, config: Config) {
             .git_api
             .as_deref()
             .map(|addr| GitApi::new(env.clone(), addr, config.call_timeout)),
+        git_not_before_ms: Mutex::new(0),
         env: env.clone(),
         client,
         store: store.clone(),
