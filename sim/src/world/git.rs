@@ -1148,16 +1148,14 @@ fn refused(refusal: Refusal, now_s: u64) -> http::Response<orrery_system::env::h
                 http::StatusCode::TOO_MANY_REQUESTS,
                 &j!({"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}),
             );
-            let headers = answer.headers_mut();
-            for (name, value) in [
-                ("retry-after", reset.saturating_sub(now_s).to_string()),
-                ("x-ratelimit-remaining", "0".to_string()),
-                ("x-ratelimit-reset", reset.to_string()),
-            ] {
-                if let Ok(value) = http::HeaderValue::from_str(&value) {
-                    headers.insert(name, value);
-                }
-            }
+            insert_headers(
+                answer.headers_mut(),
+                [
+                    ("retry-after", reset.saturating_sub(now_s).to_string()),
+                    ("x-ratelimit-remaining", "0".to_string()),
+                    ("x-ratelimit-reset", reset.to_string()),
+                ],
+            );
             answer
         }
     }
@@ -1165,13 +1163,24 @@ fn refused(refusal: Refusal, now_s: u64) -> http::Response<orrery_system::env::h
 
 /// GitHub's `x-ratelimit-*` headers for the `core` resource.
 fn rate_headers(headers: &mut http::HeaderMap, limit: u32, remaining: u32, used: u32, reset: u64) {
-    for (name, value) in [
-        ("x-ratelimit-limit", limit.to_string()),
-        ("x-ratelimit-remaining", remaining.to_string()),
-        ("x-ratelimit-used", used.to_string()),
-        ("x-ratelimit-reset", reset.to_string()),
-        ("x-ratelimit-resource", "core".to_string()),
-    ] {
+    insert_headers(
+        headers,
+        [
+            ("x-ratelimit-limit", limit.to_string()),
+            ("x-ratelimit-remaining", remaining.to_string()),
+            ("x-ratelimit-used", used.to_string()),
+            ("x-ratelimit-reset", reset.to_string()),
+            ("x-ratelimit-resource", "core".to_string()),
+        ],
+    );
+}
+
+/// Sets each header (the values are numbers and ASCII words, always valid).
+fn insert_headers<const N: usize>(
+    headers: &mut http::HeaderMap,
+    pairs: [(&'static str, String); N],
+) {
+    for (name, value) in pairs {
         if let Ok(value) = http::HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }

@@ -146,6 +146,28 @@ fn rev_list_and_diff_tree_answer_as_real_git() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A turmoil world of `duration` whose host `git` serves `shared`'s provider API on port 80,
+/// with the trace its clients write to.
+fn provider_world(
+    shared: &orrery_sim::world::git::SharedGit,
+    duration: std::time::Duration,
+) -> (turmoil::Sim<'static>, orrery_sim::trace::Trace) {
+    use orrery_sim::env::SimEnv;
+
+    let mut w = crate::support::sim(duration);
+    let trace = orrery_sim::trace::Trace::default();
+    let (host_git, host_trace) = (shared.clone(), trace.clone());
+    w.host("git", move || {
+        let env = SimEnv::shared("git", crate::support::SEED, host_trace.clone());
+        let git = host_git.clone();
+        async move {
+            orrery_sim::world::git::serve(env, git, "0.0.0.0:80").await?;
+            Ok(())
+        }
+    });
+    (w, trace)
+}
+
 /// The provider's HTTP API over turmoil: the newest commit touching a path from a revision,
 /// then its rate limits (a secondary 429 with `retry-after` and `x-ratelimit-reset`, the
 /// window's end; GitHub's primary 403 with the `x-ratelimit-*` headers, read by the
@@ -155,11 +177,11 @@ fn the_provider_api_finds_touching_commits_and_answers_rate_limits_and_outages()
     use bytes::Bytes;
     use http_body_util::{BodyExt, Full};
     use orrery_sim::env::SimEnv;
-    use orrery_sim::world::git::{self as provider, SharedGit};
+    use orrery_sim::world::git::SharedGit;
     use orrery_system::env::SharedEnv;
     use std::time::Duration;
 
-    use crate::support::{sim, SEED};
+    use crate::support::SEED;
 
     let shared = SharedGit::default();
     let (base, x) = {
@@ -176,17 +198,7 @@ fn the_provider_api_finds_touching_commits_and_answers_rate_limits_and_outages()
         (base, x)
     };
     let head = shared.lock().head(REPO).unwrap().sha.clone();
-    let mut w = sim(Duration::from_secs(120));
-    let trace = orrery_sim::trace::Trace::default();
-    let (host_git, host_trace) = (shared.clone(), trace.clone());
-    w.host("git", move || {
-        let env = SimEnv::shared("git", SEED, host_trace.clone());
-        let git = host_git.clone();
-        async move {
-            provider::serve(env, git, "0.0.0.0:80").await?;
-            Ok(())
-        }
-    });
+    let (mut w, trace) = provider_world(&shared, Duration::from_secs(120));
     let knobs = shared.clone();
     w.client("runtime", async move {
         let env: SharedEnv = SimEnv::shared("runtime", SEED, trace.clone());
@@ -434,12 +446,12 @@ fn pull_requests_open_merge_and_refuse_as_the_provider_does() {
     use bytes::Bytes;
     use http_body_util::{BodyExt, Full};
     use orrery_sim::env::SimEnv;
-    use orrery_sim::world::git::{self as provider, Hook, SharedGit};
+    use orrery_sim::world::git::{Hook, SharedGit};
     use orrery_system::env::SharedEnv;
     use serde_json::{json, Value};
     use std::time::Duration;
 
-    use crate::support::{sim, SEED};
+    use crate::support::SEED;
 
     let shared = SharedGit::default();
     shared
@@ -452,17 +464,7 @@ fn pull_requests_open_merge_and_refuse_as_the_provider_does() {
             secret: None,
         },
     );
-    let mut w = sim(Duration::from_secs(60));
-    let trace = orrery_sim::trace::Trace::default();
-    let (host_git, host_trace) = (shared.clone(), trace.clone());
-    w.host("git", move || {
-        let env = SimEnv::shared("git", SEED, host_trace.clone());
-        let git = host_git.clone();
-        async move {
-            provider::serve(env, git, "0.0.0.0:80").await?;
-            Ok(())
-        }
-    });
+    let (mut w, trace) = provider_world(&shared, Duration::from_secs(60));
     let check = shared.clone();
     w.client("operator", async move {
         let env: SharedEnv = SimEnv::shared("operator", SEED, trace.clone());

@@ -233,14 +233,7 @@ impl AppProxy {
                     .await
                 {
                     Ok((200, answer)) => json(StatusCode::OK, &answer),
-                    Ok((status, answer)) => error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("the Git provider answered {status}: {answer}"),
-                    ),
-                    Err(e) => error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("cannot reach the Git provider: {e}"),
-                    ),
+                    other => bad_gateway("Git provider", other),
                 }
             }
             ("POST", ["app-proxy", "api", "applications", "commit"]) => {
@@ -288,14 +281,7 @@ impl AppProxy {
                     .await
                 {
                     Ok((201, answer)) => json(StatusCode::CREATED, &answer),
-                    Ok((status, answer)) => error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("the Git provider answered {status}: {answer}"),
-                    ),
-                    Err(e) => error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("cannot reach the Git provider: {e}"),
-                    ),
+                    other => bad_gateway("Git provider", other),
                 }
             }
             ("GET", ["app-proxy", "api", "applications", namespace, name, "manifests"]) => {
@@ -324,14 +310,7 @@ impl AppProxy {
                         StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
                         &json!({"error": answer["error"].as_str().unwrap_or("the source server refused")}),
                     ),
-                    Ok((status, answer)) => error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("the source server answered {status}: {answer}"),
-                    ),
-                    Err(e) => error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("cannot reach the source server: {e}"),
-                    ),
+                    other => bad_gateway("source server", other),
                 }
             }
             ("POST", ["app-proxy", "api", "workflows", namespace, name, "terminate"]) => {
@@ -377,4 +356,18 @@ pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
         async move { proxy.handle(request).await }
     })
     .await
+}
+
+/// 502 naming `upstream`, for an answer a route does not pass on or for no answer at all.
+fn bad_gateway(upstream: &str, outcome: Result<(u16, Value), String>) -> Response<Body> {
+    match outcome {
+        Ok((status, answer)) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("the {upstream} answered {status}: {answer}"),
+        ),
+        Err(e) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("cannot reach the {upstream}: {e}"),
+        ),
+    }
 }
