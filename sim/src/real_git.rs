@@ -277,32 +277,32 @@ pub async fn serve(
                     }
                 }
                 ("POST", "/api/commits") => {
-                    let CommitRequest {
-                        repo,
-                        path,
-                        content,
-                        message,
-                        author,
-                        branch,
-                    } = match CommitRequest::read(request).await {
+                    let request = match CommitRequest::read(request).await {
                         Ok(commit) => commit,
                         Err(refusal) => return refusal,
                     };
-                    let Some(dir) = repos.get(&repo).cloned() else {
+                    let Some(dir) = repos.get(&request.repo).cloned() else {
                         return json(
                             StatusCode::NOT_FOUND,
-                            &j!({"error": format!("no repository {repo}")}),
+                            &j!({"error": format!("no repository {}", request.repo)}),
                         );
                     };
+                    let branch = &request.branch;
                     let done = {
                         let _one_at_a_time = committing.lock().expect("commit lock poisoned");
                         let checked_out = git(&dir, &["branch", "--show-current"], &[])
                             .map(|b| b.trim().to_string())
                             .unwrap_or_default();
-                        if checked_out.is_empty() || branch != checked_out {
+                        if checked_out.is_empty() || *branch != checked_out {
                             Err(format!("branch {branch:?}: orrery serve git commits on the checked-out branch ({checked_out:?}) only"))
                         } else {
-                            commit(&dir, &path, &content, &message, &author)
+                            commit(
+                                &dir,
+                                &request.path,
+                                &request.content,
+                                &request.message,
+                                &request.author,
+                            )
                         }
                     };
                     match done {

@@ -1003,24 +1003,17 @@ async fn route(
             &j!({"repositories": git.lock().repos()}),
         ),
         ("POST", "/api/commits") => {
-            let CommitRequest {
-                repo,
-                path,
-                content,
-                message,
-                author,
-                branch,
-            } = match CommitRequest::read(request).await {
+            let commit = match CommitRequest::read(request).await {
                 Ok(commit) => commit,
                 Err(refusal) => return refusal,
             };
             let sha = git.lock().commit_on(
-                &repo,
-                &branch,
-                &author,
-                &message,
+                &commit.repo,
+                &commit.branch,
+                &commit.author,
+                &commit.message,
                 env.unix_millis(),
-                [(path, content)].into_iter().collect(),
+                [(commit.path, commit.content)].into_iter().collect(),
             );
             json(http::StatusCode::CREATED, &j!({"sha": sha}))
         }
