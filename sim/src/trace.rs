@@ -312,4 +312,25 @@ impl Trace {
         let end = inner.events.partition_point(|e| e.at_ms <= at_ms);
         inner.events[end.saturating_sub(n)..end].to_vec()
     }
+
+    /// The last `n` events at or before `at_ms` that `keep` accepts, oldest first (the context
+    /// of a violation, narrowed to what it is about).
+    pub fn tail_matching(
+        &self,
+        at_ms: u64,
+        n: usize,
+        keep: impl Fn(&TraceEvent) -> bool,
+    ) -> Vec<TraceEvent> {
+        let inner = self.0.lock().expect("trace lock poisoned");
+        let end = inner.events.partition_point(|e| e.at_ms <= at_ms);
+        let mut tail: Vec<TraceEvent> = inner.events[..end]
+            .iter()
+            .rev()
+            .filter(|e| keep(e))
+            .take(n)
+            .cloned()
+            .collect();
+        tail.reverse();
+        tail
+    }
 }

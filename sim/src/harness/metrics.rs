@@ -24,8 +24,39 @@ pub struct Histogram {
     pub p99: u64,
     /// Largest sample.
     pub max: u64,
-    /// (upper bound label, samples) buckets.
+    /// (range label, samples) buckets: disjoint, each holding the samples above the previous
+    /// bucket's upper bound up to and including its own.
     pub buckets: Vec<(String, usize)>,
+}
+
+/// A bound in a bucket label: milliseconds below a second, whole or decimal seconds above.
+fn bound_label(ms: u64) -> String {
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms.is_multiple_of(1_000) {
+        format!("{} s", ms / 1_000)
+    } else {
+        format!("{:.1} s", ms as f64 / 1_000.0)
+    }
+}
+
+/// The label of bucket `i` of [`BUCKETS_MS`]: the range it holds, not a cumulative bound.
+fn bucket_label(i: usize) -> String {
+    match (i.checked_sub(1).map(|j| BUCKETS_MS[j]), BUCKETS_MS[i]) {
+        (None, upper) => format!("0–{}", bound_label(upper)),
+        (Some(lower), u64::MAX) => format!("> {}", bound_label(lower)),
+        (Some(lower), upper) => {
+            let (lower, upper) = (bound_label(lower), bound_label(upper));
+            // "100–500 ms", "1–5 s", "500 ms–1 s": one unit when both bounds share it.
+            match (lower.strip_suffix(" ms"), upper.strip_suffix(" ms")) {
+                (Some(l), Some(_)) => format!("{l}–{upper}"),
+                _ => match (lower.strip_suffix(" s"), upper.strip_suffix(" s")) {
+                    (Some(l), Some(_)) => format!("{l}–{upper}"),
+                    _ => format!("{lower}–{upper}"),
+                },
+            }
+        }
+    }
 }
 
 /// Bucket upper bounds in milliseconds.
@@ -47,13 +78,8 @@ impl Histogram {
             .enumerate()
             .map(|(i, upper)| {
                 let lower = if i == 0 { 0 } else { BUCKETS_MS[i - 1] + 1 };
-                let label = if *upper == u64::MAX {
-                    format!(">{}ms", BUCKETS_MS[i - 1])
-                } else {
-                    format!("≤{upper}ms")
-                };
                 (
-                    label,
+                    bucket_label(i),
                     samples
                         .iter()
                         .filter(|s| **s >= lower && **s <= *upper)
@@ -81,9 +107,28 @@ pub struct Metrics {
     pub histograms: BTreeMap<String, Histogram>,
     /// Named time series: (simulated second, value) at each change.
     pub series: BTreeMap<String, Vec<(u64, u64)>>,
+    /// What each series' values are (a level holds until the next point; a count or a
+    /// sample belongs to its own second or window only). Series not listed are levels.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub series_kinds: BTreeMap<String, SeriesKind>,
     /// Shard ownership over the run (when reporters ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ownership: Option<crate::checkers::ownership::Analysis>,
+}
+
+/// What a series' values mean, so windows and charts aggregate them rightly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeriesKind {
+    /// A state that holds until its next point (queue depth, stale apps): a window shows the
+    /// highest level it saw, carried in from before it.
+    Level,
+    /// Events counted in the second of their point (registrations per second): a window
+    /// shows their sum, and a second without a point had none.
+    Count,
+    /// A measurement of its own window only (availability per 10 s): a window shows the
+    /// lowest sample inside it, and none when nothing was measured.
+    Sample,
 }
 
 /// Which events count as "seen" for a write-to-seen delay.
@@ -169,8 +214,10 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     let mut series: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     let mut reporters = false;
     // Per replica: the running totals of its current process and what earlier processes
-    // (before a restart reset the counters) had sent.
-    let mut totals: BTreeMap<String, ([u64; 3], [u64; 3])> = BTreeMap::new();
+    // (before a restart reset the counters) had sent, rate-limited and dropped.
+    let mut totals: BTreeMap<String, ([u64; 4], [u64; 4])> = BTreeMap::new();
+    // Per replica: its latest queue depth (the fleet's is their sum).
+    let mut depths: BTreeMap<String, u64> = BTreeMap::new();
     for event in events {
         let second = event.at_ms / 1000;
         let mut count = |name: String| *counters.entry(name).or_default() += 1;
@@ -248,7 +295,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         {
             reporters = true;
             let (current, earlier) = totals.entry(replica.clone()).or_default();
-            let now = [*sent_app, *sent_resource, *rate_limited];
+            let now = [*sent_app, *sent_resource, *rate_limited, *dropped];
             if now.iter().zip(current.iter()).any(|(n, c)| n < c) {
                 // The replica restarted: its counters began again from zero.
                 for (e, c) in earlier.iter_mut().zip(current.iter()) {
@@ -256,6 +303,15 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
                 }
             }
             *current = now;
+            depths.insert(replica.clone(), *depth);
+            series
+                .entry("queue_depth".into())
+                .or_default()
+                .push((second, depths.values().sum()));
+            series
+                .entry("dropped_events".into())
+                .or_default()
+                .push((second, totals.values().map(|(c, e)| c[3] + e[3]).sum()));
             series
                 .entry(format!("queue_depth.{replica}"))
                 .or_default()
@@ -306,7 +362,14 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
             Histogram::from_ms(platform_lags),
         );
     }
-    tunnel_figures(events, &mut counters, &mut histograms, &mut series);
+    let mut series_kinds = BTreeMap::new();
+    tunnel_figures(
+        events,
+        &mut counters,
+        &mut histograms,
+        &mut series,
+        &mut series_kinds,
+    );
     change_revision_figures(events, state, &mut counters, &mut histograms);
     git_detail_figures(events, state, &mut counters);
     let ownership = reporters.then(|| {
@@ -317,6 +380,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         counters,
         histograms,
         series,
+        series_kinds,
         ownership,
     }
 }
@@ -475,6 +539,7 @@ fn tunnel_figures(
     counters: &mut BTreeMap<String, u64>,
     histograms: &mut BTreeMap<String, Histogram>,
     series: &mut BTreeMap<String, Vec<(u64, u64)>>,
+    series_kinds: &mut BTreeMap<String, SeriesKind>,
 ) {
     const WINDOW_MS: u64 = 10_000;
     let mut latencies = Vec::new();
@@ -585,6 +650,7 @@ fn tunnel_figures(
             "registrations_per_s".into(),
             per_second.into_iter().collect(),
         );
+        series_kinds.insert("registrations_per_s".into(), SeriesKind::Count);
     }
     if latencies.is_empty() {
         return;
@@ -621,6 +687,7 @@ fn tunnel_figures(
             .map(|(window, (all, ok))| (window * WINDOW_MS / 1000, ok * 100 / (*all).max(1)))
             .collect(),
     );
+    series_kinds.insert("availability_pct_per_10s".into(), SeriesKind::Sample);
 }
 
 #[cfg(test)]
@@ -631,8 +698,33 @@ mod tests {
     fn percentiles_use_nearest_rank() {
         let h = Histogram::from_ms((1..=100).collect());
         assert_eq!((h.p50, h.p99, h.max, h.count), (50, 99, 100, 100));
-        assert_eq!(h.buckets[0], ("≤100ms".to_string(), 100));
+        assert_eq!(h.buckets[0], ("0–100 ms".to_string(), 100));
         assert_eq!(Histogram::from_ms(vec![]).p99, 0);
+    }
+
+    #[test]
+    fn buckets_are_labelled_with_the_disjoint_ranges_they_hold() {
+        let h = Histogram::from_ms(vec![100, 101, 500, 1_000, 1_001, 30_000, 60_001]);
+        let labels: Vec<&str> = h.buckets.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "0–100 ms",
+                "100–500 ms",
+                "500 ms–1 s",
+                "1–5 s",
+                "5–10 s",
+                "10–30 s",
+                "30–60 s",
+                "> 60 s"
+            ]
+        );
+        let counts: Vec<usize> = h.buckets.iter().map(|(_, n)| *n).collect();
+        assert_eq!(
+            counts,
+            [1, 2, 1, 1, 0, 1, 0, 1],
+            "each sample in one bucket"
+        );
     }
 
     #[test]

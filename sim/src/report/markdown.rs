@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::Report;
+use crate::harness::metrics::SeriesKind;
 
 /// Renders one report.
 pub fn render(r: &Report) -> String {
@@ -58,11 +59,22 @@ pub fn render(r: &Report) -> String {
             i.name,
             serde_json::to_string_pretty(&v.violation.details).unwrap_or_default()
         );
-        let _ = writeln!(
-            out,
-            "Last {} trace events before it:\n\n```",
-            v.trace_tail.len()
-        );
+        match &v.subject {
+            Some(subject) => {
+                let _ = writeln!(
+                    out,
+                    "Last {} trace events about `{subject}` at or before it:\n\n```",
+                    v.trace_tail.len()
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "Last {} trace events at or before it (the harness's periodic samples left out):\n\n```",
+                    v.trace_tail.len()
+                );
+            }
+        }
         for e in &v.trace_tail {
             let _ = writeln!(out, "{}", e.line());
         }
@@ -97,7 +109,7 @@ pub fn render(r: &Report) -> String {
     for (name, h) in &r.metrics.histograms {
         let _ = writeln!(
             out,
-            "\n`{name}` buckets:\n\n| bucket | samples |\n|---|---|"
+            "\n`{name}` buckets (each holds the samples above its lower bound, up to and including its upper):\n\n| bucket | samples |\n|---|---|"
         );
         for (label, count) in &h.buckets {
             let _ = writeln!(out, "| {label} | {count} |");
@@ -189,46 +201,67 @@ fn render_exploration(out: &mut String, r: &Report) {
 /// Width of a time-series window in the Markdown table.
 const WINDOW_S: u64 = 30;
 
-/// Renders step series as a table of the maximum per window (the JSON has every point).
+/// One series' cell for the window `[start, stop)`: a level's highest value (carried in from
+/// before the window), a count's sum (a window without points had none), a sample's lowest
+/// (blank when nothing was measured in it).
+pub fn window_value(points: &[(u64, u64)], kind: SeriesKind, start: u64, stop: u64) -> Option<u64> {
+    let inside = points
+        .iter()
+        .filter(|(t, _)| *t >= start && *t < stop)
+        .map(|(_, v)| *v);
+    match kind {
+        SeriesKind::Level => {
+            let carried = points.iter().take_while(|(t, _)| *t < start).last();
+            carried.map(|(_, v)| *v).into_iter().chain(inside).max()
+        }
+        SeriesKind::Count => Some(inside.sum()),
+        SeriesKind::Sample => inside.min(),
+    }
+}
+
+/// Renders the series as a table per window, aggregated by kind (the JSON has every point);
+/// the last window ends at the run's end.
 fn render_series(out: &mut String, r: &Report) {
     let series = &r.metrics.series;
     if series.is_empty() {
         return;
     }
-    let end = r.sim_seconds as u64;
+    let end = (r.sim_seconds.ceil() as u64).max(1);
+    let kind = |name: &str| {
+        r.metrics
+            .series_kinds
+            .get(name)
+            .copied()
+            .unwrap_or(SeriesKind::Level)
+    };
     let names: Vec<&String> = series.keys().collect();
-    let _ = writeln!(out, "\n## Time series (maximum per {WINDOW_S} s window)\n");
+    let _ = writeln!(
+        out,
+        "\n## Time series per {WINDOW_S} s window\n\nLevels (queue depth, stale apps…) show the highest level in the window; counts (`…_per_s`) the total in the window; per-window samples (`…_per_10s`) the lowest in the window.\n"
+    );
     let _ = writeln!(
         out,
         "| window | {} |",
         names
             .iter()
-            .map(|n| n.as_str())
+            .map(|n| match kind(n) {
+                SeriesKind::Level => n.to_string(),
+                SeriesKind::Count => format!("{n} (total)"),
+                SeriesKind::Sample => format!("{n} (lowest)"),
+            })
             .collect::<Vec<_>>()
             .join(" | ")
     );
     let _ = writeln!(out, "|---|{}", "---|".repeat(names.len()));
     let mut start = 0;
     while start < end {
-        let stop = start + WINDOW_S;
+        let stop = (start + WINDOW_S).min(end);
         let cells: Vec<String> = names
             .iter()
             .map(|name| {
-                let points = &series[*name];
-                let carried = points
-                    .iter()
-                    .take_while(|(t, _)| *t < start)
-                    .last()
-                    .map(|(_, v)| *v);
-                let inside = points
-                    .iter()
-                    .filter(|(t, _)| *t >= start && *t < stop)
-                    .map(|(_, v)| *v)
-                    .max();
-                match (carried, inside) {
-                    (None, None) => "".to_string(),
-                    (c, i) => c.into_iter().chain(i).max().unwrap_or(0).to_string(),
-                }
+                window_value(&series[*name], kind(name), start, stop)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
             })
             .collect();
         let _ = writeln!(out, "| {start}–{stop} s | {} |", cells.join(" | "));

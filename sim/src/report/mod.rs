@@ -5,6 +5,8 @@
 //! commit), so regenerating them on any machine gives byte-identical files.
 
 pub mod markdown;
+pub mod page;
+pub mod svg;
 
 use std::path::Path;
 
@@ -49,8 +51,59 @@ pub struct ViolationReport {
     /// The violation.
     #[serde(flatten)]
     pub violation: Violation,
-    /// The last trace events at or before it.
+    /// What it is about (an app, a rollout, a workflow, an idempotency key), when its details
+    /// name one: then the tail holds only the events that mention it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The last trace events at or before it: those that mention its subject, or, without
+    /// one, every event but the harness's periodic samples.
     pub trace_tail: Vec<TraceEvent>,
+}
+
+/// The detail fields that name a violation's subject, most specific first.
+const SUBJECT_FIELDS: [&str; 5] = ["idempotency_key", "key", "app", "rollout", "workflow"];
+
+/// What a violation is about: the first subject field of its details, or the app of its
+/// first example (`platform_converges` and the like list examples).
+pub fn subject(violation: &Violation) -> Option<String> {
+    let details = &violation.details;
+    SUBJECT_FIELDS
+        .iter()
+        .find_map(|field| details.get(field).and_then(|v| v.as_str()))
+        .or_else(|| details.pointer("/examples/0/app").and_then(|v| v.as_str()))
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// Whether `event` mentions `subject`: one of its string values is the subject, or the name
+/// part of a `namespace/name` subject (most events name an object by name).
+pub fn mentions(event: &TraceEvent, subject: &str) -> bool {
+    let name = subject.rsplit('/').next().unwrap_or(subject);
+    if !event.line().contains(name) {
+        return false; // cheap test first: most events do not
+    }
+    fn any_string(value: &serde_json::Value, hit: &dyn Fn(&str) -> bool) -> bool {
+        match value {
+            serde_json::Value::String(s) => hit(s),
+            serde_json::Value::Array(items) => items.iter().any(|v| any_string(v, hit)),
+            serde_json::Value::Object(map) => map.values().any(|v| any_string(v, hit)),
+            _ => false,
+        }
+    }
+    let value = serde_json::to_value(&event.entry).unwrap_or_default();
+    any_string(&value, &|s| s == subject || s == name)
+}
+
+/// The harness's periodic samples (stale counts), which say nothing about one violation.
+fn is_sample(event: &TraceEvent) -> bool {
+    matches!(
+        event.harness(),
+        Some(
+            crate::trace::HarnessEvent::StaleApps { .. }
+                | crate::trace::HarnessEvent::StaleRollouts { .. }
+                | crate::trace::HarnessEvent::StaleWorkflows { .. }
+        )
+    )
 }
 
 /// The gated report of one run.
@@ -164,9 +217,21 @@ pub fn build(
                 .violations
                 .iter()
                 .find(|v| v.invariant == i.name)
-                .map(|v| ViolationReport {
-                    violation: v.clone(),
-                    trace_tail: outcome.trace.tail_before(v.at_ms, TRACE_TAIL),
+                .map(|v| {
+                    let subject = subject(v);
+                    let trace_tail = match &subject {
+                        Some(s) => outcome
+                            .trace
+                            .tail_matching(v.at_ms, TRACE_TAIL, |e| mentions(e, s)),
+                        None => outcome
+                            .trace
+                            .tail_matching(v.at_ms, TRACE_TAIL, |e| !is_sample(e)),
+                    };
+                    ViolationReport {
+                        violation: v.clone(),
+                        subject,
+                        trace_tail,
+                    }
                 });
             InvariantVerdict {
                 name: i.name.clone(),

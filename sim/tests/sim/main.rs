@@ -10,6 +10,7 @@ mod cli;
 mod events_path;
 mod git;
 mod invariants_fire;
+mod pages;
 mod properties;
 mod real_mode;
 mod reporter_model;
