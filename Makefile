@@ -11,7 +11,7 @@
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test test-linted lint reports reports-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly profile
+.PHONY: all test test-linted lint lint-workflows reports reports-check reports-committed determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly profile
 
 all: test
 
@@ -38,14 +38,21 @@ test:
 	$(CARGO) fmt --all --check
 	$(LINTED) $(MAKE) --no-print-directory test-linted
 
-# make test's steps, run with the lints on (see above). After the tests, the last three run
-# side by side: the conformance suites mostly wait on a real API server (about a quarter of
-# a core over three minutes), while the determinism check and the reports keep both cores
-# busy; that saves about three of make test's minutes on 2 cores. Each step's output is
-# printed whole when it ends (--output-sync), so the log reads as if they ran in turn.
+# make test's steps, run with the lints on (see above). After the tests, four steps run side
+# by side: the conformance suites mostly wait on a real API server (about a quarter of a core
+# over three minutes), while the determinism check and the reports keep both cores busy;
+# that saves about three of make test's minutes on 2 cores. Each step's output is printed
+# whole when it ends (--output-sync). Only then is reports/ compared with the commit: the
+# conformance suites write reports/conformance.md too.
 test-linted: build
 	$(CARGO) test --workspace
-	$(MAKE) --no-print-directory -j3 --output-sync=target determinism conformance-ci reports-check
+	$(MAKE) --no-print-directory -j3 --output-sync=target determinism conformance-ci reports lint-workflows
+	$(MAKE) --no-print-directory reports-committed
+
+## The GitHub Actions workflows, linted by actionlint (built once from its Go module; prints
+## ACTIONLINT SKIPPED without Go).
+lint-workflows:
+	scripts/actionlint.sh
 
 ## Formatting and lints on their own (rustfmt defaults; clippy's default set, warnings are
 ## errors); make test applies the same lints to every target it compiles.
@@ -63,6 +70,10 @@ determinism: build
 
 ## Regenerate the reports and fail if that changed anything committed.
 reports-check: reports
+	@$(MAKE) --no-print-directory reports-committed
+
+# Fails when reports/ differs from the commit (after everything that writes there has run).
+reports-committed:
 	@if [ -n "$$(git status --porcelain -- reports)" ]; then \
 		echo "reports/ is out of date: run 'make reports' and commit the result:"; \
 		git status --porcelain -- reports; git --no-pager diff --stat -- reports; exit 1; \

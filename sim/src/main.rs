@@ -3,7 +3,9 @@
 
 mod jobs;
 mod serve;
+mod shard;
 mod summary;
+mod sweep_report;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -49,6 +51,9 @@ enum Command {
     Run(RunArgs),
     /// Run a range of seeds (as parallel child processes); summarise unexpected results.
     Sweep(SweepArgs),
+    /// Combine the results files of a sharded sweep (`sweep --shard I/N --results FILE`)
+    /// into one sweep report.
+    Merge(MergeArgs),
     /// Run one seed twice in separate processes and compare the trace hashes.
     CheckDeterminism(DeterminismArgs),
     /// Regenerate the gated reports for every scenario and declared variant at its first seed.
@@ -121,6 +126,31 @@ struct SweepArgs {
     /// Also write the sweep's cost (runs, CPU seconds, seeds per CPU-minute) as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     perf: Option<PathBuf>,
+    /// Run only slice I (0-based) of N disjoint, contiguous slices of the seeds; `env/N`
+    /// takes I from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod index).
+    #[arg(long, value_name = "I/N", value_parser = shard::parse)]
+    shard: Option<shard::Shard>,
+    /// Also write every run's result line to FILE (JSON lines, after a header naming the
+    /// scenario file, the seeds and the shard), as each run finishes: what `orrery merge`
+    /// combines.
+    #[arg(long, value_name = "FILE")]
+    results: Option<PathBuf>,
+    /// Also write the sweep report (DIR/sweep.{json,md}, per-seed charts) to DIR.
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// The results files of the shards (`sweep --results FILE`).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Where the sweep report goes (DIR/sweep.{json,md}, per-seed charts).
+    #[arg(long, value_name = "DIR")]
+    report: PathBuf,
+    /// The scenario file (default: the one the results files name, relative to here).
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -194,6 +224,7 @@ struct ApiserverArgs {
 }
 
 /// A command that could not do its job: the message and the exit class.
+#[derive(Debug)]
 pub struct Fail(String, Exit);
 
 impl Fail {
@@ -248,17 +279,24 @@ fn cmd_run(args: RunArgs) -> Result<Exit, Fail> {
         );
     }
     let wall = started.elapsed().as_secs_f64();
-    if let Some(out) = &args.out {
-        let built = report::build(&scenario, &text, &path, seed, variant, &outcome);
-        report::write(out, &built)
-            .map_err(|e| Fail::usage(format!("{}: cannot write report: {e}", out.display())))?;
-    }
+    let figures = match &args.out {
+        Some(out) => {
+            let built = report::build(&scenario, &text, &path, seed, variant, &outcome);
+            report::write(out, &built)
+                .map_err(|e| Fail::usage(format!("{}: cannot write report: {e}", out.display())))?;
+            built.headline
+        }
+        None => report::headline::of(&orrery_sim::harness::metrics::compute(
+            &outcome.trace.events(),
+            &outcome.state,
+        )),
+    };
     if let Some(file) = &args.print_scenario {
         print_scenario(&scenario, &path, seed, variant, outcome.result, file)?;
     }
     println!(
         "{}",
-        report::summary_line(&scenario, seed, variant, &outcome, wall)
+        report::summary_line(&scenario, seed, variant, &outcome, wall, &figures)
     );
     if let Some(error) = &outcome.harness_error {
         eprintln!("orrery: harness error: {error}");
@@ -294,15 +332,19 @@ fn print_scenario(
 }
 
 fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
-    let (scenario, _) = load(&args.file)?;
+    let (scenario, text) = load(&args.file)?;
     let path = args.file.display().to_string();
     let variants: Vec<Variant> = match args.variant {
         Some(v) => vec![v.into()],
         None => scenario.expect.keys().copied().collect(),
     };
+    let seeds = match &args.shard {
+        Some(shard) => shard.slice(&args.seeds)?,
+        None => args.seeds.clone(),
+    };
     let jobs: Vec<Job> = variants
         .iter()
-        .flat_map(|v| args.seeds.clone().map(move |seed| (*v, seed)))
+        .flat_map(|v| seeds.clone().map(move |seed| (*v, seed)))
         .map(|(variant, seed)| Job {
             path: path.clone(),
             scenario: scenario.clone(),
@@ -311,13 +353,43 @@ fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
             out: None,
         })
         .collect();
+    let mut results_file = match &args.results {
+        Some(file) => Some(shard::ResultsWriter::create(
+            file,
+            &shard::Header {
+                scenario_file: path.clone(),
+                scenario_fnv: shard::fnv(&text),
+                seeds: format!("{}..{}", args.seeds.start, args.seeds.end),
+                shard: args.shard.as_ref().map(|s| s.to_string()),
+                variants: variants.iter().map(|v| v.as_str().to_string()).collect(),
+            },
+        )?),
+        None => None,
+    };
+    let mut write_error = None;
     let progress = jobs::Progress::new(jobs.len() as u64);
     let results = jobs::run(&jobs, parallelism(args.jobs), |_, result| {
         // Each run's result line goes out as soon as it is known, so an interrupted long
         // sweep keeps what it found.
         progress.line(&result.line.to_string(), result.exit != Exit::Expected);
+        if let Some(file) = results_file.as_mut() {
+            if let Err(e) = file.append(&result.line) {
+                write_error.get_or_insert(e);
+            }
+        }
     })?;
     progress.finish();
+    if let Some(e) = write_error {
+        return Err(e);
+    }
+    if let Some(dir) = &args.report {
+        let runs: Vec<(Variant, u64, &jobs::JobResult)> = jobs
+            .iter()
+            .zip(&results)
+            .map(|(j, r)| (j.variant, j.seed, r))
+            .collect();
+        sweep_report::SweepReport::of(&scenario, &path, &seeds, &runs).write(dir)?;
+    }
     let mut worst = Exit::Expected;
     let mut perf = Vec::new();
     for variant in variants {
@@ -349,6 +421,48 @@ fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
         let text = serde_json::to_string_pretty(&perf).expect("JSON values serialise");
         std::fs::write(file, text + "\n")
             .map_err(|e| Fail::usage(format!("{}: cannot write: {e}", file.display())))?;
+    }
+    if args.shard.is_some() {
+        // A shard's findings (unexpected results, conditions its slice did not reach) are
+        // judged over the whole sweep by `orrery merge`; a shard that ran its seeds succeeded,
+        // so a Job does not retry it for what it found.
+        println!("shard done: its findings are judged with the other shards by `orrery merge`");
+        return Ok(Exit::Expected);
+    }
+    Ok(worst)
+}
+
+fn cmd_merge(args: MergeArgs) -> Result<Exit, Fail> {
+    let merged = shard::read_all(&args.files)?;
+    let file = args
+        .scenario
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&merged.header.scenario_file));
+    let (scenario, text) = load(&file)?;
+    if shard::fnv(&text) != merged.header.scenario_fnv {
+        return Err(Fail::usage(format!(
+            "{}: not the scenario file the sweep ran (its FNV-1a is {}, the results name {})",
+            file.display(),
+            shard::fnv(&text),
+            merged.header.scenario_fnv
+        )));
+    }
+    let seeds = parse_seeds(&merged.header.seeds).map_err(Fail::usage)?;
+    let results = merged.results(&scenario, &seeds)?;
+    let runs: Vec<(Variant, u64, &jobs::JobResult)> =
+        results.iter().map(|(v, seed, r)| (*v, *seed, r)).collect();
+    let report =
+        sweep_report::SweepReport::of(&scenario, &merged.header.scenario_file, &seeds, &runs);
+    report.write(&args.report)?;
+    let mut worst = Exit::Expected;
+    for v in &report.variants {
+        let variant = Variant::parse(v.summary.variant).map_err(Fail::usage)?;
+        let path = &merged.header.scenario_file;
+        println!(
+            "{}",
+            v.summary.text(|seed| report::repro(path, seed, variant))
+        );
+        worst = worst.max(v.summary.worst);
     }
     Ok(worst)
 }
@@ -561,6 +675,28 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
         worst = worst.max(summary.worst);
         by_family.entry(&scenario.name).or_default().push(summary);
     }
+    // The swarm families' sweeps, as `orrery sweep --report` writes them.
+    let mut swept: Vec<&str> = Vec::new();
+    for (scenario, _, _) in &families {
+        if swept.contains(&scenario.name.as_str()) {
+            continue;
+        }
+        swept.push(&scenario.name);
+        let runs: Vec<(Variant, u64, &jobs::JobResult)> = families
+            .iter()
+            .filter(|(s, _, _)| s.name == scenario.name)
+            .flat_map(|(_, v, runs)| runs.iter().map(move |(seed, r)| (*v, *seed, *r)))
+            .collect();
+        let path = jobs
+            .iter()
+            .find(|j| j.scenario.name == scenario.name)
+            .map(|j| j.path.clone())
+            .unwrap_or_default();
+        let first = scenario.seeds.iter().min().copied().unwrap_or(1);
+        let last = scenario.seeds.iter().max().copied().unwrap_or(first);
+        sweep_report::SweepReport::of(scenario, &path, &(first..last + 1), &runs)
+            .write(&args.out.join("sweeps").join(&scenario.name))?;
+    }
     for (name, summaries) in by_family {
         let seeds = summaries.first().map_or(0, |s| s.runs);
         let mut md = format!(
@@ -619,6 +755,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Sweep(args) => cmd_sweep(args),
+        Command::Merge(args) => cmd_merge(args),
         Command::Shrink(args) => cmd_shrink(args),
         Command::BuggifyPoints => {
             for point in orrery_system::env::Point::ALL {

@@ -3,6 +3,7 @@
 //! and `make conformance` run them with `--include-ignored` and a `KUBECONFIG`.
 
 mod acr;
+mod deploy;
 mod fidelity;
 mod redis;
 mod resources;

@@ -297,12 +297,13 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
             let (current, earlier) = totals.entry(replica.clone()).or_default();
             let now = [*sent_app, *sent_resource, *rate_limited, *dropped];
             if now.iter().zip(current.iter()).any(|(n, c)| n < c) {
-                // The replica restarted: its counters began again from zero.
+                // The replica restarted (a start not seen): its counters began from zero.
                 for (e, c) in earlier.iter_mut().zip(current.iter()) {
                     *e += c;
                 }
             }
             *current = now;
+            let replica_dropped = current[3] + earlier[3];
             depths.insert(replica.clone(), *depth);
             series
                 .entry("queue_depth".into())
@@ -320,10 +321,31 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
                 .entry(format!("resync_pending.{replica}"))
                 .or_default()
                 .push((second, *resync));
-            let max = counters
-                .entry(format!("reporter.dropped_events.{replica}"))
-                .or_default();
-            *max = (*max).max(*dropped);
+            counters.insert(
+                format!("reporter.dropped_events.{replica}"),
+                replica_dropped,
+            );
+        }
+        if let Some(ReporterEvent::Start { replica, .. }) = event.reporter() {
+            // A new process: what the last one counted is kept, the new one counts from zero.
+            if let Some((current, earlier)) = totals.get_mut(replica) {
+                for (e, c) in earlier.iter_mut().zip(current.iter_mut()) {
+                    *e += std::mem::take(c);
+                }
+            }
+        }
+        if let Some(HarnessEvent::HostStop { host, .. }) = event.harness() {
+            // A stopped replica's queue is gone with its process: it no longer counts.
+            if depths.remove(host).is_some() {
+                series
+                    .entry("queue_depth".into())
+                    .or_default()
+                    .push((second, depths.values().sum()));
+                series
+                    .entry(format!("queue_depth.{host}"))
+                    .or_default()
+                    .push((second, 0));
+            }
         }
         if let Some(name) = counted_kind(event) {
             *counters.entry(name).or_default() += 1;

@@ -256,10 +256,12 @@ fn render_series(out: &mut String, r: &Report) {
     let mut start = 0;
     while start < end {
         let stop = (start + WINDOW_S).min(end);
+        // The last window holds the run's last second too.
+        let upper = if stop == end { end + 1 } else { stop };
         let cells: Vec<String> = names
             .iter()
             .map(|name| {
-                window_value(&series[*name], kind(name), start, stop)
+                window_value(&series[*name], kind(name), start, upper)
                     .map(|v| v.to_string())
                     .unwrap_or_default()
             })

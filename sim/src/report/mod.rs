@@ -4,6 +4,7 @@
 //! Gated reports contain only what a seed determines (no wall-clock figures, no git
 //! commit), so regenerating them on any machine gives byte-identical files.
 
+pub mod headline;
 pub mod markdown;
 pub mod page;
 pub mod svg;
@@ -136,6 +137,8 @@ pub struct Report {
     pub invariants: Vec<InvariantVerdict>,
     /// Figures.
     pub metrics: Metrics,
+    /// The headline figures (see [`headline`]), as the run's final line carries them.
+    pub headline: std::collections::BTreeMap<String, serde_json::Value>,
     /// Hash of the full trace.
     pub trace_hash: String,
     /// Number of trace events.
@@ -209,6 +212,7 @@ pub fn build(
     outcome: &RunOutcome,
 ) -> Report {
     let expected = expected(scenario, variant);
+    let metrics = metrics::compute(&outcome.trace.events(), &outcome.state);
     let invariants = scenario
         .invariants
         .iter()
@@ -260,7 +264,8 @@ pub fn build(
         config: scenario.clone(),
         faults: outcome.faults.clone(),
         invariants,
-        metrics: metrics::compute(&outcome.trace.events(), &outcome.state),
+        headline: headline::of(&metrics),
+        metrics,
         trace_hash: outcome.trace.hash(),
         events: outcome.trace.len(),
         sim_seconds: outcome.sim_seconds,
@@ -289,13 +294,15 @@ pub fn build(
     }
 }
 
-/// The one-line JSON `orrery run` prints (keys in the documented order).
+/// The one-line JSON `orrery run` prints (keys in the documented order), with the run's
+/// headline figures.
 pub fn summary_line(
     scenario: &Scenario,
     seed: u64,
     variant: Variant,
     outcome: &RunOutcome,
     wall_seconds: f64,
+    figures: &std::collections::BTreeMap<String, serde_json::Value>,
 ) -> String {
     let violations: Vec<&str> = outcome
         .violations
@@ -315,6 +322,7 @@ pub fn summary_line(
         "events": outcome.trace.len(),
         "reached": outcome.reached,
         "fault_points": outcome.fault_points,
+        "figures": figures,
     });
     serde_json::to_string(&value).expect("JSON values serialise")
 }

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::headline;
 use super::svg::{BarChart, Line, TimeChart};
 use crate::harness::metrics::SeriesKind;
 
@@ -69,6 +70,9 @@ pub struct VariantReport {
     pub invariants: Vec<InvariantView>,
     /// Figures.
     pub metrics: MetricsView,
+    /// Headline figures.
+    #[serde(default)]
+    pub headline: BTreeMap<String, serde_json::Value>,
     /// Trace hash.
     pub trace_hash: String,
     /// Command that reproduces the run.
@@ -214,8 +218,9 @@ pub struct Chart {
     pub svg: String,
 }
 
-/// The series charted, in page order: (series name, title).
-const CHARTED_SERIES: [(&str, &str); 7] = [
+/// The series charted, in page order: (series name, title); a series with points in either
+/// variant gets its chart.
+pub const CHARTED_SERIES: [(&str, &str); 7] = [
     ("stale_apps", "Apps the platform shows stale or missing"),
     ("stale_rollouts", "Rollouts the platform shows stale"),
     (
@@ -269,15 +274,18 @@ pub fn charts(reports: &[VariantReport]) -> Vec<Chart> {
             .iter()
             .find(|r| r.metrics.series.contains_key(series))
             .map_or(SeriesKind::Level, |r| r.metrics.kind(series));
-        let lines = reports
+        let lines: Vec<Line> = reports
             .iter()
             .filter_map(|r| {
                 Some(Line {
                     variant: &r.variant,
-                    points: r.metrics.series.get(series)?,
+                    points: r.metrics.series.get(series).filter(|p| !p.is_empty())?,
                 })
             })
             .collect();
+        if lines.is_empty() {
+            continue;
+        }
         let svg = TimeChart {
             title,
             series,
@@ -369,6 +377,7 @@ pub fn charts(reports: &[VariantReport]) -> Vec<Chart> {
             histogram: name,
             buckets: first.buckets.iter().map(|(l, _)| l.as_str()).collect(),
             bars,
+            joins: "samples in",
         }
         .render();
         charts.push(Chart {
@@ -380,15 +389,9 @@ pub fn charts(reports: &[VariantReport]) -> Vec<Chart> {
     charts
 }
 
-/// A headline figure: its name and how to read it from one variant's report.
-type Figure = (&'static str, fn(&VariantReport) -> Option<String>);
-
-fn last(r: &VariantReport, series: &str) -> Option<u64> {
-    r.metrics.series.get(series)?.last().map(|(_, v)| *v)
-}
-
-fn peak(r: &VariantReport, series: &str) -> Option<u64> {
-    r.metrics.series.get(series)?.iter().map(|(_, v)| *v).max()
+/// Text made safe for one Markdown table cell: no column break, no line break.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
 fn counter(r: &VariantReport, name: &str) -> Option<String> {
@@ -398,86 +401,6 @@ fn counter(r: &VariantReport, name: &str) -> Option<String> {
 fn seconds(ms: u64) -> String {
     format!("{:.1} s", ms as f64 / 1000.0)
 }
-
-/// The headline figures, in page order; a row is shown when any variant has its figure.
-const FIGURES: [Figure; 16] = [
-    ("stale or missing apps at the end", |r| {
-        last(r, "stale_apps").map(|v| v.to_string())
-    }),
-    ("stale rollouts at the end", |r| {
-        last(r, "stale_rollouts").map(|v| v.to_string())
-    }),
-    ("workflows in another phase at the end", |r| {
-        last(r, "stale_workflows").map(|v| v.to_string())
-    }),
-    ("events dropped by the reporters", |r| {
-        last(r, "dropped_events").map(|v| v.to_string())
-    }),
-    ("highest queue depth (all replicas)", |r| {
-        peak(r, "queue_depth").map(|v| v.to_string())
-    }),
-    ("write → platform latency p99", |r| {
-        let h = r
-            .metrics
-            .histograms
-            .get("end_to_end_latency_write_to_platform")?;
-        Some(seconds(h.p99))
-    }),
-    ("longest window an app had no live owner", |r| {
-        Some(seconds(
-            r.metrics.ownership.as_ref()?.longest_orphan_window_ms,
-        ))
-    }),
-    ("apps ever without a live owner", |r| {
-        Some(r.metrics.ownership.as_ref()?.apps_ever_orphaned.to_string())
-    }),
-    ("requests answered 2xx through the tunnel", |r| {
-        let all: u64 = r
-            .metrics
-            .counters
-            .iter()
-            .filter(|(k, _)| k.starts_with("client.requests."))
-            .map(|(_, v)| *v)
-            .sum();
-        let ok = r.metrics.counters.get("client.requests.2xx").copied()?;
-        (all > 0).then(|| format!("{:.1} %", ok as f64 * 100.0 / all as f64))
-    }),
-    ("writes executed twice", |r| {
-        counter(r, "runtime.duplicate_executions")
-    }),
-    ("tunnel back after a repair (longest)", |r| {
-        let h = r.metrics.histograms.get("tunnel_back_after_repair")?;
-        (h.count > 0).then(|| seconds(h.max))
-    }),
-    ("fleet back after a server restart (slowest)", |r| {
-        let h = r.metrics.histograms.get("fleet_reconnect_after_restart")?;
-        (h.count > 0).then(|| seconds(h.max))
-    }),
-    ("peak registrations per second", |r| {
-        counter(r, "tunnel.peak_registrations_per_s")
-    }),
-    ("apps left with a wrong change revision", |r| {
-        counter(r, "acr.never_correct")
-    }),
-    ("apps shown without their app version", |r| {
-        counter(r, "platform.apps_without_version")
-    }),
-    ("resource states lost", |r| {
-        let lost: Vec<u64> = r
-            .metrics
-            .counters
-            .iter()
-            .filter(|(k, _)| k.starts_with("resources.lost."))
-            .map(|(_, v)| *v)
-            .collect();
-        let delivered = r
-            .metrics
-            .counters
-            .keys()
-            .any(|k| k.starts_with("resources.delivered."));
-        (delivered || !lost.is_empty()).then(|| lost.iter().sum::<u64>().to_string())
-    }),
-];
 
 /// The page's Markdown.
 pub fn render(reports: &[VariantReport], charts: &[Chart], swarm: bool) -> String {
@@ -557,9 +480,15 @@ pub fn render(reports: &[VariantReport], charts: &[Chart], swarm: bool) -> Strin
                 .collect(),
         );
     }
-    let figures: Vec<(&str, Vec<Option<String>>)> = FIGURES
+    let figures: Vec<(&str, Vec<Option<String>>)> = headline::FIGURES
         .iter()
-        .map(|(name, read)| (*name, reports.iter().map(read).collect::<Vec<_>>()))
+        .map(|(name, label)| {
+            let cells = reports
+                .iter()
+                .map(|r| r.headline.get(*name).map(|v| headline::format(name, v)))
+                .collect::<Vec<_>>();
+            (*label, cells)
+        })
         .filter(|(_, cells)| cells.iter().any(Option::is_some))
         .collect();
     if !figures.is_empty() {
@@ -613,17 +542,17 @@ pub fn render(reports: &[VariantReport], charts: &[Chart], swarm: bool) -> Strin
                 .get("why")
                 .or_else(|| v.details.get("reason"))
                 .and_then(|w| w.as_str())
-                .map(|w| w.replace('|', "\\|"))
+                .map(cell)
                 .unwrap_or_else(|| "see the variant's report".into());
             let _ = writeln!(
                 out,
                 "| [{v_}]({v_}.md) | `{}` | {} | {} | {} | {what} |",
                 i.name,
                 seconds(v.at_ms),
-                v.host,
+                cell(&v.host),
                 v.subject
                     .as_deref()
-                    .map(|s| format!("`{s}`"))
+                    .map(|s| format!("`{}`", cell(s)))
                     .unwrap_or_default(),
                 v_ = r.variant
             );

@@ -68,6 +68,8 @@ pub struct BarChart<'a> {
     pub buckets: Vec<&'a str>,
     /// Per variant: its samples per bucket (same order as `buckets`).
     pub bars: Vec<(&'a str, Vec<usize>)>,
+    /// How a bar's tooltip joins its count to its bucket ("samples in", "at seed").
+    pub joins: &'a str,
 }
 
 /// The vertices a series of `n` points is drawn with (what the chart test checks).
@@ -102,11 +104,13 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The frame every chart shares: background, title, plot border.
-fn open(out: &mut String, title: &str) {
+/// The frame every chart shares: background, title, plot border. The root element carries
+/// the axes' extent (`data-y-max`, and `data-end` in seconds for a time chart), so a reader
+/// of the file can turn coordinates back into values.
+fn open(out: &mut String, title: &str, axes: &str) {
     let _ = writeln!(
         out,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"{t}\">\n<rect width=\"{WIDTH}\" height=\"{HEIGHT}\" fill=\"#ffffff\"/>\n<text x=\"{LEFT}\" y=\"20\" {FONT} font-weight=\"bold\" fill=\"#222\">{t}</text>",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" {axes} aria-label=\"{t}\">\n<rect width=\"{WIDTH}\" height=\"{HEIGHT}\" fill=\"#ffffff\"/>\n<text x=\"{LEFT}\" y=\"20\" {FONT} font-weight=\"bold\" fill=\"#222\">{t}</text>",
         t = escape(title)
     );
 }
@@ -159,7 +163,11 @@ impl TimeChart<'_> {
         let x = |t: u64| LEFT + plot_w * t.min(end) as f64 / end as f64;
         let y = |v: u64| TOP + plot_h - plot_h * v as f64 / y_max as f64;
         let mut out = String::new();
-        open(&mut out, self.title);
+        open(
+            &mut out,
+            self.title,
+            &format!("data-end=\"{end}\" data-y-max=\"{y_max}\""),
+        );
         legend(
             &mut out,
             &self.lines.iter().map(|l| l.variant).collect::<Vec<_>>(),
@@ -200,7 +208,7 @@ impl TimeChart<'_> {
             out,
             "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{plot_w:.1}\" height=\"{plot_h:.1}\" fill=\"none\" stroke=\"#999\"/>"
         );
-        for line in &self.lines {
+        for line in self.lines.iter().filter(|l| !l.points.is_empty()) {
             let mut coords: Vec<(f64, f64)> = Vec::new();
             for (i, (t, v)) in line.points.iter().enumerate() {
                 match self.kind {
@@ -255,7 +263,7 @@ impl BarChart<'_> {
         let plot_h = HEIGHT - TOP - BOTTOM;
         let y = |v: u64| TOP + plot_h - plot_h * v as f64 / y_max as f64;
         let mut out = String::new();
-        open(&mut out, self.title);
+        open(&mut out, self.title, &format!("data-y-max=\"{y_max}\""));
         legend(
             &mut out,
             &self.bars.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
@@ -284,7 +292,7 @@ impl BarChart<'_> {
                     left + 6.0 + bar * j as f64,
                     TOP + plot_h - top,
                     colour(variant),
-                    escape(&format!("{variant}: {count} samples in {label}"))
+                    escape(&format!("{variant}: {count} {} {label}", self.joins))
                 );
             }
         }
@@ -308,7 +316,7 @@ mod tests {
                 l.starts_with("<polyline") && l.contains(&format!("data-variant=\"{variant}\""))
             })
             .expect("a line per variant");
-        let points = line.split("points=\"").nth(1).unwrap();
+        let points = line.split(" points=\"").nth(1).unwrap();
         points.trim_end_matches("\"/>").split(' ').count()
     }
 
@@ -357,9 +365,9 @@ mod tests {
             }],
         }
         .render();
-        // y axis 0..5 over 204 units from 36: 2 → 158.4, 4 → 77.2; x 0..20 s over 640 from 64.
+        // y axis 0..4 over 204 units from 36: 2 → 138, 4 → 36; x 0..20 s over 640 from 64.
         assert!(
-            svg.contains("points=\"64.0,158.4 384.0,158.4 384.0,77.2 704.0,77.2\""),
+            svg.contains(" points=\"64.0,138.0 384.0,138.0 384.0,36.0 704.0,36.0\""),
             "{svg}"
         );
     }

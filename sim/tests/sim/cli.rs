@@ -254,3 +254,112 @@ fn serve_logs_json_lines_and_stops_cleanly_on_sigterm() {
         "{logs}"
     );
 }
+
+#[test]
+fn a_sweep_sharded_over_two_machines_merges_into_the_unsharded_sweeps_report() {
+    let dir = tempdir("shards");
+    let file = format!(
+        "{}/../scenarios/swarm-tunnel.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let whole = dir.join("whole");
+    let unsharded = orrery(&[
+        "sweep",
+        &file,
+        "--seeds",
+        "1..4",
+        "--jobs",
+        "2",
+        "--report",
+        whole.to_str().unwrap(),
+    ]);
+    // Three seeds never crash the runtime mid-write, a condition the family declares: exit 6,
+    // as the merged shards must say too.
+    assert_eq!(code(&unsharded), 6, "{}", text(&unsharded));
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    let first = orrery(&[
+        "sweep",
+        &file,
+        "--seeds",
+        "1..4",
+        "--shard",
+        "0/2",
+        "--results",
+        a.to_str().unwrap(),
+    ]);
+    // A shard that ran its seeds succeeded: its findings are judged when merged.
+    assert_eq!(code(&first), 0, "{}", text(&first));
+    // The second as a pod of an Indexed Job: its index from the environment.
+    let second = Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args([
+            "sweep",
+            &file,
+            "--seeds",
+            "1..4",
+            "--shard",
+            "env/2",
+            "--results",
+        ])
+        .arg(&b)
+        .env("JOB_COMPLETION_INDEX", "1")
+        .output()
+        .unwrap();
+    assert_eq!(code(&second), 0, "{}", text(&second));
+    let lines = |p: &PathBuf| std::fs::read_to_string(p).unwrap().lines().count();
+    // A header, then one line per run: seeds 1..3 are split 2 + 1 over both variants.
+    assert_eq!((lines(&a), lines(&b)), (1 + 4, 1 + 2));
+    // Only one shard: the merge names what is missing.
+    let merged = dir.join("merged");
+    let partial = orrery(&[
+        "merge",
+        a.to_str().unwrap(),
+        "--report",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&partial), 2);
+    assert!(text(&partial).contains("faithful 3"), "{}", text(&partial));
+    // The same shard twice: refused, not counted twice.
+    let twice = orrery(&[
+        "merge",
+        a.to_str().unwrap(),
+        a.to_str().unwrap(),
+        "--report",
+        merged.to_str().unwrap(),
+    ]);
+    assert!(text(&twice).contains("ran twice"), "{}", text(&twice));
+    let both = orrery(&[
+        "merge",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--report",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&both), 6, "{}", text(&both));
+    assert!(text(&both).contains("runtime_crashed_mid_write        0/3   NEVER REACHED"));
+    let mut files: Vec<String> = std::fs::read_dir(&whole)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert!(files.contains(&"sweep.json".to_string()) && files.iter().any(|f| f.ends_with(".svg")));
+    for name in files {
+        assert_eq!(
+            std::fs::read(whole.join(&name)).unwrap(),
+            std::fs::read(merged.join(&name)).unwrap(),
+            "{name}: merged shards give the unsharded report"
+        );
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(whole.join("sweep.json")).unwrap()).unwrap();
+    assert!(
+        !report.to_string().contains("wall"),
+        "no wall-clock figure in a sweep report"
+    );
+    let not_results = orrery(&["merge", file.as_str(), "--report", merged.to_str().unwrap()]);
+    assert!(
+        text(&not_results).contains("not a results file"),
+        "{}",
+        text(&not_results)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

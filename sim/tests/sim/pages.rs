@@ -44,6 +44,65 @@ fn kind(report: &serde_json::Value, series: &str) -> SeriesKind {
     }
 }
 
+/// The report's points of a series: a metrics series, or the ownership changes' counts.
+fn points_of(report: &serde_json::Value, series: &str) -> Vec<(u64, u64)> {
+    let metrics = &report["metrics"];
+    let pair = |p: &serde_json::Value| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap());
+    match series {
+        "ownership.orphaned" | "ownership.doubly_owned" => {
+            let field = series.trim_start_matches("ownership.");
+            metrics["ownership"]["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["at_ms"].as_u64().unwrap() / 1000,
+                        c[field].as_u64().unwrap(),
+                    )
+                })
+                .collect()
+        }
+        _ => metrics["series"][series]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(pair)
+            .collect(),
+    }
+}
+
+/// The chart layout, written out again here (not taken from the renderer): the plot spans
+/// x 64..704 and y 36..240 of a 720x280 picture.
+fn pixel(t: u64, v: u64, end: u64, y_max: u64) -> (f64, f64) {
+    (
+        64.0 + 640.0 * t.min(end) as f64 / end as f64,
+        240.0 - 204.0 * v as f64 / y_max as f64,
+    )
+}
+
+/// The (t, v) vertices a series' points must be drawn with, per kind: a level as steps held
+/// to the end, a count as a spike in its second, a sample as a line through its points.
+fn expected_vertices(points: &[(u64, u64)], kind: SeriesKind, end: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for (i, (t, v)) in points.iter().enumerate() {
+        match kind {
+            SeriesKind::Level => {
+                if i > 0 {
+                    out.push((*t, points[i - 1].1));
+                }
+                out.push((*t, *v));
+            }
+            SeriesKind::Count => out.extend([(*t, 0), (*t, *v), (*t, 0)]),
+            SeriesKind::Sample => out.push((*t, *v)),
+        }
+    }
+    if let (SeriesKind::Level, Some((_, v))) = (kind, points.last()) {
+        out.push((end, *v));
+    }
+    out
+}
+
 #[test]
 fn every_scenario_has_a_side_by_side_page_whose_charts_draw_its_reports_points() {
     let scenarios: Vec<PathBuf> =
@@ -90,6 +149,8 @@ fn every_scenario_has_a_side_by_side_page_whose_charts_draw_its_reports_points()
                 text.starts_with("<svg ") && text.ends_with("</svg>\n"),
                 "{name}/{file}"
             );
+            let root = text.lines().next().unwrap();
+            let y_max: u64 = attribute(root, "data-y-max").unwrap().parse().unwrap();
             for element in text.lines().filter(|l| l.starts_with("<polyline ")) {
                 let series = attribute(element, "data-series").unwrap();
                 let variant = attribute(element, "data-variant").unwrap();
@@ -98,12 +159,29 @@ fn every_scenario_has_a_side_by_side_page_whose_charts_draw_its_reports_points()
                     .unwrap_or_else(|| panic!("{name}/{file}: {variant} has no {series}"));
                 let drawn: usize = attribute(element, "data-points").unwrap().parse().unwrap();
                 assert_eq!(drawn, expected, "{name}/{file} {variant}: points drawn");
-                let vertices = attribute(element, "points").unwrap().split(' ').count();
+                let end: u64 = attribute(root, "data-end").unwrap().parse().unwrap();
+                let vertices: Vec<(f64, f64)> = attribute(element, "points")
+                    .unwrap()
+                    .split_whitespace()
+                    .map(|xy| {
+                        let (x, y) = xy.split_once(',').unwrap();
+                        (x.parse().unwrap(), y.parse().unwrap())
+                    })
+                    .collect();
+                let kind = kind(report, series);
                 assert_eq!(
-                    vertices,
-                    svg::vertices(kind(report, series), expected),
+                    vertices.len(),
+                    svg::vertices(kind, expected),
                     "{name}/{file} {variant}: vertices for {expected} points"
                 );
+                let want = expected_vertices(&points_of(report, series), kind, end);
+                for (i, ((x, y), (t, v))) in vertices.iter().zip(&want).enumerate() {
+                    let (wx, wy) = pixel(*t, *v, end, y_max);
+                    assert!(
+                        (x - wx).abs() < 0.06 && (y - wy).abs() < 0.06,
+                        "{name}/{file} {variant} vertex {i}: drawn ({x}, {y}), the report's ({t} s, {v}) is at ({wx:.2}, {wy:.2})"
+                    );
+                }
                 lines += 1;
             }
             for element in text
@@ -129,11 +207,32 @@ fn every_scenario_has_a_side_by_side_page_whose_charts_draw_its_reports_points()
                     element.contains(&format!("<title>{variant}: {count} samples in ")),
                     "{name}/{file} {variant} {bucket}: the bar's count is the report's"
                 );
+                let height: f64 = attribute(element, "height").unwrap().parse().unwrap();
+                let want = 204.0 * count as f64 / y_max as f64;
+                assert!(
+                    (height - want).abs() < 0.06,
+                    "{name}/{file} {variant} {bucket}: a bar {height} high for {count} of {y_max}"
+                );
                 bars += 1;
             }
         }
-        // Every series and histogram of either variant is charted.
+        // Every charted series and every histogram of either variant has its chart.
         for (variant, report) in &variants {
+            for (series, _) in orrery_sim::report::page::CHARTED_SERIES {
+                let has = report["metrics"]["series"][series]
+                    .as_array()
+                    .is_some_and(|p| !p.is_empty());
+                assert!(
+                    !has || charts.iter().any(|c| c.ends_with(format!("{series}.svg"))),
+                    "{name}: {variant}'s {series} is charted"
+                );
+            }
+            if report["metrics"]["ownership"].is_object() {
+                assert!(
+                    charts.iter().any(|c| c.ends_with("ownership.orphaned.svg")),
+                    "{name}: {variant}'s ownership is charted"
+                );
+            }
             for histogram in report["metrics"]["histograms"].as_object().unwrap().keys() {
                 assert!(
                     charts
@@ -183,7 +282,9 @@ fn a_violations_trace_tail_shows_the_events_about_its_subject() {
         .iter()
         .find(|i| i["name"] == "executed_at_most_once")
         .unwrap();
-    let key = twice["violation"]["details"]["idempotency_key"].as_str().unwrap();
+    let key = twice["violation"]["details"]["idempotency_key"]
+        .as_str()
+        .unwrap();
     assert_eq!(twice["violation"]["subject"], key);
     let tail = twice["violation"]["trace_tail"].as_array().unwrap();
     assert!(tail.iter().all(|e| e["detail"]["key"] == key), "{tail:?}");

@@ -1,0 +1,211 @@
+//! Headline figures: the few numbers a reader compares first, per run. One definition feeds
+//! the scenario page (variants side by side), the run's final JSON line (`figures`) and the
+//! sweep report (their distribution across seeds).
+//!
+//! A figure is present only when the run has what it measures (a run without reporters has
+//! no queue depth); its name carries its unit (`_ms`, `_pct`, or a count).
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::harness::metrics::Metrics;
+
+/// Every headline figure, in reading order: (name, what it is).
+pub const FIGURES: [(&str, &str); 16] = [
+    ("stale_apps_at_end", "stale or missing apps at the end"),
+    ("stale_rollouts_at_end", "stale rollouts at the end"),
+    (
+        "stale_workflows_at_end",
+        "workflows in another phase at the end",
+    ),
+    ("events_dropped", "events dropped by the reporters"),
+    ("peak_queue_depth", "highest queue depth (all replicas)"),
+    ("write_to_platform_p99_ms", "write → platform latency p99"),
+    (
+        "longest_orphan_window_ms",
+        "longest window an app had no live owner",
+    ),
+    ("apps_ever_orphaned", "apps ever without a live owner"),
+    (
+        "requests_2xx_pct",
+        "requests answered 2xx through the tunnel",
+    ),
+    ("duplicate_executions", "writes executed twice"),
+    (
+        "tunnel_back_after_repair_max_ms",
+        "tunnel back after a repair (longest)",
+    ),
+    (
+        "fleet_back_after_restart_max_ms",
+        "fleet back after a server restart (slowest)",
+    ),
+    ("peak_registrations_per_s", "peak registrations per second"),
+    (
+        "wrong_change_revisions_at_end",
+        "apps left with a wrong change revision",
+    ),
+    (
+        "apps_without_version",
+        "apps shown without their app version",
+    ),
+    ("resource_states_lost", "resource states lost"),
+];
+
+/// The headline figures of a run's metrics (integers, except percentages to one decimal).
+pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
+    let mut figures = BTreeMap::new();
+    let mut put = |name: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            figures.insert(name.to_string(), value);
+        }
+    };
+    let last = |series: &str| {
+        metrics
+            .series
+            .get(series)
+            .and_then(|p| p.last())
+            .map(|(_, v)| json!(v))
+    };
+    let counter = |name: &str| metrics.counters.get(name).map(|v| json!(v));
+    let max_if_any = |histogram: &str| {
+        metrics
+            .histograms
+            .get(histogram)
+            .filter(|h| h.count > 0)
+            .map(|h| json!(h.max))
+    };
+    put("stale_apps_at_end", last("stale_apps"));
+    put("stale_rollouts_at_end", last("stale_rollouts"));
+    put("stale_workflows_at_end", last("stale_workflows"));
+    put("events_dropped", last("dropped_events"));
+    put(
+        "peak_queue_depth",
+        metrics
+            .series
+            .get("queue_depth")
+            .and_then(|p| p.iter().map(|(_, v)| *v).max())
+            .map(|v| json!(v)),
+    );
+    put(
+        "write_to_platform_p99_ms",
+        metrics
+            .histograms
+            .get("end_to_end_latency_write_to_platform")
+            .map(|h| json!(h.p99)),
+    );
+    if let Some(o) = &metrics.ownership {
+        put(
+            "longest_orphan_window_ms",
+            Some(json!(o.longest_orphan_window_ms)),
+        );
+        put("apps_ever_orphaned", Some(json!(o.apps_ever_orphaned)));
+    }
+    let requests: u64 = metrics
+        .counters
+        .iter()
+        .filter(|(k, _)| k.starts_with("client.requests."))
+        .map(|(_, v)| *v)
+        .sum();
+    if requests > 0 {
+        let ok = metrics
+            .counters
+            .get("client.requests.2xx")
+            .copied()
+            .unwrap_or(0);
+        let pct = (ok as f64 * 1000.0 / requests as f64).round() / 10.0;
+        put("requests_2xx_pct", Some(json!(pct)));
+    }
+    put(
+        "duplicate_executions",
+        counter("runtime.duplicate_executions"),
+    );
+    put(
+        "tunnel_back_after_repair_max_ms",
+        max_if_any("tunnel_back_after_repair"),
+    );
+    put(
+        "fleet_back_after_restart_max_ms",
+        max_if_any("fleet_reconnect_after_restart"),
+    );
+    put(
+        "peak_registrations_per_s",
+        counter("tunnel.peak_registrations_per_s"),
+    );
+    put(
+        "wrong_change_revisions_at_end",
+        counter("acr.never_correct"),
+    );
+    put(
+        "apps_without_version",
+        counter("platform.apps_without_version"),
+    );
+    let resources = metrics
+        .counters
+        .keys()
+        .any(|k| k.starts_with("resources.delivered.") || k.starts_with("resources.lost."));
+    if resources {
+        let lost: u64 = metrics
+            .counters
+            .iter()
+            .filter(|(k, _)| k.starts_with("resources.lost."))
+            .map(|(_, v)| *v)
+            .sum();
+        put("resource_states_lost", Some(json!(lost)));
+    }
+    figures
+}
+
+/// A figure's value as a reader reads it: durations in seconds, percentages with `%`.
+pub fn format(name: &str, value: &Value) -> String {
+    let number = value.as_f64().unwrap_or(0.0);
+    if name.ends_with("_ms") {
+        format!("{:.1} s", number / 1000.0)
+    } else if name.ends_with("_pct") {
+        format!("{number:.1} %")
+    } else if number.fract() == 0.0 {
+        format!("{number:.0}")
+    } else {
+        format!("{number:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::metrics::Histogram;
+
+    #[test]
+    fn figures_are_present_only_for_what_the_run_measured() {
+        let mut metrics = Metrics::default();
+        assert!(of(&metrics).is_empty());
+        metrics
+            .series
+            .insert("stale_apps".into(), vec![(0, 9), (30, 2)]);
+        metrics
+            .series
+            .insert("queue_depth".into(), vec![(0, 5), (10, 40), (20, 0)]);
+        metrics.counters.insert("client.requests.2xx".into(), 2);
+        metrics.counters.insert("client.requests.5xx".into(), 1);
+        metrics.histograms.insert(
+            "tunnel_back_after_repair".into(),
+            Histogram::from_ms(vec![]),
+        );
+        let figures = of(&metrics);
+        assert_eq!(figures["stale_apps_at_end"], json!(2));
+        assert_eq!(figures["peak_queue_depth"], json!(40));
+        assert_eq!(figures["requests_2xx_pct"], json!(66.7));
+        assert!(
+            !figures.contains_key("tunnel_back_after_repair_max_ms"),
+            "no repair, no figure"
+        );
+        assert!(figures
+            .keys()
+            .all(|k| FIGURES.iter().any(|(name, _)| name == k)));
+        assert_eq!(format("x_ms", &json!(1500)), "1.5 s");
+        assert_eq!(format("x_pct", &json!(66.7)), "66.7 %");
+        assert_eq!(format("x", &json!(3)), "3");
+        assert_eq!(format("x", &json!(4.0)), "4", "a count across seeds");
+        assert_eq!(format("x", &json!(2.5)), "2.5");
+    }
+}
