@@ -11,7 +11,7 @@
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test test-linted lint lint-workflows reports reports-check reports-committed determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly profile
+.PHONY: all test test-linted lint lint-workflows reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly profile
 
 all: test
 
@@ -48,6 +48,14 @@ test-linted: build
 	$(CARGO) test --workspace
 	$(MAKE) --no-print-directory -j3 --output-sync=target determinism conformance-ci reports lint-workflows
 	$(MAKE) --no-print-directory reports-committed
+	$(MAKE) --no-print-directory browser-check
+
+## The reports' HTML view in headless Chromium (Debian's package, installed by
+## scripts/chromium.sh; SKIPPED where it cannot be): every page the index links, every chart
+## and every link on them loads. Run after make reports.
+BROWSER_TEST := browser::every_chart_and_link_of_the_html_reports_loads_in_headless_chromium
+browser-check:
+	@scripts/chromium.sh sh -c '$(CARGO) test -q -p orrery-sim --test sim -- --ignored --exact --nocapture $(BROWSER_TEST) > target/browser-check.log 2>&1; status=$$?; cat target/browser-check.log; [ $$status -eq 0 ] && grep -q "test result: ok. 1 passed" target/browser-check.log || { echo "browser-check: $(BROWSER_TEST) did not run and pass"; exit 1; }'
 
 ## The GitHub Actions workflows, linted by actionlint (built once from its Go module; prints
 ## ACTIONLINT SKIPPED without Go).

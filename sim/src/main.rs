@@ -238,11 +238,13 @@ impl Fail {
 fn parse_seeds(text: &str) -> Result<std::ops::Range<u64>, String> {
     let bad = || format!("{text:?}: expected A..B (half-open) or A..=B (inclusive)");
     let number = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
-    if let Some((a, b)) = text.split_once("..=") {
-        return Ok(number(a)?..number(b)? + 1);
-    }
-    let (a, b) = text.split_once("..").ok_or_else(bad)?;
-    let range = number(a)?..number(b)?;
+    let range = match text.split_once("..=") {
+        Some((a, b)) => number(a)?..number(b)?.checked_add(1).ok_or_else(bad)?,
+        None => {
+            let (a, b) = text.split_once("..").ok_or_else(bad)?;
+            number(a)?..number(b)?
+        }
+    };
     if range.is_empty() {
         return Err(format!("{text:?} holds no seed"));
     }
@@ -653,6 +655,14 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
         std::fs::write(&path, text)
             .map_err(|e| Fail::usage(format!("{}: cannot write: {e}", path.display())))
     };
+    let mut swarm_names: Vec<&str> = families.iter().map(|(s, _, _)| s.name.as_str()).collect();
+    swarm_names.dedup();
+    if !swarm_names.is_empty() {
+        index.push_str("\n## Sweeps\n\nEvery listed seed of each swarm family, both variants:\n\n");
+        for name in &swarm_names {
+            index.push_str(&format!("- [{name}](sweeps/{name}/sweep.md)\n"));
+        }
+    }
     write(args.out.join("README.md"), index)?;
     // Each scenario's side-by-side page, from the variants' reports just written.
     let mut paged: Vec<&str> = Vec::new();
@@ -697,6 +707,35 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
         sweep_report::SweepReport::of(scenario, &path, &(first..last + 1), &runs)
             .write(&args.out.join("sweeps").join(&scenario.name))?;
     }
+    // The browser view: an HTML file beside each page, and the index.
+    let html = |md: PathBuf, page: &str, home: Option<&str>| {
+        let target = md.with_file_name(page);
+        report::html::write_view(&md, &target, home).map_err(|e| Fail::usage(e.to_string()))
+    };
+    for name in &paged {
+        let dir = args.out.join(name);
+        let mut pages: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        pages.sort();
+        for md in pages {
+            let file = md.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+            let Some(view) = report::html::html_name(file) else {
+                continue;
+            };
+            html(md.clone(), &view, Some("../index.html"))?;
+        }
+    }
+    for name in &swept {
+        html(
+            args.out.join("sweeps").join(name).join("sweep.md"),
+            "sweep.html",
+            Some("../../index.html"),
+        )?;
+    }
+    html(args.out.join("README.md"), "index.html", None)?;
     for (name, summaries) in by_family {
         let seeds = summaries.first().map_or(0, |s| s.runs);
         let mut md = format!(

@@ -61,7 +61,8 @@ pub struct Failure {
     pub seeds: u64,
     /// Whether the variant's expectation allows it (`any`, or the violation class declared).
     pub expected: bool,
-    /// The first seed that broke it.
+    /// The first seed that broke it against the expectation, or the first that broke it
+    /// when the expectation allows it.
     pub first_seed: u64,
     /// Reproduces that seed.
     pub repro: String,
@@ -132,7 +133,11 @@ impl SweepReport {
         runs: &[(Variant, u64, &JobResult)],
     ) -> SweepReport {
         let mut variants = Vec::new();
-        for variant in scenario.expect.keys().copied() {
+        // The variants that ran (a sweep may run one the scenario does not declare).
+        let mut ran: Vec<Variant> = runs.iter().map(|(v, _, _)| *v).collect();
+        ran.sort();
+        ran.dedup();
+        for variant in ran {
             let mut mine: Vec<(u64, &JobResult)> = runs
                 .iter()
                 .filter(|(v, _, _)| *v == variant)
@@ -157,15 +162,21 @@ impl SweepReport {
                     })
                     .unwrap_or_default();
                 for invariant in &violations {
+                    // An invariant broken against the expectation is shown at its first
+                    // unexpected seed; an allowed one at its first seed.
+                    let first = summary
+                        .unexpected
+                        .get(invariant)
+                        .map_or(*seed, |(_, first)| *first);
                     failures
                         .entry(invariant.clone())
                         .or_insert_with(|| Failure {
                             invariant: invariant.clone(),
                             seeds: 0,
                             expected: !summary.unexpected.contains_key(invariant),
-                            first_seed: *seed,
-                            repro: orrery_sim::report::repro(path, *seed, variant),
-                            shrink: shrink_command(path, *seed, variant, invariant),
+                            first_seed: first,
+                            repro: orrery_sim::report::repro(path, first, variant),
+                            shrink: shrink_command(path, first, variant, invariant),
                         })
                         .seeds += 1;
                 }
@@ -336,17 +347,17 @@ impl SweepReport {
     }
 
     /// Writes `DIR/sweep.json`, `DIR/sweep.md` and the per-seed charts, replacing the charts
-    /// an earlier report left there.
+    /// an earlier sweep report left there (and no other file).
     pub fn write(&self, dir: &Path) -> Result<(), Fail> {
         let fail = |path: &Path, e: std::io::Error| {
             Fail::usage(format!("{}: cannot write: {e}", path.display()))
         };
         std::fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for path in entries.flatten().map(|e| e.path()) {
-                if path.extension().is_some_and(|x| x == "svg") {
-                    std::fs::remove_file(&path).map_err(|e| fail(&path, e))?;
-                }
+        // Only the charts a sweep report writes, whatever else shares the directory.
+        for (name, _) in headline::FIGURES {
+            let path = dir.join(format!("{name}.svg"));
+            if path.exists() {
+                std::fs::remove_file(&path).map_err(|e| fail(&path, e))?;
             }
         }
         let mut md = self.markdown();

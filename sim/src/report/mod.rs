@@ -5,6 +5,7 @@
 //! commit), so regenerating them on any machine gives byte-identical files.
 
 pub mod headline;
+pub mod html;
 pub mod markdown;
 pub mod page;
 pub mod svg;

@@ -112,6 +112,21 @@ fn usage_errors_exit_2_and_say_what_is_wrong() {
     let seeds = orrery(&["sweep", "x.yaml", "--seeds=9..3"]);
     assert_eq!(code(&seeds), 2);
     assert!(text(&seeds).contains("holds no seed"), "{}", text(&seeds));
+    let inclusive = orrery(&["sweep", "x.yaml", "--seeds=5..=3"]);
+    assert!(
+        text(&inclusive).contains("holds no seed"),
+        "{}",
+        text(&inclusive)
+    );
+    let overflow = orrery(&["sweep", "x.yaml", "--seeds=1..=18446744073709551615"]);
+    assert!(
+        text(&overflow).contains("expected A..B"),
+        "{}",
+        text(&overflow)
+    );
+    let shard = orrery(&["sweep", "x.yaml", "--shard=2/2"]);
+    assert_eq!(code(&shard), 2);
+    assert!(text(&shard).contains("below N"), "{}", text(&shard));
     let variant = orrery(&["run", "x.yaml", "--variant", "sturdy"]);
     assert_eq!(code(&variant), 2);
     assert!(text(&variant).contains("faithful"), "{}", text(&variant));

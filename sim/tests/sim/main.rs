@@ -5,6 +5,7 @@ mod app_proxy;
 mod argo_world;
 mod argocd_world;
 mod assembly;
+mod browser;
 mod cache;
 mod cli;
 mod events_path;
