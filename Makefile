@@ -1,12 +1,14 @@
 # orrery — the two commands a newcomer needs:
-#   make reports   regenerate the gated reports in reports/ (the main job)
+#   make reports   regenerate the gated reports in reports/ (the main job; open
+#                  reports/index.html in a browser)
 #   make test      formatting and lints, unit + simulation tests, a cross-process determinism check, the
 #                  conformance suites against a real kube-apiserver (built from source
-#                  once; reported as SKIPPED if it cannot be), and a check that the
-#                  committed reports are up to date (what CI runs)
+#                  once; reported as SKIPPED if it cannot be), a check that the
+#                  committed reports are up to date, the reports' HTML in headless
+#                  Chromium and actionlint on the workflows (what CI runs)
 # Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make sweep, make bench,
 #       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores),
-#       make profile (where one seed's time goes)
+#       make profile (where one seed's time goes), make browser-check, make lint-workflows
 
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
@@ -16,7 +18,7 @@ ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 all: test
 
 help:
-	@sed -n '1,10p' Makefile
+	@sed -n '1,12p' Makefile
 
 build:
 	$(CARGO) build -p orrery-sim --bin orrery

@@ -351,12 +351,7 @@ pub fn charts(reports: &[VariantReport]) -> Vec<Chart> {
             .render(),
         });
     }
-    let mut histograms: Vec<&str> = reports
-        .iter()
-        .flat_map(|r| r.metrics.histograms.keys().map(String::as_str))
-        .collect();
-    histograms.sort_unstable();
-    histograms.dedup();
+    let histograms = names(reports, |m| m.histograms.keys());
     for name in histograms {
         let Some(first) = reports.iter().find_map(|r| r.metrics.histograms.get(name)) else {
             continue;
@@ -387,6 +382,20 @@ pub fn charts(reports: &[VariantReport]) -> Vec<Chart> {
         });
     }
     charts
+}
+
+/// The names any variant's metrics have under `keys` (counters, histograms), sorted, once each.
+fn names<'a, K: Iterator<Item = &'a String>>(
+    reports: &'a [VariantReport],
+    keys: impl Fn(&'a MetricsView) -> K,
+) -> Vec<&'a str> {
+    let mut names: Vec<&str> = reports
+        .iter()
+        .flat_map(|r| keys(&r.metrics).map(String::as_str))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 /// Text made safe for one Markdown table cell: no column break, no line break.
@@ -559,12 +568,7 @@ pub fn render(reports: &[VariantReport], charts: &[Chart], swarm: bool) -> Strin
         }
     }
     // The details side by side: every counter and histogram either variant has.
-    let mut counters: Vec<&str> = reports
-        .iter()
-        .flat_map(|r| r.metrics.counters.keys().map(String::as_str))
-        .collect();
-    counters.sort_unstable();
-    counters.dedup();
+    let counters = names(reports, |m| m.counters.keys());
     if !counters.is_empty() {
         let _ = writeln!(out, "\n## Counters\n");
         header(&mut out, "counter");
@@ -579,12 +583,7 @@ pub fn render(reports: &[VariantReport], charts: &[Chart], swarm: bool) -> Strin
             );
         }
     }
-    let mut histograms: Vec<&str> = reports
-        .iter()
-        .flat_map(|r| r.metrics.histograms.keys().map(String::as_str))
-        .collect();
-    histograms.sort_unstable();
-    histograms.dedup();
+    let histograms = names(reports, |m| m.histograms.keys());
     if !histograms.is_empty() {
         let _ = writeln!(out, "\n## Distributions (count · p50 · p99 · max)\n");
         header(&mut out, "histogram");
