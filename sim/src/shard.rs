@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use orrery_sim::exit::Exit;
 use orrery_sim::scenario::{Outcome, Scenario, Variant};
-use orrery_system::env::fnv1a_64;
 
 use crate::jobs::JobResult;
 use crate::Fail;
@@ -110,9 +109,7 @@ pub struct Header {
 const HEADER_KEY: &str = "orrery_sweep";
 
 /// FNV-1a 64 of a scenario file's text, as reports and results files name it.
-pub fn fnv(text: &str) -> String {
-    format!("{:016x}", fnv1a_64(text.as_bytes()))
-}
+pub use orrery_sim::report::scenario_fnv as fnv;
 
 /// Appends result lines to a results file, one per finished run.
 pub struct ResultsWriter {

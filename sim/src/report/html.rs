@@ -11,6 +11,8 @@ use std::path::Path;
 
 use pulldown_cmark::{html, CowStr, Event, Options, Parser, Tag};
 
+use super::escape_markup as escape;
+
 /// Why an HTML view could not be written.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {source}")]
@@ -48,14 +50,6 @@ fn relink(url: &str) -> String {
         Some(html) => format!("{dir}{html}{fragment}"),
         None => url.to_string(),
     }
-}
-
-/// Escapes text for an HTML attribute or element.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// `markdown` as a complete HTML document titled `title`; `home` is the relative path to

@@ -186,6 +186,19 @@ pub struct Drawn {
     pub buggify: Option<crate::scenario::model::Buggify>,
 }
 
+/// Escapes text for SVG and HTML (element text and quoted attributes).
+pub fn escape_markup(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// FNV-1a 64 of a scenario file's text, as reports and sweep results files name it.
+pub fn scenario_fnv(text: &str) -> String {
+    format!("{:016x}", fnv1a_64(text.as_bytes()))
+}
+
 /// The expected result of `variant` (a scenario that declares none expects a pass).
 pub fn expected(scenario: &Scenario, variant: Variant) -> Outcome {
     scenario
@@ -256,7 +269,7 @@ pub fn build(
         seed,
         build: Build {
             orrery_version: env!("CARGO_PKG_VERSION"),
-            scenario_fnv: format!("{:016x}", fnv1a_64(scenario_text.as_bytes())),
+            scenario_fnv: scenario_fnv(scenario_text),
         },
         result: outcome.result.as_str(),
         expected_result: expected.as_str(),

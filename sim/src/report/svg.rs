@@ -11,6 +11,7 @@
 
 use std::fmt::Write as _;
 
+use super::escape_markup as escape;
 use crate::harness::metrics::SeriesKind;
 
 /// Chart size and margins, in SVG user units.
@@ -94,14 +95,6 @@ fn nice_axis(max: u64) -> (u64, u64) {
         }
         step *= 10;
     }
-}
-
-/// Escapes text for SVG.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// The frame every chart shares: background, title, plot border. The root element carries
