@@ -15,6 +15,7 @@ use orrery_system::platform::assembly::{
     self as control_plane_assembly, ControlPlaneConfig, ControlPlaneState, GatewayConfig,
     TunnelServerConfig,
 };
+use orrery_system::platform::events::{self, Platform};
 use orrery_system::platform::permissions::{Permissions, OPERATIONS};
 use orrery_system::platform::registry::Registry;
 use orrery_system::platform::tunnel;
@@ -128,6 +129,10 @@ pub struct ControlPlaneArgs {
     /// App-proxy users: TOKEN=USER:OPERATION+OPERATION,...
     #[arg(long, default_value = "")]
     users: String,
+    /// Also serve the events API (`POST /2.0/api/events`, where the runtimes' reporters
+    /// send) on this address; runtimes authenticate with their --runtimes tokens.
+    #[arg(long)]
+    events: Option<String>,
     /// TLS certificate (PEM) for the tunnel (WSS); goes with --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -138,18 +143,71 @@ pub struct ControlPlaneArgs {
     common: Common,
 }
 
+/// A runtime component `serve runtime --components` can run (each pod of the chart runs one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Component {
+    /// The tunnel client (needs --platform and --name; hands requests to the router in this
+    /// process if `router` is listed, else to --tunnel-local).
+    TunnelClient,
+    /// The request routing service (for the tunnel client in this process, and on --ingress).
+    Router,
+    /// The app-proxy, on --app-proxy (needs --git and --platform-api).
+    AppProxy,
+    /// The application event reporter (needs --argocd and --events-api).
+    AppReporter,
+    /// The source server, on --serve-sources (needs --argocd).
+    SourceServer,
+    /// The resource event reporter (needs --events-api).
+    ResourceReporter,
+    /// The dedup cache, on --cache.
+    Cache,
+    /// The event bus, on --event-bus.
+    EventBus,
+}
+
+impl Component {
+    /// The name `--components` takes.
+    fn name(self) -> &'static str {
+        match self {
+            Component::TunnelClient => "tunnel-client",
+            Component::Router => "router",
+            Component::AppProxy => "app-proxy",
+            Component::AppReporter => "app-reporter",
+            Component::SourceServer => "source-server",
+            Component::ResourceReporter => "resource-reporter",
+            Component::Cache => "cache",
+            Component::EventBus => "event-bus",
+        }
+    }
+}
+
 /// `orrery serve runtime`.
 #[derive(Args)]
 pub struct RuntimeArgs {
-    /// The platform's tunnel server (host:port).
+    /// Run exactly these components (comma-separated), as the chart runs each in its own
+    /// pod; default: the tunnel client and the router, plus whatever --git, --argocd,
+    /// --serve-sources, --report-resources, --serve-cache and --serve-event-bus enable.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    components: Option<Vec<Component>>,
+    /// The platform's tunnel server (host:port); needed by the tunnel client.
     #[arg(long)]
-    platform: String,
-    /// This runtime's tunnel name, ACCOUNT-RUNTIME.
+    platform: Option<String>,
+    /// This runtime's tunnel name, ACCOUNT-RUNTIME; needed by the tunnel client.
     #[arg(long)]
-    name: String,
-    /// This runtime's token.
+    name: Option<String>,
+    /// Without a router in this process, the tunnel client hands every request, path
+    /// unchanged, to this host:port (frpc's local_ip:local_port; the chart's
+    /// internal-router:80).
+    #[arg(long)]
+    tunnel_local: Option<String>,
+    /// This process's host name: the reporters' identity (lease holder) and, through its
+    /// `-<n>` suffix, the faithful reporter's shard (a StatefulSet pod's name: set it from
+    /// the downward API); default: --name, else "runtime".
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
+    /// This runtime's token; needed by the tunnel client and the reporters.
     #[arg(long, env = "ORRERY_RUNTIME_TOKEN", hide_env_values = true)]
-    token: String,
+    token: Option<String>,
     /// The app-proxy's address (where /app-proxy requests go).
     #[arg(long, default_value = "127.0.0.1:3017")]
     app_proxy: String,
@@ -172,7 +230,7 @@ pub struct RuntimeArgs {
     #[arg(long)]
     tls_ca: Option<PathBuf>,
     /// Run the application event reporter against this Argo CD server (host:port).
-    #[arg(long, requires = "events_api")]
+    #[arg(long)]
     argocd: Option<String>,
     /// Bearer token for the Argo CD server.
     #[arg(long, env = "ARGOCD_TOKEN", hide_env_values = true, default_value = "")]
@@ -306,8 +364,12 @@ pub fn run(what: Serve) -> Result<Exit, Fail> {
     .map(|()| Exit::Expected)
 }
 
-/// `--runtimes acme-prod=TOKEN,acme-dev=TOKEN2` into the registry.
-fn preregister(registry: &Registry, list: &str) -> Result<(), Fail> {
+/// `--runtimes acme-prod=TOKEN,acme-dev=TOKEN2` into the registry; returns token → runtime.
+fn preregister(
+    registry: &Registry,
+    list: &str,
+) -> Result<std::collections::BTreeMap<String, String>, Fail> {
+    let mut tokens = std::collections::BTreeMap::new();
     for entry in list.split(',').filter(|e| !e.is_empty()) {
         let Some((name, token)) = entry.split_once('=') else {
             return Err(Fail::usage(format!(
@@ -320,8 +382,9 @@ fn preregister(registry: &Registry, list: &str) -> Result<(), Fail> {
             )));
         };
         registry.insert(token, account, runtime);
+        tokens.insert(token.to_string(), name.to_string());
     }
-    Ok(())
+    Ok(tokens)
 }
 
 /// `--users TOKEN=alice:repositories:list+workflows:terminate,…` into the permissions.
@@ -388,8 +451,14 @@ fn git(args: GitArgs) -> Result<(), Fail> {
 fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
     init_logging(args.common.log_format);
     let variant = Variant::from(args.common.variant);
-    let state = ControlPlaneState::default();
-    preregister(&state.registry, &args.runtimes)?;
+    let mut state = ControlPlaneState::default();
+    let tokens = preregister(&state.registry, &args.runtimes)?;
+    if args.events.is_some() {
+        state.events = Some(Platform::new(events::Config {
+            tokens,
+            bus_capacity: 10_000,
+        }));
+    }
     users(&state.permissions, &args.users)?;
     let mut tunnel = tunnel::Config::new(variant);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
@@ -401,6 +470,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
     let scheme = if tunnel.tls.is_some() { "wss" } else { "ws" };
     tracing::info!(
         variant = variant.as_str(),
+        events_api = args.events.as_deref().unwrap_or("off"),
         "orrery control-plane: tunnel on {scheme}://{}, client API on http://{}",
         args.tunnel,
         args.api
@@ -414,7 +484,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
             listen: args.api,
             admin_token: args.admin_token,
         }),
-        events: None,
+        events: args.events,
     };
     block_on(async move {
         let env = logged_env("control-plane");
@@ -438,39 +508,135 @@ async fn kube_target(apiserver: Option<String>, namespace: &str) -> Result<KubeT
     }
 }
 
-/// A runtime: tunnel client and request routing service (optionally also on an ingress
-/// port), the app-proxy with `--git`, the application event reporter with `--argocd`; all
-/// from the runtime assembly.
+/// The components `serve runtime` runs: `--components` as given, else the default set
+/// (tunnel client and router, and what the enabling flags ask for).
+fn components(args: &RuntimeArgs) -> std::collections::BTreeSet<Component> {
+    if let Some(listed) = &args.components {
+        return listed.iter().copied().collect();
+    }
+    let enabled = [
+        (true, Component::TunnelClient),
+        (true, Component::Router),
+        (args.git.is_some(), Component::AppProxy),
+        (args.argocd.is_some(), Component::AppReporter),
+        (args.serve_sources.is_some(), Component::SourceServer),
+        (args.report_resources, Component::ResourceReporter),
+        (args.serve_cache, Component::Cache),
+        (args.serve_event_bus, Component::EventBus),
+    ];
+    enabled
+        .into_iter()
+        .filter_map(|(on, component)| on.then_some(component))
+        .collect()
+}
+
+/// `value` of the flag `flag`, which `component` needs.
+fn needed<'a>(
+    value: &'a Option<String>,
+    flag: &str,
+    component: Component,
+) -> Result<&'a str, Fail> {
+    value.as_deref().ok_or_else(|| {
+        Fail::usage(format!(
+            "serve runtime: the {} component needs {flag}",
+            component.name()
+        ))
+    })
+}
+
+/// A runtime: the tunnel client and request routing service (optionally also on an
+/// ingress port), the app-proxy with `--git`, the application event reporter with
+/// `--argocd`, …; or exactly the `--components` listed. All from the runtime assembly.
 fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
     init_logging(args.common.log_format);
     let variant = Variant::from(args.common.variant);
+    let run = components(&args);
+    let has = |c: Component| run.contains(&c);
+    if run.is_empty() {
+        return Err(Fail::usage(
+            "serve runtime: --components lists nothing to run",
+        ));
+    }
     let routes = Routes::new(args.app_proxy.clone(), args.workflows.clone());
-    let mut client = tunnel_client::Config::new(variant, &args.platform, &args.name, &args.token);
-    client.dedup_store = args.durable_requests.then(|| args.cache.clone());
-    if let Some(path) = &args.tls_ca {
-        client.tls = Some(
-            orrery_system::tunnel::tls::client_config(&read(path)?)
-                .map_err(|e| Fail::usage(e.to_string()))?,
-        );
+    let mut tunnels = Vec::new();
+    if has(Component::TunnelClient) {
+        let platform = needed(&args.platform, "--platform", Component::TunnelClient)?;
+        let name = needed(&args.name, "--name", Component::TunnelClient)?;
+        if !has(Component::Router) && args.tunnel_local.is_none() {
+            return Err(Fail::usage(
+                "serve runtime: the tunnel-client component needs the router component or \
+                 --tunnel-local HOST:PORT (where the router runs)",
+            ));
+        }
+        let token = needed(&args.token, "--token", Component::TunnelClient)?;
+        let mut client = tunnel_client::Config::new(variant, platform, name, token);
+        client.dedup_store = args.durable_requests.then(|| args.cache.clone());
+        if let Some(path) = &args.tls_ca {
+            client.tls = Some(
+                orrery_system::tunnel::tls::client_config(&read(path)?)
+                    .map_err(|e| Fail::usage(e.to_string()))?,
+            );
+        }
+        tunnels.push(client);
+    }
+    if has(Component::Router) && !has(Component::TunnelClient) && args.ingress.is_none() {
+        return Err(Fail::usage(
+            "serve runtime: the router component without the tunnel client needs --ingress ADDR",
+        ));
+    }
+    if has(Component::AppProxy) {
+        needed(&args.git, "--git", Component::AppProxy)?;
+        needed(&args.platform_api, "--platform-api", Component::AppProxy)?;
+    }
+    if has(Component::AppReporter) {
+        needed(&args.argocd, "--argocd", Component::AppReporter)?;
+        needed(&args.events_api, "--events-api", Component::AppReporter)?;
+        needed(&args.token, "--token", Component::AppReporter)?;
+    }
+    if has(Component::SourceServer) {
+        needed(&args.argocd, "--argocd", Component::SourceServer)?;
+        needed(
+            &args.serve_sources,
+            "--serve-sources",
+            Component::SourceServer,
+        )?;
+    }
+    if has(Component::ResourceReporter) {
+        needed(
+            &args.events_api,
+            "--events-api",
+            Component::ResourceReporter,
+        )?;
+        needed(&args.token, "--token", Component::ResourceReporter)?;
     }
     let mut config = RuntimeConfig {
-        tunnels: vec![client],
-        router: Some(RouterConfig {
+        tunnels,
+        router: has(Component::Router).then(|| RouterConfig {
             routes: routes.clone(),
             ingress: args.ingress.clone(),
         }),
-        cache: args.serve_cache.then(|| args.cache.clone()),
-        event_bus: args.serve_event_bus.then(|| args.event_bus.clone()),
+        tunnel_local: args.tunnel_local.clone(),
+        cache: has(Component::Cache).then(|| args.cache.clone()),
+        event_bus: has(Component::EventBus).then(|| args.event_bus.clone()),
         ..Default::default()
     };
-    let (name, platform) = (args.name.clone(), args.platform.clone());
+    let host = args
+        .pod_name
+        .clone()
+        .or_else(|| args.name.clone())
+        .unwrap_or_else(|| "runtime".into());
+    let listed: Vec<&str> = run.iter().map(|c| c.name()).collect();
     block_on(async move {
-        let needs_kube = args.git.is_some() || args.argocd.is_some() || args.report_resources;
+        let needs_kube = has(Component::AppProxy)
+            || has(Component::AppReporter)
+            || has(Component::ResourceReporter);
         let kube = match needs_kube {
             true => Some(kube_target(args.apiserver.clone(), &args.namespace).await?),
             false => None,
         };
-        if let (Some(git_addr), Some(kube)) = (args.git.clone(), &kube) {
+        if let (Some(git_addr), Some(kube), true) =
+            (args.git.clone(), &kube, has(Component::AppProxy))
+        {
             config.app_proxy = Some(app_proxy::Config {
                 platform_addr: args.platform_api.clone().unwrap_or_default(),
                 git_addr,
@@ -480,47 +646,56 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
                 listen: routes.app_proxy.clone(),
             });
         }
-        if let (Some(argocd), Some(kube)) = (args.argocd.clone(), &kube) {
+        if let (Some(argocd), true) = (args.argocd.clone(), has(Component::SourceServer)) {
+            if let Some(listen) = &args.serve_sources {
+                config.source_server = Some(source_server::Config::new(
+                    listen,
+                    &argocd,
+                    &args.argocd_token,
+                ));
+            }
+        }
+        if let (Some(argocd), Some(kube), true) =
+            (args.argocd.clone(), &kube, has(Component::AppReporter))
+        {
             let mut reporter = app_reporter::Config::new(variant, kube.clone(), &args.namespace);
             reporter.argocd_addr = argocd;
             reporter.argocd_token = args.argocd_token.clone();
             reporter.argocd_token_secret = args.argocd_token_secret.clone();
             reporter.application_namespaces = args.application_namespaces.clone();
             reporter.platform_addr = args.events_api.clone().unwrap_or_default();
-            reporter.runtime_token = args.token.clone();
+            reporter.runtime_token = args.token.clone().unwrap_or_default();
             reporter.cache_addr = args.cache.clone();
             reporter.replicas = args.replicas.max(1);
             reporter.shard = args.shard;
             reporter.serve_addr = args.reporter_listen.clone();
             reporter.sources_addr = args.serve_sources.clone();
-            if let Some(listen) = args.serve_sources.clone() {
-                config.source_server = Some(source_server::Config::new(
-                    &listen,
-                    &reporter.argocd_addr,
-                    &args.argocd_token,
-                ));
-            }
             config.app_reporter = Some(reporter);
         }
-        if let (true, Some(kube)) = (args.report_resources, &kube) {
+        if let (Some(kube), true) = (&kube, has(Component::ResourceReporter)) {
             let mut resources = resource_reporter::Config::new(
                 variant,
                 kube.clone(),
                 &args.events_api.clone().unwrap_or_default(),
-                &args.token,
+                args.token.as_deref().unwrap_or_default(),
             );
             resources.bus_addr = args.event_bus.clone();
             resources.workflow_namespace = args.workflows_namespace.clone();
             config.resource_reporter = Some(resources);
         }
-        let env = logged_env(&name);
-        tracing::info!(
-            variant = variant.as_str(),
-            app_proxy = config.app_proxy.is_some(),
-            app_reporter = config.app_reporter.is_some(),
-            resource_reporter = config.resource_reporter.is_some(),
-            "orrery runtime {name}: tunnel to {platform}"
-        );
+        let env = logged_env(&host);
+        match (&args.name, &args.platform) {
+            (Some(name), Some(platform)) if has(Component::TunnelClient) => tracing::info!(
+                variant = variant.as_str(),
+                components = ?listed,
+                "orrery runtime {name} ({host}): tunnel to {platform}"
+            ),
+            _ => tracing::info!(
+                variant = variant.as_str(),
+                components = ?listed,
+                "orrery runtime ({host})"
+            ),
+        }
         runtime_assembly::run(env, config, shutdown_signal())
             .await
             .map_err(|e| match e {

@@ -468,3 +468,263 @@ fn a_hardened_runtime_with_durable_request_records_answers_a_retry_after_its_res
     );
     drop(process);
 }
+
+/// `orrery serve runtime ARGS`, run to its end: (exit code, stderr).
+fn serve_runtime_fails(args: &[&str]) -> (Option<i32>, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(["serve", "runtime"])
+        .args(args)
+        .env_remove("POD_NAME")
+        .env_remove("ORRERY_RUNTIME_TOKEN")
+        .output()
+        .expect("run orrery");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The chart's topology, one process per pod as `deploy/runtime/` runs them: the tunnel
+/// client hands every request to the router in another process (`--tunnel-local`, frpc's
+/// `local_ip = internal-router`), the router forwards to the app-proxy and the workflows
+/// server in theirs, and two reporter replicas take their identity from their pod names.
+#[test]
+fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
+    let [api, tunnel, gateway, events, router, proxy, cache, metrics_0, metrics_1] =
+        [(); 9].map(|()| free_port());
+    let addr = |port: u16| format!("127.0.0.1:{port}");
+    let _apiserver = orrery(&["apiserver", "--listen", &addr(api)]);
+    let _platform = control_plane(
+        &addr(tunnel),
+        &addr(gateway),
+        "acme-prod=tok-1",
+        &[
+            "--users",
+            "ops-token=ops:workflows:terminate",
+            "--events",
+            &addr(events),
+        ],
+    );
+    let _router = orrery(&[
+        "serve",
+        "runtime",
+        "--components",
+        "router",
+        "--ingress",
+        &addr(router),
+        "--app-proxy",
+        &addr(proxy),
+        "--workflows",
+        &addr(api),
+    ]);
+    let _app_proxy = orrery(&[
+        "serve",
+        "runtime",
+        "--components",
+        "app-proxy",
+        "--app-proxy",
+        &addr(proxy),
+        "--git",
+        "127.0.0.1:9",
+        "--platform-api",
+        &addr(gateway),
+        "--apiserver",
+        &addr(api),
+    ]);
+    let _tunnel_client = orrery(&[
+        "serve",
+        "runtime",
+        "--components",
+        "tunnel-client",
+        "--platform",
+        &addr(tunnel),
+        "--name",
+        "acme-prod",
+        "--token",
+        "tok-1",
+        "--tunnel-local",
+        &addr(router),
+    ]);
+    let _cache = orrery(&["serve", "cache", "--listen", &addr(cache)]);
+    let reporter = |pod: &str, metrics: u16| {
+        orrery(&[
+            "serve",
+            "runtime",
+            "--components",
+            "app-reporter",
+            "--pod-name",
+            pod,
+            "--token",
+            "tok-1",
+            "--apiserver",
+            &addr(api),
+            "--argocd",
+            "127.0.0.1:9",
+            "--events-api",
+            &addr(events),
+            "--cache",
+            &addr(cache),
+            "--replicas",
+            "2",
+            "--reporter-listen",
+            &addr(metrics),
+            "--namespace",
+            "argocd",
+        ])
+    };
+    let _reporters = [
+        reporter("event-reporter-0", metrics_0),
+        reporter("event-reporter-1", metrics_1),
+    ];
+    eventually("the API server answers", Duration::from_secs(20), || {
+        http(api, "GET", "/healthz", "").is_some()
+    });
+    // Each process's health endpoint, as the manifests' probes read them.
+    for (port, path) in [
+        (gateway, "/healthz"),
+        (events, "/healthz"),
+        (router, "/readyz"),
+        (proxy, "/app-proxy/healthz"),
+        (metrics_0, "/healthz"),
+        (metrics_1, "/healthz"),
+    ] {
+        eventually(
+            &format!("{path} on {port} answers 200"),
+            Duration::from_secs(30),
+            || http(port, "GET", path, "").is_some_and(|(status, _)| status == 200),
+        );
+    }
+    let created = http(
+        api,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        r#"{"metadata":{"name":"across-four-processes"}}"#,
+    );
+    assert_eq!(created.map(|c| c.0), Some(201));
+    // gateway → tunnel server → tunnel client → (path unchanged) router → API server.
+    let through = "/api/runtimes/acme-prod/workflows/api/v1/namespaces/default/configmaps";
+    eventually(
+        "a request crosses the tunnel",
+        Duration::from_secs(30),
+        || {
+            http(gateway, "GET", through, "")
+                .is_some_and(|(code, body)| code == 200 && body.contains("across-four-processes"))
+        },
+    );
+    // The router's own 404 for a path it does not route: the tunnel client forwarded the
+    // path as it came, without routing it itself.
+    let (code, body) = http(gateway, "GET", "/api/runtimes/acme-prod/nowhere", "").unwrap();
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("no route for /nowhere"), "{body}");
+    // … → router → app-proxy (another process) → API server.
+    let workflow = r#"{"apiVersion":"argoproj.io/v1alpha1","kind":"Workflow","metadata":{"name":"build-7"},"spec":{"entrypoint":"main"}}"#;
+    let posted = http(
+        api,
+        "POST",
+        "/apis/argoproj.io/v1alpha1/namespaces/default/workflows",
+        workflow,
+    );
+    assert_eq!(posted.map(|c| c.0), Some(201));
+    let terminate = "/api/runtimes/acme-prod/app-proxy/api/workflows/default/build-7/terminate";
+    let (code, body) = http_as(gateway, "POST", terminate, "", "ops-token").expect("an answer");
+    assert_eq!(code, 200, "{body}");
+    // Two replicas, one lease each, named by pod: the StatefulSet's identities.
+    for pod in ["event-reporter-0", "event-reporter-1"] {
+        let lease =
+            format!("/apis/coordination.k8s.io/v1/namespaces/argocd/leases/app-reporter-{pod}");
+        eventually(
+            &format!("{pod} holds its lease"),
+            Duration::from_secs(30),
+            || http(api, "GET", &lease, "").is_some_and(|(status, _)| status == 200),
+        );
+    }
+    // The events API takes the runtime's token and nobody else's.
+    let (code, _) = http_as(events, "POST", "/2.0/api/events", "{}", "stolen").unwrap();
+    assert_eq!(code, 401);
+}
+
+#[test]
+fn serve_runtime_names_the_flag_a_listed_component_is_missing() {
+    for (args, wanted) in [
+        (
+            &[
+                "--components",
+                "tunnel-client",
+                "--name",
+                "a-b",
+                "--token",
+                "t",
+                "--tunnel-local",
+                "x:1",
+            ][..],
+            "the tunnel-client component needs --platform",
+        ),
+        (
+            &[
+                "--components",
+                "tunnel-client",
+                "--platform",
+                "p:1",
+                "--name",
+                "a-b",
+                "--token",
+                "t",
+            ][..],
+            "needs the router component or --tunnel-local",
+        ),
+        (
+            &[
+                "--components",
+                "tunnel-client",
+                "--platform",
+                "p:1",
+                "--name",
+                "a-b",
+                "--tunnel-local",
+                "x:1",
+            ][..],
+            "the tunnel-client component needs --token",
+        ),
+        (
+            &["--components", "router"][..],
+            "the router component without the tunnel client needs --ingress",
+        ),
+        (
+            &["--components", "app-reporter", "--token", "t"][..],
+            "the app-reporter component needs --argocd",
+        ),
+        (
+            &["--components", "app-proxy"][..],
+            "the app-proxy component needs --git",
+        ),
+        (
+            &[
+                "--platform",
+                "p:1",
+                "--name",
+                "a-b",
+                "--token",
+                "t",
+                "--argocd",
+                "a:1",
+            ][..],
+            "the app-reporter component needs --events-api",
+        ),
+        (
+            &["--components", "source-server", "--argocd", "a:1"][..],
+            "the source-server component needs --serve-sources",
+        ),
+        (
+            &["--platform", "p:1", "--name", "a-b"][..],
+            "the tunnel-client component needs --token",
+        ),
+        (
+            &["--components", "dashboard"][..],
+            "invalid value 'dashboard'",
+        ),
+    ] {
+        let (code, stderr) = serve_runtime_fails(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(wanted), "{args:?}: {stderr}");
+    }
+}

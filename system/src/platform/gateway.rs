@@ -43,6 +43,10 @@ impl Gateway {
     /// Answers one client request.
     pub async fn handle(&self, env: &SharedEnv, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_string();
+        if path == "/healthz" {
+            // Liveness and readiness: the gateway is serving.
+            return json(StatusCode::OK, &json!({"status": "ok"}));
+        }
         if path == "/api/runtimes" && request.method() == http::Method::POST {
             return self.register(env, request).await;
         }

@@ -5,7 +5,7 @@
 //!
 //! | component | enabled by | what it needs |
 //! |---|---|---|
-//! | tunnel clients | [`RuntimeConfig::tunnels`] (one per runtime name) | [`RuntimeConfig::router`] for the requests they carry |
+//! | tunnel clients | [`RuntimeConfig::tunnels`] (one per runtime name) | [`RuntimeConfig::router`] for the requests they carry, or [`RuntimeConfig::tunnel_local`] (a router in another process) |
 //! | request routing service | [`RuntimeConfig::router`] (`ingress`: also on its own port) | the upstreams in its routes |
 //! | app-proxy | [`RuntimeConfig::app_proxy`] | the platform, the Git provider, the Kubernetes API |
 //! | application event reporter | [`RuntimeConfig::app_reporter`] | Kubernetes API, Argo CD, platform, dedup cache |
@@ -41,8 +41,13 @@ pub struct RouterConfig {
 pub struct RuntimeConfig {
     /// One tunnel client per runtime this process represents (a fleet host has many).
     pub tunnels: Vec<tunnel_client::Config>,
-    /// The request routing service (required when there are tunnels).
+    /// The request routing service (required when there are tunnels, unless
+    /// [`RuntimeConfig::tunnel_local`] names one elsewhere).
     pub router: Option<RouterConfig>,
+    /// Tunnels hand every request, path unchanged, to this `host:port` instead of an
+    /// in-process router: frpc's `local_ip:local_port`, which the chart points at the
+    /// internal router's Service (`internal-router:80`) when each runs in its own pod.
+    pub tunnel_local: Option<String>,
     /// The app-proxy.
     pub app_proxy: Option<app_proxy::Config>,
     /// The application event reporter (one replica).
@@ -90,7 +95,7 @@ pub enum Error {
         source: tunnel_client::Fatal,
     },
     /// Tunnels were configured without a router to hand their requests to.
-    #[error("tunnel clients need a router (RuntimeConfig::router)")]
+    #[error("tunnel clients need a router (RuntimeConfig::router or RuntimeConfig::tunnel_local)")]
     NoRouter,
 }
 
@@ -165,7 +170,10 @@ pub async fn run(
             }
             Some(Router::new(env.clone(), settings.routes.clone()))
         }
-        None => None,
+        None => config
+            .tunnel_local
+            .as_ref()
+            .map(|upstream| Router::to_one(env.clone(), upstream.clone())),
     };
     let (mut clients, gave_up) = tunnels(&env, &config, router)?;
     let requested = tokio::select! {

@@ -124,6 +124,8 @@ impl Routes {
 /// The router: routes plus an HTTP client dialling through the environment.
 pub struct Router {
     routes: Routes,
+    /// Every request goes here, path kept, whatever the routes say (see [`Router::to_one`]).
+    everything: Option<String>,
     client: Client<Body>,
 }
 
@@ -132,6 +134,18 @@ impl Router {
     pub fn new(env: SharedEnv, routes: Routes) -> Arc<Self> {
         Arc::new(Router {
             routes,
+            everything: None,
+            client: crate::env::http::client(env, Duration::from_secs(30)),
+        })
+    }
+
+    /// Forwards every request, path unchanged, to one `upstream`: frpc's
+    /// `local_ip:local_port` with `locations = /`, what the chart's tunnel client does when
+    /// the internal router runs in a pod of its own (`local_ip = internal-router`).
+    pub fn to_one(env: SharedEnv, upstream: impl Into<String>) -> Arc<Self> {
+        Arc::new(Router {
+            routes: Routes::default(),
+            everything: Some(upstream.into()),
             client: crate::env::http::client(env, Duration::from_secs(30)),
         })
     }
@@ -143,31 +157,41 @@ impl Router {
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|| "/".into());
+        if let Some(upstream) = &self.everything {
+            return self.forward(upstream, &path, request).await;
+        }
         match self.routes.route(&path) {
             Route::Health => Response::new(full("ok")),
             Route::NotFound(reason) => json(StatusCode::NOT_FOUND, &json!({"error": reason})),
-            Route::Upstream { upstream, path } => {
-                let (mut parts, body) = request.into_parts();
-                let Ok(uri) = format!("http://{upstream}{path}").parse::<Uri>() else {
-                    return json(
-                        StatusCode::BAD_GATEWAY,
-                        &json!({"error": format!("bad upstream {upstream}")}),
-                    );
-                };
-                parts.uri = uri;
-                // Requests arrive over HTTP/2 (the tunnel); upstreams speak HTTP/1.1.
-                parts.version = http::Version::HTTP_11;
-                parts.headers.remove("host");
-                let forwarded =
-                    Request::from_parts(parts, body.map_err(std::io::Error::other).boxed());
-                match self.client.request(forwarded).await {
-                    Ok(response) => response.map(|b| b.map_err(std::io::Error::other).boxed()),
-                    Err(error) => json(
-                        StatusCode::BAD_GATEWAY,
-                        &json!({"error": format!("upstream {upstream} failed: {error}")}),
-                    ),
-                }
-            }
+            Route::Upstream { upstream, path } => self.forward(&upstream, &path, request).await,
+        }
+    }
+
+    /// Sends `request` to `upstream` as `path`; a failure to reach it is a 502.
+    async fn forward(
+        &self,
+        upstream: &str,
+        path: &str,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        let (mut parts, body) = request.into_parts();
+        let Ok(uri) = format!("http://{upstream}{path}").parse::<Uri>() else {
+            return json(
+                StatusCode::BAD_GATEWAY,
+                &json!({"error": format!("bad upstream {upstream}")}),
+            );
+        };
+        parts.uri = uri;
+        // Requests arrive over HTTP/2 (the tunnel); upstreams speak HTTP/1.1.
+        parts.version = http::Version::HTTP_11;
+        parts.headers.remove("host");
+        let forwarded = Request::from_parts(parts, body.map_err(std::io::Error::other).boxed());
+        match self.client.request(forwarded).await {
+            Ok(response) => response.map(|b| b.map_err(std::io::Error::other).boxed()),
+            Err(error) => json(
+                StatusCode::BAD_GATEWAY,
+                &json!({"error": format!("upstream {upstream} failed: {error}")}),
+            ),
         }
     }
 }
