@@ -5,20 +5,22 @@
 #                  conformance suites against a real kube-apiserver (built from source
 #                  once; reported as SKIPPED if it cannot be), a check that the
 #                  committed reports are up to date, the reports' HTML in headless
-#                  Chromium and actionlint on the workflows (what CI runs)
+#                  Chromium, actionlint on the workflows and BuildKit's checks on the
+#                  Dockerfile (what CI runs)
 # Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make sweep, make bench,
 #       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores),
-#       make profile (where one seed's time goes), make browser-check, make lint-workflows
+#       make profile (where one seed's time goes), make browser-check, make lint-workflows,
+#       make lint-dockerfile
 
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test test-linted lint lint-workflows reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly profile
+.PHONY: all test test-linted lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly profile
 
 all: test
 
 help:
-	@sed -n '1,12p' Makefile
+	@sed -n '1,13p' Makefile
 
 build:
 	$(CARGO) build -p orrery-sim --bin orrery
@@ -48,7 +50,7 @@ test:
 # conformance suites write reports/conformance.md too.
 test-linted: build
 	$(CARGO) test --workspace
-	$(MAKE) --no-print-directory -j3 --output-sync=target determinism conformance-ci reports lint-workflows
+	$(MAKE) --no-print-directory -j3 --output-sync=target determinism conformance-ci reports lint-workflows lint-dockerfile
 	$(MAKE) --no-print-directory reports-committed
 	$(MAKE) --no-print-directory browser-check
 
@@ -63,6 +65,11 @@ browser-check:
 ## ACTIONLINT SKIPPED without Go).
 lint-workflows:
 	scripts/actionlint.sh
+
+## The Dockerfile, linted by BuildKit's own checks (what `docker build --check` runs; built
+## once from BuildKit's Go module, no Docker engine needed; DOCKERFILE LINT SKIPPED without Go).
+lint-dockerfile:
+	scripts/dockerfile-lint.sh
 
 ## Formatting and lints on their own (rustfmt defaults; clippy's default set, warnings are
 ## errors); make test applies the same lints to every target it compiles.

@@ -4,10 +4,12 @@
 #
 #   conformance/kube/run.sh COMMAND [ARGS...]
 #
-# 1. Builds etcd and kube-apiserver from the Go modules pinned in conformance/kube/go.mod,
-#    once per pinned version, into $ORRERY_CACHE (default ~/.cache/orrery).
+# 1. Builds etcd, kube-apiserver and kubectl from the Go modules pinned in
+#    conformance/kube/go.mod, once per pinned version, into $ORRERY_CACHE (default
+#    ~/.cache/orrery).
 # 2. Starts etcd and kube-apiserver on free loopback ports with a throwaway token and
-#    writes a kubeconfig; exports KUBECONFIG for COMMAND.
+#    writes a kubeconfig; exports KUBECONFIG for COMMAND, and ORRERY_KUBECTL (the kubectl
+#    of the same version, which the deploy suite applies the manifests with).
 # 3. Stops both and removes the scratch directory when COMMAND ends, whatever its result.
 #
 # With ORRERY_CONFORMANCE_OPTIONAL=1, a machine that cannot build or start the servers
@@ -35,12 +37,12 @@ minor="$(echo "$version" | cut -d. -f2)"
 ldflags="-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 stamp="$(echo "$ldflags" | cat -  "$here/go.mod" "$here/go.sum" "$here"/cmd/*/main.go | sha256sum | cut -c1-12)"
 cache="${ORRERY_CACHE:-$HOME/.cache/orrery}/kube-$version-$stamp"
-if [ ! -x "$cache/kube-apiserver" ] || [ ! -x "$cache/etcd" ]; then
-    echo "conformance: building kube-apiserver $version and etcd from source into $cache (first run only; ~6 min on 2 cores)"
+if [ ! -x "$cache/kube-apiserver" ] || [ ! -x "$cache/etcd" ] || [ ! -x "$cache/kubectl" ]; then
+    echo "conformance: building kube-apiserver, kubectl $version and etcd from source into $cache (first run only; ~8 min on 2 cores)"
     mkdir -p "$cache.tmp"
-    if ! (cd "$here" && go build -trimpath -ldflags "$ldflags" -o "$cache.tmp/" ./cmd/etcd ./cmd/kube-apiserver) >"$cache.tmp/build.log" 2>&1; then
+    if ! (cd "$here" && go build -trimpath -ldflags "$ldflags" -o "$cache.tmp/" ./cmd/etcd ./cmd/kube-apiserver ./cmd/kubectl) >"$cache.tmp/build.log" 2>&1; then
         tail -20 "$cache.tmp/build.log" >&2
-        skip_or_fail "building kube-apiserver $version from source failed (log: $cache.tmp/build.log)"
+        skip_or_fail "building kube-apiserver and kubectl $version from source failed (log: $cache.tmp/build.log)"
     fi
     rm -rf "$cache" && mv "$cache.tmp" "$cache"
 fi
@@ -110,5 +112,6 @@ contexts:
 current-context: orrery-conformance
 KUBECONFIG
 export KUBECONFIG="$work/kubeconfig"
+export ORRERY_KUBECTL="$cache/kubectl"
 echo "conformance: kube-apiserver $version ready on https://127.0.0.1:$api_port (etcd on $etcd_port)"
 "$@"

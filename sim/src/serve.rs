@@ -124,10 +124,15 @@ pub struct ControlPlaneArgs {
     #[arg(long, default_value = "127.0.0.1:8081")]
     api: String,
     /// Runtimes known at start: ACCOUNT-RUNTIME=TOKEN,...
-    #[arg(long, default_value = "")]
+    #[arg(
+        long,
+        env = "ORRERY_RUNTIMES",
+        hide_env_values = true,
+        default_value = ""
+    )]
     runtimes: String,
     /// App-proxy users: TOKEN=USER:OPERATION+OPERATION,...
-    #[arg(long, default_value = "")]
+    #[arg(long, env = "ORRERY_USERS", hide_env_values = true, default_value = "")]
     users: String,
     /// Also serve the events API (`POST /2.0/api/events`, where the runtimes' reporters
     /// send) on this address; runtimes authenticate with their --runtimes tokens.

@@ -101,3 +101,186 @@ async fn the_deploy_manifests_pass_a_server_side_dry_run_on_a_real_api_server() 
         documents.len()
     );
 }
+
+/// The kubectl `conformance/kube/run.sh` built at the pinned version (`ORRERY_KUBECTL`),
+/// else the one on PATH (`make conformance` on kind).
+fn kubectl(args: &[&str]) -> (bool, String, String) {
+    let program = std::env::var("ORRERY_KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let output = std::process::Command::new(&program)
+        .args(args)
+        .current_dir(orrery_conformance::repo_root())
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (make conformance-apiserver builds kubectl)"));
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `kubectl kustomize DIR`: the documents the kustomization renders.
+fn rendered(dir: &str) -> Vec<Value> {
+    let (ok, out, err) = kubectl(&["kustomize", dir]);
+    assert!(ok, "kubectl kustomize {dir}: {err}");
+    serde_saphyr::from_multiple::<Value>(&out)
+        .unwrap_or_else(|e| panic!("kubectl kustomize {dir}: {e}"))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// The one container of a workload's pod template.
+fn container(workload: &Value) -> &Value {
+    let containers = workload["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(containers.len(), 1, "{}", workload["metadata"]["name"]);
+    &containers[0]
+}
+
+/// `NAME=value` of a rendered ConfigMap's data.
+fn setting<'a>(docs: &'a [Value], key: &str) -> &'a str {
+    docs.iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .and_then(|c| c["data"][key].as_str())
+        .unwrap_or_else(|| panic!("the runtime's settings have no {key}"))
+}
+
+/// The port of `service`'s port named `name`.
+fn service_port(docs: &[Value], service: &str, name: &str) -> u64 {
+    docs.iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == service)
+        .and_then(|s| {
+            s["spec"]["ports"]
+                .as_array()?
+                .iter()
+                .find(|p| p["name"] == name)?["port"]
+                .as_u64()
+        })
+        .unwrap_or_else(|| panic!("no port {name} on Service {service}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_run() {
+    // The kustomizations install into `orrery`, which a dry run needs to exist.
+    let (_cluster, namespace) = prepared("orrery".into()).await;
+    let control_plane = rendered("deploy/control-plane");
+    let runtime = rendered("deploy/runtime");
+    for doc in control_plane.iter().chain(&runtime) {
+        let what = format!("{} {}", doc["kind"], doc["metadata"]["name"]);
+        assert_eq!(doc["metadata"]["namespace"], namespace.as_str(), "{what}");
+        if !matches!(doc["kind"].as_str(), Some("Deployment" | "StatefulSet")) {
+            continue;
+        }
+        let container = container(doc);
+        assert_eq!(container["image"], "ghcr.io/orrery/orrery:latest", "{what}");
+        assert_eq!(
+            container["securityContext"]["readOnlyRootFilesystem"], true,
+            "{what}"
+        );
+        // Every long-running component is probed, but the tunnel client, which (as the
+        // chart's frpc) has no port: it exits when it gives up.
+        if doc["metadata"]["name"] != "tunnel-client" {
+            assert!(
+                container["livenessProbe"].is_object(),
+                "{what}: liveness probe"
+            );
+            assert!(
+                container["readinessProbe"].is_object(),
+                "{what}: readiness probe"
+            );
+        }
+    }
+    // One workload per runtime component, each running just its own.
+    let args = |name: &str| -> Vec<String> {
+        let workload = runtime
+            .iter()
+            .find(|d| d["metadata"]["name"] == name && d["spec"]["template"].is_object())
+            .unwrap_or_else(|| panic!("the runtime has no workload {name}"));
+        serde_json::from_value(container(workload)["args"].clone()).unwrap()
+    };
+    for (workload, component) in [
+        ("tunnel-client", "tunnel-client"),
+        ("internal-router", "router"),
+        ("cap-app-proxy", "app-proxy"),
+        ("event-reporter", "app-reporter"),
+        ("sources-server", "source-server"),
+    ] {
+        assert!(
+            args(workload).contains(&format!("--components={component}")),
+            "{workload}: {:?}",
+            args(workload)
+        );
+    }
+    // The tunnel client hands everything to the router's Service (frpc's local_ip).
+    let router_port = service_port(&runtime, "internal-router", "http");
+    assert!(
+        args("tunnel-client").contains(&format!("--tunnel-local=internal-router:{router_port}"))
+    );
+    // The reporter StatefulSet: shard from the pod's ordinal, replicas told through the env.
+    let reporter = runtime
+        .iter()
+        .find(|d| d["kind"] == "StatefulSet" && d["metadata"]["name"] == "event-reporter")
+        .expect("the event-reporter StatefulSet");
+    let env = container(reporter)["env"].as_array().unwrap();
+    let var = |name: &str| {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        var("POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    assert_eq!(
+        var("EVENT_REPORTER_REPLICAS")["value"]
+            .as_str()
+            .map(str::parse::<u64>),
+        Some(Ok(reporter["spec"]["replicas"].as_u64().unwrap())),
+        "EVENT_REPORTER_REPLICAS must equal the StatefulSet's replicas"
+    );
+    // The runtime's defaults reach the control plane's Service.
+    for (key, port) in [
+        ("PLATFORM", "tunnel"),
+        ("PLATFORM_API", "api"),
+        ("EVENTS_API", "events"),
+    ] {
+        let wanted = format!(
+            "orrery-control-plane:{}",
+            service_port(&control_plane, "orrery-control-plane", port)
+        );
+        assert_eq!(setting(&runtime, key), wanted, "{key}");
+    }
+    // kubectl apply --dry-run=server: the real server validates and defaults every object.
+    for (dir, docs) in [
+        ("deploy/control-plane", &control_plane),
+        ("deploy/runtime", &runtime),
+    ] {
+        let (ok, out, err) = kubectl(&["apply", "--dry-run=server", "-k", dir, "-o", "name"]);
+        assert!(ok, "kubectl apply --dry-run=server -k {dir}: {err}");
+        assert_eq!(
+            out.lines().count(),
+            docs.len(),
+            "{dir}: every object applied:\n{out}"
+        );
+        println!(
+            "deploy: {dir}: {} objects pass kubectl apply --dry-run=server",
+            docs.len()
+        );
+    }
+    // … and refuses a broken one: the check can fail.
+    let broken = orrery_conformance::repo_root().join("target/deploy-broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(
+        broken.join("kustomization.yaml"),
+        "resources: [../../deploy/runtime]\npatches:\n  - target: {kind: StatefulSet, name: event-reporter}\n    patch: '[{\"op\": \"replace\", \"path\": \"/spec/replicas\", \"value\": -1}]'\n",
+    )
+    .unwrap();
+    let (ok, _, err) = kubectl(&["apply", "--dry-run=server", "-k", "target/deploy-broken"]);
+    assert!(
+        !ok && err.contains("Invalid"),
+        "a negative replica count is refused: {err}"
+    );
+}
