@@ -248,25 +248,28 @@ impl Handler {
                     metadata["remainingItemCount"] = json!(remaining);
                 }
                 // Items of built-in lists carry no apiVersion/kind (typed Go lists); custom
-                // resource lists are unstructured and keep them.
-                let items: Vec<Value> = page
-                    .items
-                    .iter()
-                    .map(|item| {
-                        let mut item = item.as_ref().clone();
-                        if !target.kind.custom {
-                            if let Some(map) = item.as_object_mut() {
-                                map.shift_remove("apiVersion");
-                                map.shift_remove("kind");
-                            }
-                        }
-                        item
-                    })
-                    .collect();
-                Ok(json(
-                    StatusCode::OK,
-                    &json!({"apiVersion": target.kind.api_version(), "kind": format!("{}List", target.kind.kind), "metadata": metadata, "items": items}),
-                ))
+                // resource lists are unstructured and keep them. Written straight from the
+                // stored objects: no copy of each item per list.
+                let list = ListBody {
+                    api_version: target.kind.api_version(),
+                    kind: format!("{}List", target.kind.kind),
+                    metadata,
+                    items: page
+                        .items
+                        .iter()
+                        .map(|item| ListItem {
+                            object: item,
+                            typed: !target.kind.custom,
+                        })
+                        .collect(),
+                };
+                Ok(Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .body(full(
+                        serde_json::to_vec(&list).expect("JSON values serialise"),
+                    ))
+                    .expect("static response parts are valid"))
             }
             (&Method::GET, Some(name)) => Ok(json(
                 StatusCode::OK,
@@ -525,4 +528,38 @@ async fn read_yaml(req: Request<Incoming>) -> Result<Value, ApiError> {
     }
     serde_saphyr::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(&format!("the apply body is not valid YAML: {e}")))
+}
+
+/// A list response, fields in the real server's order.
+#[derive(serde::Serialize)]
+struct ListBody<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: String,
+    metadata: Value,
+    items: Vec<ListItem<'a>>,
+}
+
+/// A stored object as a list item: in a typed (built-in) list, without its apiVersion and
+/// kind, as a Go list of typed objects serialises them.
+struct ListItem<'a> {
+    object: &'a Value,
+    typed: bool,
+}
+
+impl serde::Serialize for ListItem<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match (self.typed, self.object.as_object()) {
+            (true, Some(fields)) => {
+                let kept = |(key, _): &(&String, &Value)| key != &"apiVersion" && key != &"kind";
+                let mut map = serializer.serialize_map(Some(fields.iter().filter(kept).count()))?;
+                for (key, value) in fields.iter().filter(kept) {
+                    map.serialize_entry(key, value)?;
+                }
+                map.end()
+            }
+            _ => self.object.serialize(serializer),
+        }
+    }
 }

@@ -13,7 +13,7 @@
 //!
 //! A failed write is observed (`rollouts.error`) and tried again at the next tick.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -66,6 +66,51 @@ struct Memory {
     written: BTreeMap<String, (u64, String, i64)>,
     /// Per ReplicaSet (`namespace/name`): the `spec.replicas` last seen and since when.
     scaled: BTreeMap<String, (i32, Duration)>,
+    /// Typed views by uid, with the resourceVersion they were read at: a view is a pure
+    /// function of the object, and most objects are unchanged from one tick to the next.
+    views: Views,
+}
+
+/// The typed views the controller read last tick (see [`Memory::views`]).
+#[derive(Default)]
+struct Views {
+    rollouts: BTreeMap<String, (u64, std::sync::Arc<Rollout>)>,
+    replica_sets: BTreeMap<String, (u64, ReplicaSet)>,
+}
+
+impl Views {
+    /// `object`'s Rollout view, read again only if the object changed.
+    fn rollout(&mut self, object: &DynamicObject) -> std::sync::Arc<Rollout> {
+        let (uid, at) = (object.metadata.uid.clone().unwrap_or_default(), rv(object));
+        match self.rollouts.get(&uid) {
+            Some((seen, view)) if *seen == at && at != 0 => view.clone(),
+            _ => {
+                let view = std::sync::Arc::new(rollout_of(object));
+                self.rollouts.insert(uid, (at, view.clone()));
+                view
+            }
+        }
+    }
+
+    /// `object`'s ReplicaSet view, read again only if the object changed.
+    fn replica_set(&mut self, object: &DynamicObject) -> ReplicaSet {
+        let (uid, at) = (object.metadata.uid.clone().unwrap_or_default(), rv(object));
+        match self.replica_sets.get(&uid) {
+            Some((seen, view)) if *seen == at && at != 0 => view.clone(),
+            _ => {
+                let view = replica_set_of(object);
+                self.replica_sets.insert(uid, (at, view.clone()));
+                view
+            }
+        }
+    }
+
+    /// Forgets the views of objects no longer in the stores.
+    fn keep(&mut self, rollouts: &BTreeSet<String>, replica_sets: &BTreeSet<String>) {
+        self.rollouts.retain(|uid, _| rollouts.contains(uid));
+        self.replica_sets
+            .retain(|uid, _| replica_sets.contains(uid));
+    }
 }
 
 fn key(object: &DynamicObject) -> String {
@@ -99,20 +144,22 @@ fn owner(object: &DynamicObject) -> Option<String> {
 /// Objects of a store sorted by `namespace/name` (a reflector's order is a hash map's).
 fn sorted(store: &Store<Shared<DynamicObject>>) -> Vec<std::sync::Arc<Shared<DynamicObject>>> {
     let mut objects = store.state();
-    objects.sort_by_key(|o| key(o));
+    objects.sort_by_cached_key(|o| key(o));
     objects
 }
 
 /// The typed view of a Rollout; unreadable spec or status fields read as defaults.
 pub fn rollout_of(object: &DynamicObject) -> Rollout {
-    let field = |name: &str| object.data.get(name).cloned().unwrap_or(Value::Null);
+    use serde::Deserialize;
+    // Read in place (`&Value` is a deserializer): no copy of the pod template per tick.
+    let field = |name: &str| object.data.get(name).unwrap_or(&Value::Null);
     Rollout {
         name: object.metadata.name.clone().unwrap_or_default(),
         namespace: object.metadata.namespace.clone().unwrap_or_default(),
         uid: object.metadata.uid.clone().unwrap_or_default(),
         generation: object.metadata.generation.unwrap_or(0),
-        spec: serde_json::from_value(field("spec")).unwrap_or_default(),
-        status: serde_json::from_value(field("status")).unwrap_or_default(),
+        spec: Deserialize::deserialize(field("spec")).unwrap_or_default(),
+        status: Deserialize::deserialize(field("status")).unwrap_or_default(),
     }
 }
 
@@ -126,10 +173,13 @@ pub fn replica_set_of(object: &DynamicObject) -> ReplicaSet {
             .and_then(|a| a.get(k))
             .cloned()
     };
-    let number = |pointer: &str| {
+    // Field by field, not `Value::pointer` (which allocates per path segment): every
+    // ReplicaSet is read every tick.
+    let number = |section: &str, field: &str| {
         object
             .data
-            .pointer(pointer)
+            .get(section)
+            .and_then(|s| s.get(field))
             .and_then(Value::as_i64)
             .unwrap_or(0) as i32
     };
@@ -145,10 +195,10 @@ pub fn replica_set_of(object: &DynamicObject) -> ReplicaSet {
         revision: annotation(REVISION_ANNOTATION)
             .and_then(|r| r.parse().ok())
             .unwrap_or(0),
-        replicas: number("/spec/replicas"),
-        status_replicas: number("/status/replicas"),
-        ready: number("/status/readyReplicas"),
-        available: number("/status/availableReplicas"),
+        replicas: number("spec", "replicas"),
+        status_replicas: number("status", "replicas"),
+        ready: number("status", "readyReplicas"),
+        available: number("status", "availableReplicas"),
         scale_down_deadline: annotation(SCALE_DOWN_ANNOTATION),
     }
 }
@@ -295,12 +345,12 @@ async fn patch(
 /// Pass 1: every Rollout.
 async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memory: &mut Memory) {
     let mut replica_sets: BTreeMap<String, Vec<ReplicaSet>> = BTreeMap::new();
+    let mut seen_replica_sets = BTreeSet::new();
     for rs in sorted(&stores.replica_sets) {
+        seen_replica_sets.insert(rs.metadata.uid.clone().unwrap_or_default());
         if let Some(uid) = owner(&rs) {
-            replica_sets
-                .entry(uid)
-                .or_default()
-                .push(replica_set_of(&rs));
+            let view = memory.views.replica_set(&rs);
+            replica_sets.entry(uid).or_default().push(view);
         }
     }
     let mut runs: BTreeMap<String, Vec<AnalysisRun>> = BTreeMap::new();
@@ -310,7 +360,13 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
         }
     }
     let now_ms = env.unix_millis();
-    for object in sorted(&stores.rollouts) {
+    let rollouts = sorted(&stores.rollouts);
+    let seen_rollouts = rollouts
+        .iter()
+        .map(|r| r.metadata.uid.clone().unwrap_or_default())
+        .collect();
+    memory.views.keep(&seen_rollouts, &seen_replica_sets);
+    for object in rollouts {
         let id = key(&object);
         if memory
             .written
@@ -319,7 +375,7 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
         {
             continue; // the reflector has not seen our last write yet
         }
-        let rollout = rollout_of(&object);
+        let rollout = memory.views.rollout(&object);
         let owned = replica_sets
             .get(&rollout.uid)
             .map(Vec::as_slice)

@@ -18,7 +18,7 @@ use std::time::Duration;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
@@ -130,6 +130,7 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs) {
     // Per workflow: the resourceVersion of our last write (a reflector view older than it
     // is skipped) and the phase it wrote.
     let mut written: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    let no_spec = json!({});
     loop {
         env.sleep(TICK).await;
         let mut workflows = store.state();
@@ -140,7 +141,7 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs) {
                 o.metadata.name.as_deref().unwrap_or("")
             )
         };
-        workflows.sort_by_key(|o| key(o));
+        workflows.sort_by_cached_key(|o| key(o));
         let now_ms = env.unix_millis();
         for object in workflows {
             let id = key(&object);
@@ -156,11 +157,12 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs) {
             let name = object.metadata.name.clone().unwrap_or_default();
             let ns = object.metadata.namespace.clone().unwrap_or_default();
             let labels = object.metadata.labels.clone().unwrap_or_default();
-            let spec = object.data.get("spec").cloned().unwrap_or(json!({}));
-            let status = object.data.get("status").cloned().unwrap_or(json!(null));
+            // Read in place: the controller visits every Workflow every second.
+            let spec = object.data.get("spec").unwrap_or(&no_spec);
+            let status = object.data.get("status").unwrap_or(&Value::Null);
             let labels: BTreeMap<String, String> = labels.into_iter().collect();
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
-            match operate::operate(&id, &name, &spec, &status, &labels, &jobs, now_ms) {
+            match operate::operate(&id, &name, spec, status, &labels, &jobs, now_ms) {
                 operate::Step::Unchanged => {}
                 operate::Step::Delete => {
                     if let Err(error) = api.delete(&name, &DeleteParams::default()).await {
