@@ -48,7 +48,10 @@ test:
 # that saves about three of make test's minutes on 2 cores. Each step's output is printed
 # whole when it ends (--output-sync). Only then is reports/ compared with the commit: the
 # conformance suites write reports/conformance.md too.
-test-linted: build
+# `cargo test` comes first and builds the orrery binary with everything else in one build
+# graph (the tests' crates compile while the binary's last crates do; the `build` the later
+# steps ask for is then already done).
+test-linted:
 	$(CARGO) test --workspace
 	$(MAKE) --no-print-directory -j3 --output-sync=target determinism conformance-ci reports lint-workflows lint-dockerfile
 	$(MAKE) --no-print-directory reports-committed
