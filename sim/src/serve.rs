@@ -584,6 +584,12 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
         }
         tunnels.push(client);
     }
+    if has(Component::Router) && args.tunnel_local.is_some() {
+        return Err(Fail::usage(
+            "serve runtime: --tunnel-local is for a tunnel client whose router runs in another \
+             process: list the components without router (--components tunnel-client)",
+        ));
+    }
     if has(Component::Router) && !has(Component::TunnelClient) && args.ingress.is_none() {
         return Err(Fail::usage(
             "serve runtime: the router component without the tunnel client needs --ingress ADDR",

@@ -241,6 +241,29 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
         Some(Ok(reporter["spec"]["replicas"].as_u64().unwrap())),
         "EVENT_REPORTER_REPLICAS must equal the StatefulSet's replicas"
     );
+    // The runtime may read one Secret: the one the reporters take Argo CD's token from.
+    let secret = var("ARGO_CD_TOKEN_SECRET_NAME")["value"].clone();
+    let role = runtime
+        .iter()
+        .find(|d| d["kind"] == "Role")
+        .expect("the runtime's Role");
+    let secret_rules: Vec<&Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|a| a.contains(&"secrets".into()))
+        })
+        .collect();
+    assert!(
+        !secret_rules.is_empty(),
+        "the reporters read their token Secret"
+    );
+    for rule in secret_rules {
+        assert_eq!(rule["resourceNames"], serde_json::json!([secret]), "{rule}");
+    }
     // The runtime's defaults reach the control plane's Service.
     for (key, port) in [
         ("PLATFORM", "tunnel"),

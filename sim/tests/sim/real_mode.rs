@@ -690,6 +690,19 @@ fn serve_runtime_names_the_flag_a_listed_component_is_missing() {
             "the router component without the tunnel client needs --ingress",
         ),
         (
+            &[
+                "--platform",
+                "p:1",
+                "--name",
+                "a-b",
+                "--token",
+                "t",
+                "--tunnel-local",
+                "x:1",
+            ][..],
+            "--tunnel-local is for a tunnel client whose router runs in another process",
+        ),
+        (
             &["--components", "app-reporter", "--token", "t"][..],
             "the app-reporter component needs --argocd",
         ),

@@ -101,11 +101,16 @@ pub fn files_have_changed(refresh: &[String], changed: &[String]) -> bool {
     if changed.is_empty() || refresh.is_empty() {
         return true;
     }
+    // Each refresh path made absolute once, not once per changed file; a path without a
+    // glob metacharacter matches as a glob exactly when it is equal, which is tested first.
+    let refresh: Vec<(String, bool)> = refresh
+        .iter()
+        .map(|item| (ensure_abs(item), item.contains(['*', '?', '[', '\\'])))
+        .collect();
     changed.iter().any(|file| {
         let file = ensure_abs(file);
-        refresh.iter().any(|item| {
-            let item = ensure_abs(item);
-            file == item || under(&item, &file) || glob(&item, &file).unwrap_or(false)
+        refresh.iter().any(|(item, pattern)| {
+            file == *item || under(item, &file) || (*pattern && glob(item, &file).unwrap_or(false))
         })
     })
 }
