@@ -123,6 +123,56 @@ fn exchange(
     Some((status, body))
 }
 
+/// Creates ConfigMap `name` on the API server, then waits until the client API lists it
+/// through runtime acme-prod (gateway → tunnel → router, `/workflows/` prefix stripped →
+/// API server); returns that path.
+fn configmap_crosses_the_tunnel(api: u16, gateway: u16, name: &str) -> &'static str {
+    let created = http(
+        api,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &format!(r#"{{"metadata":{{"name":"{name}"}}}}"#),
+    );
+    assert_eq!(created.map(|c| c.0), Some(201));
+    let through = "/api/runtimes/acme-prod/workflows/api/v1/namespaces/default/configmaps";
+    eventually(
+        "a request crosses the tunnel",
+        Duration::from_secs(30),
+        || {
+            http(gateway, "GET", through, "")
+                .is_some_and(|(code, body)| code == 200 && body.contains(name))
+        },
+    );
+    through
+}
+
+/// Creates Workflow `name`, terminates it through runtime acme-prod's app-proxy as the user
+/// `ops-token` (gateway → tunnel → router → app-proxy → API server) and checks the patch.
+fn workflow_terminated_through_the_app_proxy(api: u16, gateway: u16, name: &str) {
+    let workflow = format!(
+        r#"{{"apiVersion":"argoproj.io/v1alpha1","kind":"Workflow","metadata":{{"name":"{name}"}},"spec":{{"entrypoint":"main"}}}}"#
+    );
+    let workflows = "/apis/argoproj.io/v1alpha1/namespaces/default/workflows";
+    assert_eq!(
+        http(api, "POST", workflows, &workflow).map(|c| c.0),
+        Some(201)
+    );
+    let terminate =
+        format!("/api/runtimes/acme-prod/app-proxy/api/workflows/default/{name}/terminate");
+    assert_eq!(
+        http_as(gateway, "POST", &terminate, "", "stolen").map(|r| r.0),
+        Some(401),
+        "unknown user token"
+    );
+    let (code, body) = http_as(gateway, "POST", &terminate, "", "ops-token").expect("an answer");
+    assert_eq!(code, 200, "{body}");
+    let (_, stored) = http(api, "GET", &format!("{workflows}/{name}"), "").expect("the workflow");
+    assert!(
+        stored.contains(r#""shutdown":"Terminate""#),
+        "the app-proxy patched the workflow: {stored}"
+    );
+}
+
 #[test]
 fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopback_across_a_tunnel_server_restart(
 ) {
@@ -171,23 +221,7 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
     eventually("the API server answers", Duration::from_secs(20), || {
         http(api, "GET", "/healthz", "").is_some()
     });
-    let created = http(
-        api,
-        "POST",
-        "/api/v1/namespaces/default/configmaps",
-        r#"{"metadata":{"name":"through-the-tunnel"}}"#,
-    );
-    assert_eq!(created.map(|c| c.0), Some(201));
-    // client → platform gateway → tunnel → router (/workflows/ prefix stripped) → API server
-    let through = "/api/runtimes/acme-prod/workflows/api/v1/namespaces/default/configmaps";
-    eventually(
-        "a request crosses the tunnel",
-        Duration::from_secs(20),
-        || {
-            http(gateway, "GET", through, "")
-                .is_some_and(|(code, body)| code == 200 && body.contains("through-the-tunnel"))
-        },
-    );
+    let through = configmap_crosses_the_tunnel(api, gateway, "through-the-tunnel");
     assert_eq!(
         http(gateway, "GET", "/api/runtimes/acme-other/healthz", "").map(|r| r.0),
         Some(503),
@@ -195,36 +229,7 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
     );
 
     // client → platform → tunnel → router → app-proxy → API server: terminate a Workflow.
-    let workflow = r#"{"apiVersion":"argoproj.io/v1alpha1","kind":"Workflow","metadata":{"name":"build-42"},"spec":{"entrypoint":"main"}}"#;
-    assert_eq!(
-        http(
-            api,
-            "POST",
-            "/apis/argoproj.io/v1alpha1/namespaces/default/workflows",
-            workflow
-        )
-        .map(|c| c.0),
-        Some(201)
-    );
-    let terminate = "/api/runtimes/acme-prod/app-proxy/api/workflows/default/build-42/terminate";
-    assert_eq!(
-        http_as(gateway, "POST", terminate, "", "stolen").map(|r| r.0),
-        Some(401),
-        "unknown user token"
-    );
-    let (code, body) = http_as(gateway, "POST", terminate, "", "ops-token").expect("an answer");
-    assert_eq!(code, 200, "{body}");
-    let (_, stored) = http(
-        api,
-        "GET",
-        "/apis/argoproj.io/v1alpha1/namespaces/default/workflows/build-42",
-        "",
-    )
-    .expect("the workflow");
-    assert!(
-        stored.contains(r#""shutdown":"Terminate""#),
-        "the app-proxy patched the workflow: {stored}"
-    );
+    workflow_terminated_through_the_app_proxy(api, gateway, "build-42");
 
     // Kill the tunnel server mid-traffic, then restart it: the runtime reconnects by itself.
     drop(platform);
@@ -594,40 +599,15 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
             || http(port, "GET", path, "").is_some_and(|(status, _)| status == 200),
         );
     }
-    let created = http(
-        api,
-        "POST",
-        "/api/v1/namespaces/default/configmaps",
-        r#"{"metadata":{"name":"across-four-processes"}}"#,
-    );
-    assert_eq!(created.map(|c| c.0), Some(201));
     // gateway → tunnel server → tunnel client → (path unchanged) router → API server.
-    let through = "/api/runtimes/acme-prod/workflows/api/v1/namespaces/default/configmaps";
-    eventually(
-        "a request crosses the tunnel",
-        Duration::from_secs(30),
-        || {
-            http(gateway, "GET", through, "")
-                .is_some_and(|(code, body)| code == 200 && body.contains("across-four-processes"))
-        },
-    );
+    configmap_crosses_the_tunnel(api, gateway, "across-four-processes");
     // The router's own 404 for a path it does not route: the tunnel client forwarded the
     // path as it came, without routing it itself.
     let (code, body) = http(gateway, "GET", "/api/runtimes/acme-prod/nowhere", "").unwrap();
     assert_eq!(code, 404, "{body}");
     assert!(body.contains("no route for /nowhere"), "{body}");
     // … → router → app-proxy (another process) → API server.
-    let workflow = r#"{"apiVersion":"argoproj.io/v1alpha1","kind":"Workflow","metadata":{"name":"build-7"},"spec":{"entrypoint":"main"}}"#;
-    let posted = http(
-        api,
-        "POST",
-        "/apis/argoproj.io/v1alpha1/namespaces/default/workflows",
-        workflow,
-    );
-    assert_eq!(posted.map(|c| c.0), Some(201));
-    let terminate = "/api/runtimes/acme-prod/app-proxy/api/workflows/default/build-7/terminate";
-    let (code, body) = http_as(gateway, "POST", terminate, "", "ops-token").expect("an answer");
-    assert_eq!(code, 200, "{body}");
+    workflow_terminated_through_the_app_proxy(api, gateway, "build-7");
     // Two replicas, one lease each, named by pod: the StatefulSet's identities.
     for pod in ["event-reporter-0", "event-reporter-1"] {
         let lease =
