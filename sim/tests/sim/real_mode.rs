@@ -627,96 +627,49 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
 fn serve_runtime_names_the_flag_a_listed_component_is_missing() {
     for (args, wanted) in [
         (
-            &[
-                "--components",
-                "tunnel-client",
-                "--name",
-                "a-b",
-                "--token",
-                "t",
-                "--tunnel-local",
-                "x:1",
-            ][..],
+            "--components tunnel-client --name a-b --token t --tunnel-local x:1",
             "the tunnel-client component needs --platform",
         ),
         (
-            &[
-                "--components",
-                "tunnel-client",
-                "--platform",
-                "p:1",
-                "--name",
-                "a-b",
-                "--token",
-                "t",
-            ][..],
+            "--components tunnel-client --platform p:1 --name a-b --token t",
             "needs the router component or --tunnel-local",
         ),
         (
-            &[
-                "--components",
-                "tunnel-client",
-                "--platform",
-                "p:1",
-                "--name",
-                "a-b",
-                "--tunnel-local",
-                "x:1",
-            ][..],
+            "--components tunnel-client --platform p:1 --name a-b --tunnel-local x:1",
             "the tunnel-client component needs --token",
         ),
         (
-            &["--components", "router"][..],
+            "--components router",
             "the router component without the tunnel client needs --ingress",
         ),
         (
-            &[
-                "--platform",
-                "p:1",
-                "--name",
-                "a-b",
-                "--token",
-                "t",
-                "--tunnel-local",
-                "x:1",
-            ][..],
+            "--platform p:1 --name a-b --token t --tunnel-local x:1",
             "--tunnel-local is for a tunnel client whose router runs in another process",
         ),
         (
-            &["--components", "app-reporter", "--token", "t"][..],
+            "--components app-reporter --token t",
             "the app-reporter component needs --argocd",
         ),
         (
-            &["--components", "app-proxy"][..],
+            "--components app-proxy",
             "the app-proxy component needs --git",
         ),
         (
-            &[
-                "--platform",
-                "p:1",
-                "--name",
-                "a-b",
-                "--token",
-                "t",
-                "--argocd",
-                "a:1",
-            ][..],
+            "--platform p:1 --name a-b --token t --argocd a:1",
             "the app-reporter component needs --events-api",
         ),
         (
-            &["--components", "source-server", "--argocd", "a:1"][..],
+            "--components source-server --argocd a:1",
             "the source-server component needs --serve-sources",
         ),
         (
-            &["--platform", "p:1", "--name", "a-b"][..],
+            "--platform p:1 --name a-b",
             "the tunnel-client component needs --token",
         ),
-        (
-            &["--components", "dashboard"][..],
-            "invalid value 'dashboard'",
-        ),
+        ("--components dashboard", "invalid value 'dashboard'"),
     ] {
-        let (code, stderr) = serve_runtime_fails(args);
+        let args: Vec<&str> = args.split(' ').collect();
+        let (code, stderr) = serve_runtime_fails(&args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(wanted), "{args:?}: {stderr}");
     }

@@ -96,7 +96,7 @@ impl hyper::body::Body for ChannelBody {
 }
 
 /// A JSON response with `status` (every orrery API answers JSON this way).
-pub fn json(status: http::StatusCode, value: &serde_json::Value) -> Response<Body> {
+pub fn json(status: http::StatusCode, value: &impl serde::Serialize) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")

@@ -263,13 +263,7 @@ impl Handler {
                         })
                         .collect(),
                 };
-                Ok(Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/json")
-                    .body(full(
-                        serde_json::to_vec(&list).expect("JSON values serialise"),
-                    ))
-                    .expect("static response parts are valid"))
+                Ok(json(StatusCode::OK, &list))
             }
             (&Method::GET, Some(name)) => Ok(json(
                 StatusCode::OK,
