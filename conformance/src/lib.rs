@@ -11,6 +11,7 @@
 //!   resourceVersion values, continue tokens, namespace names) to stable placeholders.
 //! - [`library`]: the fidelity scripts themselves.
 //! - [`compare`]: step-by-step comparison under the checked-in known-deviation list.
+//! - [`openapi`]: cuts the real server's OpenAPI documents down to the served types.
 //! - [`report`]: writes `reports/conformance.md`.
 //! - [`resp`]: raw RESP over TCP, to compare the simulated cache with a real redis-server.
 
@@ -18,6 +19,7 @@ pub mod cluster;
 pub mod compare;
 pub mod library;
 pub mod normalise;
+pub mod openapi;
 pub mod report;
 pub mod resp;
 pub mod script;

@@ -5,6 +5,7 @@
 mod acr;
 mod deploy;
 mod fidelity;
+mod kubectl;
 mod redis;
 mod resources;
 mod rollouts;

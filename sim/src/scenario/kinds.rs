@@ -4,6 +4,8 @@
 //! configuration that scenarios name (`forbidden: [applications]`), so it lives with the
 //! scenario model; the API server reads it (`world::apiserver::resources` re-exports it).
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 /// One servable resource type.
@@ -27,6 +29,43 @@ pub struct ResourceKind {
     /// Whether objects carry `metadata.generation` (custom resources and workload types do;
     /// ConfigMaps, Secrets and Leases do not).
     pub has_generation: bool,
+    /// What discovery and `kubectl get` show of the type (shared: kinds are cloned per request).
+    pub details: Arc<Details>,
+}
+
+/// The parts of a type only clients' discovery and table printing read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Details {
+    /// `singularResource`, e.g. `configmap`.
+    pub singular: String,
+    /// Short names kubectl resolves (`cm`, `app`).
+    pub short_names: Vec<String>,
+    /// Categories (`all`).
+    pub categories: Vec<String>,
+    /// A CRD's `additionalPrinterColumns`; empty for built-in types, whose columns are fixed.
+    pub printer_columns: Vec<PrinterColumn>,
+}
+
+/// One `additionalPrinterColumns` entry of a CRD version.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    #[serde(rename = "type")]
+    pub column_type: String,
+    /// A simple JSONPath (`.status.sync.status`).
+    #[serde(rename = "jsonPath")]
+    pub json_path: String,
+    /// Shown only with `-o wide` when above 0.
+    #[serde(default)]
+    pub priority: i64,
+    /// Column description; the server words a default when absent.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// OpenAPI format hint.
+    #[serde(default)]
+    pub format: Option<String>,
 }
 
 impl ResourceKind {
@@ -53,6 +92,10 @@ impl ResourceKind {
         has_generation: bool,
     ) -> Self {
         ResourceKind {
+            details: Arc::new(Details {
+                singular: kind.to_lowercase(),
+                ..Details::default()
+            }),
             group: group.into(),
             version: version.into(),
             kind: kind.into(),
@@ -62,6 +105,14 @@ impl ResourceKind {
             custom: false,
             has_generation,
         }
+    }
+
+    /// The type with kubectl's short names and categories for it.
+    fn named(mut self, short_names: &[&str], categories: &[&str]) -> Self {
+        let details = Arc::make_mut(&mut self.details);
+        details.short_names = short_names.iter().map(|s| s.to_string()).collect();
+        details.categories = categories.iter().map(|s| s.to_string()).collect();
+        self
     }
 }
 
@@ -101,6 +152,12 @@ struct CrdSpec {
 struct CrdNames {
     kind: String,
     plural: String,
+    #[serde(default)]
+    singular: Option<String>,
+    #[serde(default, rename = "shortNames")]
+    short_names: Vec<String>,
+    #[serde(default)]
+    categories: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -108,14 +165,18 @@ struct CrdVersion {
     name: String,
     #[serde(default)]
     subresources: Option<serde_json::Value>,
+    #[serde(default, rename = "additionalPrinterColumns")]
+    printer_columns: Vec<PrinterColumn>,
 }
 
 /// All resource types: core `ConfigMap`, `Secret`, `apps/v1 ReplicaSet`, `Lease`, and the fixture CRDs.
 pub fn registry() -> Vec<ResourceKind> {
     let mut kinds = vec![
-        ResourceKind::builtin("", "v1", "ConfigMap", "configmaps", false, false),
+        ResourceKind::builtin("", "v1", "ConfigMap", "configmaps", false, false)
+            .named(&["cm"], &[]),
         ResourceKind::builtin("", "v1", "Secret", "secrets", false, false),
-        ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true, true),
+        ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true, true)
+            .named(&["rs"], &["all"]),
         ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false, false),
     ];
     for (path, text) in FIXTURE_CRDS {
@@ -128,6 +189,17 @@ pub fn registry() -> Vec<ResourceKind> {
                 .and_then(|s| s.get("status"))
                 .is_some();
             kinds.push(ResourceKind {
+                details: Arc::new(Details {
+                    singular: crd
+                        .spec
+                        .names
+                        .singular
+                        .clone()
+                        .unwrap_or_else(|| crd.spec.names.kind.to_lowercase()),
+                    short_names: crd.spec.names.short_names.clone(),
+                    categories: crd.spec.names.categories.clone(),
+                    printer_columns: version.printer_columns,
+                }),
                 group: crd.spec.group.clone(),
                 version: version.name,
                 kind: crd.spec.names.kind.clone(),

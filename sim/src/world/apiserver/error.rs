@@ -255,6 +255,16 @@ impl ApiError {
         }
     }
 
+    /// 406 NotAcceptable: the client accepts no media type this server answers with.
+    pub fn not_acceptable(accept: &str) -> Self {
+        ApiError {
+            code: 406,
+            reason: "NotAcceptable",
+            message: format!("only the following media types are accepted: application/json (asked for {accept})"),
+            details: json!({}),
+        }
+    }
+
     /// 415 UnsupportedMediaType, worded as kube-apiserver words it (the media type is not named).
     pub fn unsupported_media_type(_content_type: &str) -> Self {
         ApiError {

@@ -23,8 +23,12 @@ use orrery_system::env::http::{channel, full, json, Body};
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
+use super::discovery;
+use super::openapi;
+use super::protobuf;
 use super::error::ApiError;
 use super::resources::ResourceKind;
+use super::table::{self, Include};
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{Filter, Written};
 use super::watch::{self, WatchRequest};
@@ -74,6 +78,15 @@ fn authorize(
         user,
         verb,
     ))
+}
+
+/// A request header as text (empty when absent or not text).
+fn header(req: &Request<Incoming>, name: &str) -> String {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
 }
 
 /// Largest accepted request body (kube-apiserver's limit is 3 MiB).
@@ -161,6 +174,68 @@ impl Handler {
         })
     }
 
+    /// Answers a discovery request (`/api`, `/apis`, a group, a group version), if `path` is one.
+    fn discovery(&self, req: &Request<Incoming>, path: &str) -> Option<Response<Body>> {
+        let kinds = self.server.kinds();
+        let accept = header(req, "accept");
+        let aggregated = |core: bool| {
+            let mut response = json(StatusCode::OK, &discovery::aggregated(kinds, core));
+            response.headers_mut().insert(
+                "content-type",
+                http::HeaderValue::from_static(discovery::AGGREGATED_V2),
+            );
+            response
+        };
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let missing = || ApiError::no_such_path(path);
+        let text = |content_type: &'static str, body: &'static str| {
+            let mut response = Response::new(full(body));
+            response.headers_mut().insert(
+                "content-type",
+                http::HeaderValue::from_static(content_type),
+            );
+            Some(response)
+        };
+        match segments.as_slice() {
+            // The real server words its root's type as text, though it is JSON.
+            ["openapi", "v3"] => {
+                let mut response = json(StatusCode::OK, &openapi::root());
+                response.headers_mut().insert(
+                    "content-type",
+                    http::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                return Some(response);
+            }
+            ["openapi", "v3", rest @ ..] => {
+                return match openapi::v3(&rest.join("/")) {
+                    Some(document) => text("application/json", document),
+                    None => Some(error_response(&missing())),
+                }
+            }
+            ["openapi", "v2"] if accept.contains("protobuf") && !accept.contains("json") => {
+                return Some(error_response(&ApiError::not_acceptable(&accept)));
+            }
+            ["openapi", "v2"] => return text("application/json", openapi::v2()),
+            _ => {}
+        }
+        let document = match segments.as_slice() {
+            ["api"] if discovery::wants_aggregated(&accept) => return Some(aggregated(true)),
+            ["apis"] if discovery::wants_aggregated(&accept) => return Some(aggregated(false)),
+            ["api"] => Ok(discovery::core_versions(&header(req, "host"))),
+            ["apis"] => Ok(discovery::group_list(kinds)),
+            ["apis", group] => discovery::group(kinds, group).ok_or_else(missing),
+            ["api", version] => discovery::resource_list(kinds, "", version).ok_or_else(missing),
+            ["apis", group, version] => {
+                discovery::resource_list(kinds, group, version).ok_or_else(missing)
+            }
+            _ => return None,
+        };
+        Some(match document {
+            Ok(document) => json(StatusCode::OK, &document),
+            Err(error) => error_response(&error),
+        })
+    }
+
     /// Answers one request; never panics on bad input.
     pub async fn handle(&self, req: Request<Incoming>, _peer: String) -> Response<Body> {
         let knobs = self.server.knobs();
@@ -172,11 +247,14 @@ impl Handler {
             "/version" => {
                 return json(
                     StatusCode::OK,
-                    &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-orrery-sim", "platform": "orrery/sim"}),
+                    &json!({"major": "1", "minor": "36", "gitVersion": "v1.36.3-orrery-sim", "platform": "orrery/sim"}),
                 )
             }
             "/healthz" | "/readyz" | "/livez" => return Response::new(full("ok")),
             _ => {}
+        }
+        if let Some(answer) = self.discovery(&req, &path) {
+            return answer;
         }
         if knobs.throttle_rate > 0.0
             && self.env.random_u64() % 1_000_000 < (knobs.throttle_rate * 1e6) as u64
@@ -212,11 +290,15 @@ impl Handler {
         let namespace = target.namespace.clone().unwrap_or_default();
         let now = self.env.elapsed();
         let unix_millis = self.env.unix_millis();
+        // `kubectl get` asks for a server-side table; other clients for the objects.
+        let as_table = (method == Method::GET && table::wanted(&header(&req, "accept")))
+            .then(|| Include::parse(params.get("includeObject").map(String::as_str)))
+            .transpose()?;
         match (&method, &target.name) {
             (&Method::GET, None) => {
                 let filter = filter(&target, &params)?;
                 if matches!(params.get("watch").map(String::as_str), Some("true" | "1")) {
-                    return self.watch(target.kind, filter, &params);
+                    return self.watch(target.kind, filter, &params, as_table);
                 }
                 let limit = params
                     .get("limit")
@@ -247,6 +329,20 @@ impl Handler {
                 if let Some(remaining) = page.remaining {
                     metadata["remainingItemCount"] = json!(remaining);
                 }
+                if let Some(include) = as_table {
+                    if metadata["continue"] == "" {
+                        metadata.as_object_mut().map(|m| m.remove("continue"));
+                    }
+                    let rows = page
+                        .items
+                        .iter()
+                        .map(|item| table::row(&target.kind, item, unix_millis, include))
+                        .collect();
+                    return Ok(json(
+                        StatusCode::OK,
+                        &table::table(&target.kind, metadata, rows, true),
+                    ));
+                }
                 // Items of built-in lists carry no apiVersion/kind (typed Go lists); custom
                 // resource lists are unstructured and keep them. Written straight from the
                 // stored objects: no copy of each item per list.
@@ -265,10 +361,21 @@ impl Handler {
                 };
                 Ok(json(StatusCode::OK, &list))
             }
-            (&Method::GET, Some(name)) => Ok(json(
-                StatusCode::OK,
-                &self.server.store().get(&target.kind, &namespace, name)?,
-            )),
+            (&Method::GET, Some(name)) => {
+                let object = self.server.store().get(&target.kind, &namespace, name)?;
+                match as_table {
+                    Some(include) => {
+                        let metadata =
+                            json!({"resourceVersion": object["metadata"]["resourceVersion"]});
+                        let row = table::row(&target.kind, &object, unix_millis, include);
+                        Ok(json(
+                            StatusCode::OK,
+                            &table::table(&target.kind, metadata, vec![row], true),
+                        ))
+                    }
+                    None => Ok(json(StatusCode::OK, &object)),
+                }
+            }
             (&Method::POST, None) => {
                 let body = read_json(req, &content_type, &target.kind.kind).await?;
                 check_body_namespace(&target, &body)?;
@@ -303,6 +410,21 @@ impl Handler {
                                 &patch,
                                 target.status,
                                 now,
+                            )
+                        })?
+                    }
+                    "application/strategic-merge-patch+json" if !target.kind.custom => {
+                        let patch = read_json(req, "application/json", &target.kind.kind).await?;
+                        let schema = openapi::schema_of(&target.kind);
+                        self.write("strategic_merge_patch", &target, |store| {
+                            store.patch_with(
+                                &target.kind,
+                                &namespace,
+                                name,
+                                &patch,
+                                target.status,
+                                now,
+                                |object, patch| super::strategic::apply(object, patch, schema),
                             )
                         })?
                     }
@@ -404,6 +526,7 @@ impl Handler {
         kind: ResourceKind,
         filter: Filter,
         params: &BTreeMap<String, String>,
+        as_table: Option<Include>,
     ) -> Result<Response<Body>, ApiError> {
         let resource_version =
             match params.get("resourceVersion").map(String::as_str) {
@@ -428,6 +551,7 @@ impl Handler {
                 .get("allowWatchBookmarks")
                 .is_some_and(|b| b == "true"),
             send_initial_events: params.get("sendInitialEvents").is_some_and(|b| b == "true"),
+            as_table,
         };
         let (tx, body) = channel(self.server.knobs().watch_buffer);
         tokio::spawn(watch::serve(
@@ -498,6 +622,10 @@ async fn read_json(
     content_type: &str,
     kind: &str,
 ) -> Result<Value, ApiError> {
+    if content_type.starts_with(protobuf::MEDIA_TYPE) {
+        let bytes = read_body(req).await?;
+        return protobuf::read(&bytes, content_type);
+    }
     if !content_type.is_empty()
         && !content_type.starts_with("application/json")
         && !content_type.contains("json")

@@ -14,11 +14,16 @@
 //! the host that serves it (like etcd's data would).
 
 pub mod apply;
+pub mod discovery;
 pub mod error;
 pub mod http;
+pub mod openapi;
+pub mod protobuf;
 pub mod resources;
 pub mod selector;
 pub mod store;
+pub mod strategic;
+pub mod table;
 pub mod validation;
 pub mod watch;
 

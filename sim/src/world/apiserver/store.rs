@@ -187,6 +187,39 @@ fn omit_empty(object: &mut Value, kind: &ResourceKind) {
     }
 }
 
+/// Defaulting the real server applies to a built-in type on every write
+/// (`SetDefaults_Secret`, and the Secret strategy's `stringData` fold): a Secret's
+/// `stringData` is folded into `data` base64-encoded and dropped, and its `type`
+/// defaults to `Opaque`.
+fn default_fields(object: &mut Value, kind: &ResourceKind) {
+    use base64::Engine;
+    if kind.custom || kind.kind != "Secret" {
+        return;
+    }
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Object(plain)) = map.shift_remove("stringData") {
+        if !map.get("data").is_some_and(Value::is_object) {
+            map.insert("data".into(), json!({}));
+        }
+        if let Some(data) = map.get_mut("data").and_then(Value::as_object_mut) {
+            for (key, value) in plain {
+                let text = value.as_str().unwrap_or_default().as_bytes();
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                data.insert(key, json!(encoded));
+            }
+        }
+    }
+    if !map
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| !t.is_empty())
+    {
+        map.insert("type".into(), json!("Opaque"));
+    }
+}
+
 /// RFC 7386 JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     match patch {
@@ -415,6 +448,7 @@ impl Store {
             meta.shift_remove("generation");
         }
         meta.shift_remove("resourceVersion");
+        default_fields(&mut object, kind);
         omit_empty(&mut object, kind);
         Ok(self.commit(kind, key, Some(object), now))
     }
@@ -477,6 +511,7 @@ impl Store {
         } else if let Some(meta) = next["metadata"].as_object_mut() {
             meta.shift_remove("generation");
         }
+        default_fields(&mut next, kind);
         omit_empty(&mut next, kind);
         *incoming = next;
     }
@@ -549,6 +584,25 @@ impl Store {
         status_only: bool,
         now: Duration,
     ) -> Result<Written, ApiError> {
+        self.patch_with(kind, namespace, name, patch, status_only, now, |next, patch| {
+            merge_patch(next, patch);
+            Ok(())
+        })
+    }
+
+    /// Patches an object with `apply` (a merge or strategic merge patch), then validates
+    /// and stores it as [`Store::patch_merge`] does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_with(
+        &mut self,
+        kind: &ResourceKind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+        status_only: bool,
+        now: Duration,
+        apply: impl FnOnce(&mut Value, &Value) -> Result<(), ApiError>,
+    ) -> Result<Written, ApiError> {
         let key = Self::key(kind, namespace, name);
         let current = self
             .objects
@@ -557,7 +611,7 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(kind, name))?;
         Self::check_precondition(kind, &current, patch)?;
         let mut next = (*current).clone();
-        merge_patch(&mut next, patch);
+        apply(&mut next, patch)?;
         if meta_str(&next, "name") != Some(name) {
             return Err(ApiError::bad_request(
                 "metadata.name cannot be changed by a patch",

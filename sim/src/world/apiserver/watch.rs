@@ -14,6 +14,7 @@ use orrery_system::observe::WorldEvent;
 
 use super::resources::ResourceKind;
 use super::store::{Change, ChangeType, Filter};
+use super::table::{self, Include};
 use super::ApiServer;
 
 /// What a watch request asked for.
@@ -31,6 +32,8 @@ pub struct WatchRequest {
     pub bookmarks: bool,
     /// `sendInitialEvents=true` (watch-list): synthetic ADDED, then an initial-events-end bookmark.
     pub send_initial_events: bool,
+    /// Events as one-row tables (`kubectl get -w`): column definitions in the first only.
+    pub as_table: Option<Include>,
 }
 
 /// How a stream ended (the `apiserver.watch_end` observation carries it).
@@ -103,11 +106,32 @@ struct Stream {
     env: SharedEnv,
     server: Arc<ApiServer>,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    /// For a table watch: the type and what rows carry, and whether columns were sent.
+    table: Option<(ResourceKind, Include, std::sync::atomic::AtomicBool)>,
 }
 
 impl Stream {
+    /// An event line rewritten as a one-row table, for a table watch (other lines as they are).
+    fn tabled(&self, bytes: Bytes) -> Bytes {
+        let Some((kind, include, columns_sent)) = &self.table else {
+            return bytes;
+        };
+        let Ok(mut event) = serde_json::from_slice::<Value>(&bytes) else {
+            return bytes;
+        };
+        if !matches!(event["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED")) {
+            return bytes; // bookmarks and errors are sent as they are
+        }
+        let object = event["object"].take();
+        let metadata = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
+        let row = table::row(kind, &object, self.env.unix_millis(), *include);
+        event["object"] = table::table(kind, metadata, vec![row], !columns_sent.swap(true, std::sync::atomic::Ordering::Relaxed));
+        line(event["type"].as_str().unwrap_or_default(), &event["object"])
+    }
+
     /// Sends one line, applying the cut and slow-watcher knobs.
     async fn send(&self, bytes: Bytes) -> Result<(), End> {
+        let bytes = self.tabled(bytes);
         let knobs = self.server.knobs();
         if knobs.cut_stream_rate > 0.0
             && self.env.random_u64() % 1_000_000 < (knobs.cut_stream_rate * 1e6) as u64
@@ -243,6 +267,9 @@ pub async fn serve(
         env: env.clone(),
         server,
         tx,
+        table: request
+            .as_table
+            .map(|include| (request.kind.clone(), include, std::sync::atomic::AtomicBool::new(false))),
     };
     let end = stream.run(request).await;
     env.observe(

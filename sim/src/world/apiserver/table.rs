@@ -1,0 +1,377 @@
+//! Server-side tables (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`): what
+//! `kubectl get` asks for and prints. Column definitions and cells follow kube-apiserver
+//! v1.36: the built-in printers of `pkg/printers/internalversion/printers.go` for the
+//! built-in types, and for custom resources `Name` plus the CRD's
+//! `additionalPrinterColumns` (an `Age` date column when it declares none). Rows carry
+//! the object as `PartialObjectMetadata` by default (`includeObject=Metadata`), the whole
+//! object with `includeObject=Object`, nothing with `None`.
+
+use serde_json::{json, Map, Value};
+
+use orrery_system::core::time::parse_rfc3339;
+
+use super::error::ApiError;
+use super::resources::{PrinterColumn, ResourceKind};
+
+const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+const AGE_DESCRIPTION: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
+/// What a row carries besides its cells (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Include {
+    /// No object.
+    None,
+    /// `PartialObjectMetadata` (the default).
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+impl Include {
+    /// Reads the `includeObject` query parameter (absent → `Metadata`).
+    pub fn parse(param: Option<&str>) -> Result<Include, ApiError> {
+        match param {
+            None | Some("") | Some("Metadata") => Ok(Include::Metadata),
+            Some("None") => Ok(Include::None),
+            Some("Object") => Ok(Include::Object),
+            Some(other) => Err(ApiError::bad_request(&format!(
+                "includeObject: Unsupported value: {other:?}: supported values: \"Metadata\", \"None\", \"Object\""
+            ))),
+        }
+    }
+}
+
+/// Whether an `Accept` header asks for a `meta.k8s.io/v1` table.
+pub fn wanted(accept: &str) -> bool {
+    accept.split(',').any(|media| {
+        let params: Vec<&str> = media.split(';').map(str::trim).collect();
+        params.contains(&"as=Table") && params.contains(&"g=meta.k8s.io") && params.contains(&"v=v1")
+    })
+}
+
+fn column(name: &str, column_type: &str, format: &str, description: &str, priority: i64) -> Value {
+    json!({"name": name, "type": column_type, "format": format, "description": description, "priority": priority})
+}
+
+fn name_column() -> Value {
+    column("Name", "string", "name", NAME_DESCRIPTION, 0)
+}
+
+fn age_column() -> Value {
+    column("Age", "string", "", AGE_DESCRIPTION, 0)
+}
+
+/// A CRD's columns, defaulted as the CRD API does: `Age` (a date) when it declares none.
+fn crd_columns(kind: &ResourceKind) -> Vec<PrinterColumn> {
+    if kind.details.printer_columns.is_empty() {
+        return vec![PrinterColumn {
+            name: "Age".into(),
+            column_type: "date".into(),
+            json_path: ".metadata.creationTimestamp".into(),
+            priority: 0,
+            description: Some(AGE_DESCRIPTION.into()),
+            format: None,
+        }];
+    }
+    kind.details.printer_columns.clone()
+}
+
+/// The column definitions of `kind`'s table.
+pub fn columns(kind: &ResourceKind) -> Vec<Value> {
+    let mut columns = vec![name_column()];
+    if kind.custom {
+        for c in crd_columns(kind) {
+            let description = c.description.clone().unwrap_or_else(|| {
+                format!("Custom resource definition column (in JSONPath format): {}", c.json_path)
+            });
+            columns.push(column(
+                &c.name,
+                &c.column_type,
+                c.format.as_deref().unwrap_or(""),
+                &description,
+                c.priority,
+            ));
+        }
+        return columns;
+    }
+    match kind.kind.as_str() {
+        "ConfigMap" => columns.push(column("Data", "string", "", "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process.", 0)),
+        "Secret" => {
+            columns.push(column("Type", "string", "", "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types", 0));
+            columns.push(column("Data", "string", "", "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4", 0));
+        }
+        "Lease" => columns.push(column("Holder", "string", "", "holderIdentity contains the identity of the holder of a current lease. If Coordinated Leader Election is used, the holder identity must be equal to the elected LeaseCandidate.metadata.name field.", 0)),
+        "ReplicaSet" => {
+            columns.push(column("Desired", "integer", "", "Replicas is the number of desired pods. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicaset", 0));
+            columns.push(column("Current", "integer", "", "Replicas is the most recently observed number of non-terminating pods. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicaset", 0));
+            columns.push(column("Ready", "integer", "", "The number of non-terminating pods targeted by this ReplicaSet with a Ready Condition.", 0));
+        }
+        _ => {}
+    }
+    columns.push(age_column());
+    if kind.kind == "ReplicaSet" {
+        columns.push(column("Containers", "string", "", "Names of each container in the template.", 1));
+        columns.push(column("Images", "string", "", "Images referenced by each container in the template.", 1));
+        columns.push(column("Selector", "string", "", "Selector is a label query over pods that should match the replica count. Label keys and values that must match in order to be controlled by this replica set. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors", 1));
+    }
+    columns
+}
+
+/// `duration.HumanDuration` of k8s.io/apimachinery: how kubectl's AGE reads.
+pub fn human_duration(millis: i64) -> String {
+    let seconds = millis.div_euclid(1000);
+    if seconds < -1 {
+        return "<invalid>".into();
+    }
+    if seconds < 0 {
+        return "0s".into();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        let s = seconds % 60;
+        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = minutes / 60;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let days = (hours / 24) % 365;
+        let years = hours / 24 / 365;
+        return if days == 0 { format!("{years}y") } else { format!("{years}y{days}d") };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+/// The age of a timestamp at `now_millis`, or `<unknown>` without one.
+fn age(timestamp: Option<&Value>, now_millis: u64) -> Value {
+    match timestamp.and_then(Value::as_str).and_then(parse_rfc3339) {
+        Some(at) => json!(human_duration(now_millis as i64 - at as i64)),
+        None => json!("<unknown>"),
+    }
+}
+
+/// A simple JSONPath (`.a.b.c`, or `{.a.b}`) into `object`.
+fn at_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    let path = path.trim().trim_start_matches('{').trim_end_matches('}');
+    path.trim_start_matches('.')
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .try_fold(object, |v, segment| v.get(segment))
+}
+
+fn count(object: &Value, fields: &[&str]) -> usize {
+    fields
+        .iter()
+        .filter_map(|f| object.get(*f).and_then(Value::as_object))
+        .map(Map::len)
+        .sum()
+}
+
+/// `metav1.FormatLabelSelector`: `k=v` and set-based terms joined by commas; `<none>` when empty.
+fn selector(selector: Option<&Value>) -> String {
+    let Some(selector) = selector else {
+        return "<none>".into();
+    };
+    let mut terms: Vec<String> = Vec::new();
+    if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+        let mut pairs: Vec<(&String, &Value)> = labels.iter().collect();
+        pairs.sort_by(|a, b| a.0.cmp(b.0));
+        for (k, v) in pairs {
+            terms.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+        }
+    }
+    for expression in selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = expression["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = expression["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        terms.push(match expression["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            other => format!("{key} {other} ({})", values.join(",")),
+        });
+    }
+    if terms.is_empty() {
+        "<none>".into()
+    } else {
+        terms.join(",")
+    }
+}
+
+fn container_field(object: &Value, field: &str) -> String {
+    object
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| c[field].as_str().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The cells of `object`'s row.
+pub fn cells(kind: &ResourceKind, object: &Value, now_millis: u64) -> Vec<Value> {
+    let metadata = &object["metadata"];
+    let mut cells = vec![metadata["name"].clone()];
+    let created = metadata.get("creationTimestamp");
+    if kind.custom {
+        for c in crd_columns(kind) {
+            let value = at_path(object, &c.json_path);
+            cells.push(match (c.column_type.as_str(), value) {
+                (_, None) | (_, Some(Value::Null)) => Value::Null,
+                ("date", Some(v)) => age(Some(v), now_millis),
+                ("string", Some(Value::String(s))) => json!(s),
+                ("string", Some(other)) => json!(other.to_string()),
+                (_, Some(v)) => v.clone(),
+            });
+        }
+        return cells;
+    }
+    let int = |pointer: &str, default: i64| {
+        json!(object.pointer(pointer).and_then(Value::as_i64).unwrap_or(default))
+    };
+    match kind.kind.as_str() {
+        "ConfigMap" => cells.push(json!(count(object, &["data", "binaryData"]))),
+        "Secret" => {
+            cells.push(json!(object["type"].as_str().unwrap_or_default()));
+            cells.push(json!(count(object, &["data"])));
+        }
+        "Lease" => cells.push(json!(object
+            .pointer("/spec/holderIdentity")
+            .and_then(Value::as_str)
+            .unwrap_or_default())),
+        "ReplicaSet" => {
+            cells.push(int("/spec/replicas", 1));
+            cells.push(int("/status/replicas", 0));
+            cells.push(int("/status/readyReplicas", 0));
+        }
+        _ => {}
+    }
+    cells.push(age(created, now_millis));
+    if kind.kind == "ReplicaSet" {
+        cells.push(json!(container_field(object, "name")));
+        cells.push(json!(container_field(object, "image")));
+        cells.push(json!(selector(object.pointer("/spec/selector"))));
+    }
+    cells
+}
+
+/// One row: cells and the object as `include` asks.
+pub fn row(kind: &ResourceKind, object: &Value, now_millis: u64, include: Include) -> Value {
+    let carried = match include {
+        Include::None => Value::Null,
+        Include::Metadata => json!({
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": object["metadata"],
+        }),
+        Include::Object => {
+            let mut whole = object.clone();
+            if let Some(fields) = whole.as_object_mut() {
+                fields.insert("apiVersion".into(), json!(kind.api_version()));
+                fields.insert("kind".into(), json!(kind.kind));
+            }
+            whole
+        }
+    };
+    json!({"cells": cells(kind, object, now_millis), "object": carried})
+}
+
+/// A `Table` of `rows`: with column definitions, or `null` in their place (every watch
+/// event after the first).
+pub fn table(kind: &ResourceKind, list_metadata: Value, rows: Vec<Value>, with_columns: bool) -> Value {
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_metadata,
+        "columnDefinitions": if with_columns { json!(columns(kind)) } else { Value::Null },
+        "rows": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::kinds::registry;
+
+    fn kind(plural: &str) -> ResourceKind {
+        registry().into_iter().find(|k| k.plural == plural).unwrap()
+    }
+
+    #[test]
+    fn ages_read_as_kubectl_prints_them() {
+        let s = 1000;
+        assert_eq!(human_duration(0), "0s");
+        assert_eq!(human_duration(-1500), "0s");
+        assert_eq!(human_duration(-5000), "<invalid>");
+        assert_eq!(human_duration(119 * s), "119s");
+        assert_eq!(human_duration(125 * s), "2m5s");
+        assert_eq!(human_duration(600 * s), "10m");
+        assert_eq!(human_duration(3 * 3600 * s + 60 * s), "3h1m");
+        assert_eq!(human_duration(30 * 3600 * s), "30h");
+        assert_eq!(human_duration(50 * 3600 * s), "2d2h");
+        assert_eq!(human_duration(400 * 86400 * s), "400d");
+        assert_eq!(human_duration(800 * 86400 * s), "2y70d");
+    }
+
+    #[test]
+    fn built_in_and_custom_rows_follow_the_real_printers() {
+        let now = parse_rfc3339("2026-01-01T00:01:00Z").unwrap();
+        let created = json!("2026-01-01T00:00:00Z");
+        let rs = json!({"metadata": {"name": "rs", "creationTimestamp": created},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"b": "2", "a": "1"},
+                "matchExpressions": [{"key": "t", "operator": "In", "values": ["x", "y"]}]},
+                "template": {"spec": {"containers": [{"name": "c", "image": "i:1"}, {"name": "d", "image": "i:2"}]}}}});
+        assert_eq!(
+            cells(&kind("replicasets"), &rs, now),
+            [json!("rs"), json!(2), json!(0), json!(0), json!("60s"), json!("c,d"), json!("i:1,i:2"), json!("a=1,b=2,t in (x,y)")]
+        );
+        assert_eq!(columns(&kind("replicasets")).len(), 8);
+        let app = json!({"metadata": {"name": "a", "creationTimestamp": created},
+            "spec": {"project": "default"}, "status": {"sync": {"status": "Synced"}}});
+        let apps = kind("applications");
+        assert_eq!(
+            cells(&apps, &app, now),
+            [json!("a"), json!("Synced"), Value::Null, Value::Null, json!("default")]
+        );
+        assert_eq!(columns(&apps)[1]["description"], "Custom resource definition column (in JSONPath format): .status.sync.status");
+        let workflows = kind("workflows");
+        assert_eq!(columns(&workflows)[1]["type"], "date");
+        assert_eq!(cells(&workflows, &app, now)[1], "60s");
+        let cm = json!({"metadata": {"name": "c"}, "data": {"a": "1"}, "binaryData": {"b": ""}});
+        assert_eq!(cells(&kind("configmaps"), &cm, now), [json!("c"), json!(2), json!("<unknown>")]);
+        let row = row(&kind("configmaps"), &cm, now, Include::Metadata);
+        assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+        assert!(Include::parse(Some("Everything")).is_err());
+        assert!(wanted("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"));
+        assert!(!wanted("application/json"));
+    }
+}
