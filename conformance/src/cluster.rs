@@ -85,6 +85,7 @@ impl Answer {
 pub struct Cluster {
     flavour: Flavour,
     client: kube::Client,
+    address: Option<String>,
     /// Keeps the in-process simulated server alive.
     _server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
@@ -104,6 +105,7 @@ impl Cluster {
         Ok(Cluster {
             flavour: Flavour::Real,
             client,
+            address: None,
             _server: None,
         })
     }
@@ -121,12 +123,18 @@ impl Cluster {
             ApiServer::new(Knobs::default()),
             listener,
         ));
-        let client = client(env, &KubeTarget::new(addr));
+        let client = client(env, &KubeTarget::new(addr.clone()));
         Ok(Cluster {
             flavour: Flavour::Simulated,
             client,
+            address: Some(addr),
             _server: Some(server),
         })
+    }
+
+    /// Where the simulated server listens (plain HTTP on loopback); `None` for a real one.
+    pub fn address(&self) -> Option<&str> {
+        self.address.as_deref()
     }
 
     /// Real or simulated.

@@ -145,7 +145,11 @@ mod tests {
         let served = vec![("".to_string(), "v1".to_string(), "ConfigMap".to_string())];
         let cut = cut_v3(&document, &served);
         assert_eq!(cut["paths"].as_object().unwrap().len(), 1);
-        let names: Vec<&String> = cut["components"]["schemas"].as_object().unwrap().keys().collect();
+        let names: Vec<&String> = cut["components"]["schemas"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
         assert_eq!(names, ["CM", "Meta"]);
     }
 }

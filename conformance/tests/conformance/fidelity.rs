@@ -139,8 +139,7 @@ async fn live_real_and_simulated_api_servers_answer_alike() {
         );
     }
     let report = report::render(&version, &rows, &deviations);
-    std::fs::write(repo_root().join("reports/conformance.md"), report)
-        .expect("write reports/conformance.md");
+    report::write_section("api-fidelity", &report).expect("write reports/conformance.md");
     let failing = failures(&rows);
     if !failing.is_empty() {
         eprintln!("the simulated API server differs from kube-apiserver {version}:{failing}");

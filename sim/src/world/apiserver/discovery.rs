@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 use super::resources::ResourceKind;
 
 /// The media type of an aggregated discovery answer.
-pub const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const AGGREGATED_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 /// Whether an `Accept` header asks for aggregated discovery (v2; kubectl lists v2beta1
 /// after it and plain JSON last).
@@ -28,9 +29,27 @@ pub fn wants_aggregated(accept: &str) -> bool {
 /// the registry's sorted set; custom resources from the CRD handler's fixed list).
 fn verbs(kind: &ResourceKind) -> Value {
     if kind.custom {
-        json!(["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"])
+        json!([
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "create",
+            "update",
+            "watch"
+        ])
     } else {
-        json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"])
+        json!([
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch"
+        ])
     }
 }
 

@@ -255,6 +255,32 @@ impl ApiError {
         }
     }
 
+    /// 415 for a PATCH whose patch type the resource does not take (custom resources take
+    /// no strategic merge patch), worded as kube-apiserver's patch handler words it.
+    pub fn unsupported_patch_type(custom: bool) -> Self {
+        let strategic = if custom {
+            ""
+        } else {
+            ", application/strategic-merge-patch+json"
+        };
+        ApiError {
+            code: 415,
+            reason: "UnsupportedMediaType",
+            message: format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{strategic}"),
+            details: json!({}),
+        }
+    }
+
+    /// 422 for a JSON patch that does not apply: kube-apiserver's generic wording, no causes.
+    pub fn patch_does_not_apply() -> Self {
+        ApiError {
+            code: 422,
+            reason: "Invalid",
+            message: "the server rejected our request due to an error in our request".into(),
+            details: json!({}),
+        }
+    }
+
     /// 406 NotAcceptable: the client accepts no media type this server answers with.
     pub fn not_acceptable(accept: &str) -> Self {
         ApiError {

@@ -24,13 +24,13 @@ use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
 use super::discovery;
+use super::error::ApiError;
 use super::openapi;
 use super::protobuf;
-use super::error::ApiError;
 use super::resources::ResourceKind;
-use super::table::{self, Include};
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{Filter, Written};
+use super::table::{self, Include};
 use super::watch::{self, WatchRequest};
 use super::ApiServer;
 
@@ -190,10 +190,9 @@ impl Handler {
         let missing = || ApiError::no_such_path(path);
         let text = |content_type: &'static str, body: &'static str| {
             let mut response = Response::new(full(body));
-            response.headers_mut().insert(
-                "content-type",
-                http::HeaderValue::from_static(content_type),
-            );
+            response
+                .headers_mut()
+                .insert("content-type", http::HeaderValue::from_static(content_type));
             Some(response)
         };
         match segments.as_slice() {
@@ -216,6 +215,16 @@ impl Handler {
                 return Some(error_response(&ApiError::not_acceptable(&accept)));
             }
             ["openapi", "v2"] => return text("application/json", openapi::v2()),
+            // Namespaces are implicit here: every valid name exists and is Active (kubectl
+            // reads one to word a NotFound for an object in it).
+            ["api", "v1", "namespaces", name] if req.method() == Method::GET => {
+                return Some(json(
+                    StatusCode::OK,
+                    &json!({"kind": "Namespace", "apiVersion": "v1",
+                        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+                        "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}),
+                ));
+            }
             _ => {}
         }
         let document = match segments.as_slice() {
@@ -464,6 +473,23 @@ impl Handler {
                             },
                             &applied,
                         ));
+                    }
+                    "application/strategic-merge-patch+json" => {
+                        return Err(ApiError::unsupported_patch_type(target.kind.custom))
+                    }
+                    "application/json-patch+json" => {
+                        let patch = read_json(req, "application/json", &target.kind.kind).await?;
+                        self.write("json_patch", &target, |store| {
+                            store.patch_with(
+                                &target.kind,
+                                &namespace,
+                                name,
+                                &serde_json::json!({}),
+                                target.status,
+                                now,
+                                |object, _| super::jsonpatch::apply(object, &patch),
+                            )
+                        })?
                     }
                     other => return Err(ApiError::unsupported_media_type(other)),
                 };

@@ -17,6 +17,7 @@ pub mod apply;
 pub mod discovery;
 pub mod error;
 pub mod http;
+pub mod jsonpatch;
 pub mod openapi;
 pub mod protobuf;
 pub mod resources;

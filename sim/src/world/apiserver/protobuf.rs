@@ -64,7 +64,8 @@ fn fields(mut bytes: &[u8]) -> Result<Vec<Field<'_>>, DecodeError> {
                 bytes = bytes.get(width..).ok_or(DecodeError::Truncated)?;
             }
             2 => {
-                let length = usize::try_from(varint(&mut bytes)?).map_err(|_| DecodeError::Truncated)?;
+                let length =
+                    usize::try_from(varint(&mut bytes)?).map_err(|_| DecodeError::Truncated)?;
                 let value = bytes.get(..length).ok_or(DecodeError::Truncated)?;
                 bytes = &bytes[length..];
                 out.push(Field::Bytes(number, value));
@@ -99,7 +100,9 @@ fn time(bytes: &[u8]) -> Result<Value, DecodeError> {
         Field::Varint(1, s) => Some(s),
         _ => None,
     });
-    Ok(seconds.map_or(Value::Null, |s| json!(orrery_system::core::time::rfc3339(s * 1000))))
+    Ok(seconds.map_or(Value::Null, |s| {
+        json!(orrery_system::core::time::rfc3339(s * 1000))
+    }))
 }
 
 fn object_meta(bytes: &[u8]) -> Result<Value, DecodeError> {
@@ -113,7 +116,15 @@ fn object_meta(bytes: &[u8]) -> Result<Value, DecodeError> {
             // Go's encoder writes every string and struct field, set or not: empty means unset.
             Field::Bytes(_, []) | Field::Varint(_, 0) => {}
             Field::Bytes(n @ (1 | 2 | 3 | 5 | 6), v) => {
-                let name = ["", "name", "generateName", "namespace", "", "uid", "resourceVersion"][n as usize];
+                let name = [
+                    "",
+                    "name",
+                    "generateName",
+                    "namespace",
+                    "",
+                    "uid",
+                    "resourceVersion",
+                ][n as usize];
                 meta.insert(name.into(), json!(text(n, v)?));
             }
             Field::Varint(7, g) => {
@@ -174,17 +185,16 @@ fn owner_reference(bytes: &[u8]) -> Result<Value, DecodeError> {
 
 /// A ConfigMap or Secret message as its JSON object (`binary` marks the map fields whose
 /// values are bytes, which JSON carries base64-encoded).
-fn object(
-    api_version: &str,
-    kind: &str,
-    bytes: &[u8],
-) -> Result<Option<Value>, DecodeError> {
+fn object(api_version: &str, kind: &str, bytes: &[u8]) -> Result<Option<Value>, DecodeError> {
     let b64 = |v: &[u8]| json!(base64::engine::general_purpose::STANDARD.encode(v));
     let mut object = Map::new();
     object.insert("apiVersion".into(), json!(api_version));
     object.insert("kind".into(), json!(kind));
-    let mut maps: [(&str, Map<String, Value>); 3] =
-        [("data", Map::new()), ("binaryData", Map::new()), ("stringData", Map::new())];
+    let mut maps: [(&str, Map<String, Value>); 3] = [
+        ("data", Map::new()),
+        ("binaryData", Map::new()),
+        ("stringData", Map::new()),
+    ];
     for field in fields(bytes)? {
         match (kind, field) {
             (_, Field::Bytes(1, v)) => {
@@ -278,21 +288,40 @@ mod tests {
     }
 
     fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-        let type_meta = [bytes_field(1, api_version.as_bytes()), bytes_field(2, kind.as_bytes())].concat();
-        [MAGIC.to_vec(), bytes_field(1, &type_meta), bytes_field(2, raw)].concat()
+        let type_meta = [
+            bytes_field(1, api_version.as_bytes()),
+            bytes_field(2, kind.as_bytes()),
+        ]
+        .concat();
+        [
+            MAGIC.to_vec(),
+            bytes_field(1, &type_meta),
+            bytes_field(2, raw),
+        ]
+        .concat()
     }
 
     #[test]
     fn a_configmap_and_a_secret_decode_to_their_json_objects() {
         let meta = [bytes_field(1, b"c"), map_entry(11, "app", b"x")].concat();
-        let cm = [bytes_field(1, &meta), map_entry(2, "k", b"v"), map_entry(3, "b", &[0, 1])].concat();
+        let cm = [
+            bytes_field(1, &meta),
+            map_entry(2, "k", b"v"),
+            map_entry(3, "b", &[0, 1]),
+        ]
+        .concat();
         assert_eq!(
             decode(&envelope("v1", "ConfigMap", &cm)).unwrap().unwrap(),
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                    "metadata": {"name": "c", "labels": {"app": "x"}},
                    "data": {"k": "v"}, "binaryData": {"b": "AAE="}})
         );
-        let secret = [bytes_field(1, &bytes_field(1, b"s")), map_entry(2, "k", b"v"), bytes_field(3, b"Opaque")].concat();
+        let secret = [
+            bytes_field(1, &bytes_field(1, b"s")),
+            map_entry(2, "k", b"v"),
+            bytes_field(3, b"Opaque"),
+        ]
+        .concat();
         assert_eq!(
             decode(&envelope("v1", "Secret", &secret)).unwrap().unwrap(),
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
@@ -302,8 +331,15 @@ mod tests {
 
     #[test]
     fn other_types_and_broken_bodies_are_refused_without_panicking() {
-        assert!(decode(&envelope("apps/v1", "ReplicaSet", &[])).unwrap().is_none());
-        assert_eq!(read(&envelope("apps/v1", "ReplicaSet", &[]), MEDIA_TYPE).unwrap_err().code, 415);
+        assert!(decode(&envelope("apps/v1", "ReplicaSet", &[]))
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            read(&envelope("apps/v1", "ReplicaSet", &[]), MEDIA_TYPE)
+                .unwrap_err()
+                .code,
+            415
+        );
         assert!(matches!(decode(b"{}"), Err(DecodeError::Magic)));
         let truncated = [MAGIC, &[0x0a, 0x10, 0x01]].concat();
         assert!(matches!(decode(&truncated), Err(DecodeError::Truncated)));

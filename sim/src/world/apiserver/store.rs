@@ -211,10 +211,10 @@ fn default_fields(object: &mut Value, kind: &ResourceKind) {
             }
         }
     }
-    if !map
+    if map
         .get("type")
         .and_then(Value::as_str)
-        .is_some_and(|t| !t.is_empty())
+        .is_none_or(str::is_empty)
     {
         map.insert("type".into(), json!("Opaque"));
     }
@@ -584,10 +584,18 @@ impl Store {
         status_only: bool,
         now: Duration,
     ) -> Result<Written, ApiError> {
-        self.patch_with(kind, namespace, name, patch, status_only, now, |next, patch| {
-            merge_patch(next, patch);
-            Ok(())
-        })
+        self.patch_with(
+            kind,
+            namespace,
+            name,
+            patch,
+            status_only,
+            now,
+            |next, patch| {
+                merge_patch(next, patch);
+                Ok(())
+            },
+        )
     }
 
     /// Patches an object with `apply` (a merge or strategic merge patch), then validates

@@ -24,7 +24,11 @@ fn invalid(message: &str) -> ApiError {
 
 /// Applies `patch` to `target` under `schema` (the type's schema; `None` merges every list
 /// by replacement, as for unknown fields).
-pub fn apply(target: &mut Value, patch: &Value, schema: Option<Schema<'_>>) -> Result<(), ApiError> {
+pub fn apply(
+    target: &mut Value,
+    patch: &Value,
+    schema: Option<Schema<'_>>,
+) -> Result<(), ApiError> {
     let Some(patch) = patch.as_object() else {
         return Err(invalid("the patch must be a JSON object"));
     };
@@ -135,10 +139,14 @@ fn merge_list(
     };
     for element in patch {
         let Some(element_map) = element.as_object() else {
-            return Err(invalid(&format!("list merged by {merge_key:?} has a non-object element")));
+            return Err(invalid(&format!(
+                "list merged by {merge_key:?} has a non-object element"
+            )));
         };
         let Some(id) = element_map.get(merge_key) else {
-            return Err(invalid(&format!("map: {element} does not contain declared merge key: {merge_key}")));
+            return Err(invalid(&format!(
+                "map: {element} does not contain declared merge key: {merge_key}"
+            )));
         };
         let position = target.iter().position(|t| t.get(merge_key) == Some(id));
         match (position, element_map.get("$patch").and_then(Value::as_str)) {
@@ -160,7 +168,7 @@ fn merge_list(
     Ok(())
 }
 
-fn reorder(list: &mut Vec<Value>, order: &[Value], merge_key: Option<&str>) {
+fn reorder(list: &mut [Value], order: &[Value], merge_key: Option<&str>) {
     let identity = |v: &Value| match merge_key {
         Some(key) => v.get(key).cloned().unwrap_or(Value::Null),
         None => v.clone(),
@@ -186,5 +194,103 @@ fn strip(value: &Value) -> Value {
         ),
         Value::Array(items) => Value::Array(items.iter().map(strip).collect()),
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::kinds::registry;
+    use crate::world::apiserver::openapi::schema_of;
+    use serde_json::json;
+
+    fn schema(plural: &str) -> Option<Schema<'static>> {
+        let kind = registry().into_iter().find(|k| k.plural == plural).unwrap();
+        schema_of(&kind)
+    }
+
+    fn rs() -> Value {
+        json!({"metadata": {"name": "rs", "finalizers": ["a"]},
+               "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                   {"name": "c", "image": "i:1", "env": [{"name": "A", "value": "1"}]},
+                   {"name": "d", "image": "j:1"}]}}}})
+    }
+
+    #[test]
+    fn containers_merge_by_name_and_scalars_merge_as_a_json_merge_patch() {
+        let mut object = rs();
+        let patch = json!({"spec": {"replicas": 3, "template": {"spec": {"containers": [
+            {"name": "c", "image": "i:2", "env": [{"name": "B", "value": "2"}]},
+            {"name": "e", "image": "k:1"}]}}}});
+        apply(&mut object, &patch, schema("replicasets")).unwrap();
+        let containers = &object["spec"]["template"]["spec"]["containers"];
+        assert_eq!(object["spec"]["replicas"], 3);
+        assert_eq!(containers[0]["image"], "i:2");
+        assert_eq!(
+            containers[0]["env"],
+            json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}])
+        );
+        assert_eq!(
+            containers[1]["name"], "d",
+            "a container the patch does not name is kept"
+        );
+        assert_eq!(containers[2]["name"], "e");
+        // Without a schema (or for a list the schema does not mark), lists replace.
+        let mut plain = rs();
+        apply(&mut plain, &patch, None).unwrap();
+        assert_eq!(
+            plain["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn directives_delete_replace_reorder_and_drop_from_primitive_lists() {
+        let mut object = rs();
+        let patch = json!({
+            "metadata": {"finalizers": ["b"], "$deleteFromPrimitiveList/finalizers": ["a"]},
+            "spec": {"template": {"spec": {
+                "containers": [{"name": "d", "$patch": "delete"}, {"name": "f", "image": "x"}],
+                "$setElementOrder/containers": [{"name": "f"}, {"name": "c"}]}}}});
+        apply(&mut object, &patch, schema("replicasets")).unwrap();
+        assert_eq!(object["metadata"]["finalizers"], json!(["b"]));
+        let names: Vec<&str> = object["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["f", "c"]);
+        let mut replaced = rs();
+        apply(
+            &mut replaced,
+            &json!({"spec": {"$patch": "replace", "replicas": 5}}),
+            schema("replicasets"),
+        )
+        .unwrap();
+        assert_eq!(replaced["spec"], json!({"replicas": 5}));
+        let mut retained = json!({"spec": {"a": 1, "b": 2}});
+        apply(
+            &mut retained,
+            &json!({"spec": {"$retainKeys": ["b"], "b": 3}}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(retained["spec"], json!({"b": 3}));
+    }
+
+    #[test]
+    fn malformed_patches_are_refused_with_a_reason() {
+        let mut object = rs();
+        let no_key = json!({"spec": {"template": {"spec": {"containers": [{"image": "x"}]}}}});
+        let error = apply(&mut object, &no_key, schema("replicasets")).unwrap_err();
+        assert_eq!(error.code, 400);
+        assert!(error.message.contains("merge key"), "{}", error.message);
+        assert!(apply(&mut object, &json!([1]), None).is_err());
+        assert!(apply(&mut object, &json!({"$patch": "explode"}), None).is_err());
+        assert!(schema("configmaps").is_some());
     }
 }

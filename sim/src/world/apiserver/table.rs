@@ -45,7 +45,9 @@ impl Include {
 pub fn wanted(accept: &str) -> bool {
     accept.split(',').any(|media| {
         let params: Vec<&str> = media.split(';').map(str::trim).collect();
-        params.contains(&"as=Table") && params.contains(&"g=meta.k8s.io") && params.contains(&"v=v1")
+        params.contains(&"as=Table")
+            && params.contains(&"g=meta.k8s.io")
+            && params.contains(&"v=v1")
     })
 }
 
@@ -82,7 +84,10 @@ pub fn columns(kind: &ResourceKind) -> Vec<Value> {
     if kind.custom {
         for c in crd_columns(kind) {
             let description = c.description.clone().unwrap_or_else(|| {
-                format!("Custom resource definition column (in JSONPath format): {}", c.json_path)
+                format!(
+                    "Custom resource definition column (in JSONPath format): {}",
+                    c.json_path
+                )
             });
             columns.push(column(
                 &c.name,
@@ -110,8 +115,20 @@ pub fn columns(kind: &ResourceKind) -> Vec<Value> {
     }
     columns.push(age_column());
     if kind.kind == "ReplicaSet" {
-        columns.push(column("Containers", "string", "", "Names of each container in the template.", 1));
-        columns.push(column("Images", "string", "", "Images referenced by each container in the template.", 1));
+        columns.push(column(
+            "Containers",
+            "string",
+            "",
+            "Names of each container in the template.",
+            1,
+        ));
+        columns.push(column(
+            "Images",
+            "string",
+            "",
+            "Images referenced by each container in the template.",
+            1,
+        ));
         columns.push(column("Selector", "string", "", "Selector is a label query over pods that should match the replica count. Label keys and values that must match in order to be controlled by this replica set. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors", 1));
     }
     columns
@@ -119,7 +136,7 @@ pub fn columns(kind: &ResourceKind) -> Vec<Value> {
 
 /// `duration.HumanDuration` of k8s.io/apimachinery: how kubectl's AGE reads.
 pub fn human_duration(millis: i64) -> String {
-    let seconds = millis.div_euclid(1000);
+    let seconds = millis / 1000; // Go's int(d.Seconds()) truncates toward zero
     if seconds < -1 {
         return "<invalid>".into();
     }
@@ -132,7 +149,11 @@ pub fn human_duration(millis: i64) -> String {
     let minutes = seconds / 60;
     if minutes < 10 {
         let s = seconds % 60;
-        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
     }
     if minutes < 180 {
         return format!("{minutes}m");
@@ -140,14 +161,22 @@ pub fn human_duration(millis: i64) -> String {
     let hours = minutes / 60;
     if hours < 8 {
         let m = minutes % 60;
-        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
         let h = hours % 24;
-        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
@@ -155,7 +184,11 @@ pub fn human_duration(millis: i64) -> String {
     if hours < 24 * 365 * 8 {
         let days = (hours / 24) % 365;
         let years = hours / 24 / 365;
-        return if days == 0 { format!("{years}y") } else { format!("{years}y{days}d") };
+        return if days == 0 {
+            format!("{years}y")
+        } else {
+            format!("{years}y{days}d")
+        };
     }
     format!("{}y", hours / 24 / 365)
 }
@@ -256,7 +289,10 @@ pub fn cells(kind: &ResourceKind, object: &Value, now_millis: u64) -> Vec<Value>
         return cells;
     }
     let int = |pointer: &str, default: i64| {
-        json!(object.pointer(pointer).and_then(Value::as_i64).unwrap_or(default))
+        json!(object
+            .pointer(pointer)
+            .and_then(Value::as_i64)
+            .unwrap_or(default))
     };
     match kind.kind.as_str() {
         "ConfigMap" => cells.push(json!(count(object, &["data", "binaryData"]))),
@@ -307,7 +343,12 @@ pub fn row(kind: &ResourceKind, object: &Value, now_millis: u64, include: Includ
 
 /// A `Table` of `rows`: with column definitions, or `null` in their place (every watch
 /// event after the first).
-pub fn table(kind: &ResourceKind, list_metadata: Value, rows: Vec<Value>, with_columns: bool) -> Value {
+pub fn table(
+    kind: &ResourceKind,
+    list_metadata: Value,
+    rows: Vec<Value>,
+    with_columns: bool,
+) -> Value {
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
@@ -352,7 +393,16 @@ mod tests {
                 "template": {"spec": {"containers": [{"name": "c", "image": "i:1"}, {"name": "d", "image": "i:2"}]}}}});
         assert_eq!(
             cells(&kind("replicasets"), &rs, now),
-            [json!("rs"), json!(2), json!(0), json!(0), json!("60s"), json!("c,d"), json!("i:1,i:2"), json!("a=1,b=2,t in (x,y)")]
+            [
+                json!("rs"),
+                json!(2),
+                json!(0),
+                json!(0),
+                json!("60s"),
+                json!("c,d"),
+                json!("i:1,i:2"),
+                json!("a=1,b=2,t in (x,y)")
+            ]
         );
         assert_eq!(columns(&kind("replicasets")).len(), 8);
         let app = json!({"metadata": {"name": "a", "creationTimestamp": created},
@@ -360,18 +410,32 @@ mod tests {
         let apps = kind("applications");
         assert_eq!(
             cells(&apps, &app, now),
-            [json!("a"), json!("Synced"), Value::Null, Value::Null, json!("default")]
+            [
+                json!("a"),
+                json!("Synced"),
+                Value::Null,
+                Value::Null,
+                json!("default")
+            ]
         );
-        assert_eq!(columns(&apps)[1]["description"], "Custom resource definition column (in JSONPath format): .status.sync.status");
+        assert_eq!(
+            columns(&apps)[1]["description"],
+            "Custom resource definition column (in JSONPath format): .status.sync.status"
+        );
         let workflows = kind("workflows");
         assert_eq!(columns(&workflows)[1]["type"], "date");
         assert_eq!(cells(&workflows, &app, now)[1], "60s");
         let cm = json!({"metadata": {"name": "c"}, "data": {"a": "1"}, "binaryData": {"b": ""}});
-        assert_eq!(cells(&kind("configmaps"), &cm, now), [json!("c"), json!(2), json!("<unknown>")]);
+        assert_eq!(
+            cells(&kind("configmaps"), &cm, now),
+            [json!("c"), json!(2), json!("<unknown>")]
+        );
         let row = row(&kind("configmaps"), &cm, now, Include::Metadata);
         assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
         assert!(Include::parse(Some("Everything")).is_err());
-        assert!(wanted("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"));
+        assert!(wanted(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ));
         assert!(!wanted("application/json"));
     }
 }

@@ -119,13 +119,21 @@ impl Stream {
         let Ok(mut event) = serde_json::from_slice::<Value>(&bytes) else {
             return bytes;
         };
-        if !matches!(event["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED")) {
+        if !matches!(
+            event["type"].as_str(),
+            Some("ADDED" | "MODIFIED" | "DELETED")
+        ) {
             return bytes; // bookmarks and errors are sent as they are
         }
         let object = event["object"].take();
         let metadata = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
         let row = table::row(kind, &object, self.env.unix_millis(), *include);
-        event["object"] = table::table(kind, metadata, vec![row], !columns_sent.swap(true, std::sync::atomic::Ordering::Relaxed));
+        event["object"] = table::table(
+            kind,
+            metadata,
+            vec![row],
+            !columns_sent.swap(true, std::sync::atomic::Ordering::Relaxed),
+        );
         line(event["type"].as_str().unwrap_or_default(), &event["object"])
     }
 
@@ -267,9 +275,13 @@ pub async fn serve(
         env: env.clone(),
         server,
         tx,
-        table: request
-            .as_table
-            .map(|include| (request.kind.clone(), include, std::sync::atomic::AtomicBool::new(false))),
+        table: request.as_table.map(|include| {
+            (
+                request.kind.clone(),
+                include,
+                std::sync::atomic::AtomicBool::new(false),
+            )
+        }),
     };
     let end = stream.run(request).await;
     env.observe(
