@@ -120,12 +120,14 @@ nightly:
 		[ $$status -eq 0 ] || fail=$$status; \
 	done; exit $$fail
 
-## Benchmarks in real mode, release build (ungated perf, ~5 min): the reporter under the real
+## Benchmarks in real mode, release build (ungated perf, ~6 min): the reporter under the real
 ## event model (both variants, platform answering at once and after 20 ms), its serialisation
-## hot path, and the tunnel against a direct connection.
+## hot path, the tunnel against a direct connection, and orrery apiserver against the real
+## kube-apiserver (started by conformance/kube/run.sh: built once, ~8 min, needs Go).
 bench:
 	$(CARGO) build --release -p orrery-sim --bin orrery
 	./target/release/orrery bench --events 20000 --out reports/perf/bench.json
+	conformance/kube/run.sh ./target/release/orrery bench-apiserver --out reports/perf/apiserver.json
 
 ## Where one seed's time goes (not part of make test): a perf profile of a release build with
 ## frame pointers; the report goes to reports/perf/profile-<scenario>-<variant>.txt.

@@ -22,6 +22,7 @@
 //!   (`orrery serve git`).
 
 pub mod bench;
+pub mod bench_apiserver;
 pub mod checkers;
 pub mod env;
 pub mod exit;

@@ -62,6 +62,9 @@ enum Command {
     Bench(BenchArgs),
     /// Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).
     Apiserver(ApiserverArgs),
+    /// Measure `orrery apiserver` and the real kube-apiserver KUBECONFIG names side by side
+    /// (start-up; create, list and watch throughput); figures to reports/perf/.
+    BenchApiserver(BenchApiserverArgs),
     /// List the fault points compiled into the system code (name, tab, what firing does).
     BuggifyPoints,
     /// Shrink a failing run to a minimal scenario that still breaks the same invariant;
@@ -210,6 +213,22 @@ struct BenchArgs {
     window: u64,
     /// Where the figures go (ungated).
     #[arg(long, default_value = "reports/perf/bench.json")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct BenchApiserverArgs {
+    /// ConfigMaps created on each server (and as many again while watching).
+    #[arg(long, default_value_t = 2000)]
+    objects: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Full lists of the benchmark namespace.
+    #[arg(long, default_value_t = 20)]
+    lists: usize,
+    /// Where the figures go (ungated).
+    #[arg(long, default_value = "reports/perf/apiserver.json")]
     out: PathBuf,
 }
 
@@ -779,6 +798,25 @@ fn cmd_bench(args: BenchArgs) -> Result<Exit, Fail> {
     Ok(Exit::Expected)
 }
 
+fn cmd_bench_apiserver(args: BenchApiserverArgs) -> Result<Exit, Fail> {
+    let load = orrery_sim::bench_apiserver::Load {
+        objects: args.objects.max(1),
+        concurrency: args.concurrency.max(1),
+        lists: args.lists.max(1),
+    };
+    let record = orrery_sim::bench_apiserver::run(load)
+        .map_err(|e| Fail(format!("apiserver benchmark failed: {e}"), Exit::Mismatch))?;
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
+    }
+    let text = serde_json::to_string_pretty(&record).expect("JSON values serialise") + "\n";
+    std::fs::write(&args.out, text)
+        .map_err(|e| Fail::usage(format!("{}: {e}", args.out.display())))?;
+    print!("{}", orrery_sim::bench_apiserver::table(&record));
+    eprintln!("wrote {}", args.out.display());
+    Ok(Exit::Expected)
+}
+
 fn cmd_apiserver(args: ApiserverArgs) -> Result<Exit, Fail> {
     serve::init_logging(args.log_format);
     let listen = args.listen;
@@ -811,6 +849,7 @@ fn main() -> ExitCode {
         Command::Reports(args) => cmd_reports(args),
         Command::Bench(args) => cmd_bench(args),
         Command::Apiserver(args) => cmd_apiserver(args),
+        Command::BenchApiserver(args) => cmd_bench_apiserver(args),
         Command::Serve(what) => serve::run(what),
     };
     match result {

@@ -45,6 +45,16 @@ impl ApiError {
         }
     }
 
+    /// 404 for a namespace that does not exist (here: one whose name no namespace can have).
+    pub fn namespace_not_found(name: &str) -> Self {
+        ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("namespaces \"{name}\" not found"),
+            details: json!({"name": name, "kind": "namespaces"}),
+        }
+    }
+
     /// 409 AlreadyExists (POST of an existing name).
     pub fn already_exists(kind: &ResourceKind, name: &str) -> Self {
         ApiError {
@@ -282,11 +292,12 @@ impl ApiError {
     }
 
     /// 406 NotAcceptable: the client accepts no media type this server answers with.
-    pub fn not_acceptable(accept: &str) -> Self {
+    /// Worded as kube-apiserver's negotiation words it (it lists the types it serves).
+    pub fn not_acceptable() -> Self {
         ApiError {
             code: 406,
             reason: "NotAcceptable",
-            message: format!("only the following media types are accepted: application/json (asked for {accept})"),
+            message: "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
             details: json!({}),
         }
     }

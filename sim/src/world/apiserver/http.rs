@@ -89,6 +89,18 @@ fn header(req: &Request<Incoming>, name: &str) -> String {
         .to_string()
 }
 
+/// Whether a client that sent `accept` takes a JSON answer: no header, a wildcard, or a
+/// JSON type among those it lists. Only protobuf (or only YAML) is 406 here; the real server
+/// answers protobuf for built-in types and YAML for every type, and 406 protobuf for custom
+/// resources, as here.
+fn answers_json(accept: &str) -> bool {
+    accept.trim().is_empty()
+        || accept.split(',').any(|media| {
+            let media = media.split(';').next().unwrap_or("").trim();
+            matches!(media, "*/*" | "application/*" | "") || media.starts_with("application/json")
+        })
+}
+
 /// Largest accepted request body (kube-apiserver's limit is 3 MiB).
 pub const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
 
@@ -188,6 +200,15 @@ impl Handler {
         };
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let missing = || ApiError::no_such_path(path);
+        let document_path = matches!(
+            segments.as_slice(),
+            ["api"] | ["apis"] | ["apis", _] | ["api", _] | ["apis", _, _] | ["openapi", ..]
+        );
+        if document_path && req.method() != Method::GET {
+            return Some(error_response(&ApiError::method_not_allowed(
+                req.method().as_str(),
+            )));
+        }
         let text = |content_type: &'static str, body: &'static str| {
             let mut response = Response::new(full(body));
             response
@@ -212,12 +233,15 @@ impl Handler {
                 }
             }
             ["openapi", "v2"] if accept.contains("protobuf") && !accept.contains("json") => {
-                return Some(error_response(&ApiError::not_acceptable(&accept)));
+                return Some(error_response(&ApiError::not_acceptable()));
             }
             ["openapi", "v2"] => return text("application/json", openapi::v2()),
             // Namespaces are implicit here: every valid name exists and is Active (kubectl
             // reads one to word a NotFound for an object in it).
             ["api", "v1", "namespaces", name] if req.method() == Method::GET => {
+                if !super::validation::namespace_name(name) {
+                    return Some(error_response(&ApiError::namespace_not_found(name)));
+                }
                 return Some(json(
                     StatusCode::OK,
                     &json!({"kind": "Namespace", "apiVersion": "v1",
@@ -299,6 +323,9 @@ impl Handler {
         let namespace = target.namespace.clone().unwrap_or_default();
         let now = self.env.elapsed();
         let unix_millis = self.env.unix_millis();
+        if !answers_json(&header(&req, "accept")) {
+            return Err(ApiError::not_acceptable());
+        }
         // `kubectl get` asks for a server-side table; other clients for the objects.
         let as_table = (method == Method::GET && table::wanted(&header(&req, "accept")))
             .then(|| Include::parse(params.get("includeObject").map(String::as_str)))
@@ -386,7 +413,10 @@ impl Handler {
                 }
             }
             (&Method::POST, None) => {
-                let body = read_json(req, &content_type, &target.kind.kind).await?;
+                if target.kind.namespaced && !super::validation::namespace_name(&namespace) {
+                    return Err(ApiError::namespace_not_found(&namespace));
+                }
+                let body = read_json(req, &content_type, &target.kind).await?;
                 check_body_namespace(&target, &body)?;
                 let created = self.write("create", &target, |store| {
                     store.create(&target.kind, &namespace, body, now, unix_millis)
@@ -394,7 +424,7 @@ impl Handler {
                 Ok(written(StatusCode::CREATED, &created))
             }
             (&Method::PUT, Some(name)) => {
-                let body = read_json(req, &content_type, &target.kind.kind).await?;
+                let body = read_json(req, &content_type, &target.kind).await?;
                 check_body_namespace(&target, &body)?;
                 let replaced = self.write("replace", &target, |store| {
                     store.replace(&target.kind, &namespace, name, body, target.status, now)
@@ -410,7 +440,7 @@ impl Handler {
                     .to_string();
                 let patched = match media.as_str() {
                     "application/merge-patch+json" => {
-                        let patch = read_json(req, "application/json", &target.kind.kind).await?;
+                        let patch = read_json(req, "application/json", &target.kind).await?;
                         self.write("merge_patch", &target, |store| {
                             store.patch_merge(
                                 &target.kind,
@@ -423,7 +453,7 @@ impl Handler {
                         })?
                     }
                     "application/strategic-merge-patch+json" if !target.kind.custom => {
-                        let patch = read_json(req, "application/json", &target.kind.kind).await?;
+                        let patch = read_json(req, "application/json", &target.kind).await?;
                         let schema = openapi::schema_of(&target.kind);
                         self.write("strategic_merge_patch", &target, |store| {
                             store.patch_with(
@@ -478,7 +508,7 @@ impl Handler {
                         return Err(ApiError::unsupported_patch_type(target.kind.custom))
                     }
                     "application/json-patch+json" => {
-                        let patch = read_json(req, "application/json", &target.kind.kind).await?;
+                        let patch = read_json(req, "application/json", &target.kind).await?;
                         self.write("json_patch", &target, |store| {
                             store.patch_with(
                                 &target.kind,
@@ -487,7 +517,19 @@ impl Handler {
                                 &serde_json::json!({}),
                                 target.status,
                                 now,
-                                |object, _| super::jsonpatch::apply(object, &patch),
+                                |object, _| {
+                                    let before = object["metadata"]["resourceVersion"].clone();
+                                    super::jsonpatch::apply(object, &patch)?;
+                                    // A resourceVersion the patch sets is a precondition.
+                                    match &object["metadata"]["resourceVersion"] {
+                                        Value::String(rv)
+                                            if Value::String(rv.clone()) != before =>
+                                        {
+                                            Err(ApiError::conflict(&target.kind, name))
+                                        }
+                                        _ => Ok(()),
+                                    }
+                                },
                             )
                         })?
                     }
@@ -646,12 +688,13 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
 async fn read_json(
     req: Request<Incoming>,
     content_type: &str,
-    kind: &str,
+    kind: &ResourceKind,
 ) -> Result<Value, ApiError> {
     if content_type.starts_with(protobuf::MEDIA_TYPE) {
         let bytes = read_body(req).await?;
-        return protobuf::read(&bytes, content_type);
+        return protobuf::read(&bytes, content_type, &kind.kind, kind.custom);
     }
+    let kind = &kind.kind;
     if !content_type.is_empty()
         && !content_type.starts_with("application/json")
         && !content_type.contains("json")
@@ -709,5 +752,24 @@ impl serde::Serialize for ListItem<'_> {
             }
             _ => self.object.serialize(serializer),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answers_json;
+
+    #[test]
+    fn only_clients_that_take_json_are_answered() {
+        assert!(answers_json(""));
+        assert!(answers_json(
+            "application/vnd.kubernetes.protobuf,application/json"
+        ));
+        assert!(answers_json(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ));
+        assert!(answers_json("*/*"));
+        assert!(!answers_json("application/vnd.kubernetes.protobuf"));
+        assert!(!answers_json("application/yaml"));
     }
 }

@@ -100,8 +100,14 @@ fn time(bytes: &[u8]) -> Result<Value, DecodeError> {
         Field::Varint(1, s) => Some(s),
         _ => None,
     });
-    Ok(seconds.map_or(Value::Null, |s| {
-        json!(orrery_system::core::time::rfc3339(s * 1000))
+    // A time before 1970 arrives as a huge varint (a negative int64): the server sets
+    // creationTimestamp itself anyway, so anything out of range is dropped.
+    let millis = seconds
+        .and_then(|s| i64::try_from(s).ok())
+        .and_then(|s| s.checked_mul(1000))
+        .and_then(|ms| u64::try_from(ms).ok());
+    Ok(millis.map_or(Value::Null, |ms| {
+        json!(orrery_system::core::time::rfc3339(ms))
     }))
 }
 
@@ -259,11 +265,19 @@ pub fn decode(body: &[u8]) -> Result<Option<Value>, DecodeError> {
     }
 }
 
-/// Reads a protobuf body as the server does: 415 for a type it cannot take this way, 400
-/// for a body that is not a message.
-pub fn read(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
+/// Reads a protobuf body sent to an endpoint of `kind` as the server does: 415 for a type
+/// it cannot take this way (every custom resource), 400 for a body that is not a message
+/// or is a message of another kind.
+pub fn read(body: &[u8], content_type: &str, kind: &str, custom: bool) -> Result<Value, ApiError> {
+    if custom {
+        return Err(ApiError::unsupported_media_type(content_type));
+    }
     match decode(body) {
-        Ok(Some(object)) => Ok(object),
+        Ok(Some(object)) if object["kind"] == kind => Ok(object),
+        Ok(Some(object)) => Err(ApiError::bad_request(&format!(
+            "the object provided is unrecognized (must be of type {kind}): {} is not a {kind}",
+            object["kind"].as_str().unwrap_or_default()
+        ))),
         Ok(None) => Err(ApiError::unsupported_media_type(content_type)),
         Err(e) => Err(ApiError::bad_request(&format!(
             "the body of the request could not be decoded as protobuf: {e}"
@@ -334,16 +348,36 @@ mod tests {
         assert!(decode(&envelope("apps/v1", "ReplicaSet", &[]))
             .unwrap()
             .is_none());
+        let replica_set = envelope("apps/v1", "ReplicaSet", &[]);
         assert_eq!(
-            read(&envelope("apps/v1", "ReplicaSet", &[]), MEDIA_TYPE)
+            read(&replica_set, MEDIA_TYPE, "ReplicaSet", false)
                 .unwrap_err()
                 .code,
             415
         );
+        let cm = envelope("v1", "ConfigMap", &bytes_field(1, &bytes_field(1, b"c")));
+        let custom = read(&cm, MEDIA_TYPE, "Application", true).unwrap_err();
+        assert_eq!(custom.code, 415, "custom resources take no protobuf");
+        let mismatched = read(&cm, MEDIA_TYPE, "Secret", false).unwrap_err();
+        assert_eq!(mismatched.code, 400, "a ConfigMap is not a Secret");
+        assert!(read(&cm, MEDIA_TYPE, "ConfigMap", false).is_ok());
+        // A creation time before 1970 (a negative int64 varint) is dropped, not a panic.
+        let before_1970 = [vec![0x08], vec![0xff; 9], vec![0x01]].concat();
+        let meta = [bytes_field(1, b"c"), bytes_field(8, &before_1970)].concat();
+        let old = envelope("v1", "ConfigMap", &bytes_field(1, &meta));
+        assert_eq!(
+            decode(&old).unwrap().unwrap()["metadata"],
+            json!({"name": "c"})
+        );
         assert!(matches!(decode(b"{}"), Err(DecodeError::Magic)));
         let truncated = [MAGIC, &[0x0a, 0x10, 0x01]].concat();
         assert!(matches!(decode(&truncated), Err(DecodeError::Truncated)));
-        assert_eq!(read(&truncated, MEDIA_TYPE).unwrap_err().code, 400);
+        assert_eq!(
+            read(&truncated, MEDIA_TYPE, "ConfigMap", false)
+                .unwrap_err()
+                .code,
+            400
+        );
         let endless = [MAGIC, &[0x80, 0x80]].concat();
         assert!(decode(&endless).is_err());
     }

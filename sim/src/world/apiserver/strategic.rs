@@ -128,6 +128,28 @@ fn merge_list(
     items: Schema<'_>,
     meta: &PatchMeta,
 ) -> Result<(), ApiError> {
+    // Special elements first (`mergeSliceWithSpecialElements`): `{"$patch": "replace"}`
+    // makes the list the patch's other elements; `merge` is not allowed in a list.
+    let directive = |e: &Value| e.get("$patch").and_then(Value::as_str).map(str::to_string);
+    if patch
+        .iter()
+        .any(|e| directive(e).as_deref() == Some("replace"))
+    {
+        *target = patch
+            .iter()
+            .filter(|e| directive(e).is_none())
+            .map(strip)
+            .collect();
+        return Ok(());
+    }
+    if patch
+        .iter()
+        .any(|e| directive(e).as_deref() == Some("merge"))
+    {
+        return Err(invalid(
+            "merging lists cannot yet be specified in the patch",
+        ));
+    }
     let Some(merge_key) = meta.merge_key.as_deref() else {
         // A merged list of scalars: a union, in order.
         for value in patch {
@@ -148,12 +170,12 @@ fn merge_list(
                 "map: {element} does not contain declared merge key: {merge_key}"
             )));
         };
+        if element_map.get("$patch").and_then(Value::as_str) == Some("delete") {
+            target.retain(|t| t.get(merge_key) != Some(id));
+            continue;
+        }
         let position = target.iter().position(|t| t.get(merge_key) == Some(id));
         match (position, element_map.get("$patch").and_then(Value::as_str)) {
-            (Some(at), Some("delete")) => {
-                target.remove(at);
-            }
-            (None, Some("delete")) => {}
             (Some(at), _) => {
                 let existing = target[at]
                     .as_object_mut()
@@ -183,12 +205,13 @@ fn reorder(list: &mut [Value], order: &[Value], merge_key: Option<&str>) {
     list.sort_by_key(rank); // stable: unlisted elements keep their order after the listed
 }
 
-/// A patch value without directives, as stored when it replaces or adds.
+/// A patch value without directives and without null members (a null deletes what is
+/// not there: upstream's `discardNullValuesFromPatch`), as stored when it replaces or adds.
 fn strip(value: &Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
-                .filter(|(k, _)| !k.starts_with('$'))
+                .filter(|(k, v)| !k.starts_with('$') && !v.is_null())
                 .map(|(k, v)| (k.clone(), strip(v)))
                 .collect(),
         ),
@@ -272,6 +295,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(replaced["spec"], json!({"replicas": 5}));
+        let mut nulls = json!({"metadata": {"name": "c"}});
+        apply(
+            &mut nulls,
+            &json!({"data": {"x": null, "y": "1"}}),
+            schema("configmaps"),
+        )
+        .unwrap();
+        assert_eq!(
+            nulls["data"],
+            json!({"y": "1"}),
+            "nulls in a new map are dropped"
+        );
+        let mut replaced_list = rs();
+        let patch = json!({"spec": {"template": {"spec": {"containers": [{"$patch": "replace"}, {"name": "z", "image": "z"}]}}}});
+        apply(&mut replaced_list, &patch, schema("replicasets")).unwrap();
+        assert_eq!(
+            replaced_list["spec"]["template"]["spec"]["containers"],
+            json!([{"name": "z", "image": "z"}])
+        );
+        let mut merged_list = rs();
+        let patch = json!({"spec": {"template": {"spec": {"containers": [{"$patch": "merge"}]}}}});
+        assert!(apply(&mut merged_list, &patch, schema("replicasets")).is_err());
         let mut retained = json!({"spec": {"a": 1, "b": 2}});
         apply(
             &mut retained,

@@ -218,17 +218,16 @@ fn count(object: &Value, fields: &[&str]) -> usize {
         .sum()
 }
 
-/// `metav1.FormatLabelSelector`: `k=v` and set-based terms joined by commas; `<none>` when empty.
+/// `metav1.FormatLabelSelector`: every term (`k=v` and set-based) sorted by key, set values
+/// sorted, joined by commas; `<none>` when empty, `<error>` for an unknown operator.
 fn selector(selector: Option<&Value>) -> String {
     let Some(selector) = selector else {
         return "<none>".into();
     };
-    let mut terms: Vec<String> = Vec::new();
+    let mut terms: Vec<(String, String)> = Vec::new();
     if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
-        let mut pairs: Vec<(&String, &Value)> = labels.iter().collect();
-        pairs.sort_by(|a, b| a.0.cmp(b.0));
-        for (k, v) in pairs {
-            terms.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+        for (k, v) in labels {
+            terms.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or_default())));
         }
     }
     for expression in selector
@@ -238,25 +237,31 @@ fn selector(selector: Option<&Value>) -> String {
         .flatten()
     {
         let key = expression["key"].as_str().unwrap_or_default();
-        let values: Vec<&str> = expression["values"]
+        let mut values: Vec<&str> = expression["values"]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(Value::as_str)
             .collect();
-        terms.push(match expression["operator"].as_str().unwrap_or_default() {
+        values.sort_unstable();
+        let term = match expression["operator"].as_str().unwrap_or_default() {
             "In" => format!("{key} in ({})", values.join(",")),
             "NotIn" => format!("{key} notin ({})", values.join(",")),
             "Exists" => key.to_string(),
             "DoesNotExist" => format!("!{key}"),
-            other => format!("{key} {other} ({})", values.join(",")),
-        });
+            _ => return "<error>".into(),
+        };
+        terms.push((key.to_string(), term));
     }
     if terms.is_empty() {
-        "<none>".into()
-    } else {
-        terms.join(",")
+        return "<none>".into();
     }
+    terms.sort_by(|a, b| a.0.cmp(&b.0));
+    terms
+        .into_iter()
+        .map(|(_, term)| term)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn container_field(object: &Value, field: &str) -> String {
@@ -278,12 +283,21 @@ pub fn cells(kind: &ResourceKind, object: &Value, now_millis: u64) -> Vec<Value>
     if kind.custom {
         for c in crd_columns(kind) {
             let value = at_path(object, &c.json_path);
+            // `cellForJSONValue`: a value of another type than its column's is empty.
             cells.push(match (c.column_type.as_str(), value) {
-                (_, None) | (_, Some(Value::Null)) => Value::Null,
-                ("date", Some(v)) => age(Some(v), now_millis),
-                ("string", Some(Value::String(s))) => json!(s),
-                ("string", Some(other)) => json!(other.to_string()),
-                (_, Some(v)) => v.clone(),
+                ("date", Some(Value::String(s))) => match parse_rfc3339(s) {
+                    Some(at) => json!(human_duration(now_millis as i64 - at as i64)),
+                    None => json!("<invalid>"),
+                },
+                ("string", Some(v @ Value::String(_))) | ("boolean", Some(v @ Value::Bool(_))) => {
+                    v.clone()
+                }
+                ("integer", Some(Value::Number(n))) => n
+                    .as_i64()
+                    .or_else(|| n.as_f64().map(|f| f as i64))
+                    .map_or(Value::Null, |i| json!(i)),
+                ("number", Some(Value::Number(n))) => n.as_f64().map_or(Value::Null, |f| json!(f)),
+                _ => Value::Null,
             });
         }
         return cells;
@@ -404,6 +418,25 @@ mod tests {
                 json!("a=1,b=2,t in (x,y)")
             ]
         );
+        let mixed = json!({"matchLabels": {"b": "2"},
+            "matchExpressions": [{"key": "a", "operator": "In", "values": ["y", "x"]}]});
+        assert_eq!(
+            selector(Some(&mixed)),
+            "a in (x,y),b=2",
+            "terms sort by key"
+        );
+        let unknown = json!({"matchExpressions": [{"key": "a", "operator": "Near"}]});
+        assert_eq!(selector(Some(&unknown)), "<error>");
+        let odd = json!({"metadata": {"name": "a"}, "status": {"sync": {"status": 7}}, "spec": {"project": true}});
+        let odd_cells = cells(&kind("applications"), &odd, now);
+        assert_eq!(
+            odd_cells[1],
+            Value::Null,
+            "a number in a string column is empty"
+        );
+        assert_eq!(odd_cells[4], Value::Null);
+        let bad_date = json!({"metadata": {"name": "w", "creationTimestamp": "yesterday"}});
+        assert_eq!(cells(&kind("workflows"), &bad_date, now)[1], "<invalid>");
         assert_eq!(columns(&kind("replicasets")).len(), 8);
         let app = json!({"metadata": {"name": "a", "creationTimestamp": created},
             "spec": {"project": "default"}, "status": {"sync": {"status": "Synced"}}});

@@ -25,6 +25,11 @@ fn dns_label(part: &str) -> bool {
         && part.chars().all(|c| alnum_lower(c) || c == '-')
 }
 
+/// Whether `name` can name a namespace (a DNS-1123 label: at most 63 characters).
+pub fn namespace_name(name: &str) -> bool {
+    name.len() <= 63 && dns_label(name)
+}
+
 /// The errors of `IsDNS1123Subdomain`.
 fn subdomain(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
