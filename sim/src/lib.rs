@@ -30,6 +30,7 @@ pub mod faults;
 pub mod harness;
 pub mod reach;
 pub mod real_git;
+pub mod record;
 pub mod report;
 pub mod scenario;
 pub mod shrink;

@@ -62,6 +62,9 @@ enum Command {
     Bench(BenchArgs),
     /// Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).
     Apiserver(ApiserverArgs),
+    /// Record a real cluster's Application changes as a workload trace that a scenario
+    /// replays (`workload: {replay: FILE, speed: N}`).
+    Record(RecordArgs),
     /// Measure `orrery apiserver` and the real kube-apiserver KUBECONFIG names side by side
     /// (start-up; create, list and watch throughput); figures to reports/perf/.
     BenchApiserver(BenchApiserverArgs),
@@ -214,6 +217,22 @@ struct BenchArgs {
     /// Where the figures go (ungated).
     #[arg(long, default_value = "reports/perf/bench.json")]
     out: PathBuf,
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    /// The cluster's kubeconfig (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// How long to record, e.g. 10m or 90s.
+    #[arg(long, value_parser = orrery_sim::scenario::duration::parse)]
+    duration: std::time::Duration,
+    /// The trace file to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// Replace app names by hashes of `namespace/name`.
+    #[arg(long)]
+    hash_names: bool,
 }
 
 #[derive(Args)]
@@ -798,6 +817,42 @@ fn cmd_bench(args: BenchArgs) -> Result<Exit, Fail> {
     Ok(Exit::Expected)
 }
 
+fn cmd_record(args: RecordArgs) -> Result<Exit, Fail> {
+    serve::block_on(async move {
+        let config = match &args.kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| Fail::usage(format!("{}: {e}", path.display())))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .map_err(|e| Fail::usage(format!("{}: {e}", path.display())))?
+            }
+            None => kube::Config::infer().await.map_err(|e| {
+                Fail::usage(format!("no kubeconfig (--kubeconfig or KUBECONFIG): {e}"))
+            })?,
+        };
+        let client = kube::Client::try_from(config)
+            .map_err(|e| Fail::usage(format!("cannot build a client: {e}")))?;
+        eprintln!(
+            "recording Application changes for {}",
+            orrery_sim::scenario::duration::render(args.duration)
+        );
+        let trace = orrery_sim::record::record(client, args.duration, args.hash_names)
+            .await
+            .map_err(|e| Fail(e.to_string(), Exit::Mismatch))?;
+        std::fs::write(&args.out, trace.to_text())
+            .map_err(|e| Fail::usage(format!("{}: {e}", args.out.display())))?;
+        eprintln!(
+            "wrote {}: {} apps at the start, {} changes",
+            args.out.display(),
+            trace.initial_apps().len(),
+            trace.records.len() - trace.initial_apps().len()
+        );
+        Ok(())
+    })?;
+    Ok(Exit::Expected)
+}
+
 fn cmd_bench_apiserver(args: BenchApiserverArgs) -> Result<Exit, Fail> {
     let load = orrery_sim::bench_apiserver::Load {
         objects: args.objects.max(1),
@@ -850,6 +905,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd_bench(args),
         Command::Apiserver(args) => cmd_apiserver(args),
         Command::BenchApiserver(args) => cmd_bench_apiserver(args),
+        Command::Record(args) => cmd_record(args),
         Command::Serve(what) => serve::run(what),
     };
     match result {

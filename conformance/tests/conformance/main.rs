@@ -7,6 +7,7 @@ mod deploy;
 mod fidelity;
 mod kubectl;
 mod redis;
+mod replay;
 mod resources;
 mod rollouts;
 mod runtime;

@@ -7,6 +7,7 @@ pub mod model;
 pub mod parse;
 pub mod spans;
 pub mod swarm;
+pub mod trace;
 
 pub use model::{Outcome, Scenario, Variant};
 pub use parse::{load, ScenarioError};

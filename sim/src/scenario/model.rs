@@ -379,6 +379,22 @@ pub struct Workload {
     /// the directories (needs `repositories: 1`). Default none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub monorepo: Option<Monorepo>,
+    /// Replay a workload trace recorded from a real cluster (`orrery record`) instead of the
+    /// generated changes: the apps it starts with are created (`applications` is their
+    /// number), then its changes happen at their recorded times divided by `speed`; the
+    /// `*_every` generators are off. A path relative to the scenario file. Default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<String>,
+    /// How many times faster than recorded the replay runs. Default 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub speed: f64,
+    /// The trace `replay` names, read with the scenario file ([`super::parse::load`]).
+    #[serde(skip)]
+    pub trace: Option<std::sync::Arc<super::trace::Trace>>,
+}
+
+fn is_one(speed: &f64) -> bool {
+    *speed == 1.0
 }
 
 /// A monorepo and its commit storm (see `world::workload`).
@@ -564,6 +580,9 @@ impl Default for Workload {
             rollouts: None,
             workflows: None,
             monorepo: None,
+            replay: None,
+            speed: 1.0,
+            trace: None,
         }
     }
 }

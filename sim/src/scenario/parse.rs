@@ -17,6 +17,16 @@ pub enum ScenarioError {
         #[source]
         source: std::io::Error,
     },
+    /// The workload trace `workload.replay` names could not be read or is not a trace.
+    #[error("{path}: workload.replay: {trace}: {reason}")]
+    Replay {
+        /// The scenario file.
+        path: String,
+        /// The trace file, as resolved.
+        trace: String,
+        /// What is wrong (with the trace's line).
+        reason: String,
+    },
     /// YAML syntax, an unknown field or a value of the wrong type.
     #[error("{path}:{line}:{column}: {field}{message}")]
     Syntax {
@@ -53,7 +63,20 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         path: path.display().to_string(),
         source,
     })?;
-    parse(&path.display().to_string(), &text)
+    let mut scenario = parse(&path.display().to_string(), &text)?;
+    if let Some(replay) = scenario.workload.replay.clone() {
+        let file = path.parent().unwrap_or(Path::new(".")).join(&replay);
+        let failed = |reason: String| ScenarioError::Replay {
+            path: path.display().to_string(),
+            trace: file.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(&file).map_err(|e| failed(e.to_string()))?;
+        let trace = super::trace::Trace::parse(&text).map_err(|e| failed(e.to_string()))?;
+        scenario.workload.applications = trace.initial_apps().len();
+        scenario.workload.trace = Some(std::sync::Arc::new(trace));
+    }
+    Ok(scenario)
 }
 
 /// Deserialises `text`; a failure names the serde path of the field (`faults[1].partiton`),
@@ -227,6 +250,18 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
                 ),
             )?;
         }
+    }
+    if s.workload.replay.is_some() {
+        v.check(
+            s.workload.speed.is_finite() && s.workload.speed > 0.0,
+            &Field::root("workload").key("speed"),
+            format!("speed must be above 0, not {}", s.workload.speed),
+        )?;
+        v.check(
+            s.workload.monorepo.is_none() && s.workload.app_of_apps.is_none(),
+            &Field::root("workload").key("replay"),
+            "a replayed workload cannot also be a monorepo or an app-of-apps",
+        )?;
     }
     if let Some(monorepo) = &s.workload.monorepo {
         let field = Field::root("workload").key("monorepo");

@@ -17,6 +17,7 @@ use orrery_system::env::SharedEnv;
 use orrery_system::observe::{WorkloadAction, WorldEvent};
 
 use crate::scenario::model::Workload as Config;
+use crate::scenario::trace::{Change, Trace};
 use crate::world::argocd::{application_resource, HealthOverrides, NAMESPACE};
 use crate::world::git::SharedGit;
 
@@ -445,6 +446,11 @@ impl Generator {
 
     async fn commit(&mut self) {
         let Some(index) = self.pick() else { return };
+        self.commit_to(index);
+    }
+
+    /// A commit of app `index`'s next version to its path.
+    fn commit_to(&mut self, index: usize) {
         let version = self.versions.entry(index).or_insert(1);
         *version += 1;
         let name = app_name(index);
@@ -467,20 +473,35 @@ impl Generator {
         let Some(victim) = self.pick().filter(|i| !self.layout.is_child(*i)) else {
             return;
         };
+        if self.delete(victim).await {
+            self.add().await;
+        }
+    }
+
+    /// Deletes app `victim`; false when the API server could not be reached.
+    async fn delete(&mut self, victim: usize) -> bool {
         match self
             .api(victim)
             .delete(&app_name(victim), &DeleteParams::default())
             .await
         {
-            Ok(_) | Err(kube::Error::Api(_)) => self.live.retain(|i| *i != victim),
+            Ok(_) | Err(kube::Error::Api(_)) => {
+                self.live.retain(|i| *i != victim);
+                true
+            }
             Err(e) => {
-                return self.record(WorldEvent::WorkloadError {
+                self.record(WorldEvent::WorkloadError {
                     action: WorkloadAction::Delete,
                     app: app_name(victim),
                     error: e.to_string(),
-                })
+                });
+                false
             }
         }
+    }
+
+    /// Adds a new app, its manifests committed first: its index, once created.
+    async fn add(&mut self) -> Option<usize> {
         let index = self.next_index;
         // The new app needs manifests before Argo CD can sync it (in a monorepo: its
         // Deployment in its team's directory).
@@ -501,10 +522,12 @@ impl Generator {
             self.env.unix_millis(),
             files,
         );
-        if self.create(index).await {
-            self.live.push(index);
-            self.next_index += 1;
+        if !self.create(index).await {
+            return None;
         }
+        self.live.push(index);
+        self.next_index += 1;
+        Some(index)
     }
 
     /// A monorepo storm commit: 1 to `touch` team directories (and now and then the shared
@@ -562,28 +585,38 @@ impl Generator {
 
     fn flap(&mut self) {
         let Some(index) = self.pick() else { return };
-        let name = app_name(index);
-        let next = if self.handles.health.get(&name) == "Healthy" {
+        let next = if self.handles.health.get(&app_name(index)) == "Healthy" {
             "Degraded"
         } else {
             "Healthy"
         };
-        self.handles.health.set(&name, next);
+        self.set_health(index, next);
+    }
+
+    /// App `index`'s workload turns `health`.
+    fn set_health(&mut self, index: usize, health: &str) {
+        let name = app_name(index);
+        self.handles.health.set(&name, health);
         self.record(WorldEvent::Health {
             app: name,
-            health: next.to_string(),
+            health: health.to_string(),
         });
     }
 
     async fn refresh(&mut self) {
+        self.refresh_apps(self.live.clone()).await;
+    }
+
+    /// Annotates `apps` for a hard refresh.
+    async fn refresh_apps(&mut self, apps: Vec<usize>) {
         let patch = Patch::Merge(
             json!({"metadata": {"annotations": {"argocd.argoproj.io/refresh": "hard"}}}),
         );
         let mut failed = 0;
-        for index in self.live.clone() {
+        for index in &apps {
             if self
-                .api(index)
-                .patch(&app_name(index), &PatchParams::default(), &patch)
+                .api(*index)
+                .patch(&app_name(*index), &PatchParams::default(), &patch)
                 .await
                 .is_err()
             {
@@ -591,9 +624,49 @@ impl Generator {
             }
         }
         self.record(WorldEvent::Refresh {
-            apps: self.live.len() as u64,
+            apps: apps.len() as u64,
             failed: failed as u64,
         });
+    }
+
+    /// Replays `trace`'s changes after its initial apps (created by now as apps
+    /// `0..n`), at their recorded times divided by `speed`, until the calm phase.
+    async fn replay(&mut self, trace: &Trace, speed: f64) {
+        let initial = trace.initial_apps();
+        let mut index_of: BTreeMap<&str, usize> = initial
+            .iter()
+            .enumerate()
+            .map(|(i, app)| (*app, i))
+            .collect();
+        let start = self.env.elapsed();
+        for record in &trace.records[initial.len()..] {
+            let at = start + Duration::from_secs_f64(record.at_ms as f64 / 1000.0 / speed);
+            self.env.sleep(at.saturating_sub(self.env.elapsed())).await;
+            if self.handles.calm.load(Ordering::SeqCst) {
+                return;
+            }
+            // Pushes fail while the Git provider is down: no commits, no new apps.
+            let provider_down = self.handles.git.lock().serving.outage;
+            let app = record.app.as_str();
+            match (&record.change, index_of.get(app).copied()) {
+                (Change::Added, _) if provider_down => {}
+                (Change::Added, _) => {
+                    if let Some(index) = self.add().await {
+                        index_of.insert(app, index);
+                    }
+                }
+                (_, None) => {} // its add failed, or it is gone
+                (Change::Deleted, Some(index)) => {
+                    if self.delete(index).await {
+                        index_of.remove(app);
+                    }
+                }
+                (Change::Revision { .. }, Some(_)) if provider_down => {}
+                (Change::Revision { .. }, Some(index)) => self.commit_to(index),
+                (Change::Health { health }, Some(index)) => self.set_health(index, health),
+                (Change::Refresh, Some(index)) => self.refresh_apps(vec![index]).await,
+            }
+        }
     }
 }
 
@@ -666,6 +739,14 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
     generator.record(WorldEvent::Created {
         apps: generator.live.len() as u64,
     });
+    if let Some(trace) = generator.config.trace.clone() {
+        let speed = generator.config.speed;
+        generator.replay(&trace, speed).await;
+        generator.record(WorldEvent::Stopped {
+            apps: generator.live.len() as u64,
+        });
+        return;
+    }
     let period = |d: Duration| (!d.is_zero()).then_some(d);
     let periods = [
         period(generator.config.commit_every),

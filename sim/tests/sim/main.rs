@@ -14,6 +14,7 @@ mod invariants_fire;
 mod pages;
 mod properties;
 mod real_mode;
+mod replay;
 mod reporter_model;
 mod resources;
 mod rollouts;

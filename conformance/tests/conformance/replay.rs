@@ -1,0 +1,166 @@
+//! `orrery record` against a real kube-apiserver, and the trace replayed in the simulator:
+//! the changes made to real Applications while recording come back as the same changes,
+//! at the same relative times, in a simulated world.
+
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use orrery_sim::harness::runner;
+use orrery_sim::scenario::trace::{Change, Trace};
+use orrery_sim::scenario::{self, Variant};
+use orrery_sim::world::argocd::application_resource;
+use orrery_system::observe::WorldEvent;
+
+use crate::support::prepared;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn changes_recorded_on_a_real_cluster_replay_in_the_simulator() {
+    let (cluster, namespace) = prepared(format!("orrery-record-{}", std::process::id())).await;
+    let apps: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    let app = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name},
+            "spec": {"project": "default"},
+            "status": {"sync": {"status": "Synced", "revision": "r1"}, "health": {"status": "Healthy"}},
+        }))
+        .unwrap()
+    };
+    for name in ["a", "b"] {
+        apps.create(&PostParams::default(), &app(name))
+            .await
+            .unwrap();
+    }
+    let recording = tokio::spawn(orrery_sim::record::record(
+        cluster.client(),
+        Duration::from_secs(8),
+        false,
+    ));
+    let status = |revision: &str, health: &str| {
+        Patch::Merge(
+            json!({"status": {"sync": {"revision": revision}, "health": {"status": health}}}),
+        )
+    };
+    let pause = || tokio::time::sleep(Duration::from_millis(1500));
+    pause().await;
+    apps.patch("a", &PatchParams::default(), &status("r2", "Healthy"))
+        .await
+        .unwrap();
+    pause().await;
+    apps.patch("b", &PatchParams::default(), &status("r1", "Degraded"))
+        .await
+        .unwrap();
+    apps.create(&PostParams::default(), &app("c"))
+        .await
+        .unwrap();
+    pause().await;
+    apps.delete("b", &DeleteParams::default()).await.unwrap();
+    let recorded = recording.await.unwrap().expect("the recording ran");
+    let _ = cluster.cleanup(&namespace).await;
+
+    // Only this test's namespace (others' apps may be on the cluster too).
+    let ours =
+        |r: &&orrery_sim::scenario::trace::Record| r.app.starts_with(&format!("{namespace}/"));
+    let trace = Trace {
+        header: recorded.header.clone(),
+        records: recorded.records.iter().filter(ours).cloned().collect(),
+    };
+    let text = trace.to_text();
+    let trace = Trace::parse(&text).expect("a recorded trace reads back");
+    let changes: Vec<(String, Change)> = trace
+        .records
+        .iter()
+        .map(|r| {
+            (
+                r.app.rsplit('/').next().unwrap().to_string(),
+                r.change.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("a".into(), Change::Added),
+            ("b".into(), Change::Added),
+            (
+                "a".into(),
+                Change::Revision {
+                    revision: "r2".into()
+                }
+            ),
+            (
+                "b".into(),
+                Change::Health {
+                    health: "Degraded".into()
+                }
+            ),
+            ("c".into(), Change::Added),
+            ("b".into(), Change::Deleted),
+        ],
+        "{text}"
+    );
+    let revision_at = trace.records[2].at_ms;
+    assert!(
+        (1000..4000).contains(&revision_at),
+        "recorded at {revision_at} ms"
+    );
+
+    // The same trace drives the simulated world, twice as fast.
+    let dir = std::env::temp_dir().join(format!("orrery-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("example.jsonl"), &text).unwrap();
+    let yaml = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/replay/replay.yaml"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("replay.yaml"), yaml).unwrap();
+    let s =
+        scenario::load(&dir.join("replay.yaml")).expect("the scenario loads the recorded trace");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(s.workload.applications, 2);
+    let outcome = tokio::task::spawn_blocking(move || runner::run(&s, 1, Variant::Hardened))
+        .await
+        .unwrap();
+    assert!(
+        outcome.violations.is_empty(),
+        "{:?} {:?}",
+        outcome.violations,
+        outcome.harness_error
+    );
+    let events = outcome.trace.events();
+    let created = events
+        .iter()
+        .find(|e| matches!(e.world(), Some(WorldEvent::Created { .. })))
+        .expect("the recorded apps were created")
+        .at_ms;
+    let commits: Vec<u64> = events
+        .iter()
+        .filter(|e| matches!(e.world(), Some(WorldEvent::Commit { .. })))
+        .map(|e| e.at_ms - created)
+        .collect();
+    assert_eq!(commits.len(), 1, "one recorded revision: {commits:?}");
+    assert!(
+        (revision_at / 2..revision_at / 2 + 100).contains(&commits[0]),
+        "recorded at {revision_at} ms, replayed at {} ms",
+        commits[0]
+    );
+    assert!(events.iter().any(
+        |e| matches!(e.world(), Some(WorldEvent::Health { health, .. }) if health == "Degraded")
+    ));
+    let stopped = events
+        .iter()
+        .find_map(|e| match e.world() {
+            Some(WorldEvent::Stopped { apps }) => Some(*apps),
+            _ => None,
+        })
+        .expect("the workload stopped");
+    assert_eq!(stopped, 2, "c added, b deleted");
+    eprintln!(
+        "record → replay: {} changes recorded on the real server replayed in the simulator",
+        trace.records.len()
+    );
+}
