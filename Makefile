@@ -151,14 +151,14 @@ CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- -
 
 ## Against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
 conformance:
-	conformance/redis/run.sh conformance/kind.sh $(CONFORMANCE_TESTS)
+	conformance/redis/run.sh conformance/frp/run.sh conformance/kind.sh $(CONFORMANCE_TESTS)
 
 ## Against a real kube-apiserver + etcd run as local processes, built from source via Go modules
 ## (conformance/kube/go.mod pins the version; binaries cached in ~/.cache/orrery).
 conformance-apiserver:
-	conformance/redis/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS)
+	conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS)
 
 ## What make test runs: as conformance-apiserver, but a machine that cannot build or start the
 ## real API server prints "CONFORMANCE SKIPPED: <reason>" instead of failing.
 conformance-ci:
-	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS)
+	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS)

@@ -5,6 +5,7 @@
 mod acr;
 mod deploy;
 mod fidelity;
+mod frp;
 mod kubectl;
 mod redis;
 mod replay;

@@ -1,0 +1,342 @@
+//! The real frp (v0.44.0, what the Codefresh runtime's tunnel is built on) against the
+//! faithful tunnel client's model of it: a test proxy between frpc and frps drops the
+//! control connection and refuses every new one, and the times frpc tries again are
+//! compared with `tunnel_client::backoff::Reconnect`'s faithful schedule; a first login
+//! with a wrong token must end frpc (the pod then restarts), as the faithful client's
+//! `Fatal::FirstLoginRefused` does; so does a first login to a server that is not there,
+//! which the faithful client retries instead (a known deviation, recorded as such). Without `ORRERY_FRPC` (no Go here, optional mode) the tests
+//! say FRP CONFORMANCE SKIPPED.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use orrery_system::core::Variant;
+use orrery_system::env::{RealEnv, SharedEnv};
+use orrery_system::runtime::tunnel_client::backoff::Reconnect;
+use tokio::net::{TcpListener, TcpStream};
+
+/// frpc and frps from `conformance/frp/run.sh`, or `None` when skipped.
+fn binaries() -> Option<(String, String)> {
+    match (std::env::var("ORRERY_FRPC"), std::env::var("ORRERY_FRPS")) {
+        (Ok(frpc), Ok(frps)) => Some((frpc, frps)),
+        _ if std::env::var("ORRERY_CONFORMANCE_OPTIONAL").is_ok_and(|v| v == "1") => {
+            eprintln!("FRP CONFORMANCE SKIPPED: no ORRERY_FRPC (see conformance/frp/run.sh)");
+            None
+        }
+        _ => panic!("ORRERY_FRPC is not set: run through conformance/frp/run.sh (make conformance-apiserver)"),
+    }
+}
+
+/// A TCP proxy that forwards to `target` until told the server is gone; from then on it
+/// cuts every connection and refuses new ones, noting when each attempt came.
+struct Proxy {
+    port: u16,
+    dead: Arc<AtomicBool>,
+    attempts: Arc<Mutex<Vec<Instant>>>,
+    cut: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dead = Arc::new(AtomicBool::new(false));
+        let attempts = Arc::new(Mutex::new(Vec::new()));
+        let cut = Arc::new(Mutex::new(Vec::new()));
+        let (d, a, c) = (dead.clone(), attempts.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                a.lock().unwrap().push(Instant::now());
+                if d.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(("127.0.0.1", target)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                c.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Proxy {
+            port,
+            dead,
+            attempts,
+            cut,
+        }
+    }
+
+    /// The server "dies": every connection is cut, new ones are refused. Returns when.
+    fn kill(&self) -> Instant {
+        self.dead.store(true, Ordering::SeqCst);
+        for task in self.cut.lock().unwrap().drain(..) {
+            task.abort();
+        }
+        Instant::now()
+    }
+
+    /// Attempts after `since`, in seconds from it.
+    fn attempts_after(&self, since: Instant) -> Vec<f64> {
+        self.attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| **t >= since)
+            .map(|t| t.duration_since(since).as_secs_f64())
+            .collect()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+struct Process(std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(program: &str, config: &std::path::Path, log: &std::path::Path) -> Process {
+    let log = std::fs::File::create(log).unwrap();
+    Process(
+        std::process::Command::new(program)
+            .arg("-c")
+            .arg(config)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program}: {e}")),
+    )
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("orrery-frp-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Waits until `log` contains `text` (frpc logs to stdout).
+async fn logged(log: &std::path::Path, text: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(log).is_ok_and(|l| l.contains(text)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The faithful model's attempt times after a drop: cumulative delays, in seconds.
+fn model_attempts(within: f64) -> Vec<f64> {
+    let env: SharedEnv = Arc::new(RealEnv::new("frp-model"));
+    let mut schedule = Reconnect::new(Variant::Faithful);
+    let mut at = 0.0;
+    let mut times = Vec::new();
+    loop {
+        at += schedule.next_delay(&env).as_secs_f64();
+        if at > within {
+            return times;
+        }
+        times.push(at);
+    }
+}
+
+/// How long the proxy refuses frps in the reconnect test.
+const DOWN_FOR: f64 = 25.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs frp: make conformance-apiserver or make conformance"]
+async fn frpc_retries_a_dropped_server_on_the_faithful_clients_schedule() {
+    let Some((frpc, frps)) = binaries() else {
+        return;
+    };
+    let dir = scratch("reconnect");
+    let server_port = free_port();
+    std::fs::write(
+        dir.join("frps.ini"),
+        format!("[common]\nbind_port = {server_port}\ntoken = t\n"),
+    )
+    .unwrap();
+    let _frps = spawn(&frps, &dir.join("frps.ini"), &dir.join("frps.log"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let proxy = Proxy::start(server_port).await;
+    std::fs::write(
+        dir.join("frpc.ini"),
+        format!(
+            "[common]\nserver_addr = 127.0.0.1\nserver_port = {}\ntoken = t\n",
+            proxy.port
+        ),
+    )
+    .unwrap();
+    let _frpc = spawn(&frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
+    assert!(
+        logged(
+            &dir.join("frpc.log"),
+            "login to server success",
+            Duration::from_secs(10)
+        )
+        .await,
+        "frpc never logged in: {}",
+        std::fs::read_to_string(dir.join("frpc.log")).unwrap_or_default()
+    );
+    let killed = proxy.kill();
+    tokio::time::sleep(Duration::from_secs_f64(DOWN_FOR)).await;
+    let real = proxy.attempts_after(killed);
+    let model = model_attempts(DOWN_FOR - 0.5);
+    let _ = std::fs::remove_dir_all(&dir);
+    let show = |times: &[f64]| {
+        times
+            .iter()
+            .map(|t| format!("{t:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "frp reconnect after a drop: real frpc tried at [{}] s, the faithful model at [{}] s",
+        show(&real),
+        show(&model)
+    );
+    // frp 0.44's `keepControllerWorking`: the first retry when the drop is noticed, then
+    // waits of 1 s doubling to 20 s, no jitter. Each wait within 0.3 s + 10 % (a failed
+    // login itself takes a moment).
+    let gaps = |times: &[f64]| times.windows(2).map(|w| w[1] - w[0]).collect::<Vec<f64>>();
+    let like = |times: &[f64], first: f64, waits: &[f64]| {
+        times.first().is_some_and(|t| *t <= first)
+            && gaps(times).len() == waits.len()
+            && gaps(times)
+                .iter()
+                .zip(waits)
+                .all(|(r, m)| (r - m).abs() <= 0.3 + 0.1 * m)
+    };
+    let frp_waits = [1.0, 2.0, 4.0, 8.0];
+    let real_is_frp = like(&real, 1.0, &frp_waits);
+    let model_is_frp = like(&model, 0.3, &frp_waits);
+    record_row(
+        "reconnect",
+        &format!(
+            "| retries after the control connection drops ({DOWN_FOR:.0} s down) | frpc: at once, then waits of 1, 2, 4, 8 s (doubling to 20 s), no jitter — {}; the faithful model: 3 quick retries (1–1.5 s), then 1 s doubling, ±10 % jitter | {} |",
+            if real_is_frp { "as measured" } else { "NOT AS MEASURED BEFORE" },
+            if model_is_frp { "matches" } else { "known deviation: the model's quick retries and jitter are not in frp 0.44 (to be fixed)" }
+        ),
+    );
+    assert!(
+        real_is_frp,
+        "real frpc tried at [{}] s (waits [{}]): not frp 0.44's schedule (at once, then 1, 2, 4, 8 s)",
+        show(&real),
+        show(&gaps(&real))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs frp: make conformance-apiserver or make conformance"]
+async fn frpc_exits_when_its_first_login_is_refused() {
+    let Some((frpc, frps)) = binaries() else {
+        return;
+    };
+    let dir = scratch("login");
+    let server_port = free_port();
+    std::fs::write(
+        dir.join("frps.ini"),
+        format!("[common]\nbind_port = {server_port}\ntoken = right\n"),
+    )
+    .unwrap();
+    let _frps = spawn(&frps, &dir.join("frps.ini"), &dir.join("frps.log"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(
+        dir.join("frpc.ini"),
+        format!("[common]\nserver_addr = 127.0.0.1\nserver_port = {server_port}\ntoken = wrong\n"),
+    )
+    .unwrap();
+    let mut frpc = spawn(&frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = frpc.0.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let log = std::fs::read_to_string(dir.join("frpc.log")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    let exited = status.is_some_and(|s| !s.success());
+    record_row(
+        "login",
+        &format!(
+            "| a first login with a wrong token | the client exits (the pod restarts); the faithful client's run ends with `Fatal::FirstLoginRefused` | {} |",
+            if exited { "matches" } else { "DIFFERS" }
+        ),
+    );
+    assert!(
+        exited,
+        "frpc did not exit on a refused first login within 10 s: {status:?}\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs frp: make conformance-apiserver or make conformance"]
+async fn frpc_exits_when_its_first_login_finds_no_server() {
+    let Some((frpc, _)) = binaries() else { return };
+    let dir = scratch("absent");
+    std::fs::write(
+        dir.join("frpc.ini"),
+        format!(
+            "[common]\nserver_addr = 127.0.0.1\nserver_port = {}\ntoken = t\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let mut frpc = spawn(&frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = frpc.0.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let exited = status.is_some_and(|s| !s.success());
+    record_row(
+        "login-absent",
+        &format!(
+            "| a first login to a server that is not listening | frpc {}; the faithful client retries on its schedule instead | known deviation (the pod's CrashLoopBackOff is not modelled yet) |",
+            if exited { "exits" } else { "DOES NOT EXIT" }
+        ),
+    );
+    assert!(
+        exited,
+        "frpc did not exit when its first login found no server: {status:?}"
+    );
+}
+
+/// Keeps each test's row and rewrites the frp section of `reports/conformance.md` with the
+/// rows so far (the tests run one at a time; rows keep a fixed order by key).
+fn record_row(key: &str, row: &str) {
+    static ROWS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+    let mut rows = ROWS.lock().unwrap();
+    rows.retain(|(k, _)| k != key);
+    rows.push((key.to_string(), row.to_string()));
+    rows.sort();
+    let mut body = String::from("## frp: the faithful tunnel client against the real frp\n\n");
+    body.push_str("- frpc and frps v0.44.0, built from the Go module `conformance/frp/go.mod` pins; a test proxy between them cuts the control connection and refuses new ones.\n\n");
+    body.push_str("| behaviour | faithful model | verdict |\n|---|---|---|\n");
+    for (_, row) in rows.iter() {
+        body.push_str(row);
+        body.push('\n');
+    }
+    orrery_conformance::report::write_section("frp", &body).expect("write reports/conformance.md");
+}
