@@ -23,7 +23,9 @@ skip() {
     exit 1
 }
 command -v go >/dev/null || skip "no Go toolchain on PATH (needed to build frp from its module)"
-version="$(grep -m1 -oP '^require github.com/fatedier/frp \Kv[0-9.]+' "$here/go.mod")"
+version="$(sed -n 's/^require github.com\/fatedier\/frp \(v[0-9.]*\)$/\1/p' "$here/go.mod" | head -1)"
+[ -n "$version" ] || skip "conformance/frp/go.mod names no github.com/fatedier/frp version"
+command -v sha256sum >/dev/null || skip "sha256sum is missing"
 stamp="$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)"
 cache="${ORRERY_CACHE:-$HOME/.cache/orrery}/frp-$version-$stamp"
 if [ ! -x "$cache/frpc" ] || [ ! -x "$cache/frps" ]; then

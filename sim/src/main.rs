@@ -837,7 +837,7 @@ fn cmd_record(args: RecordArgs) -> Result<Exit, Fail> {
             "recording Application changes for {}",
             orrery_sim::scenario::duration::render(args.duration)
         );
-        let trace = orrery_sim::record::record(client, args.duration, args.hash_names)
+        let trace = orrery_sim::record::record(client, args.duration, args.hash_names, None)
             .await
             .map_err(|e| Fail(e.to_string(), Exit::Mismatch))?;
         std::fs::write(&args.out, trace.to_text())

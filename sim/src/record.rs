@@ -92,11 +92,42 @@ fn changes(before: &Seen, after: &Seen) -> Vec<Change> {
     out
 }
 
-/// Records `duration` of the cluster `client` reaches.
+/// An app seen in `now` state: `added` the first time, its changes afterwards.
+fn observe(
+    apps: &mut BTreeMap<String, Seen>,
+    records: &mut Vec<Record>,
+    at_ms: u64,
+    name: String,
+    now: Seen,
+) {
+    match apps.get(&name) {
+        // The state an app is first seen in is part of being added (the world's own add
+        // syncs it); only later changes are records.
+        None => records.push(Record {
+            at_ms,
+            app: name.clone(),
+            change: Change::Added,
+        }),
+        Some(before) => {
+            for change in changes(before, &now) {
+                records.push(Record {
+                    at_ms,
+                    app: name.clone(),
+                    change,
+                });
+            }
+        }
+    }
+    apps.insert(name, now);
+}
+
+/// Records `duration` of the cluster `client` reaches; `ready` is told when the apps that
+/// exist at the start have been listed (changes from then on are records).
 pub async fn record(
     client: kube::Client,
     duration: Duration,
     hash: bool,
+    mut ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<Trace, RecordError> {
     let api: Api<DynamicObject> = Api::all_with(client, &application_resource());
     let mut stream = watcher(api, watcher::Config::default()).boxed();
@@ -104,7 +135,7 @@ pub async fn record(
     let mut apps: BTreeMap<String, Seen> = BTreeMap::new();
     let mut records = Vec::new();
     let mut initial = true;
-    let mut relisted: Vec<String> = Vec::new();
+    let mut relisted: std::collections::BTreeSet<String> = Default::default();
     let mut errors = 0;
     let deadline = tokio::time::Instant::now() + duration;
     loop {
@@ -126,27 +157,25 @@ pub async fn record(
         };
         match event {
             Ok(watcher::Event::Init) => relisted.clear(),
-            Ok(watcher::Event::InitApply(app) | watcher::Event::Apply(app)) => {
+            Ok(watcher::Event::InitApply(app)) => {
                 let name = name_of(&app, hash);
-                let now = seen(&app);
-                relisted.push(name.clone());
-                match apps.get(&name) {
-                    // The state an app is first seen in is part of being added (the
-                    // world's own add syncs it); only later changes are records.
-                    None => push(&name, Change::Added),
-                    Some(before) => {
-                        for change in changes(before, &now) {
-                            push(&name, change);
-                        }
-                    }
-                }
-                apps.insert(name, now);
+                relisted.insert(name.clone());
+                observe(&mut apps, &mut records, at_ms, name, seen(&app));
+            }
+            Ok(watcher::Event::Apply(app)) => {
+                observe(
+                    &mut apps,
+                    &mut records,
+                    at_ms,
+                    name_of(&app, hash),
+                    seen(&app),
+                );
             }
             Ok(watcher::Event::InitDone) => {
                 // After a relist, apps it did not return are gone.
                 let gone: Vec<String> = apps
                     .keys()
-                    .filter(|k| !relisted.contains(k))
+                    .filter(|k| !relisted.contains(*k))
                     .cloned()
                     .collect();
                 for name in gone {
@@ -154,6 +183,9 @@ pub async fn record(
                     push(&name, Change::Deleted);
                 }
                 initial = false;
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
             }
             Ok(watcher::Event::Delete(app)) => {
                 let name = name_of(&app, hash);
@@ -166,7 +198,9 @@ pub async fn record(
                 if initial && errors > 10 {
                     return Err(RecordError::Watch(e.to_string()));
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tracing::warn!(error = %e, "the Application watch failed; changes until it resumes may be missing");
+                let pause = tokio::time::Instant::now() + Duration::from_millis(500);
+                tokio::time::sleep_until(pause.min(deadline)).await;
             }
         }
     }

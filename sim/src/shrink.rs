@@ -321,7 +321,8 @@ fn lower_counts(search: &mut Search<'_>, best: &mut Scenario) {
             1,
         );
     }
-    if has(best, Role::Workload) {
+    // A replayed workload's apps are the trace's: its count is not the shrinker's to halve.
+    if has(best, Role::Workload) && best.workload.trace.is_none() {
         halve(
             search,
             best,

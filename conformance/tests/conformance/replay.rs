@@ -35,11 +35,16 @@ async fn changes_recorded_on_a_real_cluster_replay_in_the_simulator() {
             .await
             .unwrap();
     }
+    let (listed, ready) = tokio::sync::oneshot::channel();
     let recording = tokio::spawn(orrery_sim::record::record(
         cluster.client(),
         Duration::from_secs(8),
         false,
+        Some(listed),
     ));
+    ready
+        .await
+        .expect("the recorder listed the apps that exist at the start");
     let status = |revision: &str, health: &str| {
         Patch::Merge(
             json!({"status": {"sync": {"revision": revision}, "health": {"status": health}}}),

@@ -630,7 +630,9 @@ impl Generator {
     }
 
     /// Replays `trace`'s changes after its initial apps (created by now as apps
-    /// `0..n`), at their recorded times divided by `speed`, until the calm phase.
+    /// `0..n`), at their recorded times divided by `speed`. An add or a delete the world
+    /// could not make (the API server unreachable, Git down) is retried before each later
+    /// change, so none is lost.
     async fn replay(&mut self, trace: &Trace, speed: f64) {
         let initial = trace.initial_apps();
         let mut index_of: BTreeMap<&str, usize> = initial
@@ -638,33 +640,64 @@ impl Generator {
             .enumerate()
             .map(|(i, app)| (*app, i))
             .collect();
+        let mut pending: Vec<&crate::scenario::trace::Record> = Vec::new();
         let start = self.env.elapsed();
         for record in &trace.records[initial.len()..] {
-            let at = start + Duration::from_secs_f64(record.at_ms as f64 / 1000.0 / speed);
+            let offset = Duration::try_from_secs_f64(record.at_ms as f64 / 1000.0 / speed)
+                .unwrap_or(Duration::MAX);
+            let at = start.saturating_add(offset);
             self.env.sleep(at.saturating_sub(self.env.elapsed())).await;
             if self.handles.calm.load(Ordering::SeqCst) {
                 return;
             }
-            // Pushes fail while the Git provider is down: no commits, no new apps.
-            let provider_down = self.handles.git.lock().serving.outage;
-            let app = record.app.as_str();
-            match (&record.change, index_of.get(app).copied()) {
-                (Change::Added, _) if provider_down => {}
-                (Change::Added, _) => {
-                    if let Some(index) = self.add().await {
-                        index_of.insert(app, index);
-                    }
+            let mut retry = std::mem::take(&mut pending);
+            retry.push(record);
+            for record in retry {
+                if !self.apply(record, &mut index_of).await {
+                    pending.push(record);
                 }
-                (_, None) => {} // its add failed, or it is gone
-                (Change::Deleted, Some(index)) => {
-                    if self.delete(index).await {
-                        index_of.remove(app);
-                    }
+            }
+        }
+    }
+
+    /// Makes one recorded change; false when it could not be made now (to retry later).
+    async fn apply<'t>(
+        &mut self,
+        record: &'t crate::scenario::trace::Record,
+        index_of: &mut BTreeMap<&'t str, usize>,
+    ) -> bool {
+        // Pushes fail while the Git provider is down: no commits, no new apps.
+        let provider_down = self.handles.git.lock().serving.outage;
+        let app = record.app.as_str();
+        match (&record.change, index_of.get(app).copied()) {
+            (Change::Added, _) if provider_down => false,
+            (Change::Added, _) => match self.add().await {
+                Some(index) => {
+                    index_of.insert(app, index);
+                    true
                 }
-                (Change::Revision { .. }, Some(_)) if provider_down => {}
-                (Change::Revision { .. }, Some(index)) => self.commit_to(index),
-                (Change::Health { health }, Some(index)) => self.set_health(index, health),
-                (Change::Refresh, Some(index)) => self.refresh_apps(vec![index]).await,
+                None => false,
+            },
+            (_, None) => true, // an app whose add is still pending: nothing to change yet
+            (Change::Deleted, Some(index)) => {
+                let deleted = self.delete(index).await;
+                if deleted {
+                    index_of.remove(app);
+                }
+                deleted
+            }
+            (Change::Revision { .. }, Some(_)) if provider_down => true, // as a failed push
+            (Change::Revision { .. }, Some(index)) => {
+                self.commit_to(index);
+                true
+            }
+            (Change::Health { health }, Some(index)) => {
+                self.set_health(index, health);
+                true
+            }
+            (Change::Refresh, Some(index)) => {
+                self.refresh_apps(vec![index]).await;
+                true
             }
         }
     }
@@ -742,6 +775,10 @@ pub async fn run(env: SharedEnv, client: kube::Client, config: Config, handles: 
     if let Some(trace) = generator.config.trace.clone() {
         let speed = generator.config.speed;
         generator.replay(&trace, speed).await;
+        // A trace that ends early leaves the world as it is until the calm phase.
+        while !generator.handles.calm.load(Ordering::SeqCst) {
+            env.sleep(Duration::from_secs(1)).await;
+        }
         generator.record(WorldEvent::Stopped {
             apps: generator.live.len() as u64,
         });
