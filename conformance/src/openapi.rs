@@ -78,10 +78,9 @@ fn closure(schemas: &Map<String, Value>, roots: Vec<String>, prefix: &str) -> Ma
         .collect()
 }
 
-/// A group version's OpenAPI v3 document with only the paths of `served` types and the
-/// schemas they reach.
-pub fn cut_v3(document: &Value, served: &[Gvk]) -> Value {
-    const PREFIX: &str = "#/components/schemas/";
+/// `document` with only the paths of `served` types and the named schemas they reach:
+/// those under `schemas` (a JSON pointer), which `$ref`s name after `prefix`.
+fn cut(document: &Value, served: &[Gvk], schemas: &str, prefix: &str) -> Value {
     let paths: Map<String, Value> = document["paths"]
         .as_object()
         .into_iter()
@@ -90,35 +89,34 @@ pub fn cut_v3(document: &Value, served: &[Gvk]) -> Value {
         .map(|(path, item)| (path.clone(), item.clone()))
         .collect();
     let mut roots = Vec::new();
-    refs(&Value::Object(paths.clone()), PREFIX, &mut roots);
+    refs(&Value::Object(paths.clone()), prefix, &mut roots);
     let empty = Map::new();
-    let schemas = document["components"]["schemas"]
-        .as_object()
+    let named = document
+        .pointer(schemas)
+        .and_then(Value::as_object)
         .unwrap_or(&empty);
+    let kept = closure(named, roots, prefix);
     let mut out = document.clone();
     out["paths"] = Value::Object(paths);
-    out["components"]["schemas"] = Value::Object(closure(schemas, roots, PREFIX));
+    if let Some(slot) = out.pointer_mut(schemas) {
+        *slot = Value::Object(kept);
+    }
     out
 }
 
-/// The OpenAPI v2 document with only the paths of `served` types and the definitions they reach.
+/// A group version's OpenAPI v3 document cut to the served types.
+pub fn cut_v3(document: &Value, served: &[Gvk]) -> Value {
+    cut(
+        document,
+        served,
+        "/components/schemas",
+        "#/components/schemas/",
+    )
+}
+
+/// The OpenAPI v2 document cut to the served types.
 pub fn cut_v2(document: &Value, served: &[Gvk]) -> Value {
-    const PREFIX: &str = "#/definitions/";
-    let paths: Map<String, Value> = document["paths"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(_, item)| serves(item, "x-kubernetes-group-version-kind", served))
-        .map(|(path, item)| (path.clone(), item.clone()))
-        .collect();
-    let mut roots = Vec::new();
-    refs(&Value::Object(paths.clone()), PREFIX, &mut roots);
-    let empty = Map::new();
-    let definitions = document["definitions"].as_object().unwrap_or(&empty);
-    let mut out = document.clone();
-    out["paths"] = Value::Object(paths);
-    out["definitions"] = Value::Object(closure(definitions, roots, PREFIX));
-    out
+    cut(document, served, "/definitions", "#/definitions/")
 }
 
 #[cfg(test)]

@@ -190,6 +190,7 @@ fn start_simulated(port: u16) -> Result<(std::process::Child, f64), BenchError> 
             }
         }
         if Instant::now() > deadline {
+            // determinism: real-env (benchmark)
             let _ = child.kill();
             return Err(BenchError::Start("no answer on /readyz within 30 s".into()));
         }

@@ -137,7 +137,7 @@ pub async fn record(
     let mut initial = true;
     let mut relisted: std::collections::BTreeSet<String> = Default::default();
     let mut errors = 0;
-    let deadline = tokio::time::Instant::now() + duration;
+    let deadline = tokio::time::Instant::now() + duration; // determinism: real-env (recording a real cluster)
     loop {
         let event = match tokio::time::timeout_at(deadline, stream.next()).await {
             Err(_) | Ok(None) => break,
@@ -199,7 +199,7 @@ pub async fn record(
                     return Err(RecordError::Watch(e.to_string()));
                 }
                 tracing::warn!(error = %e, "the Application watch failed; changes until it resumes may be missing");
-                let pause = tokio::time::Instant::now() + Duration::from_millis(500);
+                let pause = tokio::time::Instant::now() + Duration::from_millis(500); // determinism: real-env (recording)
                 tokio::time::sleep_until(pause.min(deadline)).await;
             }
         }

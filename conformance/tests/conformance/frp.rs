@@ -130,6 +130,33 @@ async fn listening(port: u16) {
     }
 }
 
+/// frps on a free port with `token`, listening: the process and its port.
+async fn start_frps(frps: &str, dir: &std::path::Path, token: &str) -> (Process, u16) {
+    let port = free_port();
+    std::fs::write(
+        dir.join("frps.ini"),
+        format!("[common]\nbind_port = {port}\ntoken = {token}\n"),
+    )
+    .unwrap();
+    let process = spawn(frps, &dir.join("frps.ini"), &dir.join("frps.log"));
+    listening(port).await;
+    (process, port)
+}
+
+/// How `process` ended within 10 s, or `None` if it still runs.
+async fn exit_within_10s(process: &mut Process) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("orrery-frp-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -173,14 +200,7 @@ async fn frpc_retries_a_dropped_server_on_the_faithful_clients_schedule() {
         return;
     };
     let dir = scratch("reconnect");
-    let server_port = free_port();
-    std::fs::write(
-        dir.join("frps.ini"),
-        format!("[common]\nbind_port = {server_port}\ntoken = t\n"),
-    )
-    .unwrap();
-    let _frps = spawn(&frps, &dir.join("frps.ini"), &dir.join("frps.log"));
-    listening(server_port).await;
+    let (_frps, server_port) = start_frps(&frps, &dir, "t").await;
     let proxy = Proxy::start(server_port).await;
     std::fs::write(
         dir.join("frpc.ini"),
@@ -256,30 +276,14 @@ async fn frpc_exits_when_its_first_login_is_refused() {
         return;
     };
     let dir = scratch("login");
-    let server_port = free_port();
-    std::fs::write(
-        dir.join("frps.ini"),
-        format!("[common]\nbind_port = {server_port}\ntoken = right\n"),
-    )
-    .unwrap();
-    let _frps = spawn(&frps, &dir.join("frps.ini"), &dir.join("frps.log"));
-    listening(server_port).await;
+    let (_frps, server_port) = start_frps(&frps, &dir, "right").await;
     std::fs::write(
         dir.join("frpc.ini"),
         format!("[common]\nserver_addr = 127.0.0.1\nserver_port = {server_port}\ntoken = wrong\n"),
     )
     .unwrap();
     let mut frpc = spawn(&frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = frpc.0.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = exit_within_10s(&mut frpc).await;
     let log = std::fs::read_to_string(dir.join("frpc.log")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
     // Refused for its token, not for anything else.
@@ -312,16 +316,7 @@ async fn frpc_exits_when_its_first_login_finds_no_server() {
     )
     .unwrap();
     let mut frpc = spawn(&frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = frpc.0.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = exit_within_10s(&mut frpc).await;
     let _ = std::fs::remove_dir_all(&dir);
     let exited = status.is_some_and(|s| !s.success());
     record_row(

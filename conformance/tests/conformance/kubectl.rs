@@ -9,11 +9,20 @@ use orrery_sim::world::apiserver::openapi::{DOCUMENTS, V2_FILE};
 use orrery_sim::world::apiserver::resources::registry;
 use serde_json::Value;
 
+/// GETs a document, waiting up to 30 s while it is 404 (the real server publishes a fresh
+/// CRD's OpenAPI a moment after the CRD is established).
 async fn get(cluster: &Cluster, path: &str) -> Value {
-    let answer = cluster
-        .send("GET", path, None, None)
-        .await
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let answer = loop {
+        let answer = cluster
+            .send("GET", path, None, None)
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        if answer.status != 404 || std::time::Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
     assert_eq!(
         answer.status,
         200,
