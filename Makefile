@@ -7,7 +7,8 @@
 #                  committed reports are up to date, the reports' HTML in headless
 #                  Chromium, actionlint on the workflows and BuildKit's checks on the
 #                  Dockerfile (what CI runs)
-# Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make sweep, make bench,
+# Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make conformance-argocd,
+#       make sweep, make bench,
 #       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores),
 #       make profile (where one seed's time goes), make browser-check, make lint-workflows,
 #       make lint-dockerfile
@@ -15,12 +16,12 @@
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test test-linted lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-ci nightly profile
+.PHONY: all test test-linted lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-argocd conformance-ci nightly profile
 
 all: test
 
 help:
-	@sed -n '1,13p' Makefile
+	@sed -n '1,14p' Makefile
 
 build:
 	$(CARGO) build -p orrery-sim --bin orrery
@@ -149,16 +150,27 @@ profile:
 ## Conformance suites (API fidelity: real vs simulated API server; runtime on real Kubernetes).
 CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture
 
-## Against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
+## Against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind). The Argo
+## CD suite runs on its own, with a real Argo CD started beside the cluster (see
+## conformance-argocd), so its controller's cluster cache does not watch the other suites.
 conformance:
-	conformance/redis/run.sh conformance/frp/run.sh conformance/kind.sh $(CONFORMANCE_TESTS)
+	conformance/redis/run.sh conformance/frp/run.sh conformance/kind.sh $(CONFORMANCE_TESTS) --skip argocd::
+	conformance/redis/run.sh conformance/kind.sh conformance/argocd/run.sh $(CONFORMANCE_TESTS) argocd::
 
 ## Against a real kube-apiserver + etcd run as local processes, built from source via Go modules
 ## (conformance/kube/go.mod pins the version; binaries cached in ~/.cache/orrery).
 conformance-apiserver:
-	conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS)
+	conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS) --skip argocd::
+	$(MAKE) --no-print-directory conformance-argocd
+
+## The simulated Argo CD against a real one (Argo CD v3 built once from its Go module, ~5 min
+## on 2 cores, cached in ~/.cache/orrery; server, application controller and repo server run
+## as local processes by conformance/argocd/run.sh, against a real kube-apiserver and Redis).
+conformance-argocd:
+	conformance/redis/run.sh conformance/kube/run.sh conformance/argocd/run.sh $(CONFORMANCE_TESTS) argocd::
 
 ## What make test runs: as conformance-apiserver, but a machine that cannot build or start the
-## real API server prints "CONFORMANCE SKIPPED: <reason>" instead of failing.
+## real API server (or Argo CD) prints "CONFORMANCE SKIPPED: <reason>" instead of failing.
 conformance-ci:
-	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS)
+	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS) --skip argocd::
+	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/kube/run.sh conformance/argocd/run.sh $(CONFORMANCE_TESTS) argocd::

@@ -3,6 +3,7 @@
 //! and `make conformance` run them with `--include-ignored` and a `KUBECONFIG`.
 
 mod acr;
+mod argocd;
 mod deploy;
 mod fidelity;
 mod frp;

@@ -150,9 +150,11 @@ fn desired_status(
     let now = rfc3339(unix_ms);
     let mut start = None;
     if in_sync {
-        next["sync"] = json!({"status": "Synced", "revision": head_sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+        next["sync"] =
+            json!({"status": "Synced", "revision": head_sha, "comparedTo": compared_to(app)});
     } else if automated && !config.sync_duration.is_zero() {
-        next["sync"] = json!({"status": "OutOfSync", "revision": head_sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+        next["sync"] =
+            json!({"status": "OutOfSync", "revision": head_sha, "comparedTo": compared_to(app)});
         start = Some(head_sha.clone());
     } else if automated {
         let history = next
@@ -174,9 +176,11 @@ fn desired_status(
             "finishedAt": now,
             "syncResult": {"revision": head.sha, "source": {"repoURL": repo, "path": path}},
         });
-        next["sync"] = json!({"status": "Synced", "revision": head.sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+        next["sync"] =
+            json!({"status": "Synced", "revision": head.sha, "comparedTo": compared_to(app)});
     } else {
-        next["sync"] = json!({"status": "OutOfSync", "revision": head.sha, "comparedTo": {"source": {"repoURL": repo, "path": path}}});
+        next["sync"] =
+            json!({"status": "OutOfSync", "revision": head.sha, "comparedTo": compared_to(app)});
     }
     let health_status = health.get(&name);
     let sync_status = next["sync"]["status"].clone();
@@ -184,7 +188,12 @@ fn desired_status(
     next["resources"] = Value::Array(
         resources_of(&head_files, &name)
             .into_iter()
-            .map(|r| json!({"group": r.group, "version": r.version, "kind": r.kind, "namespace": r.namespace, "name": r.name, "status": sync_status, "health": {"status": health_status}}))
+            .map(|r| {
+                // The workload's health is its Deployment's; a Service is Healthy on its own
+                // (Argo CD's per-resource health, compared by the Argo CD conformance suite).
+                let health = if r.kind == "Service" { "Healthy" } else { health_status.as_str() };
+                json!({"group": r.group, "version": r.version, "kind": r.kind, "namespace": r.namespace, "name": r.name, "status": sync_status, "health": {"status": health}})
+            })
             .collect(),
     );
     next["summary"] = json!({"images": [format!("registry.example/{name}:{}", &head.sha[..7])]});
@@ -202,6 +211,15 @@ fn desired_status(
         }
     }
     Some((next, start))
+}
+
+/// `status.sync.comparedTo`: the app's source and destination as compared, copied from its
+/// spec as Argo CD copies them. Argo CD's own CRD requires `destination` there (the real
+/// kube-apiserver refuses a status without it: found by the Argo CD conformance suite).
+fn compared_to(app: &DynamicObject) -> Value {
+    let spec = app.data.get("spec");
+    let field = |f: &str| spec.and_then(|s| s.get(f)).cloned().unwrap_or(json!({}));
+    json!({"source": field("source"), "destination": field("destination")})
 }
 
 /// `spec.destination` as (server, namespace); no server means in-cluster.
@@ -234,8 +252,9 @@ fn uncomparable(app: &DynamicObject, kind: &str, message: &str, unix_ms: u64) ->
     let revision = next.pointer("/sync/revision").cloned().unwrap_or(json!(""));
     let compared = next
         .pointer("/sync/comparedTo")
+        .filter(|c| c.get("destination").is_some())
         .cloned()
-        .unwrap_or(json!({}));
+        .unwrap_or_else(|| compared_to(app));
     next["sync"] = json!({"status": "Unknown", "revision": revision, "comparedTo": compared});
     next["health"] = json!({"status": "Unknown"});
     if let Some(resources) = next.get_mut("resources").and_then(Value::as_array_mut) {
@@ -410,7 +429,7 @@ fn completion(
                 "syncResult": {"revision": revision, "source": source},
             },
             "history": history,
-            "sync": {"status": "Synced", "revision": revision, "comparedTo": {"source": source}},
+            "sync": {"status": "Synced", "revision": revision, "comparedTo": compared_to(app)},
         },
     });
     let refresh = app

@@ -18,8 +18,10 @@
 //! per repository, fetched whole]
 //!
 //! `appNamespace` selects the app's namespace (default: Argo CD's own); a namespace Argo CD
-//! does not manage is refused as the real server refuses it. `project` and `sourceIndex`
-//! are accepted and ignored.
+//! does not manage is refused as the real server refuses it. A missing app is 404 when the
+//! request names its `project` and 403 `permission denied` when it does not, as Argo CD's
+//! `getAppEnforceRBAC` answers (compared with a real Argo CD by the conformance suite);
+//! `sourceIndex` is accepted and ignored.
 
 use std::collections::BTreeMap;
 
@@ -300,11 +302,17 @@ impl Server {
             kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource())
                 .within(&namespace);
         let Some(app) = self.apps.get(&key) else {
-            return error(
-                StatusCode::NOT_FOUND,
-                5,
-                format!("applications.argoproj.io \"{name}\" not found"),
-            );
+            // `getAppEnforceRBAC`: a missing app is NotFound only when the request named its
+            // project (the RBAC check could run first); otherwise PermissionDenied, so as not
+            // to reveal whether it exists.
+            if params.get("project").is_some_and(|p| !p.is_empty()) {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    5,
+                    format!("applications.argoproj.io \"{name}\" not found"),
+                );
+            }
+            return error(StatusCode::FORBIDDEN, 7, "permission denied".into());
         };
         let Some((repo, app_path)) = source_of(&app) else {
             return error(
