@@ -123,11 +123,13 @@ nightly:
 
 ## Benchmarks in real mode, release build (ungated perf, ~6 min): the reporter under the real
 ## event model (both variants, platform answering at once and after 20 ms), its serialisation
-## hot path, the tunnel against a direct connection, and orrery apiserver against the real
-## kube-apiserver (started by conformance/kube/run.sh: built once, ~8 min, needs Go).
+## hot path, the tunnel against a direct connection and against the real frp 0.44 (same load,
+## same upstream; frp built by conformance/frp/run.sh, skipped without Go), and orrery
+## apiserver against the real kube-apiserver (started by conformance/kube/run.sh: built once,
+## ~8 min, needs Go).
 bench:
 	$(CARGO) build --release -p orrery-sim --bin orrery
-	./target/release/orrery bench --events 20000 --out reports/perf/bench.json
+	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/frp/run.sh ./target/release/orrery bench --events 20000 --out reports/perf/bench.json
 	conformance/kube/run.sh ./target/release/orrery bench-apiserver --out reports/perf/apiserver.json
 
 ## Where one seed's time goes (not part of make test): a perf profile of a release build with

@@ -121,7 +121,13 @@ async fn end_to_end(
 
 /// `requests` GETs at `concurrency` against `url`: (requests per second, per-request latency
 /// p50 and p99 in microseconds).
-async fn load(env: SharedEnv, url: String, requests: usize, concurrency: usize) -> (f64, u64, u64) {
+async fn load(
+    env: SharedEnv,
+    url: String,
+    host: Option<&'static str>,
+    requests: usize,
+    concurrency: usize,
+) -> (f64, u64, u64) {
     let started = Instant::now(); // determinism: real-env (benchmark)
     let mut tasks = Vec::new();
     for worker in 0..concurrency {
@@ -132,7 +138,11 @@ async fn load(env: SharedEnv, url: String, requests: usize, concurrency: usize) 
             let mut latencies = Vec::new();
             for _ in (worker..requests).step_by(concurrency) {
                 let sent = Instant::now(); // determinism: real-env (benchmark)
-                let request = http::Request::get(&url)
+                let mut request = http::Request::get(&url);
+                if let Some(host) = host {
+                    request = request.header("host", host);
+                }
+                let request = request
                     .body(Full::new(Bytes::new()))
                     .expect("valid request");
                 let response = client.request(request).await.expect("answers");
@@ -222,16 +232,146 @@ fn tunnel_bench(
         if !up {
             return Err("the benchmark's tunnel did not come up".to_string());
         }
-        let direct = load(env.clone(), format!("http://{upstream_addr}/app-proxy/ping"), requests, concurrency).await;
-        let through = load(env.clone(), format!("http://{gateway_addr}/api/runtimes/bench-runtime/app-proxy/ping"), requests, concurrency).await;
+        let direct = load(env.clone(), format!("http://{upstream_addr}/app-proxy/ping"), None, requests, concurrency).await;
+        let through = load(env.clone(), format!("http://{gateway_addr}/api/runtimes/bench-runtime/app-proxy/ping"), None, requests, concurrency).await;
+        // The real frp 0.44 between the same load and the same upstream, when
+        // conformance/frp/run.sh built it (make bench runs under it).
+        let frp = match frp::Frp::start(&upstream_addr).await {
+            Ok(Some(frp)) => {
+                let measured = load(env.clone(), frp.url(), Some(frp::HOST), requests, concurrency).await;
+                drop(frp);
+                Some(measured)
+            }
+            Ok(None) => {
+                eprintln!("  tunnel: FRP SKIPPED (no ORRERY_FRPC/ORRERY_FRPS; make bench builds frp with conformance/frp/run.sh)");
+                None
+            }
+            Err(e) => return Err(format!("real frp: {e}")),
+        };
         tasks.iter().for_each(|t| t.abort());
         let record = |(rate, p50, p99): (f64, u64, u64)| json!({"requests_per_second": rate.round(), "latency_p50_us": p50, "latency_p99_us": p99});
         eprintln!(
-            "  tunnel: direct {:>6.0} req/s (p50 {} µs) vs through the tunnel {:>6.0} req/s (p50 {} µs), {concurrency} clients",
-            direct.0, direct.1, through.0, through.1
+            "  tunnel: direct {:>6.0} req/s (p50 {} µs, p99 {} µs) vs orrery's tunnel {:>6.0} req/s (p50 {} µs, p99 {} µs), {concurrency} clients",
+            direct.0, direct.1, direct.2, through.0, through.1, through.2
         );
-        Ok(json!({"requests": requests, "concurrency": concurrency, "direct": record(direct), "through_tunnel": record(through)}))
+        if let Some((rate, p50, p99)) = frp {
+            eprintln!("  tunnel: real frp 0.44 {rate:>6.0} req/s (p50 {p50} µs, p99 {p99} µs), same load and upstream");
+        }
+        Ok(json!({"requests": requests, "concurrency": concurrency, "direct": record(direct), "through_tunnel": record(through), "through_frp": frp.map(record)}))
     })
+}
+
+/// The real frp for the tunnel benchmark: frps with an HTTP vhost port and frpc exposing the
+/// benchmark's upstream under one custom domain, both on loopback, plain TCP (as orrery's
+/// tunnel in this benchmark).
+mod frp {
+    use std::time::Duration;
+
+    /// The custom domain frpc registers; requests carry it as their `Host`.
+    pub const HOST: &str = "bench.frp.local";
+
+    /// frps and frpc while the benchmark runs; both are killed on drop.
+    pub struct Frp {
+        children: Vec<std::process::Child>,
+        vhost: u16,
+        dir: std::path::PathBuf,
+    }
+
+    impl Frp {
+        /// Starts frps and frpc (paths from `ORRERY_FRPS`/`ORRERY_FRPC`) in front of
+        /// `upstream` and waits until a request goes through; `None` without the binaries.
+        pub async fn start(upstream: &str) -> Result<Option<Frp>, String> {
+            let (Ok(frps), Ok(frpc)) = (std::env::var("ORRERY_FRPS"), std::env::var("ORRERY_FRPC"))
+            else {
+                return Ok(None);
+            };
+            let free = || {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map(|a| a.port())
+                    .map_err(|e| e.to_string())
+            };
+            let (bind, vhost) = (free()?, free()?);
+            let local_port = upstream.rsplit(':').next().unwrap_or_default();
+            let dir = std::env::temp_dir().join(format!("orrery-bench-frp-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let write = |name: &str, text: String| {
+                std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+            };
+            write("frps.ini", format!("[common]\nbind_port = {bind}\nvhost_http_port = {vhost}\ntoken = bench\nlog_level = warn\n"))?;
+            write("frpc.ini", format!("[common]\nserver_addr = 127.0.0.1\nserver_port = {bind}\ntoken = bench\nlog_level = warn\n\n[web]\ntype = http\nlocal_ip = 127.0.0.1\nlocal_port = {local_port}\ncustom_domains = {HOST}\n"))?;
+            let spawn = |program: &str, config: &str| {
+                let log = std::fs::File::create(dir.join(format!("{config}.log")))
+                    .map_err(|e| e.to_string())?;
+                std::process::Command::new(program)
+                    .arg("-c")
+                    .arg(dir.join(config))
+                    .stdout(log.try_clone().map_err(|e| e.to_string())?)
+                    .stderr(log)
+                    .spawn()
+                    .map_err(|e| format!("{program}: {e}"))
+            };
+            let mut frp = Frp {
+                children: vec![spawn(&frps, "frps.ini")?],
+                vhost,
+                dir: dir.clone(),
+            };
+            // frpc exits if its first login finds no server: start it once frps listens.
+            for _ in 0..500 {
+                if tokio::net::TcpStream::connect(("127.0.0.1", bind))
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            frp.children.push(spawn(&frpc, "frpc.ini")?);
+            let env: orrery_system::env::SharedEnv =
+                std::sync::Arc::new(orrery_system::env::RealEnv::new("bench-frp"));
+            let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
+                env,
+                Duration::from_secs(5),
+            );
+            for _ in 0..500 {
+                let request = http::Request::get(frp.url())
+                    .header("host", HOST)
+                    .body(http_body_util::Full::new(bytes::Bytes::new()))
+                    .map_err(|e| e.to_string())?;
+                if client
+                    .request(request)
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                {
+                    return Ok(Some(frp));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let logs = ["frps.ini.log", "frpc.ini.log"]
+                .iter()
+                .map(|l| std::fs::read_to_string(dir.join(l)).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n");
+            Err(format!(
+                "frp did not forward a request within 10 s:\n{logs}"
+            ))
+        }
+
+        /// The upstream's ping through frps's vhost port.
+        pub fn url(&self) -> String {
+            format!("http://127.0.0.1:{}/app-proxy/ping", self.vhost)
+        }
+    }
+
+    impl Drop for Frp {
+        fn drop(&mut self) {
+            for child in &mut self.children {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 /// Runs the benchmark and returns its JSON record: the reporter under the real event model

@@ -101,6 +101,9 @@ events! {
         "tunnel.client_down" => ClientDown { runtime: String, up_ms: u64, why: String },
         /// The client gave up for good (faithful: the first login was refused).
         "tunnel.client_exit" => ClientExit { runtime: String, why: String },
+        /// The client's kubelet restarts it after `after_ms` (CrashLoopBackOff; `restarts`
+        /// counts them).
+        "tunnel.client_restart" => ClientRestart { runtime: String, after_ms: u64, restarts: u32 },
         /// The server accepted a runtime's tunnel (`generation` counts its registrations).
         "tunnel.server_up" => ServerUp { runtime: String, generation: u64 },
         /// The server dropped a runtime's tunnel.

@@ -1,10 +1,13 @@
 //! The real frp (v0.44.0, what the Codefresh runtime's tunnel is built on) against the
 //! faithful tunnel client's model of it: a test proxy between frpc and frps drops the
 //! control connection and refuses every new one, and the times frpc tries again are
-//! compared with `tunnel_client::backoff::Reconnect`'s faithful schedule; a first login
+//! compared with `tunnel_client::backoff::Reconnect`'s faithful schedule; a black-holed
+//! path (open, silent) must be noticed by frpc's multiplexer keepalive as the faithful
+//! client's keepalive settings say; a first login
 //! with a wrong token must end frpc (the pod then restarts), as the faithful client's
-//! `Fatal::FirstLoginRefused` does; so does a first login to a server that is not there,
-//! which the faithful client retries instead (a known deviation, recorded as such). Without `ORRERY_FRPC` (no Go here, optional mode) the tests
+//! `Fatal::FirstLoginRefused` does; so must a first login to a server that is not there,
+//! which the faithful client, run here against the same closed port, must end with
+//! `Fatal::FirstLoginFailed`. Without `ORRERY_FRPC` (no Go here, optional mode) the tests
 //! say FRP CONFORMANCE SKIPPED.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +36,8 @@ fn binaries() -> Option<(String, String)> {
 struct Proxy {
     port: u16,
     dead: Arc<AtomicBool>,
+    /// Open connections stay open but forward nothing (a black hole).
+    hole: Arc<AtomicBool>,
     attempts: Arc<Mutex<Vec<Instant>>>,
     cut: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
@@ -42,19 +47,26 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let dead = Arc::new(AtomicBool::new(false));
+        let hole = Arc::new(AtomicBool::new(false));
         let attempts = Arc::new(Mutex::new(Vec::new()));
         let cut = Arc::new(Mutex::new(Vec::new()));
-        let (d, a, c) = (dead.clone(), attempts.clone(), cut.clone());
+        let (d, h, a, c) = (dead.clone(), hole.clone(), attempts.clone(), cut.clone());
         tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 a.lock().unwrap().push(Instant::now());
                 if d.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
                 }
+                let hole = h.clone();
                 let task = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(("127.0.0.1", target)).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    if let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await {
+                        let (from_client, to_client) = client.into_split();
+                        let (from_server, to_server) = server.into_split();
+                        tokio::select! {
+                            _ = pump(from_client, to_server, hole.clone()) => {}
+                            _ = pump(from_server, to_client, hole) => {}
+                        }
                     }
                 });
                 c.lock().unwrap().push(task.abort_handle());
@@ -63,9 +75,18 @@ impl Proxy {
         Proxy {
             port,
             dead,
+            hole,
             attempts,
             cut,
         }
+    }
+
+    /// The path goes silent: open connections stay open and carry nothing, new ones are
+    /// refused. Returns when.
+    fn black_hole(&self) -> Instant {
+        self.hole.store(true, Ordering::SeqCst);
+        self.dead.store(true, Ordering::SeqCst);
+        Instant::now()
     }
 
     /// The server "dies": every connection is cut, new ones are refused. Returns when.
@@ -86,6 +107,28 @@ impl Proxy {
             .filter(|t| **t >= since)
             .map(|t| t.duration_since(since).as_secs_f64())
             .collect()
+    }
+}
+
+/// Copies `from` to `to` until either ends; bytes read while `hole` is set are dropped.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    hole: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if hole.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -175,19 +218,20 @@ async fn logged(log: &std::path::Path, text: &str, within: Duration) -> bool {
     false
 }
 
-/// The faithful model's attempt times after a drop: cumulative delays, in seconds.
+/// The faithful model's attempt times after a drop (of a tunnel that had been up for
+/// minutes): its wait after the drop, then its waits after each failed login; cumulative,
+/// in seconds.
 fn model_attempts(within: f64) -> Vec<f64> {
     let env: SharedEnv = Arc::new(RealEnv::new("frp-model"));
-    let mut schedule = Reconnect::new(Variant::Faithful);
-    let mut at = 0.0;
+    let mut schedule = Reconnect::new(Variant::Faithful, Duration::ZERO);
+    let up = Duration::from_secs(300);
+    let mut at = schedule.after_drop(&env, up, up).as_secs_f64();
     let mut times = Vec::new();
-    loop {
-        at += schedule.next_delay(&env).as_secs_f64();
-        if at > within {
-            return times;
-        }
+    while at <= within {
         times.push(at);
+        at += schedule.after_failed_attempt(&env).as_secs_f64();
     }
+    times
 }
 
 /// How long the proxy refuses frps in the reconnect test.
@@ -238,8 +282,8 @@ async fn frpc_retries_a_dropped_server_on_the_faithful_clients_schedule() {
         show(&real),
         show(&model)
     );
-    // frp 0.44's `keepControllerWorking`: the first retry when the drop is noticed, then
-    // waits of 1 s doubling to 20 s, no jitter. Each wait within 0.3 s + 10 % (a failed
+    // frp 0.44's `keepControllerWorking`: the first retry within 0–0.5 s of the drop, then
+    // waits of 1 s doubling to 20 s, each ±10 %. Each wait within 0.3 s + 10 % (a failed
     // login itself takes a moment).
     let gaps = |times: &[f64]| times.windows(2).map(|w| w[1] - w[0]).collect::<Vec<f64>>();
     let like = |times: &[f64], first: f64, waits: &[f64]| {
@@ -252,13 +296,13 @@ async fn frpc_retries_a_dropped_server_on_the_faithful_clients_schedule() {
     };
     let frp_waits = [1.0, 2.0, 4.0, 8.0];
     let real_is_frp = like(&real, 1.0, &frp_waits);
-    let model_is_frp = like(&model, 0.3, &frp_waits);
+    let model_is_frp = like(&model, 0.5, &frp_waits);
     record_row(
         "reconnect",
         &format!(
-            "| retries after the control connection drops ({DOWN_FOR:.0} s down) | frpc: at once, then waits of 1, 2, 4, 8 s (doubling to 20 s), no jitter — {}; the faithful model: 3 quick retries (1–1.5 s), then 1 s doubling, ±10 % jitter | {} |",
+            "| retries after the control connection drops ({DOWN_FOR:.0} s down) | frpc: within 0.5 s, then waits of 1, 2, 4, 8 s ±10 % (doubling to 20 s) — {}; the faithful model: frp 0.44's two loops (0–0.5 s after a drop, the fourth drop of a minute on slower; 1 s doubling to 20 s ±10 % between failed logins) | {} |",
             if real_is_frp { "as measured" } else { "NOT AS MEASURED BEFORE" },
-            if model_is_frp { "matches" } else { "known deviation: the model's quick retries and jitter are not in frp 0.44 (to be fixed)" }
+            if model_is_frp { "matches" } else { "DIFFERS" }
         ),
     );
     assert!(
@@ -266,6 +310,90 @@ async fn frpc_retries_a_dropped_server_on_the_faithful_clients_schedule() {
         "real frpc tried at [{}] s (waits [{}]): not frp 0.44's schedule (at once, then 1, 2, 4, 8 s)",
         show(&real),
         show(&gaps(&real))
+    );
+    assert!(
+        model_is_frp,
+        "the faithful model tries at [{}] s (waits [{}]): not frp 0.44's schedule",
+        show(&model),
+        show(&gaps(&model))
+    );
+}
+
+/// The multiplexer keepalive interval the black-hole test gives frpc (the default is 60 s).
+const KEEPALIVE_S: f64 = 5.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs frp: make conformance-apiserver or make conformance"]
+async fn frpc_notices_a_black_holed_connection_by_its_multiplexer_keepalive() {
+    let Some((frpc, frps)) = binaries() else {
+        return;
+    };
+    let dir = scratch("blackhole");
+    let (_frps, server_port) = start_frps(&frps, &dir, "t").await;
+    let proxy = Proxy::start(server_port).await;
+    std::fs::write(
+        dir.join("frpc.ini"),
+        format!(
+            "[common]\nserver_addr = 127.0.0.1\nserver_port = {}\ntoken = t\ntcp_mux_keepalive_interval = {KEEPALIVE_S}\n",
+            proxy.port
+        ),
+    )
+    .unwrap();
+    let _frpc = spawn(&frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
+    assert!(
+        logged(
+            &dir.join("frpc.log"),
+            "login to server success",
+            Duration::from_secs(10)
+        )
+        .await,
+        "frpc never logged in: {}",
+        std::fs::read_to_string(dir.join("frpc.log")).unwrap_or_default()
+    );
+    let holed = proxy.black_hole();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while proxy.attempts_after(holed).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let noticed = proxy.attempts_after(holed).first().copied();
+    // yamux pings every interval and drops the session when a ping is not answered within
+    // its ConnectionWriteTimeout (10 s): the drop comes 10 to 10 + interval s after the path
+    // went silent, and frp tries again within 0.5 s.
+    let timeout = 10.0;
+    let real_ok =
+        noticed.is_some_and(|t| (timeout - 0.5..=timeout + KEEPALIVE_S + 1.0).contains(&t));
+    // The faithful model pings every 60 s (frp's default interval) and gives up on a ping
+    // after its keepalive timeout: yamux's 10 s.
+    let model = orrery_system::runtime::tunnel_client::Config::new(
+        Variant::Faithful,
+        "127.0.0.1:1",
+        "acme-hole",
+        "t",
+    );
+    let model_ok = model.keepalive == Duration::from_secs(60)
+        && model.keepalive_timeout == Duration::from_secs_f64(timeout);
+    eprintln!(
+        "frp black hole: frpc tried again {noticed:?} s after the path went silent (keepalive every {KEEPALIVE_S} s); the faithful model pings every {:?}, timeout {:?}",
+        model.keepalive, model.keepalive_timeout
+    );
+    record_row(
+        "blackhole",
+        &format!(
+            "| a black-holed connection (open, silent) | frpc with a {KEEPALIVE_S:.0} s multiplexer keepalive tried again {} after the path went silent: yamux drops a session whose ping is unanswered for 10 s (so 10 to 10 + interval s); the faithful model: an HTTP/2 PING every 60 s (frp's default interval), dropped after 10 s unanswered | {} |",
+            if real_ok { format!("{:.0}–{:.0} s", timeout, timeout + KEEPALIVE_S) } else { "OUTSIDE 10 s TO 10 s + INTERVAL".into() },
+            if real_ok && model_ok { "matches" } else { "DIFFERS" }
+        ),
+    );
+    assert!(
+        real_ok,
+        "frpc noticed the black hole after {noticed:?} s, not within {timeout} to {} s",
+        timeout + KEEPALIVE_S
+    );
+    assert!(
+        model_ok,
+        "the faithful model's keepalive is {:?} with a {:?} timeout, not 60 s and 10 s",
+        model.keepalive, model.keepalive_timeout
     );
 }
 
@@ -319,16 +447,43 @@ async fn frpc_exits_when_its_first_login_finds_no_server() {
     let status = exit_within_10s(&mut frpc).await;
     let _ = std::fs::remove_dir_all(&dir);
     let exited = status.is_some_and(|s| !s.success());
+    // The faithful client against a closed port too: its run must end, not retry.
+    let closed = format!("127.0.0.1:{}", free_port());
+    let client = orrery_system::runtime::tunnel_client::Config::new(
+        Variant::Faithful,
+        &closed,
+        "acme-absent",
+        "t",
+    );
+    let handler: orrery_system::runtime::tunnel_client::Handler =
+        Arc::new(|_request| Box::pin(async { unreachable!("no tunnel, no request") }));
+    let env: SharedEnv = Arc::new(RealEnv::new("frp-absent"));
+    let ended = tokio::time::timeout(
+        Duration::from_secs(10),
+        orrery_system::runtime::tunnel_client::run(env, client, handler),
+    )
+    .await;
+    let model_exits = matches!(
+        ended,
+        Ok(Err(
+            orrery_system::runtime::tunnel_client::Fatal::FirstLoginFailed(_)
+        ))
+    );
     record_row(
         "login-absent",
         &format!(
-            "| a first login to a server that is not listening | frpc {}; the faithful client retries on its schedule instead | known deviation (the pod's CrashLoopBackOff is not modelled yet) |",
-            if exited { "exits" } else { "DOES NOT EXIT" }
+            "| a first login to a server that is not listening | frpc {}; the faithful client's run ends with `Fatal::FirstLoginFailed` and the world's kubelet restarts it (CrashLoopBackOff: 10 s doubling to 5 min) | {} |",
+            if exited { "exits" } else { "DOES NOT EXIT" },
+            if exited && model_exits { "matches" } else { "DIFFERS" }
         ),
     );
     assert!(
         exited,
         "frpc did not exit when its first login found no server: {status:?}"
+    );
+    assert!(
+        model_exits,
+        "the faithful client did not end on a first login that found no server: {ended:?}"
     );
 }
 
@@ -341,7 +496,7 @@ fn record_row(key: &str, row: &str) {
     rows.push((key.to_string(), row.to_string()));
     rows.sort();
     let mut body = String::from("## frp: the faithful tunnel client against the real frp\n\n");
-    body.push_str("- frpc and frps v0.44.0, built from the Go module `conformance/frp/go.mod` pins; a test proxy between them cuts the control connection and refuses new ones.\n\n");
+    body.push_str("- frpc and frps v0.44.0, built from the Go module `conformance/frp/go.mod` pins; a test proxy between them cuts the control connection (or leaves it open and silent) and refuses new ones.\n\n");
     body.push_str("| behaviour | faithful model | verdict |\n|---|---|---|\n");
     for (_, row) in rows.iter() {
         body.push_str(row);

@@ -207,8 +207,8 @@ fn register_hosts(
                     });
                 }
                 if let Some(config) = runtime {
-                    // A runtime whose every tunnel client gave up stays down, like a pod in
-                    // CrashLoopBackOff, until the harness restarts the host.
+                    // A tunnel client that exits is restarted by the world's kubelet
+                    // (CrashLoopBackOff, `placement::runtime`); the runtime runs on.
                     let _ = runtime_assembly::run(env, config, std::future::pending()).await;
                 }
                 std::future::pending::<()>().await;

@@ -713,6 +713,10 @@ pub struct Tunnel {
     pub registration_cost: Duration,
     /// Registrations that may wait for that work; more are refused with 503. Default 1024.
     pub max_pending_registrations: usize,
+    /// A fleet's runtimes are installed over this long: on each runtime host, the i-th of n
+    /// tunnel clients starts at `start_spread · i / n`. Default 0 (all at once).
+    #[serde(with = "super::duration")]
+    pub start_spread: Duration,
 }
 
 impl Default for Tunnel {
@@ -725,6 +729,7 @@ impl Default for Tunnel {
             runtimes_per_host: 1,
             registration_cost: Duration::ZERO,
             max_pending_registrations: 1024,
+            start_spread: Duration::ZERO,
         }
     }
 }

@@ -64,7 +64,11 @@ pub fn hosts_with(scenario: &Scenario, role: Role) -> Vec<String> {
 /// The runtime components `host` runs, if any. The reporter's replica count is the
 /// StatefulSet's at the time the pod starts; the harness sets it on each boot.
 pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<RuntimeConfig> {
-    let mut config = RuntimeConfig::default();
+    let mut config = RuntimeConfig {
+        // Each tunnel client is its own pod: the world plays its kubelet.
+        tunnel_restart: Some(orrery_system::runtime::assembly::CrashLoopBackOff::kubelet()),
+        ..RuntimeConfig::default()
+    };
     if host.has(Role::Cache) {
         config.cache = Some(format!("0.0.0.0:{CACHE_PORT}"));
     }
@@ -100,10 +104,13 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
             .iter()
             .find(|h| h.has(Role::Cache))
             .map(|h| format!("{}:{CACHE_PORT}", h.name));
+        let per_host = scenario.tunnel.runtimes_per_host.max(1);
         config.tunnels = runtimes_of(&host.name, scenario.tunnel.runtimes_per_host)
             .into_iter()
-            .map(|(_, name, token)| tunnel_client::Config {
+            .enumerate()
+            .map(|(i, (_, name, token))| tunnel_client::Config {
                 dedup_store: store.clone(),
+                start_after: scenario.tunnel.start_spread * i as u32 / per_host,
                 ..tunnel_client::Config::new(
                     variant,
                     &format!("{gateway}:{TUNNEL_PORT}"),

@@ -186,8 +186,18 @@ fn the_controller_syncs_automated_apps_and_the_server_serves_their_tree_and_revi
         )
         .await;
         assert_eq!(code, 404, "the group is part of the resource's identity");
-        let (code, _) = get(&env, "/api/v1/applications/nope/resource-tree", Some(TOKEN)).await;
+        // A missing app: 404 when its project is named, 403 otherwise (Argo CD's
+        // getAppEnforceRBAC does not reveal whether an app exists).
+        let (code, _) = get(
+            &env,
+            "/api/v1/applications/nope/resource-tree?project=default",
+            Some(TOKEN),
+        )
+        .await;
         assert_eq!(code, 404);
+        let (code, body) =
+            get(&env, "/api/v1/applications/nope/resource-tree", Some(TOKEN)).await;
+        assert_eq!((code, &body["message"]), (403, &json!("permission denied")));
         Ok(())
     });
     w.sim.run().unwrap();
@@ -298,7 +308,12 @@ fn a_parent_sync_creates_its_children_in_their_namespaces_and_the_server_serves_
         )
         .await;
         assert_eq!((code, &tree["nodes"][0]["kind"]), (200, &json!("Deployment")));
-        let (code, _) = get(&env, "/api/v1/applications/child-b/resource-tree", Some(TOKEN)).await;
+        let (code, _) = get(
+            &env,
+            "/api/v1/applications/child-b/resource-tree?project=default",
+            Some(TOKEN),
+        )
+        .await;
         assert_eq!(code, 404, "without appNamespace the server looks in argocd");
         let (code, body) = get(
             &env,

@@ -24,6 +24,8 @@ use super::{
     acr, app_proxy, app_reporter, cache, resource_reporter, source_server, tunnel_client,
     webhook_source,
 };
+use std::time::Duration;
+
 use crate::env::SharedEnv;
 use crate::observe::TunnelEvent;
 
@@ -70,6 +72,42 @@ pub struct RuntimeConfig {
     pub acr: Option<acr::Config>,
     /// The source server.
     pub source_server: Option<source_server::Config>,
+    /// Who restarts a tunnel client that exits (faithful: a failed first login ends it, as
+    /// it ends frpc). `None` in real mode: the client gives up, the process exits and the
+    /// real kubelet restarts the pod. The simulator has no kubelet, so its world passes
+    /// kubelet's CrashLoopBackOff here.
+    pub tunnel_restart: Option<CrashLoopBackOff>,
+}
+
+/// Kubelet's restart backoff for a container that keeps exiting ("CrashLoopBackOff"): 10 s,
+/// doubling to 5 minutes; a container that ran 10 minutes without exiting starts over
+/// (Kubernetes documentation, "Pod Lifecycle: container restarts").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrashLoopBackOff {
+    /// The first restart's delay.
+    pub initial: Duration,
+    /// The longest delay.
+    pub cap: Duration,
+    /// A run this long puts the delay back to `initial`.
+    pub reset_after: Duration,
+}
+
+impl CrashLoopBackOff {
+    /// Kubelet's defaults: 10 s, 300 s, 10 min.
+    pub fn kubelet() -> Self {
+        CrashLoopBackOff {
+            initial: Duration::from_secs(10),
+            cap: Duration::from_secs(300),
+            reset_after: Duration::from_secs(600),
+        }
+    }
+
+    /// The delay before restart number `restarts` (0 for the first).
+    pub fn delay(&self, restarts: u32) -> Duration {
+        self.initial
+            .saturating_mul(1u32 << restarts.min(16))
+            .min(self.cap)
+    }
 }
 
 /// Why the runtime stopped on its own.
@@ -236,9 +274,18 @@ fn tunnels(
     for client in config.tunnels.clone() {
         let (env, handler, gave_up) = (env.clone(), handler.clone(), gave_up.clone());
         let handler = handler.expect("a handler exists whenever there are tunnels");
+        let restart = config.tunnel_restart;
         clients.spawn(async move {
             let runtime = client.name.clone();
-            if let Err(fatal) = tunnel_client::run(env.clone(), client, handler).await {
+            let mut client = client;
+            let mut restarts = 0u32;
+            loop {
+                let started = env.elapsed();
+                let Err(fatal) =
+                    tunnel_client::run(env.clone(), client.clone(), handler.clone()).await
+                else {
+                    return;
+                };
                 env.observe(
                     TunnelEvent::ClientExit {
                         runtime: runtime.clone(),
@@ -246,7 +293,25 @@ fn tunnels(
                     }
                     .into(),
                 );
-                let _ = gave_up.send((runtime, fatal));
+                let Some(policy) = restart else {
+                    let _ = gave_up.send((runtime, fatal));
+                    return;
+                };
+                if env.elapsed().saturating_sub(started) >= policy.reset_after {
+                    restarts = 0;
+                }
+                let delay = policy.delay(restarts);
+                restarts = restarts.saturating_add(1);
+                env.observe(
+                    TunnelEvent::ClientRestart {
+                        runtime: runtime.clone(),
+                        after_ms: delay.as_millis() as u64,
+                        restarts,
+                    }
+                    .into(),
+                );
+                env.sleep(delay).await;
+                client.start_after = Duration::ZERO;
             }
         });
     }

@@ -24,7 +24,8 @@
 //!
 //! **Git or Argo CD unavailable.** Cached answers are still served; otherwise 503 with the
 //! upstream's failure in `message` (404 when Argo CD says the app or revision does not
-//! exist), never an empty answer that could pass for "no versions".
+//! exist, or refuses a missing app as it does without its project), never an empty answer
+//! that could pass for "no versions".
 
 pub mod version;
 
@@ -127,9 +128,15 @@ enum Unanswered {
 }
 
 impl From<CallError> for Unanswered {
+    /// Argo CD answers a missing app asked for without its project with 403 `permission
+    /// denied` (`getAppEnforceRBAC`, so as not to reveal whether it exists; measured against a
+    /// real Argo CD by the conformance suite): the source server's token reads every app, so
+    /// a 403 means the app is not there, as a 404 does [inferred].
     fn from(e: CallError) -> Self {
         match e {
-            CallError::Status { status, .. } if status == StatusCode::NOT_FOUND => {
+            CallError::Status { status, .. }
+                if status == StatusCode::NOT_FOUND || status == StatusCode::FORBIDDEN =>
+            {
                 Unanswered::NotFound(e.to_string())
             }
             other => Unanswered::Unavailable(other.to_string()),

@@ -44,13 +44,19 @@ pub struct Config {
     /// hardened: the cache (`host:port`) that keeps request records across restarts;
     /// in memory only when absent.
     pub dedup_store: Option<String>,
+    /// Wait this long before the first login: a simulated fleet's runtimes are installed
+    /// over time. Zero in real mode.
+    pub start_after: Duration,
 }
 
 impl Config {
     /// Defaults per variant (see the module doc).
     pub fn new(variant: Variant, server_addr: &str, name: &str, token: &str) -> Self {
         let (keepalive, keepalive_timeout) = match variant {
-            Variant::Faithful => (Duration::from_secs(60), Duration::from_secs(20)),
+            // frp's yamux: a ping every 60 s (`tcp_mux_keepalive_interval`), the session
+            // dropped when one is unanswered for 10 s (yamux's ConnectionWriteTimeout; measured
+            // against the real frpc by the conformance suite).
+            Variant::Faithful => (Duration::from_secs(60), Duration::from_secs(10)),
             Variant::Hardened => (Duration::from_secs(2), Duration::from_secs(3)),
         };
         Config {
@@ -63,6 +69,7 @@ impl Config {
             connect_timeout: Duration::from_secs(10),
             tls: None,
             dedup_store: None,
+            start_after: Duration::ZERO,
         }
     }
 }
@@ -73,6 +80,10 @@ pub enum Fatal {
     /// Faithful only: the first login was refused, and the real client exits.
     #[error("the tunnel server refused the first login: {0}")]
     FirstLoginRefused(String),
+    /// Faithful only: the first login found no server (or failed its handshake), and the
+    /// real client exits too (frp's `login_fail_exit`, default true).
+    #[error("the first login to the tunnel server failed: {0}")]
+    FirstLoginFailed(String),
 }
 
 /// One session's end.
@@ -240,10 +251,13 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
         )),
         None => dedup::Dedup::default(),
     });
-    let mut schedule = backoff::Reconnect::new(config.variant);
+    if !config.start_after.is_zero() {
+        env.sleep(config.start_after).await;
+    }
+    let mut schedule = backoff::Reconnect::new(config.variant, env.elapsed());
     let mut logged_in = false;
     loop {
-        match session(&env, &config, &handler, &dedup).await {
+        let delay = match session(&env, &config, &handler, &dedup).await {
             Ended::Refused(reason) => {
                 tracing::warn!(runtime = %config.name, %reason, "tunnel client refused");
                 env.observe(
@@ -253,18 +267,23 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
                     }
                     .into(),
                 );
+                // frp's `login_fail_exit` (default true): a failed first login ends frpc.
                 if config.variant == Variant::Faithful && !logged_in {
                     return Err(Fatal::FirstLoginRefused(reason));
                 }
+                schedule.after_failed_attempt(&env)
             }
             Ended::Failed(why, hint) => {
                 env.observe(
                     TunnelEvent::ClientFailed {
                         runtime: config.name.clone(),
-                        why,
+                        why: why.clone(),
                     }
                     .into(),
                 );
+                if config.variant == Variant::Faithful && !logged_in {
+                    return Err(Fatal::FirstLoginFailed(why));
+                }
                 // Hardened honours a busy server's slot (plus a little jitter); the real client ignores it.
                 if let (Variant::Hardened, Some(slot)) = (config.variant, hint) {
                     let delay =
@@ -280,9 +299,11 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
                     env.sleep(delay).await;
                     continue;
                 }
+                schedule.after_failed_attempt(&env)
             }
             Ended::Dropped { up, why } => {
                 logged_in = true;
+                schedule.logged_in();
                 env.observe(
                     TunnelEvent::ClientDown {
                         runtime: config.name.clone(),
@@ -291,12 +312,9 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
                     }
                     .into(),
                 );
-                if up >= schedule.reset_after() {
-                    schedule.reset();
-                }
+                schedule.after_drop(&env, up, env.elapsed())
             }
-        }
-        let delay = schedule.next_delay(&env);
+        };
         env.observe(
             TunnelEvent::ClientWait {
                 runtime: config.name.clone(),
