@@ -153,11 +153,11 @@ profile:
 CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture
 
 ## Against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind). The Argo
-## CD suite runs on its own, with a real Argo CD started beside the cluster (see
-## conformance-argocd), so its controller's cluster cache does not watch the other suites.
+## CD suite always runs against its own throwaway kube-apiserver (see conformance-argocd): it
+## plays kube-controller-manager itself, and it must never touch an Argo CD already there.
 conformance:
 	conformance/redis/run.sh conformance/frp/run.sh conformance/kind.sh $(CONFORMANCE_TESTS) --skip argocd::
-	conformance/redis/run.sh conformance/kind.sh conformance/argocd/run.sh $(CONFORMANCE_TESTS) argocd::
+	$(MAKE) --no-print-directory conformance-argocd
 
 ## Against a real kube-apiserver + etcd run as local processes, built from source via Go modules
 ## (conformance/kube/go.mod pins the version; binaries cached in ~/.cache/orrery).

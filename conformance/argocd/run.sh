@@ -42,17 +42,20 @@ kubectl="${ORRERY_KUBECTL:-$(command -v kubectl || true)}"
 [ -n "$kubectl" ] || skip "no kubectl (ORRERY_KUBECTL or kubectl on PATH)"
 command -v git >/dev/null || skip "git is missing (the repo server runs it)"
 command -v curl >/dev/null || skip "curl is missing"
+command -v python3 >/dev/null || skip "python3 is missing"
 binary="$("$here/build.sh")" || skip "Argo CD could not be built (see above)"
 bindir="$(dirname "$binary")"
 version="$(sed -n 's/^require github.com\/argoproj\/argo-cd\/v3 v\([0-9.]*\)$/\1/p' "$here/go.mod" | head -1)"
-module="$(cd "$here" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v3)"
-[ -d "$module/manifests/crds" ] || skip "the Argo CD module has no manifests/crds ($module)"
+# `go mod download` fetches the module if the module cache lost it (the binary is cached apart).
+module="$(cd "$here" && go mod download -json github.com/argoproj/argo-cd/v3 2>/dev/null \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin).get("Dir",""))' 2>/dev/null || true)"
+[ -n "$module" ] && [ -d "$module/manifests/crds" ] || skip "the Argo CD module's manifests/crds cannot be found (go mod download failed?)"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/orrery-argocd.XXXXXX")"
 pids=()
 cleanup() {
-    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    for pid in ${pids[@]+"${pids[@]}"}; do kill -9 "$pid" 2>/dev/null || true; done
+    for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" 2>/dev/null || true; done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -67,7 +70,14 @@ failed() {
     skip "$1"
 }
 
-k() { "$kubectl" "$@"; }
+k() { "$kubectl" --request-timeout=30s "$@"; }
+# Never on a cluster that has an Argo CD of its own: this script replaces Argo CD's CRDs,
+# ConfigMaps and Secret and starts a second controller.
+if k -n argocd get configmap argocd-cm >/dev/null 2>&1 \
+    && [ "$(k -n argocd get configmap argocd-cm -o jsonpath='{.metadata.labels.orrery\.dev/conformance}' 2>/dev/null)" != "true" ]; then
+    echo "conformance/argocd: the cluster in KUBECONFIG already runs an Argo CD (argocd/argocd-cm): refusing to replace it; use a throwaway cluster (make conformance-argocd starts one)" >&2
+    exit 1
+fi
 for crd in application-crd.yaml appproject-crd.yaml applicationset-crd.yaml; do
     k apply --server-side --force-conflicts -f "$module/manifests/crds/$crd" >/dev/null
 done
@@ -75,7 +85,7 @@ k create namespace argocd --dry-run=client -o yaml | k apply -f - >/dev/null
 k apply -f - >/dev/null <<'EOF'
 apiVersion: v1
 kind: ConfigMap
-metadata: {name: argocd-cm, namespace: argocd, labels: {app.kubernetes.io/part-of: argocd}}
+metadata: {name: argocd-cm, namespace: argocd, labels: {app.kubernetes.io/part-of: argocd, orrery.dev/conformance: "true"}}
 data:
   accounts.orrery: apiKey
   timeout.reconciliation: 10s
@@ -114,19 +124,20 @@ pids+=($!)
 addr="127.0.0.1:$server_port"
 ready=0
 for _ in $(seq 1 240); do
-    if curl -sf "http://$addr/healthz" >/dev/null 2>&1 \
+    if curl -sf --max-time 5 "http://$addr/healthz" >/dev/null 2>&1 \
         && k -n argocd get secret argocd-initial-admin-secret >/dev/null 2>&1; then ready=1; break; fi
     for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null || failed "an Argo CD component exited at start"; done
     sleep 0.25
 done
 [ "$ready" = 1 ] || failed "argocd-server did not become ready within 60 s"
 
-password="$(k -n argocd get secret argocd-initial-admin-secret -o jsonpath='{.data.password}' | base64 -d)"
+password="$(k -n argocd get secret argocd-initial-admin-secret -o jsonpath='{.data.password}' | base64 -d)" \
+    || failed "the initial admin password could not be read"
 json_field() { python3 -c "import json,sys; print(json.load(sys.stdin).get('$1',''))"; }
-session="$(curl -sf -H 'content-type: application/json' "http://$addr/api/v1/session" \
+session="$(curl -sf --max-time 30 -H 'content-type: application/json' "http://$addr/api/v1/session" \
     -d "{\"username\":\"admin\",\"password\":\"$password\"}" | json_field token)" \
     || failed "admin login refused"
-token="$(curl -sf -X POST -H 'content-type: application/json' -H "Authorization: Bearer $session" \
+token="$(curl -sf --max-time 30 -X POST -H 'content-type: application/json' -H "Authorization: Bearer $session" \
     "http://$addr/api/v1/account/orrery/token" -d '{"name":"orrery-conformance"}' | json_field token)" \
     || failed "issuing the orrery account's API token failed"
 [ -n "$token" ] || failed "the API token answer had no token"
@@ -134,5 +145,14 @@ token="$(curl -sf -X POST -H 'content-type: application/json' -H "Authorization:
 export ORRERY_ARGOCD_ADDR="$addr" ORRERY_ARGOCD_TOKEN="$token" ORRERY_ARGOCD_NAMESPACE=argocd \
     ORRERY_ARGOCD_VERSION="v$version" ORRERY_ARGOCD_LOGS="$work"
 echo "conformance/argocd: Argo CD v$version ready on http://$addr (logs in $work)"
-# Not exec: the trap must stop the components when COMMAND ends.
-"$@"
+# Not exec: the trap must stop the components when COMMAND ends. When COMMAND fails, the
+# components' logs are shown before they go.
+status=0
+"$@" || status=$?
+if [ "$status" != 0 ]; then
+    for log in "$work"/*.log; do
+        echo "--- Argo CD $(basename "$log") (last lines)" >&2
+        tail -n 30 "$log" >&2 || true
+    done
+fi
+exit "$status"

@@ -246,7 +246,11 @@ fn tunnel_bench(
                 eprintln!("  tunnel: FRP SKIPPED (no ORRERY_FRPC/ORRERY_FRPS; make bench builds frp with conformance/frp/run.sh)");
                 None
             }
-            Err(e) => return Err(format!("real frp: {e}")),
+            Err(e) => {
+                // frp is optional here as everywhere: say why, keep the other figures.
+                eprintln!("  tunnel: FRP FAILED: {e}");
+                None
+            }
         };
         tasks.iter().for_each(|t| t.abort());
         let record = |(rate, p50, p99): (f64, u64, u64)| json!({"requests_per_second": rate.round(), "latency_p50_us": p50, "latency_p99_us": p99});
@@ -317,23 +321,30 @@ mod frp {
                 dir: dir.clone(),
             };
             // frpc exits if its first login finds no server: start it once frps listens.
+            let mut listening = false;
             for _ in 0..500 {
                 if tokio::net::TcpStream::connect(("127.0.0.1", bind))
                     .await
                     .is_ok()
                 {
+                    listening = true;
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if !listening {
+                return Err("frps did not listen within 10 s".into());
             }
             frp.children.push(spawn(&frpc, "frpc.ini")?);
             let env: orrery_system::env::SharedEnv =
                 std::sync::Arc::new(orrery_system::env::RealEnv::new("bench-frp"));
             let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
                 env,
-                Duration::from_secs(5),
+                Duration::from_secs(1),
             );
-            for _ in 0..500 {
+            let now = std::time::Instant::now; // determinism: real-env (benchmark)
+            let deadline = now() + Duration::from_secs(10);
+            while now() < deadline {
                 let request = http::Request::get(frp.url())
                     .header("host", HOST)
                     .body(http_body_util::Full::new(bytes::Bytes::new()))

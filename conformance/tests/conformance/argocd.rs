@@ -387,6 +387,13 @@ fn resource_view(side: &Side, answer: &Value) -> Value {
     })
 }
 
+/// `view` with the answer's HTTP status, so two failed answers never compare as identical
+/// views of nothing.
+fn with_http(status: u16, mut view: Value) -> Value {
+    view["http"] = json!(status);
+    view
+}
+
 /// An error answer: HTTP status, gRPC code and message.
 fn error_view(status: u16, answer: &Value) -> Value {
     json!({"http": status, "code": answer["code"], "message": answer["message"]})
@@ -536,8 +543,8 @@ async fn compare_calls(real: &Side, sim: &Side, app: &str, rows: &mut Vec<Row>, 
     push(
         "resource-tree",
         "resource-tree",
-        tree_view(real, &ta.1),
-        tree_view(sim, &tb.1),
+        json!({"http": ta.0, "tree": tree_view(real, &ta.1)}),
+        json!({"http": tb.0, "tree": tree_view(sim, &tb.1)}),
     );
     // Manifests at the target and at the synced revision.
     let (ma, mb) = (
@@ -555,8 +562,8 @@ async fn compare_calls(real: &Side, sim: &Side, app: &str, rows: &mut Vec<Row>, 
     push(
         "manifests",
         "manifests",
-        manifests_view(real, &ma.1),
-        manifests_view(sim, &mb.1),
+        with_http(ma.0, manifests_view(real, &ma.1)),
+        with_http(mb.0, manifests_view(sim, &mb.1)),
     );
     let synced = |s: &Value| {
         s.pointer("/operationState/syncResult/revision")
@@ -587,8 +594,8 @@ async fn compare_calls(real: &Side, sim: &Side, app: &str, rows: &mut Vec<Row>, 
         push(
             "manifests",
             "manifests at the synced revision",
-            manifests_view(real, &ma.1),
-            manifests_view(sim, &mb.1),
+            with_http(ma.0, manifests_view(real, &ma.1)),
+            with_http(mb.0, manifests_view(sim, &mb.1)),
         );
         let (ga, gb) = (
             real.get(

@@ -79,9 +79,10 @@ pub struct RuntimeConfig {
     pub tunnel_restart: Option<CrashLoopBackOff>,
 }
 
-/// Kubelet's restart backoff for a container that keeps exiting ("CrashLoopBackOff"): 10 s,
+/// Kubelet's restart backoff for a container that keeps exiting ("CrashLoopBackOff"): the
+/// first exit is restarted at once (kubelet has no backoff entry for it yet), then 10 s,
 /// doubling to 5 minutes; a container that ran 10 minutes without exiting starts over
-/// (Kubernetes documentation, "Pod Lifecycle: container restarts").
+/// (Kubernetes documentation, "Pod Lifecycle: container restarts"; kubelet's `doBackOff`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CrashLoopBackOff {
     /// The first restart's delay.
@@ -102,11 +103,15 @@ impl CrashLoopBackOff {
         }
     }
 
-    /// The delay before restart number `restarts` (0 for the first).
+    /// The delay before restart number `restarts` (0 for the first: at once).
     pub fn delay(&self, restarts: u32) -> Duration {
-        self.initial
-            .saturating_mul(1u32 << restarts.min(16))
-            .min(self.cap)
+        match restarts {
+            0 => Duration::ZERO,
+            n => self
+                .initial
+                .saturating_mul(1u32 << (n - 1).min(16))
+                .min(self.cap),
+        }
     }
 }
 

@@ -131,11 +131,14 @@ impl From<CallError> for Unanswered {
     /// Argo CD answers a missing app asked for without its project with 403 `permission
     /// denied` (`getAppEnforceRBAC`, so as not to reveal whether it exists; measured against a
     /// real Argo CD by the conformance suite): the source server's token reads every app, so
-    /// a 403 means the app is not there, as a 404 does [inferred].
+    /// that 403 means the app is not there, as a 404 does [inferred]. Other 403s (a namespace
+    /// Argo CD does not manage) stay failures with their reason.
     fn from(e: CallError) -> Self {
         match e {
-            CallError::Status { status, .. }
-                if status == StatusCode::NOT_FOUND || status == StatusCode::FORBIDDEN =>
+            CallError::Status {
+                status, ref body, ..
+            } if status == StatusCode::NOT_FOUND
+                || (status == StatusCode::FORBIDDEN && body.contains("permission denied")) =>
             {
                 Unanswered::NotFound(e.to_string())
             }

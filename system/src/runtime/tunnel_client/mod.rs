@@ -241,7 +241,8 @@ async fn session(
     }
 }
 
-/// Keeps the tunnel up until the host stops. Returns only on a faithful first-login refusal.
+/// Keeps the tunnel up until the host stops. Returns only when a faithful client's first
+/// login fails (refused, or no server), as frpc exits then.
 pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(), Fatal> {
     let dedup = Arc::new(match &config.dedup_store {
         Some(addr) => dedup::Dedup::with_store(crate::runtime::cache::Client::new(
