@@ -189,8 +189,8 @@ fn start_simulated(port: u16) -> Result<(std::process::Child, f64), BenchError> 
                 return Ok((child, started.elapsed().as_secs_f64() * 1000.0));
             }
         }
-        if Instant::now() > deadline {
-            // determinism: real-env (benchmark)
+        let timed_out = Instant::now() > deadline; // determinism: real-env (benchmark)
+        if timed_out {
             let _ = child.kill();
             return Err(BenchError::Start("no answer on /readyz within 30 s".into()));
         }

@@ -394,6 +394,25 @@ fn with_http(status: u16, mut view: Value) -> Value {
     view
 }
 
+/// The checkpoint-6 row comparing two refusals: `view` of each side's normalised answer.
+fn refusal_row(
+    check: &str,
+    label: &str,
+    (real, (a_status, a)): (&Side, (u16, Value)),
+    (sim, (b_status, b)): (&Side, (u16, Value)),
+    view: fn(u16, &Value) -> Value,
+) -> Row {
+    let mut found = Vec::new();
+    diff(
+        check,
+        "",
+        &view(a_status, &real.normalise(&a)),
+        &view(b_status, &sim.normalise(&b)),
+        &mut found,
+    );
+    ("6. deleted".into(), label.into(), found)
+}
+
 /// An error answer: HTTP status, gRPC code and message.
 fn error_view(status: u16, answer: &Value) -> Value {
     json!({"http": status, "code": answer["code"], "message": answer["message"]})
@@ -848,18 +867,12 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         }
     }
     let (a, b) = (until_gone(&real, &app).await, until_gone(&sim, &app).await);
-    let mut found = Vec::new();
-    diff(
+    rows.push(refusal_row(
         "application",
-        "",
-        &error_view(a.0, &real.normalise(&a.1)),
-        &error_view(b.0, &sim.normalise(&b.1)),
-        &mut found,
-    );
-    rows.push((
-        "6. deleted".into(),
-        "application without its project (403)".into(),
-        found,
+        "application without its project (403)",
+        (&real, a),
+        (&sim, b),
+        error_view,
     ));
     // With its project named, the RBAC check runs first and a missing app is a 404.
     let path = |side: &Side| {
@@ -872,18 +885,12 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         real.get(&path(&real), Some(&real.token)).await,
         sim.get(&path(&sim), Some(&sim.token)).await,
     );
-    let mut found = Vec::new();
-    diff(
+    rows.push(refusal_row(
         "resource-tree",
-        "",
-        &error_view(a.0, &real.normalise(&a.1)),
-        &error_view(b.0, &sim.normalise(&b.1)),
-        &mut found,
-    );
-    rows.push((
-        "6. deleted".into(),
-        "resource-tree with its project (404)".into(),
-        found,
+        "resource-tree with its project (404)",
+        (&real, a),
+        (&sim, b),
+        error_view,
     ));
     // And no token: both refuse.
     let path = |side: &Side| {
@@ -896,18 +903,12 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         real.get(&path(&real), None).await,
         sim.get(&path(&sim), None).await,
     );
-    let mut found = Vec::new();
-    diff(
+    rows.push(refusal_row(
         "application",
-        "",
-        &json!({"http": a.0, "code": a.1["code"]}),
-        &json!({"http": b.0, "code": b.1["code"]}),
-        &mut found,
-    );
-    rows.push((
-        "6. deleted".into(),
-        "application without a token (401)".into(),
-        found,
+        "application without a token (401)",
+        (&real, a),
+        (&sim, b),
+        |status, answer| json!({"http": status, "code": answer["code"]}),
     ));
 
     controller.abort();

@@ -186,6 +186,38 @@ async fn start_frps(frps: &str, dir: &std::path::Path, token: &str) -> (Process,
     (process, port)
 }
 
+/// frps, the test proxy in front of it, and frpc (its `[common]` section plus `extra`) logged
+/// in through the proxy.
+async fn logged_in_behind_proxy(
+    frpc: &str,
+    frps: &str,
+    dir: &std::path::Path,
+    extra: &str,
+) -> (Process, Proxy, Process) {
+    let (frps, server_port) = start_frps(frps, dir, "t").await;
+    let proxy = Proxy::start(server_port).await;
+    std::fs::write(
+        dir.join("frpc.ini"),
+        format!(
+            "[common]\nserver_addr = 127.0.0.1\nserver_port = {}\ntoken = t\n{extra}",
+            proxy.port
+        ),
+    )
+    .unwrap();
+    let frpc = spawn(frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
+    assert!(
+        logged(
+            &dir.join("frpc.log"),
+            "login to server success",
+            Duration::from_secs(10)
+        )
+        .await,
+        "frpc never logged in: {}",
+        std::fs::read_to_string(dir.join("frpc.log")).unwrap_or_default()
+    );
+    (frps, proxy, frpc)
+}
+
 /// How `process` ended within 10 s, or `None` if it still runs.
 async fn exit_within_10s(process: &mut Process) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -244,27 +276,7 @@ async fn frpc_retries_a_dropped_server_on_the_faithful_clients_schedule() {
         return;
     };
     let dir = scratch("reconnect");
-    let (_frps, server_port) = start_frps(&frps, &dir, "t").await;
-    let proxy = Proxy::start(server_port).await;
-    std::fs::write(
-        dir.join("frpc.ini"),
-        format!(
-            "[common]\nserver_addr = 127.0.0.1\nserver_port = {}\ntoken = t\n",
-            proxy.port
-        ),
-    )
-    .unwrap();
-    let _frpc = spawn(&frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
-    assert!(
-        logged(
-            &dir.join("frpc.log"),
-            "login to server success",
-            Duration::from_secs(10)
-        )
-        .await,
-        "frpc never logged in: {}",
-        std::fs::read_to_string(dir.join("frpc.log")).unwrap_or_default()
-    );
+    let (_frps, proxy, _frpc) = logged_in_behind_proxy(&frpc, &frps, &dir, "").await;
     let killed = proxy.kill();
     tokio::time::sleep(Duration::from_secs_f64(DOWN_FOR)).await;
     let real = proxy.attempts_after(killed);
@@ -329,27 +341,13 @@ async fn frpc_notices_a_black_holed_connection_by_its_multiplexer_keepalive() {
         return;
     };
     let dir = scratch("blackhole");
-    let (_frps, server_port) = start_frps(&frps, &dir, "t").await;
-    let proxy = Proxy::start(server_port).await;
-    std::fs::write(
-        dir.join("frpc.ini"),
-        format!(
-            "[common]\nserver_addr = 127.0.0.1\nserver_port = {}\ntoken = t\ntcp_mux_keepalive_interval = {KEEPALIVE_S}\n",
-            proxy.port
-        ),
+    let (_frps, proxy, _frpc) = logged_in_behind_proxy(
+        &frpc,
+        &frps,
+        &dir,
+        &format!("tcp_mux_keepalive_interval = {KEEPALIVE_S}\n"),
     )
-    .unwrap();
-    let _frpc = spawn(&frpc, &dir.join("frpc.ini"), &dir.join("frpc.log"));
-    assert!(
-        logged(
-            &dir.join("frpc.log"),
-            "login to server success",
-            Duration::from_secs(10)
-        )
-        .await,
-        "frpc never logged in: {}",
-        std::fs::read_to_string(dir.join("frpc.log")).unwrap_or_default()
-    );
+    .await;
     let holed = proxy.black_hole();
     let deadline = Instant::now() + Duration::from_secs(30);
     while proxy.attempts_after(holed).is_empty() && Instant::now() < deadline {
