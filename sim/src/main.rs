@@ -62,7 +62,7 @@ enum Command {
     Bench(BenchArgs),
     /// Serve the simulated Kubernetes API server on a real TCP socket (plain HTTP).
     Apiserver(ApiserverArgs),
-    /// Record a real cluster's Application changes as a workload trace that a scenario
+    /// Record a real cluster's Application, Rollout and Workflow changes as a workload trace that a scenario
     /// replays (`workload: {replay: FILE, speed: N}`).
     Record(RecordArgs),
     /// Measure `orrery apiserver` and the real kube-apiserver KUBECONFIG names side by side
@@ -834,7 +834,7 @@ fn cmd_record(args: RecordArgs) -> Result<Exit, Fail> {
         let client = kube::Client::try_from(config)
             .map_err(|e| Fail::usage(format!("cannot build a client: {e}")))?;
         eprintln!(
-            "recording Application changes for {}",
+            "recording Application, Rollout and Workflow changes for {}",
             orrery_sim::scenario::duration::render(args.duration)
         );
         let trace = orrery_sim::record::record(client, args.duration, args.hash_names, None)

@@ -1,64 +1,88 @@
-//! `orrery record`: a real cluster's Application changes as a workload trace
-//! ([`crate::scenario::trace`]) that a scenario replays with `workload: {replay: FILE}`.
-//! It watches Applications in every namespace for a wall-clock duration: the apps that
-//! exist at the start are `added` at 0 ms; afterwards an app appearing, disappearing, its
-//! synced revision or its health changing, and a refresh being asked for are records (the
-//! state an app is first seen in is part of its `added`).
+//! `orrery record`: a real cluster's Application, Rollout and Workflow changes as a
+//! workload trace ([`crate::scenario::trace`]) that a scenario replays with
+//! `workload: {replay: FILE}`. It watches each kind in every namespace for a wall-clock
+//! duration (Rollouts and Workflows only where their CRDs are served): the objects that
+//! exist at the start are `added` at 0 ms; afterwards an object appearing or disappearing
+//! is a record, and so is what the trace keeps of it changing — an app's synced revision,
+//! health and refresh requests (the state an app is first seen in is part of its `added`),
+//! a Rollout's pod-template hash and phase, a Workflow's phase (a Rollout's or Workflow's
+//! phase is also recorded as first seen).
 //! Real mode only (wall clock): never part of a simulation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::watcher;
 use serde_json::Value;
 
-use crate::scenario::trace::{Change, Header, Record, Trace, FORMAT};
+use crate::scenario::trace::{Change, Header, Kind, Record, Trace, FORMAT};
 use crate::world::argocd::application_resource;
+use crate::world::rollouts::rollout_resource;
+use crate::world::workflows::workflow_resource;
 
 /// Why a recording failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     /// The watch failed and could not be resumed before the end.
-    #[error("watching Applications failed: {0}")]
-    Watch(String),
+    #[error("watching {kind}s failed: {error}")]
+    Watch {
+        /// Which kind.
+        kind: &'static str,
+        /// The last error.
+        error: String,
+    },
 }
 
-/// What the trace keeps of an app between changes.
+/// What the trace keeps of an object between changes.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Seen {
     revision: Option<String>,
     health: Option<String>,
     refresh: Option<String>,
+    phase: Option<String>,
 }
 
-fn seen(app: &DynamicObject) -> Seen {
+fn seen(kind: Kind, object: &DynamicObject) -> Seen {
     let text = |pointer: &str| {
-        app.data
+        object
+            .data
             .pointer(pointer)
             .and_then(Value::as_str)
             .map(str::to_string)
     };
-    Seen {
-        revision: text("/status/sync/revision"),
-        health: text("/status/health/status"),
-        refresh: app
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("argocd.argoproj.io/refresh"))
-            .cloned(),
+    match kind {
+        Kind::Application => Seen {
+            revision: text("/status/sync/revision"),
+            health: text("/status/health/status"),
+            refresh: object
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("argocd.argoproj.io/refresh"))
+                .cloned(),
+            phase: None,
+        },
+        Kind::Rollout => Seen {
+            revision: text("/status/currentPodHash"),
+            phase: text("/status/phase"),
+            ..Seen::default()
+        },
+        Kind::Workflow => Seen {
+            phase: text("/status/phase"),
+            ..Seen::default()
+        },
     }
 }
 
 /// `namespace/name`, or with `hash` an FNV-1a digest of it (names can say more than a
-/// trace should).
-fn name_of(app: &DynamicObject, hash: bool) -> String {
+/// trace should), prefixed by the kind (`app-`, `rollout-`, `workflow-`).
+fn name_of(kind: Kind, object: &DynamicObject, hash: bool) -> String {
     let name = format!(
         "{}/{}",
-        app.metadata.namespace.as_deref().unwrap_or_default(),
-        app.metadata.name.as_deref().unwrap_or_default()
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default()
     );
     if !hash {
         return name;
@@ -66,10 +90,15 @@ fn name_of(app: &DynamicObject, hash: bool) -> String {
     let digest = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    format!("app-{digest:016x}")
+    let prefix = match kind {
+        Kind::Application => "app",
+        Kind::Rollout => "rollout",
+        Kind::Workflow => "workflow",
+    };
+    format!("{prefix}-{digest:016x}")
 }
 
-/// The changes from `before` to `after` of one app, in a fixed order.
+/// The changes from `before` to `after` of one object, in a fixed order.
 fn changes(before: &Seen, after: &Seen) -> Vec<Change> {
     let mut out = Vec::new();
     if after.revision != before.revision {
@@ -89,128 +118,179 @@ fn changes(before: &Seen, after: &Seen) -> Vec<Change> {
     if after.refresh.is_some() && after.refresh != before.refresh {
         out.push(Change::Refresh);
     }
+    if after.phase != before.phase {
+        if let Some(phase) = &after.phase {
+            out.push(Change::Phase {
+                phase: phase.clone(),
+            });
+        }
+    }
     out
 }
 
-/// An app seen in `now` state: `added` the first time, its changes afterwards.
-fn observe(
-    apps: &mut BTreeMap<String, Seen>,
-    records: &mut Vec<Record>,
-    at_ms: u64,
-    name: String,
-    now: Seen,
-) {
-    match apps.get(&name) {
-        // The state an app is first seen in is part of being added (the world's own add
-        // syncs it); only later changes are records.
-        None => records.push(Record {
-            at_ms,
-            app: name.clone(),
-            change: Change::Added,
-        }),
-        Some(before) => {
-            for change in changes(before, &now) {
-                records.push(Record {
-                    at_ms,
-                    app: name.clone(),
-                    change,
-                });
-            }
-        }
-    }
-    apps.insert(name, now);
+/// The objects seen so far and the records made.
+#[derive(Default)]
+struct Recording {
+    objects: BTreeMap<(Kind, String), Seen>,
+    records: Vec<Record>,
 }
 
-/// Records `duration` of the cluster `client` reaches; `ready` is told when the apps that
-/// exist at the start have been listed (changes from then on are records).
+impl Recording {
+    fn push(&mut self, at_ms: u64, kind: Kind, app: &str, change: Change) {
+        self.records.push(Record {
+            at_ms,
+            kind,
+            app: app.to_string(),
+            change,
+        });
+    }
+
+    /// An object seen in `now` state: `added` the first time (with a Rollout's or
+    /// Workflow's phase), its changes afterwards.
+    fn observe(&mut self, at_ms: u64, kind: Kind, name: String, now: Seen) {
+        let key = (kind, name.clone());
+        match self.objects.get(&key) {
+            // The state an app is first seen in is part of being added (the world's own
+            // add syncs it); a Rollout's or Workflow's phase is recorded with it.
+            None => {
+                self.push(at_ms, kind, &name, Change::Added);
+                if let Some(phase) = &now.phase {
+                    let phase = phase.clone();
+                    self.push(at_ms, kind, &name, Change::Phase { phase });
+                }
+            }
+            Some(before) => {
+                for change in changes(before, &now) {
+                    self.push(at_ms, kind, &name, change);
+                }
+            }
+        }
+        self.objects.insert(key, now);
+    }
+
+    fn delete(&mut self, at_ms: u64, kind: Kind, name: &str) {
+        if self.objects.remove(&(kind, name.to_string())).is_some() {
+            self.push(at_ms, kind, name, Change::Deleted);
+        }
+    }
+}
+
+/// Whether the cluster serves `resource` (a CRD may not be installed).
+async fn served(client: &kube::Client, resource: &ApiResource) -> bool {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    !matches!(
+        api.list(&ListParams::default().limit(1)).await,
+        Err(kube::Error::Api(status)) if status.code == 404
+    )
+}
+
+/// Records `duration` of the cluster `client` reaches; `ready` is told when the objects
+/// that exist at the start have been listed (changes from then on are records).
 pub async fn record(
     client: kube::Client,
     duration: Duration,
     hash: bool,
     mut ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<Trace, RecordError> {
-    let api: Api<DynamicObject> = Api::all_with(client, &application_resource());
-    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    let mut streams = Vec::new();
+    for (kind, resource) in [
+        (Kind::Application, application_resource()),
+        (Kind::Rollout, rollout_resource()),
+        (Kind::Workflow, workflow_resource()),
+    ] {
+        if kind != Kind::Application && !served(&client, &resource).await {
+            tracing::info!("{}s are not served here: none recorded", kind.name());
+            continue;
+        }
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        streams.push(
+            watcher(api, watcher::Config::default())
+                .map(move |event| (kind, event))
+                .boxed(),
+        );
+    }
+    let kinds = streams.len();
+    let mut stream = futures::stream::select_all(streams);
     let started = Instant::now(); // determinism: real-env (recording a real cluster)
-    let mut apps: BTreeMap<String, Seen> = BTreeMap::new();
-    let mut records = Vec::new();
-    let mut initial = true;
-    let mut relisted: std::collections::BTreeSet<String> = Default::default();
-    let mut errors = 0;
+    let mut recording = Recording::default();
+    let mut listed: BTreeSet<Kind> = BTreeSet::new();
+    let mut relisted: BTreeMap<Kind, BTreeSet<String>> = BTreeMap::new();
+    let mut errors: BTreeMap<Kind, u32> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + duration; // determinism: real-env (recording a real cluster)
     loop {
-        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+        let (kind, event) = match tokio::time::timeout_at(deadline, stream.next()).await {
             Err(_) | Ok(None) => break,
             Ok(Some(event)) => event,
         };
+        let initial = !listed.contains(&kind);
         let at_ms = if initial {
             0
         } else {
             started.elapsed().as_millis() as u64
         };
-        let mut push = |app: &str, change: Change| {
-            records.push(Record {
-                at_ms,
-                app: app.to_string(),
-                change,
-            })
-        };
         match event {
-            Ok(watcher::Event::Init) => relisted.clear(),
-            Ok(watcher::Event::InitApply(app)) => {
-                let name = name_of(&app, hash);
-                relisted.insert(name.clone());
-                observe(&mut apps, &mut records, at_ms, name, seen(&app));
+            Ok(watcher::Event::Init) => {
+                relisted.insert(kind, BTreeSet::new());
             }
-            Ok(watcher::Event::Apply(app)) => {
-                observe(
-                    &mut apps,
-                    &mut records,
+            Ok(watcher::Event::InitApply(object)) => {
+                let name = name_of(kind, &object, hash);
+                relisted.entry(kind).or_default().insert(name.clone());
+                recording.observe(at_ms, kind, name, seen(kind, &object));
+            }
+            Ok(watcher::Event::Apply(object)) => {
+                recording.observe(
                     at_ms,
-                    name_of(&app, hash),
-                    seen(&app),
+                    kind,
+                    name_of(kind, &object, hash),
+                    seen(kind, &object),
                 );
             }
             Ok(watcher::Event::InitDone) => {
-                // After a relist, apps it did not return are gone.
-                let gone: Vec<String> = apps
+                // After a relist, objects it did not return are gone.
+                let returned = relisted.remove(&kind).unwrap_or_default();
+                let gone: Vec<String> = recording
+                    .objects
                     .keys()
-                    .filter(|k| !relisted.contains(*k))
-                    .cloned()
+                    .filter(|(k, name)| *k == kind && !returned.contains(name))
+                    .map(|(_, name)| name.clone())
                     .collect();
                 for name in gone {
-                    apps.remove(&name);
-                    push(&name, Change::Deleted);
+                    recording.delete(at_ms, kind, &name);
                 }
-                initial = false;
-                if let Some(ready) = ready.take() {
-                    let _ = ready.send(());
+                listed.insert(kind);
+                if listed.len() == kinds {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
                 }
             }
-            Ok(watcher::Event::Delete(app)) => {
-                let name = name_of(&app, hash);
-                if apps.remove(&name).is_some() {
-                    push(&name, Change::Deleted);
-                }
+            Ok(watcher::Event::Delete(object)) => {
+                recording.delete(at_ms, kind, &name_of(kind, &object, hash));
             }
             Err(e) => {
-                errors += 1;
-                if initial && errors > 10 {
-                    return Err(RecordError::Watch(e.to_string()));
+                let count = errors.entry(kind).or_default();
+                *count += 1;
+                if initial && *count > 10 {
+                    return Err(RecordError::Watch {
+                        kind: kind.name(),
+                        error: e.to_string(),
+                    });
                 }
-                tracing::warn!(error = %e, "the Application watch failed; changes until it resumes may be missing");
+                tracing::warn!(error = %e, "the {} watch failed; changes until it resumes may be missing", kind.name());
                 let pause = tokio::time::Instant::now() + Duration::from_millis(500); // determinism: real-env (recording)
                 tokio::time::sleep_until(pause.min(deadline)).await;
             }
         }
     }
+    // The initial lists interleave: each kind's adds at 0 ms first, in time order after.
+    recording.records.sort_by_key(|r| r.at_ms);
     Ok(Trace {
         header: Header {
             format: FORMAT.into(),
             duration_ms: duration.as_millis() as u64,
             hashed: hash,
         },
-        records,
+        records: recording.records,
     })
 }
 
@@ -224,11 +304,13 @@ mod tests {
             revision: Some("a".into()),
             health: Some("Healthy".into()),
             refresh: None,
+            phase: None,
         };
         let after = Seen {
             revision: Some("b".into()),
             health: Some("Healthy".into()),
             refresh: Some("hard".into()),
+            phase: None,
         };
         assert_eq!(
             changes(&before, &after),
@@ -241,14 +323,76 @@ mod tests {
         );
         assert!(changes(&after, &after).is_empty());
         let mut app = DynamicObject::new("a", &application_resource()).within("argocd");
-        assert_eq!(name_of(&app, false), "argocd/a");
-        let hashed = name_of(&app, true);
+        assert_eq!(name_of(Kind::Application, &app, false), "argocd/a");
+        let hashed = name_of(Kind::Application, &app, true);
         assert!(hashed.starts_with("app-") && !hashed.contains("argocd"));
+        assert!(name_of(Kind::Rollout, &app, true).starts_with("rollout-"));
         app.metadata.name = Some("b".into());
         assert_ne!(
-            name_of(&app, true),
+            name_of(Kind::Application, &app, true),
             hashed,
             "different apps, different hashes"
         );
+    }
+
+    #[test]
+    fn a_rollout_or_workflow_is_added_with_its_phase_then_changes() {
+        let mut recording = Recording::default();
+        let rollout = |hash: &str, phase: &str| Seen {
+            revision: Some(hash.into()),
+            phase: Some(phase.into()),
+            ..Seen::default()
+        };
+        recording.observe(
+            0,
+            Kind::Rollout,
+            "shop/web".into(),
+            rollout("a1", "Healthy"),
+        );
+        recording.observe(
+            900,
+            Kind::Rollout,
+            "shop/web".into(),
+            rollout("b2", "Progressing"),
+        );
+        recording.observe(
+            900,
+            Kind::Rollout,
+            "shop/web".into(),
+            rollout("b2", "Progressing"),
+        );
+        recording.delete(1000, Kind::Rollout, "shop/web");
+        recording.delete(1000, Kind::Rollout, "shop/web");
+        let changes: Vec<(u64, Change)> = recording
+            .records
+            .iter()
+            .map(|r| (r.at_ms, r.change.clone()))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                (0, Change::Added),
+                (
+                    0,
+                    Change::Phase {
+                        phase: "Healthy".into()
+                    }
+                ),
+                (
+                    900,
+                    Change::Revision {
+                        revision: "b2".into()
+                    }
+                ),
+                (
+                    900,
+                    Change::Phase {
+                        phase: "Progressing".into()
+                    }
+                ),
+                (1000, Change::Deleted),
+            ]
+        );
+        assert!(recording.records.iter().all(|r| r.kind == Kind::Rollout));
     }
 }

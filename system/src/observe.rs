@@ -91,7 +91,7 @@ events! {
     pub enum TunnelEvent {
         /// The runtime's tunnel is up (registration accepted, HTTP/2 running).
         "tunnel.client_up" => ClientUp { runtime: String },
-        /// The server refused the registration (401/403), with its reason.
+        /// The server refused the registration (401/403; 409: the name is held by another session), with its reason.
         "tunnel.client_refused" => ClientRefused { runtime: String, reason: String },
         /// A connection attempt failed before the tunnel was up.
         "tunnel.client_failed" => ClientFailed { runtime: String, why: String },

@@ -1,6 +1,8 @@
 //! `orrery record` against a real kube-apiserver, and the trace replayed in the simulator:
 //! the changes made to real Applications while recording come back as the same changes,
-//! at the same relative times, in a simulated world.
+//! at the same relative times, in a simulated world. Rollouts and Workflows changed while
+//! recording are recorded as their kinds' changes (their replay is `sim/tests/sim/replay.rs`'s,
+//! from a trace of the same shape).
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::json;
 
 use orrery_sim::harness::runner;
-use orrery_sim::scenario::trace::{Change, Trace};
+use orrery_sim::scenario::trace::{Change, Kind, Trace};
 use orrery_sim::scenario::{self, Variant};
 use orrery_sim::world::argocd::application_resource;
 use orrery_system::observe::WorldEvent;
@@ -35,6 +37,53 @@ async fn changes_recorded_on_a_real_cluster_replay_in_the_simulator() {
             .await
             .unwrap();
     }
+    // A Rollout (status through its subresource) and a Workflow (none) that exist at the start.
+    let rollouts: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client(),
+        &namespace,
+        &orrery_sim::world::rollouts::rollout_resource(),
+    );
+    let workflows: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client(),
+        &namespace,
+        &orrery_sim::world::workflows::workflow_resource(),
+    );
+    let rollout_status = |hash: &str, phase: &str| {
+        Patch::Merge(json!({"status": {"currentPodHash": hash, "phase": phase}}))
+    };
+    rollouts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "app", "image": "web:1"}]}}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    rollouts
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &rollout_status("h1", "Healthy"),
+        )
+        .await
+        .unwrap();
+    workflows
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                "metadata": {"name": "build"},
+                "spec": {"entrypoint": "main", "templates": [{"name": "main", "container": {"image": "ci:1"}}]},
+                "status": {"phase": "Running"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
     let (listed, ready) = tokio::sync::oneshot::channel();
     let recording = tokio::spawn(orrery_sim::record::record(
         cluster.client(),
@@ -62,8 +111,28 @@ async fn changes_recorded_on_a_real_cluster_replay_in_the_simulator() {
     apps.create(&PostParams::default(), &app("c"))
         .await
         .unwrap();
+    rollouts
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &rollout_status("h2", "Progressing"),
+        )
+        .await
+        .unwrap();
+    workflows
+        .patch(
+            "build",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
     pause().await;
     apps.delete("b", &DeleteParams::default()).await.unwrap();
+    workflows
+        .delete("build", &DeleteParams::default())
+        .await
+        .unwrap();
     let recorded = recording.await.unwrap().expect("the recording ran");
     let _ = cluster.cleanup(&namespace).await;
 
@@ -75,7 +144,49 @@ async fn changes_recorded_on_a_real_cluster_replay_in_the_simulator() {
         records: recorded.records.iter().filter(ours).cloned().collect(),
     };
     let text = trace.to_text();
-    let trace = Trace::parse(&text).expect("a recorded trace reads back");
+    let all = Trace::parse(&text).expect("a recorded trace reads back");
+    let of = |kind: Kind| -> Vec<(String, Change)> {
+        all.of(kind)
+            .map(|r| {
+                (
+                    r.app.rsplit('/').next().unwrap().to_string(),
+                    r.change.clone(),
+                )
+            })
+            .collect()
+    };
+    let phase = |p: &str| Change::Phase { phase: p.into() };
+    assert_eq!(
+        of(Kind::Rollout),
+        [
+            ("web".into(), Change::Added),
+            ("web".into(), phase("Healthy")),
+            (
+                "web".into(),
+                Change::Revision {
+                    revision: "h2".into()
+                }
+            ),
+            ("web".into(), phase("Progressing")),
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        of(Kind::Workflow),
+        [
+            ("build".into(), Change::Added),
+            ("build".into(), phase("Running")),
+            ("build".into(), phase("Succeeded")),
+            ("build".into(), Change::Deleted),
+        ],
+        "{text}"
+    );
+    // The apps alone drive the Argo CD world below.
+    let trace = Trace {
+        header: all.header.clone(),
+        records: all.of(Kind::Application).cloned().collect(),
+    };
+    let text = trace.to_text();
     let changes: Vec<(String, Change)> = trace
         .records
         .iter()

@@ -18,6 +18,7 @@ use crate::faults::{Fault, Target};
 use crate::scenario::knobs::ApiServerPatch;
 use crate::scenario::model::Host;
 use crate::scenario::model::{FaultStep, Install, PlatformChange, Role};
+use crate::scenario::trace::Replay;
 use crate::scenario::{Outcome, Scenario, Variant};
 use crate::trace::Trace;
 use crate::trace::{HarnessEvent, HostChange};
@@ -353,11 +354,17 @@ fn world_pieces(
             scenario.workload.rollouts.clone(),
             scenario.workload.workflows.clone(),
         );
+        // A recorded trace's Rollouts and Workflows are replayed by their workloads.
+        let replay = scenario.workload.trace.clone().map(|trace| Replay {
+            trace,
+            speed: scenario.workload.speed,
+        });
         if ro.is_some() || wf.is_some() {
             pieces.push(Box::new(move |env| {
                 let (target, calm) = (target.clone(), calm.clone());
                 let (verdicts, jobs) = (verdicts.clone(), jobs.clone());
                 let (ro, wf) = (ro.clone(), wf.clone());
+                let replay = replay.clone();
                 Box::pin(async move {
                     let client = orrery_system::env::kube::client(env.clone(), &target);
                     if let Some(config) = ro {
@@ -367,10 +374,11 @@ fn world_pieces(
                             config,
                             verdicts,
                             calm.clone(),
+                            replay.clone(),
                         ));
                     }
                     if let Some(config) = wf {
-                        workflows::workload::run(env, client, config, jobs, calm).await;
+                        workflows::workload::run(env, client, config, jobs, calm, replay).await;
                     }
                 })
             }));

@@ -74,6 +74,19 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let text = std::fs::read_to_string(&file).map_err(|e| failed(e.to_string()))?;
         let trace = super::trace::Trace::parse(&text).map_err(|e| failed(e.to_string()))?;
         scenario.workload.applications = trace.initial_apps().len();
+        use super::trace::Kind;
+        for (kind, section) in [
+            (Kind::Rollout, scenario.workload.rollouts.is_some()),
+            (Kind::Workflow, scenario.workload.workflows.is_some()),
+        ] {
+            if trace.has(kind) && !section {
+                return Err(failed(format!(
+                    "it replays {}s: the scenario needs workload.{}s (where and how they run)",
+                    kind.name(),
+                    kind.name().to_lowercase()
+                )));
+            }
+        }
         scenario.workload.trace = Some(std::sync::Arc::new(trace));
     }
     Ok(scenario)

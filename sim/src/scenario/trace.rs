@@ -1,9 +1,19 @@
-//! Workload traces: the Application changes of a real cluster, recorded by `orrery record`
-//! and replayed by a scenario's `workload: {replay: FILE, speed: N}`. One JSON object per
-//! line: a header, then one record per change in time order. A change is what the world
-//! can reproduce with its own Git, Argo CD and workload: an app added or deleted, a new
-//! synced revision (replayed as a commit to the app's path), a health change (replayed as
-//! the app's workload turning that health), a refresh request.
+//! Workload traces: the Application, Rollout and Workflow changes of a real cluster,
+//! recorded by `orrery record` and replayed by a scenario's `workload: {replay: FILE,
+//! speed: N}`. One JSON object per line: a header, then one record per change in time
+//! order. A change is what the world can reproduce with its own Git, Argo CD, Argo Rollouts,
+//! Argo Workflows and workload:
+//!
+//! - an Application (`kind` absent) added or deleted, a new synced revision (replayed as a
+//!   commit to the app's path), a health change (replayed as the app's workload turning that
+//!   health), a refresh request;
+//! - a Rollout (`"kind":"rollout"`) added or deleted, a new pod template (`revision`: its
+//!   pod-template hash; replayed as a new version, whose analysis fails when the Rollout's
+//!   next recorded phase is `Degraded`), its `status.phase` (`phase`: recorded first as it is
+//!   seen, then as it changes; the world's controller makes its own phases);
+//! - a Workflow (`"kind":"workflow"`) submitted (`added`) or deleted, its `status.phase`
+//!   (replayed as a one-step workflow whose pod runs until the recorded end, `Succeeded` or
+//!   failed).
 
 use std::collections::BTreeSet;
 
@@ -22,6 +32,35 @@ pub struct Header {
     pub duration_ms: u64,
     /// Whether app names were replaced by hashes.
     pub hashed: bool,
+}
+
+/// What kind of object a record is about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// An Argo CD Application (the default: traces before Rollouts and Workflows name none).
+    #[default]
+    Application,
+    /// An Argo Rollouts Rollout.
+    Rollout,
+    /// An Argo Workflows Workflow.
+    Workflow,
+}
+
+impl Kind {
+    /// Whether this is the default kind (left out of a record's JSON).
+    pub fn is_application(&self) -> bool {
+        *self == Kind::Application
+    }
+
+    /// The kind's name in messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::Application => "Application",
+            Kind::Rollout => "Rollout",
+            Kind::Workflow => "Workflow",
+        }
+    }
 }
 
 /// What changed.
@@ -44,6 +83,24 @@ pub enum Change {
     },
     /// Someone asked for a refresh (the `argocd.argoproj.io/refresh` annotation).
     Refresh,
+    /// A Rollout's or Workflow's `status.phase` (as first seen, then each change).
+    Phase {
+        /// `Healthy`, `Progressing`, `Paused`, `Degraded` (Rollout); `Pending`, `Running`,
+        /// `Succeeded`, `Failed`, `Error` (Workflow).
+        phase: String,
+    },
+}
+
+impl Change {
+    /// Whether an object of `kind` can have this change.
+    fn fits(&self, kind: Kind) -> bool {
+        match self {
+            Change::Added | Change::Deleted => true,
+            Change::Revision { .. } => kind != Kind::Workflow,
+            Change::Health { .. } | Change::Refresh => kind == Kind::Application,
+            Change::Phase { .. } => kind != Kind::Application,
+        }
+    }
 }
 
 /// One change of one app.
@@ -51,7 +108,11 @@ pub enum Change {
 pub struct Record {
     /// When, from the start of the recording.
     pub at_ms: u64,
-    /// `namespace/name`, or its hash.
+    /// What kind of object (absent: an Application).
+    #[serde(default, skip_serializing_if = "Kind::is_application")]
+    pub kind: Kind,
+    /// The object's `namespace/name`, or its hash (named `app` since traces began with
+    /// Applications only).
     pub app: String,
     /// What changed.
     #[serde(flatten)]
@@ -84,8 +145,8 @@ pub enum TraceError {
 }
 
 impl Trace {
-    /// Parses a trace, checking the header, the time order, and that every change is to an
-    /// app that exists at that point.
+    /// Parses a trace, checking the header, the time order, that every change is to an
+    /// object that exists at that point, and that its kind can have it.
     pub fn parse(text: &str) -> Result<Trace, TraceError> {
         let mut lines = text
             .lines()
@@ -120,22 +181,34 @@ impl Trace {
                 ));
             }
             last = record.at_ms;
-            let known = live.contains(&record.app);
+            let kind = record.kind.name();
+            if !record.change.fits(record.kind) {
+                let change = serde_json::to_value(&record.change)
+                    .ok()
+                    .and_then(|v| v["change"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                return Err(at(
+                    index,
+                    format!("kind {kind} has no {change:?} change ({})", record.app),
+                ));
+            }
+            let key = (record.kind, record.app.clone());
+            let known = live.contains(&key);
             match (&record.change, known) {
                 (Change::Added, true) => {
-                    return Err(at(index, format!("{} is added twice", record.app)))
+                    return Err(at(index, format!("{kind} {} is added twice", record.app)))
                 }
                 (Change::Added, false) => {
-                    live.insert(record.app.clone());
+                    live.insert(key);
                 }
                 (_, false) => {
                     return Err(at(
                         index,
-                        format!("{} changes before it is added", record.app),
+                        format!("{kind} {} changes before it is added", record.app),
                     ))
                 }
                 (Change::Deleted, true) => {
-                    live.remove(&record.app);
+                    live.remove(&key);
                 }
                 _ => {}
             }
@@ -154,13 +227,45 @@ impl Trace {
         out
     }
 
-    /// The apps that exist when the recording starts (added at 0 ms), in trace order.
-    pub fn initial_apps(&self) -> Vec<&str> {
-        self.records
-            .iter()
+    /// The records about objects of `kind`, in time order.
+    pub fn of(&self, kind: Kind) -> impl Iterator<Item = &Record> {
+        self.records.iter().filter(move |r| r.kind == kind)
+    }
+
+    /// The objects of `kind` that exist when the recording starts: its records' leading
+    /// run of adds at 0 ms, in trace order.
+    pub fn initial(&self, kind: Kind) -> Vec<&str> {
+        self.of(kind)
             .take_while(|r| r.at_ms == 0 && r.change == Change::Added)
             .map(|r| r.app.as_str())
             .collect()
+    }
+
+    /// The apps that exist when the recording starts (added at 0 ms), in trace order.
+    pub fn initial_apps(&self) -> Vec<&str> {
+        self.initial(Kind::Application)
+    }
+
+    /// Whether the trace has any record about objects of `kind`.
+    pub fn has(&self, kind: Kind) -> bool {
+        self.of(kind).next().is_some()
+    }
+}
+
+/// A trace being replayed, `speed` times faster than recorded.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    /// The trace.
+    pub trace: std::sync::Arc<Trace>,
+    /// How many times faster than recorded.
+    pub speed: f64,
+}
+
+impl Replay {
+    /// When a record at `at_ms` is due, from the replay's start.
+    pub fn offset(&self, at_ms: u64) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(at_ms as f64 / 1000.0 / self.speed)
+            .unwrap_or(std::time::Duration::MAX)
     }
 }
 
@@ -183,6 +288,61 @@ mod tests {
         assert_eq!(trace.records.len(), 6);
         assert_eq!(trace.initial_apps(), ["argocd/a", "argocd/b"]);
         assert_eq!(Trace::parse(&trace.to_text()).unwrap(), trace);
+    }
+
+    #[test]
+    fn rollouts_and_workflows_are_records_of_their_own_kind() {
+        let mixed = format!(
+            "{TRACE}{}",
+            r#"{"at_ms":4000,"kind":"rollout","app":"shop/web","change":"added"}
+{"at_ms":4000,"kind":"rollout","app":"shop/web","change":"phase","phase":"Healthy"}
+{"at_ms":4500,"kind":"workflow","app":"argocd/a","change":"added"}
+{"at_ms":5000,"kind":"rollout","app":"shop/web","change":"revision","revision":"5d8f"}
+{"at_ms":6000,"kind":"workflow","app":"argocd/a","change":"phase","phase":"Succeeded"}
+"#
+        );
+        let trace = Trace::parse(&mixed).unwrap();
+        assert_eq!(trace.initial_apps(), ["argocd/a", "argocd/b"]);
+        assert!(
+            trace.initial(Kind::Rollout).is_empty(),
+            "added at 4 s, not 0"
+        );
+        assert_eq!(trace.of(Kind::Workflow).count(), 2);
+        assert!(trace.has(Kind::Rollout) && !Trace::parse(TRACE).unwrap().has(Kind::Rollout));
+        // Applications keep their old lines: no kind written.
+        let text = trace.to_text();
+        assert!(text.contains("{\"at_ms\":0,\"app\":\"argocd/a\",\"change\":\"added\"}"));
+        assert_eq!(Trace::parse(&text).unwrap(), trace);
+        let error = |text: String| match Trace::parse(&text) {
+            Err(TraceError::Line { line, message }) => (line, message),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            error(mixed.replace(
+                "\"phase\",\"phase\":\"Succeeded",
+                "\"revision\",\"revision\":\"x"
+            )),
+            (
+                12,
+                "kind Workflow has no \"revision\" change (argocd/a)".into()
+            )
+        );
+        assert_eq!(
+            error(format!("{TRACE}{{\"at_ms\":5000,\"app\":\"argocd/a\",\"change\":\"phase\",\"phase\":\"Running\"}}\n")),
+            (8, "kind Application has no \"phase\" change (argocd/a)".into())
+        );
+        assert!(error(mixed.replace(
+            "\"kind\":\"rollout\",\"app\":\"shop/web\",\"change\":\"added\"",
+            "\"kind\":\"rollout\",\"app\":\"shop/api\",\"change\":\"added\""
+        ))
+        .1
+        .contains("Rollout shop/web changes before it is added"));
+        assert!(error(mixed.replace(
+            "\"kind\":\"workflow\",\"app\":\"argocd/a\",\"change\":\"added",
+            "\"kind\":\"gizmo\",\"app\":\"argocd/a\",\"change\":\"added"
+        ))
+        .1
+        .contains("not a trace record"));
     }
 
     #[test]

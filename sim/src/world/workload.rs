@@ -17,7 +17,7 @@ use orrery_system::env::SharedEnv;
 use orrery_system::observe::{WorkloadAction, WorldEvent};
 
 use crate::scenario::model::Workload as Config;
-use crate::scenario::trace::{Change, Trace};
+use crate::scenario::trace::{Change, Kind, Trace};
 use crate::world::argocd::{application_resource, HealthOverrides, NAMESPACE};
 use crate::world::git::SharedGit;
 
@@ -642,7 +642,8 @@ impl Generator {
             .collect();
         let mut pending: Vec<&crate::scenario::trace::Record> = Vec::new();
         let start = self.env.elapsed();
-        for record in &trace.records[initial.len()..] {
+        // Rollouts and Workflows are their workloads' to replay.
+        for record in trace.of(Kind::Application).skip(initial.len()) {
             let offset = Duration::try_from_secs_f64(record.at_ms as f64 / 1000.0 / speed)
                 .unwrap_or(Duration::MAX);
             let at = start.saturating_add(offset);
@@ -699,6 +700,8 @@ impl Generator {
                 self.refresh_apps(vec![index]).await;
                 true
             }
+            // Not an Application's (the trace was checked when read).
+            (Change::Phase { .. }, Some(_)) => true,
         }
     }
 }

@@ -101,3 +101,83 @@ fn a_missing_or_broken_trace_is_refused_naming_the_file_and_line() {
     assert!(slow.contains("speed must be above 0"), "{slow}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn recorded_rollouts_and_workflows_replay_as_new_versions_and_submissions() {
+    let s = scenario::load(&fixture("rollouts-workflows.yaml")).unwrap();
+    let outcome = runner::run(&s, 1, Variant::Hardened);
+    assert!(
+        outcome.harness_error.is_none(),
+        "harness error {:?}",
+        outcome.harness_error
+    );
+    let events = outcome.trace.events();
+    // The recorded new version at 5 s, whose recorded next phase was Degraded: the world's
+    // analysis fails it.
+    let rollout: Vec<(u64, u64, String)> = events
+        .iter()
+        .filter_map(|e| match e.world() {
+            Some(WorldEvent::RolloutPhase {
+                revision, phase, ..
+            }) => Some((e.at_ms, *revision, phase.clone())),
+            _ => None,
+        })
+        .collect();
+    let second = rollout
+        .iter()
+        .find(|(_, revision, _)| *revision == 2)
+        .unwrap_or_else(|| panic!("no second version: {rollout:?}"));
+    assert!((5000..6500).contains(&second.0), "{rollout:?}");
+    assert!(
+        rollout
+            .iter()
+            .any(|(_, revision, phase)| *revision == 2 && phase == "Degraded"),
+        "the second version's analysis did not fail: {rollout:?}"
+    );
+    // Workflows: the one running at the start succeeds about 8 s in, the one submitted at
+    // 10 s fails about 16 s in.
+    let ended = |name: &str| {
+        events.iter().find_map(|e| match e.world() {
+            Some(WorldEvent::WorkflowPhase {
+                workflow, phase, ..
+            }) if workflow.ends_with(name)
+                && matches!(phase.as_str(), "Succeeded" | "Failed" | "Error") =>
+            {
+                Some((e.at_ms, phase.clone()))
+            }
+            _ => None,
+        })
+    };
+    let (first_at, first) = ended("/wf-00000").expect("the first workflow ended");
+    assert_eq!(first, "Succeeded");
+    assert!((8000..11000).contains(&first_at), "ended at {first_at} ms");
+    let (second_at, second) = ended("/wf-00001").expect("the second workflow ended");
+    assert_eq!(second, "Failed");
+    assert!(
+        (16000..19000).contains(&second_at),
+        "ended at {second_at} ms"
+    );
+}
+
+#[test]
+fn a_trace_with_rollouts_needs_the_rollouts_workload() {
+    let dir = std::env::temp_dir().join(format!("orrery-replay-kinds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = std::fs::read_to_string(fixture("rollouts-workflows.yaml")).unwrap();
+    std::fs::write(
+        dir.join("rollouts-workflows.jsonl"),
+        std::fs::read_to_string(fixture("rollouts-workflows.jsonl")).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("s.yaml"),
+        scenario.replace("  rollouts: {retry_after: 0s, promote_after: 0s}\n", ""),
+    )
+    .unwrap();
+    let error = scenario::load(&dir.join("s.yaml")).unwrap_err().to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        error.contains("replays Rollouts") && error.contains("workload.rollouts"),
+        "{error}"
+    );
+}

@@ -12,6 +12,10 @@ pub mod ws;
 pub const PATH: &str = "/tunnel";
 /// Header naming the runtime, `<account>-<runtime>`.
 pub const RUNTIME_HEADER: &str = "x-orrery-runtime";
+/// Header carrying the client process's run id (faithful): frp's `run_id`, which a
+/// reconnecting frpc sends again so that frps replaces its old session; a restarted
+/// process has a new one.
+pub const RUN_ID_HEADER: &str = "x-orrery-run-id";
 /// Header carrying the platform's id of a forwarded request (dedup on the runtime side).
 pub const REQUEST_ID_HEADER: &str = "x-orrery-request-id";
 /// Header of a busy server's 503: when to retry, in milliseconds (finer than `Retry-After`).
@@ -42,13 +46,19 @@ pub enum Rejection {
         /// The name the token was issued for.
         owner: String,
     },
+    /// Faithful: another session of another process still holds this name (frps's
+    /// "router config conflict" for a subdomain in use) until the server notices it is dead.
+    #[error("router config conflict: {0:?} is held by another session")]
+    NameInUse(String),
 }
 
 impl Rejection {
-    /// HTTP status of the refused upgrade: 401 for credentials, 403 for a foreign name.
+    /// HTTP status of the refused upgrade: 401 for credentials, 403 for a foreign name, 409
+    /// for a name another session holds.
     pub fn status(&self) -> u16 {
         match self {
             Rejection::ForeignName { .. } => 403,
+            Rejection::NameInUse(_) => 409,
             Rejection::BadName | Rejection::WrongPath(_) => 400,
             _ => 401,
         }

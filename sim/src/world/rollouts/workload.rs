@@ -5,6 +5,12 @@
 //! who promotes a Rollout paused for `promote_after` and retries one aborted for
 //! `retry_after`, with the kubectl plugin's patches. API errors are observed and the action
 //! is tried again on its next turn.
+//!
+//! Replaying a recorded trace ([`Replay`]), the Rollouts and their new versions are the
+//! trace's instead of drawn: each recorded Rollout is one of the world's (by order of
+//! appearance), a recorded new pod template is a new version whose analysis fails when the
+//! Rollout's next recorded phase is `Degraded`, and a recorded delete deletes it; the
+//! operator is the configured one.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +27,23 @@ use super::analysis::{Verdict, Verdicts};
 use super::model::pod_template_hash;
 use super::{plugin, rollout_resource};
 use crate::scenario::model::RolloutsLoad as Config;
+use crate::scenario::trace::{Change, Kind, Record, Replay};
+
+/// The verdict for a recorded new version of `app`, the record at `at` of `records`: a
+/// failed analysis when the Rollout's next recorded phase (before its next version) is
+/// `Degraded`.
+fn recorded_verdict(records: &[&Record], at: usize) -> Verdict {
+    let app = &records[at].app;
+    let next = records[at + 1..]
+        .iter()
+        .filter(|r| &r.app == app)
+        .take_while(|r| matches!(r.change, Change::Phase { .. }))
+        .find_map(|r| match &r.change {
+            Change::Phase { phase } if phase == "Degraded" => Some(Verdict::Bad),
+            _ => None,
+        });
+    next.unwrap_or(Verdict::Good)
+}
 
 /// Name of the `i`-th Rollout.
 pub fn rollout_name(i: usize) -> String {
@@ -100,10 +123,31 @@ pub async fn run(
     config: Config,
     verdicts: Verdicts,
     calm: Arc<AtomicBool>,
+    replay: Option<Replay>,
 ) {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client, &config.namespace, &rollout_resource());
-    let mut pending: Vec<usize> = (0..config.count).collect();
+    // Replaying (a trace with Rollouts): the recorded Rollouts by order of appearance, and
+    // the records after the initial ones, applied in order when due.
+    let replay = replay.filter(|r| r.trace.has(Kind::Rollout));
+    let records: Vec<&Record> = replay
+        .as_ref()
+        .map(|r| r.trace.of(Kind::Rollout).collect())
+        .unwrap_or_default();
+    let initial = replay
+        .as_ref()
+        .map_or(config.count, |r| r.trace.initial(Kind::Rollout).len());
+    let mut index_of: BTreeMap<&str, usize> = records
+        .iter()
+        .take(initial)
+        .enumerate()
+        .map(|(i, r)| (r.app.as_str(), i))
+        .collect();
+    let mut next_index = initial;
+    let mut cursor = initial;
+    let mut deletes: Vec<usize> = Vec::new();
+    let started = env.elapsed();
+    let mut pending: Vec<usize> = (0..initial).collect();
     let mut versions: BTreeMap<usize, u64> = BTreeMap::new();
     // The operator's memory: since when a Rollout is paused or aborted.
     let mut paused_since: BTreeMap<String, Duration> = BTreeMap::new();
@@ -131,28 +175,56 @@ pub async fn run(
         }
         pending = left;
         let now = env.elapsed();
-        if !config.deploy_every.is_zero() && now >= next_deploy && !versions.is_empty() {
+        if let Some(replay) = &replay {
+            // Deletes that failed before, then every record now due.
+            let mut left = Vec::new();
+            for i in deletes.drain(..) {
+                match api.delete(&rollout_name(i), &Default::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) => {
+                        observe_error(&env, rollout_name(i), error);
+                        left.push(i);
+                    }
+                }
+            }
+            deletes = left;
+            while cursor < records.len() && started + replay.offset(records[cursor].at_ms) <= now {
+                let record = records[cursor];
+                match (&record.change, index_of.get(record.app.as_str()).copied()) {
+                    (Change::Added, _) => {
+                        index_of.insert(&record.app, next_index);
+                        pending.push(next_index);
+                        next_index += 1;
+                    }
+                    (Change::Deleted, Some(i)) => {
+                        index_of.remove(record.app.as_str());
+                        pending.retain(|p| *p != i);
+                        if versions.remove(&i).is_some() {
+                            deletes.push(i);
+                        }
+                    }
+                    (Change::Revision { .. }, Some(i)) if versions.contains_key(&i) => {
+                        let version = versions[&i] + 1;
+                        let verdict = recorded_verdict(&records, cursor);
+                        if deploy(&env, &api, &config, &verdicts, i, version, verdict).await {
+                            versions.insert(i, version);
+                        }
+                    }
+                    // Phases are the world's controller's to make; a version of a Rollout
+                    // not created yet is lost with it.
+                    _ => {}
+                }
+                cursor += 1;
+            }
+        } else if !config.deploy_every.is_zero() && now >= next_deploy && !versions.is_empty() {
             next_deploy = now + config.deploy_every;
             let keys: Vec<usize> = versions.keys().copied().collect();
             let i = keys[(env.random_u64() % keys.len() as u64) as usize];
-            let name = rollout_name(i);
             let version = versions[&i] + 1;
-            let next = template(&name, version);
-            // The verdict is the world's before the controller sees the version.
-            verdicts.set(
-                &format!("{}/{name}", config.namespace),
-                &pod_template_hash(&next, None),
-                draw(&env, &config),
-            );
-            let patch = json!({"spec": {"template": next}});
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-            {
-                Ok(_) => {
-                    versions.insert(i, version);
-                }
-                Err(error) => observe_error(&env, name, error),
+            let verdict = draw(&env, &config);
+            if deploy(&env, &api, &config, &verdicts, i, version, verdict).await {
+                versions.insert(i, version);
             }
         }
         if !config.promote_after.is_zero() || !config.retry_after.is_zero() {
@@ -183,7 +255,44 @@ pub async fn run(
                 Err(error) => observe_error(&env, config.namespace.clone(), error),
             }
         }
-        env.sleep(Duration::from_secs(1)).await;
+        // A turn a second, or sooner when a recorded change is due.
+        let mut wake = env.elapsed() + Duration::from_secs(1);
+        if let (Some(replay), Some(record)) = (&replay, records.get(cursor)) {
+            wake = wake.min(started + replay.offset(record.at_ms));
+        }
+        env.sleep(wake.saturating_sub(env.elapsed())).await;
+    }
+}
+
+/// Deploys `version` of Rollout `i`, whose analysis will find `verdict`: whether the new
+/// template was written.
+async fn deploy(
+    env: &SharedEnv,
+    api: &Api<DynamicObject>,
+    config: &Config,
+    verdicts: &Verdicts,
+    i: usize,
+    version: u64,
+    verdict: Verdict,
+) -> bool {
+    let name = rollout_name(i);
+    let next = template(&name, version);
+    // The verdict is the world's before the controller sees the version.
+    verdicts.set(
+        &format!("{}/{name}", config.namespace),
+        &pod_template_hash(&next, None),
+        verdict,
+    );
+    let patch = json!({"spec": {"template": next}});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => true,
+        Err(error) => {
+            observe_error(env, name, error);
+            false
+        }
     }
 }
 

@@ -43,11 +43,12 @@ pub struct Config {
 }
 
 impl Config {
-    /// Faithful: multiplexer keepalive every 60 s (a silent drop goes unnoticed ~1 min);
-    /// hardened: PING every 2 s, dropped after 3 s without an answer.
+    /// Faithful: frps's multiplexer keepalive, a ping every 60 s (`tcp_mux_keepalive_interval`)
+    /// unanswered for 10 s (yamux's ConnectionWriteTimeout), so a silent drop goes unnoticed
+    /// up to 70 s; hardened: PING every 2 s, dropped after 3 s without an answer.
     pub fn new(variant: Variant) -> Self {
         let (keepalive, keepalive_timeout) = match variant {
-            Variant::Faithful => (Duration::from_secs(60), Duration::from_secs(20)),
+            Variant::Faithful => (Duration::from_secs(60), Duration::from_secs(10)),
             Variant::Hardened => (Duration::from_secs(2), Duration::from_secs(3)),
         };
         Config {
@@ -64,6 +65,8 @@ impl Config {
 
 struct Tunnel {
     generation: u64,
+    /// The client process's run id (faithful), `None` when it sent none.
+    run_id: Option<String>,
     send: hyper::client::conn::http2::SendRequest<Body>,
 }
 
@@ -80,6 +83,17 @@ pub struct TunnelServer {
     registering: tokio::sync::Mutex<()>,
     /// Virtual queue of refused registrations: the next free slot handed out in `Retry-After`.
     next_slot: Mutex<Duration>,
+}
+
+/// Faithful: whether a registration of `name` by the process `run_id` is refused because a
+/// session of another process still holds the name. frps replaces the session of a
+/// reconnecting frpc (same `run_id`) but refuses a new process's proxy ("router config
+/// conflict") until it notices the old session is dead; hardened: a registration with the
+/// runtime's token always replaces the old session.
+fn held_by_another(tunnels: &BTreeMap<String, Tunnel>, name: &str, run_id: Option<&str>) -> bool {
+    tunnels
+        .get(name)
+        .is_some_and(|held| held.run_id.is_none() || held.run_id.as_deref() != run_id)
 }
 
 /// Checks a registration: the token's runtime must be the one named.
@@ -312,6 +326,9 @@ async fn connection(
     registration(env, server.clone(), stream, peer).await;
 }
 
+/// A registration's verdict: the runtime's name and the client's run id, or why not.
+type Verdict = Result<(String, Option<String>), Rejection>;
+
 async fn registration(
     env: SharedEnv,
     server: Arc<TunnelServer>,
@@ -319,9 +336,10 @@ async fn registration(
     peer: String,
 ) {
     let release = |server: &TunnelServer| *server.pending.lock().expect("pending lock") -= 1;
-    let accepted: Arc<Mutex<Option<Result<String, Rejection>>>> = Arc::default();
+    let accepted: Arc<Mutex<Option<Verdict>>> = Arc::default();
     let verdict = accepted.clone();
     let registry = server.registry.clone();
+    let holder = server.clone();
     // The callback's signature is tungstenite's (`Callback`): its error type is not ours to shrink.
     #[allow(clippy::result_large_err)]
     let callback = move |request: &WsRequest,
@@ -331,11 +349,21 @@ async fn registration(
         let result = if request.uri().path() != tunnel::PATH {
             Err(Rejection::WrongPath(request.uri().path().to_string()))
         } else {
+            let run_id = header(tunnel::RUN_ID_HEADER).map(str::to_string);
             authorise(
                 &registry,
                 header("authorization"),
                 header(tunnel::RUNTIME_HEADER),
             )
+            .and_then(|name| {
+                let tunnels = holder.tunnels.lock().expect("tunnels lock");
+                if holder.config.variant == Variant::Faithful
+                    && held_by_another(&tunnels, &name, run_id.as_deref())
+                {
+                    return Err(Rejection::NameInUse(name));
+                }
+                Ok((name, run_id))
+            })
         };
         *verdict.lock().expect("verdict lock") = Some(result.clone());
         match result {
@@ -357,8 +385,8 @@ async fn registration(
     .await;
     release(&server);
     let verdict = accepted.lock().expect("verdict lock").take();
-    let (ws, name) = match (handshake, verdict) {
-        (Ok(ws), Some(Ok(name))) => (ws, name),
+    let (ws, name, run_id) = match (handshake, verdict) {
+        (Ok(ws), Some(Ok((name, run_id)))) => (ws, name, run_id),
         (_, Some(Err(rejection))) => {
             // Logged with its reason: a refused runtime is an operator's problem to see.
             tracing::warn!(%peer, %rejection, "tunnel: refused a runtime");
@@ -408,12 +436,16 @@ async fn registration(
         *g += 1;
         *g
     };
-    // A newer tunnel for the same runtime replaces the old one (the old one drains).
-    server
-        .tunnels
-        .lock()
-        .expect("tunnels lock")
-        .insert(name.clone(), Tunnel { generation, send });
+    // A newer tunnel for the same runtime replaces the old one (the old one drains):
+    // hardened always, faithful for the same process (checked at the handshake).
+    server.tunnels.lock().expect("tunnels lock").insert(
+        name.clone(),
+        Tunnel {
+            generation,
+            run_id,
+            send,
+        },
+    );
     env.observe(
         TunnelEvent::ServerUp {
             runtime: name.clone(),

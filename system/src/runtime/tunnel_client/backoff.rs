@@ -30,6 +30,13 @@ const FRP_WINDOW: Duration = Duration::from_secs(60);
 /// frp's cap on the wait between failed logins (`maxDelayTime`).
 const FRP_LOGIN_CAP: Duration = Duration::from_secs(20);
 
+/// Faithful: how long after a refused proxy registration ("router config conflict") frpc
+/// asks again. Its proxy wrapper checks every 3 s (`statusCheckInterval`, a timer restarted
+/// after each check) and resends once 30 s have passed since the error (`startErrTimeout`):
+/// the 10th check when its timers' drift outruns the round trip of the refusal, as measured
+/// against the real frpc on loopback by the conformance suite (30.0 s), else the 11th (33 s).
+pub const FRP_PROXY_RETRY: Duration = Duration::from_secs(30);
+
 /// The delay before each reconnect attempt.
 #[derive(Clone, Debug)]
 pub struct Reconnect {

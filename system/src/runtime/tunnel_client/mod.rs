@@ -3,7 +3,9 @@
 //! requests (HTTP/2 inside the WebSocket) with the request routing service — hardened: at most
 //! once per state-changing request; faithful: as the real runtime, a retried write runs again. Reconnects on a drop with the variant's schedule
 //! ([`backoff::Reconnect`]); detects silent drops with HTTP/2 PINGs (faithful: every 60 s,
-//! as the real multiplexer keepalive; hardened: every 2 s).
+//! as the real multiplexer keepalive; hardened: every 2 s). Faithful sends frp's run id, so
+//! after a restart its name is refused until the server notices the old session is dead,
+//! and asked for again every 30 s ([`backoff::FRP_PROXY_RETRY`]).
 
 pub mod backoff;
 pub mod dedup;
@@ -90,6 +92,8 @@ pub enum Fatal {
 enum Ended {
     /// The server refused the registration, with its reason.
     Refused(String),
+    /// Logged in, but the server refused the name because another session holds it (409).
+    NameInUse(String),
     /// Could not connect or handshake; a busy server may say when to come back.
     Failed(String, Option<Duration>),
     /// Was up for `up`, then dropped.
@@ -106,6 +110,7 @@ fn websocket_key(env: &SharedEnv) -> String {
 async fn session(
     env: &SharedEnv,
     config: &Config,
+    run_id: Option<&str>,
     handler: &Handler,
     dedup: &Arc<dedup::Dedup>,
 ) -> Ended {
@@ -143,7 +148,7 @@ async fn session(
         };
         let scheme = if config.tls.is_some() { "wss" } else { "ws" };
         // The key comes from the environment so the handshake is deterministic in simulation.
-        let request = Request::builder()
+        let mut request = Request::builder()
             .uri(format!("{scheme}://{}{}", config.server_addr, tunnel::PATH))
             .header("host", &config.server_addr)
             .header("connection", "Upgrade")
@@ -151,7 +156,11 @@ async fn session(
             .header("sec-websocket-version", "13")
             .header("sec-websocket-key", websocket_key(env))
             .header("authorization", format!("Bearer {}", config.token))
-            .header(tunnel::RUNTIME_HEADER, &config.name)
+            .header(tunnel::RUNTIME_HEADER, &config.name);
+        if let Some(run_id) = run_id {
+            request = request.header(tunnel::RUN_ID_HEADER, run_id);
+        }
+        let request = request
             .body(())
             .map_err(|e| (format!("bad tunnel request: {e}"), None))?;
         match tokio_tungstenite::client_async_with_config(
@@ -184,7 +193,10 @@ async fn session(
                         .map(Duration::from_millis);
                     return Err((format!("HTTP {status}: {reason}"), hint));
                 }
-                Ok(Err(format!("HTTP {status}: {reason}")))
+                if status == 409 {
+                    return Ok(Err(Ended::NameInUse(format!("HTTP {status}: {reason}"))));
+                }
+                Ok(Err(Ended::Refused(format!("HTTP {status}: {reason}"))))
             }
             Err(e) => Err((format!("websocket handshake: {e}"), None)),
         }
@@ -193,7 +205,7 @@ async fn session(
         biased;
         outcome = connect => match outcome {
             Ok(Ok(ws)) => ws,
-            Ok(Err(refusal)) => return Ended::Refused(refusal),
+            Ok(Err(refusal)) => return refusal,
             Err((failure, hint)) => return Ended::Failed(failure, hint),
         },
         _ = env.sleep(config.connect_timeout) => return Ended::Failed(format!("no tunnel within {:?}", config.connect_timeout), None),
@@ -255,10 +267,17 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
     if !config.start_after.is_zero() {
         env.sleep(config.start_after).await;
     }
+    // frp's run id: kept for the life of the process, so the server replaces a reconnecting
+    // client's old session but not a restarted one's (frps assigns it at the first login;
+    // one drawn here behaves the same). Hardened needs none: its token decides.
+    let run_id = match config.variant {
+        Variant::Faithful => Some(format!("{:016x}", env.random_u64())),
+        Variant::Hardened => None,
+    };
     let mut schedule = backoff::Reconnect::new(config.variant, env.elapsed());
     let mut logged_in = false;
     loop {
-        let delay = match session(&env, &config, &handler, &dedup).await {
+        let delay = match session(&env, &config, run_id.as_deref(), &handler, &dedup).await {
             Ended::Refused(reason) => {
                 tracing::warn!(runtime = %config.name, %reason, "tunnel client refused");
                 env.observe(
@@ -273,6 +292,23 @@ pub async fn run(env: SharedEnv, config: Config, handler: Handler) -> Result<(),
                     return Err(Fatal::FirstLoginRefused(reason));
                 }
                 schedule.after_failed_attempt(&env)
+            }
+            Ended::NameInUse(reason) => {
+                env.observe(
+                    TunnelEvent::ClientRefused {
+                        runtime: config.name.clone(),
+                        reason,
+                    }
+                    .into(),
+                );
+                // The login itself succeeded (frp refuses the proxy, not the client): not a
+                // failed first login; frpc asks for the proxy again on its own schedule.
+                logged_in = true;
+                schedule.logged_in();
+                match config.variant {
+                    Variant::Faithful => backoff::FRP_PROXY_RETRY,
+                    Variant::Hardened => schedule.after_failed_attempt(&env),
+                }
             }
             Ended::Failed(why, hint) => {
                 env.observe(
