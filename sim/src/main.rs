@@ -843,10 +843,16 @@ fn cmd_record(args: RecordArgs) -> Result<Exit, Fail> {
         std::fs::write(&args.out, trace.to_text())
             .map_err(|e| Fail::usage(format!("{}: {e}", args.out.display())))?;
         eprintln!(
-            "wrote {}: {} apps at the start, {} changes",
+            "wrote {}: {} apps, {} Rollouts and {} Workflows at the start, {} records in all",
             args.out.display(),
             trace.initial_apps().len(),
-            trace.records.len() - trace.initial_apps().len()
+            trace
+                .initial(orrery_sim::scenario::trace::Kind::Rollout)
+                .len(),
+            trace
+                .initial(orrery_sim::scenario::trace::Kind::Workflow)
+                .len(),
+            trace.records.len()
         );
         Ok(())
     })?;

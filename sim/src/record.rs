@@ -99,9 +99,12 @@ fn name_of(kind: Kind, object: &DynamicObject, hash: bool) -> String {
 }
 
 /// The changes from `before` to `after` of one object, in a fixed order.
-fn changes(before: &Seen, after: &Seen) -> Vec<Change> {
+fn changes(kind: Kind, before: &Seen, after: &Seen) -> Vec<Change> {
     let mut out = Vec::new();
-    if after.revision != before.revision {
+    // A Rollout first seen before its controller wrote a status gets its first hash
+    // later: that is the version it was added with, not a new one.
+    let first_hash = kind == Kind::Rollout && before.revision.is_none();
+    if after.revision != before.revision && !first_hash {
         if let Some(revision) = &after.revision {
             out.push(Change::Revision {
                 revision: revision.clone(),
@@ -160,7 +163,7 @@ impl Recording {
                 }
             }
             Some(before) => {
-                for change in changes(before, &now) {
+                for change in changes(kind, before, &now) {
                     self.push(at_ms, kind, &name, change);
                 }
             }
@@ -175,13 +178,20 @@ impl Recording {
     }
 }
 
-/// Whether the cluster serves `resource` (a CRD may not be installed).
-async fn served(client: &kube::Client, resource: &ApiResource) -> bool {
+/// Whether `resource` can be recorded here: listed (its CRD may not be installed, or the
+/// credentials may not read it; said why when not).
+async fn served(client: &kube::Client, kind: Kind, resource: &ApiResource) -> bool {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
-    !matches!(
-        api.list(&ListParams::default().limit(1)).await,
-        Err(kube::Error::Api(status)) if status.code == 404
-    )
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => true,
+        Err(error) => {
+            eprintln!(
+                "{}s are not recorded: listing them failed: {error}",
+                kind.name()
+            );
+            false
+        }
+    }
 }
 
 /// Records `duration` of the cluster `client` reaches; `ready` is told when the objects
@@ -198,8 +208,7 @@ pub async fn record(
         (Kind::Rollout, rollout_resource()),
         (Kind::Workflow, workflow_resource()),
     ] {
-        if kind != Kind::Application && !served(&client, &resource).await {
-            tracing::info!("{}s are not served here: none recorded", kind.name());
+        if kind != Kind::Application && !served(&client, kind, &resource).await {
             continue;
         }
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
@@ -313,7 +322,7 @@ mod tests {
             phase: None,
         };
         assert_eq!(
-            changes(&before, &after),
+            changes(Kind::Application, &before, &after),
             [
                 Change::Revision {
                     revision: "b".into()
@@ -321,7 +330,7 @@ mod tests {
                 Change::Refresh
             ]
         );
-        assert!(changes(&after, &after).is_empty());
+        assert!(changes(Kind::Application, &after, &after).is_empty());
         let mut app = DynamicObject::new("a", &application_resource()).within("argocd");
         assert_eq!(name_of(Kind::Application, &app, false), "argocd/a");
         let hashed = name_of(Kind::Application, &app, true);
@@ -394,5 +403,24 @@ mod tests {
             ]
         );
         assert!(recording.records.iter().all(|r| r.kind == Kind::Rollout));
+        // Seen before its controller wrote a status: its first hash is not a new version.
+        let mut recording = Recording::default();
+        recording.observe(0, Kind::Rollout, "shop/api".into(), Seen::default());
+        recording.observe(
+            400,
+            Kind::Rollout,
+            "shop/api".into(),
+            rollout("c3", "Healthy"),
+        );
+        let changes: Vec<Change> = recording.records.iter().map(|r| r.change.clone()).collect();
+        assert_eq!(
+            changes,
+            [
+                Change::Added,
+                Change::Phase {
+                    phase: "Healthy".into()
+                }
+            ]
+        );
     }
 }

@@ -8,8 +8,8 @@
 //!   commit to the app's path), a health change (replayed as the app's workload turning that
 //!   health), a refresh request;
 //! - a Rollout (`"kind":"rollout"`) added or deleted, a new pod template (`revision`: its
-//!   pod-template hash; replayed as a new version, whose analysis fails when the Rollout's
-//!   next recorded phase is `Degraded`), its `status.phase` (`phase`: recorded first as it is
+//!   pod-template hash; replayed as a new version, whose analysis fails when a phase
+//!   recorded right after it, before the Rollout's next other change, is `Degraded`), its `status.phase` (`phase`: recorded first as it is
 //!   seen, then as it changes; the world's controller makes its own phases);
 //! - a Workflow (`"kind":"workflow"`) submitted (`added`) or deleted, its `status.phase`
 //!   (replayed as a one-step workflow whose pod runs until the recorded end, `Succeeded` or
@@ -117,6 +117,13 @@ pub struct Record {
     /// What changed.
     #[serde(flatten)]
     pub change: Change,
+}
+
+impl Record {
+    /// Whether this adds an object that exists when the recording starts.
+    pub fn is_initial(&self) -> bool {
+        self.at_ms == 0 && self.change == Change::Added
+    }
 }
 
 /// A whole trace.
@@ -232,13 +239,19 @@ impl Trace {
         self.records.iter().filter(move |r| r.kind == kind)
     }
 
-    /// The objects of `kind` that exist when the recording starts: its records' leading
-    /// run of adds at 0 ms, in trace order.
+    /// The objects of `kind` that exist when the recording starts (added at 0 ms), in
+    /// trace order.
     pub fn initial(&self, kind: Kind) -> Vec<&str> {
         self.of(kind)
-            .take_while(|r| r.at_ms == 0 && r.change == Change::Added)
+            .filter(|r| r.is_initial())
             .map(|r| r.app.as_str())
             .collect()
+    }
+
+    /// The records about objects of `kind` after their initial adds, in time order: what a
+    /// replay does once the initial objects exist.
+    pub fn changes_of(&self, kind: Kind) -> impl Iterator<Item = &Record> {
+        self.of(kind).filter(|r| !r.is_initial())
     }
 
     /// The apps that exist when the recording starts (added at 0 ms), in trace order.
@@ -303,6 +316,18 @@ mod tests {
         );
         let trace = Trace::parse(&mixed).unwrap();
         assert_eq!(trace.initial_apps(), ["argocd/a", "argocd/b"]);
+        // As `orrery record` writes them: each initial Rollout's phase right after its add.
+        let recorded = Trace::parse(
+            r#"{"format":"orrery-workload-trace/1","duration_ms":1000,"hashed":false}
+{"at_ms":0,"kind":"rollout","app":"shop/a","change":"added"}
+{"at_ms":0,"kind":"rollout","app":"shop/a","change":"phase","phase":"Healthy"}
+{"at_ms":0,"kind":"rollout","app":"shop/b","change":"added"}
+{"at_ms":0,"kind":"rollout","app":"shop/b","change":"phase","phase":"Paused"}
+"#,
+        )
+        .unwrap();
+        assert_eq!(recorded.initial(Kind::Rollout), ["shop/a", "shop/b"]);
+        assert_eq!(recorded.changes_of(Kind::Rollout).count(), 2);
         assert!(
             trace.initial(Kind::Rollout).is_empty(),
             "added at 4 s, not 0"

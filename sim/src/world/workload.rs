@@ -643,7 +643,7 @@ impl Generator {
         let mut pending: Vec<&crate::scenario::trace::Record> = Vec::new();
         let start = self.env.elapsed();
         // Rollouts and Workflows are their workloads' to replay.
-        for record in trace.of(Kind::Application).skip(initial.len()) {
+        for record in trace.changes_of(Kind::Application) {
             let offset = Duration::try_from_secs_f64(record.at_ms as f64 / 1000.0 / speed)
                 .unwrap_or(Duration::MAX);
             let at = start.saturating_add(offset);

@@ -8,9 +8,9 @@
 //!
 //! Replaying a recorded trace ([`Replay`]), the Rollouts and their new versions are the
 //! trace's instead of drawn: each recorded Rollout is one of the world's (by order of
-//! appearance), a recorded new pod template is a new version whose analysis fails when the
-//! Rollout's next recorded phase is `Degraded`, and a recorded delete deletes it; the
-//! operator is the configured one.
+//! appearance), a recorded new pod template is a new version whose analysis fails when a
+//! phase recorded right after it (before the Rollout's next other change) is `Degraded`,
+//! and a recorded delete deletes it; the operator is the configured one.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,8 +30,8 @@ use crate::scenario::model::RolloutsLoad as Config;
 use crate::scenario::trace::{Change, Kind, Record, Replay};
 
 /// The verdict for a recorded new version of `app`, the record at `at` of `records`: a
-/// failed analysis when the Rollout's next recorded phase (before its next version) is
-/// `Degraded`.
+/// failed analysis when one of the phases recorded right after it (before the Rollout's
+/// next other change) is `Degraded`.
 fn recorded_verdict(records: &[&Record], at: usize) -> Verdict {
     let app = &records[at].app;
     let next = records[at + 1..]
@@ -132,19 +132,24 @@ pub async fn run(
     let replay = replay.filter(|r| r.trace.has(Kind::Rollout));
     let records: Vec<&Record> = replay
         .as_ref()
-        .map(|r| r.trace.of(Kind::Rollout).collect())
+        .map(|r| r.trace.changes_of(Kind::Rollout).collect())
         .unwrap_or_default();
-    let initial = replay
+    let recorded: Vec<&str> = replay
         .as_ref()
-        .map_or(config.count, |r| r.trace.initial(Kind::Rollout).len());
-    let mut index_of: BTreeMap<&str, usize> = records
+        .map(|r| r.trace.initial(Kind::Rollout))
+        .unwrap_or_default();
+    let initial = if replay.is_some() {
+        recorded.len()
+    } else {
+        config.count
+    };
+    let mut index_of: BTreeMap<&str, usize> = recorded
         .iter()
-        .take(initial)
         .enumerate()
-        .map(|(i, r)| (r.app.as_str(), i))
+        .map(|(i, name)| (*name, i))
         .collect();
     let mut next_index = initial;
-    let mut cursor = initial;
+    let mut cursor = 0;
     let mut deletes: Vec<usize> = Vec::new();
     let started = env.elapsed();
     let mut pending: Vec<usize> = (0..initial).collect();

@@ -124,6 +124,7 @@ async fn replay_trace(
     let started = env.elapsed();
     // The world's name of each recorded Workflow, by order of appearance.
     let mut name_of: std::collections::BTreeMap<&str, String> = Default::default();
+    let mut submitted = 0u64;
     let mut retry: Vec<(String, bool)> = Vec::new();
     let mut cursor = 0;
     while !calm.load(Ordering::SeqCst) && (cursor < records.len() || !retry.is_empty()) {
@@ -133,7 +134,9 @@ async fn replay_trace(
             let record = records[cursor];
             match &record.change {
                 Change::Added => {
-                    let name = workflow_name(name_of.len() as u64);
+                    // A new name each time: a recorded name can come back after a delete.
+                    let name = workflow_name(submitted);
+                    submitted += 1;
                     let (phase, ms) =
                         recorded_run(&records, cursor, replay.trace.header.duration_ms);
                     let seconds = replay.offset(ms).as_secs_f64().ceil().max(1.0) as u64;
@@ -147,8 +150,8 @@ async fn replay_trace(
                     due.push((name, true));
                 }
                 Change::Deleted => {
-                    if let Some(name) = name_of.get(record.app.as_str()) {
-                        due.push((name.clone(), false));
+                    if let Some(name) = name_of.remove(record.app.as_str()) {
+                        due.push((name, false));
                     }
                 }
                 // Phases are the world's controller's to make (the end was set above).

@@ -90,10 +90,12 @@ pub struct TunnelServer {
 /// reconnecting frpc (same `run_id`) but refuses a new process's proxy ("router config
 /// conflict") until it notices the old session is dead; hardened: a registration with the
 /// runtime's token always replaces the old session.
+/// A client that sends no run id (a hardened or older runtime) cannot be told apart, so it
+/// replaces as before.
 fn held_by_another(tunnels: &BTreeMap<String, Tunnel>, name: &str, run_id: Option<&str>) -> bool {
-    tunnels
-        .get(name)
-        .is_some_and(|held| held.run_id.is_none() || held.run_id.as_deref() != run_id)
+    tunnels.get(name).is_some_and(
+        |held| matches!((held.run_id.as_deref(), run_id), (Some(held), Some(new)) if held != new),
+    )
 }
 
 /// Checks a registration: the token's runtime must be the one named.
@@ -437,7 +439,8 @@ async fn registration(
         *g
     };
     // A newer tunnel for the same runtime replaces the old one (the old one drains):
-    // hardened always, faithful for the same process (checked at the handshake).
+    // hardened always, faithful for the same process (checked at the WebSocket handshake;
+    // two processes whose handshakes overlap both pass it, and the later one wins).
     server.tunnels.lock().expect("tunnels lock").insert(
         name.clone(),
         Tunnel {
