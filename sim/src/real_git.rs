@@ -9,16 +9,17 @@
 //! |---|---|
 //! | `GET /api/repos` | `{"repositories": [...]}` (the URLs given) |
 //! | `GET /api/commits?repo=&sha=&paths=` | `[{"sha"}]`: the newest commit from `sha` along first parents whose changes against its first parent touch one of the `;`-separated paths (Argo CD's refresh-path rules, as the simulated provider); `[]` when none; 404 for an unknown repository or commit |
-//! | `POST /api/commits` `{"repo","path","content","message","author","branch"}` | `201 {"sha"}`: the file written and committed on the checked-out branch (a worktree, not a bare repository; `branch`, default `main`, must be the checked-out one); 400 for a path outside the repository, another branch or a malformed body |
+//! | `POST /api/commits` `{"repo","path","content","message","author","branch","sha"}` | `201 {"sha"}`: the file written and committed on the checked-out branch (a worktree, not a bare repository; `branch`, default `main`, must be the checked-out one), a commit even when the content is unchanged; 400 for a path outside the repository, another branch or a malformed body; 409 when `sha` is given and is not the file's blob SHA at `HEAD` (`""`: it must not exist) |
+//! | `GET /api/contents?repo=&path=&ref=` | `{"path","content","sha"}` (git's blob SHA) at `ref` (default `HEAD`); 404 for an unknown revision or file |
+//! | `GET /api/compare?repo=&base=&head=` | `{"status"}`: `identical`, `ahead` (`base` is an ancestor of `head`), `behind` or `diverged`; 404 for an unknown revision |
 //!
 //! Pull requests are not served here (the simulated provider's `/api/pulls`).
 //!
 //! This is real mode only (never part of a simulated world): it runs `git` processes, and
 //! `git` reads the clock. Each `git` call runs inline in its request (a long history makes
 //! `GET /api/commits` slow for everyone). The machine's and user's git configuration is
-//! ignored. Known differences from the simulated provider: rewriting a file with the same
-//! content is refused (git has nothing to commit) where the simulated one records a commit,
-//! and unknown repositories are not created.
+//! ignored. Known differences from the simulated provider: blob SHAs are git's SHA-1 (the
+//! simulated provider derives its own), and unknown repositories are not created.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -161,6 +162,13 @@ fn no_links(dir: &Path, relative: &Path) -> Result<(), String> {
     }
 }
 
+/// The blob SHA of `path` at `rev` in `dir` (empty when it does not exist there).
+fn blob_of(dir: &Path, rev: &str, path: &str) -> String {
+    git(dir, &["rev-parse", "--verify", "-q", &format!("{rev}:{path}")], &[])
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// Writes `content` to `path` in the worktree `dir` and commits it as `author`.
 fn commit(
     dir: &Path,
@@ -210,6 +218,8 @@ fn commit(
             "commit",
             "-q",
             "--allow-empty-message",
+            // As the hosted providers' API, an unchanged file is still a commit.
+            "--allow-empty",
             "--author",
             &author,
             "-m",
@@ -293,8 +303,14 @@ pub async fn serve(
                         let checked_out = git(&dir, &["branch", "--show-current"], &[])
                             .map(|b| b.trim().to_string())
                             .unwrap_or_default();
+                        let now = blob_of(&dir, "HEAD", &request.path);
                         if checked_out.is_empty() || *branch != checked_out {
                             Err(format!("branch {branch:?}: orrery serve git commits on the checked-out branch ({checked_out:?}) only"))
+                        } else if request.expected.as_ref().is_some_and(|e| *e != now) {
+                            return json(
+                                StatusCode::CONFLICT,
+                                &j!({"message": format!("{} does not match {}", request.path, request.expected.unwrap_or_default())}),
+                            );
                         } else {
                             commit(
                                 &dir,
@@ -309,6 +325,62 @@ pub async fn serve(
                         Ok(sha) => json(StatusCode::CREATED, &j!({"sha": sha})),
                         Err(e) => json(StatusCode::BAD_REQUEST, &j!({"error": e})),
                     }
+                }
+                ("GET", "/api/contents") => {
+                    let Some(dir) = repos.get(&param("repo")).cloned() else {
+                        return json(
+                            StatusCode::NOT_FOUND,
+                            &j!({"message": format!("no repository {}", param("repo"))}),
+                        );
+                    };
+                    let rev = params.get("ref").cloned().unwrap_or_else(|| "HEAD".into());
+                    let path = param("path");
+                    if !is_commit(&dir, &rev) || inside(&path).is_none() {
+                        return json(
+                            StatusCode::NOT_FOUND,
+                            &j!({"message": format!("No commit found for the ref {rev}")}),
+                        );
+                    }
+                    let shown = git(&dir, &["show", &format!("{rev}:{path}")], &[]);
+                    match shown {
+                        Ok(content) => json(
+                            StatusCode::OK,
+                            &j!({"path": path, "sha": blob_of(&dir, &rev, &path), "content": content}),
+                        ),
+                        Err(_) => json(
+                            StatusCode::NOT_FOUND,
+                            &j!({"message": format!("Not Found: {path} at {rev}")}),
+                        ),
+                    }
+                }
+                ("GET", "/api/compare") => {
+                    let Some(dir) = repos.get(&param("repo")).cloned() else {
+                        return json(
+                            StatusCode::NOT_FOUND,
+                            &j!({"message": format!("no repository {}", param("repo"))}),
+                        );
+                    };
+                    let (base, head) = (param("base"), param("head"));
+                    if !is_commit(&dir, &base) || !is_commit(&dir, &head) {
+                        return json(
+                            StatusCode::NOT_FOUND,
+                            &j!({"message": format!("No common ancestor or unknown revision: {base}...{head}")}),
+                        );
+                    }
+                    let ancestor = |a: &str, b: &str| {
+                        git(&dir, &["merge-base", "--is-ancestor", a, b], &[]).is_ok()
+                    };
+                    let id = |r: &str| git(&dir, &["rev-parse", &format!("{r}^{{commit}}")], &[]).map(|s| s.trim().to_string()).ok();
+                    let status = if id(&base) == id(&head) {
+                        "identical"
+                    } else if ancestor(&base, &head) {
+                        "ahead"
+                    } else if ancestor(&head, &base) {
+                        "behind"
+                    } else {
+                        "diverged"
+                    };
+                    json(StatusCode::OK, &j!({"status": status}))
                 }
                 (_, path) => json(
                     StatusCode::NOT_FOUND,

@@ -116,7 +116,7 @@ impl ResourceKind {
     }
 }
 
-const FIXTURE_CRDS: [(&str, &str); 4] = [
+const FIXTURE_CRDS: [(&str, &str); 10] = [
     (
         "fixtures/crds/analysisrun.yaml",
         include_str!("../../../fixtures/crds/analysisrun.yaml"),
@@ -124,6 +124,30 @@ const FIXTURE_CRDS: [(&str, &str); 4] = [
     (
         "fixtures/crds/application.yaml",
         include_str!("../../../fixtures/crds/application.yaml"),
+    ),
+    (
+        "fixtures/crds/product.yaml",
+        include_str!("../../../fixtures/crds/product.yaml"),
+    ),
+    (
+        "fixtures/crds/promotionflow.yaml",
+        include_str!("../../../fixtures/crds/promotionflow.yaml"),
+    ),
+    (
+        "fixtures/crds/promotionpolicy.yaml",
+        include_str!("../../../fixtures/crds/promotionpolicy.yaml"),
+    ),
+    (
+        "fixtures/crds/promotiontask.yaml",
+        include_str!("../../../fixtures/crds/promotiontask.yaml"),
+    ),
+    (
+        "fixtures/crds/promotiontemplate.yaml",
+        include_str!("../../../fixtures/crds/promotiontemplate.yaml"),
+    ),
+    (
+        "fixtures/crds/restrictedgitsource.yaml",
+        include_str!("../../../fixtures/crds/restrictedgitsource.yaml"),
     ),
     (
         "fixtures/crds/rollout.yaml",
@@ -160,9 +184,16 @@ struct CrdNames {
     categories: Vec<String>,
 }
 
+/// A CRD version is served unless it says otherwise.
+fn served_default() -> bool {
+    true
+}
+
 #[derive(Deserialize)]
 struct CrdVersion {
     name: String,
+    #[serde(default = "served_default")]
+    served: bool,
     #[serde(default)]
     subresources: Option<serde_json::Value>,
     #[serde(default, rename = "additionalPrinterColumns")]
@@ -182,7 +213,7 @@ pub fn registry() -> Vec<ResourceKind> {
     for (path, text) in FIXTURE_CRDS {
         let crd: Crd = serde_saphyr::from_str(text)
             .unwrap_or_else(|e| panic!("{path}: invalid fixture CRD: {e}"));
-        for version in crd.spec.versions {
+        for version in crd.spec.versions.into_iter().filter(|v| v.served) {
             let status = version
                 .subresources
                 .as_ref()
@@ -247,5 +278,19 @@ mod tests {
         assert_eq!(find("analysisruns").api_version(), "argoproj.io/v1alpha1");
         assert_eq!(find("applications").api_version(), "argoproj.io/v1alpha1");
         assert_eq!(find("configmaps").api_version(), "v1");
+        assert!(
+            find("promotiontasks").status_subresource,
+            "the operator writes a PromotionTask's status through /status"
+        );
+        assert_eq!(find("promotiontasks").api_version(), "codefresh.io/v1beta1");
+        let products: Vec<_> = kinds.iter().filter(|k| k.plural == "products").collect();
+        assert_eq!(
+            products.iter().map(|k| k.api_version()).collect::<Vec<_>>(),
+            ["codefresh.io/v1beta2"],
+            "Product is served at v1beta2 only (v1beta1 is listed, not served)"
+        );
+        for plural in ["promotionflows", "promotionpolicies", "promotiontemplates", "restrictedgitsources"] {
+            assert!(find(plural).namespaced, "{plural} is namespaced");
+        }
     }
 }

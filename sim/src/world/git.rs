@@ -512,6 +512,50 @@ impl Git {
             .get(repository.index_of(repository.branches.get(MAIN)?)?)
     }
 
+    /// The commit a revision names: a branch's head, or a commit by SHA.
+    pub fn resolve(&self, repo: &str, rev: &str) -> Option<&Commit> {
+        let repository = self.repos.get(repo)?;
+        let sha = repository.branches.get(rev).map_or(rev, String::as_str);
+        repository.commits.get(repository.index_of(sha)?)
+    }
+
+    /// The content of `path` as of `rev` (a branch or a SHA): the newest write of it along
+    /// the first parents (a merge carries what its branch wrote). `None` for an unknown
+    /// revision; `Some(None)` when the file does not exist there.
+    pub fn file_at(&self, repo: &str, rev: &str, path: &str) -> Option<Option<String>> {
+        let repository = self.repos.get(repo)?;
+        let start = self.resolve(repo, rev)?;
+        let mut at = repository.index_of(&start.sha);
+        while let Some(index) = at {
+            if let Some(content) = repository.commits[index].changes.get(path) {
+                return Some(Some(content.clone()));
+            }
+            at = repository.parents_of(index).next();
+        }
+        Some(None)
+    }
+
+    /// GitHub's compare status of `head` against `base`: `identical`, `ahead` (`base` is an
+    /// ancestor of `head`), `behind` (the reverse) or `diverged`; `None` for an unknown SHA.
+    pub fn compare(&self, repo: &str, base: &str, head: &str) -> Option<&'static str> {
+        let base = self.resolve(repo, base)?.sha.clone();
+        let head = self.resolve(repo, head)?.sha.clone();
+        if base == head {
+            return Some("identical");
+        }
+        let reaches = |from: &str, to: &str| {
+            self.rev_list_ancestry_path(repo, from, to)
+                .is_some_and(|path| !path.is_empty())
+        };
+        Some(if reaches(&base, &head) {
+            "ahead"
+        } else if reaches(&head, &base) {
+            "behind"
+        } else {
+            "diverged"
+        })
+    }
+
     /// A commit by SHA.
     pub fn commit_by_sha(&self, repo: &str, sha: &str) -> Option<&Commit> {
         let repository = self.repos.get(repo)?;
@@ -860,6 +904,19 @@ pub struct CommitRequest {
     pub author: String,
     /// The branch to commit on (`main` when left out; a new branch forks from `main`).
     pub branch: String,
+    /// `"sha"`: the blob SHA the file must have on the branch now (`""`: it must not exist),
+    /// as GitHub's create-or-update-file call asks for the SHA of the file it replaces; a
+    /// mismatch is refused with 409 and nothing is committed. Left out: no check.
+    pub expected: Option<String>,
+}
+
+/// The blob SHA of a file's content as the simulated provider names it (content-derived,
+/// 40 hex characters; not git's SHA-1, which real mode answers).
+pub fn blob_sha(content: &str) -> String {
+    (0..3u8)
+        .map(|i| format!("{:016x}", fnv1a_64(&[b"blob\0", content.as_bytes(), &[i]].concat())))
+        .collect::<String>()[..40]
+        .to_string()
 }
 
 impl CommitRequest {
@@ -899,14 +956,22 @@ impl CommitRequest {
             message: field("message").unwrap_or_default(),
             author: field("author").unwrap_or_else(|| "unknown".into()),
             branch,
+            expected: field("sha"),
         })
     }
 }
 
 /// The Git provider's HTTP API, a small subset shaped after the hosted providers':
 /// - `GET /api/repos` → `{"repositories": [...]}`;
-/// - `POST /api/commits` `{"repo","path","content","message","author","branch"}` → `201 {"sha": …}`
-///   (400 with the reason for a malformed body);
+/// - `POST /api/commits` `{"repo","path","content","message","author","branch","sha"}` → `201 {"sha": …}`
+///   (400 with the reason for a malformed body; with `"sha"`, 409 when the file's blob SHA on
+///   the branch is not that one — GitHub's create-or-update-file precondition). Like
+///   GitHub's, it commits even when the content is unchanged;
+/// - `GET /api/contents?repo=&path=&ref=` (GitHub's `GET /repos/{o}/{r}/contents/{path}?ref=`)
+///   → `{"path","content","sha"}` (the blob SHA), `ref` a branch (default `main`) or a SHA;
+///   404 for an unknown revision or a file that does not exist there;
+/// - `GET /api/compare?repo=&base=&head=` (GitHub's `compare/{base}...{head}`) →
+///   `{"status": "identical"|"ahead"|"behind"|"diverged"}`; 404 for an unknown revision;
 /// - `POST /api/pulls` `{"repo","head","base","title","author"}` → `201 {"number"}` (422
 ///   when there is nothing to merge or one is open for `head`; `base` must be `main`);
 /// - `GET /api/pulls?repo=&state=open|closed|all` → the pull requests (`number`, `head`,
@@ -1007,7 +1072,26 @@ async fn route(
                 Ok(commit) => commit,
                 Err(refusal) => return refusal,
             };
-            let sha = git.lock().commit_on(
+            let mut git = git.lock();
+            if let Some(expected) = &commit.expected {
+                let branch = if git.resolve(&commit.repo, &commit.branch).is_some() {
+                    commit.branch.as_str()
+                } else {
+                    MAIN
+                };
+                let now = git
+                    .file_at(&commit.repo, branch, &commit.path)
+                    .flatten()
+                    .map(|content| blob_sha(&content))
+                    .unwrap_or_default();
+                if now != *expected {
+                    return json(
+                        http::StatusCode::CONFLICT,
+                        &j!({"message": format!("{} does not match {expected}", commit.path)}),
+                    );
+                }
+            }
+            let sha = git.commit_on(
                 &commit.repo,
                 &commit.branch,
                 &commit.author,
@@ -1016,6 +1100,36 @@ async fn route(
                 [(commit.path, commit.content)].into_iter().collect(),
             );
             json(http::StatusCode::CREATED, &j!({"sha": sha}))
+        }
+        ("GET", "/api/contents") => {
+            let params = orrery_system::env::http::query(request.uri());
+            let param = |k: &str| params.get(k).cloned().unwrap_or_default();
+            let rev = params.get("ref").cloned().unwrap_or_else(|| MAIN.into());
+            match git.lock().file_at(&param("repo"), &rev, &param("path")) {
+                Some(Some(content)) => json(
+                    http::StatusCode::OK,
+                    &j!({"path": param("path"), "sha": blob_sha(&content), "content": content}),
+                ),
+                Some(None) => json(
+                    http::StatusCode::NOT_FOUND,
+                    &j!({"message": format!("Not Found: {} at {rev}", param("path"))}),
+                ),
+                None => json(
+                    http::StatusCode::NOT_FOUND,
+                    &j!({"message": format!("No commit found for the ref {rev}")}),
+                ),
+            }
+        }
+        ("GET", "/api/compare") => {
+            let params = orrery_system::env::http::query(request.uri());
+            let param = |k: &str| params.get(k).cloned().unwrap_or_default();
+            match git.lock().compare(&param("repo"), &param("base"), &param("head")) {
+                Some(status) => json(http::StatusCode::OK, &j!({"status": status})),
+                None => json(
+                    http::StatusCode::NOT_FOUND,
+                    &j!({"message": format!("No common ancestor or unknown revision: {}...{}", param("base"), param("head"))}),
+                ),
+            }
         }
         ("POST", "/api/pulls") => {
             let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(

@@ -124,6 +124,28 @@ fn rev_list_and_diff_tree_answer_as_real_git() {
             let simulated = sim.rev_list_ancestry_path(REPO, sim_from, sim_to).unwrap();
             let simulated = names(simulated.iter().map(String::as_str).collect(), &by_sim);
             assert_eq!(simulated, real, "rev-list --ancestry-path {from}..{to}");
+            let ancestor = |a: &str, b: &str| {
+                Command::new("git")
+                    .args(["merge-base", "--is-ancestor", a, b])
+                    .current_dir(&dir)
+                    .status()
+                    .expect("git runs")
+                    .success()
+            };
+            let real_status = if real_from == real_to {
+                "identical"
+            } else if ancestor(real_from, real_to) {
+                "ahead"
+            } else if ancestor(real_to, real_from) {
+                "behind"
+            } else {
+                "diverged"
+            };
+            assert_eq!(
+                sim.compare(REPO, sim_from, sim_to),
+                Some(real_status),
+                "compare {from}...{to}"
+            );
             compared += 1;
         }
         let (real, simulated) = &shas[from];
@@ -133,6 +155,24 @@ fn rev_list_and_diff_tree_answer_as_real_git() {
             99,
         );
         let real_files: Vec<&str> = real_files.lines().collect();
+        // Every file's content at this commit (a branch commit reads through its fork
+        // point; a merge carries what its branch wrote), as `git show <sha>:<path>`.
+        for path in ["README.md", "apps/x/d.yaml", "apps/y/d.yaml", "apps/z/new.yaml"] {
+            let shown = Command::new("git")
+                .args(["show", &format!("{real}:{path}")])
+                .current_dir(&dir)
+                .output()
+                .expect("git runs");
+            let real_content = shown
+                .status
+                .success()
+                .then(|| String::from_utf8_lossy(&shown.stdout).into_owned());
+            assert_eq!(
+                sim.file_at(REPO, simulated, path),
+                Some(real_content),
+                "{path} at {from}"
+            );
+        }
         assert_eq!(
             sim.diff_tree(REPO, simulated).unwrap(),
             real_files,
@@ -432,6 +472,35 @@ fn the_provider_api_answers_as_real_git_behind_orrery_serve_git() {
             assert_eq!(status, 400, "{path}: {body}");
         }
         assert!(!std::env::temp_dir().join("escaped.yaml").exists());
+        // A file's content and blob SHA; a write that names a stale blob is refused with
+        // 409 and commits nothing; the current blob commits, even with the same content.
+        let (status, body) = call("GET", format!("/api/contents?repo={}&path=apps/w/new.yaml", q(REPO)), serde_json::Value::Null).await;
+        assert_eq!((status, body["content"].as_str()), (200, Some("kind: Deployment\n")), "{body}");
+        let blob = body["sha"].as_str().unwrap().to_string();
+        assert_eq!(blob, git(&dir, &["rev-parse", "HEAD:apps/w/new.yaml"], 100));
+        let (status, body) = call("GET", format!("/api/contents?repo={}&path=apps/w/new.yaml&ref={}", q(REPO), shas["c4"].0), serde_json::Value::Null).await;
+        assert_eq!(status, 404, "not there at c4: {body}");
+        let before = git(&dir, &["rev-parse", "HEAD"], 100);
+        let (status, body) = call(
+            "POST",
+            "/api/commits".into(),
+            serde_json::json!({"repo": REPO, "path": "apps/w/new.yaml", "content": "x", "sha": "0".repeat(40)}),
+        )
+        .await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(git(&dir, &["rev-parse", "HEAD"], 100), before, "nothing committed");
+        let (status, body) = call(
+            "POST",
+            "/api/commits".into(),
+            serde_json::json!({"repo": REPO, "path": "apps/w/new.yaml", "content": "kind: Deployment\n", "sha": blob, "message": "same again"}),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let after = body["sha"].as_str().unwrap().to_string();
+        let (status, body) = call("GET", format!("/api/compare?repo={}&base={before}&head={after}", q(REPO)), serde_json::Value::Null).await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("ahead")), "{body}");
+        let (_, body) = call("GET", format!("/api/compare?repo={}&base={after}&head={}", q(REPO), shas["f2"].0), serde_json::Value::Null).await;
+        assert_eq!(body["status"], "behind", "f2 was merged before: {body}");
         server.abort();
     });
     let _ = std::fs::remove_dir_all(&dir);

@@ -53,14 +53,48 @@ fn verbs(kind: &ResourceKind) -> Value {
     }
 }
 
-/// Groups in serving order: the core group (`""`) first, then named groups as registered.
-fn groups(kinds: &[ResourceKind]) -> Vec<(String, String)> {
-    let mut groups: Vec<(String, String)> = Vec::new();
-    for kind in kinds {
-        let entry = (kind.group.clone(), kind.version.clone());
-        if !groups.contains(&entry) {
-            groups.push(entry);
+/// Kubernetes' version priority (`version.CompareKubeAwareVersionStrings`): GA before beta
+/// before alpha, higher numbers first; other strings last, alphabetically.
+fn version_priority(version: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let major = digits.parse::<u64>().ok()?;
+        match &rest[digits.len()..] {
+            "" => Some((0, major, 0)),
+            tail => {
+                let (class, number) = if let Some(n) = tail.strip_prefix("beta") {
+                    (1, n)
+                } else {
+                    (2, tail.strip_prefix("alpha")?)
+                };
+                Some((class, major, number.parse::<u64>().ok()?))
+            }
         }
+    });
+    match parsed {
+        Some((class, major, minor)) => (
+            class,
+            std::cmp::Reverse(major),
+            std::cmp::Reverse(minor),
+            String::new(),
+        ),
+        None => (3, std::cmp::Reverse(0), std::cmp::Reverse(0), version.to_string()),
+    }
+}
+
+/// Groups in serving order — the core group (`""`) first, then named groups as registered —
+/// each with its served versions, preferred (highest priority) first.
+fn groups(kinds: &[ResourceKind]) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for kind in kinds {
+        match groups.iter_mut().find(|(g, _)| *g == kind.group) {
+            Some((_, versions)) if versions.contains(&kind.version) => {}
+            Some((_, versions)) => versions.push(kind.version.clone()),
+            None => groups.push((kind.group.clone(), vec![kind.version.clone()])),
+        }
+    }
+    for (_, versions) in &mut groups {
+        versions.sort_by_key(|v| version_priority(v));
     }
     groups
 }
@@ -123,19 +157,22 @@ pub fn aggregated(kinds: &[ResourceKind], core: bool) -> Value {
     let items: Vec<Value> = groups(kinds)
         .into_iter()
         .filter(|(group, _)| group.is_empty() == core)
-        .map(|(group, version)| {
+        .map(|(group, versions)| {
             let metadata = if group.is_empty() {
                 json!({})
             } else {
                 json!({"name": group})
             };
-            let resources: Vec<Value> = kinds_of(kinds, &group, &version)
-                .map(aggregated_resource)
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|version| {
+                    let resources: Vec<Value> = kinds_of(kinds, &group, version)
+                        .map(aggregated_resource)
+                        .collect();
+                    json!({"version": version, "resources": resources, "freshness": "Current"})
+                })
                 .collect();
-            json!({
-                "metadata": metadata,
-                "versions": [{"version": version, "resources": resources, "freshness": "Current"}],
-            })
+            json!({"metadata": metadata, "versions": versions})
         })
         .collect();
     json!({
@@ -155,9 +192,14 @@ pub fn core_versions(server_address: &str) -> Value {
     })
 }
 
-fn group_entry(group: &str, version: &str) -> Value {
-    let group_version = json!({"groupVersion": format!("{group}/{version}"), "version": version});
-    json!({"name": group, "versions": [group_version], "preferredVersion": group_version})
+/// A group as legacy discovery lists it: its versions, preferred first.
+fn group_entry(group: &str, versions: &[String]) -> Value {
+    let listed: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    let preferred = listed.first().cloned().unwrap_or(Value::Null);
+    json!({"name": group, "versions": listed, "preferredVersion": preferred})
 }
 
 /// `GET /apis` (legacy): every named group.
@@ -165,15 +207,15 @@ pub fn group_list(kinds: &[ResourceKind]) -> Value {
     let groups: Vec<Value> = groups(kinds)
         .into_iter()
         .filter(|(group, _)| !group.is_empty())
-        .map(|(group, version)| group_entry(&group, &version))
+        .map(|(group, versions)| group_entry(&group, &versions))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// `GET /apis/<group>` (legacy), if the group is served.
 pub fn group(kinds: &[ResourceKind], name: &str) -> Option<Value> {
-    let (group, version) = groups(kinds).into_iter().find(|(g, _)| g == name)?;
-    let mut entry = group_entry(&group, &version);
+    let (group, versions) = groups(kinds).into_iter().find(|(g, _)| g == name)?;
+    let mut entry = group_entry(&group, &versions);
     let fields = entry.as_object_mut()?;
     let mut out = serde_json::Map::new();
     out.insert("kind".into(), json!("APIGroup"));
@@ -285,5 +327,37 @@ mod tests {
             .unwrap()
             .iter()
             .all(|g| g["name"] != ""));
+    }
+
+    #[test]
+    fn a_group_with_two_versions_is_listed_once_with_the_higher_preferred() {
+        let kinds = registry();
+        let legacy = group(&kinds, "codefresh.io").expect("codefresh.io is served");
+        let versions: Vec<&str> = legacy["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["version"].as_str().unwrap())
+            .collect();
+        assert_eq!(versions, ["v1beta2", "v1beta1"]);
+        assert_eq!(legacy["preferredVersion"]["groupVersion"], "codefresh.io/v1beta2");
+        let apis = aggregated(&kinds, false);
+        let codefresh: Vec<&Value> = apis["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["metadata"]["name"] == "codefresh.io")
+            .collect();
+        assert_eq!(codefresh.len(), 1, "one entry per group");
+        assert_eq!(codefresh[0]["versions"][0]["resources"][0]["resource"], "products");
+        assert!(resource_list(&kinds, "codefresh.io", "v1beta1")
+            .unwrap()["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["name"] != "products"));
+        let mut ordered = ["v1alpha1", "v2", "v1beta1", "v1", "v1beta2", "foo"].map(String::from);
+        ordered.sort_by_key(|v| version_priority(v));
+        assert_eq!(ordered, ["v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use super::resources::ResourceKind;
 
 /// `(group version path, fixture file, document)` of every served OpenAPI v3 document.
-pub const DOCUMENTS: [(&str, &str, &str); 4] = [
+pub const DOCUMENTS: [(&str, &str, &str); 6] = [
     (
         "api/v1",
         "v3-api-v1.json",
@@ -32,6 +32,16 @@ pub const DOCUMENTS: [(&str, &str, &str); 4] = [
         "apis/argoproj.io/v1alpha1",
         "v3-apis-argoproj.io-v1alpha1.json",
         include_str!("../../../../fixtures/openapi/v3-apis-argoproj.io-v1alpha1.json"),
+    ),
+    (
+        "apis/codefresh.io/v1beta1",
+        "v3-apis-codefresh.io-v1beta1.json",
+        include_str!("../../../../fixtures/openapi/v3-apis-codefresh.io-v1beta1.json"),
+    ),
+    (
+        "apis/codefresh.io/v1beta2",
+        "v3-apis-codefresh.io-v1beta2.json",
+        include_str!("../../../../fixtures/openapi/v3-apis-codefresh.io-v1beta2.json"),
     ),
 ];
 
