@@ -8,7 +8,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /api/repos` | `{"repositories": [...]}` (the URLs given) |
-//! | `GET /api/commits?repo=&sha=&paths=` | `[{"sha"}]`: the newest commit from `sha` along first parents whose changes against its first parent touch one of the `;`-separated paths (Argo CD's refresh-path rules, as the simulated provider); `[]` when none; 404 for an unknown repository or commit |
+//! | `GET /api/commits?repo=&sha=&paths=` | `[{"sha", "message"}]`: the newest commit from `sha` along first parents whose changes against its first parent touch one of the `;`-separated paths (Argo CD's refresh-path rules, as the simulated provider); `[]` when none; 404 for an unknown repository or commit |
 //! | `POST /api/commits` `{"repo","path","content","message","author","branch","sha"}` | `201 {"sha"}`: the file written and committed on the checked-out branch (a worktree, not a bare repository; `branch`, default `main`, must be the checked-out one), a commit even when the content is unchanged; 400 for a path outside the repository, another branch or a malformed body; 409 when `sha` is given and is not the file's blob SHA at `HEAD` (`""`: it must not exist) |
 //! | `GET /api/contents?repo=&path=&ref=` | `{"path","content","sha"}` (git's blob SHA) at `ref` (default `HEAD`); 404 for an unknown revision or file |
 //! | `GET /api/compare?repo=&base=&head=` | `{"status"}`: `identical`, `ahead` (`base` is an ancestor of `head`), `behind` or `diverged`; 404 for an unknown revision |
@@ -164,9 +164,13 @@ fn no_links(dir: &Path, relative: &Path) -> Result<(), String> {
 
 /// The blob SHA of `path` at `rev` in `dir` (empty when it does not exist there).
 fn blob_of(dir: &Path, rev: &str, path: &str) -> String {
-    git(dir, &["rev-parse", "--verify", "-q", &format!("{rev}:{path}")], &[])
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    git(
+        dir,
+        &["rev-parse", "--verify", "-q", &format!("{rev}:{path}")],
+        &[],
+    )
+    .map(|s| s.trim().to_string())
+    .unwrap_or_default()
 }
 
 /// Writes `content` to `path` in the worktree `dir` and commits it as `author`.
@@ -278,7 +282,17 @@ pub async fn serve(
                     match newest_touching(&dir, &sha, &paths) {
                         Ok(found) => json(
                             StatusCode::OK,
-                            &Value::Array(found.map(|sha| j!({"sha": sha})).into_iter().collect()),
+                            &Value::Array(
+                                found
+                                    .map(|sha| {
+                                        let message = git(&dir, &["log", "-1", "--format=%B", &sha], &[])
+                                            .map(|m| m.trim_end().to_string())
+                                            .unwrap_or_default();
+                                        j!({"sha": sha, "message": message})
+                                    })
+                                    .into_iter()
+                                    .collect(),
+                            ),
                         ),
                         Err(e) => json(
                             StatusCode::INTERNAL_SERVER_ERROR,

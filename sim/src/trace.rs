@@ -211,6 +211,14 @@ impl TraceEvent {
         }
     }
 
+    /// The GitOps operator's event, if this is one.
+    pub fn operator(&self) -> Option<&orrery_system::observe::OperatorEvent> {
+        match &self.entry {
+            Entry::Observed(Observation::Operator(e)) => Some(e),
+            _ => None,
+        }
+    }
+
     /// The source server's event, if this is one.
     pub fn sources(&self) -> Option<&orrery_system::observe::SourcesEvent> {
         match &self.entry {

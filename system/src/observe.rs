@@ -323,6 +323,44 @@ events! {
 }
 
 events! {
+    /// The platform's promotion orchestrator (`platform::promotions`). Releases are
+    /// `<product>-<n>`.
+    pub enum PromotionEvent {
+        /// A commit in the trigger environment started a release of `version`.
+        "promotion.release" => Release { release: String, product: String, flow: String, commit: String },
+        /// An environment of a release reached `phase` (`Promoting`, `Succeeded`, `Failed`,
+        /// `Skipped`, `Terminated`); `task` is the PromotionTask it runs as.
+        "promotion.environment" => Environment { release: String, environment: String, phase: String, task: String },
+        /// A release ended (`Succeeded`, `Failed`, `Terminated`), `lead_ms` after its commit.
+        "promotion.release_end" => ReleaseEnd { release: String, phase: String, lead_ms: u64, why: String },
+        /// A call to a runtime (through the gateway and tunnel) failed; retried.
+        "promotion.runtime_error" => RuntimeError { release: String, runtime: String, error: String },
+    }
+}
+
+events! {
+    /// The GitOps operator (`runtime::gitops_operator`). Tasks are `namespace/name`.
+    pub enum OperatorEvent {
+        /// A replica started.
+        "operator.start" => Start { host: String, variant: Variant },
+        /// The replica became the leader (it holds the Lease; it alone executes tasks).
+        "operator.leader" => Leader { host: String },
+        /// The replica lost the Lease and stopped executing (controller-runtime exits).
+        "operator.leader_lost" => LeaderLost { host: String },
+        /// A task's step finished one attempt: `outcome` is `succeeded`, `waiting`, `failed`
+        /// or `retry` (a transient error; `retries` so far).
+        "operator.step" => Step { host: String, task: String, step: u32, kind: String, outcome: String, retries: u32, detail: String },
+        /// The operator committed a promotion (`sha`), or hardened found it already made
+        /// and made none (`deduplicated`, `sha` the existing commit).
+        "operator.commit" => Commit { host: String, task: String, step: u32, repo: String, path: String, branch: String, sha: String, deduplicated: bool },
+        /// A task reached a phase.
+        "operator.task" => Task { host: String, task: String, phase: String },
+        /// Listing or watching tasks failed (retried).
+        "operator.watch_error" => WatchError { host: String, error: String },
+    }
+}
+
+events! {
     /// The source server (`runtime::source_server`). Apps are `namespace/name`.
     pub enum SourcesEvent {
         /// The server started.
@@ -375,6 +413,10 @@ pub enum Observation {
     Acr(AcrEvent),
     /// From the source server.
     Sources(SourcesEvent),
+    /// From the GitOps operator.
+    Operator(OperatorEvent),
+    /// From the platform's promotion orchestrator.
+    Promotion(PromotionEvent),
     /// From the tunnel client or server.
     Tunnel(TunnelEvent),
     /// From the platform's events path.
@@ -396,6 +438,8 @@ impl Observation {
             Observation::Webhooks(e) => e.kind(),
             Observation::Acr(e) => e.kind(),
             Observation::Sources(e) => e.kind(),
+            Observation::Operator(e) => e.kind(),
+            Observation::Promotion(e) => e.kind(),
             Observation::Tunnel(e) => e.kind(),
             Observation::Platform(e) => e.kind(),
             Observation::Kube(e) => e.kind(),
@@ -431,6 +475,18 @@ impl From<WebhookEvent> for Observation {
 impl From<AcrEvent> for Observation {
     fn from(event: AcrEvent) -> Self {
         Observation::Acr(event)
+    }
+}
+
+impl From<PromotionEvent> for Observation {
+    fn from(event: PromotionEvent) -> Self {
+        Observation::Promotion(event)
+    }
+}
+
+impl From<OperatorEvent> for Observation {
+    fn from(event: OperatorEvent) -> Self {
+        Observation::Operator(event)
     }
 }
 

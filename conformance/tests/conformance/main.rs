@@ -8,6 +8,7 @@ mod deploy;
 mod fidelity;
 mod frp;
 mod kubectl;
+mod operator;
 mod redis;
 mod replay;
 mod resources;

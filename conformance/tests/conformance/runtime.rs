@@ -1024,7 +1024,7 @@ async fn apps_in_several_namespaces_and_an_app_of_apps_child_reach_the_platform(
 /// Keeps each test's row and rewrites the runtime section of `reports/conformance.md` with
 /// the rows so far (the tests run one at a time; rows keep a fixed order by key). A row is
 /// written only when its test's checks passed.
-fn record_row(key: &str, behaviour: &str) {
+pub(crate) fn record_row(key: &str, behaviour: &str) {
     static ROWS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
     let mut rows = ROWS.lock().unwrap();
     rows.retain(|(k, _)| k != key);

@@ -289,7 +289,12 @@ mod tests {
             ["codefresh.io/v1beta2"],
             "Product is served at v1beta2 only (v1beta1 is listed, not served)"
         );
-        for plural in ["promotionflows", "promotionpolicies", "promotiontemplates", "restrictedgitsources"] {
+        for plural in [
+            "promotionflows",
+            "promotionpolicies",
+            "promotiontemplates",
+            "restrictedgitsources",
+        ] {
             assert!(find(plural).namespaced, "{plural} is namespaced");
         }
     }

@@ -272,6 +272,10 @@ pub enum Role {
     /// argocd` host; with one in the world, reporters read app versions and revision
     /// metadata from it instead of from Argo CD.
     Sources,
+    /// One GitOps operator replica (`runtime::gitops_operator`): PromotionTasks in the
+    /// `argocd` namespace, the `role: git` host's API and the `role: argocd` host's server;
+    /// several replicas elect a leader through a Lease.
+    Operator,
 }
 
 /// Simulated Argo CD settings.

@@ -222,6 +222,12 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "an acr host needs exactly one host with role apiserver and one with role argocd",
     )?;
     v.check(
+        count(Role::Operator) == 0
+            || (count(Role::Apiserver) == 1 && count(Role::Argocd) == 1 && count(Role::Git) == 1),
+        &hosts_field,
+        "an operator host needs exactly one host with role apiserver, one with role argocd and one with role git",
+    )?;
+    v.check(
         count(Role::Sources) == 0 || count(Role::Argocd) == 1,
         &hosts_field,
         "a sources host needs exactly one host with role argocd",

@@ -914,7 +914,12 @@ pub struct CommitRequest {
 /// 40 hex characters; not git's SHA-1, which real mode answers).
 pub fn blob_sha(content: &str) -> String {
     (0..3u8)
-        .map(|i| format!("{:016x}", fnv1a_64(&[b"blob\0", content.as_bytes(), &[i]].concat())))
+        .map(|i| {
+            format!(
+                "{:016x}",
+                fnv1a_64(&[b"blob\0", content.as_bytes(), &[i]].concat())
+            )
+        })
         .collect::<String>()[..40]
         .to_string()
 }
@@ -978,9 +983,10 @@ impl CommitRequest {
 ///   `base`, `title`, `state`, `merged`, `merge_commit_sha`);
 /// - `PUT /api/pulls/{n}/merge?repo=` → `{"sha","merged":true}`: a merge commit on `main`
 ///   (its push webhook delivered), 405 when it is closed;
-/// - `GET /api/commits?repo=&sha=&paths=` (GitHub's `GET /repos/{o}/{r}/commits?sha=&path=&per_page=1`,
+/// - `GET /api/commits?repo=&sha=&paths=` (GitHub's `GET /repos/{o}/{r}/commits?sha=&path=&per_page=1`;
+///   `sha` a SHA or a branch,
 ///   with `;`-separated paths as the `manifest-generate-paths` annotation resolves them) →
-///   `[{"sha": …}]` — the newest commit from `sha` along the first parents that touched
+///   `[{"sha": …, "message": …}]` — the newest commit from `sha` along the first parents that touched
 ///   one of the paths, `[]` when none did; 404 for an unknown repository or SHA.
 ///
 /// The `git` fault applies: an outage answers 503, `latency` delays every answer,
@@ -1050,15 +1056,19 @@ async fn route(
                 .map(str::to_string)
                 .collect();
             let git = git.lock();
-            if git.commit_by_sha(&param("repo"), &param("sha")).is_none() {
+            // `sha` is a SHA or a branch name, as GitHub takes it.
+            let Some(from) = git
+                .resolve(&param("repo"), &param("sha"))
+                .map(|c| c.sha.clone())
+            else {
                 return json(
                     http::StatusCode::NOT_FOUND,
                     &j!({"message": format!("No commit found for SHA: {}", param("sha"))}),
                 );
-            }
+            };
             let found: Vec<Value> = git
-                .newest_touching(&param("repo"), &param("sha"), &paths)
-                .map(|c| j!({"sha": c.sha}))
+                .newest_touching(&param("repo"), &from, &paths)
+                .map(|c| j!({"sha": c.sha, "message": c.message}))
                 .into_iter()
                 .collect();
             json(http::StatusCode::OK, &Value::Array(found))
@@ -1123,7 +1133,10 @@ async fn route(
         ("GET", "/api/compare") => {
             let params = orrery_system::env::http::query(request.uri());
             let param = |k: &str| params.get(k).cloned().unwrap_or_default();
-            match git.lock().compare(&param("repo"), &param("base"), &param("head")) {
+            match git
+                .lock()
+                .compare(&param("repo"), &param("base"), &param("head"))
+            {
                 Some(status) => json(http::StatusCode::OK, &j!({"status": status})),
                 None => json(
                     http::StatusCode::NOT_FOUND,

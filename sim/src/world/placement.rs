@@ -14,7 +14,7 @@ use orrery_system::platform::tunnel as tunnel_server;
 use orrery_system::runtime::assembly::{RouterConfig, RuntimeConfig};
 use orrery_system::runtime::resource_reporter::{self, BUS_PORT};
 use orrery_system::runtime::router::Routes;
-use orrery_system::runtime::{acr, app_reporter, source_server, tunnel_client};
+use orrery_system::runtime::{acr, app_reporter, gitops_operator, source_server, tunnel_client};
 
 use super::argocd;
 use super::tunnel::{runtimes_of, APP_PROXY_PORT, GATEWAY_PORT, TUNNEL_PORT};
@@ -84,6 +84,9 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     if host.has(Role::Acr) {
         config.acr = Some(acr_controller(scenario, variant));
     }
+    if host.has(Role::Operator) {
+        config.operator = Some(operator(scenario, host, variant));
+    }
     if host.has(Role::Sources) {
         let token = match scenario.argocd.install {
             Install::Bundled => ARGOCD_TOKEN,
@@ -133,6 +136,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         && config.event_bus.is_none()
         && config.resource_reporter.is_none()
         && config.acr.is_none()
+        && config.operator.is_none()
         && config.source_server.is_none();
     (!empty).then_some(config)
 }
@@ -210,6 +214,36 @@ fn acr_controller(scenario: &Scenario, variant: Variant) -> acr::Config {
     if scenario.topology.hosts.iter().any(|h| h.has(Role::Git)) {
         config.git_api = Some(format!("{}:80", host_of(scenario, Role::Git)));
     }
+    config
+}
+
+/// One GitOps operator replica: tasks (and its Lease) in `argocd`, wrapper workflows in the
+/// workflows load's namespace (else `argocd`), the world's Git provider and Argo CD; it
+/// elects a leader when the world has more than one replica, as the chart sets
+/// `LEADER_ELECT`.
+fn operator(scenario: &Scenario, host: &Host, variant: Variant) -> gitops_operator::Config {
+    let target = KubeTarget {
+        addr: format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver)),
+        namespace: argocd::NAMESPACE.into(),
+        read_idle: Duration::from_secs(90),
+        kubeconfig: None,
+    };
+    let token = match scenario.argocd.install {
+        Install::Bundled => ARGOCD_TOKEN,
+        Install::Existing => EXISTING_ARGOCD_TOKEN,
+    };
+    let mut config = gitops_operator::Config::new(
+        variant,
+        target,
+        &host.name,
+        &format!("{}:80", host_of(scenario, Role::Git)),
+        &format!("{}:8080", host_of(scenario, Role::Argocd)),
+        token,
+    );
+    if let Some(workflows) = &scenario.workload.workflows {
+        config.workflow_namespace = workflows.namespace.clone();
+    }
+    config.leader_elect = hosts_with(scenario, Role::Operator).len() > 1;
     config
 }
 

@@ -157,7 +157,12 @@ fn rev_list_and_diff_tree_answer_as_real_git() {
         let real_files: Vec<&str> = real_files.lines().collect();
         // Every file's content at this commit (a branch commit reads through its fork
         // point; a merge carries what its branch wrote), as `git show <sha>:<path>`.
-        for path in ["README.md", "apps/x/d.yaml", "apps/y/d.yaml", "apps/z/new.yaml"] {
+        for path in [
+            "README.md",
+            "apps/x/d.yaml",
+            "apps/y/d.yaml",
+            "apps/z/new.yaml",
+        ] {
             let shown = Command::new("git")
                 .args(["show", &format!("{real}:{path}")])
                 .current_dir(&dir)

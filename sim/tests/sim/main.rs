@@ -11,6 +11,7 @@ mod cli;
 mod events_path;
 mod git;
 mod invariants_fire;
+mod operator;
 mod pages;
 mod properties;
 mod real_mode;

@@ -3,6 +3,8 @@
 //! - [`events`]: events API → event bus → event handler → read model, plus the query endpoint.
 //! - [`tunnel`]: the tunnel server runtimes connect to.
 //! - [`gateway`]: the client API (registration, forwarding into tunnels, permissions).
+//! - [`promotions`]: the promotion orchestrator (releases through a Product's flow, each
+//!   environment a PromotionTask on its runtime) and its read model.
 //! - [`registry`], [`permissions`]: runtimes and their tokens; users and their operations.
 //! - [`assembly`]: the whole control plane, one config and one `run` — what
 //!   `orrery serve control-plane` and the simulated world start.
@@ -11,5 +13,6 @@ pub mod assembly;
 pub mod events;
 pub mod gateway;
 pub mod permissions;
+pub mod promotions;
 pub mod registry;
 pub mod tunnel;

@@ -7,10 +7,13 @@ use std::sync::Mutex;
 use serde_json::{json, Value};
 
 /// Operations the app-proxy checks.
-pub const OPERATIONS: [&str; 3] = [
+pub const OPERATIONS: [&str; 6] = [
     "repositories:list",
     "applications:commit",
+    "applications:read",
     "workflows:terminate",
+    "promotions:write",
+    "promotions:read",
 ];
 
 /// User tokens → (user, allowed operations).

@@ -15,14 +15,15 @@
 //! | Git webhook EventSources | [`RuntimeConfig::webhook_sources`] | the event bus |
 //! | change-revision (ACR) controller | [`RuntimeConfig::acr`] | Kubernetes API, Argo CD |
 //! | source server | [`RuntimeConfig::source_server`] | Argo CD (and its repo-server) |
+//! | GitOps operator (one replica) | [`RuntimeConfig::operator`] | Kubernetes API, Git provider, Argo CD |
 
 use std::future::Future;
 use std::sync::Arc;
 
 use super::router::{self, Router, Routes};
 use super::{
-    acr, app_proxy, app_reporter, cache, resource_reporter, source_server, tunnel_client,
-    webhook_source,
+    acr, app_proxy, app_reporter, cache, gitops_operator, resource_reporter, source_server,
+    tunnel_client, webhook_source,
 };
 use std::time::Duration;
 
@@ -72,6 +73,8 @@ pub struct RuntimeConfig {
     pub acr: Option<acr::Config>,
     /// The source server.
     pub source_server: Option<source_server::Config>,
+    /// The GitOps operator (one replica; replicas elect a leader through a Lease).
+    pub operator: Option<gitops_operator::Config>,
     /// Who restarts a tunnel client that exits (faithful: a failed first login ends it, as
     /// it ends frpc). `None` in real mode: the client gives up, the process exits and the
     /// real kubelet restarts the pod. The simulator has no kubelet, so its world passes
@@ -178,6 +181,9 @@ pub async fn run(
     }
     if let Some(controller) = config.acr.clone() {
         servers.spawn(acr::run(env.clone(), controller));
+    }
+    if let Some(operator) = config.operator.clone() {
+        servers.spawn(gitops_operator::run(env.clone(), operator));
     }
     if let Some(sources) = config.source_server.clone() {
         let sources_env = env.clone();

@@ -9,6 +9,8 @@
 //! - [`router`]: the request routing service (tunnel or ingress → app-proxy, workflows, webhooks).
 //! - [`app_proxy`]: the runtime's REST API (repositories, commits, workflows, manifests).
 //! - [`acr`]: the change-revision controller (monorepos: which commit really changed an app).
+//! - [`gitops_operator`]: executes the platform's PromotionTasks (workflows, promotion
+//!   commits and pull requests, app verification), one leader at a time.
 //! - [`source_server`]: Git manifests, revision metadata and app versions for the reporters
 //!   and the app-proxy, cached.
 //! - [`assembly`]: the whole runtime, one config and one `run` — what `orrery serve runtime`
@@ -19,6 +21,7 @@ pub mod app_proxy;
 pub mod app_reporter;
 pub mod assembly;
 pub mod cache;
+pub mod gitops_operator;
 pub mod resource_reporter;
 pub mod router;
 pub mod source_server;

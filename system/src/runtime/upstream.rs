@@ -1,6 +1,6 @@
-//! A JSON-over-HTTP `GET` client of one in-cluster server (Argo CD, the Git provider's
-//! API, the source server), with one timeout per call and typed failures; shared by the
-//! runtime components that only read.
+//! A JSON-over-HTTP client of one in-cluster server (Argo CD, the Git provider's API, the
+//! source server), with one timeout per call and typed failures; shared by the runtime
+//! components that call them (most only read; the GitOps operator also writes).
 
 use std::time::Duration;
 
@@ -14,22 +14,28 @@ use crate::env::SharedEnv;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
     /// No answer within the timeout.
-    #[error("GET {path}: context deadline exceeded")]
+    #[error("{method} {path}: context deadline exceeded")]
     Deadline {
+        /// The request method.
+        method: http::Method,
         /// The request path.
         path: String,
     },
     /// A transport error or a body that is not the expected JSON.
-    #[error("GET {path}: {message}")]
+    #[error("{method} {path}: {message}")]
     Failed {
+        /// The request method.
+        method: http::Method,
         /// The request path.
         path: String,
         /// What went wrong.
         message: String,
     },
     /// A non-2xx answer.
-    #[error("GET {path}: {status}: {body}")]
+    #[error("{method} {path}: {status}: {body}")]
     Status {
+        /// The request method.
+        method: http::Method,
         /// The request path.
         path: String,
         /// The status.
@@ -98,18 +104,42 @@ impl Client {
 
     /// `GET path` with an optional bearer token: the JSON answer of a 2xx.
     pub async fn get(&self, path: String, token: Option<&str>) -> Result<Value, CallError> {
+        self.send(http::Method::GET, path, token, None).await
+    }
+
+    /// `method path` with an optional bearer token and JSON body: the JSON answer of a 2xx.
+    pub async fn send(
+        &self,
+        method: http::Method,
+        path: String,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<Value, CallError> {
         let failed = |message: String| CallError::Failed {
+            method: method.clone(),
             path: path.clone(),
             message,
         };
-        let mut request = http::Request::get(format!("http://{}{path}", self.addr));
+        let mut request = http::Request::builder()
+            .method(method.clone())
+            .uri(format!("http://{}{path}", self.addr));
         if let Some(token) = token {
             request = request.header("authorization", format!("Bearer {token}"));
         }
+        let payload = match body {
+            Some(body) => {
+                request = request.header("content-type", "application/json");
+                Bytes::from(body.to_string())
+            }
+            None => Bytes::new(),
+        };
         let request = request
-            .body(Full::new(Bytes::new()))
+            .body(Full::new(payload))
             .map_err(|e| failed(e.to_string()))?;
-        let deadline = || CallError::Deadline { path: path.clone() };
+        let deadline = || CallError::Deadline {
+            method: method.clone(),
+            path: path.clone(),
+        };
         let response = tokio::time::timeout(self.timeout, self.http.request(request))
             .await
             .map_err(|_| deadline())?
@@ -123,6 +153,7 @@ impl Client {
             .to_bytes();
         if !status.is_success() {
             return Err(CallError::Status {
+                method: method.clone(),
                 path: path.clone(),
                 status,
                 body: String::from_utf8_lossy(&body).into_owned(),

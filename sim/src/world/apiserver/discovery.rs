@@ -78,7 +78,12 @@ fn version_priority(version: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Rev
             std::cmp::Reverse(minor),
             String::new(),
         ),
-        None => (3, std::cmp::Reverse(0), std::cmp::Reverse(0), version.to_string()),
+        None => (
+            3,
+            std::cmp::Reverse(0),
+            std::cmp::Reverse(0),
+            version.to_string(),
+        ),
     }
 }
 
@@ -340,7 +345,10 @@ mod tests {
             .map(|v| v["version"].as_str().unwrap())
             .collect();
         assert_eq!(versions, ["v1beta2", "v1beta1"]);
-        assert_eq!(legacy["preferredVersion"]["groupVersion"], "codefresh.io/v1beta2");
+        assert_eq!(
+            legacy["preferredVersion"]["groupVersion"],
+            "codefresh.io/v1beta2"
+        );
         let apis = aggregated(&kinds, false);
         let codefresh: Vec<&Value> = apis["items"]
             .as_array()
@@ -349,15 +357,22 @@ mod tests {
             .filter(|g| g["metadata"]["name"] == "codefresh.io")
             .collect();
         assert_eq!(codefresh.len(), 1, "one entry per group");
-        assert_eq!(codefresh[0]["versions"][0]["resources"][0]["resource"], "products");
-        assert!(resource_list(&kinds, "codefresh.io", "v1beta1")
-            .unwrap()["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|r| r["name"] != "products"));
+        assert_eq!(
+            codefresh[0]["versions"][0]["resources"][0]["resource"],
+            "products"
+        );
+        assert!(
+            resource_list(&kinds, "codefresh.io", "v1beta1").unwrap()["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["name"] != "products")
+        );
         let mut ordered = ["v1alpha1", "v2", "v1beta1", "v1", "v1beta2", "foo"].map(String::from);
         ordered.sort_by_key(|v| version_priority(v));
-        assert_eq!(ordered, ["v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
+        assert_eq!(
+            ordered,
+            ["v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]
+        );
     }
 }

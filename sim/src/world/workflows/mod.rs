@@ -97,16 +97,26 @@ impl Jobs {
             .insert((workflow.to_string(), node.to_string()), attempts);
     }
 
-    /// What attempt `attempt` of node `node` of `workflow` does.
-    pub fn get(&self, workflow: &str, node: &str, attempt: usize) -> Job {
-        self.0
-            .lock()
-            .expect("jobs lock poisoned")
+    /// Every pod that runs container template `template`, in any workflow, does
+    /// `attempts` unless its own (workflow, node) entry says otherwise — for workflows
+    /// whose names are generated (`generateName`).
+    pub fn set_template(&self, template: &str, attempts: Vec<Job>) {
+        self.set(ANY_WORKFLOW, template, attempts);
+    }
+
+    /// What attempt `attempt` of node `node` (running `template`) of `workflow` does.
+    pub fn get(&self, workflow: &str, node: &str, template: &str, attempt: usize) -> Job {
+        let table = self.0.lock().expect("jobs lock poisoned");
+        table
             .get(&(workflow.to_string(), node.to_string()))
+            .or_else(|| table.get(&(ANY_WORKFLOW.to_string(), template.to_string())))
             .and_then(|jobs| jobs.get(attempt).or(jobs.last()).copied())
             .unwrap_or_default()
     }
 }
+
+/// The workflow key of template-wide entries ([`Jobs::set_template`]).
+const ANY_WORKFLOW: &str = "*";
 
 /// How often the controller operates on every Workflow.
 const TICK: Duration = Duration::from_secs(1);

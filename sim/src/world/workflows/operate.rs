@@ -319,7 +319,7 @@ impl Op<'_> {
             .and_then(parse_rfc3339)
             .unwrap_or(self.now_ms);
         let base = name.split('(').next().unwrap_or(name);
-        let job: Job = self.jobs.get(&self.key, base, attempt);
+        let job: Job = self.jobs.get(&self.key, base, template, attempt);
         let elapsed = self.now_ms.saturating_sub(started);
         if elapsed >= job.seconds.saturating_mul(1000).saturating_add(1000) {
             let message = match job.phase {

@@ -8,6 +8,8 @@
 //! | `POST /app-proxy/api/applications/commit` `{"repo","path","content","message"}` | `applications:commit` | commits a GitOps-controlled file (e.g. an Application manifest) |
 //! | `POST /app-proxy/api/workflows/<ns>/<name>/terminate` | `workflows:terminate` | sets `spec.shutdown: Terminate` on the Argo Workflow through the Kubernetes API |
 //! | `GET /app-proxy/api/applications/<ns>/<name>/manifests?revision=R` | `applications:read` | the app's raw and rendered manifests and app version at a revision, from the source server |
+//! | `POST /app-proxy/api/promotion-tasks` `{"metadata": {"name"}, "spec": {...}}` | `promotions:write` | creates the PromotionTask in the runtime's namespace (the platform's promotion orchestrator); 201, or 200 with `"existing": true` when one of that name exists (a retried create) |
+//! | `GET /app-proxy/api/promotion-tasks/<name>` | `promotions:read` | `{"name", "status"}` of the PromotionTask |
 //! | `GET /app-proxy/healthz` | — | 200 |
 //!
 //! Errors: 401 without or with an unknown token, 403 for an operation the user may not do,
@@ -282,6 +284,72 @@ impl AppProxy {
                 {
                     Ok((201, answer)) => json(StatusCode::CREATED, &answer),
                     other => bad_gateway("Git provider", other),
+                }
+            }
+            ("POST", ["app-proxy", "api", "promotion-tasks"]) => {
+                if let Err(refusal) = self.authorise(&request, "promotions:write").await {
+                    return refusal;
+                }
+                let body = match http_body_util::Limited::new(request.into_body(), BODY_LIMIT)
+                    .collect()
+                    .await
+                {
+                    Ok(collected) => collected.to_bytes(),
+                    Err(e) => {
+                        return error(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
+                    }
+                };
+                let parsed: Value = match serde_json::from_slice(&body) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            format!("the body is not JSON: {e}"),
+                        )
+                    }
+                };
+                let Some(name) = parsed
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                else {
+                    return error(StatusCode::BAD_REQUEST, "want metadata.name");
+                };
+                if !parsed["spec"].is_object() {
+                    return error(StatusCode::BAD_REQUEST, "want spec (an object)");
+                }
+                let resource = crate::runtime::gitops_operator::promotion_task_resource();
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.kube.clone(), &self.config.kube.namespace, &resource);
+                let mut task = DynamicObject::new(name, &resource);
+                task.data = json!({"spec": parsed["spec"]});
+                match api.create(&kube::api::PostParams::default(), &task).await {
+                    Ok(_) => json(StatusCode::CREATED, &json!({"name": name})),
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        json(StatusCode::OK, &json!({"name": name, "existing": true}))
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
+                        error(StatusCode::UNPROCESSABLE_ENTITY, e.message)
+                    }
+                    Err(e) => error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API: {e}")),
+                }
+            }
+            ("GET", ["app-proxy", "api", "promotion-tasks", name]) => {
+                if let Err(refusal) = self.authorise(&request, "promotions:read").await {
+                    return refusal;
+                }
+                let api: Api<DynamicObject> = Api::namespaced_with(
+                    self.kube.clone(),
+                    &self.config.kube.namespace,
+                    &crate::runtime::gitops_operator::promotion_task_resource(),
+                );
+                match api.get_opt(name).await {
+                    Ok(Some(task)) => json(
+                        StatusCode::OK,
+                        &json!({"name": name, "status": task.data.get("status").cloned().unwrap_or(Value::Null)}),
+                    ),
+                    Ok(None) => error(StatusCode::NOT_FOUND, format!("no promotion task {name}")),
+                    Err(e) => error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API: {e}")),
                 }
             }
             ("GET", ["app-proxy", "api", "applications", namespace, name, "manifests"]) => {

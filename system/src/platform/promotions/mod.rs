@@ -1,0 +1,667 @@
+//! The platform's promotion orchestrator (`argo-platform-promotion-orchestrator`, research
+//! §5–6; the orchestration living in the platform is **inferred**): a commit in a Product's
+//! trigger environment starts a release; the release walks the flow's DAG and has each
+//! environment's runtime execute a `PromotionTask` (pre-action workflow → promotion commit
+//! or pull request → verification → post-action workflow), created and followed through the
+//! platform's gateway, the runtime's tunnel, its router and its app-proxy. The read model
+//! ([`Releases`]) holds every release with its environments' phases and times.
+//!
+//! - [`plan`]: which flow a commit triggers, the DAG, the merged policies (pure).
+//! - [`run`]: the loop — find new commits, start releases, advance them, end them.
+//!
+//! A release first runs a task in the trigger environment (`getPromotionValues` at the
+//! commit, then `verifyApp`): the values to promote come from there. Then every
+//! environment whose `dependsOn` all verified the release gets its task. A failed task
+//! fails the release (environments not started are `Skipped`); a release still running
+//! after `promotionTimeoutLimit` is `Terminated`. `concurrency: queue` starts a release
+//! when the one before it ended; `terminate` ends the one before it (`Terminated`) at
+//! once. How the real platform learns of commits is not public: here it polls the Git
+//! provider's API for the newest commit touching the trigger environment's path.
+
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use http::Method;
+use serde_json::{json, Value};
+
+use crate::env::http::query_escape as q;
+use crate::env::SharedEnv;
+use crate::observe::PromotionEvent;
+use crate::runtime::upstream::{CallError, Client};
+use plan::{Action, FlowPlan};
+
+/// Where an environment's app lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The runtime's name at the gateway (`<account>-<runtime>`).
+    pub runtime: String,
+    /// The Argo CD Application.
+    pub app: String,
+    /// Its path in the repository (the trigger environment's is watched for commits).
+    pub path: String,
+}
+
+/// What a new release does to one still running (Product v1beta2 `concurrency`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Concurrency {
+    /// It waits until the one before it ended.
+    #[default]
+    Queue,
+    /// The one before it is terminated.
+    Terminate,
+}
+
+/// Orchestrator settings: one Product.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The Product's name.
+    pub product: String,
+    /// The Product's `spec` (`promotionFlows` with their trigger selectors,
+    /// `promotionTemplate`).
+    pub product_spec: Value,
+    /// Its flows, planned.
+    pub flows: BTreeMap<String, FlowPlan>,
+    /// Environment → its app.
+    pub targets: BTreeMap<String, Target>,
+    /// The GitOps repository.
+    pub repo: String,
+    /// The Git provider's API, `host:port`.
+    pub git_addr: String,
+    /// The platform's gateway, `host:port` (forwards into runtimes' tunnels).
+    pub gateway_addr: String,
+    /// The orchestrator's user token (`promotions:write`, `promotions:read`).
+    pub token: String,
+    /// `concurrency`.
+    pub concurrency: Concurrency,
+    /// How often commits and tasks are looked at. Default 5 s.
+    pub poll: Duration,
+    /// A release's timeout when its flow sets none. Default 30 minutes.
+    pub default_timeout: Duration,
+    /// Per-call timeout.
+    pub call_timeout: Duration,
+}
+
+impl Config {
+    /// Defaults for `product`.
+    pub fn new(
+        product: &str,
+        product_spec: Value,
+        repo: &str,
+        git_addr: &str,
+        gateway_addr: &str,
+        token: &str,
+    ) -> Self {
+        Config {
+            product: product.into(),
+            product_spec,
+            flows: BTreeMap::new(),
+            targets: BTreeMap::new(),
+            repo: repo.into(),
+            git_addr: git_addr.into(),
+            gateway_addr: gateway_addr.into(),
+            token: token.into(),
+            concurrency: Concurrency::Queue,
+            poll: Duration::from_secs(5),
+            default_timeout: Duration::from_secs(1800),
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// An environment's phase in a release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum EnvPhase {
+    /// Not started (its dependencies have not all verified the release).
+    Waiting,
+    /// Its PromotionTask runs.
+    Promoting,
+    /// Promoted and verified healthy.
+    Succeeded,
+    /// Its task failed.
+    Failed,
+    /// Never started: the release failed or ended first.
+    Skipped,
+    /// Its release was terminated while it ran.
+    Terminated,
+}
+
+impl EnvPhase {
+    fn as_str(self) -> &'static str {
+        match self {
+            EnvPhase::Waiting => "Waiting",
+            EnvPhase::Promoting => "Promoting",
+            EnvPhase::Succeeded => "Succeeded",
+            EnvPhase::Failed => "Failed",
+            EnvPhase::Skipped => "Skipped",
+            EnvPhase::Terminated => "Terminated",
+        }
+    }
+}
+
+/// A release's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ReleasePhase {
+    /// Waiting for the release before it (`concurrency: queue`).
+    Queued,
+    /// Its environments are being promoted.
+    Running,
+    /// Every environment succeeded.
+    Succeeded,
+    /// An environment failed.
+    Failed,
+    /// Timed out, or replaced (`concurrency: terminate`).
+    Terminated,
+}
+
+impl ReleasePhase {
+    /// Whether the release is over.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            ReleasePhase::Succeeded | ReleasePhase::Failed | ReleasePhase::Terminated
+        )
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            ReleasePhase::Queued => "Queued",
+            ReleasePhase::Running => "Running",
+            ReleasePhase::Succeeded => "Succeeded",
+            ReleasePhase::Failed => "Failed",
+            ReleasePhase::Terminated => "Terminated",
+        }
+    }
+}
+
+/// One environment of a release.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct EnvStatus {
+    /// Its phase.
+    pub phase: EnvPhase,
+    /// The PromotionTask it runs as (once started).
+    pub task: String,
+    /// When its task was created (Unix ms; 0 before).
+    pub started_ms: u64,
+    /// When it ended (Unix ms; 0 before).
+    pub ended_ms: u64,
+}
+
+/// A release: one commit of the trigger environment on its way through the flow.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Release {
+    /// `<product>-<n>`, n from 1.
+    pub id: String,
+    /// The flow it follows.
+    pub flow: String,
+    /// The trigger environment's commit.
+    pub commit: String,
+    /// When the orchestrator saw the commit (Unix ms); lead times count from here.
+    pub created_ms: u64,
+    /// When it started running (Unix ms; later than `created_ms` when it was queued); its
+    /// timeout counts from here.
+    pub started_ms: u64,
+    /// Its phase.
+    pub phase: ReleasePhase,
+    /// Why it ended (empty while it runs or when it succeeded).
+    pub why: String,
+    /// The values to promote (file → JSON path → value), read in the trigger environment.
+    pub values: Option<Value>,
+    /// The version read there (`versionSource`).
+    pub version: Option<Value>,
+    /// The trigger environment and every stage.
+    pub environments: BTreeMap<String, EnvStatus>,
+    /// When it ended (Unix ms; 0 while it runs).
+    pub ended_ms: u64,
+}
+
+/// The platform's read model of releases, shared with whoever shows it.
+#[derive(Clone, Debug, Default)]
+pub struct Releases(Arc<Mutex<Vec<Release>>>);
+
+impl Releases {
+    /// The releases, oldest first.
+    pub fn lock(&self) -> MutexGuard<'_, Vec<Release>> {
+        self.0.lock().expect("releases lock poisoned")
+    }
+}
+
+/// The orchestrator's clients.
+struct Links {
+    git: Client,
+    gateway: Client,
+    token: String,
+}
+
+impl Links {
+    /// The newest commit touching `path`: (sha, message).
+    async fn newest(&self, repo: &str, path: &str) -> Result<Option<(String, String)>, CallError> {
+        let answer = self
+            .git
+            .get(
+                format!(
+                    "/api/commits?repo={}&sha=main&paths={}",
+                    q(repo),
+                    q(&format!("/{path}"))
+                ),
+                None,
+            )
+            .await?;
+        Ok(answer[0]["sha"].as_str().map(|sha| {
+            (
+                sha.to_string(),
+                answer[0]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        }))
+    }
+
+    /// Creates a PromotionTask on `runtime` (a retried create is answered as one).
+    async fn create_task(&self, runtime: &str, name: &str, steps: Value) -> Result<(), CallError> {
+        let body = json!({"metadata": {"name": name}, "spec": {"steps": steps}});
+        self.gateway
+            .send(
+                Method::POST,
+                format!("/api/runtimes/{runtime}/app-proxy/api/promotion-tasks"),
+                Some(&self.token),
+                Some(&body),
+            )
+            .await
+            .map(drop)
+    }
+
+    /// A PromotionTask's status on `runtime`.
+    async fn task_status(&self, runtime: &str, name: &str) -> Result<Value, CallError> {
+        let answer = self
+            .gateway
+            .get(
+                format!("/api/runtimes/{runtime}/app-proxy/api/promotion-tasks/{name}"),
+                Some(&self.token),
+            )
+            .await?;
+        Ok(answer["status"].clone())
+    }
+}
+
+/// Runs the orchestrator until the host stops, recording releases in `releases`.
+pub async fn run(env: SharedEnv, config: Config, releases: Releases) {
+    let links = Links {
+        git: Client::new(env.clone(), &config.git_addr, config.call_timeout),
+        gateway: Client::new(env.clone(), &config.gateway_addr, config.call_timeout),
+        token: config.token.clone(),
+    };
+    let Some(trigger) = config.flows.values().next().map(|f| f.trigger.clone()) else {
+        tracing::error!(product = %config.product, "no promotion flow: nothing to orchestrate");
+        return;
+    };
+    let Some(watched) = config.targets.get(&trigger).cloned() else {
+        tracing::error!(product = %config.product, %trigger, "the trigger environment has no app");
+        return;
+    };
+    // The commit the trigger environment was at when we started (or last released).
+    let mut last_seen: Option<String> = releases.lock().last().map(|r| r.commit.clone());
+    let mut baseline_taken = last_seen.is_some();
+    loop {
+        match links.newest(&config.repo, &watched.path).await {
+            Ok(Some((sha, message))) if last_seen.as_deref() != Some(sha.as_str()) => {
+                if baseline_taken {
+                    if let Some(flow) = plan::triggered_flow(&config.product_spec, &message, &sha)
+                        .filter(|f| config.flows.contains_key(f))
+                    {
+                        start(&env, &config, &releases, &flow, &sha);
+                    }
+                }
+                last_seen = Some(sha);
+                baseline_taken = true;
+            }
+            Ok(_) => baseline_taken = true,
+            Err(e) => tracing::warn!(error = %e, "cannot read the trigger environment's commits"),
+        }
+        let running: Vec<String> = releases
+            .lock()
+            .iter()
+            .filter(|r| !r.phase.is_final())
+            .map(|r| r.id.clone())
+            .collect();
+        for id in running {
+            advance(&env, &config, &releases, &links, &id).await;
+        }
+        env.sleep(config.poll).await;
+    }
+}
+
+/// Records a new release of `flow` for `commit` (queued, or replacing the running one).
+fn start(env: &SharedEnv, config: &Config, releases: &Releases, flow: &str, commit: &str) {
+    let plan = &config.flows[flow];
+    let now = env.unix_millis();
+    let mut all = releases.lock();
+    let id = format!("{}-{}", config.product, all.len() + 1);
+    let active = all.iter().any(|r| !r.phase.is_final());
+    if config.concurrency == Concurrency::Terminate {
+        for release in all.iter_mut().filter(|r| !r.phase.is_final()) {
+            end(
+                env,
+                release,
+                ReleasePhase::Terminated,
+                &format!("replaced by {id}"),
+            );
+        }
+    }
+    let mut environments = BTreeMap::new();
+    for env_name in std::iter::once(&plan.trigger).chain(plan.stages.iter().map(|s| &s.environment))
+    {
+        environments.insert(
+            env_name.clone(),
+            EnvStatus {
+                phase: EnvPhase::Waiting,
+                task: String::new(),
+                started_ms: 0,
+                ended_ms: 0,
+            },
+        );
+    }
+    let phase = if active && config.concurrency == Concurrency::Queue {
+        ReleasePhase::Queued
+    } else {
+        ReleasePhase::Running
+    };
+    env.observe(
+        PromotionEvent::Release {
+            release: id.clone(),
+            product: config.product.clone(),
+            flow: flow.into(),
+            commit: commit.into(),
+        }
+        .into(),
+    );
+    all.push(Release {
+        id,
+        flow: flow.into(),
+        commit: commit.into(),
+        created_ms: now,
+        started_ms: if phase == ReleasePhase::Running {
+            now
+        } else {
+            0
+        },
+        phase,
+        why: String::new(),
+        values: None,
+        version: None,
+        environments,
+        ended_ms: 0,
+    });
+}
+
+/// Ends `release` in `phase`: environments still running are `Terminated` (or `Failed`
+/// ones stay), those not started `Skipped`.
+fn end(env: &SharedEnv, release: &mut Release, phase: ReleasePhase, why: &str) {
+    let now = env.unix_millis();
+    for (name, status) in release.environments.iter_mut() {
+        let next = match status.phase {
+            EnvPhase::Waiting => EnvPhase::Skipped,
+            EnvPhase::Promoting => EnvPhase::Terminated,
+            other => other,
+        };
+        if next != status.phase {
+            status.phase = next;
+            status.ended_ms = now;
+            env.observe(
+                PromotionEvent::Environment {
+                    release: release.id.clone(),
+                    environment: name.clone(),
+                    phase: next.as_str().into(),
+                    task: status.task.clone(),
+                }
+                .into(),
+            );
+        }
+    }
+    release.phase = phase;
+    release.why = why.into();
+    release.ended_ms = now;
+    env.observe(
+        PromotionEvent::ReleaseEnd {
+            release: release.id.clone(),
+            phase: phase.as_str().into(),
+            lead_ms: now.saturating_sub(release.created_ms),
+            why: why.into(),
+        }
+        .into(),
+    );
+}
+
+/// The steps of the trigger environment's task: read the values at the commit, verify it.
+fn trigger_steps(config: &Config, target: &Target, commit: &str) -> Value {
+    let template = &config.product_spec["promotionTemplate"];
+    let properties: serde_json::Map<String, Value> = template["promotion"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut read = json!({"targetApplication": target.app, "commitSha": commit,
+        "promotionProperties": properties});
+    if template["versionSource"].is_object() {
+        read["versionProperty"] = template["versionSource"].clone();
+    }
+    json!([
+        {"getPromotionValues": read},
+        {"verifyApp": {"targetApplication": target.app, "commitSha": commit}},
+    ])
+}
+
+/// The steps of a stage's task: pre-action, promotion (per its action), verification,
+/// post-action.
+fn stage_steps(stage: &plan::Stage, target: &Target, release: &Release) -> Value {
+    let mut steps = Vec::new();
+    let workflow = |template: &str, stage_name: &str| {
+        json!({"runWorkflow": {"workflowTemplateName": template, "stage": stage_name,
+            "parameters": {"release": release.id, "environment": stage.environment}}})
+    };
+    if let Some(pre) = &stage.policy.pre_action {
+        steps.push(workflow(pre, "pre-action"));
+    }
+    let message = format!(
+        "promote {} to {} ({})",
+        release.id, stage.environment, release.commit
+    );
+    let values = release.values.clone().unwrap_or(json!({}));
+    match stage.policy.action.unwrap_or(Action::Commit) {
+        Action::Commit => steps.push(json!({"promoteAppWithCommit": {
+            "targetApplication": target.app, "promotionValues": values, "commitMessage": message}})),
+        Action::Pr => steps.push(json!({"promoteAppWithPR": {
+            "targetApplication": target.app, "promotionValues": values, "commitMessage": message,
+            "prTitle": message, "prBranchName": format!("promotion/{}-{}", release.id, stage.environment)}})),
+        Action::None => {}
+    }
+    // After a promotion the operator verifies the commit it made; with `none`, the app's
+    // current revision must contain the trigger commit's history (it is only verified).
+    let mut verify = json!({"verifyApp": {"targetApplication": target.app}});
+    if stage.policy.action == Some(Action::None) {
+        verify["verifyApp"]["commitSha"] = json!(release.commit);
+    }
+    steps.push(verify);
+    if let Some(post) = &stage.policy.post_action {
+        steps.push(workflow(post, "post-action"));
+    }
+    Value::Array(steps)
+}
+
+/// One look at release `id`: follow its running tasks, start the environments whose
+/// dependencies all succeeded, end it when it is done, failed or out of time.
+async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &Links, id: &str) {
+    let Some(mut release) = releases.lock().iter().find(|r| r.id == id).cloned() else {
+        return;
+    };
+    if release.phase == ReleasePhase::Queued {
+        let earlier_running = releases
+            .lock()
+            .iter()
+            .take_while(|r| r.id != id)
+            .any(|r| !r.phase.is_final());
+        if earlier_running {
+            return;
+        }
+        release.phase = ReleasePhase::Running;
+        release.started_ms = env.unix_millis();
+    }
+    let plan = config.flows[&release.flow].clone();
+    let now = env.unix_millis();
+    let timeout = plan
+        .timeout_s
+        .map_or(config.default_timeout, Duration::from_secs);
+    if now.saturating_sub(release.started_ms) >= timeout.as_millis() as u64 {
+        end(
+            env,
+            &mut release,
+            ReleasePhase::Terminated,
+            "promotionTimeoutLimit reached",
+        );
+        store(releases, release);
+        return;
+    }
+    // Follow the environments whose tasks run.
+    let promoting: Vec<String> = release
+        .environments
+        .iter()
+        .filter(|(_, s)| s.phase == EnvPhase::Promoting)
+        .map(|(n, _)| n.clone())
+        .collect();
+    for name in promoting {
+        let target = &config.targets[&name];
+        let task = release.environments[&name].task.clone();
+        let status = match links.task_status(&target.runtime, &task).await {
+            Ok(status) => status,
+            Err(e) => {
+                env.observe(
+                    PromotionEvent::RuntimeError {
+                        release: release.id.clone(),
+                        runtime: target.runtime.clone(),
+                        error: e.to_string(),
+                    }
+                    .into(),
+                );
+                continue;
+            }
+        };
+        let phase = match status["phase"].as_str() {
+            Some("Succeeded") => EnvPhase::Succeeded,
+            Some("Failed") => EnvPhase::Failed,
+            Some("Terminated") => EnvPhase::Terminated,
+            _ => continue,
+        };
+        if name == plan.trigger && phase == EnvPhase::Succeeded {
+            release.values = Some(status["steps"][0]["promotionValues"].clone());
+            release.version = Some(status["steps"][0]["version"].clone());
+        }
+        let entry = release
+            .environments
+            .get_mut(&name)
+            .expect("known environment");
+        entry.phase = phase;
+        entry.ended_ms = env.unix_millis();
+        env.observe(
+            PromotionEvent::Environment {
+                release: release.id.clone(),
+                environment: name.clone(),
+                phase: phase.as_str().into(),
+                task: task.clone(),
+            }
+            .into(),
+        );
+        if phase != EnvPhase::Succeeded {
+            let why = format!(
+                "{name}: {}",
+                status["failure"]["error"]["message"]
+                    .as_str()
+                    .unwrap_or("task did not succeed")
+            );
+            end(env, &mut release, ReleasePhase::Failed, &why);
+            store(releases, release);
+            return;
+        }
+    }
+    // Start what is ready: the trigger environment first, then stages whose dependencies
+    // all succeeded.
+    let succeeded = |name: &str| {
+        release
+            .environments
+            .get(name)
+            .is_some_and(|s| s.phase == EnvPhase::Succeeded)
+    };
+    let mut ready: Vec<(String, Value)> = Vec::new();
+    if release.environments[&plan.trigger].phase == EnvPhase::Waiting {
+        let target = &config.targets[&plan.trigger];
+        ready.push((
+            plan.trigger.clone(),
+            trigger_steps(config, target, &release.commit),
+        ));
+    } else {
+        for stage in &plan.stages {
+            if release.environments[&stage.environment].phase == EnvPhase::Waiting
+                && stage.depends_on.iter().all(|d| succeeded(d))
+            {
+                let target = &config.targets[&stage.environment];
+                ready.push((
+                    stage.environment.clone(),
+                    stage_steps(stage, target, &release),
+                ));
+            }
+        }
+    }
+    for (name, steps) in ready {
+        let target = &config.targets[&name];
+        let task = format!("{}-{name}", release.id);
+        match links.create_task(&target.runtime, &task, steps).await {
+            Ok(()) => {
+                let entry = release
+                    .environments
+                    .get_mut(&name)
+                    .expect("known environment");
+                entry.phase = EnvPhase::Promoting;
+                entry.task = task.clone();
+                entry.started_ms = env.unix_millis();
+                env.observe(
+                    PromotionEvent::Environment {
+                        release: release.id.clone(),
+                        environment: name,
+                        phase: EnvPhase::Promoting.as_str().into(),
+                        task,
+                    }
+                    .into(),
+                );
+            }
+            Err(e) => env.observe(
+                PromotionEvent::RuntimeError {
+                    release: release.id.clone(),
+                    runtime: target.runtime.clone(),
+                    error: e.to_string(),
+                }
+                .into(),
+            ),
+        }
+    }
+    if release
+        .environments
+        .values()
+        .all(|s| s.phase == EnvPhase::Succeeded)
+    {
+        end(env, &mut release, ReleasePhase::Succeeded, "");
+    }
+    store(releases, release);
+}
+
+/// Writes `release` back into the read model (a terminate by a newer release wins).
+fn store(releases: &Releases, release: Release) {
+    let mut all = releases.lock();
+    if let Some(slot) = all.iter_mut().find(|r| r.id == release.id) {
+        if slot.phase.is_final() && !release.phase.is_final() {
+            return;
+        }
+        *slot = release;
+    }
+}

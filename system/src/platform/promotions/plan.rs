@@ -1,0 +1,430 @@
+//! What a release does, decided before it runs: which Product flow a commit triggers
+//! (`gitTriggerSelectors`), the flow's environments as a DAG (`dependsOn`), and per
+//! environment the merged policy — matching `PromotionPolicy`s by priority, a flow step's
+//! inline policy over them (docs.codefresh.io@0d0a6103, `promotion-policy.md`; research §5).
+//! Pure functions over the CRs' JSON; bad input is an error naming the object and field.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+/// What a promotion into an environment does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// A commit to the environment's files on the default branch.
+    Commit,
+    /// A pull request, promoted when it is merged.
+    Pr,
+    /// Nothing is changed (the environment is only verified).
+    None,
+}
+
+/// One environment's merged policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// `action`; unset when no policy says (then [`Action::Commit`], inferred).
+    pub action: Option<Action>,
+    /// `preAction`: a workflow template run before the promotion.
+    pub pre_action: Option<String>,
+    /// `postAction`: a workflow template run after verification.
+    pub post_action: Option<String>,
+}
+
+impl Policy {
+    /// Fills the fields this policy leaves unset from `lower`.
+    fn or(self, lower: &Policy) -> Policy {
+        Policy {
+            action: self.action.or(lower.action),
+            pre_action: self.pre_action.or_else(|| lower.pre_action.clone()),
+            post_action: self.post_action.or_else(|| lower.post_action.clone()),
+        }
+    }
+
+    fn read(value: &Value, at: &str) -> Result<Policy, PlanError> {
+        let text = |f: &str| value.get(f).and_then(Value::as_str).map(str::to_string);
+        let action = match text("action").as_deref() {
+            None => None,
+            Some("commit") => Some(Action::Commit),
+            Some("pr") => Some(Action::Pr),
+            Some("none") => Some(Action::None),
+            Some(other) => {
+                return Err(PlanError(format!(
+                    "{at}.action: {other:?} is not commit, pr or none"
+                )))
+            }
+        };
+        Ok(Policy {
+            action,
+            pre_action: text("preAction").filter(|s| !s.is_empty()),
+            post_action: text("postAction").filter(|s| !s.is_empty()),
+        })
+    }
+}
+
+/// Why a product, flow or policy cannot be planned.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(pub String);
+
+/// One environment of a flow, planned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stage {
+    /// The environment.
+    pub environment: String,
+    /// Environments that must have verified the release first.
+    pub depends_on: Vec<String>,
+    /// Its merged policy.
+    pub policy: Policy,
+}
+
+/// A flow, planned: its trigger environment and the stages after it, in a topological
+/// order (ties by name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowPlan {
+    /// The flow's name.
+    pub name: String,
+    /// `triggerEnvironment`: where a release starts (it is verified there, not promoted).
+    pub trigger: String,
+    /// The other environments.
+    pub stages: Vec<Stage>,
+    /// `promotionTimeoutLimit` in seconds, if set.
+    pub timeout_s: Option<u64>,
+}
+
+/// An environment as the platform knows it (name, tags and type, for policy selectors).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Environment {
+    /// Its name.
+    pub name: String,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Its type (`non-production`, `production`).
+    pub kind: String,
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+/// Whether a selector's list admits `value` (an empty or absent list admits anything).
+fn admits(list: &[String], values: &[&str]) -> bool {
+    list.is_empty() || values.iter().any(|v| list.iter().any(|l| l == v))
+}
+
+/// Whether a PromotionPolicy's `selector` matches the product and target environment.
+fn selects(
+    selector: &Value,
+    product: &str,
+    product_tags: &[String],
+    environment: &Environment,
+) -> bool {
+    let product_selector = &selector["product"];
+    let tags: Vec<&str> = product_tags.iter().map(String::as_str).collect();
+    let env_selector = &selector["targetEnvironment"];
+    let env_tags: Vec<&str> = environment.tags.iter().map(String::as_str).collect();
+    admits(&strings(product_selector.get("names")), &[product])
+        && (strings(product_selector.get("tags")).is_empty()
+            || admits(&strings(product_selector.get("tags")), &tags))
+        && admits(
+            &strings(env_selector.get("names")),
+            &[environment.name.as_str()],
+        )
+        && (strings(env_selector.get("tags")).is_empty()
+            || admits(&strings(env_selector.get("tags")), &env_tags))
+        && admits(
+            &strings(env_selector.get("types")),
+            &[environment.kind.as_str()],
+        )
+}
+
+/// The merged policy for `environment`: the matching policies (`spec` of each
+/// PromotionPolicy, with its name) by priority, highest first, each filling what the
+/// higher ones left unset; then `inline` (the flow step's) over all of them.
+pub fn merged_policy(
+    policies: &[(String, Value)],
+    product: &str,
+    product_tags: &[String],
+    environment: &Environment,
+    inline: Option<&Value>,
+) -> Result<Policy, PlanError> {
+    let mut matching: Vec<(i64, &String, &Value)> = Vec::new();
+    for (name, spec) in policies {
+        let priority = spec["priority"].as_i64().ok_or_else(|| {
+            PlanError(format!(
+                "PromotionPolicy {name}: spec.priority: want an integer"
+            ))
+        })?;
+        if selects(&spec["selector"], product, product_tags, environment) {
+            matching.push((priority, name, spec));
+        }
+    }
+    // Higher priority first; equal priorities by name, so the merge is deterministic.
+    matching.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    let mut merged = Policy::default();
+    for (_, name, spec) in matching {
+        let policy = Policy::read(
+            &spec["policy"],
+            &format!("PromotionPolicy {name}: spec.policy"),
+        )?;
+        merged = merged.or(&policy);
+    }
+    if let Some(inline) = inline.filter(|v| !v.is_null()) {
+        merged = Policy::read(inline, "the flow step's policy")?.or(&merged);
+    }
+    Ok(merged)
+}
+
+/// Plans flow `name` (its PromotionFlow `spec`) for `product`: the DAG checked (every
+/// `dependsOn` names an environment of the flow or the trigger; no cycles) and each
+/// environment's policy merged.
+pub fn plan_flow(
+    name: &str,
+    flow: &Value,
+    policies: &[(String, Value)],
+    product: &str,
+    product_tags: &[String],
+    environments: &BTreeMap<String, Environment>,
+) -> Result<FlowPlan, PlanError> {
+    let at = format!("PromotionFlow {name}");
+    let trigger = flow["triggerEnvironment"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| PlanError(format!("{at}: spec.triggerEnvironment: required")))?
+        .to_string();
+    let steps = flow["steps"].as_array().cloned().unwrap_or_default();
+    let mut declared: BTreeMap<String, (Vec<String>, Option<Value>)> = BTreeMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        let env = step["environment"]
+            .as_str()
+            .filter(|e| !e.is_empty())
+            .ok_or_else(|| PlanError(format!("{at}: spec.steps[{i}].environment: required")))?
+            .to_string();
+        if env == trigger || declared.contains_key(&env) {
+            return Err(PlanError(format!(
+                "{at}: spec.steps[{i}]: environment {env} appears twice"
+            )));
+        }
+        let mut depends_on = strings(step.get("dependsOn"));
+        if depends_on.is_empty() {
+            depends_on.push(trigger.clone());
+        }
+        declared.insert(env, (depends_on, step.get("policy").cloned()));
+    }
+    for (env, (depends_on, _)) in &declared {
+        for dep in depends_on {
+            if *dep != trigger && !declared.contains_key(dep) {
+                return Err(PlanError(format!(
+                    "{at}: {env} depends on {dep}, which is not in the flow"
+                )));
+            }
+        }
+    }
+    // Kahn's algorithm, smallest name first among the ready ones.
+    let mut done: BTreeSet<String> = BTreeSet::from([trigger.clone()]);
+    let mut order = Vec::new();
+    while order.len() < declared.len() {
+        let ready = declared
+            .iter()
+            .find(|(env, (deps, _))| !done.contains(*env) && deps.iter().all(|d| done.contains(d)))
+            .map(|(env, _)| env.clone());
+        let Some(env) = ready else {
+            let stuck: Vec<&String> = declared.keys().filter(|e| !done.contains(*e)).collect();
+            return Err(PlanError(format!(
+                "{at}: the steps' dependsOn form a cycle among {stuck:?}"
+            )));
+        };
+        done.insert(env.clone());
+        order.push(env);
+    }
+    let mut stages = Vec::new();
+    for env in order {
+        let (depends_on, inline) = &declared[&env];
+        let environment = environments.get(&env).cloned().unwrap_or(Environment {
+            name: env.clone(),
+            ..Environment::default()
+        });
+        stages.push(Stage {
+            policy: merged_policy(
+                policies,
+                product,
+                product_tags,
+                &environment,
+                inline.as_ref(),
+            )?,
+            environment: env,
+            depends_on: depends_on.clone(),
+        });
+    }
+    Ok(FlowPlan {
+        name: name.into(),
+        trigger,
+        stages,
+        timeout_s: flow["promotionTimeoutLimit"].as_u64(),
+    })
+}
+
+/// The flow a commit triggers for a Product (`spec`): the first of its `promotionFlows`
+/// whose every `gitTriggerSelectors` entry holds for the commit's message and revision
+/// (`In`: one of the values is contained in it — inferred; `NotIn`: none is).
+pub fn triggered_flow(product: &Value, message: &str, revision: &str) -> Option<String> {
+    product["promotionFlows"]
+        .as_array()?
+        .iter()
+        .find(|flow| {
+            flow["gitTriggerSelectors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|selector| {
+                    let subject = match selector["key"].as_str() {
+                        Some("gitRevision") => revision,
+                        _ => message,
+                    };
+                    let hit = strings(selector.get("values"))
+                        .iter()
+                        .any(|v| subject.contains(v.as_str()));
+                    match selector["operator"].as_str() {
+                        Some("NotIn") => !hit,
+                        _ => hit,
+                    }
+                })
+        })
+        .and_then(|flow| flow["name"].as_str().map(str::to_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn envs() -> BTreeMap<String, Environment> {
+        [
+            ("dev", "non-production"),
+            ("staging", "non-production"),
+            ("prod-eu", "production"),
+            ("prod-us", "production"),
+        ]
+        .iter()
+        .map(|(n, k)| {
+            (
+                n.to_string(),
+                Environment {
+                    name: n.to_string(),
+                    tags: if n.starts_with("prod") {
+                        vec!["prod".into()]
+                    } else {
+                        vec![]
+                    },
+                    kind: k.to_string(),
+                },
+            )
+        })
+        .collect()
+    }
+
+    #[test]
+    fn a_flow_is_planned_in_dependency_order_with_merged_policies() {
+        let flow = json!({"triggerEnvironment": "dev", "promotionTimeoutLimit": 900, "steps": [
+            {"environment": "prod-us", "dependsOn": ["staging"]},
+            {"environment": "staging", "policy": {"preAction": "staging-smoke"}},
+            {"environment": "prod-eu", "dependsOn": ["staging"], "policy": {"action": "commit"}},
+        ]});
+        let policies = vec![
+            (
+                "everything".to_string(),
+                json!({"priority": 1, "policy": {"action": "commit", "preAction": "lint", "postAction": "notify"}}),
+            ),
+            (
+                "production".to_string(),
+                json!({"priority": 10, "selector": {"targetEnvironment": {"types": ["production"]}},
+                "policy": {"action": "pr", "preAction": "change-ticket"}}),
+            ),
+            (
+                "other-product".to_string(),
+                json!({"priority": 100, "selector": {"product": {"names": ["billing"]}},
+                "policy": {"action": "none"}}),
+            ),
+        ];
+        let plan = plan_flow("shop-flow", &flow, &policies, "shop", &[], &envs()).unwrap();
+        assert_eq!(plan.trigger, "dev");
+        assert_eq!(plan.timeout_s, Some(900));
+        let order: Vec<&str> = plan.stages.iter().map(|s| s.environment.as_str()).collect();
+        assert_eq!(order, ["staging", "prod-eu", "prod-us"]);
+        assert_eq!(plan.stages[0].depends_on, ["dev"]);
+        // staging: the global commit policy, the inline preAction over lint.
+        assert_eq!(
+            plan.stages[0].policy,
+            Policy {
+                action: Some(Action::Commit),
+                pre_action: Some("staging-smoke".into()),
+                post_action: Some("notify".into())
+            }
+        );
+        // prod-us: the production policy (priority 10) over the global one.
+        assert_eq!(plan.stages[2].policy.action, Some(Action::Pr));
+        assert_eq!(
+            plan.stages[2].policy.pre_action.as_deref(),
+            Some("change-ticket")
+        );
+        assert_eq!(plan.stages[2].policy.post_action.as_deref(), Some("notify"));
+        // prod-eu: the inline action over the production policy's pr.
+        assert_eq!(plan.stages[1].policy.action, Some(Action::Commit));
+    }
+
+    #[test]
+    fn bad_flows_and_policies_are_refused_naming_what_is_wrong() {
+        let plan = |flow: Value, policies: Vec<(String, Value)>| {
+            plan_flow("f", &flow, &policies, "shop", &[], &envs())
+                .unwrap_err()
+                .0
+        };
+        assert_eq!(
+            plan(json!({"steps": []}), vec![]),
+            "PromotionFlow f: spec.triggerEnvironment: required"
+        );
+        assert!(plan(json!({"triggerEnvironment": "dev", "steps": [{"environment": "a", "dependsOn": ["b"]}, {"environment": "b", "dependsOn": ["a"]}]}), vec![])
+            .contains("cycle"));
+        assert!(plan(json!({"triggerEnvironment": "dev", "steps": [{"environment": "a", "dependsOn": ["qa"]}]}), vec![])
+            .contains("a depends on qa, which is not in the flow"));
+        assert!(plan(
+            json!({"triggerEnvironment": "dev", "steps": [{"environment": "dev"}]}),
+            vec![]
+        )
+        .contains("appears twice"));
+        assert_eq!(
+            plan(
+                json!({"triggerEnvironment": "dev", "steps": [{"environment": "a"}]}),
+                vec![("p".into(), json!({"policy": {}}))]
+            ),
+            "PromotionPolicy p: spec.priority: want an integer"
+        );
+        assert!(plan(json!({"triggerEnvironment": "dev", "steps": [{"environment": "a", "policy": {"action": "merge"}}]}), vec![])
+            .contains("\"merge\" is not commit, pr or none"));
+    }
+
+    #[test]
+    fn trigger_selectors_pick_the_flow_a_commit_starts() {
+        let product = json!({"promotionFlows": [
+            {"name": "hotfix", "gitTriggerSelectors": [{"key": "commitMessage", "operator": "In", "values": ["[hotfix]"]}]},
+            {"name": "regular", "gitTriggerSelectors": [{"key": "commitMessage", "operator": "NotIn", "values": ["[skip promotion]"]}]},
+        ]});
+        assert_eq!(
+            triggered_flow(&product, "[hotfix] fix prices", "abc").as_deref(),
+            Some("hotfix")
+        );
+        assert_eq!(
+            triggered_flow(&product, "bump shop to v7", "abc").as_deref(),
+            Some("regular")
+        );
+        assert_eq!(
+            triggered_flow(&product, "docs [skip promotion]", "abc"),
+            None
+        );
+    }
+}
