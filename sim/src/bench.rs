@@ -207,6 +207,7 @@ fn tunnel_bench(
             tunnel: Some(TunnelServerConfig { listen: tunnel_addr.clone(), config: tunnel::Config::new(Variant::Hardened) }),
             gateway: Some(GatewayConfig { listen: gateway_addr.clone(), admin_token: "bench-admin".into() }),
             events: None,
+            promotions: None,
         };
         let platform_env = env.clone();
         tasks.push(tokio::spawn(async move { drop(control_plane::run(platform_env, platform, state, std::future::pending()).await) }));

@@ -35,6 +35,10 @@
 //! | `acr_event_dropped` | faithful: the ACR controller's channel was full and an app's event was dropped |
 //! | `acr_operation_missed` | faithful: an event's sync operation had finished by its turn, so that sync's change revision was never computed |
 //! | `acr_call_failed` | computing a change revision failed (Argo CD or Git did not answer) |
+//! | `operator_failover` | a second GitOps operator replica became the leader |
+//! | `promotion_retried` | an operator step failed transiently and was tried again |
+//! | `promotion_deduplicated` | hardened: an operator found a promotion already committed and made none |
+//! | `release_failed` | a release ended Failed (a failed workflow, a Degraded app, retries spent) |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -42,8 +46,9 @@ use std::str::FromStr;
 
 use orrery_system::env::Point;
 use orrery_system::observe::{
-    AcrEvent, FaultPointEvent, LossReason, Observation, PlatformEvent, Projection, ReporterEvent,
-    ResourceReporterEvent, SourcesEvent, TunnelEvent, WatchEnd, WorldEvent,
+    AcrEvent, FaultPointEvent, LossReason, Observation, OperatorEvent, PlatformEvent, Projection,
+    PromotionEvent, ReporterEvent, ResourceReporterEvent, SourcesEvent, TunnelEvent, WatchEnd,
+    WorldEvent,
 };
 
 use crate::faults::Fault;
@@ -140,6 +145,14 @@ conditions! {
     SourcesUnavailable = "sources_unavailable",
     /// A reporter sent an app without its Git details (app versions or revisions metadata).
     DetailsMissing = "details_missing",
+    /// A second GitOps operator replica became the leader.
+    OperatorFailover = "operator_failover",
+    /// An operator step failed transiently and was tried again.
+    PromotionRetried = "promotion_retried",
+    /// An operator found a promotion already committed and made none.
+    PromotionDeduplicated = "promotion_deduplicated",
+    /// A release ended Failed.
+    ReleaseFailed = "release_failed",
 }
 
 impl fmt::Display for Condition {
@@ -389,6 +402,25 @@ impl Condition {
             Condition::DetailsMissing => events
                 .iter()
                 .any(|e| matches!(e.reporter(), Some(ReporterEvent::DetailsMissing { .. }))),
+            Condition::OperatorFailover => {
+                let leaders: BTreeSet<&String> = events
+                    .iter()
+                    .filter_map(|e| match e.operator() {
+                        Some(OperatorEvent::Leader { host }) => Some(host),
+                        _ => None,
+                    })
+                    .collect();
+                leaders.len() > 1
+            }
+            Condition::PromotionRetried => events.iter().any(|e| {
+                matches!(e.operator(), Some(OperatorEvent::Step { outcome, .. }) if outcome == "retry")
+            }),
+            Condition::PromotionDeduplicated => events.iter().any(|e| {
+                matches!(e.operator(), Some(OperatorEvent::Commit { deduplicated: true, .. }))
+            }),
+            Condition::ReleaseFailed => events.iter().any(|e| {
+                matches!(e.promotion(), Some(PromotionEvent::ReleaseEnd { phase, .. }) if phase == "Failed")
+            }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -977,7 +1009,80 @@ expect: {hardened: pass}
                     },
                 )],
             ),
+            (
+                OperatorFailover,
+                vec![leader(1_000, "operator-0"), leader(9_000, "operator-0")],
+                vec![leader(1_000, "operator-0"), leader(9_000, "operator-1")],
+            ),
+            (
+                PromotionRetried,
+                vec![step(1_000, "waiting")],
+                vec![step(1_000, "waiting"), step(2_000, "retry")],
+            ),
+            (
+                PromotionDeduplicated,
+                vec![commit(1_000, false)],
+                vec![commit(1_000, false), commit(2_000, true)],
+            ),
+            (
+                ReleaseFailed,
+                vec![
+                    release_end(1_000, "Succeeded"),
+                    release_end(2_000, "Terminated"),
+                ],
+                vec![release_end(1_000, "Failed")],
+            ),
         ]
+    }
+
+    fn leader(at_ms: u64, host: &str) -> TraceEvent {
+        at(at_ms, host, OperatorEvent::Leader { host: host.into() })
+    }
+
+    fn step(at_ms: u64, outcome: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "operator-0",
+            OperatorEvent::Step {
+                host: "operator-0".into(),
+                task: "argocd/shop-1-staging".into(),
+                step: 1,
+                kind: "promoteAppWithCommit".into(),
+                outcome: outcome.into(),
+                retries: 1,
+                detail: String::new(),
+            },
+        )
+    }
+
+    fn commit(at_ms: u64, deduplicated: bool) -> TraceEvent {
+        at(
+            at_ms,
+            "operator-0",
+            OperatorEvent::Commit {
+                host: "operator-0".into(),
+                task: "argocd/shop-1-staging".into(),
+                step: 1,
+                repo: "r".into(),
+                path: "envs/staging/values.json".into(),
+                branch: "main".into(),
+                sha: "abc".into(),
+                deduplicated,
+            },
+        )
+    }
+
+    fn release_end(at_ms: u64, phase: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "platform",
+            PromotionEvent::ReleaseEnd {
+                release: "shop-1".into(),
+                phase: phase.into(),
+                lead_ms: 1,
+                why: String::new(),
+            },
+        )
     }
 
     fn served(at_ms: u64, cached: bool) -> TraceEvent {

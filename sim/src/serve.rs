@@ -490,6 +490,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
             admin_token: args.admin_token,
         }),
         events: args.events,
+        promotions: None,
     };
     block_on(async move {
         let env = logged_env("control-plane");

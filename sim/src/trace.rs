@@ -211,6 +211,14 @@ impl TraceEvent {
         }
     }
 
+    /// The promotion orchestrator's event, if this is one.
+    pub fn promotion(&self) -> Option<&orrery_system::observe::PromotionEvent> {
+        match &self.entry {
+            Entry::Observed(Observation::Promotion(e)) => Some(e),
+            _ => None,
+        }
+    }
+
     /// The GitOps operator's event, if this is one.
     pub fn operator(&self) -> Option<&orrery_system::observe::OperatorEvent> {
         match &self.entry {

@@ -255,8 +255,7 @@ async fn promotion_on_a_real_api_server(variant: Variant) {
     crate::runtime::record_row(
         &format!("operator-{}", variant.as_str()),
         &format!(
-            "{}: the GitOps operator ({}) executes a PromotionTask from the real API server — values read at a commit, a promotion commit to a local Git repository — under a real Lease; the same promotion again {}",
-            "operator",
+            "the GitOps operator ({}) executes a PromotionTask from the real API server (which refuses a step with two kinds by the CRD's CEL rule) — values read at a commit, a promotion commit to a local Git repository — under a real Lease; the same promotion again {}",
             variant.as_str(),
             match variant {
                 Variant::Faithful => "commits again",

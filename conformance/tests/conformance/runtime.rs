@@ -409,6 +409,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
             admin_token: "adm".into(),
         }),
         events: None,
+        promotions: None,
     };
     let platform = tokio::spawn(async move {
         let env = Arc::new(RealEnv::new("platform"));

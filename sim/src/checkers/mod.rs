@@ -13,6 +13,9 @@
 //! | `platform_shows_rollouts` | safety | after the calm phase the platform shows every Rollout's phase, step and ReplicaSet replicas as the API server has them (see `resources`) |
 //! | `platform_never_older` | safety | the platform never moves a cluster-stream object to an older resourceVersion |
 //! | `workflow_phases_reported` | safety | every Workflow that finished is shown by the platform with its final phase at the end |
+//! | `promotion_commit_once` | safety | one promotion commit per environment per release: no PromotionTask step wrote a file in two commits (any branch; see `promotions`) |
+//! | `promotion_ordered` | safety | no environment receives a release's promotion commit before every environment it depends on verified the release |
+//! | `promotion_terminates` | liveness | every release ended (Succeeded, Failed, Terminated) within its timeout after it started; none is stuck |
 //! | `change_revision_correct` | safety | at the end every app's change revision (`status.operationState.operation.sync.changeRevision`) is the one its last sync should carry: the newest commit on the first-parent chain of its `previous..current` that touches its refresh paths, or none (see `acr`) |
 //! | `no_spurious_change` | safety | every change revision the ACR controller writes into an app is a commit that touched the app's refresh paths |
 //! | `app_version_reported` | liveness | after the calm phase every app the platform shows at its current sync (status and revision) shows the app version Git holds at its last sync (`Chart.yaml`'s `appVersion` at `syncResult.revision`; see `sources`) |
@@ -52,6 +55,7 @@ mod convergence;
 mod monotonic;
 pub mod ownership;
 mod platform;
+pub mod promotions;
 pub mod resources;
 pub mod sources;
 pub mod tunnel;
@@ -153,6 +157,8 @@ pub struct FinalState {
         std::collections::BTreeMap<String, orrery_system::platform::events::cluster::WorkflowView>,
     /// Every change revision the ACR controller wrote, in trace order, judged against Git.
     pub attributions: Vec<Attribution>,
+    /// Releases and promotion commits (with a `promotions:` section).
+    pub promotions: Option<promotions::PromotionTruth>,
 }
 
 impl FinalState {
@@ -199,6 +205,9 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "platform_never_older" => Box::new(resources::PlatformNeverOlder::default()),
         "workflow_phases_reported" => Box::new(resources::WorkflowPhasesReported::default()),
         "change_revision_correct" => Box::new(acr::ChangeRevisionCorrect::default()),
+        "promotion_commit_once" => Box::new(promotions::PromotionCommitOnce),
+        "promotion_ordered" => Box::new(promotions::PromotionOrdered),
+        "promotion_terminates" => Box::new(promotions::PromotionTerminates),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),
         "app_version_reported" => Box::new(sources::AppVersionReported),
         "change_revision_reported" => Box::new(sources::ChangeRevisionReported),

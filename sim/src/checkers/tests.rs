@@ -822,3 +822,192 @@ fn app_version_and_change_revision_reported_fire_on_missing_git_details() {
     assert!(violations("app_version_reported", &[], &behind).is_empty());
     assert!(violations("change_revision_reported", &[], &behind).is_empty());
 }
+
+/// A release of flow `f` (dev → staging → prod) whose environments ended at the given
+/// times (Unix ms; `None`: still promoting).
+fn release(
+    id: &str,
+    ended: &[(&str, Option<u64>)],
+    phase: orrery_system::platform::promotions::ReleasePhase,
+) -> orrery_system::platform::promotions::Release {
+    use orrery_system::platform::promotions::{EnvPhase, EnvStatus, Release};
+    Release {
+        id: id.into(),
+        flow: "f".into(),
+        commit: "c".into(),
+        created_ms: 1_000,
+        started_ms: 1_000,
+        phase,
+        why: String::new(),
+        values: None,
+        version: None,
+        environments: ended
+            .iter()
+            .map(|(env, at)| {
+                (
+                    env.to_string(),
+                    EnvStatus {
+                        phase: if at.is_some() {
+                            EnvPhase::Succeeded
+                        } else {
+                            EnvPhase::Promoting
+                        },
+                        task: format!("{id}-{env}"),
+                        started_ms: 1_000,
+                        ended_ms: at.unwrap_or(0),
+                        stop_sent: false,
+                    },
+                )
+            })
+            .collect(),
+        ended_ms: if phase.is_final() { 9_000 } else { 0 },
+    }
+}
+
+fn promotion_state(
+    releases: Vec<orrery_system::platform::promotions::Release>,
+    commits: &[(&str, u32, &str, u64)],
+) -> FinalState {
+    use promotions::{PromotionCommit, PromotionTruth};
+    let deps = BTreeMap::from([
+        ("dev".to_string(), vec![]),
+        ("staging".to_string(), vec!["dev".to_string()]),
+        ("prod".to_string(), vec!["staging".to_string()]),
+    ]);
+    FinalState {
+        end_ms: 100_000,
+        promotions: Some(PromotionTruth {
+            releases,
+            commits: commits
+                .iter()
+                .map(|(task, step, sha, at)| PromotionCommit {
+                    task: task.to_string(),
+                    step: *step,
+                    path: "envs/x/values.json".into(),
+                    sha: sha.to_string(),
+                    unix_ms: *at,
+                })
+                .collect(),
+            depends_on: BTreeMap::from([("f".to_string(), deps)]),
+            timeout_ms: BTreeMap::from([("f".to_string(), 60_000)]),
+            slack_ms: 10_000,
+            epoch_ms: 0,
+        }),
+        ..FinalState::default()
+    }
+}
+
+#[test]
+fn promotion_commit_once_fires_on_a_step_committed_twice() {
+    use orrery_system::platform::promotions::ReleasePhase::Succeeded;
+    let done = release(
+        "r-1",
+        &[
+            ("dev", Some(2_000)),
+            ("staging", Some(4_000)),
+            ("prod", Some(6_000)),
+        ],
+        Succeeded,
+    );
+    let once = promotion_state(
+        vec![done.clone()],
+        &[("r-1-staging", 1, "a", 3_000), ("r-1-prod", 0, "b", 5_000)],
+    );
+    assert!(violations("promotion_commit_once", &[], &once).is_empty());
+    let twice = promotion_state(
+        vec![done],
+        &[
+            ("r-1-staging", 1, "a", 3_000),
+            ("r-1-staging", 1, "a2", 3_500),
+            ("r-1-prod", 0, "b", 5_000),
+        ],
+    );
+    let found = violations("promotion_commit_once", &[], &twice);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].at_ms, 3_500);
+    assert_eq!(found[0].details["commits"], serde_json::json!(["a", "a2"]));
+}
+
+#[test]
+fn promotion_ordered_fires_when_an_environment_gets_a_release_before_its_dependency_verified_it() {
+    use orrery_system::platform::promotions::ReleasePhase::Succeeded;
+    let in_order = release(
+        "r-1",
+        &[
+            ("dev", Some(2_000)),
+            ("staging", Some(4_000)),
+            ("prod", Some(6_000)),
+        ],
+        Succeeded,
+    );
+    let fine = promotion_state(
+        vec![in_order],
+        &[("r-1-staging", 1, "a", 3_000), ("r-1-prod", 0, "b", 5_000)],
+    );
+    assert!(violations("promotion_ordered", &[], &fine).is_empty());
+    // prod's commit at 3.5 s, staging verified at 4 s.
+    let early = release(
+        "r-1",
+        &[
+            ("dev", Some(2_000)),
+            ("staging", Some(4_000)),
+            ("prod", Some(6_000)),
+        ],
+        Succeeded,
+    );
+    let wrong = promotion_state(
+        vec![early],
+        &[("r-1-staging", 1, "a", 3_000), ("r-1-prod", 0, "b", 3_500)],
+    );
+    let found = violations("promotion_ordered", &[], &wrong);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].details["environment"], "prod");
+    assert_eq!(found[0].details["depends_on"], "staging");
+}
+
+#[test]
+fn promotion_terminates_fires_on_a_stuck_or_late_release() {
+    use orrery_system::platform::promotions::ReleasePhase::{Running, Succeeded};
+    let ended = release(
+        "r-1",
+        &[
+            ("dev", Some(2_000)),
+            ("staging", Some(4_000)),
+            ("prod", Some(6_000)),
+        ],
+        Succeeded,
+    );
+    assert!(violations(
+        "promotion_terminates",
+        &[],
+        &promotion_state(vec![ended.clone()], &[])
+    )
+    .is_empty());
+    let stuck = release(
+        "r-2",
+        &[("dev", Some(2_000)), ("staging", None), ("prod", None)],
+        Running,
+    );
+    let found = violations(
+        "promotion_terminates",
+        &[],
+        &promotion_state(vec![ended.clone(), stuck], &[]),
+    );
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].class, Class::Liveness);
+    assert!(found[0].details["reason"]
+        .as_str()
+        .unwrap()
+        .contains("r-2 is still Running"));
+    let mut late = ended;
+    late.ended_ms = 1_000 + 60_000 + 10_001;
+    let found = violations(
+        "promotion_terminates",
+        &[],
+        &promotion_state(vec![late], &[]),
+    );
+    assert!(found[0].details["reason"]
+        .as_str()
+        .unwrap()
+        .contains("past its timeout"));
+}

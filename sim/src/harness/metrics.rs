@@ -202,6 +202,8 @@ fn counted_kind(event: &TraceEvent) -> Option<String> {
         "reporter.",
         "acr.",
         "sources.",
+        "operator.",
+        "promotion.",
     ]
     .iter()
     .any(|prefix| kind.starts_with(prefix))
@@ -393,6 +395,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         &mut series_kinds,
     );
     change_revision_figures(events, state, &mut counters, &mut histograms);
+    promotion_figures(events, state, &mut counters, &mut histograms);
     git_detail_figures(events, state, &mut counters);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
@@ -404,6 +407,87 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         series,
         series_kinds,
         ownership,
+    }
+}
+
+/// Promotion figures (with a `promotions:` section):
+/// - `promotion.releases.<phase>`: releases by how they ended (`unfinished` at the end);
+/// - `promotion.duplicate_commits`: promotion commits beyond the first of their
+///   (task, step, file) — what `promotion_commit_once` counts;
+/// - `promotion.duplicates_prevented`: hardened found a promotion it had recorded an intent
+///   for already committed, and made no second commit;
+/// - `promotion.step_retries`: operator steps tried again after a transient error;
+/// - `promotion_lead_time_to_<environment>`: from the commit in the trigger environment to
+///   the environment verified, per release that got there;
+/// - `promotion.lead_time_to_last_max_ms`: the slowest of those to an environment no other
+///   depends on (production).
+fn promotion_figures(
+    events: &[TraceEvent],
+    state: &crate::checkers::FinalState,
+    counters: &mut BTreeMap<String, u64>,
+    histograms: &mut BTreeMap<String, Histogram>,
+) {
+    use orrery_system::observe::OperatorEvent;
+    let Some(truth) = &state.promotions else {
+        return;
+    };
+    for release in &truth.releases {
+        let phase = if release.phase.is_final() {
+            format!("{:?}", release.phase)
+        } else {
+            "unfinished".to_string()
+        };
+        *counters
+            .entry(format!("promotion.releases.{phase}"))
+            .or_default() += 1;
+    }
+    let extra: usize = crate::checkers::promotions::duplicates(truth)
+        .values()
+        .map(|shas| shas.len() - 1)
+        .sum();
+    counters.insert("promotion.duplicate_commits".into(), extra as u64);
+    let mut prevented = 0;
+    let mut retries = 0;
+    for event in events {
+        match event.operator() {
+            Some(OperatorEvent::Commit {
+                deduplicated: true, ..
+            }) => prevented += 1,
+            Some(OperatorEvent::Step { outcome, .. }) if outcome == "retry" => retries += 1,
+            _ => {}
+        }
+    }
+    counters.insert("promotion.duplicates_prevented".into(), prevented);
+    counters.insert("promotion.step_retries".into(), retries);
+    let mut lead: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for release in &truth.releases {
+        for (environment, status) in &release.environments {
+            if status.phase == orrery_system::platform::promotions::EnvPhase::Succeeded {
+                lead.entry(environment.clone())
+                    .or_default()
+                    .push(status.ended_ms.saturating_sub(release.created_ms));
+            }
+        }
+    }
+    // The last environments: those no other environment depends on.
+    let needed: std::collections::BTreeSet<&String> = truth
+        .depends_on
+        .values()
+        .flat_map(|deps| deps.values().flatten())
+        .collect();
+    let last = lead
+        .iter()
+        .filter(|(environment, _)| !needed.contains(environment))
+        .flat_map(|(_, samples)| samples.iter().copied())
+        .max();
+    if let Some(last) = last {
+        counters.insert("promotion.lead_time_to_last_max_ms".into(), last);
+    }
+    for (environment, samples) in lead {
+        histograms.insert(
+            format!("promotion_lead_time_to_{environment}"),
+            Histogram::from_ms(samples),
+        );
     }
 }
 

@@ -398,7 +398,20 @@ fn world_pieces(
             })
         }));
     }
-    if host.has(Role::Runtime) {
+    if host.has(Role::Workload) {
+        if let Some(promotions) = scenario.promotions.clone() {
+            let (git, health, target) = (world.git.clone(), world.health.clone(), target.clone());
+            pieces.push(Box::new(move |env| {
+                let (git, health, promotions) = (git.clone(), health.clone(), promotions.clone());
+                let client = orrery_system::env::kube::client(env.clone(), &target);
+                Box::pin(crate::world::promotions::run(
+                    env, client, git, health, promotions,
+                ))
+            }));
+        }
+    }
+    // The real app-proxy takes the stand-in's place on an appproxy host.
+    if host.has(Role::Runtime) && !host.has(Role::Appproxy) {
         let settings = scenario.tunnel.clone();
         pieces.push(Box::new(move |env| {
             let settings = settings.clone();
@@ -550,6 +563,9 @@ impl Target for Harness<'_> {
         git.serving.outage = change.outage.unwrap_or(git.serving.outage);
         git.serving.rate_limit = change.rate_limit.unwrap_or(git.serving.rate_limit);
         git.serving.hourly_limit = change.hourly_limit.unwrap_or(git.serving.hourly_limit);
+        git.serving.lost_commit_answers = change
+            .lost_commit_answers
+            .unwrap_or(git.serving.lost_commit_answers);
     }
 
     fn unregister(&mut self, host: &str) {
@@ -729,6 +745,84 @@ fn truth(api: &ApiServer, git: &SharedGit) -> Vec<checkers::AppTruth> {
 /// Every change revision the ACR controller wrote into an app that still exists, judged
 /// against Git: does the commit change a file under the app's refresh paths (its annotation
 /// and source path as the API server holds them at the end)?
+/// The releases the orchestrator recorded and the promotion commits (on any branch).
+fn promotion_truth(
+    scenario: &Scenario,
+    git: &SharedGit,
+    control_plane: &ControlPlaneState,
+) -> Option<checkers::promotions::PromotionTruth> {
+    use crate::world::promotions::{Planned, REPO};
+    let planned = Planned::of(scenario.promotions.as_ref()?).ok()?;
+    let git = git.lock();
+    let mut commits = Vec::new();
+    {
+        // Every branch: a pull request's promotion commit is on its branch.
+        for commit in git.commits(REPO) {
+            let trailer = |name: &str| {
+                commit
+                    .message
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_string())
+            };
+            let (Some(task), Some(step)) =
+                (trailer("Promotion-Task: "), trailer("Promotion-Step: "))
+            else {
+                continue;
+            };
+            let task = task.rsplit('/').next().unwrap_or("").to_string();
+            for path in commit.changes.keys() {
+                commits.push(checkers::promotions::PromotionCommit {
+                    task: task.clone(),
+                    step: step.parse().unwrap_or(0),
+                    path: path.clone(),
+                    sha: commit.sha.clone(),
+                    unix_ms: commit.unix_ms,
+                });
+            }
+        }
+    }
+    let depends_on = planned
+        .flows
+        .iter()
+        .map(|(name, flow)| {
+            let mut deps: BTreeMap<String, Vec<String>> = flow
+                .stages
+                .iter()
+                .map(|s| (s.environment.clone(), s.depends_on.clone()))
+                .collect();
+            deps.insert(flow.trigger.clone(), Vec::new());
+            (name.clone(), deps)
+        })
+        .collect();
+    let default_timeout = orrery_system::platform::promotions::Config::new(
+        "",
+        serde_json::Value::Null,
+        "",
+        "",
+        "",
+        "",
+    );
+    let timeout_ms = planned
+        .flows
+        .iter()
+        .map(|(name, flow)| {
+            let timeout = flow
+                .timeout_s
+                .map_or(default_timeout.default_timeout, Duration::from_secs);
+            (name.clone(), timeout.as_millis() as u64)
+        })
+        .collect();
+    Some(checkers::promotions::PromotionTruth {
+        releases: control_plane.releases.lock().clone(),
+        commits,
+        depends_on,
+        timeout_ms,
+        slack_ms: (2 * default_timeout.poll + 2 * default_timeout.call_timeout).as_millis() as u64,
+        epoch_ms: crate::env::SIM_EPOCH_UNIX_MS,
+    })
+}
+
 fn attributions(
     events: &[crate::trace::TraceEvent],
     api: &ApiServer,
@@ -1010,6 +1104,14 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         verdicts: rollouts::Verdicts::default(),
         jobs: workflows::Jobs::default(),
     };
+    if let Some(promotions) = &scenario.promotions {
+        world.control_plane.permissions.grant(
+            crate::world::promotions::ORCHESTRATOR_TOKEN,
+            "promotion-orchestrator",
+            &["promotions:write", "promotions:read"],
+        );
+        crate::world::promotions::program_jobs(&world.jobs, promotions);
+    }
     tunnel::register(
         &world.control_plane.registry,
         &hosts_with(scenario, Role::Runtime),
@@ -1128,6 +1230,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         rollouts: rollout_truth(&world.api),
         reported_rollouts: world.platform.rollouts(),
         reported_workflows: world.platform.workflows(),
+        promotions: promotion_truth(scenario, &world.git, &world.control_plane),
     };
     let mut checkers: Vec<_> = scenario
         .invariants

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 16] = [
+pub const FIGURES: [(&str, &str); 20] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -50,6 +50,22 @@ pub const FIGURES: [(&str, &str); 16] = [
         "apps shown without their app version",
     ),
     ("resource_states_lost", "resource states lost"),
+    (
+        "releases_succeeded",
+        "releases that reached every environment",
+    ),
+    (
+        "duplicate_promotion_commits",
+        "promotion commits made twice",
+    ),
+    (
+        "promotion_duplicates_prevented",
+        "promotion commits found made, not repeated",
+    ),
+    (
+        "lead_time_to_production_max_ms",
+        "commit → last environment verified (slowest)",
+    ),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -140,6 +156,26 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         "apps_without_version",
         counter("platform.apps_without_version"),
     );
+    if metrics.counters.contains_key("promotion.duplicate_commits") {
+        put(
+            "releases_succeeded",
+            Some(json!(counter("promotion.releases.Succeeded")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0))),
+        );
+        put(
+            "duplicate_promotion_commits",
+            counter("promotion.duplicate_commits"),
+        );
+        put(
+            "promotion_duplicates_prevented",
+            counter("promotion.duplicates_prevented"),
+        );
+        put(
+            "lead_time_to_production_max_ms",
+            counter("promotion.lead_time_to_last_max_ms"),
+        );
+    }
     let resources = metrics
         .counters
         .keys()

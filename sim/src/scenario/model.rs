@@ -47,6 +47,10 @@ pub struct Scenario {
     /// Tunnel traffic settings.
     #[serde(default)]
     pub tunnel: Tunnel,
+    /// Promotions: a Product released through its flow (needs hosts with roles promotions,
+    /// operator, appproxy, runtime, gateway, git, workflows). Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotions: Option<Promotions>,
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
@@ -276,6 +280,68 @@ pub enum Role {
     /// `argocd` namespace, the `role: git` host's API and the `role: argocd` host's server;
     /// several replicas elect a leader through a Lease.
     Operator,
+    /// The runtime's app-proxy (`runtime::app_proxy`, port 3017) on a `role: runtime` host,
+    /// in place of the tunnel world's stand-in: it creates and reads PromotionTasks for the
+    /// platform (permissions from the `role: gateway` host).
+    Appproxy,
+    /// The platform's promotion orchestrator (`platform::promotions`): it reaches the
+    /// runtime through the `role: gateway` host.
+    Promotions,
+}
+
+/// A Product released through its promotion flow (`promotions:`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Promotions {
+    /// A multi-document YAML file (relative to the scenario file) with the Product, its
+    /// PromotionFlow(s) and PromotionPolicies, as the shared configuration repository holds
+    /// them. Each environment's app is `<product>-<environment>` with its files under
+    /// `envs/<environment>/` (`values.json`: `{"image": {"tag": "v1"}}` at the start).
+    pub resources: String,
+    /// The first release: a new version committed to the trigger environment's file.
+    #[serde(with = "super::duration", default = "Promotions::start_after")]
+    pub start_after: Duration,
+    /// A new version every this often after the first.
+    #[serde(with = "super::duration", default = "Promotions::release_every")]
+    pub release_every: Duration,
+    /// How many releases.
+    #[serde(default = "Promotions::releases")]
+    pub releases: u32,
+    /// Per workflow template, what its successive runs do (`Succeeded`, `Failed`); later
+    /// runs succeed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workflow_runs: BTreeMap<String, Vec<String>>,
+    /// Health changes of environments' apps (a Degraded staging after a sync).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<HealthStep>,
+    /// The objects `resources` holds, read with the scenario file ([`super::parse::load`]).
+    #[serde(skip)]
+    pub objects: Vec<serde_json::Value>,
+}
+
+impl Promotions {
+    fn start_after() -> Duration {
+        Duration::from_secs(30)
+    }
+    fn release_every() -> Duration {
+        Duration::from_secs(60)
+    }
+    fn releases() -> u32 {
+        3
+    }
+}
+
+/// One environment's app turning to a health at a time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthStep {
+    /// When.
+    #[serde(with = "super::duration")]
+    pub at: Duration,
+    /// The environment.
+    pub environment: String,
+    /// `Healthy`, `Degraded`, `Progressing`.
+    pub health: String,
 }
 
 /// Simulated Argo CD settings.
@@ -869,6 +935,10 @@ pub struct GitChange {
     /// limit exceeded" until the hour is over (GitHub's primary limit); `0` ends it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hourly_limit: Option<u32>,
+    /// Commits through the API are made but answered 502 (the push went through, the
+    /// answer was lost behind a failing proxy); `false` ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_commit_answers: Option<bool>,
 }
 
 /// A rotation of the runtime's Argo CD token.
@@ -905,7 +975,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 17] = [
+pub const KNOWN_INVARIANTS: [&str; 20] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -923,6 +993,9 @@ pub const KNOWN_INVARIANTS: [&str; 17] = [
     "no_spurious_change",
     "app_version_reported",
     "change_revision_reported",
+    "promotion_commit_once",
+    "promotion_ordered",
+    "promotion_terminates",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

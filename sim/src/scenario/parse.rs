@@ -27,6 +27,16 @@ pub enum ScenarioError {
         /// What is wrong (with the trace's line).
         reason: String,
     },
+    /// The objects `promotions.resources` names could not be read or planned.
+    #[error("{path}: promotions.resources: {file}: {reason}")]
+    Promotions {
+        /// The scenario file.
+        path: String,
+        /// The resources file, as resolved.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// YAML syntax, an unknown field or a value of the wrong type.
     #[error("{path}:{line}:{column}: {field}{message}")]
     Syntax {
@@ -88,6 +98,31 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
             }
         }
         scenario.workload.trace = Some(std::sync::Arc::new(trace));
+    }
+    if let Some(promotions) = scenario.promotions.as_mut() {
+        let file = path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(&promotions.resources);
+        let failed = |reason: String| ScenarioError::Promotions {
+            path: path.display().to_string(),
+            file: file.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(&file).map_err(|e| failed(e.to_string()))?;
+        let mut objects = Vec::new();
+        for (i, document) in serde_saphyr::from_multiple::<serde_json::Value>(&text)
+            .map_err(|e| failed(e.to_string()))?
+            .into_iter()
+            .enumerate()
+        {
+            if !document.is_object() {
+                return Err(failed(format!("document {}: not an object", i + 1)));
+            }
+            objects.push(document);
+        }
+        promotions.objects = objects;
+        crate::world::promotions::Planned::of(promotions).map_err(failed)?;
     }
     Ok(scenario)
 }
@@ -222,6 +257,32 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "an acr host needs exactly one host with role apiserver and one with role argocd",
     )?;
     v.check(
+        s.promotions.is_none()
+            || (count(Role::Promotions) == 1
+                && count(Role::Operator) >= 1
+                && count(Role::Appproxy) == 1
+                && count(Role::Gateway) == 1
+                && count(Role::Workflows) == 1
+                && count(Role::Workload) == 1),
+        &hosts_field,
+        "promotions need one host with role promotions, one with appproxy (and runtime), one gateway, one workflows, one workload and at least one operator",
+    )?;
+    v.check(
+        count(Role::Appproxy) == 0
+            || s.topology
+                .hosts
+                .iter()
+                .filter(|h| h.has(Role::Appproxy))
+                .all(|h| h.has(Role::Runtime)),
+        &hosts_field,
+        "an appproxy host must also have role runtime (its tunnel and router reach it)",
+    )?;
+    v.check(
+        count(Role::Promotions) == 0 || s.promotions.is_some(),
+        &hosts_field,
+        "a promotions host needs the promotions section",
+    )?;
+    v.check(
         count(Role::Operator) == 0
             || (count(Role::Apiserver) == 1 && count(Role::Argocd) == 1 && count(Role::Git) == 1),
         &hosts_field,
@@ -254,6 +315,13 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
                     "{} needs a host with role platform and at least one with role reporter",
                     invariant.name
                 ),
+            )?;
+        }
+        if invariant.name.starts_with("promotion_") {
+            v.check(
+                s.promotions.is_some(),
+                &Field::root("invariants").index(i).key("name"),
+                format!("{} needs the promotions section", invariant.name),
             )?;
         }
         if matches!(
@@ -366,6 +434,8 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         Role::Acr,
         Role::Sources,
         Role::Git,
+        Role::Appproxy,
+        Role::Promotions,
     ] {
         v.check(
             count(role) <= 1,
@@ -804,9 +874,10 @@ fn validate_step(
             git.latency.is_some()
                 || git.outage.is_some()
                 || git.rate_limit.is_some()
-                || git.hourly_limit.is_some(),
+                || git.hourly_limit.is_some()
+                || git.lost_commit_answers.is_some(),
             &field.key("git"),
-            "a git fault needs latency, outage, rate_limit or hourly_limit",
+            "a git fault needs latency, outage, rate_limit, hourly_limit or lost_commit_answers",
         )?;
     }
     v.check(

@@ -183,6 +183,8 @@ pub struct Serving {
     /// primary rate limit (5,000 an hour for a token). Every admitted answer carries the
     /// `x-ratelimit-*` headers while it is set.
     pub hourly_limit: u32,
+    /// `POST /api/commits` commits, then answers 502 (the answer is lost).
+    pub lost_commit_answers: bool,
 }
 
 /// Why the API refused a call, and when it may be tried again.
@@ -502,6 +504,11 @@ impl Git {
     /// Takes the deliveries waiting to be sent.
     pub fn take_deliveries(&mut self) -> Vec<Delivery> {
         self.outbox.drain(..).collect()
+    }
+
+    /// Every commit of `repo` on every branch, oldest first (empty for an unknown one).
+    pub fn commits(&self, repo: &str) -> &[Commit] {
+        self.repos.get(repo).map_or(&[], |r| r.commits.as_slice())
     }
 
     /// The head of `main` of `repo`.
@@ -989,7 +996,8 @@ impl CommitRequest {
 ///   `[{"sha": …, "message": …}]` — the newest commit from `sha` along the first parents that touched
 ///   one of the paths, `[]` when none did; 404 for an unknown repository or SHA.
 ///
-/// The `git` fault applies: an outage answers 503, `latency` delays every answer,
+/// The `git` fault applies: an outage answers 503, `lost_commit_answers` answers a made
+/// commit with 502, `latency` delays every answer,
 /// beyond `hourly_limit` calls an hour the answer is 403 "API rate limit exceeded" (GitHub's
 /// primary limit; every admitted answer carries `x-ratelimit-limit`, `-remaining`, `-used`, `-reset`
 /// and `-resource` while it is set), and beyond `rate_limit` calls a minute 429 with
@@ -1109,6 +1117,12 @@ async fn route(
                 env.unix_millis(),
                 [(commit.path, commit.content)].into_iter().collect(),
             );
+            if git.serving.lost_commit_answers {
+                return json(
+                    http::StatusCode::BAD_GATEWAY,
+                    &j!({"message": "Bad Gateway"}),
+                );
+            }
             json(http::StatusCode::CREATED, &j!({"sha": sha}))
         }
         ("GET", "/api/contents") => {

@@ -5,6 +5,7 @@
 //! - [`git`]: the Git provider.
 //! - [`workload`]: commits, app churn, health flaps and refreshes, drawn from the seed.
 //! - [`probe`]: a kube-rs reflector whose view checkers compare with the API server.
+//! - [`promotions`]: a Product's apps and releases, and its orchestrator's configuration.
 //! - [`tunnel`]: the tunnel world's app-proxy stand-in and clients.
 //! - [`placement`]: which of the product's assemblies (runtime, control plane) each host
 //!   runs, and with what configuration.
@@ -14,6 +15,7 @@ pub mod argocd;
 pub mod git;
 pub mod placement;
 pub mod probe;
+pub mod promotions;
 pub mod rollouts;
 pub mod tunnel;
 pub mod workflows;

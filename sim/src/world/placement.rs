@@ -14,7 +14,9 @@ use orrery_system::platform::tunnel as tunnel_server;
 use orrery_system::runtime::assembly::{RouterConfig, RuntimeConfig};
 use orrery_system::runtime::resource_reporter::{self, BUS_PORT};
 use orrery_system::runtime::router::Routes;
-use orrery_system::runtime::{acr, app_reporter, gitops_operator, source_server, tunnel_client};
+use orrery_system::runtime::{
+    acr, app_proxy, app_reporter, gitops_operator, source_server, tunnel_client,
+};
 
 use super::argocd;
 use super::tunnel::{runtimes_of, APP_PROXY_PORT, GATEWAY_PORT, TUNNEL_PORT};
@@ -87,6 +89,21 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     if host.has(Role::Operator) {
         config.operator = Some(operator(scenario, host, variant));
     }
+    if host.has(Role::Appproxy) {
+        config.app_proxy = Some(app_proxy::Config {
+            platform_addr: format!("{}:{GATEWAY_PORT}", host_of(scenario, Role::Gateway)),
+            git_addr: format!("{}:80", host_of(scenario, Role::Git)),
+            sources_addr: None,
+            kube: KubeTarget {
+                addr: format!("{}:{APISERVER_PORT}", host_of(scenario, Role::Apiserver)),
+                namespace: argocd::NAMESPACE.into(),
+                read_idle: Duration::from_secs(90),
+                kubeconfig: None,
+            },
+            permissions_ttl: Duration::from_secs(60),
+            listen: format!("0.0.0.0:{APP_PROXY_PORT}"),
+        });
+    }
     if host.has(Role::Sources) {
         let token = match scenario.argocd.install {
             Install::Bundled => ARGOCD_TOKEN,
@@ -137,6 +154,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         && config.resource_reporter.is_none()
         && config.acr.is_none()
         && config.operator.is_none()
+        && config.app_proxy.is_none()
         && config.source_server.is_none();
     (!empty).then_some(config)
 }
@@ -164,7 +182,28 @@ pub fn control_plane(
             admin_token: ADMIN_TOKEN.into(),
         });
     }
-    (config.events.is_some() || config.tunnel.is_some()).then_some(config)
+    if host.has(Role::Promotions) {
+        if let Some(planned) = scenario
+            .promotions
+            .as_ref()
+            .and_then(|p| super::promotions::Planned::of(p).ok())
+        {
+            // Every environment's app is on the one runtime with the app-proxy.
+            let runtime_host = host_of(scenario, Role::Appproxy);
+            let runtime = runtimes_of(runtime_host, 1)
+                .into_iter()
+                .next()
+                .map(|(_, tunnel_name, _)| tunnel_name)
+                .unwrap_or_default();
+            config.promotions = Some(planned.orchestrator(
+                &runtime,
+                &format!("{}:80", host_of(scenario, Role::Git)),
+                &format!("{}:{GATEWAY_PORT}", host_of(scenario, Role::Gateway)),
+            ));
+        }
+    }
+    (config.events.is_some() || config.tunnel.is_some() || config.promotions.is_some())
+        .then_some(config)
 }
 
 /// The resource event reporter's configuration, pointing at the world's hosts: Workflows

@@ -128,6 +128,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
             admin_token: "adm".into(),
         }),
         events: None,
+        promotions: None,
     };
     let trace = w.trace.clone();
     w.sim.host("platform", move || {

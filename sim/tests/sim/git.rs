@@ -267,7 +267,10 @@ fn the_provider_api_finds_touching_commits_and_answers_rate_limits_and_outages()
         // From the head, x's directory was last touched by x; nothing touched apps/z.
         let found = get(&head, "apps%2Fx").await?;
         assert_eq!(found.status(), 200);
-        assert_eq!(body(found).await, serde_json::json!([{"sha": x, "message": "x"}]));
+        assert_eq!(
+            body(found).await,
+            serde_json::json!([{"sha": x, "message": "x"}])
+        );
         let none = get(&head, "apps%2Fz").await?;
         assert_eq!(body(none).await, serde_json::json!([]));
         assert_eq!(get(&"0".repeat(40), "apps%2Fx").await?.status(), 404);

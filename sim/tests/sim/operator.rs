@@ -373,3 +373,55 @@ fn a_two_minute_git_outage_fails_faithfuls_promotion_and_not_hardeneds() {
         }
     }
 }
+
+/// The platform terminates a task while its workflow runs (its release timed out or was
+/// replaced): neither variant promotes after that, and the phase stays Terminated.
+#[test]
+fn a_terminated_task_is_not_promoted() {
+    for variant in [Variant::Faithful, Variant::Hardened] {
+        let mut p = promotion_world(variant, 1);
+        p.jobs.set_template(
+            "long-check",
+            vec![Job {
+                phase: "Succeeded",
+                seconds: 60,
+            }],
+        );
+        let mut steps = release_steps();
+        steps[0]["runWorkflow"]["workflowTemplateName"] = json!("long-check");
+        p.submit(vec![task("stopped", steps)]);
+        assert!(
+            p.run_until(Duration::from_secs(60), |p| p.status("stopped")["steps"][0]
+                ["workflow"]["name"]
+                .is_string()),
+            "{variant:?}: the workflow was submitted: {}",
+            p.status("stopped")
+        );
+        let trace = p.w.trace.clone();
+        p.w.sim.client("platform", async move {
+            let (_, client) = kube("platform", &trace, Duration::from_secs(30));
+            let tasks: Api<DynamicObject> =
+                Api::namespaced_with(client, argocd::NAMESPACE, &promotion_task_resource());
+            tasks
+                .patch_status(
+                    "stopped",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"status": {"phase": "Terminated"}})),
+                )
+                .await?;
+            Ok(())
+        });
+        p.run_until(Duration::from_secs(150), |_| false);
+        assert_eq!(
+            p.phase("stopped"),
+            "Terminated",
+            "{variant:?}: {}",
+            p.status("stopped")
+        );
+        assert_eq!(
+            p.promotion_commits("stopped", 1),
+            0,
+            "{variant:?}: nothing promoted"
+        );
+    }
+}

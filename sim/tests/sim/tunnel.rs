@@ -101,6 +101,7 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
             admin_token: "admin".into(),
         }),
         events: None,
+        promotions: None,
     };
     let host_trace = trace.clone();
     sim.host("platform", move || {

@@ -109,6 +109,7 @@ fn a_git_push_reaches_the_event_bus_through_the_tunnel_and_through_the_ingress()
             admin_token: "admin".into(),
         }),
         events: None,
+        promotions: None,
     };
     // Each host runs the runtime assembly with what its pod would run.
     let mut boot = |host: &'static str, config: RuntimeConfig| {

@@ -8,6 +8,7 @@
 //! | tunnel server | [`ControlPlaneConfig::tunnel`] | the runtime registry |
 //! | gateway (client API: registration, forwarding, permissions) | [`ControlPlaneConfig::gateway`] | the tunnel server |
 //! | events path (events API → bus → handler → read model) | [`ControlPlaneConfig::events`] | [`ControlPlaneState::events`] |
+//! | promotion orchestrator | [`ControlPlaneConfig::promotions`] | the gateway (its own or another process's), the Git provider; [`ControlPlaneState::releases`] |
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use super::events::{self, Platform};
 use super::gateway::{self, Gateway};
 use super::permissions::Permissions;
+use super::promotions;
 use super::registry::Registry;
 use super::tunnel::{self, TunnelServer};
 use crate::env::{Listener, SharedEnv};
@@ -46,6 +48,8 @@ pub struct ControlPlaneConfig {
     pub gateway: Option<GatewayConfig>,
     /// The events path, listening on this address (needs [`ControlPlaneState::events`]).
     pub events: Option<String>,
+    /// The promotion orchestrator (one Product).
+    pub promotions: Option<promotions::Config>,
 }
 
 /// What outlives a control-plane process, as its databases would: runtimes and tokens,
@@ -58,6 +62,8 @@ pub struct ControlPlaneState {
     pub permissions: Arc<Permissions>,
     /// The events path's configuration and read model.
     pub events: Option<Arc<Platform>>,
+    /// The promotion orchestrator's read model of releases.
+    pub releases: promotions::Releases,
 }
 
 /// Why the control plane stopped on its own.
@@ -138,6 +144,13 @@ pub async fn run(
         let listener = bind(&env, "events API", addr).await?;
         let serve = events::serve(env.clone(), platform, listener);
         services.spawn(async move { ("events API", serve.await) });
+    }
+    if let Some(orchestrator) = config.promotions.clone() {
+        let (env, releases) = (env.clone(), state.releases.clone());
+        services.spawn(async move {
+            promotions::run(env, orchestrator, releases).await;
+            ("promotion orchestrator", Ok(()))
+        });
     }
     tokio::select! {
         biased;

@@ -85,8 +85,14 @@ impl Default for Job {
 #[derive(Clone, Debug, Default)]
 pub struct Jobs(Arc<Mutex<JobTable>>);
 
-/// Attempts by (`namespace/workflow`, node name).
-type JobTable = BTreeMap<(String, String), Vec<Job>>;
+/// Attempts by (`namespace/workflow`, node name), and per container template the runs of
+/// successive workflows.
+#[derive(Debug, Default)]
+struct JobTable {
+    exact: BTreeMap<(String, String), Vec<Job>>,
+    /// Template → (what the n-th workflow running it does, workflow → its n).
+    runs: BTreeMap<String, (Vec<Job>, BTreeMap<String, usize>)>,
+}
 
 impl Jobs {
     /// The pod of node `node` of `workflow` does `attempts` (one entry per attempt).
@@ -94,6 +100,7 @@ impl Jobs {
         self.0
             .lock()
             .expect("jobs lock poisoned")
+            .exact
             .insert((workflow.to_string(), node.to_string()), attempts);
     }
 
@@ -104,14 +111,37 @@ impl Jobs {
         self.set(ANY_WORKFLOW, template, attempts);
     }
 
+    /// The n-th workflow (in the order their pods start) that runs container template
+    /// `template` does `runs[n]` (every attempt); later ones do [`Job::default`].
+    pub fn set_template_runs(&self, template: &str, runs: Vec<Job>) {
+        self.0
+            .lock()
+            .expect("jobs lock poisoned")
+            .runs
+            .insert(template.to_string(), (runs, BTreeMap::new()));
+    }
+
     /// What attempt `attempt` of node `node` (running `template`) of `workflow` does.
     pub fn get(&self, workflow: &str, node: &str, template: &str, attempt: usize) -> Job {
-        let table = self.0.lock().expect("jobs lock poisoned");
-        table
+        let mut table = self.0.lock().expect("jobs lock poisoned");
+        let listed = table
+            .exact
             .get(&(workflow.to_string(), node.to_string()))
-            .or_else(|| table.get(&(ANY_WORKFLOW.to_string(), template.to_string())))
-            .and_then(|jobs| jobs.get(attempt).or(jobs.last()).copied())
-            .unwrap_or_default()
+            .or_else(|| {
+                table
+                    .exact
+                    .get(&(ANY_WORKFLOW.to_string(), template.to_string()))
+            })
+            .and_then(|jobs| jobs.get(attempt).or(jobs.last()).copied());
+        if let Some(job) = listed {
+            return job;
+        }
+        if let Some((runs, seen)) = table.runs.get_mut(template) {
+            let next = seen.len();
+            let n = *seen.entry(workflow.to_string()).or_insert(next);
+            return runs.get(n).copied().unwrap_or_default();
+        }
+        Job::default()
     }
 }
 

@@ -188,6 +188,9 @@ pub struct EnvStatus {
     pub started_ms: u64,
     /// When it ended (Unix ms; 0 before).
     pub ended_ms: u64,
+    /// Terminated while its task ran: whether the runtime has been told to stop the task
+    /// (a queued release waits until every such task was told).
+    pub stop_sent: bool,
 }
 
 /// A release: one commit of the trigger environment on its way through the flow.
@@ -275,6 +278,27 @@ impl Links {
             .map(drop)
     }
 
+    /// Tells `runtime` to stop a PromotionTask (its phase becomes Terminated); a task that
+    /// is gone counts as stopped.
+    async fn terminate_task(&self, runtime: &str, name: &str) -> Result<(), CallError> {
+        match self
+            .gateway
+            .send(
+                Method::POST,
+                format!("/api/runtimes/{runtime}/app-proxy/api/promotion-tasks/{name}/terminate"),
+                Some(&self.token),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(CallError::Status { status, .. }) if status == http::StatusCode::NOT_FOUND => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// A PromotionTask's status on `runtime`.
     async fn task_status(&self, runtime: &str, name: &str) -> Result<Value, CallError> {
         let answer = self
@@ -288,7 +312,9 @@ impl Links {
     }
 }
 
-/// Runs the orchestrator until the host stops, recording releases in `releases`.
+/// Runs the orchestrator until the host stops, recording releases in `releases`. A
+/// configuration it cannot orchestrate (an environment without an app, flows with
+/// different trigger environments) is logged and nothing is done; it never returns.
 pub async fn run(env: SharedEnv, config: Config, releases: Releases) {
     let links = Links {
         git: Client::new(env.clone(), &config.git_addr, config.call_timeout),
@@ -297,12 +323,24 @@ pub async fn run(env: SharedEnv, config: Config, releases: Releases) {
     };
     let Some(trigger) = config.flows.values().next().map(|f| f.trigger.clone()) else {
         tracing::error!(product = %config.product, "no promotion flow: nothing to orchestrate");
-        return;
+        return std::future::pending().await;
     };
-    let Some(watched) = config.targets.get(&trigger).cloned() else {
-        tracing::error!(product = %config.product, %trigger, "the trigger environment has no app");
-        return;
-    };
+    // Every environment of every flow needs its app, and every flow the same trigger
+    // (the one whose commits are watched); otherwise nothing is orchestrated.
+    let missing: Vec<&String> = config
+        .flows
+        .values()
+        .flat_map(|f| std::iter::once(&f.trigger).chain(f.stages.iter().map(|s| &s.environment)))
+        .filter(|e| !config.targets.contains_key(*e))
+        .collect();
+    let triggers: std::collections::BTreeSet<&String> =
+        config.flows.values().map(|f| &f.trigger).collect();
+    if !missing.is_empty() || triggers.len() > 1 {
+        tracing::error!(product = %config.product, ?missing, ?triggers,
+            "environments without an app, or flows with different triggers: nothing is orchestrated");
+        return std::future::pending().await;
+    }
+    let watched = config.targets[&trigger].clone();
     // The commit the trigger environment was at when we started (or last released).
     let mut last_seen: Option<String> = releases.lock().last().map(|r| r.commit.clone());
     let mut baseline_taken = last_seen.is_some();
@@ -328,10 +366,55 @@ pub async fn run(env: SharedEnv, config: Config, releases: Releases) {
             .filter(|r| !r.phase.is_final())
             .map(|r| r.id.clone())
             .collect();
+        stop_terminated(&env, &config, &releases, &links).await;
         for id in running {
             advance(&env, &config, &releases, &links, &id).await;
         }
         env.sleep(config.poll).await;
+    }
+}
+
+/// Tells the runtimes to stop the tasks of environments terminated while they ran (a
+/// release that timed out, was replaced, or failed in another environment), until each
+/// call succeeded.
+async fn stop_terminated(env: &SharedEnv, config: &Config, releases: &Releases, links: &Links) {
+    let pending: Vec<(String, String, String)> = releases
+        .lock()
+        .iter()
+        .flat_map(|r| {
+            r.environments
+                .iter()
+                .filter(|(_, s)| {
+                    s.phase == EnvPhase::Terminated && !s.task.is_empty() && !s.stop_sent
+                })
+                .map(|(e, s)| (r.id.clone(), e.clone(), s.task.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (release, environment, task) in pending {
+        let Some(target) = config.targets.get(&environment) else {
+            continue;
+        };
+        match links.terminate_task(&target.runtime, &task).await {
+            Ok(()) => {
+                let mut all = releases.lock();
+                if let Some(status) = all
+                    .iter_mut()
+                    .find(|r| r.id == release)
+                    .and_then(|r| r.environments.get_mut(&environment))
+                {
+                    status.stop_sent = true;
+                }
+            }
+            Err(e) => env.observe(
+                PromotionEvent::RuntimeError {
+                    release,
+                    runtime: target.runtime.clone(),
+                    error: e.to_string(),
+                }
+                .into(),
+            ),
+        }
     }
 }
 
@@ -362,6 +445,7 @@ fn start(env: &SharedEnv, config: &Config, releases: &Releases, flow: &str, comm
                 task: String::new(),
                 started_ms: 0,
                 ended_ms: 0,
+                stop_sent: false,
             },
         );
     }
@@ -498,11 +582,14 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
         return;
     };
     if release.phase == ReleasePhase::Queued {
-        let earlier_running = releases
-            .lock()
-            .iter()
-            .take_while(|r| r.id != id)
-            .any(|r| !r.phase.is_final());
+        // It waits for the releases before it, and for their terminated tasks to be told
+        // to stop (a task still running could commit an older version after ours).
+        let earlier_running = releases.lock().iter().take_while(|r| r.id != id).any(|r| {
+            !r.phase.is_final()
+                || r.environments
+                    .values()
+                    .any(|s| s.phase == EnvPhase::Terminated && !s.task.is_empty() && !s.stop_sent)
+        });
         if earlier_running {
             return;
         }

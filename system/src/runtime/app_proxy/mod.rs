@@ -10,6 +10,7 @@
 //! | `GET /app-proxy/api/applications/<ns>/<name>/manifests?revision=R` | `applications:read` | the app's raw and rendered manifests and app version at a revision, from the source server |
 //! | `POST /app-proxy/api/promotion-tasks` `{"metadata": {"name"}, "spec": {...}}` | `promotions:write` | creates the PromotionTask in the runtime's namespace (the platform's promotion orchestrator); 201, or 200 with `"existing": true` when one of that name exists (a retried create) |
 //! | `GET /app-proxy/api/promotion-tasks/<name>` | `promotions:read` | `{"name", "status"}` of the PromotionTask |
+//! | `POST /app-proxy/api/promotion-tasks/<name>/terminate` | `promotions:write` | sets the PromotionTask's `status.phase` to `Terminated` (the operator stops at its next look; 404 when there is none) |
 //! | `GET /app-proxy/healthz` | — | 200 |
 //!
 //! Errors: 401 without or with an unknown token, 403 for an operation the user may not do,
@@ -330,6 +331,30 @@ impl AppProxy {
                     }
                     Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
                         error(StatusCode::UNPROCESSABLE_ENTITY, e.message)
+                    }
+                    Err(e) => error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API: {e}")),
+                }
+            }
+            ("POST", ["app-proxy", "api", "promotion-tasks", name, "terminate"]) => {
+                if let Err(refusal) = self.authorise(&request, "promotions:write").await {
+                    return refusal;
+                }
+                let api: Api<DynamicObject> = Api::namespaced_with(
+                    self.kube.clone(),
+                    &self.config.kube.namespace,
+                    &crate::runtime::gitops_operator::promotion_task_resource(),
+                );
+                let patch = json!({"status": {"phase": "Terminated"}});
+                match api
+                    .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => json(
+                        StatusCode::OK,
+                        &json!({"name": name, "phase": "Terminated"}),
+                    ),
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
+                        error(StatusCode::NOT_FOUND, format!("no promotion task {name}"))
                     }
                     Err(e) => error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API: {e}")),
                 }

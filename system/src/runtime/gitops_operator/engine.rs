@@ -139,6 +139,9 @@ impl Operator {
                 "{}/{index}",
                 task.metadata.uid.as_deref().unwrap_or(name.as_str())
             );
+            // Whether an earlier attempt (ours or another leader's) recorded the intent: only
+            // then can the side effect already have happened.
+            let resumed = !status["steps"][index]["intent"].is_null();
             if self.config.variant == Variant::Hardened
                 && step.has_side_effect()
                 && status["steps"][index]["intent"].is_null()
@@ -155,7 +158,7 @@ impl Operator {
             let prior = status["steps"][index].clone();
             let recorded = status["steps"].as_array().cloned().unwrap_or_default();
             let outcome = self
-                .execute(&key, &name, index, step, &recorded, &idempotency)
+                .execute(&key, &name, index, step, &recorded, &idempotency, resumed)
                 .await;
             let retries = status["retries"].as_u64().unwrap_or(0) as u32;
             let (label, detail, next) = match outcome {
@@ -285,7 +288,8 @@ impl Operator {
         }
     }
 
-    /// One attempt at step `index`.
+    /// One attempt at step `index` (`resumed`: an earlier attempt recorded its intent).
+    #[allow(clippy::too_many_arguments)]
     async fn execute(
         &self,
         key: &str,
@@ -294,6 +298,7 @@ impl Operator {
         step: &Step,
         status_steps: &[Value],
         idempotency: &str,
+        resumed: bool,
     ) -> Outcome {
         let prior = &status_steps[index];
         match step {
@@ -316,7 +321,7 @@ impl Operator {
                 };
                 let message = trailer(message, key, index, idempotency);
                 match self
-                    .promote(key, index, &app, values, "main", &message, prior)
+                    .promote(key, index, &app, values, "main", &message, resumed)
                     .await
                 {
                     Ok(commit) => Outcome::Done(json!({"commitInfo": commit})),
@@ -338,8 +343,10 @@ impl Operator {
                     .clone()
                     .unwrap_or_else(|| format!("promotion/{name}"));
                 let message = trailer(message, key, index, idempotency);
-                self.promote_with_pr(key, index, &app, values, &branch, &message, title, prior)
-                    .await
+                self.promote_with_pr(
+                    key, index, &app, values, &branch, &message, title, prior, resumed,
+                )
+                .await
             }
             Step::VerifyApp { target, commit_sha } => {
                 let earlier = || {
@@ -431,8 +438,16 @@ impl Operator {
                 for (file, paths) in properties {
                     let mut values = serde_json::Map::new();
                     for path in paths {
-                        if let Some(value) = task::get(&docs[file], path) {
-                            values.insert(path.clone(), value);
+                        match task::get(&docs[file], path) {
+                            Some(value) => {
+                                values.insert(path.clone(), value);
+                            }
+                            None => {
+                                return Outcome::Failed(
+                                    "PropertyNotFound",
+                                    format!("{path} is not in {} at {commit_sha}", app.file(file)),
+                                )
+                            }
                         }
                     }
                     found.insert(file.clone(), Value::Object(values));
@@ -493,7 +508,7 @@ impl Operator {
         values: &Values,
         branch: &str,
         message: &str,
-        prior: &Value,
+        resumed: bool,
     ) -> Result<Value, Outcome> {
         let hardened = self.config.variant == Variant::Hardened;
         let mut commits = Vec::new();
@@ -519,7 +534,7 @@ impl Operator {
                     .await
                     .map_err(Outcome::from)?
                     .unwrap_or_default();
-                let deduplicated = !prior["intent"].is_null();
+                let deduplicated = resumed;
                 self.observe_commit(key, index, app, &path, branch, &existing, deduplicated);
                 commits.push(json!({"sha": existing, "path": path, "deduplicated": deduplicated}));
                 continue;
@@ -581,6 +596,7 @@ impl Operator {
         message: &str,
         title: &str,
         prior: &Value,
+        resumed: bool,
     ) -> Outcome {
         let hardened = self.config.variant == Variant::Hardened;
         let pr_info = |pull: &super::clients::Pull| {
@@ -596,10 +612,15 @@ impl Operator {
             Some(number) => number,
             None => {
                 if hardened {
-                    // Adopt a pull request an earlier attempt opened.
+                    // Adopt a pull request an earlier attempt opened (still open, or merged
+                    // meanwhile).
                     match self.git.pulls_from(&app.repo, branch).await {
                         Ok(pulls) => {
-                            if let Some(pull) = pulls.iter().rev().find(|p| p.open) {
+                            if let Some(pull) = pulls
+                                .iter()
+                                .rev()
+                                .find(|p| p.open || p.merge_commit.is_some())
+                            {
                                 return Outcome::Waiting(json!({"prInfo": pr_info(pull)}));
                             }
                         }
@@ -607,7 +628,7 @@ impl Operator {
                     }
                 }
                 let commit = match self
-                    .promote(key, index, app, values, branch, message, prior)
+                    .promote(key, index, app, values, branch, message, resumed)
                     .await
                 {
                     Ok(commit) => commit,
@@ -744,8 +765,9 @@ fn trailer(message: &str, key: &str, index: usize, idempotency: &str) -> String 
 /// A step made progress: the streak of transient errors is over.
 fn clear_retries(status: &mut Value) {
     status["retries"] = json!(0);
-    if let Some(map) = status.as_object_mut() {
-        map.remove("retrySince");
+    // null, not absent: a merge patch leaves an absent key as it was on the server.
+    if status.get("retrySince").is_some() {
+        status["retrySince"] = Value::Null;
     }
 }
 

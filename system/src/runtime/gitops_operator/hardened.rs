@@ -23,6 +23,9 @@ pub async fn run(operator: &Operator) {
         .boxed();
     // Task name → when it is due.
     let mut due: BTreeMap<String, Duration> = BTreeMap::new();
+    // Task name → the end of its retry backoff: a watch event (our own status write among
+    // them) does not bring it forward.
+    let mut backing_off: BTreeMap<String, Duration> = BTreeMap::new();
     loop {
         let now = env.elapsed();
         let next = due
@@ -42,7 +45,8 @@ pub async fn run(operator: &Operator) {
                     continue;
                 }
             };
-            let after = match operator.reconcile(task).await {
+            let next = operator.reconcile(task).await;
+            let after = match next {
                 Next::Never => None,
                 Next::Poll => Some(config.poll_waiting),
                 Next::Reread => Some(Duration::ZERO),
@@ -52,6 +56,14 @@ pub async fn run(operator: &Operator) {
                 Some(after) => due.insert(name.clone(), env.elapsed() + after),
                 None => due.remove(name),
             };
+            match (next, after) {
+                (Next::Retry(_), Some(after)) => {
+                    backing_off.insert(name.clone(), env.elapsed() + after);
+                }
+                _ => {
+                    backing_off.remove(name);
+                }
+            }
             continue;
         }
         let wait = next.map_or(Duration::from_secs(3600), |(_, at)| at.saturating_sub(now));
@@ -62,7 +74,8 @@ pub async fn run(operator: &Operator) {
                         if Phase::of(&task.data).is_terminal() {
                             due.remove(&name);
                         } else {
-                            let at = env.elapsed();
+                            let now = env.elapsed();
+                            let at = backing_off.get(&name).map_or(now, |until| (*until).max(now));
                             let entry = due.entry(name).or_insert(at);
                             *entry = (*entry).min(at);
                         }
@@ -71,6 +84,7 @@ pub async fn run(operator: &Operator) {
                 Some(Ok(watcher::Event::Delete(task))) => {
                     if let Some(name) = &task.metadata.name {
                         due.remove(name);
+                        backing_off.remove(name);
                     }
                 }
                 Some(Ok(_)) => {}

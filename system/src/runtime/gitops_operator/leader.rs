@@ -86,7 +86,10 @@ impl Elector {
         let mut renewed = self.env.elapsed();
         loop {
             self.env.sleep(self.timings.retry_period).await;
-            let attempt = tokio::time::timeout(self.timings.renew_deadline, self.attempt()).await;
+            // One deadline for the whole renewal, not one per attempt: past it another
+            // candidate may already hold the Lease.
+            let left = (renewed + self.timings.renew_deadline).saturating_sub(self.env.elapsed());
+            let attempt = tokio::time::timeout(left, self.attempt()).await;
             match attempt {
                 Ok(Attempt::Held) => renewed = self.env.elapsed(),
                 Ok(Attempt::Taken) => return,
@@ -133,7 +136,8 @@ impl Elector {
             .expect("a Lease");
             return match self.leases.create(&PostParams::default(), &fresh).await {
                 Ok(_) => Attempt::Held,
-                Err(kube::Error::Api(_)) => Attempt::Taken,
+                // Another candidate created it first.
+                Err(kube::Error::Api(e)) if e.code == 409 => Attempt::Taken,
                 Err(_) => Attempt::Failed,
             };
         };
@@ -170,7 +174,9 @@ impl Elector {
             .await
         {
             Ok(_) => Attempt::Held,
-            Err(kube::Error::Api(_)) => Attempt::Taken,
+            // Another candidate wrote it since we read it.
+            Err(kube::Error::Api(e)) if e.code == 409 => Attempt::Taken,
+            // A 5xx or 429 is not someone else's lease: try again within the deadline.
             Err(_) => Attempt::Failed,
         }
     }

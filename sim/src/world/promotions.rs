@@ -1,0 +1,274 @@
+//! The promotion world: a Product's objects planned into the orchestrator's configuration,
+//! and its workload — one automated app per environment (`<product>-<environment>`, files
+//! under `envs/<environment>/`), a new version committed to the trigger environment every
+//! `release_every`, the apps' health changes, and what the workflow templates' runs do.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{json, Value};
+
+use orrery_system::env::SharedEnv;
+use orrery_system::platform::promotions::plan::{self, Environment, FlowPlan};
+use orrery_system::platform::promotions::{self, Concurrency, Target};
+
+use super::argocd::{self, HealthOverrides};
+use super::git::SharedGit;
+use super::workflows::{Job, Jobs};
+use crate::scenario::model::Promotions;
+
+/// The GitOps repository of the promotion world.
+pub const REPO: &str = "https://git.example/acme/shop-gitops.git";
+/// The file each environment's version lives in, under its path.
+pub const VALUES_FILE: &str = "values.json";
+/// The orchestrator's user token at the gateway.
+pub const ORCHESTRATOR_TOKEN: &str = "promotion-orchestrator-token";
+
+/// A Product's objects, planned.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// The Product's name.
+    pub product: String,
+    /// Its `spec`.
+    pub spec: Value,
+    /// Its flows.
+    pub flows: BTreeMap<String, FlowPlan>,
+    /// Every environment of every flow, sorted.
+    pub environments: Vec<String>,
+    /// `spec.concurrency`.
+    pub concurrency: Concurrency,
+}
+
+impl Planned {
+    /// Plans `promotions.objects`: exactly one Product, the PromotionFlows its
+    /// `promotionFlows` name, the PromotionPolicies; an error names what is wrong.
+    pub fn of(promotions: &Promotions) -> Result<Planned, String> {
+        let of_kind = |kind: &str| -> Vec<(String, Value)> {
+            promotions
+                .objects
+                .iter()
+                .filter(|o| o["kind"] == kind)
+                .map(|o| {
+                    (
+                        o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                        o["spec"].clone(),
+                    )
+                })
+                .collect()
+        };
+        let products = of_kind("Product");
+        let [(product, spec)] = products.as_slice() else {
+            return Err(format!(
+                "want exactly one Product, found {}",
+                products.len()
+            ));
+        };
+        let flow_specs: BTreeMap<String, Value> = of_kind("PromotionFlow").into_iter().collect();
+        let policies = of_kind("PromotionPolicy");
+        let mut flows = BTreeMap::new();
+        for flow in spec["promotionFlows"].as_array().into_iter().flatten() {
+            let name = flow["name"].as_str().unwrap_or("");
+            let Some(flow_spec) = flow_specs.get(name) else {
+                return Err(format!(
+                    "Product {product} names PromotionFlow {name:?}, which the file does not hold"
+                ));
+            };
+            let environments: BTreeMap<String, Environment> = BTreeMap::new();
+            let planned = plan::plan_flow(name, flow_spec, &policies, product, &[], &environments)
+                .map_err(|e| e.to_string())?;
+            flows.insert(name.to_string(), planned);
+        }
+        if flows.is_empty() {
+            return Err(format!("Product {product} has no promotionFlows"));
+        }
+        let mut environments: Vec<String> = flows
+            .values()
+            .flat_map(|f| {
+                std::iter::once(f.trigger.clone())
+                    .chain(f.stages.iter().map(|s| s.environment.clone()))
+            })
+            .collect();
+        environments.sort();
+        environments.dedup();
+        let concurrency = match spec["concurrency"].as_str() {
+            Some("terminate") => Concurrency::Terminate,
+            _ => Concurrency::Queue,
+        };
+        Ok(Planned {
+            product: product.clone(),
+            spec: spec.clone(),
+            flows,
+            environments,
+            concurrency,
+        })
+    }
+
+    /// The trigger environment (of the first flow).
+    pub fn trigger(&self) -> &str {
+        &self.flows.values().next().expect("a flow").trigger
+    }
+
+    /// The app of `environment`.
+    pub fn app(&self, environment: &str) -> String {
+        format!("{}-{environment}", self.product)
+    }
+
+    /// The orchestrator's configuration: every environment on `runtime`, through the
+    /// gateway at `gateway_addr`.
+    pub fn orchestrator(
+        &self,
+        runtime: &str,
+        git_addr: &str,
+        gateway_addr: &str,
+    ) -> promotions::Config {
+        let mut config = promotions::Config::new(
+            &self.product,
+            self.spec.clone(),
+            REPO,
+            git_addr,
+            gateway_addr,
+            ORCHESTRATOR_TOKEN,
+        );
+        config.flows = self.flows.clone();
+        config.concurrency = self.concurrency;
+        config.targets = self
+            .environments
+            .iter()
+            .map(|env| {
+                (
+                    env.clone(),
+                    Target {
+                        runtime: runtime.into(),
+                        app: self.app(env),
+                        path: format!("envs/{env}"),
+                    },
+                )
+            })
+            .collect();
+        config
+    }
+}
+
+/// The version file's content for `tag`.
+pub fn values(tag: &str) -> String {
+    format!("{{\"image\": {{\"tag\": \"{tag}\"}}}}\n")
+}
+
+/// Sets what the workflow templates' runs do, as the scenario says.
+pub fn program_jobs(jobs: &Jobs, promotions: &Promotions) {
+    for (template, runs) in &promotions.workflow_runs {
+        let runs = runs
+            .iter()
+            .map(|phase| Job {
+                phase: if phase == "Failed" {
+                    "Failed"
+                } else {
+                    "Succeeded"
+                },
+                seconds: 5,
+            })
+            .collect();
+        jobs.set_template_runs(template, runs);
+    }
+}
+
+/// The promotion workload: creates the apps (after their first files are in Git), then
+/// commits `releases` new versions to the trigger environment and applies health changes.
+pub async fn run(
+    env: SharedEnv,
+    client: kube::Client,
+    git: SharedGit,
+    health: HealthOverrides,
+    promotions: Promotions,
+) {
+    let booted = env.elapsed();
+    let Ok(planned) = Planned::of(&promotions) else {
+        return;
+    };
+    {
+        let mut git = git.lock();
+        if git.head(REPO).is_none() {
+            let files = planned
+                .environments
+                .iter()
+                .map(|e| (format!("envs/{e}/{VALUES_FILE}"), values("v1")))
+                .collect();
+            git.commit(
+                REPO,
+                "Platform Team <platform@acme.example>",
+                "shop: v1 everywhere",
+                env.unix_millis(),
+                files,
+            );
+        }
+    }
+    let apps: Api<DynamicObject> =
+        Api::namespaced_with(client, argocd::NAMESPACE, &argocd::application_resource());
+    for environment in &planned.environments {
+        let mut app =
+            DynamicObject::new(&planned.app(environment), &argocd::application_resource())
+                .within(argocd::NAMESPACE);
+        app.data = json!({"spec": {"project": "default",
+            "source": {"repoURL": REPO, "path": format!("envs/{environment}")},
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": environment},
+            "syncPolicy": {"automated": {}}}});
+        // A restarted workload finds them there.
+        loop {
+            match apps.create(&PostParams::default(), &app).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(e)) if e.code == 409 => break,
+                Err(_) => env.sleep(Duration::from_secs(1)).await,
+            }
+        }
+    }
+    // Timed actions: releases and health changes, in time order.
+    let mut actions: Vec<(Duration, Action)> = (0..promotions.releases)
+        .map(|n| {
+            (
+                promotions.start_after + promotions.release_every * n,
+                Action::Release(n + 2),
+            )
+        })
+        .collect();
+    actions.extend(promotions.health.iter().map(|h| {
+        (
+            h.at,
+            Action::Health(planned.app(&h.environment), h.health.clone()),
+        )
+    }));
+    actions.sort_by_key(|a| a.0);
+    // A restarted workload does not replay what its earlier boot did.
+    actions.retain(|(at, _)| *at >= booted);
+    for (at, action) in actions {
+        let now = env.elapsed();
+        if at > now {
+            env.sleep(at - now).await;
+        }
+        match action {
+            Action::Release(version) => {
+                let file = format!("envs/{}/{VALUES_FILE}", planned.trigger());
+                let mut git = git.lock();
+                let tag = format!("v{version}");
+                if git.file_at(REPO, "main", &file).flatten() != Some(values(&tag)) {
+                    git.commit(
+                        REPO,
+                        "Dev <dev@acme.example>",
+                        &format!("shop {tag}"),
+                        env.unix_millis(),
+                        BTreeMap::from([(file, values(&tag))]),
+                    );
+                }
+            }
+            Action::Health(app, status) => health.set(&app, &status),
+        }
+    }
+}
+
+/// One timed action of the workload.
+enum Action {
+    /// Commit version `v<n>` to the trigger environment.
+    Release(u32),
+    /// Set an app's health.
+    Health(String, String),
+}
