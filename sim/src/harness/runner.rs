@@ -795,21 +795,12 @@ fn promotion_truth(
             (name.clone(), deps)
         })
         .collect();
-    let default_timeout = orrery_system::platform::promotions::Config::new(
-        "",
-        serde_json::Value::Null,
-        "",
-        "",
-        "",
-        "",
-    );
+    use orrery_system::platform::promotions::{CALL_TIMEOUT, DEFAULT_TIMEOUT, POLL};
     let timeout_ms = planned
         .flows
         .iter()
         .map(|(name, flow)| {
-            let timeout = flow
-                .timeout_s
-                .map_or(default_timeout.default_timeout, Duration::from_secs);
+            let timeout = flow.timeout_s.map_or(DEFAULT_TIMEOUT, Duration::from_secs);
             (name.clone(), timeout.as_millis() as u64)
         })
         .collect();
@@ -818,7 +809,7 @@ fn promotion_truth(
         commits,
         depends_on,
         timeout_ms,
-        slack_ms: (2 * default_timeout.poll + 2 * default_timeout.call_timeout).as_millis() as u64,
+        slack_ms: (2 * POLL + 2 * CALL_TIMEOUT).as_millis() as u64,
         epoch_ms: crate::env::SIM_EPOCH_UNIX_MS,
     })
 }

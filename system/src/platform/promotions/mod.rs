@@ -55,6 +55,13 @@ pub enum Concurrency {
     Terminate,
 }
 
+/// How often commits and tasks are looked at by default.
+pub const POLL: Duration = Duration::from_secs(5);
+/// A release's timeout when its flow sets none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+/// The default per-call timeout.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Orchestrator settings: one Product.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -105,9 +112,9 @@ impl Config {
             gateway_addr: gateway_addr.into(),
             token: token.into(),
             concurrency: Concurrency::Queue,
-            poll: Duration::from_secs(5),
-            default_timeout: Duration::from_secs(1800),
-            call_timeout: Duration::from_secs(30),
+            poll: POLL,
+            default_timeout: DEFAULT_TIMEOUT,
+            call_timeout: CALL_TIMEOUT,
         }
     }
 }

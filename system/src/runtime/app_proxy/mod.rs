@@ -80,6 +80,21 @@ pub fn workflow_resource() -> ApiResource {
     )
 }
 
+/// A request's JSON body (at most [`BODY_LIMIT`]), or the 400 answer naming what is wrong.
+async fn json_body(request: Request<Incoming>) -> Result<Value, Response<Body>> {
+    let body = http_body_util::Limited::new(request.into_body(), BODY_LIMIT)
+        .collect()
+        .await
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("reading the body: {e}")))?
+        .to_bytes();
+    serde_json::from_slice(&body).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )
+    })
+}
+
 fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
     json(status, &json!({"error": message.into()}))
 }
@@ -244,23 +259,9 @@ impl AppProxy {
                     Ok(user) => user,
                     Err(refusal) => return refusal,
                 };
-                let body = match http_body_util::Limited::new(request.into_body(), BODY_LIMIT)
-                    .collect()
-                    .await
-                {
-                    Ok(collected) => collected.to_bytes(),
-                    Err(e) => {
-                        return error(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
-                    }
-                };
-                let parsed: Value = match serde_json::from_slice(&body) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            format!("the body is not JSON: {e}"),
-                        )
-                    }
+                let parsed = match json_body(request).await {
+                    Ok(parsed) => parsed,
+                    Err(refusal) => return refusal,
                 };
                 let field = |name: &str| {
                     parsed[name]
@@ -291,23 +292,9 @@ impl AppProxy {
                 if let Err(refusal) = self.authorise(&request, "promotions:write").await {
                     return refusal;
                 }
-                let body = match http_body_util::Limited::new(request.into_body(), BODY_LIMIT)
-                    .collect()
-                    .await
-                {
-                    Ok(collected) => collected.to_bytes(),
-                    Err(e) => {
-                        return error(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
-                    }
-                };
-                let parsed: Value = match serde_json::from_slice(&body) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            format!("the body is not JSON: {e}"),
-                        )
-                    }
+                let parsed = match json_body(request).await {
+                    Ok(parsed) => parsed,
+                    Err(refusal) => return refusal,
                 };
                 let Some(name) = parsed
                     .pointer("/metadata/name")

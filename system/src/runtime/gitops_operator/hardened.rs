@@ -32,8 +32,7 @@ pub async fn run(operator: &Operator) {
             .iter()
             .min_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0)))
             .map(|(name, at)| (name.clone(), *at));
-        if let Some((name, at)) = next.as_ref().filter(|(_, at)| *at <= now) {
-            let _ = at;
+        if let Some((name, _)) = next.as_ref().filter(|(_, at)| *at <= now) {
             let task = match operator.tasks.get_opt(name).await {
                 Ok(Some(task)) => task,
                 Ok(None) => {

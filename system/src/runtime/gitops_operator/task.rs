@@ -243,9 +243,9 @@ fn string_map(value: Option<&Value>, what: &str) -> Result<BTreeMap<String, Stri
         None | Some(Value::Null) => Ok(BTreeMap::new()),
         Some(Value::Object(map)) => map
             .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                other => Ok((k.clone(), other.to_string())),
+            .map(|(k, v)| {
+                let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                Ok((k.clone(), text))
             })
             .collect(),
         Some(other) => Err(format!("{what}: want a map, got {other}")),
