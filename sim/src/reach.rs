@@ -39,6 +39,10 @@
 //! | `promotion_retried` | an operator step failed transiently and was tried again |
 //! | `promotion_deduplicated` | hardened: an operator found a promotion already committed and made none |
 //! | `release_failed` | a release ended Failed (a failed workflow, a Degraded app, retries spent) |
+//! | `restricted_app_refused` | Argo CD refused an app for its project (repository, destination, namespace, missing project) |
+//! | `restricted_child_refused` | Argo CD did not create a Git Source's child Application in a namespace its project does not permit |
+//! | `restricted_app_revoked` | an app Argo CD had deployed was refused later (its source narrowed or deleted) |
+//! | `restricted_source_deleted` | a RestrictedGitSource was deleted and its AppProject went with it |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -153,6 +157,14 @@ conditions! {
     PromotionDeduplicated = "promotion_deduplicated",
     /// A release ended Failed.
     ReleaseFailed = "release_failed",
+    /// Argo CD refused an app for its project.
+    RestrictedAppRefused = "restricted_app_refused",
+    /// Argo CD did not create a child Application its parent's project does not permit.
+    RestrictedChildRefused = "restricted_child_refused",
+    /// An app Argo CD had deployed was refused later.
+    RestrictedAppRevoked = "restricted_app_revoked",
+    /// A RestrictedGitSource was deleted and its AppProject went with it.
+    RestrictedSourceDeleted = "restricted_source_deleted",
 }
 
 impl fmt::Display for Condition {
@@ -421,6 +433,36 @@ impl Condition {
             Condition::ReleaseFailed => events.iter().any(|e| {
                 matches!(e.promotion(), Some(PromotionEvent::ReleaseEnd { phase, .. }) if phase == "Failed")
             }),
+            Condition::RestrictedAppRefused => events
+                .iter()
+                .any(|e| matches!(e.world(), Some(WorldEvent::AppRefused { .. }))),
+            Condition::RestrictedChildRefused => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::ReconcileError { error, .. }) if error.contains("is not permitted in project"))
+            }),
+            Condition::RestrictedAppRevoked => {
+                let mut deployed = BTreeSet::new();
+                events.iter().any(|e| match e.world() {
+                    Some(WorldEvent::AppDeployed { app, .. }) => {
+                        deployed.insert(app.as_str());
+                        false
+                    }
+                    Some(WorldEvent::AppRefused { app, .. }) => deployed.contains(app.as_str()),
+                    _ => false,
+                })
+            }
+            Condition::RestrictedSourceDeleted => {
+                let mut deleted = BTreeSet::new();
+                events.iter().any(|e| match e.world() {
+                    Some(WorldEvent::SourceChanged { source, spec }) if spec.is_null() => {
+                        deleted.insert(source.as_str());
+                        false
+                    }
+                    Some(WorldEvent::ProjectSeen { project, spec }) if spec.is_null() => {
+                        deleted.contains(project.as_str())
+                    }
+                    _ => false,
+                })
+            }
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -1032,7 +1074,100 @@ expect: {hardened: pass}
                 ],
                 vec![release_end(1_000, "Failed")],
             ),
+            (
+                RestrictedAppRefused,
+                vec![deployed(1_000, "team-a/web")],
+                vec![refused(1_000, "team-a/web")],
+            ),
+            (
+                RestrictedChildRefused,
+                vec![reconcile_error(1_000, "rpc error: repository not found")],
+                vec![reconcile_error(
+                    1_000,
+                    "namespace argocd is not permitted in project 'team-a'",
+                )],
+            ),
+            (
+                RestrictedAppRevoked,
+                // Refused first, deployed later (a source widened) is no revocation.
+                vec![refused(1_000, "team-a/web"), deployed(2_000, "team-a/web")],
+                vec![deployed(1_000, "team-a/web"), refused(2_000, "team-a/web")],
+            ),
+            (
+                RestrictedSourceDeleted,
+                // The project of a deleted source that stays is not reached.
+                vec![
+                    source(1_000, serde_json::Value::Null),
+                    project(2_000, serde_json::json!({})),
+                ],
+                vec![
+                    source(1_000, serde_json::Value::Null),
+                    project(2_000, serde_json::Value::Null),
+                ],
+            ),
         ]
+    }
+
+    fn deployed(at_ms: u64, app: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "workload",
+            WorldEvent::AppDeployed {
+                app: app.into(),
+                project: "team-a".into(),
+                parent: "team-a".into(),
+                repo: "r".into(),
+                server: "s".into(),
+                namespace: "n".into(),
+                revision: "abc".into(),
+            },
+        )
+    }
+
+    fn refused(at_ms: u64, app: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "workload",
+            WorldEvent::AppRefused {
+                app: app.into(),
+                project: "team-a".into(),
+                condition: "InvalidSpecError".into(),
+                message: "m".into(),
+            },
+        )
+    }
+
+    fn reconcile_error(at_ms: u64, error: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "argocd",
+            WorldEvent::ReconcileError {
+                app: "team-a".into(),
+                error: error.into(),
+            },
+        )
+    }
+
+    fn source(at_ms: u64, spec: serde_json::Value) -> TraceEvent {
+        at(
+            at_ms,
+            "workload",
+            WorldEvent::SourceChanged {
+                source: "team-a".into(),
+                spec,
+            },
+        )
+    }
+
+    fn project(at_ms: u64, spec: serde_json::Value) -> TraceEvent {
+        at(
+            at_ms,
+            "workload",
+            WorldEvent::ProjectSeen {
+                project: "team-a".into(),
+                spec,
+            },
+        )
     }
 
     fn leader(at_ms: u64, host: &str) -> TraceEvent {

@@ -22,7 +22,7 @@ use orrery_system::platform::tunnel;
 use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
 use orrery_system::runtime::router::Routes;
 use orrery_system::runtime::{
-    app_proxy, app_reporter, resource_reporter, source_server, tunnel_client,
+    app_proxy, app_reporter, gitops_operator, resource_reporter, source_server, tunnel_client,
 };
 
 use crate::{Fail, VariantArg};
@@ -168,6 +168,9 @@ pub enum Component {
     Cache,
     /// The event bus, on --event-bus.
     EventBus,
+    /// The GitOps operator: PromotionTasks and RestrictedGitSources in --namespace (needs
+    /// --git and --argocd).
+    GitopsOperator,
 }
 
 impl Component {
@@ -182,6 +185,7 @@ impl Component {
             Component::ResourceReporter => "resource-reporter",
             Component::Cache => "cache",
             Component::EventBus => "event-bus",
+            Component::GitopsOperator => "gitops-operator",
         }
     }
 }
@@ -191,7 +195,8 @@ impl Component {
 pub struct RuntimeArgs {
     /// Run exactly these components (comma-separated), as the chart runs each in its own
     /// pod; default: the tunnel client and the router, plus whatever --git, --argocd,
-    /// --serve-sources, --report-resources, --serve-cache and --serve-event-bus enable.
+    /// --serve-sources, --report-resources, --serve-cache, --serve-event-bus and
+    /// --gitops-operator enable.
     #[arg(long, value_enum, value_delimiter = ',')]
     components: Option<Vec<Component>>,
     /// The platform's tunnel server (host:port); needed by the tunnel client.
@@ -295,6 +300,14 @@ pub struct RuntimeArgs {
     /// default: every namespace.
     #[arg(long)]
     workflows_namespace: Option<String>,
+    /// Run the GitOps operator (PromotionTasks and RestrictedGitSources in --namespace,
+    /// against --git and --argocd).
+    #[arg(long)]
+    gitops_operator: bool,
+    /// GitOps operator replicas (`LEADER_ELECT` when more than one: they elect a leader
+    /// through a Lease in --namespace; each replica's identity is the host name).
+    #[arg(long, default_value_t = 1)]
+    operator_replicas: u32,
     #[command(flatten)]
     common: Common,
 }
@@ -529,6 +542,7 @@ fn components(args: &RuntimeArgs) -> std::collections::BTreeSet<Component> {
         (args.report_resources, Component::ResourceReporter),
         (args.serve_cache, Component::Cache),
         (args.serve_event_bus, Component::EventBus),
+        (args.gitops_operator, Component::GitopsOperator),
     ];
     enabled
         .into_iter()
@@ -621,6 +635,10 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
         )?;
         needed(&args.token, "--token", Component::ResourceReporter)?;
     }
+    if has(Component::GitopsOperator) {
+        needed(&args.git, "--git", Component::GitopsOperator)?;
+        needed(&args.argocd, "--argocd", Component::GitopsOperator)?;
+    }
     let mut config = RuntimeConfig {
         tunnels,
         router: has(Component::Router).then(|| RouterConfig {
@@ -641,7 +659,8 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
     block_on(async move {
         let needs_kube = has(Component::AppProxy)
             || has(Component::AppReporter)
-            || has(Component::ResourceReporter);
+            || has(Component::ResourceReporter)
+            || has(Component::GitopsOperator);
         let kube = match needs_kube {
             true => Some(kube_target(args.apiserver.clone(), &args.namespace).await?),
             false => None,
@@ -694,6 +713,23 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             resources.bus_addr = args.event_bus.clone();
             resources.workflow_namespace = args.workflows_namespace.clone();
             config.resource_reporter = Some(resources);
+        }
+        if let (Some(git), Some(argocd), Some(kube), true) = (
+            args.git.clone(),
+            args.argocd.clone(),
+            &kube,
+            has(Component::GitopsOperator),
+        ) {
+            let mut operator = gitops_operator::Config::new(
+                variant,
+                kube.clone(),
+                &host,
+                &git,
+                &argocd,
+                &args.argocd_token,
+            );
+            operator.leader_elect = args.operator_replicas > 1;
+            config.operator = Some(operator);
         }
         let env = logged_env(&host);
         match (&args.name, &args.platform) {

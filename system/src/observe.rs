@@ -279,6 +279,16 @@ events! {
         "workflows.error" => WorkflowsError { object: String, error: String },
         /// The Git provider delivered a push webhook (`status` 0: no answer; not redelivered).
         "git.webhook" => GitWebhook { delivery: String, url: String, after: String, status: u16 },
+        /// The platform team applied a RestrictedGitSource (`source` is its name; `spec` is
+        /// null when it was deleted).
+        "restricted.source" => SourceChanged { source: String, spec: serde_json::Value },
+        /// The world's monitor saw an AppProject change (`spec` null: deleted).
+        "restricted.project" => ProjectSeen { project: String, spec: serde_json::Value },
+        /// The monitor saw Argo CD deploy an app (a new `status.history` entry); `app` is
+        /// `namespace/name`, `parent` its app-of-apps parent (instance label, may be empty).
+        "restricted.deployed" => AppDeployed { app: String, project: String, parent: String, repo: String, server: String, namespace: String, revision: String },
+        /// The monitor saw Argo CD refuse an app (a project condition appeared on it).
+        "restricted.refused" => AppRefused { app: String, project: String, condition: String, message: String },
     }
 }
 
@@ -357,6 +367,10 @@ events! {
         "operator.task" => Task { host: String, task: String, phase: String },
         /// Listing or watching tasks failed (retried).
         "operator.watch_error" => WatchError { host: String, error: String },
+        /// The operator acted on a RestrictedGitSource (`source` is `namespace/name`):
+        /// `action` is `project_applied`, `application_applied`, `project_deleted`,
+        /// `application_deleted` (`detail` the object's name) or `invalid` (`detail` why).
+        "operator.source" => Source { host: String, source: String, action: String, detail: String },
     }
 }
 

@@ -4,7 +4,9 @@
 //! (`orrery_sim::world::argocd`, on the same API server in a namespace of its own) go
 //! through one script — an auto-synced app is created, a commit changes its image, a commit
 //! elsewhere in the repository moves the revision only, its workload turns Degraded and
-//! recovers, it is deleted — each side with its own Git repository holding the same commits
+//! recovers, it is deleted, and apps outside their AppProject are refused (another
+//! repository, another destination, a project that does not exist) — each side with its
+//! own Git repository holding the same commits
 //! (a bare repository on disk for the real one, `file://`; the simulated provider for the
 //! stand-in). At each checkpoint, once both sides show what Argo CD is expected to show, the
 //! suite compares the Application's status and the answer to every REST call the reporters
@@ -44,6 +46,10 @@ const AUTHOR_EMAIL: &str = "dev@example.com";
 const EPOCH_S: u64 = 1_767_225_600;
 /// The simulated Argo CD's API token.
 const SIM_TOKEN: &str = "orrery-argocd-conformance";
+/// The in-cluster destination.
+const IN_CLUSTER: &str = "https://kubernetes.default.svc";
+/// A repository no project of the suite permits.
+const FOREIGN_REPO: &str = "https://git.example.com/elsewhere/apps.git";
 /// How long a side may take to show what is expected at a checkpoint.
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -717,6 +723,7 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         reconcile_every: Duration::from_secs(10),
         namespace: sim_namespace.clone(),
         listen: format!("127.0.0.1:{sim_port}"),
+        projects: argocd::projects::Projects::enforced(),
         ..Default::default()
     };
     let stand_in = tokio::spawn({
@@ -911,6 +918,75 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         |status, answer| json!({"http": status, "code": answer["code"]}),
     ));
 
+    // 7. Projects: an AppProject permitting the side's repository and the app's namespace
+    // only; an app from another repository, one deploying elsewhere and one naming a
+    // project that does not exist are refused with Argo CD's condition.
+    let project = format!("orrery-{}", std::process::id());
+    for side in [&real, &sim] {
+        let projects: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &side_namespace(side),
+            &argocd::projects::app_project_resource(),
+        );
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+            "metadata": {"name": project, "namespace": side_namespace(side)},
+            "spec": {
+                "sourceRepos": [side.repo_url],
+                "destinations": [{"server": IN_CLUSTER, "namespace": app}],
+            },
+        }))
+        .expect("an AppProject");
+        projects
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("{}: create the project: {e}", side.name));
+    }
+    let absent = format!("absent-{}", std::process::id());
+    let cases = [
+        ("repository", &project, Some(FOREIGN_REPO), app.as_str()),
+        ("destination", &project, None, "kube-system"),
+        ("missing project", &absent, None, app.as_str()),
+    ];
+    for (i, (what, project, repo, namespace)) in cases.into_iter().enumerate() {
+        let name = format!("{app}-refused-{i}");
+        for side in [&real, &sim] {
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": side_namespace(side)},
+                "spec": {
+                    "project": project,
+                    "source": {"repoURL": repo.unwrap_or(&side.repo_url), "path": format!("apps/{app}"), "targetRevision": "main"},
+                    "destination": {"server": IN_CLUSTER, "namespace": namespace},
+                    "syncPolicy": {"automated": {}},
+                }
+            }))
+            .expect("an Application");
+            side.apps
+                .create(&PostParams::default(), &object)
+                .await
+                .unwrap_or_else(|e| panic!("{}: create {name}: {e}", side.name));
+        }
+        let mut views = Vec::new();
+        for side in [&real, &sim] {
+            match refused(side, &name).await {
+                Ok(view) => views.push(view),
+                Err(e) => {
+                    unsettled.push(format!("7. {what}: {e}"));
+                    views.push(Value::Null);
+                }
+            }
+            drop(side.apps.delete(&name, &DeleteParams::default()).await);
+        }
+        let mut found = Vec::new();
+        diff("project", "", &views[0], &views[1], &mut found);
+        rows.push((
+            "7. projects".into(),
+            format!("an app outside its project ({what})"),
+            found,
+        ));
+    }
+
     controller.abort();
     stand_in.abort();
     drop(std::fs::remove_dir_all(&dir));
@@ -994,6 +1070,50 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         rows.len(),
         steps.len() + 1
     );
+}
+
+/// Waits until Argo CD refuses `app` for its project (a project condition on it, and sync
+/// and health set by a refresh): its sync and health and the conditions (type and
+/// message), normalised.
+async fn refused(side: &Side, app: &str) -> Result<Value, String> {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let status = match side.apps.get_opt(app).await {
+            Ok(Some(object)) => object.data.get("status").cloned().unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        let mut conditions: Vec<Value> = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!({"type": c["type"], "message": c["message"]}))
+            .collect();
+        conditions.sort_by_key(|c| c.to_string());
+        // The refresh's verdict, not only the condition: a real controller's informer
+        // writes a missing project's condition alone before the refresh sets sync and health.
+        let refreshed = status["sync"]["status"].is_string();
+        if refreshed
+            && conditions.iter().any(|c| {
+                matches!(
+                    c["type"].as_str(),
+                    Some("InvalidSpecError" | "UnknownError")
+                )
+            })
+        {
+            return Ok(side.normalise(&json!({
+                "sync": status["sync"]["status"],
+                "health": status["health"]["status"],
+                "conditions": conditions,
+            })));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{}: {app} not refused within {SETTLE:?}: {status}",
+                side.name
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// `GET` of the deleted app (no project named) until it is refused (a server's cache lags a

@@ -25,7 +25,7 @@ use orrery_sim::world::git::SharedGit;
 use orrery_system::core::Variant;
 use orrery_system::env::RealEnv;
 use orrery_system::runtime::assembly::RuntimeConfig;
-use orrery_system::runtime::gitops_operator::{self, leader, promotion_task_resource};
+use orrery_system::runtime::gitops_operator::{self, leader, promotion_task_resource, restricted};
 use serde_json::{json, Value};
 
 use crate::support::{eventually, free_port, prepared, real_target, start_argocd, start_runtime};
@@ -275,4 +275,161 @@ async fn faithful_operator_promotes_on_a_real_api_server_and_a_local_git_reposit
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn hardened_operator_promotes_on_a_real_api_server_and_a_local_git_repository() {
     promotion_on_a_real_api_server(Variant::Hardened).await;
+}
+
+/// A RestrictedGitSource in `namespace` for team-a.
+fn restricted_source(namespace: &str, destinations: Value) -> DynamicObject {
+    let mut source = DynamicObject::new("team-a", &restricted::restricted_git_source_resource())
+        .within(namespace);
+    source.data = json!({"spec": {
+        "source": {"repoURL": "https://git.example/team-a/gitops.git", "path": "apps"},
+        "sourceNamespace": "team-a",
+        "sourceRepos": ["https://git.example/team-a/*"],
+        "destinations": destinations,
+        "namespaceResourceBlacklist": [{"group": "", "kind": "Secret"}],
+    }});
+    source
+}
+
+/// Waits until `api` holds `name` with `spec` (and the operator's marks), or (`None`) until
+/// it holds no `name`.
+async fn until_generated(api: &Api<DynamicObject>, name: &str, spec: Option<&Value>) {
+    eventually(&format!("{name}: {spec:?}"), || async {
+        match (api.get_opt(name).await.map_err(|e| e.to_string())?, spec) {
+            (None, None) => Ok(()),
+            (Some(object), Some(spec)) if object.data.get("spec") == Some(spec) => {
+                let labels = object.metadata.labels.unwrap_or_default();
+                let annotations = object.metadata.annotations.unwrap_or_default();
+                assert_eq!(
+                    labels.get(restricted::MANAGED_BY.0).map(String::as_str),
+                    Some(restricted::MANAGED_BY.1)
+                );
+                assert!(annotations.contains_key(restricted::GENERATED_FROM));
+                Ok(())
+            }
+            (other, _) => Err(format!("holds {other:?}")),
+        }
+    })
+    .await;
+}
+
+/// The operator turns a RestrictedGitSource on the real API server into its AppProject and
+/// Git Source Application (which the real server accepts: the fixture CRDs), follows a
+/// narrowed source, and deletes both when the source goes.
+async fn restricted_sources_on_a_real_api_server(variant: Variant) {
+    let (cluster, namespace) = prepared(format!(
+        "orrery-restricted-{}-{}",
+        variant.as_str(),
+        std::process::id()
+    ))
+    .await;
+    let target = real_target(&namespace).await;
+    let sources: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client(),
+        &namespace,
+        &restricted::restricted_git_source_resource(),
+    );
+    // The CRD's required fields hold on the real server.
+    let mut incomplete = restricted_source(&namespace, json!([]));
+    incomplete.metadata.name = Some("incomplete".into());
+    incomplete.data["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("sourceNamespace");
+    match sources.create(&PostParams::default(), &incomplete).await {
+        Err(kube::Error::Api(e)) => assert!(
+            e.code == 422 && e.message.contains("sourceNamespace"),
+            "{e:?}"
+        ),
+        other => panic!("a source without sourceNamespace was accepted: {other:?}"),
+    }
+    let in_cluster = restricted::IN_CLUSTER;
+    sources
+        .create(
+            &PostParams::default(),
+            &restricted_source(
+                &namespace,
+                json!([{"server": in_cluster, "namespace": "team-a-*"},
+                       {"server": in_cluster, "namespace": "team-a-staging"}]),
+            ),
+        )
+        .await
+        .expect("the API server accepts the RestrictedGitSource");
+
+    let mut config = gitops_operator::Config::new(
+        variant,
+        target.clone(),
+        "operator-0",
+        "127.0.0.1:9",
+        "127.0.0.1:9",
+        TOKEN,
+    );
+    config.leader_elect = false;
+    config.task_polling = Duration::from_secs(1);
+    let runtime = start_runtime(
+        "operator-0",
+        RuntimeConfig {
+            operator: Some(config),
+            ..Default::default()
+        },
+    );
+    let projects: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client(),
+        &namespace,
+        &restricted::app_project_resource(),
+    );
+    let apps: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    let expected =
+        |source: &DynamicObject| restricted::generate(source, &namespace).expect("a valid source");
+    let first = expected(&sources.get("team-a").await.unwrap());
+    assert_eq!(
+        first.project["spec"]["destinations"][2],
+        json!({"server": in_cluster, "namespace": "team-a"}),
+        "the Git Source's own namespace is a destination"
+    );
+    until_generated(&projects, "team-a", Some(&first.project["spec"])).await;
+    until_generated(&apps, "team-a", Some(&first.application["spec"])).await;
+
+    // Narrowed: staging is no destination any more.
+    let narrowed = sources
+        .patch(
+            "team-a",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"destinations": [
+                {"server": in_cluster, "namespace": "team-a-web"}]}})),
+        )
+        .await
+        .expect("narrowed");
+    let second = expected(&narrowed);
+    until_generated(&projects, "team-a", Some(&second.project["spec"])).await;
+
+    // Deleted: the Git Source app and the project go.
+    sources
+        .delete("team-a", &kube::api::DeleteParams::default())
+        .await
+        .expect("deleted");
+    until_generated(&apps, "team-a", None).await;
+    until_generated(&projects, "team-a", None).await;
+    runtime.abort();
+    let _ = cluster.cleanup(&namespace).await;
+    crate::runtime::record_row(
+        &format!("restricted-sources-{}", variant.as_str()),
+        &format!(
+            "the GitOps operator ({}) turns a RestrictedGitSource on the real API server (which refuses one without sourceNamespace) into its AppProject and Git Source Application, follows a narrowed source, and deletes both with the source",
+            variant.as_str()
+        ),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn faithful_operator_generates_app_projects_on_a_real_api_server() {
+    restricted_sources_on_a_real_api_server(Variant::Faithful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn hardened_operator_generates_app_projects_on_a_real_api_server() {
+    restricted_sources_on_a_real_api_server(Variant::Hardened).await;
 }

@@ -16,6 +16,8 @@
 //! | `promotion_commit_once` | safety | one promotion commit per environment per release: no PromotionTask step wrote a file in two commits (any branch; see `promotions`) |
 //! | `promotion_ordered` | safety | no environment receives a release's promotion commit before every environment it depends on verified the release |
 //! | `promotion_terminates` | liveness | every release ended (Succeeded, Failed, Terminated) within its timeout after it started; none is stuck |
+//! | `restricted_sources` | safety | Argo CD never deployed an app outside the RestrictedGitSource governing it (its project's, its Git Source's), allowing a changed source 30 s to propagate (see `restricted`) |
+//! | `restricted_source_applied` | liveness | every change to a RestrictedGitSource reached its AppProject within 30 s (unless changed again first) |
 //! | `change_revision_correct` | safety | at the end every app's change revision (`status.operationState.operation.sync.changeRevision`) is the one its last sync should carry: the newest commit on the first-parent chain of its `previous..current` that touches its refresh paths, or none (see `acr`) |
 //! | `no_spurious_change` | safety | every change revision the ACR controller writes into an app is a commit that touched the app's refresh paths |
 //! | `app_version_reported` | liveness | after the calm phase every app the platform shows at its current sync (status and revision) shows the app version Git holds at its last sync (`Chart.yaml`'s `appVersion` at `syncResult.revision`; see `sources`) |
@@ -57,6 +59,7 @@ pub mod ownership;
 mod platform;
 pub mod promotions;
 pub mod resources;
+pub mod restricted;
 pub mod sources;
 pub mod tunnel;
 
@@ -208,6 +211,8 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "promotion_commit_once" => Box::new(promotions::PromotionCommitOnce),
         "promotion_ordered" => Box::new(promotions::PromotionOrdered),
         "promotion_terminates" => Box::new(promotions::PromotionTerminates),
+        "restricted_sources" => Box::new(restricted::RestrictedSourcesChecker::default()),
+        "restricted_source_applied" => Box::new(restricted::SourceApplied::default()),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),
         "app_version_reported" => Box::new(sources::AppVersionReported),
         "change_revision_reported" => Box::new(sources::ChangeRevisionReported),

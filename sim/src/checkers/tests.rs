@@ -8,6 +8,7 @@ use orrery_system::core::Variant;
 use orrery_system::observe::{Observation, ReporterEvent, RequestOutcome, TunnelEvent, WorldEvent};
 use orrery_system::platform::events::read_model::AppState;
 
+use super::restricted::PROPAGATION_MS;
 use super::*;
 use crate::faults::Fault;
 use crate::trace::{HarnessEvent, HostChange, TraceEvent};
@@ -1010,4 +1011,177 @@ fn promotion_terminates_fires_on_a_stuck_or_late_release() {
         .as_str()
         .unwrap()
         .contains("past its timeout"));
+}
+
+fn source_changed(at_ms: u64, spec: serde_json::Value) -> TraceEvent {
+    at(
+        at_ms,
+        "workload",
+        WorldEvent::SourceChanged {
+            source: "team-a".into(),
+            spec,
+        },
+    )
+}
+
+fn team_a(destination: &str) -> serde_json::Value {
+    serde_json::json!({
+        "source": {"repoURL": "https://git.example/team-a/gitops.git", "path": "apps"},
+        "sourceNamespace": "team-a",
+        "sourceRepos": ["https://git.example/team-a/*"],
+        "destinations": [{"server": "https://kubernetes.default.svc", "namespace": destination}],
+    })
+}
+
+fn deployed(at_ms: u64, app: &str, project: &str, repo: &str, namespace: &str) -> TraceEvent {
+    at(
+        at_ms,
+        "workload",
+        WorldEvent::AppDeployed {
+            app: app.into(),
+            project: project.into(),
+            parent: "team-a".into(),
+            repo: repo.into(),
+            server: "https://kubernetes.default.svc".into(),
+            namespace: namespace.into(),
+            revision: "abc".into(),
+        },
+    )
+}
+
+fn project_seen(at_ms: u64, spec: serde_json::Value) -> TraceEvent {
+    at(
+        at_ms,
+        "workload",
+        WorldEvent::ProjectSeen {
+            project: "team-a".into(),
+            spec,
+        },
+    )
+}
+
+#[test]
+fn restricted_sources_fires_on_a_deployment_outside_its_source_after_the_propagation_bound() {
+    let repo = "https://git.example/team-a/web.git";
+    let state = FinalState::default();
+    // Inside: its namespace, repository and destination are the source's.
+    let inside = [
+        source_changed(0, team_a("team-a-*")),
+        deployed(1_000, "team-a/web", "team-a", repo, "team-a-web"),
+        // The sourceNamespace itself is a permitted destination (the Git Source's).
+        deployed(2_000, "team-a/web", "team-a", repo, "team-a"),
+    ];
+    assert!(violations("restricted_sources", &inside, &state).is_empty());
+    for (what, event) in [
+        (
+            "another repository",
+            deployed(
+                1_000,
+                "team-a/web",
+                "team-a",
+                "https://git.example/team-b/web.git",
+                "team-a-web",
+            ),
+        ),
+        (
+            "another destination",
+            deployed(1_000, "team-a/web", "team-a", repo, "kube-system"),
+        ),
+        (
+            "another namespace (a child of team-a's Git Source in argocd)",
+            deployed(1_000, "argocd/admin", "default", repo, "team-a-web"),
+        ),
+    ] {
+        let fired = violations(
+            "restricted_sources",
+            &[source_changed(0, team_a("team-a-*")), event],
+            &state,
+        );
+        assert_eq!(fired.len(), 1, "{what}");
+        assert_eq!(fired[0].class, Class::Safety);
+        assert_eq!(fired[0].details["source"], "team-a");
+    }
+    // Narrowed at 10 s: the old version stays in force for the propagation bound.
+    let narrowed = |deployed_at: u64| {
+        violations(
+            "restricted_sources",
+            &[
+                source_changed(0, team_a("team-a-*")),
+                source_changed(10_000, team_a("team-a-web")),
+                deployed(deployed_at, "team-a/old", "team-a", repo, "team-a-old"),
+            ],
+            &state,
+        )
+    };
+    assert!(narrowed(10_000 + PROPAGATION_MS).is_empty());
+    assert_eq!(narrowed(10_001 + PROPAGATION_MS).len(), 1);
+    // Deleted: nothing it governs may be deployed once the bound has passed.
+    let deleted = violations(
+        "restricted_sources",
+        &[
+            source_changed(0, team_a("team-a-*")),
+            source_changed(10_000, serde_json::Value::Null),
+            deployed(50_000, "team-a/web", "team-a", repo, "team-a-web"),
+        ],
+        &state,
+    );
+    assert_eq!(deleted.len(), 1);
+}
+
+#[test]
+fn restricted_source_applied_fires_when_a_change_reaches_its_project_late_or_never() {
+    let state = FinalState {
+        end_ms: 200_000,
+        ..FinalState::default()
+    };
+    let project = |destination: &str| {
+        serde_json::json!({
+            "sourceRepos": ["https://git.example/team-a/gitops.git", "https://git.example/team-a/*"],
+            "destinations": [
+                {"server": "https://kubernetes.default.svc", "namespace": destination},
+                {"server": "https://kubernetes.default.svc", "namespace": "team-a"},
+            ],
+            "sourceNamespaces": ["team-a"],
+        })
+    };
+    let in_time = [
+        source_changed(0, team_a("team-a-*")),
+        project_seen(5_000, project("team-a-*")),
+        source_changed(60_000, serde_json::Value::Null),
+        project_seen(61_000, serde_json::Value::Null),
+    ];
+    assert!(violations("restricted_source_applied", &in_time, &state).is_empty());
+    let late = [
+        source_changed(0, team_a("team-a-*")),
+        project_seen(PROPAGATION_MS + 1, project("team-a-*")),
+    ];
+    let fired = violations("restricted_source_applied", &late, &state);
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].class, Class::Liveness);
+    // A project that does not say what the source says does not count.
+    let wrong = [
+        source_changed(0, team_a("team-a-*")),
+        project_seen(1_000, project("*")),
+    ];
+    assert_eq!(
+        violations("restricted_source_applied", &wrong, &state).len(),
+        1
+    );
+    // A deletion whose project stays.
+    let kept = [
+        source_changed(0, team_a("team-a-*")),
+        project_seen(1_000, project("team-a-*")),
+        source_changed(60_000, serde_json::Value::Null),
+    ];
+    assert_eq!(
+        violations("restricted_source_applied", &kept, &state).len(),
+        1
+    );
+    // A change superseded before its bound is judged by its successor only.
+    let superseded = [
+        source_changed(0, team_a("team-a-*")),
+        source_changed(1_000, team_a("team-a-web")),
+        project_seen(2_000, project("team-a-web")),
+    ];
+    assert!(violations("restricted_source_applied", &superseded, &state).is_empty());
 }

@@ -204,6 +204,7 @@ fn counted_kind(event: &TraceEvent) -> Option<String> {
         "sources.",
         "operator.",
         "promotion.",
+        "restricted.",
     ]
     .iter()
     .any(|prefix| kind.starts_with(prefix))
@@ -396,6 +397,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     );
     change_revision_figures(events, state, &mut counters, &mut histograms);
     promotion_figures(events, state, &mut counters, &mut histograms);
+    restricted_figures(events, &mut counters, &mut histograms);
     git_detail_figures(events, state, &mut counters);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
@@ -489,6 +491,68 @@ fn promotion_figures(
             Histogram::from_ms(samples),
         );
     }
+}
+
+/// Restricted-source figures (when the world reported a RestrictedGitSource):
+/// - `restricted.apps_deployed` / `restricted.apps_refused`: distinct apps Argo CD deployed
+///   at least once / refused for their project at least once;
+/// - `restricted.children_refused`: child Applications a Git Source's project kept out
+///   (distinct parent and message);
+/// - `restricted.deployments_outside`: deployments outside their source (what
+///   `restricted_sources` fires on);
+/// - `restricted_source_propagation`: per source change, the time until its AppProject
+///   reflected it; `restricted.propagation_max_ms` the slowest (a change never reflected
+///   counts to the end of the run).
+fn restricted_figures(
+    events: &[TraceEvent],
+    counters: &mut BTreeMap<String, u64>,
+    histograms: &mut BTreeMap<String, Histogram>,
+) {
+    use orrery_system::observe::WorldEvent;
+    let changed = events
+        .iter()
+        .any(|e| matches!(e.world(), Some(WorldEvent::SourceChanged { .. })));
+    if !changed {
+        return;
+    }
+    let mut deployed = std::collections::BTreeSet::new();
+    let mut refused = std::collections::BTreeSet::new();
+    let mut children = std::collections::BTreeSet::new();
+    for event in events {
+        match event.world() {
+            Some(WorldEvent::AppDeployed { app, .. }) => {
+                deployed.insert(app.clone());
+            }
+            Some(WorldEvent::AppRefused { app, .. }) => {
+                refused.insert(app.clone());
+            }
+            Some(WorldEvent::ReconcileError { app, error })
+                if error.contains("is not permitted in project") =>
+            {
+                children.insert((app.clone(), error.clone()));
+            }
+            _ => {}
+        }
+    }
+    counters.insert("restricted.apps_deployed".into(), deployed.len() as u64);
+    counters.insert("restricted.apps_refused".into(), refused.len() as u64);
+    counters.insert("restricted.children_refused".into(), children.len() as u64);
+    counters.insert(
+        "restricted.deployments_outside".into(),
+        crate::checkers::restricted::outside(events).len() as u64,
+    );
+    let end = events.last().map_or(0, |e| e.at_ms);
+    let delays: Vec<u64> = crate::checkers::restricted::propagation(events)
+        .into_iter()
+        .map(|(_, at, reflected)| reflected.unwrap_or(end).saturating_sub(at))
+        .collect();
+    if let Some(max) = delays.iter().max() {
+        counters.insert("restricted.propagation_max_ms".into(), *max);
+    }
+    histograms.insert(
+        "restricted_source_propagation".into(),
+        Histogram::from_ms(delays),
+    );
 }
 
 /// Change-revision figures (only when syncs ran as visible operations):

@@ -266,6 +266,11 @@ fn world_pieces(
             k8s_client_burst: scenario.argocd.k8s_client_burst,
             application_namespaces: scenario.argocd.application_namespaces.clone(),
             sync_duration: scenario.argocd.sync_duration,
+            projects: if scenario.argocd.projects {
+                argocd::projects::Projects::enforced()
+            } else {
+                argocd::projects::Projects::default()
+            },
             calm: Some(world.calm.clone()),
             ..Default::default()
         };
@@ -399,6 +404,14 @@ fn world_pieces(
         }));
     }
     if host.has(Role::Workload) {
+        if let Some(restricted) = scenario.restricted_sources.clone() {
+            let (git, target) = (world.git.clone(), target.clone());
+            pieces.push(Box::new(move |env| {
+                let (git, restricted) = (git.clone(), restricted.clone());
+                let client = orrery_system::env::kube::client(env.clone(), &target);
+                Box::pin(crate::world::restricted::run(env, client, git, restricted))
+            }));
+        }
         if let Some(promotions) = scenario.promotions.clone() {
             let (git, health, target) = (world.git.clone(), world.health.clone(), target.clone());
             pieces.push(Box::new(move |env| {
@@ -1115,6 +1128,9 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         &hosts_with(scenario, Role::Cluster),
     );
     workload::seed_git(&world.git, &scenario.workload, &layout, SIM_EPOCH_UNIX_MS);
+    if let Some(restricted) = &scenario.restricted_sources {
+        crate::world::restricted::seed_git(&world.git, restricted, SIM_EPOCH_UNIX_MS);
+    }
     let total = scenario.duration + scenario.calm;
     let mut faults = Vec::new();
     let mut sim = turmoil::Builder::new()

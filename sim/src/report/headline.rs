@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 20] = [
+pub const FIGURES: [(&str, &str); 23] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -65,6 +65,15 @@ pub const FIGURES: [(&str, &str); 20] = [
     (
         "lead_time_to_production_max_ms",
         "commit → last environment verified (slowest)",
+    ),
+    (
+        "deployments_outside_source",
+        "apps deployed outside their RestrictedGitSource",
+    ),
+    ("apps_refused", "apps Argo CD refused for their project"),
+    (
+        "source_change_to_project_max_ms",
+        "RestrictedGitSource change → AppProject (slowest)",
     ),
 ];
 
@@ -174,6 +183,20 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         put(
             "lead_time_to_production_max_ms",
             counter("promotion.lead_time_to_last_max_ms"),
+        );
+    }
+    if metrics
+        .counters
+        .contains_key("restricted.deployments_outside")
+    {
+        put(
+            "deployments_outside_source",
+            counter("restricted.deployments_outside"),
+        );
+        put("apps_refused", counter("restricted.apps_refused"));
+        put(
+            "source_change_to_project_max_ms",
+            counter("restricted.propagation_max_ms"),
         );
     }
     let resources = metrics

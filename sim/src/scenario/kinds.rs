@@ -116,7 +116,7 @@ impl ResourceKind {
     }
 }
 
-const FIXTURE_CRDS: [(&str, &str); 10] = [
+const FIXTURE_CRDS: [(&str, &str); 11] = [
     (
         "fixtures/crds/analysisrun.yaml",
         include_str!("../../../fixtures/crds/analysisrun.yaml"),
@@ -124,6 +124,10 @@ const FIXTURE_CRDS: [(&str, &str); 10] = [
     (
         "fixtures/crds/application.yaml",
         include_str!("../../../fixtures/crds/application.yaml"),
+    ),
+    (
+        "fixtures/crds/appproject.yaml",
+        include_str!("../../../fixtures/crds/appproject.yaml"),
     ),
     (
         "fixtures/crds/product.yaml",
@@ -294,6 +298,7 @@ mod tests {
             "promotionpolicies",
             "promotiontemplates",
             "restrictedgitsources",
+            "appprojects",
         ] {
             assert!(find(plural).namespaced, "{plural} is namespaced");
         }

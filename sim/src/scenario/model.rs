@@ -51,6 +51,11 @@ pub struct Scenario {
     /// operator, appproxy, runtime, gateway, git, workflows). Default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promotions: Option<Promotions>,
+    /// Restricted Git Sources: tenants' Git Sources the GitOps operator turns into Argo CD
+    /// AppProjects, and changes to them over time (needs hosts with roles operator, argocd,
+    /// git, workload and `argocd.projects`). Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restricted_sources: Option<RestrictedSources>,
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
@@ -331,6 +336,57 @@ impl Promotions {
     }
 }
 
+/// Tenants' Restricted Git Sources (`restricted_sources:`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestrictedSources {
+    /// A YAML file (relative to the scenario file) with `sources:` (the RestrictedGitSource
+    /// objects the platform team applies in `argocd` at the start) and `repositories:`
+    /// (repository URL → file → content: what the tenants' repositories hold, the
+    /// Application manifests their Git Sources deploy among them).
+    pub resources: String,
+    /// Every this often each file named `deployment.yaml` in those repositories gets a new
+    /// version (a commit per repository). Zero: never.
+    #[serde(with = "super::duration", default = "RestrictedSources::commit_every")]
+    pub commit_every: Duration,
+    /// Changes to the sources over time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<SourceChange>,
+    /// The sources `resources` holds, read with the scenario file.
+    #[serde(skip)]
+    pub sources: Vec<serde_json::Value>,
+    /// The repositories `resources` holds.
+    #[serde(skip)]
+    pub repositories: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl RestrictedSources {
+    fn commit_every() -> Duration {
+        Duration::from_secs(15)
+    }
+}
+
+/// One change to a RestrictedGitSource at a time: fields of its `spec` replaced (`set`), or
+/// the source deleted, or created again as the file first had it (`restore`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceChange {
+    /// When.
+    #[serde(with = "super::duration")]
+    pub at: Duration,
+    /// The source's name.
+    pub source: String,
+    /// `spec` fields to replace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Delete the source.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete: bool,
+    /// Create the source again as `resources` has it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restore: bool,
+}
+
 /// One environment's app turning to a health at a time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -377,6 +433,12 @@ pub struct ArgoCd {
     /// patch, as in Argo CD (see `world::argocd::controller`).
     #[serde(with = "super::duration", skip_serializing_if = "Duration::is_zero")]
     pub sync_duration: Duration,
+    /// Whether AppProjects are enforced (`world::argocd::projects`): apps are checked
+    /// against their project, and the built-in `default` project admits only apps in
+    /// `argocd`. Default false: every app is in an unrestricted `default` project (the
+    /// worlds before projects).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub projects: bool,
 }
 
 /// The runtime's installation mode with respect to Argo CD.
@@ -406,6 +468,7 @@ impl Default for ArgoCd {
             application_namespaces: Vec::new(),
             install: Install::Bundled,
             sync_duration: Duration::ZERO,
+            projects: false,
         }
     }
 }
@@ -975,7 +1038,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 20] = [
+pub const KNOWN_INVARIANTS: [&str; 22] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -996,6 +1059,8 @@ pub const KNOWN_INVARIANTS: [&str; 20] = [
     "promotion_commit_once",
     "promotion_ordered",
     "promotion_terminates",
+    "restricted_sources",
+    "restricted_source_applied",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

@@ -27,6 +27,16 @@ pub enum ScenarioError {
         /// What is wrong (with the trace's line).
         reason: String,
     },
+    /// The file `restricted_sources.resources` names could not be read or is malformed.
+    #[error("{path}: restricted_sources.resources: {file}: {reason}")]
+    RestrictedSources {
+        /// The scenario file.
+        path: String,
+        /// The resources file.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The objects `promotions.resources` names could not be read or planned.
     #[error("{path}: promotions.resources: {file}: {reason}")]
     Promotions {
@@ -98,6 +108,23 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
             }
         }
         scenario.workload.trace = Some(std::sync::Arc::new(trace));
+    }
+    if let Some(restricted) = scenario.restricted_sources.as_mut() {
+        let file = path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(&restricted.resources);
+        let failed = |reason: String| ScenarioError::RestrictedSources {
+            path: path.display().to_string(),
+            file: file.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(&file).map_err(|e| failed(e.to_string()))?;
+        let (sources, repositories) =
+            crate::world::restricted::read_resources(&text).map_err(failed)?;
+        restricted.sources = sources;
+        restricted.repositories = repositories;
+        crate::world::restricted::check_changes(restricted).map_err(failed)?;
     }
     if let Some(promotions) = scenario.promotions.as_mut() {
         let file = path
@@ -257,6 +284,16 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "an acr host needs exactly one host with role apiserver and one with role argocd",
     )?;
     v.check(
+        s.restricted_sources.is_none()
+            || (count(Role::Operator) >= 1
+                && count(Role::Argocd) == 1
+                && count(Role::Git) == 1
+                && count(Role::Workload) == 1
+                && s.argocd.projects),
+        &Field::root("restricted_sources"),
+        "restricted sources need at least one host with role operator, one argocd, one git, one workload, and argocd.projects: true",
+    )?;
+    v.check(
         s.promotions.is_none()
             || (count(Role::Promotions) == 1
                 && count(Role::Operator) >= 1
@@ -315,6 +352,13 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
                     "{} needs a host with role platform and at least one with role reporter",
                     invariant.name
                 ),
+            )?;
+        }
+        if invariant.name.starts_with("restricted_") {
+            v.check(
+                s.restricted_sources.is_some(),
+                &Field::root("invariants").index(i).key("name"),
+                format!("{} needs the restricted_sources section", invariant.name),
             )?;
         }
         if invariant.name.starts_with("promotion_") {

@@ -6,6 +6,8 @@
 //! - [`workload`]: commits, app churn, health flaps and refreshes, drawn from the seed.
 //! - [`probe`]: a kube-rs reflector whose view checkers compare with the API server.
 //! - [`promotions`]: a Product's apps and releases, and its orchestrator's configuration.
+//! - [`restricted`]: tenants' Restricted Git Sources and repositories, and a monitor of
+//!   what Argo CD deployed and refused.
 //! - [`tunnel`]: the tunnel world's app-proxy stand-in and clients.
 //! - [`placement`]: which of the product's assemblies (runtime, control plane) each host
 //!   runs, and with what configuration.
@@ -16,6 +18,7 @@ pub mod git;
 pub mod placement;
 pub mod probe;
 pub mod promotions;
+pub mod restricted;
 pub mod rollouts;
 pub mod tunnel;
 pub mod workflows;

@@ -41,7 +41,8 @@ pub struct Planned {
 }
 
 impl Planned {
-    /// Plans `promotions.objects`: exactly one Product, the PromotionFlows its
+    /// Plans `promotions.objects`: exactly one Product (its template inline or a
+    /// PromotionTemplate it references), the PromotionFlows its
     /// `promotionFlows` name, the PromotionPolicies; an error names what is wrong.
     pub fn of(promotions: &Promotions) -> Result<Planned, String> {
         let of_kind = |kind: &str| -> Vec<(String, Value)> {
@@ -64,6 +65,11 @@ impl Planned {
                 products.len()
             ));
         };
+        let templates: BTreeMap<String, Value> = of_kind("PromotionTemplate").into_iter().collect();
+        let mut spec = spec.clone();
+        spec["promotionTemplate"] =
+            plan::promotion_template(product, &spec, &templates).map_err(|e| e.to_string())?;
+        let spec = &spec;
         let flow_specs: BTreeMap<String, Value> = of_kind("PromotionFlow").into_iter().collect();
         let policies = of_kind("PromotionPolicy");
         let mut flows = BTreeMap::new();

@@ -18,6 +18,7 @@ mod real_mode;
 mod replay;
 mod reporter_model;
 mod resources;
+mod restricted;
 mod rollouts;
 mod scenarios;
 mod shrink;

@@ -666,6 +666,14 @@ fn serve_runtime_names_the_flag_a_listed_component_is_missing() {
             "--platform p:1 --name a-b",
             "the tunnel-client component needs --token",
         ),
+        (
+            "--components gitops-operator --argocd a:1",
+            "the gitops-operator component needs --git",
+        ),
+        (
+            "--components gitops-operator --git g:1 --platform-api p:1",
+            "the gitops-operator component needs --argocd",
+        ),
         ("--components dashboard", "invalid value 'dashboard'"),
     ] {
         let args: Vec<&str> = args.split(' ').collect();

@@ -50,6 +50,7 @@ use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
 use super::clusters::{Clusters, Reach};
+use super::projects::{check, project_name, Projects};
 use super::{app_key, children_of, resources_of, source_of, HealthOverrides, NAMESPACE};
 use crate::world::apiserver::store::rfc3339;
 use crate::world::git::SharedGit;
@@ -75,6 +76,12 @@ pub struct Config {
     /// How long a sync operation runs (zero: folded into the refresh's write, see the
     /// module docs).
     pub sync_duration: Duration,
+    /// The AppProjects, when enforced ([`Projects::enforced`], see [`super::projects`]):
+    /// apps are checked against their project and the built-in `default` admits only Argo
+    /// CD's own namespace. Not enforced (the default, and the worlds written before
+    /// projects): every app is in an unrestricted `default` project and AppProjects are
+    /// not read.
+    pub projects: Projects,
     /// Set by the harness for the calm phase: periodic refreshes that would only stamp the
     /// time are skipped, so the world can quiesce and end-of-run checks compare a settled
     /// state (refreshes that change something still happen).
@@ -101,6 +108,7 @@ impl Default for Config {
             application_namespaces: Vec::new(),
             listen: "0.0.0.0:8080".into(),
             sync_duration: Duration::ZERO,
+            projects: Projects::default(),
             calm: None,
         }
     }
@@ -118,6 +126,11 @@ fn desired_status(
 ) -> Option<(Value, Option<String>)> {
     let name = app.metadata.name.clone()?;
     let (repo, path) = source_of(app)?;
+    // The project first: an app it refuses is neither compared nor synced.
+    let project = config.projects.resolve(&project_name(app)).map(|(_, p)| p);
+    if let Err((kind, message)) = check(app, project.as_ref(), &config.namespace) {
+        return Some((uncomparable(app, kind, &message, unix_ms), None));
+    }
     let (server, dest_namespace) = destination_of(app);
     if let Some((kind, message)) = clusters.reach(&server).condition(&server, &dest_namespace) {
         return Some((uncomparable(app, kind, &message, unix_ms), None));
@@ -202,7 +215,7 @@ fn desired_status(
         conditions.retain(|c| {
             !matches!(
                 c["type"].as_str(),
-                Some("ComparisonError" | "InvalidSpecError")
+                Some("ComparisonError" | "InvalidSpecError" | "UnknownError")
             )
         });
         if conditions.is_empty() {
@@ -271,7 +284,7 @@ fn uncomparable(app: &DynamicObject, kind: &str, message: &str, unix_ms: u64) ->
     conditions.retain(|c| {
         !matches!(
             c["type"].as_str(),
-            Some("ComparisonError" | "InvalidSpecError")
+            Some("ComparisonError" | "InvalidSpecError" | "UnknownError")
         )
     });
     conditions
@@ -287,7 +300,8 @@ const STATUS_PARALLELISM: usize = 16;
 const TICK: Duration = Duration::from_secs(1);
 
 /// Everything [`desired_status`] depends on that can change while an app's
-/// resourceVersion stays put: the repository head and its health. (The app's own writes
+/// resourceVersion stays put: the repository head, its health, its cluster and its project's
+/// version (`None`: the project does not exist). (The app's own writes
 /// move its resourceVersion; the version after such a write is recorded.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Inputs {
@@ -295,6 +309,7 @@ struct Inputs {
     head: String,
     health: String,
     cluster: Reach,
+    project: Option<String>,
 }
 
 impl Inputs {
@@ -303,6 +318,7 @@ impl Inputs {
         git: &SharedGit,
         health: &HealthOverrides,
         clusters: &Clusters,
+        projects: &Projects,
     ) -> Option<Inputs> {
         let (repo, _) = source_of(app)?;
         let no_status = json!({});
@@ -318,6 +334,7 @@ impl Inputs {
             head,
             health: health.get(app.metadata.name.as_deref()?),
             cluster,
+            project: projects.resolve(&project_name(app)).map(|(rv, _)| rv),
         })
     }
 }
@@ -372,6 +389,8 @@ struct Plan {
     starts: bool,
     /// This write completes a sync operation (what the harness records of it).
     completes: Option<Completion>,
+    /// Children the parent's project does not permit (not created).
+    refused: Vec<String>,
 }
 
 /// A finished sync operation, as `argocd.synced` records it.
@@ -459,15 +478,18 @@ fn completion(
 /// (Argo CD's sync applies them; a child deleted by hand comes back at the next sync).
 /// `resources` is the parent's `status.resources` as this refresh writes it: only when one of
 /// its `Application` entries is missing from the store are the manifests read from Git, so
-/// the refreshes of the other apps do no Git work here.
+/// the refreshes of the other apps do no Git work here. A child in a namespace the parent's
+/// project does not permit is not created: its refusal is the second list (Argo CD's sync
+/// result message for it).
 fn missing_children(
     app: &DynamicObject,
     resources: &Value,
     git: &SharedGit,
     store: &Store<Shared<DynamicObject>>,
-) -> Vec<Value> {
+    config: &Config,
+) -> (Vec<Value>, Vec<String>) {
     if app.data.pointer("/spec/syncPolicy/automated").is_none() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let absent = |name: &str, namespace: &str| {
         store
@@ -487,27 +509,49 @@ fn missing_children(
         .filter(|(name, namespace)| absent(name, namespace))
         .collect();
     if missing.is_empty() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let Some((repo, path)) = source_of(app) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let git = git.lock();
     let Some(files) = git
         .head(&repo)
         .and_then(|head| git.files_at(&repo, &head.sha, &path))
     else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let parent = app.metadata.name.clone().unwrap_or_default();
-    children_of(&files, &parent)
+    let project_name = project_name(app);
+    let project = config.projects.resolve(&project_name).map(|(_, p)| p);
+    let (server, _) = destination_of(app);
+    let cluster_name = app
+        .data
+        .pointer("/spec/destination/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut refused = Vec::new();
+    let children = children_of(&files, &parent)
         .into_iter()
         .filter(|child| {
             let name = child["metadata"]["name"].as_str().unwrap_or("");
             let namespace = child["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE);
             missing.contains(&(name.to_string(), namespace.to_string()))
         })
-        .collect()
+        .filter(|child| {
+            let namespace = child["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE);
+            let permitted = project
+                .as_ref()
+                .is_some_and(|p| p.permits_destination(&server, cluster_name, namespace));
+            if !permitted {
+                refused.push(format!(
+                    "namespace {namespace} is not permitted in project '{project_name}'"
+                ));
+            }
+            permitted
+        })
+        .collect();
+    (children, refused)
 }
 
 impl Memory {
@@ -659,6 +703,7 @@ async fn tick(
             incomplete: false,
             starts: false,
             completes: Some(done),
+            refused: Vec::new(),
         });
     }
     for key in candidates {
@@ -682,7 +727,7 @@ async fn tick(
             memory.operations.entry(key).or_insert(now);
             continue;
         }
-        let inputs = Inputs::of(&app, git, health, clusters);
+        let inputs = Inputs::of(&app, git, health, clusters, &config.projects);
         let urgent = match (memory.apps.get(&key), &inputs) {
             (None, _) | (_, None) => true,
             (Some((_, k)), Some(i)) => {
@@ -695,7 +740,7 @@ async fn tick(
                     (Ok(seen), Ok(ours)) => seen > ours,
                     _ => i.resource_version != k.resource_version,
                 };
-                newer || k.health != i.health || k.cluster != i.cluster
+                newer || k.health != i.health || k.cluster != i.cluster || k.project != i.project
             }
         };
         if !urgent {
@@ -707,7 +752,8 @@ async fn tick(
         }
         if let Some(patch) = full_refresh(&app, git, health, clusters, config, &stamps, unix_ms) {
             planned.insert(key.clone());
-            let (children, incomplete) = plan_children(&app, &patch, git, store, memory);
+            let (children, incomplete, refused) =
+                plan_children(&app, &patch, git, store, config, memory);
             plans.push(Plan {
                 key,
                 inputs,
@@ -716,6 +762,7 @@ async fn tick(
                 children,
                 incomplete,
                 completes: None,
+                refused,
             });
         }
     }
@@ -738,13 +785,16 @@ async fn tick(
         if memory.operations.contains_key(&key) || running_operation(&app, config) {
             continue;
         }
-        let inputs = Inputs::of(&app, git, health, clusters);
+        let inputs = Inputs::of(&app, git, health, clusters, &config.projects);
         let unchanged = memory
             .apps
             .get(&key)
             .zip(inputs.as_ref())
             .is_some_and(|((_, k), i)| {
-                k.head == i.head && k.health == i.health && k.cluster == i.cluster
+                k.head == i.head
+                    && k.health == i.health
+                    && k.cluster == i.cluster
+                    && k.project == i.project
             });
         if unchanged && calm {
             // Looked at, nothing to write: due again one period from now.
@@ -762,7 +812,8 @@ async fn tick(
             full_refresh(&app, git, health, clusters, config, &stamps, unix_ms)
         };
         if let Some(patch) = patch {
-            let (children, incomplete) = plan_children(&app, &patch, git, store, memory);
+            let (children, incomplete, refused) =
+                plan_children(&app, &patch, git, store, config, memory);
             plans.push(Plan {
                 key,
                 inputs,
@@ -771,6 +822,7 @@ async fn tick(
                 children,
                 incomplete,
                 completes: None,
+                refused,
             });
         }
     }
@@ -784,8 +836,18 @@ async fn tick(
                  incomplete,
                  starts,
                  completes,
+                 refused,
              }| async move {
                 let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
+                for error in refused {
+                    env.observe(
+                        WorldEvent::ReconcileError {
+                            app: name.to_string(),
+                            error,
+                        }
+                        .into(),
+                    );
+                }
                 // The written app is decoded in one pass (`Wire`).
                 let api: Api<orrery_system::env::kube::Wire> =
                     Api::namespaced_with(client.clone(), namespace, &super::application_resource());
@@ -916,21 +978,22 @@ fn plan_children(
     patch: &Value,
     git: &SharedGit,
     store: &Store<Shared<DynamicObject>>,
+    config: &Config,
     memory: &mut Memory,
-) -> (Vec<Value>, bool) {
+) -> (Vec<Value>, bool, Vec<String>) {
     // The resources this refresh writes, or (a refresh that only stamps the time) the app's.
     let resources = patch
         .pointer("/status/resources")
         .or_else(|| app.data.pointer("/status/resources"))
         .unwrap_or(&Value::Null);
-    let mut children = missing_children(app, resources, git, store);
+    let (mut children, refused) = missing_children(app, resources, git, store, config);
     let mut granted = 0;
     while granted < children.len() && memory.take() {
         granted += 1;
     }
     let incomplete = granted < children.len();
     children.truncate(granted);
-    (children, incomplete)
+    (children, incomplete, refused)
 }
 
 /// Runs the controller until the host stops: a reflector plus a periodic reconcile loop.

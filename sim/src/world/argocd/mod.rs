@@ -9,6 +9,7 @@
 
 pub mod clusters;
 pub mod controller;
+pub mod projects;
 pub mod repo_server;
 pub mod server;
 
@@ -333,6 +334,16 @@ pub async fn run(
         clusters.clone(),
     ));
     tokio::spawn(clusters::check(env.clone(), clusters.clone()));
+    if config.projects.is_enforced() {
+        tokio::spawn(projects::watch(
+            env.clone(),
+            client.clone(),
+            config.namespace.clone(),
+            config.projects.clone(),
+            store.clone(),
+            touched.clone(),
+        ));
+    }
     tokio::spawn(controller::run(
         env.clone(),
         client,

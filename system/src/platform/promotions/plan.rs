@@ -269,6 +269,33 @@ pub fn plan_flow(
     })
 }
 
+/// The Product's promotion template: its inline `promotionTemplate`, or the
+/// `PromotionTemplate` its `promotionTemplateRef` names (`templates`: name → spec); an
+/// error names a missing or unknown reference. (Choosing a template by its
+/// `applicationSourceSelector` and `priority` when the Product names none is not modelled.)
+pub fn promotion_template(
+    product: &str,
+    spec: &Value,
+    templates: &BTreeMap<String, Value>,
+) -> Result<Value, PlanError> {
+    if let Some(inline) = spec.get("promotionTemplate").filter(|t| t.is_object()) {
+        return Ok(inline.clone());
+    }
+    let reference = spec
+        .get("promotionTemplateRef")
+        .and_then(|r| r.as_str().or_else(|| r.get("name").and_then(Value::as_str)));
+    let Some(name) = reference else {
+        return Err(PlanError(format!(
+            "Product {product}: spec.promotionTemplate or spec.promotionTemplateRef: required"
+        )));
+    };
+    templates.get(name).cloned().ok_or_else(|| {
+        PlanError(format!(
+            "Product {product}: spec.promotionTemplateRef names PromotionTemplate {name:?}, which does not exist"
+        ))
+    })
+}
+
 /// The flow a commit triggers for a Product (`spec`): the first of its `promotionFlows`
 /// whose every `gitTriggerSelectors` entry holds for the commit's message and revision
 /// (`In`: one of the values is contained in it — inferred; `NotIn`: none is).
@@ -426,5 +453,33 @@ mod tests {
             triggered_flow(&product, "docs [skip promotion]", "abc"),
             None
         );
+    }
+
+    #[test]
+    fn the_promotion_template_is_inline_or_referenced() {
+        use serde_json::json;
+        let templates = BTreeMap::from([(
+            "web".to_string(),
+            json!({"versionSource": {"file": "v.json", "jsonPath": "$.tag"}}),
+        )]);
+        let inline = json!({"promotionTemplate": {"promotion": {}}});
+        assert_eq!(
+            promotion_template("shop", &inline, &templates).unwrap(),
+            json!({"promotion": {}})
+        );
+        for reference in [json!("web"), json!({"name": "web"})] {
+            let spec = json!({ "promotionTemplateRef": reference });
+            assert_eq!(
+                promotion_template("shop", &spec, &templates).unwrap(),
+                templates["web"]
+            );
+        }
+        assert_eq!(
+            promotion_template("shop", &json!({"promotionTemplateRef": "api"}), &templates)
+                .unwrap_err()
+                .to_string(),
+            "Product shop: spec.promotionTemplateRef names PromotionTemplate \"api\", which does not exist"
+        );
+        assert!(promotion_template("shop", &json!({}), &templates).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! The GitOps operator: executes the `PromotionTask`s the platform's promotion
 //! orchestrator creates on the runtime — workflows, promotion commits and pull requests,
-//! app verification — one leader at a time (research §5; issue 15).
+//! app verification — and turns `RestrictedGitSource`s into Argo CD AppProjects
+//! ([`restricted`]), one leader at a time (research §5; issue 15).
 //!
 //! The real operator's source is not public (`quay.io/codefresh/codefresh-gitops-operator`).
 //! What is known is its chart wiring (`gitops-runtime-helm@5bf82295`, `_env.yaml`): the
@@ -19,14 +20,16 @@
 //! | leadership | a Lease (`LEADER_ELECT`), client-go's 15 s / 10 s / 2 s; on loss controller-runtime exits (here: the work stops and the replica is a candidate again) | the same |
 //!
 //! Known simplifications: the operator commits through the Git provider's API directly
-//! (the real one has the app-proxy's URL, `AP_URL`); promotion files are JSON and values are
-//! set by dotted JSON paths; `MAX_CONCURRENT_RELEASES` bounds the tasks reconciled per pass.
+//! (the real one has the app-proxy's URL, `AP_URL`); promotion files are JSON or YAML (by
+//! extension; YAML is rewritten without its comments) and values are set by dotted JSON
+//! paths; `MAX_CONCURRENT_RELEASES` bounds the tasks reconciled per pass.
 
 mod clients;
 mod engine;
 mod faithful;
 mod hardened;
 pub mod leader;
+pub mod restricted;
 pub mod task;
 
 use std::time::Duration;
@@ -54,8 +57,12 @@ pub const LEASE_NAME: &str = "gitops-operator-leader";
 pub struct Config {
     /// Which design runs.
     pub variant: Variant,
-    /// The Kubernetes API; PromotionTasks (and the Lease) live in its namespace.
+    /// The Kubernetes API; PromotionTasks, RestrictedGitSources and the Lease live in its
+    /// namespace.
     pub apiserver: KubeTarget,
+    /// Argo CD's namespace, where generated AppProjects and Git Source Applications go
+    /// (the runtime installs Argo CD in its own namespace: the default).
+    pub argocd_namespace: String,
     /// Where the wrapper workflows are submitted.
     pub workflow_namespace: String,
     /// This replica's identity in the Lease (the pod name).
@@ -102,6 +109,7 @@ impl Config {
         Config {
             variant,
             workflow_namespace: apiserver.namespace.clone(),
+            argocd_namespace: apiserver.namespace.clone(),
             apiserver,
             identity: identity.into(),
             git_addr: git_addr.into(),
@@ -165,11 +173,15 @@ pub async fn run(env: SharedEnv, config: Config) {
             env.observe(OperatorEvent::Leader { host: host.clone() }.into());
         }
         let operator = engine::Operator::new(env.clone(), config.clone());
-        let work = async {
+        let sources = restricted::Generator::new(env.clone(), config.clone());
+        let tasks = async {
             match config.variant {
                 Variant::Faithful => faithful::run(&operator).await,
                 Variant::Hardened => hardened::run(&operator).await,
             }
+        };
+        let work = async {
+            tokio::join!(tasks, sources.run());
         };
         if !config.leader_elect {
             return work.await;

@@ -1,0 +1,491 @@
+//! AppProjects: what an Application may use, as Argo CD enforces it before comparing or
+//! syncing an app (argo-cd `util/argo` `ValidatePermissions`, `GetAppProject`).
+//!
+//! An app names its project in `spec.project` (empty means `default`). Argo CD refuses it —
+//! a condition on the app, sync and health `Unknown`, no sync — when
+//! - the project does not exist: `InvalidSpecError`, "Application referencing project P
+//!   which does not exist";
+//! - the app lives outside Argo CD's own namespace and the project's `sourceNamespaces` do
+//!   not match that namespace: `UnknownError`, "application 'A' in namespace 'N' is not
+//!   permitted to use project 'P'";
+//! - its `spec.source.repoURL` matches none of `sourceRepos`: `InvalidSpecError`,
+//!   "application repo R is not permitted in project 'P'";
+//! - its destination matches none of `destinations`: `InvalidSpecError`, "application
+//!   destination server 'S' and namespace 'N' do not match any of the allowed destinations
+//!   in project 'P'".
+//!
+//! Patterns are globs (`*` any run of characters, `?` one); a pattern starting with `!`
+//! denies what it matches, whatever else allows it. An app-of-apps parent deploys a child
+//! Application only into a namespace its own project permits (the child is a namespaced
+//! resource of the parent's sync).
+//!
+//! The `default` project is Argo CD's built-in one: every repository and destination, and
+//! (with projects enforced) no `sourceNamespaces` — an app outside Argo CD's namespace cannot
+//! use it. An AppProject object named `default` replaces it. Without enforcement
+//! ([`super::controller::Config::projects`] off, the worlds written before projects) every
+//! app is in an unrestricted `default` project, namespaces included.
+//!
+//! [limitation] Resource kind allow- and deny-lists (`clusterResourceWhitelist`, …) are not
+//! enforced; destinations by cluster `name` match by name only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::Store;
+use serde_json::Value;
+
+use orrery_system::env::kube::Shared;
+use orrery_system::env::SharedEnv;
+
+/// The built-in project's name.
+pub const DEFAULT: &str = "default";
+
+/// One `destinations[]` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Destination {
+    /// Cluster URL pattern (empty: matched by `name`).
+    pub server: String,
+    /// Cluster name pattern (empty: matched by `server`).
+    pub name: String,
+    /// Namespace pattern.
+    pub namespace: String,
+}
+
+/// The parts of an AppProject the controller enforces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Project {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.sourceRepos`.
+    pub source_repos: Vec<String>,
+    /// `spec.destinations`.
+    pub destinations: Vec<Destination>,
+    /// `spec.sourceNamespaces`.
+    pub source_namespaces: Vec<String>,
+}
+
+impl Project {
+    /// Argo CD's built-in `default` project: everything allowed, apps in Argo CD's own
+    /// namespace only (`enforced`), or anywhere (not enforced).
+    pub fn builtin(enforced: bool) -> Project {
+        Project {
+            name: DEFAULT.into(),
+            source_repos: vec!["*".into()],
+            destinations: vec![Destination {
+                server: "*".into(),
+                name: "*".into(),
+                namespace: "*".into(),
+            }],
+            source_namespaces: if enforced {
+                Vec::new()
+            } else {
+                vec!["*".into()]
+            },
+        }
+    }
+
+    /// Reads an AppProject object.
+    pub fn of(object: &DynamicObject) -> Project {
+        let spec = object.data.get("spec");
+        let strings = |field: &str| -> Vec<String> {
+            spec.and_then(|s| s.get(field))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        };
+        let destinations = spec
+            .and_then(|s| s.get("destinations"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                let field = |f: &str| d.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+                Destination {
+                    server: field("server"),
+                    name: field("name"),
+                    namespace: field("namespace"),
+                }
+            })
+            .collect();
+        Project {
+            name: object.metadata.name.clone().unwrap_or_default(),
+            source_repos: strings("sourceRepos"),
+            destinations,
+            source_namespaces: strings("sourceNamespaces"),
+        }
+    }
+
+    /// Whether Applications in `namespace` may use the project (`home` is Argo CD's own
+    /// namespace, where any project may be used).
+    pub fn admits_namespace(&self, namespace: &str, home: &str) -> bool {
+        namespace == home || permitted(&self.source_namespaces, namespace)
+    }
+
+    /// Whether the project permits `repo`.
+    pub fn permits_repo(&self, repo: &str) -> bool {
+        permitted(&self.source_repos, repo)
+    }
+
+    /// Whether the project permits deploying to `namespace` on the cluster at `server`
+    /// (`cluster_name` when the destination names the cluster).
+    pub fn permits_destination(&self, server: &str, cluster_name: &str, namespace: &str) -> bool {
+        let matches = |d: &Destination, negated: bool| {
+            let pattern_ns = d.namespace.strip_prefix('!').unwrap_or(&d.namespace);
+            let cluster = (!d.server.is_empty() && glob(&d.server, server))
+                || (!d.name.is_empty() && !cluster_name.is_empty() && glob(&d.name, cluster_name));
+            cluster && (d.namespace.starts_with('!') == negated) && glob(pattern_ns, namespace)
+        };
+        !self.destinations.iter().any(|d| matches(d, true))
+            && self.destinations.iter().any(|d| matches(d, false))
+    }
+}
+
+/// The AppProjects Argo CD knows (its project informer), shared by the watch and the
+/// controller; with enforcement off, every name resolves to an unrestricted `default`.
+#[derive(Clone, Debug, Default)]
+pub struct Projects {
+    enforced: bool,
+    known: Arc<Mutex<BTreeMap<String, (String, Project)>>>,
+}
+
+impl Projects {
+    /// Projects enforced: apps are checked against the AppProjects [`watch`] keeps.
+    pub fn enforced() -> Projects {
+        Projects {
+            enforced: true,
+            ..Projects::default()
+        }
+    }
+
+    /// Whether projects are enforced.
+    pub fn is_enforced(&self) -> bool {
+        self.enforced
+    }
+
+    /// The project `name` as (resourceVersion, project); `None` if it does not exist. The
+    /// built-in `default` has an empty resourceVersion.
+    pub fn resolve(&self, name: &str) -> Option<(String, Project)> {
+        if !self.enforced {
+            return Some((String::new(), Project::builtin(false)));
+        }
+        let known = self.known.lock().expect("projects lock poisoned");
+        match known.get(name) {
+            Some(found) => Some(found.clone()),
+            None if name == DEFAULT => Some((String::new(), Project::builtin(true))),
+            None => None,
+        }
+    }
+
+    /// Replaces what is known; returns the names whose project changed.
+    fn replace(&self, next: BTreeMap<String, (String, Project)>) -> BTreeSet<String> {
+        let mut known = self.known.lock().expect("projects lock poisoned");
+        let changed = known
+            .keys()
+            .chain(next.keys())
+            .filter(|name| known.get(*name).map(|p| &p.0) != next.get(*name).map(|p| &p.0))
+            .cloned()
+            .collect();
+        *known = next;
+        changed
+    }
+
+    fn snapshot(&self) -> BTreeMap<String, (String, Project)> {
+        self.known.lock().expect("projects lock poisoned").clone()
+    }
+}
+
+/// Keeps `projects` current from a watch of AppProjects in Argo CD's `namespace`; every app
+/// of a project that changed is looked at at the controller's next tick (Argo CD requeues a
+/// project's apps when it changes).
+pub async fn watch(
+    env: SharedEnv,
+    client: kube::Client,
+    namespace: String,
+    projects: Projects,
+    apps: Store<Shared<DynamicObject>>,
+    touched: super::controller::Touched,
+) {
+    use futures::StreamExt;
+    use kube::runtime::{watcher, WatchStreamExt};
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &app_project_resource());
+    let mut events = watcher(api, watcher::Config::default())
+        .backoff(orrery_system::env::kube::SeededBackoff::new(env))
+        .boxed();
+    let mut listing: Option<BTreeMap<String, (String, Project)>> = None;
+    while let Some(event) = events.next().await {
+        let entry = |p: &DynamicObject| {
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                (
+                    p.metadata.resource_version.clone().unwrap_or_default(),
+                    Project::of(p),
+                ),
+            )
+        };
+        let next = match event {
+            Ok(watcher::Event::Init) => {
+                listing = Some(BTreeMap::new());
+                continue;
+            }
+            Ok(watcher::Event::InitApply(p)) => {
+                if let Some(listing) = listing.as_mut() {
+                    let (name, value) = entry(&p);
+                    listing.insert(name, value);
+                }
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => listing.take().unwrap_or_default(),
+            Ok(watcher::Event::Apply(p)) => {
+                let mut next = projects.snapshot();
+                let (name, value) = entry(&p);
+                next.insert(name, value);
+                next
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                let mut next = projects.snapshot();
+                next.remove(p.metadata.name.as_deref().unwrap_or(""));
+                next
+            }
+            Err(_) => continue, // retried with backoff
+        };
+        let changed = projects.replace(next);
+        if changed.is_empty() {
+            continue;
+        }
+        for app in apps.state() {
+            if changed.contains(&project_name(&app)) {
+                touched.touch(&super::app_key(
+                    app.metadata.namespace.as_deref().unwrap_or(""),
+                    app.metadata.name.as_deref().unwrap_or(""),
+                ));
+            }
+        }
+    }
+}
+
+/// The AppProject type.
+pub fn app_project_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "AppProject",
+    ))
+}
+
+/// Why Argo CD refuses an app: (condition type, message).
+pub type Refusal = (&'static str, String);
+
+/// Checks `app` against its project (`None`: the project it names does not exist).
+pub fn check(app: &DynamicObject, project: Option<&Project>, home: &str) -> Result<(), Refusal> {
+    let name = app.metadata.name.as_deref().unwrap_or("");
+    let namespace = app.metadata.namespace.as_deref().unwrap_or(home);
+    let wanted = project_name(app);
+    let Some(project) = project else {
+        return Err((
+            "InvalidSpecError",
+            format!("Application referencing project {wanted} which does not exist"),
+        ));
+    };
+    if !project.admits_namespace(namespace, home) {
+        return Err((
+            "UnknownError",
+            format!(
+                "application '{name}' in namespace '{namespace}' is not permitted to use project '{wanted}'"
+            ),
+        ));
+    }
+    let spec = app.data.get("spec");
+    let field = |pointer: &str| {
+        spec.and_then(|s| s.pointer(pointer))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let repo = field("/source/repoURL");
+    if !project.permits_repo(&repo) {
+        return Err((
+            "InvalidSpecError",
+            format!("application repo {repo} is not permitted in project '{wanted}'"),
+        ));
+    }
+    let (server, dest_namespace) = super::controller::destination_of(app);
+    if !project.permits_destination(&server, &field("/destination/name"), &dest_namespace) {
+        return Err((
+            "InvalidSpecError",
+            format!(
+                "application destination server '{server}' and namespace '{dest_namespace}' do not match any of the allowed destinations in project '{wanted}'"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The project an app names (`default` when it names none).
+pub fn project_name(app: &DynamicObject) -> String {
+    match app.data.pointer("/spec/project").and_then(Value::as_str) {
+        Some(name) if !name.is_empty() => name.to_string(),
+        _ => DEFAULT.to_string(),
+    }
+}
+
+/// Whether `value` is permitted by `patterns`: some pattern matches it and no `!pattern`
+/// does.
+fn permitted(patterns: &[String], value: &str) -> bool {
+    let denied = patterns
+        .iter()
+        .filter_map(|p| p.strip_prefix('!'))
+        .any(|p| glob(p, value));
+    !denied
+        && patterns
+            .iter()
+            .filter(|p| !p.starts_with('!'))
+            .any(|p| glob(p, value))
+}
+
+/// Glob match: `*` any run of characters (`/` included, as Argo CD's repository and
+/// namespace globs), `?` one character, anything else itself.
+pub fn glob(pattern: &str, value: &str) -> bool {
+    let (p, v): (Vec<char>, Vec<char>) = (pattern.chars().collect(), value.chars().collect());
+    // Classic two-pointer match with backtracking to the last `*`.
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < v.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == v[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn app(namespace: &str, spec: Value) -> DynamicObject {
+        let mut app =
+            DynamicObject::new("web", &super::super::application_resource()).within(namespace);
+        app.data = json!({ "spec": spec });
+        app
+    }
+
+    fn team_a() -> Project {
+        Project::of(&{
+            let mut p = DynamicObject::new("team-a", &app_project_resource());
+            p.data = json!({"spec": {
+                "sourceRepos": ["https://git.example/team-a/*"],
+                "sourceNamespaces": ["team-a"],
+                "destinations": [
+                    {"server": "https://kubernetes.default.svc", "namespace": "team-a-*"},
+                    {"server": "*", "namespace": "!team-a-secrets"},
+                ],
+            }});
+            p
+        })
+    }
+
+    fn spec(repo: &str, namespace: &str) -> Value {
+        json!({"project": "team-a",
+            "source": {"repoURL": repo, "path": "web"},
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": namespace}})
+    }
+
+    #[test]
+    fn globs_match_as_argo_cd_does() {
+        assert!(glob("*", ""));
+        assert!(glob("team-a-*", "team-a-web"));
+        assert!(!glob("team-a-*", "team-b-web"));
+        assert!(glob("https://git.example/*", "https://git.example/a/b.git"));
+        assert!(glob("te?m", "team"));
+        assert!(!glob("team", "teams"));
+    }
+
+    #[test]
+    fn an_app_inside_its_project_is_permitted() {
+        let project = team_a();
+        let ok = app(
+            "team-a",
+            spec("https://git.example/team-a/apps.git", "team-a-web"),
+        );
+        assert_eq!(check(&ok, Some(&project), "argocd"), Ok(()));
+    }
+
+    #[test]
+    fn each_rule_refuses_with_argo_cds_condition() {
+        let project = team_a();
+        let home = "argocd";
+        let cases = [
+            (
+                app("team-a", spec("https://git.example/team-b/apps.git", "team-a-web")),
+                "InvalidSpecError",
+                "application repo https://git.example/team-b/apps.git is not permitted in project 'team-a'",
+            ),
+            (
+                app("team-a", spec("https://git.example/team-a/apps.git", "kube-system")),
+                "InvalidSpecError",
+                "application destination server 'https://kubernetes.default.svc' and namespace 'kube-system' do not match any of the allowed destinations in project 'team-a'",
+            ),
+            (
+                app("team-a", spec("https://git.example/team-a/apps.git", "team-a-secrets")),
+                "InvalidSpecError",
+                "application destination server 'https://kubernetes.default.svc' and namespace 'team-a-secrets' do not match any of the allowed destinations in project 'team-a'",
+            ),
+            (
+                app("team-b", spec("https://git.example/team-a/apps.git", "team-a-web")),
+                "UnknownError",
+                "application 'web' in namespace 'team-b' is not permitted to use project 'team-a'",
+            ),
+        ];
+        for (app, kind, message) in cases {
+            assert_eq!(
+                check(&app, Some(&project), home),
+                Err((kind, message.to_string()))
+            );
+        }
+        let missing = app(
+            "team-a",
+            spec("https://git.example/team-a/apps.git", "team-a-web"),
+        );
+        assert_eq!(
+            check(&missing, None, home),
+            Err((
+                "InvalidSpecError",
+                "Application referencing project team-a which does not exist".to_string()
+            ))
+        );
+        // Argo CD's own namespace may use any project.
+        let home_app = app(
+            "argocd",
+            spec("https://git.example/team-a/apps.git", "team-a-web"),
+        );
+        assert_eq!(check(&home_app, Some(&project), home), Ok(()));
+    }
+
+    #[test]
+    fn the_builtin_default_project_admits_only_argo_cds_namespace_when_enforced() {
+        let mut outside = app("team-a", spec("https://any.example/x.git", "anything"));
+        outside.data["spec"]["project"] = json!("");
+        assert!(check(&outside, Some(&Project::builtin(false)), "argocd").is_ok());
+        assert_eq!(
+            check(&outside, Some(&Project::builtin(true)), "argocd")
+                .unwrap_err()
+                .0,
+            "UnknownError"
+        );
+        let inside = app("argocd", spec("https://any.example/x.git", "anything"));
+        assert!(check(&inside, Some(&Project::builtin(true)), "argocd").is_ok());
+    }
+}

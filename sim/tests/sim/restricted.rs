@@ -1,0 +1,143 @@
+//! Restricted Git Sources in the `restricted-sources` world: the GitOps operator turns each
+//! tenant's RestrictedGitSource into an AppProject and a Git Source; Argo CD deploys what
+//! is inside and refuses each way out with Argo CD's condition; a narrowed, deleted and
+//! restored source reaches Argo CD, faithful on its poll and hardened on the watch event.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use orrery_sim::harness::runner;
+use orrery_sim::scenario::{self, Variant};
+use orrery_sim::trace::TraceEvent;
+use orrery_system::observe::{OperatorEvent, WorldEvent};
+
+fn run(variant: Variant) -> runner::RunOutcome {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/restricted-sources.yaml");
+    let scenario = scenario::parse::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let run = runner::run(&scenario, 1, variant);
+    assert_eq!(run.harness_error, None);
+    assert!(run.violations.is_empty(), "{:?}", run.violations);
+    run
+}
+
+/// App → the first refusal message Argo CD gave it.
+fn refusals(events: &[TraceEvent]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        if let Some(WorldEvent::AppRefused { app, message, .. }) = e.world() {
+            out.entry(app.clone()).or_insert_with(|| message.clone());
+        }
+    }
+    out
+}
+
+fn deployed(events: &[TraceEvent]) -> BTreeSet<String> {
+    events
+        .iter()
+        .filter_map(|e| match e.world() {
+            Some(WorldEvent::AppDeployed { app, .. }) => Some(app.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// (source, changed at, reflected at) of the run.
+fn propagation(events: &[TraceEvent]) -> Vec<(String, u64, Option<u64>)> {
+    orrery_sim::checkers::restricted::propagation(events)
+}
+
+#[test]
+fn argo_cd_deploys_what_is_inside_and_refuses_each_way_out() {
+    let run = run(Variant::Faithful);
+    let events = run.trace.events();
+    assert_eq!(
+        deployed(&events),
+        BTreeSet::from(
+            [
+                "argocd/team-a",
+                "argocd/team-b",
+                "team-a/web",
+                "team-b/web",
+                "team-b/staging"
+            ]
+            .map(String::from)
+        ),
+        "the Git Sources and the apps inside their sources, nothing else"
+    );
+    let refused = refusals(&events);
+    let expect = [
+        ("team-a/steal", "application repo https://git.example/team-b/web.git is not permitted in project 'team-a'"),
+        ("team-a/kube", "application destination server 'https://kubernetes.default.svc' and namespace 'kube-system' do not match any of the allowed destinations in project 'team-a'"),
+        ("team-a/borrow", "application 'borrow' in namespace 'team-a' is not permitted to use project 'team-b'"),
+        ("team-a/sneaky", "application 'sneaky' in namespace 'team-a' is not permitted to use project 'default'"),
+        ("team-b/staging", "application destination server 'https://kubernetes.default.svc' and namespace 'team-b-staging' do not match any of the allowed destinations in project 'team-b'"),
+        ("team-a/web", "Application referencing project team-a which does not exist"),
+    ];
+    for (app, message) in expect {
+        assert_eq!(refused.get(app).map(String::as_str), Some(message), "{app}");
+    }
+    assert_eq!(refused.len(), expect.len(), "{refused:?}");
+    // The Application in Argo CD's own namespace is never created: team-a's Git Source may
+    // deploy into team-a only.
+    assert!(events.iter().any(|e| matches!(
+        e.world(),
+        Some(WorldEvent::ReconcileError { app, error })
+            if app == "team-a" && error == "namespace argocd is not permitted in project 'team-a'"
+    )));
+    assert!(!events.iter().any(|e| matches!(
+        e.world(),
+        Some(WorldEvent::ChildCreated { child, .. }) if child == "argocd/admin"
+    )));
+    // Deleting the source deleted its Git Source app before its project; restoring it
+    // brought both back, and team-a/web is deployed again.
+    let actions: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match e.operator() {
+            Some(OperatorEvent::Source { source, action, .. }) if source == "argocd/team-a" => {
+                Some((action.clone(), e.at_ms.to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    let order: Vec<&str> = actions.iter().map(|(a, _)| a.as_str()).collect();
+    assert_eq!(
+        order,
+        [
+            "project_applied",
+            "application_applied",
+            "application_deleted",
+            "project_deleted",
+            "project_applied",
+            "application_applied",
+        ]
+    );
+    let restored_at = actions[4].1.parse::<u64>().unwrap();
+    assert!(events.iter().any(|e| e.at_ms > restored_at
+        && matches!(e.world(), Some(WorldEvent::AppDeployed { app, .. }) if app == "team-a/web")));
+}
+
+#[test]
+fn hardened_applies_a_source_change_on_its_watch_event_faithful_on_its_poll() {
+    let slowest = |variant| {
+        let events = run(variant).trace.events();
+        let delays = propagation(&events);
+        assert_eq!(
+            delays.len(),
+            5,
+            "two creations, a narrowing, a deletion, a restore"
+        );
+        delays
+            .iter()
+            .map(|(source, at, reflected)| {
+                reflected.unwrap_or_else(|| panic!("{source} at {at} never reflected")) - at
+            })
+            .max()
+            .unwrap()
+    };
+    let (faithful, hardened) = (slowest(Variant::Faithful), slowest(Variant::Hardened));
+    assert!(hardened < 1_000, "hardened: {hardened} ms");
+    assert!(
+        (1_000..=orrery_sim::checkers::restricted::PROPAGATION_MS).contains(&faithful),
+        "faithful: {faithful} ms"
+    );
+}
