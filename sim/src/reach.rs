@@ -1120,6 +1120,7 @@ expect: {hardened: pass}
                 server: "s".into(),
                 namespace: "n".into(),
                 revision: "abc".into(),
+                deployed_at_ms: at_ms,
             },
         )
     }

@@ -638,6 +638,12 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
     if has(Component::GitopsOperator) {
         needed(&args.git, "--git", Component::GitopsOperator)?;
         needed(&args.argocd, "--argocd", Component::GitopsOperator)?;
+        // Replicas elect a leader by identity: each needs its own.
+        if args.operator_replicas > 1 && args.pod_name.is_none() {
+            return Err(Fail::usage(
+                "serve runtime: --operator-replicas above 1 needs --pod-name (POD_NAME), each replica's own Lease identity",
+            ));
+        }
     }
     let mut config = RuntimeConfig {
         tunnels,

@@ -284,9 +284,10 @@ events! {
         "restricted.source" => SourceChanged { source: String, spec: serde_json::Value },
         /// The world's monitor saw an AppProject change (`spec` null: deleted).
         "restricted.project" => ProjectSeen { project: String, spec: serde_json::Value },
-        /// The monitor saw Argo CD deploy an app (a new `status.history` entry); `app` is
-        /// `namespace/name`, `parent` its app-of-apps parent (instance label, may be empty).
-        "restricted.deployed" => AppDeployed { app: String, project: String, parent: String, repo: String, server: String, namespace: String, revision: String },
+        /// The monitor saw Argo CD deploy an app (a new `status.history` entry, recorded at
+        /// `deployed_at_ms` of the run); `app` is `namespace/name`, `parent` its app-of-apps
+        /// parent (instance label, may be empty), `repo` the entry's source.
+        "restricted.deployed" => AppDeployed { app: String, project: String, parent: String, repo: String, server: String, namespace: String, revision: String, deployed_at_ms: u64 },
         /// The monitor saw Argo CD refuse an app (a project condition appeared on it).
         "restricted.refused" => AppRefused { app: String, project: String, condition: String, message: String },
     }

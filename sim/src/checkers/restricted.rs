@@ -10,9 +10,12 @@
 //!   `sourceRepos`, and its destination matches `destinations` or the in-cluster
 //!   `sourceNamespace`. A source that changed may still be in force for
 //!   [`PROPAGATION_MS`] after the change (the operator and Argo CD need that long to apply
-//!   it; `restricted_source_applied` bounds it): a deployment is judged against every
-//!   version of the source in force during the preceding [`PROPAGATION_MS`], and must be
-//!   inside one of them.
+//!   it; `restricted_source_applied` bounds it): a deployment is judged at the time Argo CD
+//!   recorded it (its history entry's `deployedAt`, to the second) against every version of
+//!   the source in force during the preceding [`PROPAGATION_MS`], and must be inside one of
+//!   them. Inside means what Argo CD's own matching says (globs, `!` denies, normalised
+//!   repository URLs: `world::argocd::projects`), which the Argo CD conformance suite
+//!   compares with a real Argo CD.
 //! - `restricted_source_applied` (liveness): every change to a source is reflected in its
 //!   AppProject (repositories, destinations and source namespaces as above; deleted with the
 //!   source) within [`PROPAGATION_MS`], unless changed again before; the last version by the
@@ -27,7 +30,7 @@ use orrery_system::runtime::gitops_operator::restricted::IN_CLUSTER;
 
 use super::{Checker, Class, FinalState, Violation};
 use crate::trace::TraceEvent;
-use crate::world::argocd::projects::glob;
+use crate::world::argocd::projects::{destination_permitted, source_permitted, Destination};
 
 /// How long a source change may take to reach Argo CD: a faithful poll (10 s) after a
 /// leader failover (a 15 s lease and a 2 s retry), with slack.
@@ -70,35 +73,28 @@ impl Permits {
         }
     }
 
-    /// Whether a deployment of an app in `namespace` (named `name`, the source `source`'s own
-    /// Git Source app when it is `source` in `argocd`) from `repo` to (`server`,
-    /// `dest_namespace`) is inside.
+    /// Whether `deployed` is inside the source `source` permits this: it lives in the
+    /// source's namespace (or is the source's own Git Source app in `argocd`), and Argo CD's
+    /// matching ([`source_permitted`], [`destination_permitted`]) permits its repository
+    /// and destination.
     fn admits(&self, source: &str, deployed: &Deployed) -> bool {
         let (app_namespace, app_name) = deployed.app.split_once('/').unwrap_or(("", ""));
         let home = self.namespaces.contains(app_namespace)
             || (app_namespace == crate::world::argocd::NAMESPACE
                 && app_name == source
                 && deployed.parent.is_empty());
-        let permitted = |patterns: &mut dyn Iterator<Item = &str>, value: &str| {
-            let patterns: Vec<&str> = patterns.collect();
-            !patterns
-                .iter()
-                .filter_map(|p| p.strip_prefix('!'))
-                .any(|p| glob(p, value))
-                && patterns
-                    .iter()
-                    .filter(|p| !p.starts_with('!'))
-                    .any(|p| glob(p, value))
-        };
-        let repo_ok = permitted(&mut self.repos.iter().map(String::as_str), &deployed.repo);
-        let server_namespaces: Vec<&str> = self
+        let repos: Vec<String> = self.repos.iter().cloned().collect();
+        let destinations: Vec<Destination> = self
             .destinations
             .iter()
-            .filter(|(server, _)| glob(server, &deployed.server))
-            .map(|(_, namespace)| namespace.as_str())
+            .map(|(server, namespace)| Destination {
+                server: server.clone(),
+                name: String::new(),
+                namespace: namespace.clone(),
+            })
             .collect();
-        let destination_ok = permitted(&mut server_namespaces.into_iter(), &deployed.namespace);
-        home && repo_ok && destination_ok
+        home && source_permitted(&repos, &deployed.repo)
+            && destination_permitted(&destinations, &deployed.server, "", &deployed.namespace)
     }
 }
 
@@ -178,8 +174,12 @@ impl Checker for RestrictedSourcesChecker {
                 repo,
                 server,
                 namespace,
+                deployed_at_ms,
                 ..
             } => {
+                // Judged when Argo CD deployed it (its history entry's time), not when the
+                // monitor saw it.
+                let at_ms = *deployed_at_ms;
                 let deployed = Deployed {
                     app: app.clone(),
                     project: project.clone(),
@@ -203,10 +203,10 @@ impl Checker for RestrictedSourcesChecker {
                     .collect();
                 for source in governing {
                     let versions = &self.timeline[source];
-                    let from = event.at_ms.saturating_sub(PROPAGATION_MS);
+                    let from = at_ms.saturating_sub(PROPAGATION_MS);
                     let in_force = versions.iter().enumerate().filter(|(i, (start, _))| {
                         let end = versions.get(i + 1).map_or(u64::MAX, |next| next.0);
-                        *start <= event.at_ms && end >= from
+                        *start <= at_ms && end >= from
                     });
                     let inside = in_force
                         .clone()
@@ -215,7 +215,7 @@ impl Checker for RestrictedSourcesChecker {
                         return Some(Violation {
                             invariant: self.name().into(),
                             class: Class::Safety,
-                            at_ms: event.at_ms,
+                            at_ms,
                             host: event.host.clone(),
                             details: json!({
                                 "reason": format!(

@@ -1045,6 +1045,7 @@ fn deployed(at_ms: u64, app: &str, project: &str, repo: &str, namespace: &str) -
             server: "https://kubernetes.default.svc".into(),
             namespace: namespace.into(),
             revision: "abc".into(),
+            deployed_at_ms: at_ms,
         },
     )
 }

@@ -4,7 +4,7 @@
 //! every `commit_every`), and a monitor that reports what Argo CD deployed and refused and
 //! which AppProjects it was given — the typed events the `restricted_*` checkers judge.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -60,8 +60,9 @@ pub fn read_resources(
         if name.is_empty() {
             return Err(format!("sources[{i}]: metadata.name is required"));
         }
-        let object: DynamicObject = serde_json::from_value(source.clone())
+        let mut object: DynamicObject = serde_json::from_value(source.clone())
             .map_err(|e| format!("sources[{i}] ({name}): {e}"))?;
+        object.metadata.namespace = Some(argocd::NAMESPACE.into());
         orrery_system::runtime::gitops_operator::restricted::generate(&object, argocd::NAMESPACE)
             .map_err(|e| format!("sources[{i}]: {e}"))?;
         sources.push(source.clone());
@@ -88,26 +89,59 @@ pub fn read_resources(
     Ok((sources, repositories))
 }
 
-/// Checks that every change names a source of the file and does exactly one thing.
+/// Checks the changes in time order: each names a source of the file and does exactly one
+/// thing that makes sense then (`set` and `delete` on a source that exists, `restore` on one
+/// that was deleted), and a `set` leaves a source the operator can turn into a project.
 pub fn check_changes(restricted: &RestrictedSources) -> Result<(), String> {
-    for (i, change) in restricted.changes.iter().enumerate() {
-        if !restricted
-            .sources
-            .iter()
-            .any(|s| s["metadata"]["name"] == change.source.as_str())
-        {
-            return Err(format!(
-                "changes[{i}]: source {:?} is not in the file",
-                change.source
-            ));
+    let mut state: BTreeMap<String, Option<Value>> = BTreeMap::new();
+    for source in &restricted.sources {
+        let name = source["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if state.insert(name.clone(), Some(source.clone())).is_some() {
+            return Err(format!("sources: {name:?} is named twice"));
         }
+    }
+    let mut order: Vec<(usize, &crate::scenario::model::SourceChange)> =
+        restricted.changes.iter().enumerate().collect();
+    order.sort_by_key(|(i, c)| (c.at, *i));
+    for (i, change) in order {
+        let at = format!("changes[{i}] (source {:?})", change.source);
+        let Some(current) = state.get_mut(&change.source) else {
+            return Err(format!("{at}: the file has no such source"));
+        };
         let actions = usize::from(change.set.is_some())
             + usize::from(change.delete)
             + usize::from(change.restore);
         if actions != 1 {
-            return Err(format!(
-                "changes[{i}]: want exactly one of set, delete, restore"
-            ));
+            return Err(format!("{at}: want exactly one of set, delete, restore"));
+        }
+        match (current.as_mut(), change.set.as_ref()) {
+            (Some(source), Some(set)) => {
+                for (field, value) in set {
+                    source["spec"][field] = value.clone();
+                }
+                let mut object: DynamicObject =
+                    serde_json::from_value(source.clone()).map_err(|e| format!("{at}: {e}"))?;
+                object.metadata.namespace = Some(argocd::NAMESPACE.into());
+                orrery_system::runtime::gitops_operator::restricted::generate(
+                    &object,
+                    argocd::NAMESPACE,
+                )
+                .map_err(|e| format!("{at}: after set: {e}"))?;
+            }
+            (None, Some(_)) => return Err(format!("{at}: set on a deleted source")),
+            (Some(_), None) if change.delete => *current = None,
+            (None, None) if change.restore => {
+                *current = restricted
+                    .sources
+                    .iter()
+                    .find(|s| s["metadata"]["name"] == change.source.as_str())
+                    .cloned();
+            }
+            (Some(_), None) => return Err(format!("{at}: restore of a source that exists")),
+            (None, None) => return Err(format!("{at}: delete of a deleted source")),
         }
     }
     Ok(())
@@ -224,8 +258,10 @@ async fn create(env: &SharedEnv, api: &Api<DynamicObject>, source: &Value) {
     let name = object.metadata.name.clone().unwrap_or_default();
     loop {
         match api.create(&PostParams::default(), &object).await {
+            // Created (409: by an attempt whose answer was lost).
             Ok(_) => break,
             Err(kube::Error::Api(e)) if e.code == 409 => break,
+            Err(kube::Error::Api(e)) if (400..500).contains(&e.code) && e.code != 429 => return,
             Err(_) => env.sleep(Duration::from_secs(1)).await,
         }
     }
@@ -249,7 +285,12 @@ async fn update(
                 record(env, name, updated.data["spec"].clone());
                 return;
             }
-            Err(kube::Error::Api(status)) if status.code == 404 => return,
+            // Refused (the scenario's parse checks what it can): nothing changed.
+            Err(kube::Error::Api(status))
+                if (400..500).contains(&status.code) && status.code != 429 =>
+            {
+                return
+            }
             Err(_) => env.sleep(Duration::from_secs(1)).await,
         }
     }
@@ -290,18 +331,31 @@ async fn monitor(env: SharedEnv, client: kube::Client) {
         .backoff(SeededBackoff::new(env.clone()))
         .map(Seen::Project);
     let mut events = futures::stream::select(apps, projects).boxed();
-    // App → the last history id reported, and the refusal last reported.
-    let mut deployed: BTreeMap<String, i64> = BTreeMap::new();
-    let mut refused: BTreeMap<String, String> = BTreeMap::new();
-    // Project → the spec last reported.
+    let mut seen_apps = SeenApps::default();
+    // Project → the spec last reported; the names a relist delivered so far.
     let mut given: BTreeMap<String, Value> = BTreeMap::new();
+    let mut listing: Option<BTreeSet<String>> = None;
+    let gone = |env: &SharedEnv, name: String| {
+        env.observe(
+            WorldEvent::ProjectSeen {
+                project: name,
+                spec: Value::Null,
+            }
+            .into(),
+        )
+    };
     while let Some(seen) = events.next().await {
         match seen {
             Seen::App(Ok(watcher::Event::Apply(app) | watcher::Event::InitApply(app))) => {
-                look_at_app(&env, &app, &mut deployed, &mut refused);
+                seen_apps.look_at(&env, &app);
             }
+            Seen::App(Ok(watcher::Event::Delete(app))) => seen_apps.forget(&app),
+            Seen::Project(Ok(watcher::Event::Init)) => listing = Some(BTreeSet::new()),
             Seen::Project(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
                 let name = p.metadata.name.clone().unwrap_or_default();
+                if let Some(listing) = listing.as_mut() {
+                    listing.insert(name.clone());
+                }
                 let spec = p.data.get("spec").cloned().unwrap_or(Value::Null);
                 if given.get(&name) != Some(&spec) {
                     given.insert(name.clone(), spec.clone());
@@ -314,16 +368,23 @@ async fn monitor(env: SharedEnv, client: kube::Client) {
                     );
                 }
             }
+            // Projects deleted while the watch was down are missing from its relist.
+            Seen::Project(Ok(watcher::Event::InitDone)) => {
+                let listed = listing.take().unwrap_or_default();
+                let missing: Vec<String> = given
+                    .keys()
+                    .filter(|name| !listed.contains(*name))
+                    .cloned()
+                    .collect();
+                for name in missing {
+                    given.remove(&name);
+                    gone(&env, name);
+                }
+            }
             Seen::Project(Ok(watcher::Event::Delete(p))) => {
                 let name = p.metadata.name.clone().unwrap_or_default();
                 if given.remove(&name).is_some() {
-                    env.observe(
-                        WorldEvent::ProjectSeen {
-                            project: name,
-                            spec: Value::Null,
-                        }
-                        .into(),
-                    );
+                    gone(&env, name);
                 }
             }
             _ => {}
@@ -337,84 +398,223 @@ enum Seen {
     Project(Result<watcher::Event<DynamicObject>, watcher::Error>),
 }
 
-fn look_at_app(
-    env: &SharedEnv,
-    app: &DynamicObject,
-    deployed: &mut BTreeMap<String, i64>,
-    refused: &mut BTreeMap<String, String>,
-) {
-    let key = argocd::app_key(
-        app.metadata.namespace.as_deref().unwrap_or(""),
-        app.metadata.name.as_deref().unwrap_or(""),
-    );
-    let project = project_name(app);
-    let text = |pointer: &str| {
-        app.data
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    if let Some(last) = app
-        .data
-        .pointer("/status/history")
-        .and_then(Value::as_array)
-        .and_then(|h| h.last())
-    {
-        let id = last["id"].as_i64().unwrap_or(0);
-        if deployed.get(&key).is_none_or(|seen| id > *seen) {
-            deployed.insert(key.clone(), id);
-            let (server, namespace) = argocd::controller::destination_of(app);
+/// What the monitor reported of each app: per `namespace/name`, its uid and the last
+/// history id reported (a re-created app starts its history again), and the refusal last
+/// reported.
+#[derive(Default)]
+struct SeenApps {
+    deployed: BTreeMap<String, (String, i64)>,
+    refused: BTreeMap<String, String>,
+}
+
+impl SeenApps {
+    fn forget(&mut self, app: &DynamicObject) {
+        let key = key_of(app);
+        self.deployed.remove(&key);
+        self.refused.remove(&key);
+    }
+
+    /// Reports `app`'s history entries not reported yet, each at the time Argo CD recorded
+    /// it, and a project refusal that is new.
+    fn look_at(&mut self, env: &SharedEnv, app: &DynamicObject) {
+        let key = key_of(app);
+        let uid = app.metadata.uid.clone().unwrap_or_default();
+        let project = project_name(app);
+        let text = |value: &Value, pointer: &str| {
+            value
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let seen = match self.deployed.get(&key) {
+            Some((known, id)) if *known == uid => *id,
+            _ => -1,
+        };
+        // Run time = Unix time − the run's epoch.
+        let now_ms = env.elapsed().as_millis() as u64;
+        let epoch = env.unix_millis().saturating_sub(now_ms);
+        let (server, namespace) = argocd::controller::destination_of(app);
+        let parent = app
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/instance"))
+            .cloned()
+            .unwrap_or_default();
+        let mut last = seen;
+        for entry in app
+            .data
+            .pointer("/status/history")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let id = entry["id"].as_i64().unwrap_or(0);
+            if id <= seen {
+                continue;
+            }
+            last = last.max(id);
+            let deployed_at_ms = entry["deployedAt"]
+                .as_str()
+                .and_then(orrery_system::core::time::parse_rfc3339)
+                .map_or(now_ms, |unix| unix.saturating_sub(epoch));
+            let mut repo = text(entry, "/source/repoURL");
+            if repo.is_empty() {
+                repo = text(&app.data, "/spec/source/repoURL");
+            }
             env.observe(
                 WorldEvent::AppDeployed {
                     app: key.clone(),
                     project: project.clone(),
-                    parent: app
-                        .metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get("app.kubernetes.io/instance"))
-                        .cloned()
-                        .unwrap_or_default(),
-                    repo: text("/spec/source/repoURL"),
-                    server,
-                    namespace,
-                    revision: last["revision"].as_str().unwrap_or("").to_string(),
+                    parent: parent.clone(),
+                    repo,
+                    server: server.clone(),
+                    namespace: namespace.clone(),
+                    revision: text(entry, "/revision"),
+                    deployed_at_ms,
                 }
                 .into(),
             );
         }
-    }
-    let refusal = app
-        .data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|c| {
-            matches!(
-                c["type"].as_str(),
-                Some("InvalidSpecError" | "UnknownError")
-            )
-        });
-    match refusal {
-        Some(condition) => {
-            let message = condition["message"].as_str().unwrap_or("").to_string();
-            if refused.get(&key) != Some(&message) {
-                refused.insert(key.clone(), message.clone());
-                env.observe(
-                    WorldEvent::AppRefused {
-                        app: key,
-                        project,
-                        condition: condition["type"].as_str().unwrap_or("").to_string(),
-                        message,
-                    }
-                    .into(),
-                );
+        if last > seen {
+            self.deployed.insert(key.clone(), (uid, last));
+        }
+        // A project refusal (cluster conditions are not this monitor's business).
+        let refusal = app
+            .data
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| {
+                matches!(
+                    c["type"].as_str(),
+                    Some("InvalidSpecError" | "UnknownError")
+                ) && c["message"].as_str().is_some_and(|m| m.contains("project"))
+            });
+        match refusal {
+            Some(condition) => {
+                let message = text(condition, "/message");
+                if self.refused.get(&key) != Some(&message) {
+                    self.refused.insert(key.clone(), message.clone());
+                    env.observe(
+                        WorldEvent::AppRefused {
+                            app: key,
+                            project,
+                            condition: text(condition, "/type"),
+                            message,
+                        }
+                        .into(),
+                    );
+                }
+            }
+            None => {
+                self.refused.remove(&key);
             }
         }
-        None => {
-            refused.remove(&key);
+    }
+}
+
+fn key_of(app: &DynamicObject) -> String {
+    argocd::app_key(
+        app.metadata.namespace.as_deref().unwrap_or(""),
+        app.metadata.name.as_deref().unwrap_or(""),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::model::SourceChange;
+
+    const FILE: &str = "sources:
+  - apiVersion: codefresh.io/v1beta1
+    kind: RestrictedGitSource
+    metadata: {name: team-a}
+    spec:
+      source: {repoURL: https://git.example/team-a/gitops.git, path: apps}
+      sourceNamespace: team-a
+      destinations: [{server: https://kubernetes.default.svc, namespace: team-a}]
+repositories:
+  https://git.example/team-a/gitops.git:
+    apps/web.yaml: 'kind: Application'
+";
+
+    fn with(changes: Vec<SourceChange>) -> Result<(), String> {
+        let (sources, repositories) = read_resources(FILE)?;
+        check_changes(&RestrictedSources {
+            resources: "f.yaml".into(),
+            commit_every: Duration::from_secs(15),
+            changes,
+            sources,
+            repositories,
+        })
+    }
+
+    fn change(at: u64, kind: &str) -> SourceChange {
+        SourceChange {
+            at: Duration::from_secs(at),
+            source: "team-a".into(),
+            set: (kind == "set")
+                .then(|| serde_json::from_value(json!({"destinations": []})).unwrap()),
+            delete: kind == "delete",
+            restore: kind == "restore",
         }
+    }
+
+    #[test]
+    fn changes_that_cannot_apply_are_named_at_parse_time() {
+        assert_eq!(
+            with(vec![change(1, "delete"), change(2, "restore")]),
+            Ok(())
+        );
+        let error = |changes| with(changes).unwrap_err();
+        assert_eq!(
+            error(vec![change(1, "set")]),
+            "changes[0] (source \"team-a\"): after set: RestrictedGitSource argocd/team-a: spec.destinations is required"
+        );
+        assert_eq!(
+            error(vec![change(1, "restore")]),
+            "changes[0] (source \"team-a\"): restore of a source that exists"
+        );
+        // In time order, whatever the list order.
+        assert_eq!(
+            error(vec![change(5, "delete"), change(2, "delete")]),
+            "changes[0] (source \"team-a\"): delete of a deleted source"
+        );
+        let mut other = change(1, "delete");
+        other.source = "team-c".into();
+        assert_eq!(
+            error(vec![other]),
+            "changes[0] (source \"team-c\"): the file has no such source"
+        );
+        let mut both = change(1, "delete");
+        both.restore = true;
+        assert!(error(vec![both]).ends_with("want exactly one of set, delete, restore"));
+    }
+
+    #[test]
+    fn a_malformed_resources_file_is_named() {
+        assert!(read_resources("- a list")
+            .unwrap_err()
+            .contains("want a mapping"));
+        assert!(read_resources("sources: []\nrepos: {}")
+            .unwrap_err()
+            .contains("unknown field \"repos\""));
+        let twice = FILE.replace(
+                "repositories:",
+                "  - {apiVersion: codefresh.io/v1beta1, kind: RestrictedGitSource, metadata: {name: team-a}, spec: {source: {repoURL: x}, sourceNamespace: a, destinations: [{namespace: a}]}}\nrepositories:"
+            );
+        let (sources, repositories) = read_resources(&twice).unwrap();
+        let error = check_changes(&RestrictedSources {
+            resources: "f.yaml".into(),
+            commit_every: Duration::ZERO,
+            changes: Vec::new(),
+            sources,
+            repositories,
+        })
+        .unwrap_err();
+        assert_eq!(error, "sources: \"team-a\" is named twice");
     }
 }

@@ -674,6 +674,10 @@ fn serve_runtime_names_the_flag_a_listed_component_is_missing() {
             "--components gitops-operator --git g:1 --platform-api p:1",
             "the gitops-operator component needs --argocd",
         ),
+        (
+            "--components gitops-operator --git g:1 --platform-api p:1 --argocd a:1 --operator-replicas 2",
+            "--operator-replicas above 1 needs --pod-name",
+        ),
         ("--components dashboard", "invalid value 'dashboard'"),
     ] {
         let args: Vec<&str> = args.split(' ').collect();

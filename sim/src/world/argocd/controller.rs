@@ -524,6 +524,9 @@ fn missing_children(
     let parent = app.metadata.name.clone().unwrap_or_default();
     let project_name = project_name(app);
     let project = config.projects.resolve(&project_name).map(|(_, p)| p);
+    if check(app, project.as_ref(), &config.namespace).is_err() {
+        return (Vec::new(), Vec::new()); // a refused parent syncs nothing
+    }
     let (server, _) = destination_of(app);
     let cluster_name = app
         .data
@@ -638,6 +641,9 @@ async fn tick(
     use futures::StreamExt;
     let now = env.elapsed();
     memory.fill(now, config);
+    if !config.projects.ready() {
+        return; // nothing is judged before the projects are listed
+    }
     let unix_ms = env.unix_millis();
     let stamp = rfc3339(unix_ms);
     let stamps = json!({"reconciledAt": stamp});

@@ -280,6 +280,9 @@ pub async fn run(
     use kube::runtime::{reflector, watcher, WatchStreamExt};
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
+    // What a restarted Argo CD knows of projects is what it lists again.
+    let mut config = config;
+    config.projects = config.projects.fresh();
     // Argo CD watches its own namespace, or every namespace when
     // `application.namespaces` names more (and ignores apps outside them).
     let api: kube::Api<orrery_system::env::kube::Wire> = if config.application_namespaces.is_empty()

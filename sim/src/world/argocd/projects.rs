@@ -14,10 +14,15 @@
 //!   destination server 'S' and namespace 'N' do not match any of the allowed destinations
 //!   in project 'P'".
 //!
-//! Patterns are globs (`*` any run of characters, `?` one); a pattern starting with `!`
-//! denies what it matches, whatever else allows it. An app-of-apps parent deploys a child
-//! Application only into a namespace its own project permits (the child is a namespaced
-//! resource of the parent's sync).
+//! Matching follows argo-cd v3.2's `AppProject` (`IsSourcePermitted`,
+//! `isDestinationMatched`, `globMatch`, `IsAppNamespacePermitted`): repositories are compared
+//! normalised (lower case, without `.git`) as globs whose `*` stops at `/` (`**` crosses it);
+//! destination servers and namespaces are globs whose `*` matches anything; a pattern
+//! starting with `!` matches what it does not name — so a deny entry alone permits every
+//! other value, and a value it names is refused whatever else permits it; `sourceNamespaces`
+//! are globs without negation. An app-of-apps parent deploys a child Application only into
+//! a namespace its own project permits (the child is a namespaced resource of the parent's
+//! sync), and none while its project refuses the parent.
 //!
 //! The `default` project is Argo CD's built-in one: every repository and destination, and
 //! (with projects enforced) no `sourceNamespaces` — an app outside Argo CD's namespace cannot
@@ -26,7 +31,10 @@
 //! app is in an unrestricted `default` project, namespaces included.
 //!
 //! [limitation] Resource kind allow- and deny-lists (`clusterResourceWhitelist`, …) are not
-//! enforced; destinations by cluster `name` match by name only.
+//! enforced; destinations by cluster `name` match by name only; `sourceNamespaces` regular
+//! expressions (`/…/`) and SSH repository URLs' normalisation are not modelled; a child
+//! Application manifest without `metadata.namespace` is created in Argo CD's namespace
+//! (Argo CD: the parent's destination namespace).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -121,26 +129,87 @@ impl Project {
     /// Whether Applications in `namespace` may use the project (`home` is Argo CD's own
     /// namespace, where any project may be used).
     pub fn admits_namespace(&self, namespace: &str, home: &str) -> bool {
-        namespace == home || permitted(&self.source_namespaces, namespace)
+        namespace.is_empty()
+            || namespace == home
+            || self
+                .source_namespaces
+                .iter()
+                .any(|p| glob(p, namespace, None))
     }
 
     /// Whether the project permits `repo`.
     pub fn permits_repo(&self, repo: &str) -> bool {
-        permitted(&self.source_repos, repo)
+        source_permitted(&self.source_repos, repo)
     }
 
     /// Whether the project permits deploying to `namespace` on the cluster at `server`
     /// (`cluster_name` when the destination names the cluster).
     pub fn permits_destination(&self, server: &str, cluster_name: &str, namespace: &str) -> bool {
-        let matches = |d: &Destination, negated: bool| {
-            let pattern_ns = d.namespace.strip_prefix('!').unwrap_or(&d.namespace);
-            let cluster = (!d.server.is_empty() && glob(&d.server, server))
-                || (!d.name.is_empty() && !cluster_name.is_empty() && glob(&d.name, cluster_name));
-            cluster && (d.namespace.starts_with('!') == negated) && glob(pattern_ns, namespace)
-        };
-        !self.destinations.iter().any(|d| matches(d, true))
-            && self.destinations.iter().any(|d| matches(d, false))
+        destination_permitted(&self.destinations, server, cluster_name, namespace)
     }
+}
+
+/// argo-cd's `IsSourcePermitted`: whether `repo` is permitted by the `sourceRepos`
+/// `patterns`.
+pub fn source_permitted(patterns: &[String], repo: &str) -> bool {
+    let repo = normalise_git_url(repo);
+    let mut any = false;
+    for pattern in patterns {
+        let normalised = match pattern.strip_prefix('!') {
+            Some(denied) => format!("!{}", normalise_git_url(denied)),
+            None => normalise_git_url(pattern),
+        };
+        if glob_match(&normalised, &repo, true, Some('/')) {
+            any = true;
+        } else if normalised.starts_with('!') {
+            return false;
+        }
+    }
+    any
+}
+
+/// argo-cd's `isDestinationMatched`: whether `destinations` permit `namespace` on the
+/// cluster at `server` (named `cluster_name`).
+pub fn destination_permitted(
+    destinations: &[Destination],
+    server: &str,
+    cluster_name: &str,
+    namespace: &str,
+) -> bool {
+    let deny = |p: &str| p.starts_with('!');
+    let mut any = false;
+    for item in destinations {
+        let name_matched =
+            !cluster_name.is_empty() && glob_match(&item.name, cluster_name, true, None);
+        let server_matched = !server.is_empty() && glob_match(&item.server, server, true, None);
+        let namespace_matched = glob_match(&item.namespace, namespace, true, None);
+        if (server_matched || name_matched) && namespace_matched {
+            any = true;
+        } else if (!name_matched && deny(&item.name))
+            || (!server_matched && deny(&item.server) && namespace_matched)
+            || (!namespace_matched && deny(&item.namespace) && server_matched)
+        {
+            return false;
+        }
+    }
+    any
+}
+
+/// argo-cd's `NormalizeGitURL` for HTTP(S) URLs: trimmed, lower case, without `.git`.
+pub fn normalise_git_url(url: &str) -> String {
+    let url = url.trim().to_lowercase();
+    url.strip_suffix(".git").map(str::to_string).unwrap_or(url)
+}
+
+/// argo-cd's `globMatch`: `!pattern` (when negation is allowed) matches what `pattern`
+/// does not; `*` matches everything.
+fn glob_match(pattern: &str, value: &str, negation: bool, separator: Option<char>) -> bool {
+    if negation {
+        if let Some(denied) = pattern.strip_prefix('!') {
+            return !glob(denied, value, separator);
+        }
+    }
+    pattern == "*" || glob(pattern, value, separator)
 }
 
 /// The AppProjects Argo CD knows (its project informer), shared by the watch and the
@@ -149,6 +218,8 @@ impl Project {
 pub struct Projects {
     enforced: bool,
     known: Arc<Mutex<BTreeMap<String, (String, Project)>>>,
+    /// The first listing is in (Argo CD waits for its project informer to sync).
+    synced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Projects {
@@ -163,6 +234,20 @@ impl Projects {
     /// Whether projects are enforced.
     pub fn is_enforced(&self) -> bool {
         self.enforced
+    }
+
+    /// A fresh, empty handle of the same kind: what a (re)started Argo CD knows before its
+    /// first listing.
+    pub fn fresh(&self) -> Projects {
+        Projects {
+            enforced: self.enforced,
+            ..Projects::default()
+        }
+    }
+
+    /// Whether apps can be judged: projects are not enforced, or the first listing is in.
+    pub fn ready(&self) -> bool {
+        !self.enforced || self.synced.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The project `name` as (resourceVersion, project); `None` if it does not exist. The
@@ -237,7 +322,12 @@ pub async fn watch(
                 }
                 continue;
             }
-            Ok(watcher::Event::InitDone) => listing.take().unwrap_or_default(),
+            Ok(watcher::Event::InitDone) => {
+                projects
+                    .synced
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                listing.take().unwrap_or_default()
+            }
             Ok(watcher::Event::Apply(p)) => {
                 let mut next = projects.snapshot();
                 let (name, value) = entry(&p);
@@ -331,43 +421,30 @@ pub fn project_name(app: &DynamicObject) -> String {
     }
 }
 
-/// Whether `value` is permitted by `patterns`: some pattern matches it and no `!pattern`
-/// does.
-fn permitted(patterns: &[String], value: &str) -> bool {
-    let denied = patterns
-        .iter()
-        .filter_map(|p| p.strip_prefix('!'))
-        .any(|p| glob(p, value));
-    !denied
-        && patterns
-            .iter()
-            .filter(|p| !p.starts_with('!'))
-            .any(|p| glob(p, value))
-}
-
-/// Glob match: `*` any run of characters (`/` included, as Argo CD's repository and
-/// namespace globs), `?` one character, anything else itself.
-pub fn glob(pattern: &str, value: &str) -> bool {
-    let (p, v): (Vec<char>, Vec<char>) = (pattern.chars().collect(), value.chars().collect());
-    // Classic two-pointer match with backtracking to the last `*`.
-    let (mut i, mut j) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while j < v.len() {
-        if i < p.len() && (p[i] == '?' || p[i] == v[j]) {
-            i += 1;
-            j += 1;
-        } else if i < p.len() && p[i] == '*' {
-            star = Some((i, j));
-            i += 1;
-        } else if let Some((si, sj)) = star {
-            i = si + 1;
-            j = sj + 1;
-            star = Some((si, sj + 1));
-        } else {
-            return false;
+/// Glob match as gobwas/glob (what Argo CD uses): `*` any run of characters except the
+/// `separator`, `**` any run at all, `?` one character except the separator, anything else
+/// itself. Without a separator `*` and `**` are the same.
+pub fn glob(pattern: &str, value: &str, separator: Option<char>) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let v: Vec<char> = value.chars().collect();
+    let crosses = |c: char| Some(c) != separator;
+    // matches[i][j]: p[i..] matches v[j..]; filled from the ends.
+    let mut matches = vec![vec![false; v.len() + 1]; p.len() + 1];
+    matches[p.len()][v.len()] = true;
+    for i in (0..p.len()).rev() {
+        for j in (0..=v.len()).rev() {
+            matches[i][j] = match p[i] {
+                // `**`: any run (the second star is consumed with the first).
+                '*' if p.get(i + 1) == Some(&'*') => {
+                    matches[i + 2][j] || (j < v.len() && matches[i][j + 1])
+                }
+                '*' => matches[i + 1][j] || (j < v.len() && crosses(v[j]) && matches[i][j + 1]),
+                '?' => j < v.len() && crosses(v[j]) && matches[i + 1][j + 1],
+                c => j < v.len() && v[j] == c && matches[i + 1][j + 1],
+            };
         }
     }
-    p[i..].iter().all(|c| *c == '*')
+    matches[0][0]
 }
 
 #[cfg(test)]
@@ -390,7 +467,6 @@ mod tests {
                 "sourceNamespaces": ["team-a"],
                 "destinations": [
                     {"server": "https://kubernetes.default.svc", "namespace": "team-a-*"},
-                    {"server": "*", "namespace": "!team-a-secrets"},
                 ],
             }});
             p
@@ -405,12 +481,82 @@ mod tests {
 
     #[test]
     fn globs_match_as_argo_cd_does() {
-        assert!(glob("*", ""));
-        assert!(glob("team-a-*", "team-a-web"));
-        assert!(!glob("team-a-*", "team-b-web"));
-        assert!(glob("https://git.example/*", "https://git.example/a/b.git"));
-        assert!(glob("te?m", "team"));
-        assert!(!glob("team", "teams"));
+        assert!(glob("*", "", None));
+        assert!(glob("team-a-*", "team-a-web", None));
+        assert!(!glob("team-a-*", "team-b-web", None));
+        assert!(glob("te?m", "team", None));
+        assert!(!glob("team", "teams", None));
+        // Repositories: `*` stops at `/`, `**` does not.
+        let sep = Some('/');
+        assert!(glob(
+            "https://git.example/team-a/*",
+            "https://git.example/team-a/web",
+            sep
+        ));
+        assert!(!glob(
+            "https://git.example/*",
+            "https://git.example/a/b",
+            sep
+        ));
+        assert!(glob(
+            "https://git.example/**",
+            "https://git.example/a/b",
+            sep
+        ));
+        assert!(glob(
+            "https://git.example/*",
+            "https://git.example/a/b",
+            None
+        ));
+        // Normalised before matching: case and `.git`.
+        let repos = ["https://Git.Example/team-a/*".to_string()];
+        assert!(source_permitted(
+            &repos,
+            "https://git.example/TEAM-A/web.git"
+        ));
+        // A deny entry alone permits everything else; what it names is refused.
+        let deny = ["!https://git.example/team-b/*".to_string()];
+        assert!(source_permitted(
+            &deny,
+            "https://git.example/team-a/web.git"
+        ));
+        assert!(!source_permitted(
+            &deny,
+            "https://git.example/team-b/web.git"
+        ));
+        let mixed = [
+            "https://git.example/**".to_string(),
+            "!https://git.example/team-b/*".to_string(),
+        ];
+        assert!(source_permitted(&mixed, "https://git.example/team-a/web"));
+        assert!(!source_permitted(&mixed, "https://git.example/team-b/web"));
+        assert!(!source_permitted(&[], "https://git.example/team-a/web"));
+        // Destinations: the same, per entry.
+        let server = "https://kubernetes.default.svc";
+        let destination = |namespace: &str| Destination {
+            server: server.into(),
+            name: String::new(),
+            namespace: namespace.into(),
+        };
+        let deny = [destination("team-a-*"), destination("!team-a-secrets")];
+        assert!(destination_permitted(&deny, server, "", "team-a-web"));
+        assert!(
+            destination_permitted(&deny, server, "", "kube-system"),
+            "a deny entry permits every namespace it does not name"
+        );
+        assert!(!destination_permitted(&deny, server, "", "team-a-secrets"));
+        assert!(!destination_permitted(
+            &[destination("team-a-*")],
+            server,
+            "",
+            "kube-system"
+        ));
+        assert!(!destination_permitted(
+            &[destination("team-a-*")],
+            "https://other",
+            "",
+            "team-a-web"
+        ));
     }
 
     #[test]
@@ -437,11 +583,6 @@ mod tests {
                 app("team-a", spec("https://git.example/team-a/apps.git", "kube-system")),
                 "InvalidSpecError",
                 "application destination server 'https://kubernetes.default.svc' and namespace 'kube-system' do not match any of the allowed destinations in project 'team-a'",
-            ),
-            (
-                app("team-a", spec("https://git.example/team-a/apps.git", "team-a-secrets")),
-                "InvalidSpecError",
-                "application destination server 'https://kubernetes.default.svc' and namespace 'team-a-secrets' do not match any of the allowed destinations in project 'team-a'",
             ),
             (
                 app("team-b", spec("https://git.example/team-a/apps.git", "team-a-web")),

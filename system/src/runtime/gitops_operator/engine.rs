@@ -476,7 +476,7 @@ impl Operator {
         }
     }
 
-    /// A JSON or YAML file of `app` at `rev` and its blob; `None` when it does not exist.
+    /// A JSON file of `app` at `rev` and its blob; `None` when it does not exist.
     async fn read_doc(
         &self,
         app: &App,
@@ -485,11 +485,19 @@ impl Operator {
     ) -> Result<Option<(Value, String)>, Outcome> {
         let path = app.file(file);
         match self.git.contents(&app.repo, &path, rev).await {
-            Ok(Some(found)) => match Format::of(&path).parse(&found.content) {
+            // [limitation] YAML files are refused rather than rewritten: a round trip through
+            // JSON values would re-type scalars (`tag: 1.10` would become `1.1`).
+            Ok(Some(_)) if path.ends_with(".yaml") || path.ends_with(".yml") => {
+                Err(Outcome::Failed(
+                    "UnsupportedFile",
+                    format!("{path}: YAML promotion files are not supported yet (JSON only)"),
+                ))
+            }
+            Ok(Some(found)) => match serde_json::from_str::<Value>(&found.content) {
                 Ok(doc) => Ok(Some((doc, found.blob))),
                 Err(e) => Err(Outcome::Failed(
                     "InvalidFile",
-                    format!("{path} at {rev}: {e}"),
+                    format!("{path} at {rev}: not JSON: {e}"),
                 )),
             },
             Ok(None) => Ok(None),
@@ -539,7 +547,7 @@ impl Operator {
                 commits.push(json!({"sha": existing, "path": path, "deduplicated": deduplicated}));
                 continue;
             }
-            let content = Format::of(&path).write(&doc);
+            let content = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
             // hardened writes only over the blob it read (GitHub's create-or-update
             // precondition): a concurrent writer's commit turns ours into a 409 and a re-read.
             let expected = hardened.then_some(blob.as_str());
@@ -792,66 +800,4 @@ pub fn backoff(env: &SharedEnv, initial: Duration, max: Duration, retries: u32) 
         .saturating_mul(1u32 << retries.saturating_sub(1).min(16))
         .min(max);
     env.random_between(full / 2, full)
-}
-
-/// How a promotion file is written: by its extension, YAML (`.yaml`, `.yml`) or JSON.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    Json,
-    Yaml,
-}
-
-impl Format {
-    fn of(path: &str) -> Format {
-        if path.ends_with(".yaml") || path.ends_with(".yml") {
-            Format::Yaml
-        } else {
-            Format::Json
-        }
-    }
-
-    fn parse(self, content: &str) -> Result<Value, String> {
-        match self {
-            Format::Json => serde_json::from_str(content).map_err(|e| format!("not JSON: {e}")),
-            Format::Yaml => serde_saphyr::from_str(content).map_err(|e| format!("not YAML: {e}")),
-        }
-    }
-
-    /// The document as the file's text (YAML keeps the keys' order, not comments).
-    fn write(self, doc: &Value) -> String {
-        match self {
-            Format::Json => serde_json::to_string_pretty(doc).unwrap_or_default() + "\n",
-            Format::Yaml => serde_saphyr::to_string(doc).unwrap_or_default(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod format_tests {
-    use super::Format;
-    use serde_json::json;
-
-    #[test]
-    fn promotion_files_are_read_and_written_in_their_own_format() {
-        let yaml = "image:\n  repository: shop\n  tag: v1\nreplicas: 2\n";
-        let mut doc = Format::of("envs/dev/values.yaml").parse(yaml).unwrap();
-        assert_eq!(doc["image"]["tag"], "v1");
-        doc["image"]["tag"] = json!("v2");
-        let written = Format::Yaml.write(&doc);
-        assert_eq!(Format::Yaml.parse(&written).unwrap(), doc, "{written}");
-        assert!(
-            written.starts_with("image:"),
-            "keys keep their order: {written}"
-        );
-        assert_eq!(Format::of("values.yml"), Format::Yaml);
-        assert_eq!(Format::of("values.json"), Format::Json);
-        assert!(Format::Json
-            .parse("image: {tag: v1}")
-            .unwrap_err()
-            .starts_with("not JSON"));
-        assert!(Format::Yaml
-            .parse("image: [")
-            .unwrap_err()
-            .starts_with("not YAML"));
-    }
 }

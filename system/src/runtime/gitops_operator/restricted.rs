@@ -15,7 +15,10 @@
 //! The Applications the Git Source deploys live in `sourceNamespace` and name project `S`;
 //! Argo CD refuses every one outside it. Objects generated from a source that no longer
 //! exists are deleted (the Application first, so nothing new is deployed from it; then the
-//! project, after which Argo CD refuses the apps left in it).
+//! project, after which Argo CD refuses the apps left in it). So are those of a source the
+//! operator cannot turn into a project (a required field missing: reported `invalid`):
+//! its apps are refused until it is fixed — fail closed, never the old permissions. Only
+//! objects marked as generated from a source in the operator's own namespace are deleted.
 //!
 //! **Inferred** (the operator's source is not public): the names, the mapping above and
 //! when it runs. faithful reconciles the sources on the task loop's `TASK_POLLING_INTERVAL`
@@ -331,6 +334,13 @@ impl Generator {
                     .and_then(|a| a.get(GENERATED_FROM))
                     .cloned()
                     .unwrap_or_default();
+                // Only what this operator generated: from a source in its own namespace.
+                let ours = from
+                    .split_once('/')
+                    .is_some_and(|(namespace, _)| namespace == self.config.apiserver.namespace);
+                if !ours {
+                    continue;
+                }
                 match api_of.delete(name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(status)) if status.code == 404 => {}
