@@ -621,6 +621,61 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
     // The events API takes the runtime's token and nobody else's.
     let (code, _) = http_as(events, "POST", "/2.0/api/events", "{}", "stolen").unwrap();
     assert_eq!(code, 401);
+    // A runtime registered through the gateway reports with the token it was issued: the
+    // events API authenticates against the same registry (its body is refused, not its
+    // token).
+    let (code, registered) = http_as(
+        gateway,
+        "POST",
+        "/api/runtimes",
+        r#"{"account": "acme", "runtime": "edge"}"#,
+        "adm",
+    )
+    .unwrap();
+    assert_eq!(code, 201, "{registered}");
+    let registered: serde_json::Value = serde_json::from_str(&registered).unwrap();
+    let token = registered["token"].as_str().unwrap();
+    // The reporter's header: the token itself, as the real reporter sends it.
+    let report = |token: &str| {
+        exchange(
+            events,
+            "POST",
+            "/2.0/api/events",
+            "{}",
+            &format!("authorization: {token}\r\n"),
+        )
+        .unwrap()
+    };
+    let (code, body) = report(token);
+    assert_eq!(code, 400, "{body}");
+    // Registering again rotates the token: the old one stops working at once.
+    let (code, _) = http_as(
+        gateway,
+        "POST",
+        "/api/runtimes",
+        r#"{"account": "acme", "runtime": "edge"}"#,
+        "adm",
+    )
+    .unwrap();
+    assert_eq!(code, 201);
+    let (code, _) = report(token);
+    assert_eq!(code, 401, "the rotated token is refused");
+    // So is a preregistered runtime's token once the runtime registers again.
+    assert_eq!(report("tok-1").0, 400, "tok-1 is acme-prod's until then");
+    let (code, _) = http_as(
+        gateway,
+        "POST",
+        "/api/runtimes",
+        r#"{"account": "acme", "runtime": "prod"}"#,
+        "adm",
+    )
+    .unwrap();
+    assert_eq!(code, 201);
+    assert_eq!(
+        report("tok-1").0,
+        401,
+        "the preregistered token is rotated too"
+    );
 }
 
 #[test]

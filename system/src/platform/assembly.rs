@@ -141,6 +141,8 @@ pub async fn run(
         let platform = state.events.clone().ok_or(Error::Config(
             "the events path needs ControlPlaneState::events",
         ))?;
+        // One registry: runtimes registered through the gateway report with their token.
+        platform.accept_registry_tokens(state.registry.clone());
         let listener = bind(&env, "events API", addr).await?;
         let serve = events::serve(env.clone(), platform, listener);
         services.spawn(async move { ("events API", serve.await) });

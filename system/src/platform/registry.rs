@@ -26,6 +26,8 @@ impl Runtime {
 #[derive(Default)]
 pub struct Registry {
     by_token: Mutex<BTreeMap<String, Runtime>>,
+    /// Tokens a registration replaced: refused everywhere, preregistered ones included.
+    revoked: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Registry {
@@ -38,8 +40,14 @@ impl Registry {
             runtime: runtime.into(),
         };
         let mut tokens = self.by_token.lock().expect("registry lock");
+        let replaced: Vec<String> = tokens
+            .iter()
+            .filter(|(_, r)| **r == entry)
+            .map(|(t, _)| t.clone())
+            .collect();
         tokens.retain(|_, r| *r != entry);
         tokens.insert(token.clone(), entry);
+        self.revoked.lock().expect("registry lock").extend(replaced);
         token
     }
 
@@ -52,6 +60,11 @@ impl Registry {
                 runtime: runtime.into(),
             },
         );
+    }
+
+    /// Whether a registration replaced `token`.
+    pub fn is_revoked(&self, token: &str) -> bool {
+        self.revoked.lock().expect("registry lock").contains(token)
     }
 
     /// The runtime a token was issued to.

@@ -38,7 +38,8 @@ pub const DECOMPRESSED_LIMIT_BYTES: u64 = 50 * 1024 * 1024;
 /// Events-path settings.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Runtime token → runtime name (what runtime registration issued).
+    /// Runtime token → runtime name (preregistered runtimes; the tokens a registry issues
+    /// are accepted too once [`Platform::accept_registry_tokens`] names it).
     pub tokens: BTreeMap<String, String>,
     /// Events the bus holds before the API answers 503. Default 10,000.
     pub bus_capacity: usize,
@@ -60,6 +61,9 @@ pub struct Knobs {
 /// The shared state of the events path.
 pub struct Platform {
     config: Config,
+    /// The runtime registry whose tokens the events API also accepts (issue 16: one
+    /// registry for the events API, the tunnel server and the gateway).
+    registry: Mutex<Option<Arc<crate::platform::registry::Registry>>>,
     knobs: Mutex<Knobs>,
     read_model: Mutex<ReadModel>,
     cluster: Mutex<cluster::ClusterModel>,
@@ -70,10 +74,35 @@ impl Platform {
     pub fn new(config: Config) -> Arc<Self> {
         Arc::new(Platform {
             config,
+            registry: Mutex::new(None),
             knobs: Mutex::new(Knobs::default()),
             read_model: Mutex::new(ReadModel::default()),
             cluster: Mutex::new(cluster::ClusterModel::default()),
         })
+    }
+
+    /// Also accepts the tokens `registry` issues: a runtime registered through the gateway
+    /// (`POST /api/runtimes`) reports as `<account>-<runtime>`, its tunnel name. The
+    /// configured tokens come first.
+    pub fn accept_registry_tokens(&self, registry: Arc<crate::platform::registry::Registry>) {
+        *self.registry.lock().expect("registry lock poisoned") = Some(registry);
+    }
+
+    /// The runtime a token belongs to: a configured token's runtime, else the registry's;
+    /// none for a token a registration replaced (a rotated preregistered token included).
+    fn runtime_of(&self, token: &str) -> Option<String> {
+        let registry = self
+            .registry
+            .lock()
+            .expect("registry lock poisoned")
+            .clone();
+        if registry.as_ref().is_some_and(|r| r.is_revoked(token)) {
+            return None;
+        }
+        if let Some(runtime) = self.config.tokens.get(token) {
+            return Some(runtime.clone());
+        }
+        registry?.lookup(token).map(|r| r.tunnel_name())
     }
 
     /// Changes the knobs (fault schedule).
@@ -518,7 +547,7 @@ fn own<V>(
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok());
-    match token.map(|token| platform.config.tokens.get(token)) {
+    match token.map(|token| platform.runtime_of(token)) {
         // A token the platform does not know sees nothing (not every runtime's objects).
         Some(None) => BTreeMap::new(),
         Some(Some(runtime)) => {
@@ -539,7 +568,7 @@ async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted,
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let Some(runtime) = platform.config.tokens.get(&token).cloned() else {
+    let Some(runtime) = platform.runtime_of(&token) else {
         return Err(reject(
             StatusCode::UNAUTHORIZED,
             "missing or unknown runtime token",
