@@ -624,14 +624,17 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
     // A runtime registered through the gateway reports with the token it was issued: the
     // events API authenticates against the same registry (its body is refused, not its
     // token).
-    let (code, registered) = http_as(
-        gateway,
-        "POST",
-        "/api/runtimes",
-        r#"{"account": "acme", "runtime": "edge"}"#,
-        "adm",
-    )
-    .unwrap();
+    let register = |runtime: &str| {
+        http_as(
+            gateway,
+            "POST",
+            "/api/runtimes",
+            &format!(r#"{{"account": "acme", "runtime": "{runtime}"}}"#),
+            "adm",
+        )
+        .unwrap()
+    };
+    let (code, registered) = register("edge");
     assert_eq!(code, 201, "{registered}");
     let registered: serde_json::Value = serde_json::from_str(&registered).unwrap();
     let token = registered["token"].as_str().unwrap();
@@ -649,28 +652,12 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
     let (code, body) = report(token);
     assert_eq!(code, 400, "{body}");
     // Registering again rotates the token: the old one stops working at once.
-    let (code, _) = http_as(
-        gateway,
-        "POST",
-        "/api/runtimes",
-        r#"{"account": "acme", "runtime": "edge"}"#,
-        "adm",
-    )
-    .unwrap();
-    assert_eq!(code, 201);
+    assert_eq!(register("edge").0, 201);
     let (code, _) = report(token);
     assert_eq!(code, 401, "the rotated token is refused");
     // So is a preregistered runtime's token once the runtime registers again.
     assert_eq!(report("tok-1").0, 400, "tok-1 is acme-prod's until then");
-    let (code, _) = http_as(
-        gateway,
-        "POST",
-        "/api/runtimes",
-        r#"{"account": "acme", "runtime": "prod"}"#,
-        "adm",
-    )
-    .unwrap();
-    assert_eq!(code, 201);
+    assert_eq!(register("prod").0, 201);
     assert_eq!(
         report("tok-1").0,
         401,

@@ -39,7 +39,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::Store;
 use serde_json::Value;
 
@@ -356,14 +356,8 @@ pub async fn watch(
     }
 }
 
-/// The AppProject type.
-pub fn app_project_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "argoproj.io",
-        "v1alpha1",
-        "AppProject",
-    ))
-}
+/// The AppProject type (the operator's definition: the type it generates).
+pub use orrery_system::runtime::gitops_operator::restricted::app_project_resource;
 
 /// Why Argo CD refuses an app: (condition type, message).
 pub type Refusal = (&'static str, String);

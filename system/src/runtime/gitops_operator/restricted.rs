@@ -68,14 +68,8 @@ pub fn app_project_resource() -> ApiResource {
     ))
 }
 
-/// Argo CD's `Application` type.
-pub fn application_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "argoproj.io",
-        "v1alpha1",
-        "Application",
-    ))
-}
+/// Argo CD's `Application` type (the one the reporter watches).
+pub use crate::runtime::app_reporter::application_resource;
 
 /// A source the operator cannot turn into a project.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
