@@ -16,7 +16,7 @@
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
-.PHONY: all test test-linted lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-argocd conformance-ci nightly profile
+.PHONY: all test test-linted reports-viewed conformance-ci-apiserver conformance-ci-argocd lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-argocd conformance-ci nightly profile
 
 all: test
 
@@ -43,20 +43,24 @@ test:
 	$(CARGO) fmt --all --check
 	$(LINTED) $(MAKE) --no-print-directory test-linted
 
-# make test's steps, run with the lints on (see above). After the tests, four steps run side
-# by side: the conformance suites mostly wait on a real API server (about a quarter of a core
-# over three minutes), while the determinism check and the reports keep both cores busy;
-# that saves about three of make test's minutes on 2 cores. Each step's output is printed
-# whole when it ends (--output-sync). Only then is reports/ compared with the commit: the
-# conformance suites write reports/conformance.md too.
+# make test's steps, run with the lints on (see above). After the tests, the rest runs side
+# by side: the two conformance suites (each with its own real API server; they mostly wait on
+# it) next to each other, and next to them the determinism check and the reports, which keep
+# both cores busy, with the browser check of the reports' HTML right after the reports. Each
+# step's output is printed whole when it ends (--output-sync). Only then is reports/ compared
+# with the commit: the conformance suites write reports/conformance.md too (each its own
+# section, under a lock).
 # `cargo test` comes first and builds the orrery binary with everything else in one build
 # graph (the tests' crates compile while the binary's last crates do; the `build` the later
 # steps ask for is then already done).
 test-linted:
 	$(CARGO) test --workspace
-	$(MAKE) --no-print-directory -j3 --output-sync=target determinism conformance-ci reports lint-workflows lint-dockerfile
+	$(MAKE) --no-print-directory -j4 --output-sync=target determinism conformance-ci-apiserver conformance-ci-argocd reports-viewed lint-workflows lint-dockerfile
 	$(MAKE) --no-print-directory reports-committed
-	$(MAKE) --no-print-directory browser-check
+
+# The reports, then their HTML in the browser (one step of make test's side-by-side phase).
+reports-viewed: reports
+	@$(MAKE) --no-print-directory browser-check
 
 ## The reports' HTML view in headless Chromium (Debian's package, installed by
 ## scripts/chromium.sh; SKIPPED where it cannot be): every page the index links, every chart
@@ -173,6 +177,11 @@ conformance-argocd:
 
 ## What make test runs: as conformance-apiserver, but a machine that cannot build or start the
 ## real API server (or Argo CD) prints "CONFORMANCE SKIPPED: <reason>" instead of failing.
-conformance-ci:
+## (make test runs its two halves side by side: each has its own API server on free ports.)
+conformance-ci: conformance-ci-apiserver conformance-ci-argocd
+
+conformance-ci-apiserver:
 	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS) --skip argocd::
+
+conformance-ci-argocd:
 	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/kube/run.sh conformance/argocd/run.sh $(CONFORMANCE_TESTS) argocd::

@@ -37,6 +37,11 @@ minor="$(echo "$version" | cut -d. -f2)"
 ldflags="-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 stamp="$(echo "$ldflags" | cat -  "$here/go.mod" "$here/go.sum" "$here"/cmd/*/main.go | sha256sum | cut -c1-12)"
 cache="${ORRERY_CACHE:-$HOME/.cache/orrery}/kube-$version-$stamp"
+# make test runs two suites side by side, each with its own API server: one builds, the
+# other waits for it (the lock is released when this script ends).
+mkdir -p "$(dirname "$cache")"
+exec 8>"$cache.lock"
+flock 8
 if [ ! -x "$cache/kube-apiserver" ] || [ ! -x "$cache/etcd" ] || [ ! -x "$cache/kubectl" ]; then
     echo "conformance: building kube-apiserver, kubectl $version and etcd from source into $cache (first run only; ~8 min on 2 cores)"
     mkdir -p "$cache.tmp"
@@ -46,6 +51,7 @@ if [ ! -x "$cache/kube-apiserver" ] || [ ! -x "$cache/etcd" ] || [ ! -x "$cache/
     fi
     rm -rf "$cache" && mv "$cache.tmp" "$cache"
 fi
+flock -u 8
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 work="$(mktemp -d "${TMPDIR:-/tmp}/orrery-kube.XXXXXX")"

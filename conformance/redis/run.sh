@@ -21,6 +21,7 @@ skip() {
     if [ "${ORRERY_CONFORMANCE_OPTIONAL:-0}" = "1" ]; then
         echo "REDIS CONFORMANCE SKIPPED: $1"
         unset ORRERY_REDIS_ADDR
+        flock -u 7 2>/dev/null || true
         exec "${command_args[@]}"
     fi
     echo "conformance/redis: $1" >&2
@@ -34,6 +35,10 @@ version="$(apt-cache policy redis-server 2>/dev/null | awk '/Candidate:/ {print 
 [ -n "$version" ] && [ "$version" != "(none)" ] || skip "no redis-server package in the apt sources (run apt-get update?)"
 cache="${ORRERY_CACHE:-$HOME/.cache/orrery}/redis-${version//[:~]/_}"
 server="$cache/usr/bin/redis-server"
+# make test runs two suites side by side: one installs, the other waits for it.
+mkdir -p "$(dirname "$cache")"
+exec 7>"$cache.lock"
+flock 7
 if [ ! -x "$server" ]; then
     echo "conformance/redis: installing redis-server $version from the Debian archive into $cache (first run only)"
     tmp="$(mktemp -d "${TMPDIR:-/tmp}/orrery-redis-dl.XXXXXX")"
@@ -45,6 +50,7 @@ if [ ! -x "$server" ]; then
     for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$cache.tmp"; done
     rm -rf "$tmp" "$cache" && mv "$cache.tmp" "$cache"
 fi
+flock -u 7
 export LD_LIBRARY_PATH="$cache/usr/lib/x86_64-linux-gnu:$cache/usr/lib/aarch64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$server" --version >/dev/null 2>&1 || skip "redis-server $version does not start on this machine: $("$server" --version 2>&1 | head -1)"
 

@@ -91,11 +91,24 @@ pub fn with_section(text: &str, suite: &str, body: &str) -> String {
     }
 }
 
-/// Rewrites `suite`'s section of `reports/conformance.md`.
+/// Rewrites `suite`'s section of `reports/conformance.md`. Suites run side by side in
+/// `make test` (separate processes), so the read-modify-write holds an exclusive lock on a
+/// lock file beside the report, and the new text replaces the old by a rename: another
+/// suite never loses its section, and a reader never sees half a file.
 pub fn write_section(suite: &str, body: &str) -> std::io::Result<()> {
-    let path = crate::repo_root().join("reports/conformance.md");
+    let reports = crate::repo_root().join("reports");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(reports.join(".conformance.md.lock"))?;
+    lock.lock()?;
+    let path = reports.join("conformance.md");
     let text = std::fs::read_to_string(&path).unwrap_or_default();
-    std::fs::write(&path, with_section(&text, suite, body))
+    let staged = reports.join(format!(".conformance.md.{suite}.tmp"));
+    std::fs::write(&staged, with_section(&text, suite, body))?;
+    std::fs::rename(&staged, &path)
+    // The lock is released when `lock` is dropped.
 }
 
 #[cfg(test)]

@@ -119,6 +119,9 @@ async fn end_to_end(
     bodies.len() as f64 / started.elapsed().as_secs_f64()
 }
 
+/// The benchmark's user (the gateway forwards only for a user of the runtime's account).
+const BENCH_USER_TOKEN: &str = "bench-user-token";
+
 /// `requests` GETs at `concurrency` against `url`: (requests per second, per-request latency
 /// p50 and p99 in microseconds).
 async fn load(
@@ -138,7 +141,10 @@ async fn load(
             let mut latencies = Vec::new();
             for _ in (worker..requests).step_by(concurrency) {
                 let sent = Instant::now(); // determinism: real-env (benchmark)
-                let mut request = http::Request::get(&url);
+                                           // Every path gets the user's token the gateway needs, so all three carry
+                                           // the same request.
+                let mut request = http::Request::get(&url)
+                    .header("authorization", format!("Bearer {BENCH_USER_TOKEN}"));
                 if let Some(host) = host {
                     request = request.header("host", host);
                 }
@@ -203,11 +209,13 @@ fn tunnel_bench(
         tasks.push(tokio::spawn(async move { drop(orrery_system::env::http::serve(upstream, |_, _| async { http::Response::new(orrery_system::env::http::full("ok")) }).await) }));
         let state = ControlPlaneState::default();
         state.registry.insert("bench-token", "bench", "runtime");
+        state.permissions.grant_in(BENCH_USER_TOKEN, "bench", "bench-user", &[]);
         let platform = ControlPlaneConfig {
             tunnel: Some(TunnelServerConfig { listen: tunnel_addr.clone(), config: tunnel::Config::new(Variant::Hardened) }),
             gateway: Some(GatewayConfig { listen: gateway_addr.clone(), admin_token: "bench-admin".into() }),
             events: None,
             promotions: None,
+            monitor: None,
         };
         let platform_env = env.clone();
         tasks.push(tokio::spawn(async move { drop(control_plane::run(platform_env, platform, state, std::future::pending()).await) }));
@@ -223,7 +231,7 @@ fn tunnel_bench(
         let client = orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(5));
         let mut up = false;
         for _ in 0..500 {
-            let request = http::Request::get(&probe).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+            let request = http::Request::get(&probe).header("authorization", format!("Bearer {BENCH_USER_TOKEN}")).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
             if client.request(request).await.is_ok_and(|r| r.status().is_success()) {
                 up = true;
                 break;
@@ -554,12 +562,12 @@ pub fn reporter_run(
 
         // Warm-up: every app reached the platform.
         let warm = Instant::now(); // determinism: real-env (benchmark)
-        while platform.apps().len() < apps {
+        while platform.apps_of("bench").len() < apps {
             if warm.elapsed() > Duration::from_secs(120) {
                 return Err(format!(
                     "{}: only {} of {apps} apps reached the platform in 120 s",
                     variant.as_str(),
-                    platform.apps().len()
+                    platform.apps_of("bench").len()
                 ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

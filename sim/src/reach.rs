@@ -43,6 +43,8 @@
 //! | `restricted_child_refused` | Argo CD did not create a Git Source's child Application in a namespace its project does not permit |
 //! | `restricted_app_revoked` | an app Argo CD had deployed was refused later (its source narrowed or deleted) |
 //! | `restricted_source_deleted` | a RestrictedGitSource was deleted and its AppProject went with it |
+//! | `runtime_shown_unable` | the platform showed a runtime it had shown healthy as `Unable to communicate` |
+//! | `runtime_shown_recovered` | the platform showed a runtime healthy again after showing it unreachable |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -165,6 +167,10 @@ conditions! {
     RestrictedAppRevoked = "restricted_app_revoked",
     /// A RestrictedGitSource was deleted and its AppProject went with it.
     RestrictedSourceDeleted = "restricted_source_deleted",
+    /// The platform showed a runtime it had shown healthy as `Unable to communicate`.
+    RuntimeShownUnable = "runtime_shown_unable",
+    /// The platform showed a runtime healthy again after showing it unreachable.
+    RuntimeShownRecovered = "runtime_shown_recovered",
 }
 
 impl fmt::Display for Condition {
@@ -209,6 +215,26 @@ impl<'de> serde::Deserialize<'de> for Condition {
         let name = String::deserialize(deserializer)?;
         name.parse().map_err(serde::de::Error::custom)
     }
+}
+
+/// What the platform shows for a runtime it cannot reach.
+const UNABLE: &str = "Unable to communicate";
+
+/// Whether the platform showed some runtime the `sequence` of health states, in order.
+fn health_shown(events: &[TraceEvent], sequence: &[&str]) -> bool {
+    let mut progress: BTreeMap<&str, usize> = BTreeMap::new();
+    events.iter().any(|e| match e.platform() {
+        Some(PlatformEvent::RuntimeHealth {
+            runtime, health, ..
+        }) => {
+            let step = progress.entry(runtime.as_str()).or_default();
+            if sequence.get(*step) == Some(&health.as_str()) {
+                *step += 1;
+            }
+            *step == sequence.len()
+        }
+        _ => false,
+    })
 }
 
 /// How long after a scale began an overflow still counts as "during" it.
@@ -462,6 +488,10 @@ impl Condition {
                     }
                     _ => false,
                 })
+            }
+            Condition::RuntimeShownUnable => health_shown(events, &["Healthy", UNABLE]),
+            Condition::RuntimeShownRecovered => {
+                health_shown(events, &["Healthy", UNABLE, "Healthy"])
             }
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
@@ -1105,7 +1135,34 @@ expect: {hardened: pass}
                     project(2_000, serde_json::Value::Null),
                 ],
             ),
+            (
+                RuntimeShownUnable,
+                // Unreachable before it was ever healthy (not connected yet) is no drop.
+                vec![health(1_000, UNABLE), health(2_000, "Healthy")],
+                vec![health(1_000, "Healthy"), health(2_000, UNABLE)],
+            ),
+            (
+                RuntimeShownRecovered,
+                vec![health(1_000, "Healthy"), health(2_000, UNABLE)],
+                vec![
+                    health(1_000, "Healthy"),
+                    health(2_000, UNABLE),
+                    health(3_000, "Healthy"),
+                ],
+            ),
         ]
+    }
+
+    fn health(at_ms: u64, health: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "gateway",
+            PlatformEvent::RuntimeHealth {
+                runtime: "acme-prod".into(),
+                health: health.into(),
+                reason: String::new(),
+            },
+        )
     }
 
     fn deployed(at_ms: u64, app: &str) -> TraceEvent {

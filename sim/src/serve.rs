@@ -131,13 +131,20 @@ pub struct ControlPlaneArgs {
         default_value = ""
     )]
     runtimes: String,
-    /// App-proxy users: TOKEN=USER:OPERATION+OPERATION,...
+    /// Users: TOKEN=USER@ACCOUNT:OPERATION+OPERATION,... The gateway forwards a user's
+    /// requests only into their account's runtimes (a user without @ACCOUNT reaches none);
+    /// the app-proxy allows them the listed operations.
     #[arg(long, env = "ORRERY_USERS", hide_env_values = true, default_value = "")]
     users: String,
     /// Also serve the events API (`POST /2.0/api/events`, where the runtimes' reporters
     /// send) on this address; runtimes authenticate with their --runtimes tokens.
     #[arg(long)]
     events: Option<String>,
+    /// Also run the runtime monitor: every registered runtime is probed through its tunnel
+    /// and `GET /api/runtimes` shows `Healthy` or `Unable to communicate` for each
+    /// (faithful: every 30 s; hardened: every 5 s, and at once when its tunnel is gone).
+    #[arg(long)]
+    monitor: bool,
     /// TLS certificate (PEM) for the tunnel (WSS); goes with --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -405,22 +412,36 @@ fn preregister(
     Ok(tokens)
 }
 
-/// `--users TOKEN=alice:repositories:list+workflows:terminate,…` into the permissions.
+/// `--users TOKEN=alice@acme:repositories:list+workflows:terminate,…` into the permissions.
 fn users(permissions: &Permissions, list: &str) -> Result<(), Fail> {
     for entry in list.split(',').filter(|e| !e.is_empty()) {
         let Some((token, rest)) = entry.split_once('=') else {
             return Err(Fail::usage(format!(
-                "--users: {entry:?} is not <token>=<user>:<operation>+<operation>"
+                "--users: {entry:?} is not <token>=<user>@<account>:<operation>+<operation>"
             )));
         };
         let (user, operations) = rest.split_once(':').unwrap_or((rest, ""));
+        let (user, account) = match user.split_once('@') {
+            Some((user, account)) => (user, Some(account)),
+            None => (user, None),
+        };
+        let named =
+            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        if !named(user) || account.is_some_and(|a| !named(a)) {
+            return Err(Fail::usage(format!(
+                "--users: {entry:?}: user and account names are [A-Za-z0-9-], as in <token>=<user>@<account>:<operations>"
+            )));
+        }
         let operations: Vec<&str> = operations.split('+').filter(|o| !o.is_empty()).collect();
         if let Some(bad) = operations.iter().find(|o| !OPERATIONS.contains(o)) {
             return Err(Fail::usage(format!(
                 "--users: unknown operation {bad:?} (known: {OPERATIONS:?})"
             )));
         }
-        permissions.grant(token, user, &operations);
+        match account {
+            Some(account) => permissions.grant_in(token, account, user, &operations),
+            None => permissions.grant(token, user, &operations),
+        }
     }
     Ok(())
 }
@@ -504,6 +525,9 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         }),
         events: args.events,
         promotions: None,
+        monitor: args
+            .monitor
+            .then(|| orrery_system::platform::monitor::Config::new(variant)),
     };
     block_on(async move {
         let env = logged_env("control-plane");

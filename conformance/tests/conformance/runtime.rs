@@ -167,7 +167,7 @@ async fn reporter_suite(variant: Variant) {
     let key = |name: &str| format!("{namespace}/{name}");
     // 1. Every app reaches the platform, Synced at the first commit.
     eventually("every app reported Synced at the first commit", || {
-        let apps = platform.apps();
+        let apps = platform.apps_of("acme");
         let names: Vec<String> = names.iter().map(|n| key(n)).collect();
         let first = first.clone();
         async move {
@@ -197,7 +197,7 @@ async fn reporter_suite(variant: Variant) {
 
     // 1b. The real event model: besides each app event, one event per resource of the app.
     eventually("every app's resources reported as resource events", || {
-        let resources = platform.resources();
+        let resources = platform.resources_of("acme");
         let names: Vec<String> = names.iter().map(|n| key(n)).collect();
         async move {
             let bare: Vec<&String> = names
@@ -310,7 +310,7 @@ async fn reporter_suite(variant: Variant) {
         .lock()
         .commit(REPO, "Dev <dev@example.com>", "bump", unix_ms(), files);
     eventually("changed apps reported at the new revision", || {
-        let apps = platform.apps();
+        let apps = platform.apps_of("acme");
         let changed: Vec<String> = changed.iter().map(|n| key(n)).collect();
         let second = second.clone();
         async move {
@@ -337,7 +337,7 @@ async fn reporter_suite(variant: Variant) {
         .expect("delete app-07");
     let deleted = key("app-07");
     eventually("the deleted app reported deleted", || {
-        let apps = platform.apps();
+        let apps = platform.apps_of("acme");
         let deleted = deleted.clone();
         async move {
             if apps.get(&deleted).is_some_and(|a| a.deleted) {
@@ -397,7 +397,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     let state = ControlPlaneState::default();
     state
         .permissions
-        .grant("ops-token", "ops", &["workflows:terminate"]);
+        .grant_in("ops-token", "acme", "ops", &["workflows:terminate"]);
     let (platform_port, proxy_port, tunnel_port) = (free_port(), free_port(), free_port());
     let gateway = ControlPlaneConfig {
         tunnel: Some(TunnelServerConfig {
@@ -410,6 +410,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         }),
         events: None,
         promotions: None,
+        monitor: None,
     };
     let platform = tokio::spawn(async move {
         let env = Arc::new(RealEnv::new("platform"));
@@ -795,7 +796,7 @@ async fn token_rotation_suite(variant: Variant) {
     // No Secret yet: the replica waits instead of reporting with no token.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        !platform.apps().contains_key(&key),
+        !platform.apps_of("acme").contains_key(&key),
         "nothing is reported before the token Secret exists"
     );
     let secrets: Api<Secret> = Api::namespaced(cluster.client(), &namespace);
@@ -814,7 +815,7 @@ async fn token_rotation_suite(variant: Variant) {
         move || {
             let (platform, key, revision) = (platform.clone(), key.clone(), revision.clone());
             async move {
-                match platform.apps().get(&key) {
+                match platform.apps_of("acme").get(&key) {
                     Some(a) if a.revision == revision && a.read_errors == wanted_errors => Ok(()),
                     other => Err(format!("platform shows {other:?}")),
                 }
@@ -979,7 +980,7 @@ async fn apps_in_several_namespaces_and_an_app_of_apps_child_reach_the_platform(
     eventually(
         "apps of both managed namespaces, the child included, reported Synced",
         || {
-            let (apps, wanted) = (platform.apps(), wanted.clone());
+            let (apps, wanted) = (platform.apps_of("acme"), wanted.clone());
             async move {
                 match wanted
                     .iter()
@@ -1010,7 +1011,9 @@ async fn apps_in_several_namespaces_and_an_app_of_apps_child_reach_the_platform(
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        !platform.apps().contains_key(&format!("{other}/stray")),
+        !platform
+            .apps_of("acme")
+            .contains_key(&format!("{other}/stray")),
         "an app in a namespace neither Argo CD nor the reporter manages is not reported"
     );
     for task in tasks {

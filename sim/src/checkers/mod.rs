@@ -18,6 +18,7 @@
 //! | `promotion_terminates` | liveness | every release ended (Succeeded, Failed, Terminated) within its timeout after it started; none is stuck |
 //! | `restricted_sources` | safety | Argo CD never deployed an app outside the RestrictedGitSource governing it (its project's, its Git Source's), allowing a changed source 30 s to propagate (see `restricted`) |
 //! | `restricted_source_applied` | liveness | every change to a RestrictedGitSource reached its AppProject within 30 s (unless changed again first) |
+//! | `runtime_health_shown` | liveness | the platform shows a runtime `Unable to communicate` within 60 s of a drop (partition or crash of its host) that lasts, and `Healthy` within 45 s of its tunnel coming back (see `health`) |
 //! | `change_revision_correct` | safety | at the end every app's change revision (`status.operationState.operation.sync.changeRevision`) is the one its last sync should carry: the newest commit on the first-parent chain of its `previous..current` that touches its refresh paths, or none (see `acr`) |
 //! | `no_spurious_change` | safety | every change revision the ACR controller writes into an app is a commit that touched the app's refresh paths |
 //! | `app_version_reported` | liveness | after the calm phase every app the platform shows at its current sync (status and revision) shows the app version Git holds at its last sync (`Chart.yaml`'s `appVersion` at `syncResult.revision`; see `sources`) |
@@ -54,6 +55,7 @@
 //! ```
 pub mod acr;
 mod convergence;
+pub mod health;
 mod monotonic;
 pub mod ownership;
 mod platform;
@@ -213,6 +215,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "promotion_terminates" => Box::new(promotions::PromotionTerminates),
         "restricted_sources" => Box::new(restricted::RestrictedSourcesChecker::default()),
         "restricted_source_applied" => Box::new(restricted::SourceApplied::default()),
+        "runtime_health_shown" => Box::new(health::RuntimeHealthShown::default()),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),
         "app_version_reported" => Box::new(sources::AppVersionReported),
         "change_revision_reported" => Box::new(sources::ChangeRevisionReported),

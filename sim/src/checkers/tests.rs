@@ -1186,3 +1186,85 @@ fn restricted_source_applied_fires_when_a_change_reaches_its_project_late_or_nev
     ];
     assert!(violations("restricted_source_applied", &superseded, &state).is_empty());
 }
+
+fn shown(ms: u64, health: &str) -> TraceEvent {
+    at(
+        ms,
+        "gateway",
+        orrery_system::observe::PlatformEvent::RuntimeHealth {
+            runtime: "acme-prod".into(),
+            health: health.into(),
+            reason: String::new(),
+        },
+    )
+}
+
+#[test]
+fn runtime_health_shown_fires_when_a_drop_or_a_recovery_is_shown_late_or_never() {
+    use super::health::{DETECT_BOUND, RECOVER_BOUND};
+    let unable = "Unable to communicate";
+    let cut = |ms| {
+        harness(
+            ms,
+            HarnessEvent::Fault(Fault::Partition(["prod".into(), "gateway".into()])),
+        )
+    };
+    let repair = |ms| {
+        harness(
+            ms,
+            HarnessEvent::Fault(Fault::Repair(["prod".into(), "gateway".into()])),
+        )
+    };
+    let state = FinalState {
+        end_ms: 300_000,
+        ..Default::default()
+    };
+    let detect = DETECT_BOUND.as_millis() as u64;
+    let recover = RECOVER_BOUND.as_millis() as u64;
+    // Shown in time both ways.
+    let in_time = [
+        shown(1_000, "Healthy"),
+        cut(10_000),
+        shown(10_000 + detect - 1, unable),
+        repair(100_000),
+        up(105_000, "acme-prod"),
+        shown(105_000 + recover, "Healthy"),
+    ];
+    assert!(violations("runtime_health_shown", &in_time, &state).is_empty());
+    // A drop never shown.
+    let never = [shown(1_000, "Healthy"), cut(10_000)];
+    let fired = violations("runtime_health_shown", &never, &state);
+    assert_eq!((fired.len(), fired[0].at_ms), (1, 10_000 + detect));
+    assert_eq!(fired[0].class, Class::Liveness);
+    // A blip repaired before the bound need not be shown.
+    let blip = [shown(1_000, "Healthy"), cut(10_000), repair(18_000)];
+    assert!(violations("runtime_health_shown", &blip, &state).is_empty());
+    // A recovery shown late: the clock starts when the tunnel is up, not at the repair.
+    let late = [
+        shown(1_000, "Healthy"),
+        cut(10_000),
+        shown(20_000, unable),
+        repair(100_000),
+        up(130_000, "acme-prod"),
+        shown(130_000 + recover + 1, "Healthy"),
+    ];
+    let fired = violations("runtime_health_shown", &late, &state);
+    assert_eq!((fired.len(), fired[0].at_ms), (1, 130_000 + recover));
+    // A crash of the runtime's host is a drop too.
+    let crashed = [
+        shown(1_000, "Healthy"),
+        harness(
+            10_000,
+            HarnessEvent::HostStop {
+                host: "prod".into(),
+                why: HostChange::Crash,
+            },
+        ),
+    ];
+    assert_eq!(
+        violations("runtime_health_shown", &crashed, &state).len(),
+        1
+    );
+    // Without a monitor (nothing ever shown) nothing is judged.
+    assert!(violations("runtime_health_shown", &[cut(10_000)], &state).is_empty());
+}

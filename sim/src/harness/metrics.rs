@@ -398,6 +398,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     change_revision_figures(events, state, &mut counters, &mut histograms);
     promotion_figures(events, state, &mut counters, &mut histograms);
     restricted_figures(events, &mut counters, &mut histograms);
+    health_figures(events, &mut counters, &mut histograms);
     git_detail_figures(events, state, &mut counters);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
@@ -553,6 +554,54 @@ fn restricted_figures(
         "restricted_source_propagation".into(),
         Histogram::from_ms(delays),
     );
+}
+
+/// Runtime monitor figures (only when the platform showed runtimes' health), from the
+/// obligations `runtime_health_shown` judges:
+/// - `monitor.drops_shown` / `monitor.recoveries_shown`: drops shown as `Unable to
+///   communicate` / recoveries shown as `Healthy` (obligations met);
+/// - `monitor.drop_to_unable_max_ms` / `monitor.up_to_healthy_max_ms`: the slowest of each
+///   (one never met counts to the end of the run; cancelled ones do not count);
+/// - `monitor_drop_to_unable` / `monitor_up_to_healthy`: their distributions.
+fn health_figures(
+    events: &[TraceEvent],
+    counters: &mut BTreeMap<String, u64>,
+    histograms: &mut BTreeMap<String, Histogram>,
+) {
+    use crate::checkers::health::{obligations, Due};
+    let obligations = obligations(events);
+    let shown = events.iter().any(|e| {
+        matches!(
+            e.platform(),
+            Some(orrery_system::observe::PlatformEvent::RuntimeHealth { .. })
+        )
+    });
+    if !shown {
+        return;
+    }
+    let end = events.last().map_or(0, |e| e.at_ms);
+    for (due, name, series) in [
+        (Due::Unable, "drop_to_unable", "drops_shown"),
+        (Due::Healthy, "up_to_healthy", "recoveries_shown"),
+    ] {
+        let judged: Vec<_> = obligations
+            .iter()
+            .filter(|o| o.due == due && !o.cancelled)
+            .collect();
+        let delays: Vec<u64> = judged
+            .iter()
+            .map(|o| o.met_ms.unwrap_or(end).saturating_sub(o.since_ms))
+            .collect();
+        counters.insert(
+            format!("monitor.{series}"),
+            judged.iter().filter(|o| o.met_ms.is_some()).count() as u64,
+        );
+        counters.insert(
+            format!("monitor.{name}_max_ms"),
+            delays.iter().copied().max().unwrap_or(0),
+        );
+        histograms.insert(format!("monitor_{name}"), Histogram::from_ms(delays));
+    }
 }
 
 /// Change-revision figures (only when syncs ran as visible operations):

@@ -34,7 +34,8 @@ use orrery_system::runtime::assembly as runtime_assembly;
 use orrery_system::runtime::cache;
 
 pub use crate::world::placement::{
-    APISERVER_PORT, ARGOCD_TOKEN, CACHE_PORT, EXISTING_ARGOCD_TOKEN, PLATFORM_PORT, RUNTIME_TOKEN,
+    APISERVER_PORT, ARGOCD_TOKEN, CACHE_PORT, EXISTING_ARGOCD_TOKEN, PLATFORM_PORT, RUNTIME_NAME,
+    RUNTIME_TOKEN,
 };
 /// Default link latency bound (turmoil's default is 100 ms; a LAN is closer to this).
 const DEFAULT_MAX_LATENCY: Duration = Duration::from_millis(5);
@@ -1029,7 +1030,7 @@ fn count_stale(world: &World, kind: &apiserver::ResourceKind) -> (u64, u64) {
             format!("{}/{}", text(metadata, "namespace"), text(metadata, "name"))
         })
         .collect();
-    let (apps, stale) = world.platform.with_apps(|reported| {
+    let (apps, stale) = world.platform.with_apps_of(RUNTIME_NAME, |reported| {
         let views = keys.iter().zip(store.iter(kind)).map(|(key, o)| {
             let status = o.get("status");
             let sync = status.and_then(|s| s.get("sync"));
@@ -1076,7 +1077,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         .any(|h| h.has(Role::Resources));
     let initial_replicas = scenario.reporter.replicas.unwrap_or(reporters.len() as u32);
     let platform = Platform::new(platform_events::Config {
-        tokens: [(RUNTIME_TOKEN.to_string(), "acme-runtime".to_string())]
+        tokens: [(RUNTIME_TOKEN.to_string(), RUNTIME_NAME.to_string())]
             .into_iter()
             .collect(),
         bus_capacity: scenario.platform.bus_capacity,
@@ -1109,8 +1110,9 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         jobs: workflows::Jobs::default(),
     };
     if let Some(promotions) = &scenario.promotions {
-        world.control_plane.permissions.grant(
+        world.control_plane.permissions.grant_in(
             crate::world::promotions::ORCHESTRATOR_TOKEN,
+            tunnel::ACCOUNT,
             "promotion-orchestrator",
             &["promotions:write", "promotions:read"],
         );
@@ -1118,6 +1120,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     }
     tunnel::register(
         &world.control_plane.registry,
+        &world.control_plane.permissions,
         &hosts_with(scenario, Role::Runtime),
         scenario.tunnel.runtimes_per_host,
     );
@@ -1225,7 +1228,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     let state = FinalState {
         attributions: attributions(&events, &world.api, &world.git),
         apps: truth(&world.api, &world.git),
-        reported: world.platform.apps(),
+        reported: world.platform.apps_of(RUNTIME_NAME),
         end_ms,
         unregistered: world
             .unregister

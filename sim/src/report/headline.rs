@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 23] = [
+pub const FIGURES: [(&str, &str); 26] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -74,6 +74,18 @@ pub const FIGURES: [(&str, &str); 23] = [
     (
         "source_change_to_project_max_ms",
         "RestrictedGitSource change → AppProject (slowest)",
+    ),
+    (
+        "drops_shown_unable",
+        "runtime drops the platform showed as Unable to communicate",
+    ),
+    (
+        "drop_to_unable_max_ms",
+        "drop → shown Unable to communicate (slowest)",
+    ),
+    (
+        "tunnel_up_to_healthy_max_ms",
+        "tunnel back → shown Healthy (slowest)",
     ),
 ];
 
@@ -197,6 +209,17 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         put(
             "source_change_to_project_max_ms",
             counter("restricted.propagation_max_ms"),
+        );
+    }
+    if metrics.counters.contains_key("monitor.drops_shown") {
+        put("drops_shown_unable", counter("monitor.drops_shown"));
+        put(
+            "drop_to_unable_max_ms",
+            counter("monitor.drop_to_unable_max_ms"),
+        );
+        put(
+            "tunnel_up_to_healthy_max_ms",
+            counter("monitor.up_to_healthy_max_ms"),
         );
     }
     let resources = metrics

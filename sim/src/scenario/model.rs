@@ -809,6 +809,9 @@ pub struct Platform {
     pub handler_delay: Duration,
     /// Event bus capacity. Default 10,000.
     pub bus_capacity: usize,
+    /// Run the runtime monitor beside the gateway (what the platform shows about each
+    /// runtime's health). Default off: it probes every runtime through its tunnel.
+    pub monitor: bool,
 }
 
 impl Default for Platform {
@@ -817,6 +820,7 @@ impl Default for Platform {
             api_latency: Duration::ZERO,
             handler_delay: Duration::ZERO,
             bus_capacity: 10_000,
+            monitor: false,
         }
     }
 }
@@ -1038,7 +1042,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 22] = [
+pub const KNOWN_INVARIANTS: [&str; 23] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1061,6 +1065,7 @@ pub const KNOWN_INVARIANTS: [&str; 22] = [
     "promotion_terminates",
     "restricted_sources",
     "restricted_source_applied",
+    "runtime_health_shown",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

@@ -10,6 +10,7 @@ use std::time::Duration;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::platform::assembly::{ControlPlaneConfig, GatewayConfig, TunnelServerConfig};
+use orrery_system::platform::monitor;
 use orrery_system::platform::tunnel as tunnel_server;
 use orrery_system::runtime::assembly::{RouterConfig, RuntimeConfig};
 use orrery_system::runtime::resource_reporter::{self, BUS_PORT};
@@ -39,6 +40,8 @@ pub const EXISTING_ARGOCD_TOKEN: &str = "argocd-token-1";
 pub const ARGOCD_TOKEN_SECRET: &str = "argocd-token";
 /// Runtime token the simulated runtime's reporters present to the platform.
 pub const RUNTIME_TOKEN: &str = "rt-token-acme-runtime";
+/// The runtime the platform attributes [`RUNTIME_TOKEN`]'s events to (its read model's key).
+pub const RUNTIME_NAME: &str = "acme-runtime";
 /// The gateway's admin token in the simulated world.
 pub const ADMIN_TOKEN: &str = "sim-admin";
 
@@ -181,6 +184,9 @@ pub fn control_plane(
             listen: format!("0.0.0.0:{GATEWAY_PORT}"),
             admin_token: ADMIN_TOKEN.into(),
         });
+        if scenario.platform.monitor {
+            config.monitor = Some(monitor::Config::new(variant));
+        }
     }
     if host.has(Role::Promotions) {
         if let Some(planned) = scenario

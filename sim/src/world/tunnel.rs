@@ -13,6 +13,7 @@ use serde_json::json;
 use orrery_system::env::http::{full, json as json_response};
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::{RequestOutcome, WorldEvent};
+use orrery_system::platform::permissions::Permissions;
 use orrery_system::platform::registry::Registry;
 
 use crate::scenario::model::Tunnel as Settings;
@@ -50,14 +51,24 @@ pub fn runtimes_of(host: &str, per_host: u32) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// Registers every runtime with the platform's registry (platform state that survives a
-/// gateway restart, as a database would).
-pub fn register(registry: &Registry, runtime_hosts: &[String], per_host: u32) {
+/// The bearer token of the clients' user, a member of [`ACCOUNT`]: the gateway forwards only
+/// for users of the runtime's account.
+pub const CLIENT_TOKEN: &str = "user-token-acme-client";
+
+/// Registers every runtime with the platform's registry, and the clients' user with its
+/// permissions (platform state that survives a gateway restart, as a database would).
+pub fn register(
+    registry: &Registry,
+    permissions: &Permissions,
+    runtime_hosts: &[String],
+    per_host: u32,
+) {
     for host in runtime_hosts {
         for (runtime, _, token) in runtimes_of(host, per_host) {
             registry.insert(&token, ACCOUNT, &runtime);
         }
     }
+    permissions.grant_in(CLIENT_TOKEN, ACCOUNT, "client", &[]);
 }
 
 /// Runs the app-proxy stand-in of a runtime host: it answers reads and executes each
@@ -101,7 +112,8 @@ async fn attempt(
 ) -> RequestOutcome {
     let mut request = http::Request::builder()
         .method(if write { "POST" } else { "GET" })
-        .uri(url);
+        .uri(url)
+        .header("authorization", format!("Bearer {CLIENT_TOKEN}"));
     if write {
         request = request.header("idempotency-key", key);
     }

@@ -105,8 +105,9 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
     });
     let state = ControlPlaneState::default();
     state.registry.insert("rt-token", "acme", "prod");
-    state.permissions.grant(
+    state.permissions.grant_in(
         "alice-token",
+        "acme",
         "alice",
         &[
             "repositories:list",
@@ -117,7 +118,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
     );
     state
         .permissions
-        .grant("bob-token", "bob", &["repositories:list"]);
+        .grant_in("bob-token", "acme", "bob", &["repositories:list"]);
     let platform = ControlPlaneConfig {
         tunnel: Some(TunnelServerConfig {
             listen: "0.0.0.0:8443".into(),
@@ -129,6 +130,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         }),
         events: None,
         promotions: None,
+        monitor: None,
     };
     let trace = w.trace.clone();
     w.sim.host("platform", move || {

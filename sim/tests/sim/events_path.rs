@@ -129,6 +129,10 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
         env.sleep(Duration::from_secs(40)).await;
 
         let (code, body, _) = call(&env, "GET", "http://platform:8080/2.0/api/apps", &[], vec![]).await;
+        assert_eq!(code, 401, "no runtime token, no apps: {body}");
+        let (code, body, _) = call(&env, "GET", "http://platform:8080/2.0/api/apps", &[("authorization", "stolen")], vec![]).await;
+        assert_eq!(code, 401, "an unknown token sees nothing: {body}");
+        let (code, body, _) = call(&env, "GET", "http://platform:8080/2.0/api/apps", &[("authorization", TOKEN)], vec![]).await;
         assert_eq!(code, 200);
         assert_eq!(body.as_object().unwrap().len(), names.len(), "every app reported: {body}");
         assert!(body.as_object().unwrap().values().all(|a| a["sync_status"] == "Synced"), "{body}");
@@ -180,7 +184,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
             "and one event per resource (a Deployment and a Service each): {sent_resource}"
         );
         assert_eq!(
-            check_platform.resources().len(),
+            check_platform.resources_of("acme").len(),
             2 * names.len(),
             "the platform knows every app's resources"
         );
@@ -230,12 +234,17 @@ fn the_platform_keeps_the_newest_state_of_each_cluster_object_per_runtime() {
         assert!(reason.contains("is not Rollout, ReplicaSet, AnalysisRun or Workflow"), "{reason}");
         assert_eq!(post("nope", rollout(10, "Healthy"), "UPDATE").await.0, 401);
         env.sleep(Duration::from_secs(1)).await;
-        let (status, rollouts, _) = call(&env, "GET", "http://platform:8080/2.0/api/rollouts", &[], Vec::new()).await;
+        let (status, _, _) = call(&env, "GET", "http://platform:8080/2.0/api/rollouts", &[], Vec::new()).await;
+        assert_eq!(status, 401, "no runtime token, no rollouts");
+        let (status, rollouts, _) = call(&env, "GET", "http://platform:8080/2.0/api/rollouts", &[("authorization", "token-a")], Vec::new()).await;
         assert_eq!(status, 200);
         let web = &rollouts["acme-a/shop/web"];
         assert_eq!((web["phase"].as_str(), web["resourceVersion"].as_u64(), web["step"].as_i64()), (Some("Paused"), Some(9), Some(1)));
         assert_eq!(web["replicaSets"]["bbb"], json!({"replicas": 1, "available": 1}));
-        assert_eq!(rollouts["acme-b/shop/web"]["phase"], "Healthy", "runtimes are kept apart");
+        assert!(rollouts.as_object().unwrap().keys().all(|k| k.starts_with("acme-a/")), "only its own: {rollouts}");
+        let (_, theirs, _) = call(&env, "GET", "http://platform:8080/2.0/api/rollouts", &[("authorization", "token-b")], Vec::new()).await;
+        assert_eq!(theirs["acme-b/shop/web"]["phase"], "Healthy", "runtimes are kept apart");
+        assert!(theirs.get("acme-a/shop/web").is_none(), "{theirs}");
         Ok(())
     });
     w.sim.run().unwrap();

@@ -65,7 +65,8 @@ fn orrery(args: &[&str]) -> Process {
 }
 
 /// `orrery serve control-plane` with the admin token `adm`, its tunnel and client API on
-/// the given addresses, these preregistered runtimes, and any further flags.
+/// the given addresses, these preregistered runtimes, the [`USERS`] unless `extra` names
+/// others, and any further flags.
 fn control_plane(tunnel_addr: &str, gateway_addr: &str, runtimes: &str, extra: &[&str]) -> Process {
     let mut args = vec![
         "serve",
@@ -79,9 +80,19 @@ fn control_plane(tunnel_addr: &str, gateway_addr: &str, runtimes: &str, extra: &
         "--runtimes",
         runtimes,
     ];
+    if !extra.contains(&"--users") {
+        args.extend_from_slice(&["--users", USERS]);
+    }
     args.extend_from_slice(extra);
     orrery(&args)
 }
+
+/// The control plane's users (`--users`): a viewer of account acme, whose token the tests'
+/// requests through the gateway carry, and an operator allowed to terminate workflows.
+const USERS: &str = "viewer-token=viewer@acme,ops-token=ops@acme:workflows:terminate";
+
+/// The viewer's token.
+const VIEWER: &str = "viewer-token";
 
 /// A plain HTTP/1.1 exchange over loopback: (status, body), or `None` when the connection fails.
 fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
@@ -139,7 +150,7 @@ fn configmap_crosses_the_tunnel(api: u16, gateway: u16, name: &str) -> &'static 
         "a request crosses the tunnel",
         Duration::from_secs(30),
         || {
-            http(gateway, "GET", through, "")
+            http_as(gateway, "GET", through, "", VIEWER)
                 .is_some_and(|(code, body)| code == 200 && body.contains(name))
         },
     );
@@ -188,13 +199,8 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
         control_plane(
             &tunnel_addr,
             &gateway_addr,
-            "acme-prod=tok-1",
-            &[
-                "--users",
-                "ops-token=ops:workflows:terminate",
-                "--variant",
-                variant,
-            ],
+            "acme-prod=tok-1,acme-other=tok-0",
+            &["--variant", variant],
         )
     };
     let mut platform = control_plane("hardened");
@@ -223,7 +229,14 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
     });
     let through = configmap_crosses_the_tunnel(api, gateway, "through-the-tunnel");
     assert_eq!(
-        http(gateway, "GET", "/api/runtimes/acme-other/healthz", "").map(|r| r.0),
+        http_as(
+            gateway,
+            "GET",
+            "/api/runtimes/acme-other/healthz",
+            "",
+            VIEWER
+        )
+        .map(|r| r.0),
         Some(503),
         "no tunnel → 503"
     );
@@ -234,14 +247,14 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
     // Kill the tunnel server mid-traffic, then restart it: the runtime reconnects by itself.
     drop(platform);
     assert!(
-        http(gateway, "GET", through, "").is_none_or(|(code, _)| code >= 500),
+        http_as(gateway, "GET", through, "", VIEWER).is_none_or(|(code, _)| code >= 500),
         "no success while the platform is down"
     );
     platform = control_plane("hardened");
     eventually(
         "the runtime reconnects after the tunnel server restarts",
         Duration::from_secs(40),
-        || http(gateway, "GET", through, "").is_some_and(|(code, _)| code == 200),
+        || http_as(gateway, "GET", through, "", VIEWER).is_some_and(|(code, _)| code == 200),
     );
     drop(platform);
 }
@@ -313,17 +326,235 @@ fn the_tunnel_runs_over_tls_with_test_certificates_and_an_untrusting_runtime_can
         "a request crosses the TLS tunnel",
         Duration::from_secs(20),
         || {
-            http(gateway, "GET", "/api/runtimes/acme-prod/healthz", "")
-                .is_some_and(|(code, body)| code == 200 && body == "ok")
+            http_as(
+                gateway,
+                "GET",
+                "/api/runtimes/acme-prod/healthz",
+                "",
+                VIEWER,
+            )
+            .is_some_and(|(code, body)| code == 200 && body == "ok")
         },
     );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
-        http(gateway, "GET", "/api/runtimes/acme-dev/healthz", "").map(|r| r.0),
+        http_as(gateway, "GET", "/api/runtimes/acme-dev/healthz", "", VIEWER).map(|r| r.0),
         Some(503),
         "plain WebSocket against a TLS server gets no tunnel"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Tenant isolation at the gateway (issue 16): only a user of the runtime's account is
+/// forwarded; paths are normalised before they are routed; a re-registration closes the
+/// runtime's tunnel; every denial is in the audit log, which each account reads only its
+/// own part of.
+#[test]
+fn the_gateway_forwards_only_for_users_of_the_runtimes_account_and_audits_every_denial() {
+    let (tunnel, gateway) = (free_port(), free_port());
+    let (tunnel_addr, gateway_addr) = (
+        format!("127.0.0.1:{tunnel}"),
+        format!("127.0.0.1:{gateway}"),
+    );
+    let _platform = control_plane(
+        &tunnel_addr,
+        &gateway_addr,
+        "acme-prod=tok-1,globex-prod=tok-2",
+        &[
+            "--users",
+            "viewer-token=viewer@acme,mallory-token=mallory@globex,loner-token=loner",
+            "--monitor",
+        ],
+    );
+    let _runtime = orrery(&[
+        "serve",
+        "runtime",
+        "--platform",
+        &tunnel_addr,
+        "--name",
+        "acme-prod",
+        "--token",
+        "tok-1",
+    ]);
+    let healthz = "/api/runtimes/acme-prod/healthz";
+    eventually(
+        "the viewer reaches acme-prod",
+        Duration::from_secs(20),
+        || {
+            http_as(gateway, "GET", healthz, "", VIEWER)
+                .is_some_and(|(code, body)| code == 200 && body == "ok")
+        },
+    );
+    // The runtime monitor (hardened: probes every 5 s) shows what it can reach.
+    let shown = |runtime: &str| -> String {
+        let (_, body) = http_as(gateway, "GET", "/api/runtimes", "", "adm").unwrap_or_default();
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        answer["health"][runtime]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    eventually(
+        "acme-prod is shown healthy",
+        Duration::from_secs(15),
+        || shown("acme-prod") == "Healthy",
+    );
+    assert_eq!(
+        shown("globex-prod"),
+        "Unable to communicate",
+        "never connected"
+    );
+    let refused = |path: &str, token: &str, status: u16, words: &str| {
+        let (code, body) = http_as(gateway, "GET", path, "", token).expect("an answer");
+        assert_eq!(code, status, "{path} as {token:?}: {body}");
+        let error: serde_json::Value = serde_json::from_str(&body).expect("a JSON error");
+        let error = error["error"].as_str().unwrap_or_default();
+        assert!(error.contains(words), "{path} as {token:?}: {error}");
+    };
+    refused(healthz, "", 401, "needs a user's token");
+    refused(healthz, "forged", 401, "unknown user token");
+    refused(healthz, "adm", 401, "the admin token registers runtimes");
+    refused(healthz, "loner-token", 403, "belongs to no account");
+    // Another tenant's runtime is answered as a missing one, whichever way it is named.
+    refused(
+        healthz,
+        "mallory-token",
+        404,
+        "no runtime acme-prod in account globex",
+    );
+    refused(
+        "/api/runtimes/globex-prod/../acme-prod/healthz",
+        "mallory-token",
+        404,
+        "no runtime acme-prod in account globex",
+    );
+    refused(
+        "/api/runtimes/globex-prod/%2e%2e/acme-prod/healthz",
+        "mallory-token",
+        404,
+        "no runtime acme-prod in account globex",
+    );
+    refused(
+        "/api/runtimes/acme-prod/../globex-prod/healthz",
+        VIEWER,
+        404,
+        "no runtime globex-prod in account acme",
+    );
+    refused(
+        "/api/runtimes/globex-prod%2F..%2Facme-prod/healthz",
+        "mallory-token",
+        400,
+        "encodes a path separator",
+    );
+    refused("/api/../../etc/passwd", VIEWER, 400, "above the root");
+    // A name that would collide with another runtime's tunnel name is refused.
+    let register = |account: &str, runtime: &str| {
+        http_as(
+            gateway,
+            "POST",
+            "/api/runtimes",
+            &format!(r#"{{"account": "{account}", "runtime": "{runtime}"}}"#),
+            "adm",
+        )
+        .unwrap()
+    };
+    assert_eq!(register("acme", "x-y").0, 201);
+    let (code, body) = register("acme-x", "y");
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("acme-x-y is taken"), "{body}");
+    // Registering acme-prod again rotates its token and closes its tunnel at once: the
+    // runtime's reconnection with the old token is refused.
+    let (code, body) = register("acme", "prod");
+    assert_eq!(code, 201, "{body}");
+    assert!(body.contains(r#""rotated":true"#), "{body}");
+    eventually(
+        "the rotated runtime's tunnel is closed",
+        Duration::from_secs(10),
+        || http_as(gateway, "GET", healthz, "", VIEWER).is_some_and(|(code, _)| code == 503),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        http_as(gateway, "GET", healthz, "", VIEWER).map(|r| r.0),
+        Some(503),
+        "the old token opens no new tunnel"
+    );
+    eventually(
+        "acme-prod is shown unreachable",
+        Duration::from_secs(10),
+        || shown("acme-prod") == "Unable to communicate",
+    );
+    // The audit log: every denial above, with who, what and why; the rotation.
+    let audit = |token: &str| -> Vec<serde_json::Value> {
+        let (code, body) =
+            http_as(gateway, "GET", "/api/audit?limit=1000", "", token).expect("an answer");
+        assert_eq!(code, 200, "{body}");
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+        answer["entries"].as_array().cloned().unwrap_or_default()
+    };
+    let all = audit("adm");
+    let denied: Vec<&serde_json::Value> = all.iter().filter(|e| e["outcome"] == "denied").collect();
+    assert_eq!(denied.len(), 11, "every denial is audited: {all:#?}");
+    assert!(denied
+        .iter()
+        .all(|e| e["reason"].as_str().is_some_and(|r| !r.is_empty())
+            && e["status"].as_u64().is_some_and(|s| s >= 400)
+            && e["at"].as_str().is_some_and(|t| t.ends_with('Z'))));
+    assert!(
+        denied.iter().any(|e| e["actor"]["name"] == "mallory"
+            && e["action"] == "GET /api/runtimes/acme-prod/healthz"
+            && e["status"] == 404),
+        "the normalised path is what is audited: {denied:#?}"
+    );
+    assert!(
+        all.iter().any(|e| e["outcome"] == "allowed"
+            && e["action"] == "POST /api/runtimes"
+            && e["runtime"] == "acme-prod"
+            && e["reason"] == "token rotated; its open tunnel closed"),
+        "{all:#?}"
+    );
+    let seqs: Vec<u64> = all.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(
+        seqs,
+        (1..=all.len() as u64).collect::<Vec<_>>(),
+        "append-only, numbered"
+    );
+    // A user reads only their account's entries.
+    let acme = audit(VIEWER);
+    assert!(
+        !acme.is_empty() && acme.iter().all(|e| e["account"] == "acme"),
+        "{acme:#?}"
+    );
+    let globex = audit("mallory-token");
+    assert!(
+        !globex.is_empty() && globex.iter().all(|e| e["account"] == "globex"),
+        "{globex:#?}"
+    );
+    // Paging.
+    let (_, page) = http_as(gateway, "GET", "/api/audit?after=2&limit=3", "", "adm").unwrap();
+    let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+    let page: Vec<u64> = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    assert_eq!(page, [3, 4, 5]);
+    let (code, body) = http_as(gateway, "GET", "/api/audit?limit=many", "", "adm").unwrap();
+    assert_eq!(code, 400, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("limit=\"many\""),
+        "{body}"
+    );
+    refused(
+        "/api/audit",
+        "",
+        401,
+        "needs the admin token or a user's token",
+    );
 }
 
 #[test]
@@ -407,7 +638,7 @@ fn post_once(port: u16, path: &str, key: &str, body: &str) -> Option<(u16, Strin
         "POST",
         path,
         body,
-        &format!("idempotency-key: {key}\r\n"),
+        &format!("idempotency-key: {key}\r\nauthorization: Bearer {VIEWER}\r\n"),
     )
 }
 
@@ -446,7 +677,7 @@ fn a_hardened_runtime_with_durable_request_records_answers_a_retry_after_its_res
     let mut process = runtime();
     let list = "/api/runtimes/acme-prod/workflows/api/v1/namespaces/default/configmaps";
     eventually("the tunnel is up", Duration::from_secs(30), || {
-        http(gateway, "GET", list, "").is_some_and(|(code, _)| code == 200)
+        http_as(gateway, "GET", list, "", VIEWER).is_some_and(|(code, _)| code == 200)
     });
     let create = r#"{"metadata":{"name":"created-once"}}"#;
     let (code, first) = post_once(gateway, list, "write-1", create).expect("an answer");
@@ -457,7 +688,7 @@ fn a_hardened_runtime_with_durable_request_records_answers_a_retry_after_its_res
     eventually(
         "the restarted runtime is back",
         Duration::from_secs(30),
-        || http(gateway, "GET", list, "").is_some_and(|(code, _)| code == 200),
+        || http_as(gateway, "GET", list, "", VIEWER).is_some_and(|(code, _)| code == 200),
     );
     let (code, again) = post_once(gateway, list, "write-1", create).expect("an answer");
     // Run again, the API server would answer 409 AlreadyExists: the record answers instead.
@@ -503,12 +734,7 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
         &addr(tunnel),
         &addr(gateway),
         "acme-prod=tok-1",
-        &[
-            "--users",
-            "ops-token=ops:workflows:terminate",
-            "--events",
-            &addr(events),
-        ],
+        &["--events", &addr(events)],
     );
     let _router = orrery(&[
         "serve",
@@ -603,7 +829,14 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
     configmap_crosses_the_tunnel(api, gateway, "across-four-processes");
     // The router's own 404 for a path it does not route: the tunnel client forwarded the
     // path as it came, without routing it itself.
-    let (code, body) = http(gateway, "GET", "/api/runtimes/acme-prod/nowhere", "").unwrap();
+    let (code, body) = http_as(
+        gateway,
+        "GET",
+        "/api/runtimes/acme-prod/nowhere",
+        "",
+        VIEWER,
+    )
+    .unwrap();
     assert_eq!(code, 404, "{body}");
     assert!(body.contains("no route for /nowhere"), "{body}");
     // … → router → app-proxy (another process) → API server.

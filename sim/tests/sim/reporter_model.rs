@@ -167,7 +167,7 @@ fn one_app_event_and_one_event_per_changed_resource_and_reconcile_stamps_send_no
             2,
             "the app's Deployment and Service"
         );
-        let resources = platform.resources();
+        let resources = platform.resources_of("acme");
         assert_eq!(resources.len(), 2, "{resources:?}");
         assert!(
             resources
@@ -193,7 +193,10 @@ fn one_app_event_and_one_event_per_changed_resource_and_reconcile_stamps_send_no
             (sent("app").await, sent("resource").await),
             (apps_sent + 1, 3)
         );
-        assert_eq!(platform.apps()["argocd/a"].health_status, "Degraded");
+        assert_eq!(
+            platform.apps_of("acme")["argocd/a"].health_status,
+            "Degraded"
+        );
 
         // A commit to another app's path moves sync.revision (app event) but not the app's
         // latest history revision, so its resources stay cached.
@@ -252,11 +255,11 @@ fn flaps_under_a_rate_limit(variant: Variant, learning_mode: bool) -> Limited {
             env.sleep(Duration::from_secs(1)).await;
         }
         env.sleep(Duration::from_secs(20)).await;
-        let soon = platform.apps()["argocd/a"].health_status.clone();
+        let soon = platform.apps_of("acme")["argocd/a"].health_status.clone();
         let dropped = metric(&env, "dropped_events_total", "").await;
         let enqueued = metric(&env, "enqueued_events_total", "").await;
         env.sleep(Duration::from_secs(600)).await;
-        let later = platform.apps()["argocd/a"].health_status.clone();
+        let later = platform.apps_of("acme")["argocd/a"].health_status.clone();
         *result.lock().unwrap() = Some(Limited {
             soon,
             later,

@@ -28,6 +28,8 @@ use orrery_sim::trace::Trace;
 
 const TOKEN: &str = "rt-token-acme-prod";
 const NAME: &str = "acme-prod";
+/// A user of account acme.
+const USER_TOKEN: &str = "user-token-acme";
 
 async fn call(env: &SharedEnv, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
     let client =
@@ -37,6 +39,11 @@ async fn call(env: &SharedEnv, method: &str, path: &str, headers: &[(&str, &str)
         .uri(format!("http://platform:8080{path}"));
     for (k, v) in headers {
         request = request.header(*k, *v);
+    }
+    // A user of acme unless the caller authenticates otherwise: the gateway forwards only
+    // for users of the runtime's account.
+    if !headers.iter().any(|(k, _)| *k == "authorization") {
+        request = request.header("authorization", format!("Bearer {USER_TOKEN}"));
     }
     match client
         .request(request.body(Full::new(Bytes::new())).unwrap())
@@ -91,6 +98,16 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
     let trace = Trace::default();
     let state = ControlPlaneState::default();
     state.registry.insert(TOKEN, "acme", "prod");
+    // Registered, never connected: its requests get 503, not 404.
+    state
+        .registry
+        .insert("rt-token-acme-other", "acme", "other");
+    state
+        .permissions
+        .grant_in(USER_TOKEN, "acme", "client", &[]);
+    state
+        .permissions
+        .grant_in("user-token-acme-other", "acme", "other", &[]);
     let platform = ControlPlaneConfig {
         tunnel: Some(TunnelServerConfig {
             listen: "0.0.0.0:8443".into(),
@@ -102,6 +119,7 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
         }),
         events: None,
         promotions: None,
+        monitor: None,
     };
     let host_trace = trace.clone();
     sim.host("platform", move || {
@@ -241,6 +259,38 @@ fn requests_cross_the_tunnel_and_state_changes_run_once_even_when_retried() {
             .await
             .1,
             json!({"executed": 2})
+        );
+        // Keys are the user's own: another user's "commit-1" is another write, and a request
+        // id sent directly (to replay someone's recorded answer) is dropped by the gateway.
+        let other = [
+            ("idempotency-key", "commit-1"),
+            ("authorization", "Bearer user-token-acme-other"),
+        ];
+        assert_eq!(
+            call(
+                &env,
+                "POST",
+                "/api/runtimes/acme-prod/app-proxy/commit",
+                &other
+            )
+            .await
+            .1,
+            json!({"executed": 3})
+        );
+        let forged = [
+            ("x-orrery-request-id", "client/commit-1"),
+            ("authorization", "Bearer user-token-acme-other"),
+        ];
+        assert_eq!(
+            call(
+                &env,
+                "POST",
+                "/api/runtimes/acme-prod/app-proxy/commit",
+                &forged
+            )
+            .await
+            .1,
+            json!({"executed": 4})
         );
         Ok(())
     });

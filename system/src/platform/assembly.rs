@@ -8,13 +8,16 @@
 //! | tunnel server | [`ControlPlaneConfig::tunnel`] | the runtime registry |
 //! | gateway (client API: registration, forwarding, permissions) | [`ControlPlaneConfig::gateway`] | the tunnel server |
 //! | events path (events API → bus → handler → read model) | [`ControlPlaneConfig::events`] | [`ControlPlaneState::events`] |
+//! | runtime monitor | [`ControlPlaneConfig::monitor`] | the tunnel server; [`ControlPlaneState::health`] |
 //! | promotion orchestrator | [`ControlPlaneConfig::promotions`] | the gateway (its own or another process's), the Git provider; [`ControlPlaneState::releases`] |
 
 use std::future::Future;
 use std::sync::Arc;
 
+use super::audit::Audit;
 use super::events::{self, Platform};
 use super::gateway::{self, Gateway};
+use super::monitor::{self, Monitor};
 use super::permissions::Permissions;
 use super::promotions;
 use super::registry::Registry;
@@ -50,16 +53,22 @@ pub struct ControlPlaneConfig {
     pub events: Option<String>,
     /// The promotion orchestrator (one Product).
     pub promotions: Option<promotions::Config>,
+    /// The runtime monitor (needs the tunnel server).
+    pub monitor: Option<monitor::Config>,
 }
 
 /// What outlives a control-plane process, as its databases would: runtimes and tokens,
-/// users and permissions, the events read model. A restarted process gets the same state.
+/// users and permissions, the audit log, the events read model. A restarted process gets the same state.
 #[derive(Clone, Default)]
 pub struct ControlPlaneState {
     /// Accounts' runtimes and their tokens.
     pub registry: Arc<Registry>,
     /// Users and what they may do.
     pub permissions: Arc<Permissions>,
+    /// Mutating requests and denials, append-only.
+    pub audit: Arc<Audit>,
+    /// What the platform shows about each runtime's health.
+    pub health: Arc<Monitor>,
     /// The events path's configuration and read model.
     pub events: Option<Arc<Platform>>,
     /// The promotion orchestrator's read model of releases.
@@ -125,6 +134,22 @@ pub async fn run(
         }
         None => None,
     };
+    if let Some(settings) = config.monitor.clone() {
+        let tunnels = tunnels
+            .clone()
+            .ok_or(Error::Config("the runtime monitor needs the tunnel server"))?;
+        let watch = monitor::run(
+            env.clone(),
+            settings,
+            state.health.clone(),
+            state.registry.clone(),
+            tunnels,
+        );
+        services.spawn(async move {
+            watch.await;
+            ("runtime monitor", Ok(()))
+        });
+    }
     if let Some(settings) = &config.gateway {
         let tunnels = tunnels.ok_or(Error::Config("the gateway needs the tunnel server"))?;
         let listener = bind(&env, "gateway", &settings.listen).await?;
@@ -133,6 +158,8 @@ pub async fn run(
             registry: state.registry.clone(),
             tunnels,
             permissions: state.permissions.clone(),
+            audit: state.audit.clone(),
+            health: state.health.clone(),
         });
         let serve = gateway::serve(env.clone(), gateway, listener);
         services.spawn(async move { ("gateway", serve.await) });

@@ -1,31 +1,54 @@
-//! The platform's API for clients in front of the runtimes:
+//! The platform's API for clients in front of the runtimes. Every path is normalised first
+//! ([`path`]: `..`, `.`, doubled slashes, escapes; a hidden separator or a climb above the
+//! root is refused with 400), and every mutating request and every denial is written to the
+//! [`Audit`] log.
 //!
-//! - `GET /api/permissions` with a user's bearer token → `{"user": …, "allow": [...]}` (401
-//!   for an unknown token): what the app-proxy authorises operations with;
+//! - `GET /api/permissions` with a user's bearer token → `{"user": …, "account": …,
+//!   "allow": [...]}` (401 for an unknown token): what the app-proxy authorises operations
+//!   with;
 //! - `POST /api/runtimes` `{"account": …, "runtime": …}` with the admin token → `201
-//!   {"name": "<account>-<runtime>", "token": …}`: registers a runtime and issues its token;
-//! - `GET /api/runtimes` with the admin token → `{"connected": [<name>, …]}`: the runtimes
-//!   whose tunnel is up now (sorted);
-//! - `<any method> /api/runtimes/<name>/<path>` → forwarded to that runtime's request routing
-//!   service through its tunnel as `/<path>` (503 when the runtime has no tunnel, 502/504
-//!   when it breaks or stays silent). A client's `Idempotency-Key` becomes the request id,
-//!   so a retried state-changing request runs at most once on the runtime.
+//!   {"name": "<account>-<runtime>", "token": …, "rotated": bool}`: registers a runtime and
+//!   issues its token. Registering it again rotates the token: the old one stops working at
+//!   once and the runtime's open tunnel is closed. A name another account's runtime holds is
+//!   refused (409);
+//! - `GET /api/runtimes` with the admin token → `{"connected": [<name>, …], "health":
+//!   {<name>: {"status", "since", "reason"}}}`: the runtimes whose tunnel is up now (sorted)
+//!   and what the runtime monitor shows for each (`Healthy`, `Unable to communicate`);
+//! - `GET /api/audit?after=<seq>&limit=<n>` → `{"entries": [...]}`: the admin sees every
+//!   entry, a user their own account's;
+//! - `<any method> /api/runtimes/<name>/<path>` with the bearer token of a user of the
+//!   runtime's account → forwarded to that runtime's request routing service through its
+//!   tunnel as `/<path>` (503 when the runtime has no tunnel, 502/504 when it breaks or stays
+//!   silent). No token or an unknown one → 401; a user in no account → 403; a runtime that
+//!   is not the user's account's (another tenant's, or none) → 404, never forwarded. The
+//!   one exception is a `POST` to `webhooks/…`, a Git provider's signed delivery, forwarded
+//!   without a user token to the runtime, whose webhook source checks the signature. A
+//!   user's `Idempotency-Key` becomes the request id (`<user>/<key>`; one a client sends as
+//!   the request id itself is dropped), so a retried state-changing request runs at most
+//!   once on the runtime.
+
+pub mod path;
 
 use std::sync::Arc;
 
-use http::{Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
+use crate::platform::audit::{Actor, Audit, Outcome, Record};
+use crate::platform::permissions::User;
 use crate::platform::registry::Registry;
 use crate::platform::tunnel::TunnelServer;
 use crate::tunnel::REQUEST_ID_HEADER;
 
 /// Largest registration body.
 const REGISTRATION_LIMIT: usize = 16 * 1024;
+
+/// Audit entries one `GET /api/audit` returns unless it asks for fewer.
+const AUDIT_PAGE: usize = 100;
 
 /// What the gateway needs.
 pub struct Gateway {
@@ -37,66 +60,302 @@ pub struct Gateway {
     pub tunnels: Arc<TunnelServer>,
     /// Users and their permissions.
     pub permissions: Arc<crate::platform::permissions::Permissions>,
+    /// Where mutating requests and denials are recorded.
+    pub audit: Arc<Audit>,
+    /// What the runtime monitor shows about each runtime.
+    pub health: Arc<crate::platform::monitor::Monitor>,
+}
+
+/// Who is asking, from the `Authorization` header.
+enum Caller {
+    /// No `Authorization: Bearer …` header.
+    Nobody,
+    /// A bearer token the platform does not know.
+    Unknown,
+    /// The admin token.
+    Admin,
+    /// A user's token.
+    User(User),
+}
+
+impl Caller {
+    fn actor(&self) -> Actor {
+        match self {
+            Caller::Nobody | Caller::Unknown => Actor::Anonymous,
+            Caller::Admin => Actor::Admin,
+            Caller::User(user) => Actor::User {
+                name: user.name.clone(),
+            },
+        }
+    }
+
+    fn account(&self) -> String {
+        match self {
+            Caller::User(user) => user.account.clone().unwrap_or_default(),
+            _ => String::new(),
+        }
+    }
+}
+
+/// One request's facts the audit log needs.
+struct Seen {
+    caller: Caller,
+    action: String,
 }
 
 impl Gateway {
     /// Answers one client request.
     pub async fn handle(&self, env: &SharedEnv, request: Request<Incoming>) -> Response<Body> {
-        let path = request.uri().path().to_string();
-        if path == "/healthz" {
-            // Liveness and readiness: the gateway is serving.
-            return json(StatusCode::OK, &json!({"status": "ok"}));
-        }
-        if path == "/api/runtimes" && request.method() == http::Method::POST {
-            return self.register(env, request).await;
-        }
-        if path == "/api/runtimes" && request.method() == http::Method::GET {
-            if !self.is_admin(&request) {
-                return json(
-                    StatusCode::UNAUTHORIZED,
-                    &json!({"error": "listing runtimes needs the admin token"}),
-                );
+        let caller = self.caller(&request);
+        let method = request.method().clone();
+        let path = match path::normalise(request.uri().path()) {
+            Ok(path) => path,
+            Err(error) => {
+                let seen = Seen {
+                    caller,
+                    action: format!("{method} {}", request.uri().path()),
+                };
+                return self.deny(env, &seen, "", StatusCode::BAD_REQUEST, error.to_string());
             }
-            return json(
-                StatusCode::OK,
-                &json!({"connected": self.tunnels.connected()}),
-            );
-        }
-        if path == "/api/permissions" {
-            let token = request
-                .headers()
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
-            return match self.permissions.lookup(token) {
-                Some(answer) => json(StatusCode::OK, &answer),
-                None => json(
-                    StatusCode::UNAUTHORIZED,
-                    &json!({"error": "unknown user token"}),
-                ),
-            };
-        }
-        let Some(rest) = path.strip_prefix("/api/runtimes/") else {
-            return json(
-                StatusCode::NOT_FOUND,
-                &json!({"error": format!("no route for {path}")}),
-            );
         };
-        let (name, inner) = rest.split_once('/').unwrap_or((rest, ""));
+        let seen = Seen {
+            caller,
+            action: format!("{method} {path}"),
+        };
+        match (&method, path.as_str()) {
+            // Liveness and readiness: the gateway is serving.
+            (_, "/healthz") => json(StatusCode::OK, &json!({"status": "ok"})),
+            (&Method::POST, "/api/runtimes") => self.register(env, &seen, request).await,
+            (&Method::GET, "/api/runtimes") => match seen.caller {
+                Caller::Admin => json(
+                    StatusCode::OK,
+                    &json!({"connected": self.tunnels.connected(), "health": self.health_shown()}),
+                ),
+                _ => self.deny(
+                    env,
+                    &seen,
+                    "",
+                    StatusCode::UNAUTHORIZED,
+                    "listing runtimes needs the admin token",
+                ),
+            },
+            (_, "/api/permissions") => {
+                let token = bearer(&request).unwrap_or_default();
+                match self.permissions.lookup(token) {
+                    Some(answer) => json(StatusCode::OK, &answer),
+                    None => self.deny(
+                        env,
+                        &seen,
+                        "",
+                        StatusCode::UNAUTHORIZED,
+                        "unknown user token",
+                    ),
+                }
+            }
+            (&Method::GET, "/api/audit") => self.audit_log(env, &seen, request.uri()),
+            (_, forwarded) => match forwarded.strip_prefix("/api/runtimes/") {
+                Some(rest) => {
+                    let (name, inner) = rest.split_once('/').unwrap_or((rest, ""));
+                    let (name, inner) = (name.to_string(), inner.to_string());
+                    self.forward(env, &seen, request, &name, &inner).await
+                }
+                None => self.deny(
+                    env,
+                    &seen,
+                    "",
+                    StatusCode::NOT_FOUND,
+                    format!("no route for {method} {path}"),
+                ),
+            },
+        }
+    }
+
+    /// What the runtime monitor shows, by runtime: `{"status", "since", "reason"}`.
+    fn health_shown(&self) -> Value {
+        self.health
+            .shown()
+            .into_iter()
+            .map(|(name, shown)| {
+                let since = jiff::Timestamp::from_millisecond(shown.since_ms as i64)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default();
+                let mut entry = json!({"status": shown.health.as_str(), "since": since});
+                if !shown.reason.is_empty() {
+                    entry["reason"] = json!(shown.reason);
+                }
+                (name, entry)
+            })
+            .collect::<serde_json::Map<String, Value>>()
+            .into()
+    }
+
+    fn caller(&self, request: &Request<Incoming>) -> Caller {
+        match bearer(request) {
+            None => Caller::Nobody,
+            Some(token) if token == self.admin_token => Caller::Admin,
+            Some(token) => self
+                .permissions
+                .user(token)
+                .map_or(Caller::Unknown, Caller::User),
+        }
+    }
+
+    /// Answers `status` with `reason` and audits the denial (in the caller's account).
+    fn deny(
+        &self,
+        env: &SharedEnv,
+        seen: &Seen,
+        runtime: &str,
+        status: StatusCode,
+        reason: impl Into<String>,
+    ) -> Response<Body> {
+        self.deny_in(env, seen, &seen.caller.account(), runtime, status, reason)
+    }
+
+    /// As [`Gateway::deny`], audited in `account`.
+    fn deny_in(
+        &self,
+        env: &SharedEnv,
+        seen: &Seen,
+        account: &str,
+        runtime: &str,
+        status: StatusCode,
+        reason: impl Into<String>,
+    ) -> Response<Body> {
+        let reason = reason.into();
+        self.audit.record(
+            env,
+            Record {
+                actor: seen.caller.actor(),
+                account: account.to_string(),
+                action: seen.action.clone(),
+                runtime: runtime.to_string(),
+                outcome: Outcome::Denied,
+                status: status.as_u16(),
+                reason: reason.clone(),
+            },
+        );
+        json(status, &json!({"error": reason}))
+    }
+
+    /// Forwards into runtime `name`'s tunnel for a user of its account.
+    async fn forward(
+        &self,
+        env: &SharedEnv,
+        seen: &Seen,
+        request: Request<Incoming>,
+        name: &str,
+        inner: &str,
+    ) -> Response<Body> {
+        // A Git provider's webhook delivery carries no user token: it is signed, and the
+        // runtime's webhook source checks the signature (`X-Hub-Signature-256`), as the
+        // real runtime's event source behind its public URL does.
+        let webhook = request.method() == Method::POST && inner.starts_with("webhooks/");
+        let account = match &seen.caller {
+            Caller::Nobody if webhook => match self.registry.find(name) {
+                Some(runtime) => runtime.account,
+                None => {
+                    return self.deny(
+                        env,
+                        seen,
+                        name,
+                        StatusCode::NOT_FOUND,
+                        format!("no runtime {name}"),
+                    )
+                }
+            },
+            Caller::Nobody => return self.deny(
+                env,
+                seen,
+                name,
+                StatusCode::UNAUTHORIZED,
+                "forwarding into a runtime needs a user's token (Authorization: Bearer <token>)",
+            ),
+            Caller::Unknown => {
+                return self.deny(
+                    env,
+                    seen,
+                    name,
+                    StatusCode::UNAUTHORIZED,
+                    "unknown user token",
+                )
+            }
+            Caller::Admin => {
+                return self.deny(
+                    env,
+                    seen,
+                    name,
+                    StatusCode::UNAUTHORIZED,
+                    "the admin token registers runtimes; forwarding into one needs a user's token",
+                )
+            }
+            Caller::User(user) => match &user.account {
+                Some(account) => account.clone(),
+                None => {
+                    return self.deny(
+                        env,
+                        seen,
+                        name,
+                        StatusCode::FORBIDDEN,
+                        format!(
+                            "user {} belongs to no account, so reaches no runtime",
+                            user.name
+                        ),
+                    )
+                }
+            },
+        };
+        // Another account's runtime is answered as a missing one: its existence is not
+        // the caller's to learn.
+        if self
+            .registry
+            .find(name)
+            .is_none_or(|runtime| runtime.account != account)
+        {
+            return self.deny(
+                env,
+                seen,
+                name,
+                StatusCode::NOT_FOUND,
+                format!("no runtime {name} in account {account}"),
+            );
+        }
         let query = request
             .uri()
             .query()
             .map(|q| format!("?{q}"))
             .unwrap_or_default();
         let Ok(uri) = format!("/{inner}{query}").parse::<Uri>() else {
-            return json(StatusCode::BAD_REQUEST, &json!({"error": "malformed path"}));
+            return self.deny(env, seen, name, StatusCode::BAD_REQUEST, "malformed path");
         };
-        let name = name.to_string();
+        let mutating = !matches!(
+            *request.method(),
+            Method::GET | Method::HEAD | Method::OPTIONS
+        );
         let (mut parts, body) = request.into_parts();
         parts.uri = uri;
-        if let Some(key) = parts.headers.get("idempotency-key").cloned() {
-            parts.headers.insert(REQUEST_ID_HEADER, key);
+        // The request id is the platform's to set: one a client sends could replay another
+        // caller's recorded answer. A user's `Idempotency-Key` becomes `<user>/<key>`, so
+        // keys of different users never meet; an anonymous webhook's is ignored (the tunnel
+        // server numbers it).
+        parts.headers.remove(REQUEST_ID_HEADER);
+        if let (Caller::User(user), Some(key)) =
+            (&seen.caller, parts.headers.get("idempotency-key"))
+        {
+            let scoped = key
+                .to_str()
+                .ok()
+                .and_then(|key| http::HeaderValue::from_str(&format!("{}/{key}", user.name)).ok());
+            let Some(scoped) = scoped else {
+                return self.deny(
+                    env,
+                    seen,
+                    name,
+                    StatusCode::BAD_REQUEST,
+                    "Idempotency-Key must be visible ASCII",
+                );
+            };
+            parts.headers.insert(REQUEST_ID_HEADER, scoped);
         }
         let forwarded = Request::from_parts(parts, body.map_err(std::io::Error::other).boxed());
         if env.buggify(crate::env::Point::GatewaySlowForward) {
@@ -106,22 +365,99 @@ impl Gateway {
             );
             env.sleep(pause).await;
         }
-        self.tunnels.forward(env, &name, forwarded).await
+        let answer = self.tunnels.forward(env, name, forwarded).await;
+        let status = answer.status();
+        // The runtime's own refusal (its app-proxy's permission check) is a denial too.
+        let refused = matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
+        if mutating || refused {
+            self.audit.record(
+                env,
+                Record {
+                    actor: seen.caller.actor(),
+                    account,
+                    action: seen.action.clone(),
+                    runtime: name.to_string(),
+                    outcome: if refused {
+                        Outcome::Denied
+                    } else {
+                        Outcome::Allowed
+                    },
+                    status: status.as_u16(),
+                    reason: if refused {
+                        format!("refused by runtime {name}")
+                    } else {
+                        String::new()
+                    },
+                },
+            );
+        }
+        answer
     }
 
-    fn is_admin(&self, request: &Request<Incoming>) -> bool {
-        request
-            .headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            == Some(&format!("Bearer {}", self.admin_token))
+    /// `GET /api/audit`: every entry for the admin, a user's account's for a user.
+    fn audit_log(&self, env: &SharedEnv, seen: &Seen, uri: &Uri) -> Response<Body> {
+        let account = match &seen.caller {
+            Caller::Admin => None,
+            Caller::User(User {
+                account: Some(account),
+                ..
+            }) => Some(account.clone()),
+            Caller::User(user) => {
+                return self.deny(
+                    env,
+                    seen,
+                    "",
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "user {} belongs to no account, so has no audit log",
+                        user.name
+                    ),
+                )
+            }
+            Caller::Nobody | Caller::Unknown => {
+                return self.deny(
+                    env,
+                    seen,
+                    "",
+                    StatusCode::UNAUTHORIZED,
+                    "the audit log needs the admin token or a user's token",
+                )
+            }
+        };
+        let query = crate::env::http::query(uri);
+        let number = |name: &str, default: u64| match query.get(name) {
+            None => Ok(default),
+            Some(text) => text.parse::<u64>().map_err(|_| {
+                format!("query parameter {name}={text:?} is not a non-negative integer")
+            }),
+        };
+        let (after, limit) = match (number("after", 0), number("limit", AUDIT_PAGE as u64)) {
+            (Ok(after), Ok(limit)) => (after, limit),
+            (Err(e), _) | (_, Err(e)) => {
+                return self.deny(env, seen, "", StatusCode::BAD_REQUEST, e);
+            }
+        };
+        let entries = self.audit.query(
+            account.as_deref(),
+            after,
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        );
+        json(StatusCode::OK, &json!({"entries": entries}))
     }
 
-    async fn register(&self, env: &SharedEnv, request: Request<Incoming>) -> Response<Body> {
-        if !self.is_admin(&request) {
-            return json(
+    async fn register(
+        &self,
+        env: &SharedEnv,
+        seen: &Seen,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        if !matches!(seen.caller, Caller::Admin) {
+            return self.deny(
+                env,
+                seen,
+                "",
                 StatusCode::UNAUTHORIZED,
-                &json!({"error": "registering a runtime needs the admin token"}),
+                "registering a runtime needs the admin token",
             );
         }
         let body = match http_body_util::Limited::new(request.into_body(), REGISTRATION_LIMIT)
@@ -130,18 +466,24 @@ impl Gateway {
         {
             Ok(collected) => collected.to_bytes(),
             Err(e) => {
-                return json(
+                return self.deny(
+                    env,
+                    seen,
+                    "",
                     StatusCode::BAD_REQUEST,
-                    &json!({"error": format!("reading the body: {e}")}),
+                    format!("reading the body: {e}"),
                 )
             }
         };
         let parsed: Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(e) => {
-                return json(
+                return self.deny(
+                    env,
+                    seen,
+                    "",
                     StatusCode::BAD_REQUEST,
-                    &json!({"error": format!("the body is not JSON: {e}")}),
+                    format!("the body is not JSON: {e}"),
                 )
             }
         };
@@ -154,17 +496,62 @@ impl Gateway {
                 .map(str::to_string)
         };
         let (Some(account), Some(runtime)) = (valid("account"), valid("runtime")) else {
-            return json(
+            return self.deny(
+                env,
+                seen,
+                "",
                 StatusCode::BAD_REQUEST,
-                &json!({"error": "want {\"account\": <name>, \"runtime\": <name>} with [A-Za-z0-9-] names"}),
+                "want {\"account\": <name>, \"runtime\": <name>} with [A-Za-z0-9-] names",
             );
         };
-        let token = self.registry.register(env, &account, &runtime);
+        let name = format!("{account}-{runtime}");
+        let registration = match self.registry.register(env, &account, &runtime) {
+            Ok(registration) => registration,
+            Err(taken) => {
+                return self.deny_in(
+                    env,
+                    seen,
+                    &account,
+                    &name,
+                    StatusCode::CONFLICT,
+                    taken.to_string(),
+                );
+            }
+        };
+        // The old token no longer works; a tunnel opened with it must not outlive it.
+        let closed = registration.rotated && self.tunnels.close(&name);
+        self.audit.record(
+            env,
+            Record {
+                actor: Actor::Admin,
+                account,
+                action: seen.action.clone(),
+                runtime: name.clone(),
+                outcome: Outcome::Allowed,
+                status: StatusCode::CREATED.as_u16(),
+                reason: match (registration.rotated, closed) {
+                    (false, _) => String::new(),
+                    (true, false) => "token rotated".to_string(),
+                    (true, true) => "token rotated; its open tunnel closed".to_string(),
+                },
+            },
+        );
         json(
             StatusCode::CREATED,
-            &json!({"name": format!("{account}-{runtime}"), "token": token}),
+            &json!({"name": name, "token": registration.token, "rotated": registration.rotated}),
         )
     }
+}
+
+/// The bearer token of `request`, if it sends one.
+fn bearer(request: &Request<Incoming>) -> Option<&str> {
+    request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 /// Serves the gateway on `addr`.

@@ -2,7 +2,10 @@
 //!
 //! - [`events`]: events API → event bus → event handler → read model, plus the query endpoint.
 //! - [`tunnel`]: the tunnel server runtimes connect to.
-//! - [`gateway`]: the client API (registration, forwarding into tunnels, permissions).
+//! - [`gateway`]: the client API (registration, forwarding into tunnels, permissions), with
+//!   tenant checks and path normalisation before anything is forwarded.
+//! - [`audit`]: the append-only log of mutating requests and denials.
+//! - [`monitor`]: the runtime monitor (`Healthy` / `Unable to communicate` per runtime).
 //! - [`promotions`]: the promotion orchestrator (releases through a Product's flow, each
 //!   environment a PromotionTask on its runtime) and its read model.
 //! - [`registry`], [`permissions`]: runtimes and their tokens; users and their operations.
@@ -10,8 +13,10 @@
 //!   `orrery serve control-plane` and the simulated world start.
 
 pub mod assembly;
+pub mod audit;
 pub mod events;
 pub mod gateway;
+pub mod monitor;
 pub mod permissions;
 pub mod promotions;
 pub mod registry;

@@ -22,6 +22,25 @@ impl Runtime {
     }
 }
 
+/// A registration's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The runtime's new token.
+    pub token: String,
+    /// Whether it replaced a token (which no longer works).
+    pub rotated: bool,
+}
+
+/// A registration refused: its tunnel name is another runtime's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the runtime name {name} is taken by runtime {} of account {}", holder.runtime, holder.account)]
+pub struct NameTaken {
+    /// The tunnel name both would have.
+    pub name: String,
+    /// The runtime that has it.
+    pub holder: Runtime,
+}
+
 /// Token → runtime.
 #[derive(Default)]
 pub struct Registry {
@@ -31,15 +50,32 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Registers `account/runtime` and returns its new token (random, from `env`).
-    /// Registering again issues a new token and revokes the old one.
-    pub fn register(&self, env: &SharedEnv, account: &str, runtime: &str) -> String {
-        let token = format!("rt-{:016x}{:016x}", env.random_u64(), env.random_u64());
+    /// Registers `account/runtime` and returns its new token (random, from `env`) and
+    /// whether it replaced one: registering again issues a new token and revokes the old
+    /// one. Refused when another account's runtime already has the same tunnel name
+    /// (`acme` + `a-prod` and `acme-a` + `prod` would both be `acme-a-prod`).
+    pub fn register(
+        &self,
+        env: &SharedEnv,
+        account: &str,
+        runtime: &str,
+    ) -> Result<Registration, NameTaken> {
         let entry = Runtime {
             account: account.into(),
             runtime: runtime.into(),
         };
         let mut tokens = self.by_token.lock().expect("registry lock");
+        let name = entry.tunnel_name();
+        if let Some(holder) = tokens
+            .values()
+            .find(|r| **r != entry && r.tunnel_name() == name)
+        {
+            return Err(NameTaken {
+                name,
+                holder: holder.clone(),
+            });
+        }
+        let token = format!("rt-{:016x}{:016x}", env.random_u64(), env.random_u64());
         let replaced: Vec<String> = tokens
             .iter()
             .filter(|(_, r)| **r == entry)
@@ -47,8 +83,31 @@ impl Registry {
             .collect();
         tokens.retain(|_, r| *r != entry);
         tokens.insert(token.clone(), entry);
+        let rotated = !replaced.is_empty();
         self.revoked.lock().expect("registry lock").extend(replaced);
-        token
+        Ok(Registration { token, rotated })
+    }
+
+    /// Every registered runtime's tunnel name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<String> = self
+            .by_token
+            .lock()
+            .expect("registry lock")
+            .values()
+            .map(Runtime::tunnel_name)
+            .collect();
+        names.into_iter().collect()
+    }
+
+    /// The runtime whose tunnel name is `name`.
+    pub fn find(&self, name: &str) -> Option<Runtime> {
+        self.by_token
+            .lock()
+            .expect("registry lock")
+            .values()
+            .find(|r| r.tunnel_name() == name)
+            .cloned()
     }
 
     /// Registers with a token chosen by the caller (fixtures and tests).

@@ -3,7 +3,9 @@
 //! bus → the event handler → the [`read_model::ReadModel`]; `GET /2.0/api/apps` queries it.
 //! Events whose `data.object` is a Kubernetes object (not base64) of the cluster stream —
 //! Rollouts, ReplicaSets, AnalysisRuns, Workflows — go to the [`cluster::ClusterModel`],
-//! queried by `GET /2.0/api/rollouts` and `GET /2.0/api/workflows`.
+//! queried by `GET /2.0/api/rollouts` and `GET /2.0/api/workflows`. Every event is
+//! attributed to the runtime of its token, never to what its payload claims, and the
+//! queries answer a runtime's token with that runtime's objects only (401 without one).
 //!
 //! A 2xx answer means *queued*, as in the real platform: the handler projects later.
 
@@ -115,31 +117,37 @@ impl Platform {
         self.knobs.lock().expect("knobs lock poisoned").clone()
     }
 
-    /// Every app's reported state (what the query endpoint serves).
-    pub fn apps(&self) -> BTreeMap<String, AppState> {
-        self.read_model
-            .lock()
-            .expect("read model lock poisoned")
-            .snapshot()
+    /// `runtime`'s apps' reported states (what the query endpoint serves that runtime),
+    /// keyed `namespace/name`; `runtime` is `<account>-<runtime>`, its tunnel name (or the
+    /// name a preregistered token maps to).
+    pub fn apps_of(&self, runtime: &str) -> BTreeMap<String, AppState> {
+        self.with_apps_of(runtime, BTreeMap::clone)
     }
 
-    /// Calls `f` with every app's reported state, without copying the read model (the
-    /// harness samples staleness of 10,000 apps every 10 simulated seconds).
-    pub fn with_apps<T>(&self, f: impl FnOnce(&BTreeMap<String, AppState>) -> T) -> T {
+    /// Calls `f` with `runtime`'s apps' reported states, without copying the read model
+    /// (the harness samples staleness of 10,000 apps every 10 simulated seconds).
+    pub fn with_apps_of<T>(
+        &self,
+        runtime: &str,
+        f: impl FnOnce(&BTreeMap<String, AppState>) -> T,
+    ) -> T {
+        static NONE: BTreeMap<String, AppState> = BTreeMap::new();
         f(self
             .read_model
             .lock()
             .expect("read model lock poisoned")
-            .apps())
+            .apps_of(runtime)
+            .unwrap_or(&NONE))
     }
 
-    /// Every resource's reported state (`<app ns>/<app>/<group>/<kind>/<ns>/<name>`).
-    pub fn resources(&self) -> BTreeMap<String, read_model::ResourceState> {
+    /// `runtime`'s resources' reported states (`<app ns>/<app>/<group>/<kind>/<ns>/<name>`).
+    pub fn resources_of(&self, runtime: &str) -> BTreeMap<String, read_model::ResourceState> {
         self.read_model
             .lock()
             .expect("read model lock poisoned")
-            .resources()
-            .clone()
+            .resources_of(runtime)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Events the read model received: application events (updates, duplicates and stale
@@ -397,6 +405,7 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
             .lock()
             .expect("read model lock poisoned")
             .apply_resource(
+                &event.runtime,
                 &key,
                 read_model::ResourceState {
                     sync_status: source.sync_status.clone(),
@@ -449,7 +458,7 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
         .read_model
         .lock()
         .expect("read model lock poisoned")
-        .apply(&format!("{namespace}/{name}"), state);
+        .apply(&event.runtime, &format!("{namespace}/{name}"), state);
     env.observe(
         PlatformEvent::Event {
             app: name.to_string(),
@@ -477,24 +486,42 @@ async fn handle(
     }
     match (req.method().as_str(), req.uri().path()) {
         ("GET", "/healthz") => json(StatusCode::OK, &json!({"status": "ok"})),
-        // Serialised in place under the lock: no copy of 10,000 states per read.
-        ("GET", "/2.0/api/apps") => Response::builder()
-            .status(StatusCode::OK)
-            .header("content-type", "application/json")
-            .body(crate::env::http::full(platform.with_apps(|apps| {
-                serde_json::to_vec(apps).unwrap_or_default()
-            })))
-            .expect("static response parts are valid"),
-        // With a runtime token, only that runtime's objects (what its reporter resyncs
-        // against); without one, every runtime's.
-        ("GET", "/2.0/api/rollouts") => json(
-            StatusCode::OK,
-            &serde_json::to_value(own(&platform, &req, platform.rollouts())).unwrap_or_default(),
-        ),
-        ("GET", "/2.0/api/workflows") => json(
-            StatusCode::OK,
-            &serde_json::to_value(own(&platform, &req, platform.workflows())).unwrap_or_default(),
-        ),
+        // The queries answer the runtime whose token they carry with its own objects (what
+        // its reporter resyncs against), and nobody else with anything.
+        ("GET", "/2.0/api/apps" | "/2.0/api/rollouts" | "/2.0/api/workflows") => {
+            let Some(runtime) = caller(&platform, &req) else {
+                let rejection =
+                    reject(StatusCode::UNAUTHORIZED, "missing or unknown runtime token");
+                env.observe(
+                    PlatformEvent::Rejected {
+                        status: rejection.status.as_u16(),
+                        reason: rejection.reason.clone(),
+                    }
+                    .into(),
+                );
+                return json(rejection.status, &json!({"error": rejection.reason}));
+            };
+            match req.uri().path() {
+                // Serialised in place under the lock: no copy of 10,000 states per read.
+                "/2.0/api/apps" => Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .body(crate::env::http::full(
+                        platform.with_apps_of(&runtime, |apps| {
+                            serde_json::to_vec(apps).unwrap_or_default()
+                        }),
+                    ))
+                    .expect("static response parts are valid"),
+                "/2.0/api/rollouts" => json(
+                    StatusCode::OK,
+                    &serde_json::to_value(own(&runtime, platform.rollouts())).unwrap_or_default(),
+                ),
+                _ => json(
+                    StatusCode::OK,
+                    &serde_json::to_value(own(&runtime, platform.workflows())).unwrap_or_default(),
+                ),
+            }
+        }
         ("POST", "/2.0/api/events")
             if knobs
                 .reject
@@ -536,29 +563,23 @@ async fn handle(
     }
 }
 
-/// The entries of `views` (keyed `runtime/namespace/name`) of the runtime whose token the
-/// request carries; none for an unknown token; all of them without `Authorization`.
-fn own<V>(
-    platform: &Platform,
-    req: &Request<Incoming>,
-    views: BTreeMap<String, V>,
-) -> BTreeMap<String, V> {
+/// The runtime whose token `req` carries (none without one, or for one the platform does
+/// not know or a registration replaced).
+fn caller(platform: &Platform, req: &Request<Incoming>) -> Option<String> {
     let token = req
         .headers()
         .get("authorization")
-        .and_then(|v| v.to_str().ok());
-    match token.map(|token| platform.runtime_of(token)) {
-        // A token the platform does not know sees nothing (not every runtime's objects).
-        Some(None) => BTreeMap::new(),
-        Some(Some(runtime)) => {
-            let prefix = format!("{runtime}/");
-            views
-                .into_iter()
-                .filter(|(key, _)| key.starts_with(&prefix))
-                .collect()
-        }
-        None => views,
-    }
+        .and_then(|v| v.to_str().ok())?;
+    platform.runtime_of(token)
+}
+
+/// The entries of `views` (keyed `runtime/namespace/name`) of `runtime`.
+fn own<V>(runtime: &str, views: BTreeMap<String, V>) -> BTreeMap<String, V> {
+    let prefix = format!("{runtime}/");
+    views
+        .into_iter()
+        .filter(|(key, _)| key.starts_with(&prefix))
+        .collect()
 }
 
 async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted, Rejection> {

@@ -1,6 +1,10 @@
 //! The read model the events path projects into: per app, the last reported state and the
 //! resourceVersion it reflects. Projection is idempotent: an event older than what is
 //! stored is ignored, one already applied is counted as a duplicate.
+//!
+//! Keyed by runtime first — the `<account>-<runtime>` name of the token that sent the
+//! event, never a name from the payload — then by `namespace/name`: two tenants' apps with
+//! the same name are two entries, and one runtime's events cannot touch another's.
 
 use std::collections::BTreeMap;
 
@@ -99,12 +103,12 @@ pub struct ResourceState {
 /// What applying one event did (the same type the `platform.event` observation carries).
 pub use crate::observe::Projection as Applied;
 
-/// All apps, keyed by `namespace/name`.
+/// Every runtime's apps, keyed by runtime, then `namespace/name`.
 #[derive(Debug, Default)]
 pub struct ReadModel {
-    apps: BTreeMap<String, AppState>,
-    /// Resources, keyed by `<app ns>/<app>/<group>/<kind>/<ns>/<name>`.
-    resources: BTreeMap<String, ResourceState>,
+    apps: BTreeMap<String, BTreeMap<String, AppState>>,
+    /// Resources, keyed by runtime, then `<app ns>/<app>/<group>/<kind>/<ns>/<name>`.
+    resources: BTreeMap<String, BTreeMap<String, ResourceState>>,
     /// Resource events projected.
     pub resource_events: u64,
     /// Events that moved state forward.
@@ -116,9 +120,13 @@ pub struct ReadModel {
 }
 
 impl ReadModel {
-    /// Applies one event for `key` (idempotent).
-    pub fn apply(&mut self, key: &str, state: AppState) -> Applied {
-        let outcome = match self.apps.get(key) {
+    /// Applies one event of `runtime` for its app `key` (idempotent).
+    pub fn apply(&mut self, runtime: &str, key: &str, state: AppState) -> Applied {
+        if !self.apps.contains_key(runtime) {
+            self.apps.insert(runtime.to_string(), BTreeMap::new());
+        }
+        let apps = self.apps.get_mut(runtime).expect("inserted above");
+        let outcome = match apps.get(key) {
             Some(current) if current.resource_version > state.resource_version => Applied::Stale,
             Some(current)
                 if current.resource_version == state.resource_version
@@ -131,14 +139,14 @@ impl ReadModel {
         match outcome {
             Applied::Updated => {
                 self.updated += 1;
-                self.apps.insert(key.to_string(), state);
+                apps.insert(key.to_string(), state);
             }
             Applied::Duplicate => {
                 self.duplicates += 1;
                 // What the platform shows of the app's errors is the newest report's; a
                 // report without Git details keeps the ones an earlier report of this
                 // state gave.
-                if let Some(current) = self.apps.get_mut(key) {
+                if let Some(current) = apps.get_mut(key) {
                     current.read_errors = state.read_errors;
                     if !state.app_version.is_empty() {
                         current.app_version = state.app_version;
@@ -153,26 +161,25 @@ impl ReadModel {
         outcome
     }
 
-    /// Records one resource event (the newest report wins: a resource event carries no
-    /// resourceVersion the platform could order by).
-    pub fn apply_resource(&mut self, key: &str, state: ResourceState) {
+    /// Records one resource event of `runtime` (the newest report wins: a resource event
+    /// carries no resourceVersion the platform could order by).
+    pub fn apply_resource(&mut self, runtime: &str, key: &str, state: ResourceState) {
         self.resource_events += 1;
-        self.resources.insert(key.to_string(), state);
+        self.resources
+            .entry(runtime.to_string())
+            .or_default()
+            .insert(key.to_string(), state);
     }
 
-    /// Every resource's reported state, in key order.
-    pub fn resources(&self) -> &BTreeMap<String, ResourceState> {
-        &self.resources
+    /// `runtime`'s resources' reported states, in key order (none for a runtime that has
+    /// reported none).
+    pub fn resources_of(&self, runtime: &str) -> Option<&BTreeMap<String, ResourceState>> {
+        self.resources.get(runtime)
     }
 
-    /// A copy of every app's state, in key order.
-    pub fn snapshot(&self) -> BTreeMap<String, AppState> {
-        self.apps.clone()
-    }
-
-    /// Every app's state, borrowed.
-    pub fn apps(&self) -> &BTreeMap<String, AppState> {
-        &self.apps
+    /// `runtime`'s apps' states, borrowed (none for a runtime that has reported none).
+    pub fn apps_of(&self, runtime: &str) -> Option<&BTreeMap<String, AppState>> {
+        self.apps.get(runtime)
     }
 }
 
@@ -200,10 +207,13 @@ mod tests {
             read_errors: 2,
             ..state(5, "Synced")
         };
-        assert_eq!(model.apply("ns/a", with_errors), Applied::Updated);
-        assert_eq!(model.apply("ns/a", state(5, "Synced")), Applied::Duplicate);
+        assert_eq!(model.apply("rt", "ns/a", with_errors), Applied::Updated);
         assert_eq!(
-            model.snapshot()["ns/a"].read_errors,
+            model.apply("rt", "ns/a", state(5, "Synced")),
+            Applied::Duplicate
+        );
+        assert_eq!(
+            model.apps_of("rt").unwrap()["ns/a"].read_errors,
             0,
             "the clean re-send clears them"
         );
@@ -211,21 +221,53 @@ mod tests {
             read_errors: 3,
             ..state(4, "Synced")
         };
-        assert_eq!(model.apply("ns/a", stale), Applied::Stale);
+        assert_eq!(model.apply("rt", "ns/a", stale), Applied::Stale);
         assert_eq!(
-            model.snapshot()["ns/a"].read_errors,
+            model.apps_of("rt").unwrap()["ns/a"].read_errors,
             0,
             "an older event changes nothing"
         );
     }
 
     #[test]
+    fn two_runtimes_apps_with_the_same_name_are_two_entries() {
+        let mut model = ReadModel::default();
+        assert_eq!(
+            model.apply("acme-prod", "argocd/web", state(9, "Synced")),
+            Applied::Updated
+        );
+        // globex's older version of its own "argocd/web" is not stale: it is another app.
+        assert_eq!(
+            model.apply("globex-prod", "argocd/web", state(3, "OutOfSync")),
+            Applied::Updated
+        );
+        assert_eq!(
+            model.apps_of("acme-prod").unwrap()["argocd/web"].sync_status,
+            "Synced"
+        );
+        assert_eq!(
+            model.apps_of("globex-prod").unwrap()["argocd/web"].sync_status,
+            "OutOfSync"
+        );
+        assert!(model.apps_of("initech-prod").is_none());
+    }
+
+    #[test]
     fn projection_is_idempotent_and_ignores_older_events() {
         let mut model = ReadModel::default();
-        assert_eq!(model.apply("ns/a", state(5, "Synced")), Applied::Updated);
-        assert_eq!(model.apply("ns/a", state(5, "Synced")), Applied::Duplicate);
-        assert_eq!(model.apply("ns/a", state(3, "OutOfSync")), Applied::Stale);
-        assert_eq!(model.snapshot()["ns/a"].sync_status, "Synced");
+        assert_eq!(
+            model.apply("rt", "ns/a", state(5, "Synced")),
+            Applied::Updated
+        );
+        assert_eq!(
+            model.apply("rt", "ns/a", state(5, "Synced")),
+            Applied::Duplicate
+        );
+        assert_eq!(
+            model.apply("rt", "ns/a", state(3, "OutOfSync")),
+            Applied::Stale
+        );
+        assert_eq!(model.apps_of("rt").unwrap()["ns/a"].sync_status, "Synced");
         assert_eq!((model.updated, model.duplicates, model.stale), (1, 1, 1));
     }
 }

@@ -68,6 +68,8 @@ struct Tunnel {
     /// The client process's run id (faithful), `None` when it sent none.
     run_id: Option<String>,
     send: hyper::client::conn::http2::SendRequest<Body>,
+    /// Ends the connection (the runtime's token was rotated).
+    close: Arc<tokio::sync::Notify>,
 }
 
 /// The server's state: live tunnels by runtime name.
@@ -207,6 +209,19 @@ impl TunnelServer {
         }
     }
 
+    /// Closes runtime `name`'s tunnel, if it has one (its token was rotated: the runtime
+    /// must connect again with the new one). Returns whether there was one.
+    pub fn close(&self, name: &str) -> bool {
+        let tunnels = self.tunnels.lock().expect("tunnels lock");
+        match tunnels.get(name) {
+            Some(tunnel) => {
+                tunnel.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
     fn drop_tunnel(&self, env: &SharedEnv, name: &str, generation: u64, why: &str) {
         let mut tunnels = self.tunnels.lock().expect("tunnels lock");
         if tunnels
@@ -328,8 +343,9 @@ async fn connection(
     registration(env, server.clone(), stream, peer).await;
 }
 
-/// A registration's verdict: the runtime's name and the client's run id, or why not.
-type Verdict = Result<(String, Option<String>), Rejection>;
+/// A registration's verdict: the runtime's name, the client's run id and the token it
+/// presented, or why not.
+type Verdict = Result<(String, Option<String>, String), Rejection>;
 
 async fn registration(
     env: SharedEnv,
@@ -364,7 +380,12 @@ async fn registration(
                 {
                     return Err(Rejection::NameInUse(name));
                 }
-                Ok((name, run_id))
+                let token = header("authorization")
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(str::trim)
+                    .unwrap_or_default()
+                    .to_string();
+                Ok((name, run_id, token))
             })
         };
         *verdict.lock().expect("verdict lock") = Some(result.clone());
@@ -387,8 +408,8 @@ async fn registration(
     .await;
     release(&server);
     let verdict = accepted.lock().expect("verdict lock").take();
-    let (ws, name, run_id) = match (handshake, verdict) {
-        (Ok(ws), Some(Ok((name, run_id)))) => (ws, name, run_id),
+    let (ws, name, run_id, token) = match (handshake, verdict) {
+        (Ok(ws), Some(Ok((name, run_id, token)))) => (ws, name, run_id, token),
         (_, Some(Err(rejection))) => {
             // Logged with its reason: a refused runtime is an operator's problem to see.
             tracing::warn!(%peer, %rejection, "tunnel: refused a runtime");
@@ -441,14 +462,34 @@ async fn registration(
     // A newer tunnel for the same runtime replaces the old one (the old one drains):
     // hardened always, faithful for the same process (checked at the WebSocket handshake;
     // two processes whose handshakes overlap both pass it, and the later one wins).
+    let close = Arc::new(tokio::sync::Notify::new());
     server.tunnels.lock().expect("tunnels lock").insert(
         name.clone(),
         Tunnel {
             generation,
             run_id,
             send,
+            close: close.clone(),
         },
     );
+    // A rotation between the token check and here found no tunnel to close: a tunnel whose
+    // token no longer names this runtime does not stay.
+    if server
+        .registry
+        .lookup(&token)
+        .is_none_or(|runtime| runtime.tunnel_name() != name)
+    {
+        let mut tunnels = server.tunnels.lock().expect("tunnels lock");
+        if tunnels
+            .get(&name)
+            .is_some_and(|t| t.generation == generation)
+        {
+            tunnels.remove(&name);
+        }
+        drop(tunnels);
+        drop(h2);
+        return;
+    }
     env.observe(
         TunnelEvent::ServerUp {
             runtime: name.clone(),
@@ -467,10 +508,14 @@ async fn registration(
         );
         return;
     }
-    let outcome = h2.await;
-    let why = match outcome {
-        Ok(()) => "closed".to_string(),
-        Err(error) => error.to_string(),
+    let why = tokio::select! {
+        biased;
+        outcome = h2 => match outcome {
+            Ok(()) => "closed".to_string(),
+            Err(error) => error.to_string(),
+        },
+        // Dropping the connection closes the WebSocket under it.
+        () = close.notified() => "closed: the runtime's token was rotated".to_string(),
     };
     server.drop_tunnel(&env, &name, generation, &why);
 }

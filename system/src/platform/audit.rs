@@ -1,0 +1,156 @@
+//! The audit log: every mutating request the platform's gateway handles and every request it
+//! denies, with who, what, when and the result. Append-only: entries are numbered in the
+//! order they were recorded and never changed or removed. Queried through the gateway
+//! (`GET /api/audit`): the admin sees every entry, a user only their own account's.
+//!
+//! Kept in the control plane's state, which outlives a gateway process as its database
+//! would (issue 16 moves it into PostgreSQL in real mode).
+
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use crate::env::SharedEnv;
+
+/// Whether the request went through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Handled (forwarded, registered); `status` is the answer the client got.
+    Allowed,
+    /// Refused before it reached anything: a missing or unknown token, another account's
+    /// runtime, a malformed path, a runtime's own refusal (401/403) passed back.
+    Denied,
+}
+
+/// Who made a request, as far as the gateway could tell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Actor {
+    /// No credentials, or credentials the platform does not know.
+    Anonymous,
+    /// The platform's admin token.
+    Admin,
+    /// An account's user.
+    User {
+        /// The user's name.
+        name: String,
+    },
+}
+
+/// One audited request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Entry {
+    /// Position in the log, from 1.
+    pub seq: u64,
+    /// When, RFC 3339 UTC (simulated time in the simulator).
+    pub at: String,
+    /// Who.
+    pub actor: Actor,
+    /// The account the request acted in (the user's; for a registration, the registered
+    /// runtime's); empty when none is known.
+    pub account: String,
+    /// Method and normalised path (the raw path when it could not be normalised).
+    pub action: String,
+    /// The runtime the request was for, when it named one.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub runtime: String,
+    /// Allowed or denied.
+    pub outcome: Outcome,
+    /// The HTTP status the client got.
+    pub status: u16,
+    /// Why, for a denial (the error the client got); what else happened, for an allowed
+    /// request that did more than it says (a registration that rotated a token).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// What a caller records; [`Audit::record`] numbers and timestamps it.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// Who.
+    pub actor: Actor,
+    /// The account acted in, or empty.
+    pub account: String,
+    /// Method and path.
+    pub action: String,
+    /// The runtime named, or empty.
+    pub runtime: String,
+    /// Allowed or denied.
+    pub outcome: Outcome,
+    /// The answer's status.
+    pub status: u16,
+    /// Why, for a denial; what else happened, for an allowed request.
+    pub reason: String,
+}
+
+/// The log.
+#[derive(Default)]
+pub struct Audit {
+    entries: Mutex<Vec<Entry>>,
+}
+
+/// Longest action or reason kept, in bytes.
+pub const MAX_TEXT: usize = 512;
+
+/// Most entries one query returns.
+pub const MAX_PAGE: usize = 1000;
+
+impl Audit {
+    /// Appends `record`, stamped with `env`'s clock; returns its sequence number. The
+    /// action and reason are kept to [`MAX_TEXT`] bytes each (a path is the client's to
+    /// make long).
+    pub fn record(&self, env: &SharedEnv, record: Record) -> u64 {
+        let cut = |mut text: String| {
+            if text.len() > MAX_TEXT {
+                let mut end = MAX_TEXT;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push('…');
+            }
+            text
+        };
+        let at = jiff::Timestamp::from_millisecond(env.unix_millis() as i64)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let mut entries = self.entries.lock().expect("audit lock");
+        let seq = entries.len() as u64 + 1;
+        entries.push(Entry {
+            seq,
+            at,
+            actor: record.actor,
+            account: record.account,
+            action: cut(record.action),
+            runtime: record.runtime,
+            outcome: record.outcome,
+            status: record.status,
+            reason: cut(record.reason),
+        });
+        seq
+    }
+
+    /// Entries after `after` (a sequence number; 0 for the start), oldest first, at most
+    /// `limit` (capped at [`MAX_PAGE`]); only `account`'s when one is given.
+    pub fn query(&self, account: Option<&str>, after: u64, limit: usize) -> Vec<Entry> {
+        let entries = self.entries.lock().expect("audit lock");
+        entries
+            .iter()
+            .skip(after.min(entries.len() as u64) as usize)
+            .filter(|e| account.is_none_or(|a| e.account == a))
+            .take(limit.min(MAX_PAGE))
+            .cloned()
+            .collect()
+    }
+
+    /// How many entries the log holds.
+    pub fn len(&self) -> usize {
+        self.entries.lock().expect("audit lock").len()
+    }
+
+    /// Whether the log is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
