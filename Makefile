@@ -14,13 +14,6 @@
 #       make lint-dockerfile
 
 CARGO  ?= cargo
-# A tree that has never been built incrementally (a fresh clone, as CI's) builds without
-# incremental state: the workspace's crates compile once there, and incremental state only
-# pays off on rebuilds (it also splits each crate into 256 codegen units instead of 16, which
-# costs optimisation in the simulations). A tree where cargo built incrementally keeps doing
-# so, so make test and a plain cargo test share their artifacts. Set CARGO_INCREMENTAL to choose.
-CARGO_INCREMENTAL ?= $(if $(wildcard target/debug/incremental),1,0)
-export CARGO_INCREMENTAL
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 
 .PHONY: all test test-linted reports-viewed conformance-ci-apiserver conformance-ci-argocd lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-argocd conformance-ci nightly profile
