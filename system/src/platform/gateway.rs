@@ -545,13 +545,12 @@ impl Gateway {
 
 /// The bearer token of `request`, if it sends one.
 fn bearer(request: &Request<Incoming>) -> Option<&str> {
-    request
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+    crate::platform::tunnel::bearer_token(
+        request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok()),
+    )
 }
 
 /// Serves the gateway on `addr`.

@@ -490,16 +490,7 @@ async fn handle(
         // its reporter resyncs against), and nobody else with anything.
         ("GET", "/2.0/api/apps" | "/2.0/api/rollouts" | "/2.0/api/workflows") => {
             let Some(runtime) = caller(&platform, &req) else {
-                let rejection =
-                    reject(StatusCode::UNAUTHORIZED, "missing or unknown runtime token");
-                env.observe(
-                    PlatformEvent::Rejected {
-                        status: rejection.status.as_u16(),
-                        reason: rejection.reason.clone(),
-                    }
-                    .into(),
-                );
-                return json(rejection.status, &json!({"error": rejection.reason}));
+                return refused(&env, unauthorised());
             };
             match req.uri().path() {
                 // Serialised in place under the lock: no copy of 10,000 states per read.
@@ -545,22 +536,30 @@ async fn handle(
                     &json!({"error": "event bus is full, retry later"}),
                 ),
             },
-            Err(rejection) => {
-                env.observe(
-                    PlatformEvent::Rejected {
-                        status: rejection.status.as_u16(),
-                        reason: rejection.reason.clone(),
-                    }
-                    .into(),
-                );
-                json(rejection.status, &json!({"error": rejection.reason}))
-            }
+            Err(rejection) => refused(&env, rejection),
         },
         (method, path) => json(
             StatusCode::NOT_FOUND,
             &json!({"error": format!("no route for {method} {path}")}),
         ),
     }
+}
+
+/// The 401 for a request without a runtime token the platform accepts.
+fn unauthorised() -> Rejection {
+    reject(StatusCode::UNAUTHORIZED, "missing or unknown runtime token")
+}
+
+/// Answers a refused request with its reason, observed as `platform.rejected`.
+fn refused(env: &SharedEnv, rejection: Rejection) -> Response<Body> {
+    env.observe(
+        PlatformEvent::Rejected {
+            status: rejection.status.as_u16(),
+            reason: rejection.reason.clone(),
+        }
+        .into(),
+    );
+    json(rejection.status, &json!({"error": rejection.reason}))
 }
 
 /// The runtime whose token `req` carries (none without one, or for one the platform does
@@ -583,17 +582,8 @@ fn own<V>(runtime: &str, views: BTreeMap<String, V>) -> BTreeMap<String, V> {
 }
 
 async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted, Rejection> {
-    let token = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let Some(runtime) = platform.runtime_of(&token) else {
-        return Err(reject(
-            StatusCode::UNAUTHORIZED,
-            "missing or unknown runtime token",
-        ));
+    let Some(runtime) = caller(platform, &req) else {
+        return Err(unauthorised());
     };
     let gzip = req
         .headers()

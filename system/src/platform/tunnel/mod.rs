@@ -100,17 +100,22 @@ fn held_by_another(tunnels: &BTreeMap<String, Tunnel>, name: &str, run_id: Optio
     )
 }
 
+/// The token of an `Authorization: Bearer <token>` header value (none when it is missing,
+/// another scheme, or empty).
+pub fn bearer_token(authorization: Option<&str>) -> Option<&str> {
+    authorization
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
 /// Checks a registration: the token's runtime must be the one named.
 pub fn authorise(
     registry: &Registry,
     authorization: Option<&str>,
     name: Option<&str>,
 ) -> Result<String, Rejection> {
-    let token = authorization
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or(Rejection::MissingToken)?;
+    let token = bearer_token(authorization).ok_or(Rejection::MissingToken)?;
     let runtime = registry.lookup(token).ok_or(Rejection::UnknownToken)?;
     let name = name
         .filter(|n| n.contains('-') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
@@ -380,9 +385,7 @@ async fn registration(
                 {
                     return Err(Rejection::NameInUse(name));
                 }
-                let token = header("authorization")
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .map(str::trim)
+                let token = bearer_token(header("authorization"))
                     .unwrap_or_default()
                     .to_string();
                 Ok((name, run_id, token))
