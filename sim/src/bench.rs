@@ -423,6 +423,7 @@ pub fn run(events: usize, apps: usize, window: Duration) -> Result<Value, String
                     .into_iter()
                     .collect(),
                 bus_capacity: events.max(1),
+                durability: Default::default(),
             });
             let listener = env.listen("127.0.0.1:0").await.map_err(|e| e.to_string())?;
             let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -502,6 +503,7 @@ pub fn reporter_run(
                 .into_iter()
                 .collect(),
             bus_capacity: 1_000_000,
+            durability: Default::default(),
         });
         platform.set_knobs(events::Knobs {
             api_latency: platform_latency,

@@ -45,6 +45,8 @@
 //! | `restricted_source_deleted` | a RestrictedGitSource was deleted and its AppProject went with it |
 //! | `runtime_shown_unable` | the platform showed a runtime it had shown healthy as `Unable to communicate` |
 //! | `runtime_shown_recovered` | the platform showed a runtime healthy again after showing it unreachable |
+//! | `platform_crashed_with_backlog` | the platform crashed with events in its bus (lost, or on disk and still owed to the read model) |
+//! | `event_redelivered` | a restarted platform delivered again an event its handler had taken before the crash |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -171,6 +173,10 @@ conditions! {
     RuntimeShownUnable = "runtime_shown_unable",
     /// The platform showed a runtime healthy again after showing it unreachable.
     RuntimeShownRecovered = "runtime_shown_recovered",
+    /// The platform restarted and found events in its bus.
+    PlatformCrashedWithBacklog = "platform_crashed_with_backlog",
+    /// A restarted platform delivered again an event its handler had taken before the crash.
+    EventRedelivered = "event_redelivered",
 }
 
 impl fmt::Display for Condition {
@@ -493,6 +499,12 @@ impl Condition {
             Condition::RuntimeShownRecovered => {
                 health_shown(events, &["Healthy", UNABLE, "Healthy"])
             }
+            Condition::PlatformCrashedWithBacklog => events.iter().any(|e| {
+                matches!(e.platform(), Some(PlatformEvent::BusRecovered { lost, redelivered, kept, .. }) if lost + redelivered + kept > 0)
+            }),
+            Condition::EventRedelivered => events.iter().any(|e| {
+                matches!(e.platform(), Some(PlatformEvent::BusRecovered { redelivered, .. }) if *redelivered > 0)
+            }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -725,6 +737,7 @@ expect: {hardened: pass}
                 rv: "7".into(),
                 deleted: false,
                 applied,
+                seq: at_ms,
             },
         )
     }
@@ -1150,7 +1163,35 @@ expect: {hardened: pass}
                     health(3_000, "Healthy"),
                 ],
             ),
+            (
+                PlatformCrashedWithBacklog,
+                // A crash that found the bus empty.
+                vec![
+                    projected(1_000, Projection::Updated),
+                    recovered(2_000, 0, 0),
+                ],
+                vec![recovered(1_000, 3, 0)],
+            ),
+            (
+                EventRedelivered,
+                // Lost, none taken: nothing comes again.
+                vec![recovered(1_000, 3, 0)],
+                vec![recovered(1_000, 0, 2)],
+            ),
         ]
+    }
+
+    fn recovered(at_ms: u64, lost: u64, redelivered: u64) -> TraceEvent {
+        at(
+            at_ms,
+            "platform",
+            PlatformEvent::BusRecovered {
+                lost,
+                lost_acknowledged: lost,
+                redelivered,
+                kept: 0,
+            },
+        )
     }
 
     fn health(at_ms: u64, health: &str) -> TraceEvent {
@@ -1348,6 +1389,7 @@ expect: {hardened: pass}
                 rv: "7".into(),
                 deleted: false,
                 applied,
+                seq: at_ms,
             },
         )
     }

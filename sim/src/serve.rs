@@ -496,6 +496,9 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         state.events = Some(Platform::new(events::Config {
             tokens,
             bus_capacity: 10_000,
+            // In memory in real mode: a restarted process starts empty (issue 16's
+            // PostgreSQL store is not built yet); the confirm keeps the API's timing.
+            durability: events::bus::Durability::of(variant),
         }));
     }
     users(&state.permissions, &args.users)?;

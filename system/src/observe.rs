@@ -135,12 +135,23 @@ events! {
     /// The platform's events path (`platform::events`).
     pub enum PlatformEvent {
         /// An application event was projected into the read model.
-        "platform.event" => Event { app: String, rv: String, deleted: bool, applied: Projection },
+        /// (`seq`: the bus's sequence number of the event, as acknowledged.)
+        "platform.event" => Event { app: String, rv: String, deleted: bool, applied: Projection, seq: u64 },
+        /// A resource event (an object an application manages) was projected.
+        "platform.resource_event" => ResourceEvent { resource: String, seq: u64 },
+        /// The events API answered 2xx for the event the bus numbered `seq` (`object`:
+        /// `namespace/name`): the platform now owes it to the read model.
+        "platform.acknowledged" => Acknowledged { seq: u64, object: String },
+        /// The platform restarted after a crash and found its bus as the disk kept it:
+        /// `lost` messages never reached the disk (`lost_acknowledged` of them had been
+        /// answered 2xx), `redelivered` ones the handler had taken are delivered again, and
+        /// `kept` ones still wait.
+        "platform.bus_recovered" => BusRecovered { lost: u64, lost_acknowledged: u64, redelivered: u64, kept: u64 },
         /// A request to the events API was refused (401, 400, 413, 503…).
         "platform.rejected" => Rejected { status: u16, reason: String },
         /// The handler projected a cluster-stream object (`kind` Rollout, ReplicaSet,
         /// AnalysisRun or Workflow; `object` is `namespace/name`).
-        "platform.cluster_event" => ClusterEvent { kind: String, object: String, rv: String, deleted: bool, applied: Projection },
+        "platform.cluster_event" => ClusterEvent { kind: String, object: String, rv: String, deleted: bool, applied: Projection, seq: u64 },
         /// The runtime monitor changed what the platform shows for a runtime (`health`:
         /// `Healthy` or `Unable to communicate`; `reason`: the failed check's answer).
         "platform.runtime_health" => RuntimeHealth { runtime: String, health: String, reason: String },

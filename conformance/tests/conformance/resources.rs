@@ -61,6 +61,7 @@ async fn suite(variant: Variant) {
             .into_iter()
             .collect(),
         bus_capacity: 1000,
+        durability: Default::default(),
     });
     let state = ControlPlaneState {
         events: Some(platform.clone()),

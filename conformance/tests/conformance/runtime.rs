@@ -692,6 +692,7 @@ fn argocd_and_platform(
             .into_iter()
             .collect(),
         bus_capacity: 1000,
+        durability: Default::default(),
     });
     let state = ControlPlaneState {
         events: Some(platform.clone()),

@@ -23,6 +23,7 @@
 //! | `no_spurious_change` | safety | every change revision the ACR controller writes into an app is a commit that touched the app's refresh paths |
 //! | `app_version_reported` | liveness | after the calm phase every app the platform shows at its current sync (status and revision) shows the app version Git holds at its last sync (`Chart.yaml`'s `appVersion` at `syncResult.revision`; see `sources`) |
 //! | `change_revision_reported` | liveness | after the calm phase every app the platform shows at its current sync, whose sync has a change revision, shows that commit's author and message (`app.meta.revisions-metadata`) |
+//! | `no_acknowledged_event_lost` | safety | every event the events API answered 2xx for at least 30 s before the end was projected by the event handler, whatever crashed in between (see `durability`) |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
 //! # Typed events
@@ -55,6 +56,7 @@
 //! ```
 pub mod acr;
 mod convergence;
+pub mod durability;
 pub mod health;
 mod monotonic;
 pub mod ownership;
@@ -216,6 +218,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "restricted_sources" => Box::new(restricted::RestrictedSourcesChecker::default()),
         "restricted_source_applied" => Box::new(restricted::SourceApplied::default()),
         "runtime_health_shown" => Box::new(health::RuntimeHealthShown::default()),
+        "no_acknowledged_event_lost" => Box::new(durability::NoAcknowledgedEventLost::default()),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),
         "app_version_reported" => Box::new(sources::AppVersionReported),
         "change_revision_reported" => Box::new(sources::ChangeRevisionReported),

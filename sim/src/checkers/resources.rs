@@ -144,6 +144,7 @@ impl Checker for PlatformNeverOlder {
             rv,
             deleted: false,
             applied: Projection::Updated,
+            ..
         }) = event.platform()
         else {
             return None;

@@ -595,6 +595,7 @@ fn cluster_event(ms: u64, rv: &str, deleted: bool) -> TraceEvent {
             rv: rv.into(),
             deleted,
             applied: orrery_system::observe::Projection::Updated,
+            seq: ms,
         },
     )
 }
@@ -1267,4 +1268,79 @@ fn runtime_health_shown_fires_when_a_drop_or_a_recovery_is_shown_late_or_never()
     );
     // Without a monitor (nothing ever shown) nothing is judged.
     assert!(violations("runtime_health_shown", &[cut(10_000)], &state).is_empty());
+}
+
+fn acknowledged(ms: u64, seq: u64) -> TraceEvent {
+    at(
+        ms,
+        "platform",
+        orrery_system::observe::PlatformEvent::Acknowledged {
+            seq,
+            object: format!("argocd/app-{seq}"),
+        },
+    )
+}
+
+fn projected_seq(ms: u64, seq: u64) -> TraceEvent {
+    at(
+        ms,
+        "platform",
+        orrery_system::observe::PlatformEvent::Event {
+            app: format!("app-{seq}"),
+            rv: "7".into(),
+            deleted: false,
+            applied: orrery_system::observe::Projection::Updated,
+            seq,
+        },
+    )
+}
+
+#[test]
+fn no_acknowledged_event_lost_fires_on_an_acknowledged_event_never_projected() {
+    let end = FinalState {
+        end_ms: 100_000,
+        ..Default::default()
+    };
+    // Handled after its acknowledgement, handled before it (a confirm that followed the
+    // handling), a resource and a cluster event: nothing is owed.
+    let kept = [
+        acknowledged(1_000, 1),
+        projected_seq(1_500, 1),
+        projected_seq(2_000, 2),
+        acknowledged(2_010, 2),
+        acknowledged(3_000, 3),
+        at(
+            3_100,
+            "platform",
+            orrery_system::observe::PlatformEvent::ResourceEvent {
+                resource: "argocd/a/apps/Deployment/shop/web".into(),
+                seq: 3,
+            },
+        ),
+        acknowledged(4_000, 4),
+        at(
+            4_100,
+            "platform",
+            orrery_system::observe::PlatformEvent::ClusterEvent {
+                kind: "Rollout".into(),
+                object: "shop/web".into(),
+                rv: "9".into(),
+                deleted: false,
+                applied: orrery_system::observe::Projection::Updated,
+                seq: 4,
+            },
+        ),
+        // Acknowledged within the grace period before the end: still on its way.
+        acknowledged(80_000, 5),
+    ];
+    assert!(violations("no_acknowledged_event_lost", &kept, &end).is_empty());
+    // A crash lost two acknowledged events: the first is where the violation is.
+    let mut lost = kept.to_vec();
+    lost.extend([acknowledged(5_000, 6), acknowledged(6_000, 7)]);
+    let found = violations("no_acknowledged_event_lost", &lost, &end);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].class, Class::Safety);
+    assert_eq!(found[0].at_ms, 5_000);
+    assert_eq!(found[0].details["lost"], 2);
+    assert_eq!(found[0].details["events"][0]["object"], "argocd/app-6");
 }

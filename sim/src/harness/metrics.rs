@@ -399,6 +399,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     promotion_figures(events, state, &mut counters, &mut histograms);
     restricted_figures(events, &mut counters, &mut histograms);
     health_figures(events, &mut counters, &mut histograms);
+    bus_figures(events, &mut counters);
     git_detail_figures(events, state, &mut counters);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
@@ -602,6 +603,62 @@ fn health_figures(
         );
         histograms.insert(format!("monitor_{name}"), Histogram::from_ms(delays));
     }
+}
+
+/// Event-bus figures (only when the platform crashed and restarted):
+/// - `bus.acknowledged`: events the events API answered 2xx for;
+/// - `bus.recoveries`: restarts after a crash;
+/// - `bus.lost`, `bus.lost_acknowledged`, `bus.redelivered`, `bus.kept`: what the crashes
+///   did to the bus (its own count);
+/// - `bus.acknowledged_never_handled`: acknowledged events the handler never projected, as
+///   `no_acknowledged_event_lost` judges them from outside (with its grace period).
+fn bus_figures(events: &[TraceEvent], counters: &mut BTreeMap<String, u64>) {
+    use orrery_system::observe::PlatformEvent;
+    let mut recovered = false;
+    let mut checker = crate::checkers::durability::NoAcknowledgedEventLost::default();
+    let mut sums = [0u64; 6];
+    for event in events {
+        use crate::checkers::Checker;
+        checker.on_event(event);
+        match event.platform() {
+            Some(PlatformEvent::Acknowledged { .. }) => sums[0] += 1,
+            Some(PlatformEvent::BusRecovered {
+                lost,
+                lost_acknowledged,
+                redelivered,
+                kept,
+            }) => {
+                recovered = true;
+                sums[1] += 1;
+                sums[2] += lost;
+                sums[3] += lost_acknowledged;
+                sums[4] += redelivered;
+                sums[5] += kept;
+            }
+            _ => {}
+        }
+    }
+    if !recovered {
+        return;
+    }
+    for (name, value) in [
+        "bus.acknowledged",
+        "bus.recoveries",
+        "bus.lost",
+        "bus.lost_acknowledged",
+        "bus.redelivered",
+        "bus.kept",
+    ]
+    .into_iter()
+    .zip(sums)
+    {
+        counters.insert(name.into(), value);
+    }
+    let end = events.last().map_or(0, |e| e.at_ms);
+    counters.insert(
+        "bus.acknowledged_never_handled".into(),
+        checker.owed_by(end) as u64,
+    );
 }
 
 /// Change-revision figures (only when syncs ran as visible operations):

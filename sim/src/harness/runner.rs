@@ -548,6 +548,10 @@ impl Target for Harness<'_> {
     fn crash(&mut self, host: &str) {
         self.down.crashed.insert(host.to_string());
         stop_host(self.sim, self.world, host, HostChange::Crash);
+        // The events path's bus keeps only what it flushed (one host has the platform role).
+        if host == host_of(self.scenario, Role::Platform) {
+            self.world.platform.crash();
+        }
     }
 
     fn restart(&mut self, host: &str) {
@@ -1081,6 +1085,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             .into_iter()
             .collect(),
         bus_capacity: scenario.platform.bus_capacity,
+        durability: platform_events::bus::Durability::of(variant),
     });
     // A bundled Argo CD accepts the token the runtime is configured with; an existing one
     // issued its own.

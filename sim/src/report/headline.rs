@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 26] = [
+pub const FIGURES: [(&str, &str); 28] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -86,6 +86,14 @@ pub const FIGURES: [(&str, &str); 26] = [
     (
         "tunnel_up_to_healthy_max_ms",
         "tunnel back → shown Healthy (slowest)",
+    ),
+    (
+        "acknowledged_events_lost",
+        "events answered 2xx that never reached the read model",
+    ),
+    (
+        "events_redelivered",
+        "events handled again after a platform restart",
     ),
 ];
 
@@ -221,6 +229,13 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
             "tunnel_up_to_healthy_max_ms",
             counter("monitor.up_to_healthy_max_ms"),
         );
+    }
+    if metrics.counters.contains_key("bus.recoveries") {
+        put(
+            "acknowledged_events_lost",
+            counter("bus.acknowledged_never_handled"),
+        );
+        put("events_redelivered", counter("bus.redelivered"));
     }
     let resources = metrics
         .counters

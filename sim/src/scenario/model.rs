@@ -1042,7 +1042,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 23] = [
+pub const KNOWN_INVARIANTS: [&str; 24] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1066,6 +1066,7 @@ pub const KNOWN_INVARIANTS: [&str; 23] = [
     "restricted_sources",
     "restricted_source_applied",
     "runtime_health_shown",
+    "no_acknowledged_event_lost",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

@@ -82,6 +82,8 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
             .into_iter()
             .collect(),
         bus_capacity: 100,
+        // The hardened platform: every 2xx waits for the bus's confirm.
+        durability: events::bus::Durability::of(orrery_system::core::Variant::Hardened),
     });
 
     let config = argocd::controller::Config {
@@ -209,6 +211,7 @@ fn the_platform_keeps_the_newest_state_of_each_cluster_object_per_runtime() {
         .into_iter()
         .collect(),
         bus_capacity: 100,
+        durability: Default::default(),
     });
     boot_platform(&mut w, &platform);
     let trace = w.trace.clone();

@@ -86,6 +86,7 @@ fn world_with(
             .into_iter()
             .collect(),
         bus_capacity: 100,
+        durability: Default::default(),
     });
     let config = argocd::controller::Config {
         reconcile_every: Duration::from_secs(5),

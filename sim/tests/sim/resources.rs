@@ -85,6 +85,7 @@ fn run_gap_world(variant: core::Variant) -> (Arc<Platform>, orrery_sim::trace::T
             .into_iter()
             .collect(),
         bus_capacity: 100,
+        durability: Default::default(),
     });
     boot_platform(&mut w, &platform);
     boot_reporter(&mut w, variant, &bus::Store::default());
@@ -166,6 +167,7 @@ fn a_sensor_meeting_a_404_acks_the_event_and_the_state_is_lost_while_hardened_re
                 .into_iter()
                 .collect(),
             bus_capacity: 100,
+            durability: Default::default(),
         });
         platform.set_knobs(events::Knobs {
             reject: Some((http::StatusCode::NOT_FOUND, 100)),

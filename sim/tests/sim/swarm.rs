@@ -177,7 +177,8 @@ fn a_scripted_scenario_is_its_own_concrete_scenario() {
 }
 
 /// Seeds of each family that `cargo test` runs in-process (both variants). Every listed seed
-/// (1..=20) runs in `make reports`, which exits non-zero when a seed misses its expectation or
+/// (1..=N: 20 for swarm-watch and swarm-tunnel, 10 for the costlier swarm-reporter and
+/// swarm-resources) runs in `make reports`, which exits non-zero when a seed misses its expectation or
 /// a declared reach condition is never reached, and writes `reports/<family>/seeds.json`;
 /// `make test` regenerates those files and fails when they differ from the committed ones, so
 /// the tests below that read them see what this commit's code does.
@@ -187,10 +188,11 @@ const LIVE_SEEDS: u64 = 2;
 /// family (concretize, run, check) meets each declared expectation.
 fn family_live_seeds_meet_their_expectations(file: &str) {
     let family = scenario::load(Path::new(&scenario_path(file))).unwrap();
-    assert_eq!(
-        family.seeds,
-        (1..=20).collect::<Vec<u64>>(),
-        "{file}: make test runs seeds 1..=20"
+    let listed = family.seeds.len() as u64;
+    assert!(
+        listed >= 10 && family.seeds == (1..=listed).collect::<Vec<u64>>(),
+        "{file}: make test runs seeds 1..=N, N ≥ 10 (listed: {:?})",
+        family.seeds
     );
     for seed in 1..=LIVE_SEEDS {
         for variant in [Variant::Faithful, Variant::Hardened] {

@@ -1,6 +1,8 @@
 //! The control plane (platform) components.
 //!
-//! - [`events`]: events API → event bus → event handler → read model, plus the query endpoint.
+//! - [`events`]: events API → event bus → event handler → read model, plus the query endpoint;
+//!   the bus ([`events::bus`]) keeps through a crash what it flushed, and hardened answers 2xx
+//!   only once it has.
 //! - [`tunnel`]: the tunnel server runtimes connect to.
 //! - [`gateway`]: the client API (registration, forwarding into tunnels, permissions), with
 //!   tenant checks and path normalisation before anything is forwarded.

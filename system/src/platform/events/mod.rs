@@ -7,8 +7,11 @@
 //! attributed to the runtime of its token, never to what its payload claims, and the
 //! queries answer a runtime's token with that runtime's objects only (401 without one).
 //!
-//! A 2xx answer means *queued*, as in the real platform: the handler projects later.
+//! A 2xx answer means *queued*, as in the real platform: the handler projects later. What a
+//! crash of the platform keeps of the queue is the [`bus`]'s durability: faithful answers
+//! before the broker has the event on disk, hardened waits for its confirm.
 
+pub mod bus;
 pub mod cluster;
 pub mod object;
 pub mod read_model;
@@ -23,7 +26,6 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use crate::core::event::{Envelope, EventPayload};
 use crate::env::http::{json, Body};
@@ -45,6 +47,8 @@ pub struct Config {
     pub tokens: BTreeMap<String, String>,
     /// Events the bus holds before the API answers 503. Default 10,000.
     pub bus_capacity: usize,
+    /// What the bus keeps through a crash, and whether the API waits for it.
+    pub durability: bus::Durability,
 }
 
 /// Knobs a scenario may change while running (a slow platform).
@@ -69,12 +73,15 @@ pub struct Platform {
     knobs: Mutex<Knobs>,
     read_model: Mutex<ReadModel>,
     cluster: Mutex<cluster::ClusterModel>,
+    /// The queue between the API and the handler; its store outlives the process.
+    bus: bus::Bus<Accepted>,
 }
 
 impl Platform {
     /// A platform with an empty read model.
     pub fn new(config: Config) -> Arc<Self> {
         Arc::new(Platform {
+            bus: bus::Bus::new(config.bus_capacity, config.durability.clone()),
             config,
             registry: Mutex::new(None),
             knobs: Mutex::new(Knobs::default()),
@@ -173,6 +180,12 @@ impl Platform {
             .workflows()
     }
 
+    /// The platform's host crashed: its bus keeps what it flushed (see [`bus`]). The
+    /// simulator calls it when it crashes the host; a real process starts with a new bus.
+    pub fn crash(&self) {
+        self.bus.crash();
+    }
+
     /// (updated, duplicates, stale) counts of the projection.
     pub fn projection_counts(&self) -> (u64, u64, u64) {
         let model = self.read_model.lock().expect("read model lock poisoned");
@@ -201,6 +214,20 @@ fn reject(status: StatusCode, reason: impl Into<String>) -> Rejection {
 struct Accepted {
     runtime: String,
     event: Kind,
+}
+
+impl Accepted {
+    /// `namespace/name` of the event's object (what an acknowledgement names).
+    fn object_name(&self) -> String {
+        match &self.event {
+            Kind::App { object, .. } => format!(
+                "{}/{}",
+                object.metadata.0.namespace.as_str(),
+                object.metadata.0.name.as_str()
+            ),
+            Kind::Cluster(event) => format!("{}/{}", event.namespace, event.name),
+        }
+    }
 }
 
 /// What an accepted event carries. (Application events are the common case: boxing them
@@ -339,17 +366,17 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
 }
 
 /// An application event, unpacked.
-struct AppEvent {
-    runtime: String,
-    payload: EventPayload,
-    object: object::ObjectView,
+struct AppEvent<'a> {
+    runtime: &'a str,
+    payload: &'a EventPayload,
+    object: &'a object::ObjectView,
 }
 
 /// Projects one accepted event into the read model: an event whose object is an
 /// Application updates that app (its state read from the object: a child-app event's
 /// `source` describes the parent); any other object is one resource of `source.appName`.
-fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
-    let (payload, object) = match accepted.event {
+fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) {
+    let (payload, object) = match &accepted.event {
         Kind::App { payload, object } => (payload, object),
         Kind::Cluster(event) => {
             let (kind, name, rv, deleted) = (
@@ -362,7 +389,7 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
                 .cluster
                 .lock()
                 .expect("cluster lock poisoned")
-                .apply(&accepted.runtime, event);
+                .apply(&accepted.runtime, event.clone());
             env.observe(
                 PlatformEvent::ClusterEvent {
                     kind,
@@ -370,6 +397,7 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
                     rv,
                     deleted,
                     applied,
+                    seq,
                 }
                 .into(),
             );
@@ -377,12 +405,12 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
         }
     };
     let event = AppEvent {
-        runtime: accepted.runtime,
+        runtime: &accepted.runtime,
         payload,
         object,
     };
     let source = &event.payload.source;
-    let object = &event.object;
+    let object = event.object;
     let metadata = &object.metadata.0;
     let kind = object.kind.as_str();
     let is_app = kind == "Application" || (kind.is_empty() && source.app_name.is_empty());
@@ -405,7 +433,7 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
             .lock()
             .expect("read model lock poisoned")
             .apply_resource(
-                &event.runtime,
+                event.runtime,
                 &key,
                 read_model::ResourceState {
                     sync_status: source.sync_status.clone(),
@@ -414,6 +442,7 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
                     revision: source.revision.clone(),
                 },
             );
+        env.observe(PlatformEvent::ResourceEvent { resource: key, seq }.into());
         return;
     }
     let name = metadata.name.as_str();
@@ -426,7 +455,7 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
         sync_status: status.sync.0.status.as_str().to_string(),
         revision: status.sync.0.revision.as_str().to_string(),
         health_status: status.health.0.status.as_str().to_string(),
-        runtime: event.runtime.clone(),
+        runtime: event.runtime.to_string(),
         read_errors: event
             .payload
             .errors
@@ -458,24 +487,20 @@ fn project(env: &SharedEnv, platform: &Platform, accepted: Accepted) {
         .read_model
         .lock()
         .expect("read model lock poisoned")
-        .apply(&event.runtime, &format!("{namespace}/{name}"), state);
+        .apply(event.runtime, &format!("{namespace}/{name}"), state);
     env.observe(
         PlatformEvent::Event {
             app: name.to_string(),
             rv: rv.to_string(),
             deleted: event.payload.is_deletion(),
             applied,
+            seq,
         }
         .into(),
     );
 }
 
-async fn handle(
-    env: SharedEnv,
-    platform: Arc<Platform>,
-    bus: mpsc::Sender<Accepted>,
-    req: Request<Incoming>,
-) -> Response<Body> {
+async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>) -> Response<Body> {
     let knobs = platform.knobs();
     if !knobs.api_latency.is_zero() {
         env.sleep(knobs.api_latency).await;
@@ -524,18 +549,28 @@ async fn handle(
             json(status, &json!({"error": "the events API is unavailable"}))
         }
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
-            Ok(event) => match bus.try_send(event) {
-                // Fault point: stored, then the handler fails before it answers.
-                Ok(()) if env.buggify(Point::PlatformEventsCrashAfterStore) => json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &json!({"error": "handler failed after queueing the event"}),
-                ),
-                Ok(()) => json(StatusCode::OK, &json!({"status": "queued"})),
-                Err(_) => json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &json!({"error": "event bus is full, retry later"}),
-                ),
-            },
+            Ok(event) => {
+                let object = event.object_name();
+                match platform.bus.publish(event) {
+                    // Fault point: stored, then the handler fails before it answers.
+                    Ok(_) if env.buggify(Point::PlatformEventsCrashAfterStore) => json(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &json!({"error": "handler failed after queueing the event"}),
+                    ),
+                    Ok(seq) => {
+                        if platform.bus.durability().confirms {
+                            platform.bus.confirm(seq).await;
+                        }
+                        platform.bus.acknowledged(seq);
+                        env.observe(PlatformEvent::Acknowledged { seq, object }.into());
+                        json(StatusCode::OK, &json!({"status": "queued"}))
+                    }
+                    Err(_) => json(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &json!({"error": "event bus is full, retry later"}),
+                    ),
+                }
+            }
             Err(rejection) => refused(&env, rejection),
         },
         (method, path) => json(
@@ -612,7 +647,19 @@ async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted,
     decode(&runtime, gzip, &body)
 }
 
-/// Runs the events path on `addr` until its listener fails: the API and the handler task.
+/// Ends a service's tasks with it.
+struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);
+
+impl<const N: usize> Drop for AbortOnDrop<N> {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Runs the events path on `addr` until its listener fails: the API, the bus's flusher and
+/// the event handler.
 pub async fn run(env: SharedEnv, platform: Arc<Platform>, addr: &str) -> std::io::Result<()> {
     let listener = env.listen(addr).await?;
     serve(env, platform, listener).await
@@ -624,20 +671,44 @@ pub async fn serve(
     platform: Arc<Platform>,
     listener: Box<dyn crate::env::Listener>,
 ) -> std::io::Result<()> {
-    let (bus, mut events) = mpsc::channel::<Accepted>(platform.config.bus_capacity.max(1));
-    let handler_env = env.clone();
-    let handler_platform = platform.clone();
-    tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
+    // A restart after a crash finds the bus as its disk left it.
+    if let Some(recovery) = platform.bus.take_recovery() {
+        env.observe(
+            PlatformEvent::BusRecovered {
+                lost: recovery.lost,
+                lost_acknowledged: recovery.lost_acknowledged,
+                redelivered: recovery.redelivered,
+                kept: recovery.kept,
+            }
+            .into(),
+        );
+    }
+    let (flusher_env, flusher_platform) = (env.clone(), platform.clone());
+    let flusher = tokio::spawn(async move {
+        let bus = &flusher_platform.bus;
+        loop {
+            bus.wait_unflushed().await;
+            flusher_env.sleep(bus.durability().flush_after).await;
+            bus.flush();
+        }
+    });
+    let (handler_env, handler_platform) = (env.clone(), platform.clone());
+    let handler = tokio::spawn(async move {
+        loop {
+            let (seq, event) = handler_platform.bus.take().await;
             let delay = handler_platform.knobs().handler_delay;
             if !delay.is_zero() {
                 handler_env.sleep(delay).await;
             }
-            project(&handler_env, &handler_platform, event);
+            project(&handler_env, &handler_platform, seq, &event);
+            handler_platform.bus.ack(seq);
         }
     });
+    // The handler and the flusher serve as long as the API does (a second `serve` of the
+    // same platform gets one handler).
+    let _tasks = AbortOnDrop([flusher, handler]);
     crate::env::http::serve(listener, move |req, _peer| {
-        handle(env.clone(), platform.clone(), bus.clone(), req)
+        handle(env.clone(), platform.clone(), req)
     })
     .await
 }
