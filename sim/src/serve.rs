@@ -16,7 +16,7 @@ use orrery_system::platform::assembly::{
     TunnelServerConfig,
 };
 use orrery_system::platform::events::{self, Platform};
-use orrery_system::platform::permissions::{Permissions, OPERATIONS};
+use orrery_system::platform::permissions::{Permissions, ACTIONS};
 use orrery_system::platform::registry::Registry;
 use orrery_system::platform::tunnel;
 use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
@@ -136,6 +136,12 @@ pub struct ControlPlaneArgs {
     /// the app-proxy allows them the listed operations.
     #[arg(long, env = "ORRERY_USERS", hide_env_values = true, default_value = "")]
     users: String,
+    /// Accounts' users (token, admin or member, teams) and permission rules (actions on
+    /// runtimes, clusters, namespaces, labels; deny by default), from a YAML file; see
+    /// `orrery_system::platform::permissions::policy` and the README's Permissions section.
+    /// Adds to --users.
+    #[arg(long)]
+    policy: Option<PathBuf>,
     /// Also serve the events API (`POST /2.0/api/events`, where the runtimes' reporters
     /// send) on this address; runtimes authenticate with their --runtimes tokens.
     #[arg(long)]
@@ -433,9 +439,9 @@ fn users(permissions: &Permissions, list: &str) -> Result<(), Fail> {
             )));
         }
         let operations: Vec<&str> = operations.split('+').filter(|o| !o.is_empty()).collect();
-        if let Some(bad) = operations.iter().find(|o| !OPERATIONS.contains(o)) {
+        if let Some(bad) = operations.iter().find(|o| !ACTIONS.contains(o)) {
             return Err(Fail::usage(format!(
-                "--users: unknown operation {bad:?} (known: {OPERATIONS:?})"
+                "--users: unknown operation {bad:?} (known: {ACTIONS:?})"
             )));
         }
         match account {
@@ -502,6 +508,16 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         }));
     }
     users(&state.permissions, &args.users)?;
+    if let Some(path) = &args.policy {
+        let text = String::from_utf8(read(path)?)
+            .map_err(|e| Fail::usage(format!("{}: not UTF-8: {e}", path.display())))?;
+        orrery_system::platform::permissions::policy::Policy::parse(
+            &path.display().to_string(),
+            &text,
+        )
+        .map_err(|e| Fail::usage(format!("--policy {e}")))?
+        .apply(&state.permissions);
+    }
     let mut tunnel = tunnel::Config::new(variant);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         tunnel.tls = Some(
@@ -707,6 +723,13 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
                 sources_addr: args.serve_sources.clone(),
                 kube: kube.clone(),
                 permissions_ttl: std::time::Duration::from_secs(30),
+                // The runtime's name within its account: --name is ACCOUNT-RUNTIME.
+                runtime: args
+                    .name
+                    .as_deref()
+                    .and_then(|n| n.split_once('-'))
+                    .map(|(_, runtime)| runtime.to_string())
+                    .unwrap_or_default(),
                 listen: routes.app_proxy.clone(),
             });
         }

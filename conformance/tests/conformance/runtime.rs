@@ -423,6 +423,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         sources_addr: None,
         kube: KubeTarget::real(config, &namespace),
         permissions_ttl: Duration::from_secs(30),
+        runtime: String::new(),
         listen: format!("127.0.0.1:{proxy_port}"),
     };
     let proxy_only = RuntimeConfig {

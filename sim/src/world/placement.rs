@@ -104,6 +104,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
                 kubeconfig: None,
             },
             permissions_ttl: Duration::from_secs(60),
+            runtime: String::new(),
             listen: format!("0.0.0.0:{APP_PROXY_PORT}"),
         });
     }

@@ -18,6 +18,7 @@ use orrery_system::env::SharedEnv;
 use orrery_system::platform::assembly::{
     self as control_plane, ControlPlaneConfig, ControlPlaneState, GatewayConfig, TunnelServerConfig,
 };
+use orrery_system::platform::permissions::{Attributes, Pattern, Role, Rule};
 use orrery_system::platform::tunnel;
 use orrery_system::runtime::app_proxy::{self, workflow_resource};
 use orrery_system::runtime::assembly::{self as runtime_assembly, RouterConfig, RuntimeConfig};
@@ -119,6 +120,32 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
     state
         .permissions
         .grant_in("bob-token", "acme", "bob", &["repositories:list"]);
+    state.permissions.grant_in(
+        "dave-token",
+        "acme",
+        "dave",
+        &["applications:sync", "applications:refresh"],
+    );
+    // carol's one rule: terminate workflows in namespace ci, sync apps deploying to team-a.
+    state
+        .permissions
+        .add_user("carol-token", "acme", "carol", Role::Member, &["ci"]);
+    state.permissions.add_rule(
+        "acme",
+        Rule {
+            teams: vec!["ci".into()],
+            actions: [
+                "workflows:terminate".to_string(),
+                "applications:sync".to_string(),
+            ]
+            .into(),
+            attributes: Attributes {
+                namespaces: vec![Pattern("ci".into()), Pattern("team-a".into())],
+                ..Attributes::default()
+            },
+            ..Rule::default()
+        },
+    );
     let platform = ControlPlaneConfig {
         tunnel: Some(TunnelServerConfig {
             listen: "0.0.0.0:8443".into(),
@@ -163,6 +190,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
             sources_addr: Some("runtime:8090".into()),
             kube: KubeTarget::new("apiserver:6443"),
             permissions_ttl: Duration::from_secs(30),
+            runtime: String::new(),
             listen: "0.0.0.0:3017".into(),
         }),
         source_server: Some(source_server::Config::new(
@@ -222,6 +250,31 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         let (code, body) = call(&env, "GET", "applications/argocd/missing/manifests?revision=x", "alice-token", Value::Null).await;
         assert_eq!(code, 404, "an unknown app is the source server's 404: {body}");
         assert_eq!(call(&env, "GET", &manifests, "bob-token", Value::Null).await.0, 403);
+
+        // Sync and refresh set the Application's operation and refresh annotation; rules
+        // limited to namespaces are judged against a workflow's namespace and an app's
+        // destination.
+        let (code, body) = call(&env, "POST", "applications/argocd/a/sync", "dave-token", json!({"revision": first})).await;
+        assert_eq!(code, 200, "{body}");
+        let synced = apps.get("a").await?;
+        assert_eq!(synced.data["operation"], json!({"sync": {"revision": first}, "initiatedBy": {"username": "dave"}}));
+        let (code, body) = call(&env, "POST", "applications/argocd/a/refresh", "dave-token", Value::Null).await;
+        assert_eq!(code, 200, "{body}");
+        let refreshed = apps.get("a").await?;
+        assert_eq!(refreshed.metadata.annotations.unwrap_or_default().get("argocd.argoproj.io/refresh").map(String::as_str), Some("normal"));
+        assert_eq!(call(&env, "POST", "applications/argocd/missing/sync", "dave-token", json!({})).await.0, 404);
+        assert_eq!(call(&env, "POST", "applications/argocd/a/sync", "alice-token", json!({})).await.0, 403, "alice has no sync grant");
+        let (code, body) = call(&env, "POST", "applications/argocd/a/sync", "carol-token", json!({})).await;
+        assert_eq!(code, 403, "a deploys to no namespace of carol's: {body}");
+        assert!(body["error"].as_str().unwrap().contains("carol may not applications:sync in namespace"), "{body}");
+        let (code, body) = call(&env, "POST", "workflows/default/build-42/terminate", "carol-token", Value::Null).await;
+        assert_eq!(code, 403, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("may not workflows:terminate in namespace default"), "{body}");
+        let mut ci = DynamicObject::new("build-7", &workflow_resource()).within("ci");
+        ci.data = json!({"spec": {"entrypoint": "main"}});
+        Api::<DynamicObject>::namespaced_with(kube.clone(), "ci", &workflow_resource()).create(&PostParams::default(), &ci).await?;
+        let (code, body) = call(&env, "POST", "workflows/ci/build-7/terminate", "carol-token", Value::Null).await;
+        assert_eq!(code, 200, "in ci she may: {body}");
 
         let (code, body) = call(&env, "POST", "applications/commit", "bob-token", commit).await;
         assert_eq!(code, 403, "bob may only list: {body}");

@@ -362,7 +362,7 @@ fn the_gateway_forwards_only_for_users_of_the_runtimes_account_and_audits_every_
         "acme-prod=tok-1,globex-prod=tok-2",
         &[
             "--users",
-            "viewer-token=viewer@acme,mallory-token=mallory@globex,loner-token=loner",
+            "viewer-token=viewer@acme:audit:read,mallory-token=mallory@globex:audit:read,loner-token=loner,ops-token=ops@acme",
             "--monitor",
         ],
     );
@@ -528,6 +528,13 @@ fn the_gateway_forwards_only_for_users_of_the_runtimes_account_and_audits_every_
     assert!(
         !globex.is_empty() && globex.iter().all(|e| e["account"] == "globex"),
         "{globex:#?}"
+    );
+    // Reading an account's log needs its admin or an audit:read rule.
+    refused(
+        "/api/audit",
+        "ops-token",
+        403,
+        "may not read the audit log of account acme",
     );
     // Paging.
     let (_, page) = http_as(gateway, "GET", "/api/audit?after=2&limit=3", "", "adm").unwrap();
@@ -960,4 +967,329 @@ fn serve_runtime_names_the_flag_a_listed_component_is_missing() {
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(wanted), "{args:?}: {stderr}");
     }
+}
+
+/// The permissions file of the GitOps API test: acme's admin alice, its member bob (team
+/// dev, who may read and sync apps deploying to team-a), and globex's admin mallory.
+const POLICY: &str = "\
+accounts:
+  - name: acme
+    users:
+      - {name: alice, token: alice-token, role: admin}
+      - {name: bob, token: bob-token, teams: [dev]}
+    rules:
+      - teams: [dev]
+        actions: [applications:read, applications:sync]
+        namespaces: [team-a]
+  - name: globex
+    users:
+      - {name: mallory, token: mallory-token, role: admin}
+";
+
+/// An application event as a reporter sends it (uncompressed): Application
+/// `argocd/<name>` deploying to `destination`, at resourceVersion `rv`.
+fn app_event(name: &str, destination: &str, sync: &str, rv: u64) -> String {
+    use base64::Engine as _;
+    let object = serde_json::json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": name, "namespace": "argocd", "resourceVersion": rv.to_string(),
+                     "labels": {"team": destination}},
+        "spec": {"destination": {"server": "https://kubernetes.default.svc", "namespace": destination}},
+        "status": {"sync": {"status": sync, "revision": "abc"}, "health": {"status": "Healthy"}}
+    });
+    serde_json::json!({"data": {
+        "timestamp": "2026-11-26T10:00:00Z",
+        "object": base64::engine::general_purpose::STANDARD.encode(object.to_string()),
+        "source": {"desiredManifest": "{}", "actualManifest": "{}", "revision": "abc",
+                   "syncStatus": sync, "healthStatus": "Healthy", "appName": name},
+        "errors": [], "appVersions": {}
+    }})
+    .to_string()
+}
+
+#[test]
+fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_audits_every_denial() {
+    let (api, tunnel, gateway, events, proxy) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let [api_addr, tunnel_addr, gateway_addr, events_addr, proxy_addr] =
+        [api, tunnel, gateway, events, proxy].map(|p| format!("127.0.0.1:{p}"));
+    let dir = std::env::temp_dir().join(format!("orrery-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
+    let _platform = control_plane(
+        &tunnel_addr,
+        &gateway_addr,
+        "acme-prod=tok-1,globex-prod=tok-2",
+        &[
+            "--users",
+            "",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--events",
+            &events_addr,
+        ],
+    );
+    let _runtime = orrery(&[
+        "serve",
+        "runtime",
+        "--platform",
+        &tunnel_addr,
+        "--name",
+        "acme-prod",
+        "--token",
+        "tok-1",
+        "--app-proxy",
+        &proxy_addr,
+        "--git",
+        "127.0.0.1:9",
+        "--platform-api",
+        &gateway_addr,
+        "--apiserver",
+        &api_addr,
+    ]);
+    eventually("the API server answers", Duration::from_secs(20), || {
+        http(api, "GET", "/healthz", "").is_some()
+    });
+    let applications = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications";
+    for (name, destination) in [("web", "team-a"), ("db", "team-b")] {
+        let app = format!(
+            r#"{{"apiVersion":"argoproj.io/v1alpha1","kind":"Application","metadata":{{"name":"{name}"}},"spec":{{"destination":{{"namespace":"{destination}"}}}}}}"#
+        );
+        assert_eq!(
+            http(api, "POST", applications, &app).map(|r| r.0),
+            Some(201)
+        );
+    }
+    // Both runtimes report an app argocd/web; acme also argocd/db.
+    let report = |token: &str, body: String| {
+        exchange(
+            events,
+            "POST",
+            "/2.0/api/events",
+            &body,
+            &format!("authorization: {token}\r\n"),
+        )
+        .map(|r| r.0)
+    };
+    eventually("the events API accepts", Duration::from_secs(20), || {
+        report("tok-1", app_event("web", "team-a", "Synced", 5)) == Some(200)
+    });
+    assert_eq!(
+        report("tok-1", app_event("db", "team-b", "OutOfSync", 6)),
+        Some(200)
+    );
+    assert_eq!(
+        report("tok-2", app_event("web", "secret", "OutOfSync", 2)),
+        Some(200)
+    );
+    let ask = |token: &str, query: &str| -> (u16, serde_json::Value) {
+        let body = serde_json::json!({"query": query}).to_string();
+        let (code, answer) =
+            http_as(gateway, "POST", "/2.0/api/graphql", &body, token).expect("an answer");
+        (
+            code,
+            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
+        )
+    };
+    let list = "{ applications { items { runtime name destinationNamespace syncStatus } } }";
+    eventually("the events are projected", Duration::from_secs(10), || {
+        ask("alice-token", list).1["data"]["applications"]["items"]
+            .as_array()
+            .is_some_and(|items| items.len() == 2)
+    });
+    assert_eq!(
+        ask("bob-token", list).1["data"]["applications"]["items"],
+        serde_json::json!([{"runtime": "prod", "name": "web", "destinationNamespace": "team-a", "syncStatus": "Synced"}]),
+        "bob's rule covers team-a only"
+    );
+    assert_eq!(
+        ask("mallory-token", list).1["data"]["applications"]["items"],
+        serde_json::json!([{"runtime": "prod", "name": "web", "destinationNamespace": "secret", "syncStatus": "OutOfSync"}]),
+        "globex's own web, never acme's"
+    );
+    // Adversarial requests: each refused with a clear body, each audited.
+    let refused = |token: &str, query: &str, status: u16, words: &str| {
+        let (code, answer) = ask(token, query);
+        assert_eq!(code, status, "{query} as {token:?}: {answer}");
+        let message = answer["errors"][0]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{query} as {token:?}: {answer}");
+    };
+    refused("", list, 401, "needs a user's token");
+    refused("forged", list, 401, "unknown user token");
+    refused(
+        "adm",
+        list,
+        401,
+        "the GitOps API answers an account's users",
+    );
+    refused(
+        "bob-token",
+        r#"{ application(runtime: "prod", namespace: "argocd", name: "db") { name } }"#,
+        404,
+        "no application argocd/db in runtime prod",
+    );
+    refused(
+        "bob-token",
+        "{ auditLog { seq } }",
+        403,
+        "may not read the audit log",
+    );
+    refused(
+        "bob-token",
+        r#"mutation { createRuntime(name: "edge") { newAccessToken } }"#,
+        403,
+        "not an admin",
+    );
+    refused(
+        "bob-token",
+        r#"mutation { syncApplication(runtime: "prod", namespace: "argocd", name: "db") { status } }"#,
+        404,
+        "no application argocd/db",
+    );
+    refused(
+        "mallory-token",
+        r#"{ runtime(name: "acme-prod") { name } }"#,
+        404,
+        "no runtime acme-prod in account globex",
+    );
+    refused(
+        "mallory-token",
+        r#"mutation { syncApplication(runtime: "prod", namespace: "argocd", name: "web") { status } }"#,
+        503,
+        "runtime prod answered 503",
+    );
+    refused(
+        "bob-token",
+        "{ applications { items { nope } } }",
+        400,
+        "nope",
+    );
+    // What bob may do goes through: GitOps API → tunnel → router → app-proxy → API server.
+    let sync = r#"mutation { syncApplication(runtime: "prod", namespace: "argocd", name: "web", revision: "abc") { status } }"#;
+    eventually(
+        "the runtime's tunnel is up",
+        Duration::from_secs(20),
+        || ask("bob-token", sync).0 == 200,
+    );
+    let (_, stored) = http(api, "GET", &format!("{applications}/web"), "").expect("the app");
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(
+        stored["operation"],
+        serde_json::json!({"sync": {"revision": "abc"}, "initiatedBy": {"username": "bob"}}),
+        "the app-proxy set the sync operation as bob"
+    );
+    // Ingress mode: alice creates runtime edge, reached at its router's address without a
+    // tunnel; it reports with the token it was issued, and alice syncs its app through it.
+    let (edge, edge_proxy) = (free_port(), free_port());
+    let [edge_addr, edge_proxy_addr] = [edge, edge_proxy].map(|p| format!("127.0.0.1:{p}"));
+    let create = format!(
+        r#"mutation {{ createRuntime(name: "edge", kind: HOSTED, accessMode: INGRESS, ingressHost: "{edge_addr}", runtimeVersion: "0.1.72") {{ name newAccessToken rotated }} }}"#
+    );
+    let (code, created) = ask("alice-token", &create);
+    assert_eq!(code, 200, "{created}");
+    assert_eq!(created["data"]["createRuntime"]["rotated"], false);
+    let edge_token = created["data"]["createRuntime"]["newAccessToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let _edge = orrery(&[
+        "serve",
+        "runtime",
+        "--components",
+        "router,app-proxy",
+        "--name",
+        "acme-edge",
+        "--ingress",
+        &edge_addr,
+        "--app-proxy",
+        &edge_proxy_addr,
+        "--git",
+        "127.0.0.1:9",
+        "--platform-api",
+        &gateway_addr,
+        "--apiserver",
+        &api_addr,
+    ]);
+    assert_eq!(
+        report(&edge_token, app_event("web", "team-a", "Synced", 7)),
+        Some(200)
+    );
+    eventually(
+        "edge answers through its ingress",
+        Duration::from_secs(20),
+        || {
+            http_as(
+                gateway,
+                "GET",
+                "/api/runtimes/acme-edge/app-proxy/healthz",
+                "",
+                "alice-token",
+            )
+            .is_some_and(|(code, _)| code == 200)
+        },
+    );
+    let (code, shown) = ask(
+        "alice-token",
+        r#"{ runtime(name: "edge") { kind accessMode ingressHost runtimeVersion } }"#,
+    );
+    assert_eq!(code, 200, "{shown}");
+    assert_eq!(
+        shown["data"]["runtime"],
+        serde_json::json!({"kind": "HOSTED", "accessMode": "INGRESS", "ingressHost": edge_addr, "runtimeVersion": "0.1.72"})
+    );
+    let (code, answer) = ask(
+        "alice-token",
+        r#"mutation { syncApplication(runtime: "edge", namespace: "argocd", name: "web", revision: "def") { status } }"#,
+    );
+    assert_eq!(code, 200, "{answer}");
+    let (_, stored) = http(api, "GET", &format!("{applications}/web"), "").expect("the app");
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(
+        stored["operation"],
+        serde_json::json!({"sync": {"revision": "def"}, "initiatedBy": {"username": "alice"}}),
+        "the edge runtime's app-proxy, reached through its ingress, set it"
+    );
+    // The account's audit log: alice sees acme's denials and mutations, none of globex's.
+    let (code, log) = ask(
+        "alice-token",
+        "{ auditLog(first: 1000) { actor action status outcome reason } }",
+    );
+    assert_eq!(code, 200, "{log}");
+    let log = log["data"]["auditLog"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let denials = log.iter().filter(|e| e["outcome"] == "denied").count();
+    // bob's five refusals; the three 401s are nobody's account.
+    assert_eq!(denials, 5, "{log:#?}");
+    assert!(log.iter().all(|e| e["actor"] != "user:mallory"), "{log:#?}");
+    assert!(
+        log.iter().any(|e| e["action"] == "graphql syncApplication"
+            && e["status"] == 200
+            && e["actor"] == "user:bob"),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|e| e["action"] == "graphql createRuntime" && e["status"] == 201),
+        "{log:#?}"
+    );
+    // The platform's admin sees the rest: the 401s and globex's refusals.
+    let (_, all) = http_as(gateway, "GET", "/api/audit?limit=1000", "", "adm").unwrap();
+    let all: serde_json::Value = serde_json::from_str(&all).unwrap();
+    let entries = all["entries"].as_array().unwrap();
+    let denied = entries.iter().filter(|e| e["outcome"] == "denied").count();
+    assert_eq!(
+        denied,
+        3 + 5 + 1,
+        "every refusal above but mallory's 503: {entries:#?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,7 +6,7 @@
 //! | service | enabled by | what it needs |
 //! |---|---|---|
 //! | tunnel server | [`ControlPlaneConfig::tunnel`] | the runtime registry |
-//! | gateway (client API: registration, forwarding, permissions) | [`ControlPlaneConfig::gateway`] | the tunnel server |
+//! | gateway (client API: registration, forwarding, permissions, the GitOps API) | [`ControlPlaneConfig::gateway`] | the tunnel server; [`ControlPlaneState::events`] for the API's applications |
 //! | events path (events API → bus → handler → read model) | [`ControlPlaneConfig::events`] | [`ControlPlaneState::events`] |
 //! | runtime monitor | [`ControlPlaneConfig::monitor`] | the tunnel server; [`ControlPlaneState::health`] |
 //! | promotion orchestrator | [`ControlPlaneConfig::promotions`] | the gateway (its own or another process's), the Git provider; [`ControlPlaneState::releases`] |
@@ -23,6 +23,9 @@ use super::promotions;
 use super::registry::Registry;
 use super::tunnel::{self, TunnelServer};
 use crate::env::{Listener, SharedEnv};
+
+/// How long the gateway waits on a silent runtime ingress.
+const INGRESS_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The tunnel server's settings and address.
 #[derive(Clone)]
@@ -153,14 +156,18 @@ pub async fn run(
     if let Some(settings) = &config.gateway {
         let tunnels = tunnels.ok_or(Error::Config("the gateway needs the tunnel server"))?;
         let listener = bind(&env, "gateway", &settings.listen).await?;
-        let gateway = Arc::new(Gateway {
-            admin_token: settings.admin_token.clone(),
-            registry: state.registry.clone(),
-            tunnels,
-            permissions: state.permissions.clone(),
-            audit: state.audit.clone(),
-            health: state.health.clone(),
-        });
+        let gateway = Arc::new(Gateway::new(
+            settings.admin_token.clone(),
+            gateway::Sources {
+                registry: state.registry.clone(),
+                tunnels,
+                permissions: state.permissions.clone(),
+                audit: state.audit.clone(),
+                health: state.health.clone(),
+                events: state.events.clone(),
+                ingress: crate::env::http::client(env.clone(), INGRESS_IDLE),
+            },
+        ));
         let serve = gateway::serve(env.clone(), gateway, listener);
         services.spawn(async move { ("gateway", serve.await) });
     }

@@ -3,29 +3,34 @@
 //! root is refused with 400), and every mutating request and every denial is written to the
 //! [`Audit`] log.
 //!
+//! - `POST /2.0/api/graphql` with a user's bearer token: the GitOps API
+//!   ([`crate::platform::graphql`]); 401 without a user's token, 403 for a user in no
+//!   account;
 //! - `GET /api/permissions` with a user's bearer token → `{"user": …, "account": …,
-//!   "allow": [...]}` (401 for an unknown token): what the app-proxy authorises operations
-//!   with;
-//! - `POST /api/runtimes` `{"account": …, "runtime": …}` with the admin token → `201
-//!   {"name": "<account>-<runtime>", "token": …, "rotated": bool}`: registers a runtime and
-//!   issues its token. Registering it again rotates the token: the old one stops working at
-//!   once and the runtime's open tunnel is closed. A name another account's runtime holds is
-//!   refused (409);
+//!   "allow": [...], "role"?, "rules"?}` (401 for an unknown token): what the app-proxy
+//!   authorises operations with ([`crate::platform::permissions::answer_allows`]);
+//! - `POST /api/runtimes` `{"account": …, "runtime": …, "kind"?, "accessMode"?,
+//!   "runtimeVersion"?, "cluster"?, "ingressHost"?}` with the admin token → `201 {"name":
+//!   "<account>-<runtime>", "token": …, "rotated": bool}`: registers a runtime and issues its
+//!   token. Registering it again rotates the token: the old one stops working at once and the
+//!   runtime's open tunnel is closed. A name another account's runtime holds is refused
+//!   (409);
 //! - `GET /api/runtimes` with the admin token → `{"connected": [<name>, …], "health":
 //!   {<name>: {"status", "since", "reason"}}}`: the runtimes whose tunnel is up now (sorted)
 //!   and what the runtime monitor shows for each (`Healthy`, `Unable to communicate`);
 //! - `GET /api/audit?after=<seq>&limit=<n>` → `{"entries": [...]}`: the admin sees every
-//!   entry, a user their own account's;
+//!   entry; an account's admin, or a member with an `audit:read` rule, their account's;
 //! - `<any method> /api/runtimes/<name>/<path>` with the bearer token of a user of the
-//!   runtime's account → forwarded to that runtime's request routing service through its
-//!   tunnel as `/<path>` (503 when the runtime has no tunnel, 502/504 when it breaks or stays
-//!   silent). No token or an unknown one → 401; a user in no account → 403; a runtime that
-//!   is not the user's account's (another tenant's, or none) → 404, never forwarded. The
-//!   one exception is a `POST` to `webhooks/…`, a Git provider's signed delivery, forwarded
-//!   without a user token to the runtime, whose webhook source checks the signature. A
-//!   user's `Idempotency-Key` becomes the request id (`<user>/<key>`; one a client sends as
-//!   the request id itself is dropped), so a retried state-changing request runs at most
-//!   once on the runtime.
+//!   runtime's account whose rules cover that runtime → forwarded to that runtime's request
+//!   routing service as `/<path>`, through its tunnel (503 when it has none, 502/504 when it
+//!   breaks or stays silent) or to its ingress host in ingress mode (502 when unreachable).
+//!   No token or an unknown one → 401; a user in no account → 403; a runtime that is not
+//!   the user's account's (another tenant's, or none) or that no rule of theirs covers →
+//!   404, never forwarded. The one exception is a `POST` to `webhooks/…`, a Git provider's
+//!   signed delivery, forwarded without a user token to the runtime, whose webhook source
+//!   checks the signature. A user's `Idempotency-Key` becomes the request id
+//!   (`<user>/<key>`; one a client sends as the request id itself is dropped), so a retried
+//!   state-changing request runs at most once on the runtime.
 
 pub mod path;
 
@@ -54,7 +59,26 @@ const AUDIT_PAGE: usize = 100;
 pub struct Gateway {
     /// Token allowed to register runtimes.
     pub admin_token: String,
-    /// Runtime registry (issues tokens).
+    /// The control plane's state and the tunnels it reaches runtimes through.
+    pub sources: Arc<Sources>,
+    /// The GitOps API's schema.
+    pub schema: crate::platform::graphql::ApiSchema,
+}
+
+impl Gateway {
+    /// A gateway over `sources`, registering runtimes for `admin_token`.
+    pub fn new(admin_token: String, sources: Sources) -> Self {
+        Gateway {
+            admin_token,
+            sources: Arc::new(sources),
+            schema: crate::platform::graphql::schema(),
+        }
+    }
+}
+
+/// What the gateway and the GitOps API read and act through.
+pub struct Sources {
+    /// Runtime registry (issues tokens; knows each runtime's access mode and cluster).
     pub registry: Arc<Registry>,
     /// Live tunnels.
     pub tunnels: Arc<TunnelServer>,
@@ -64,6 +88,49 @@ pub struct Gateway {
     pub audit: Arc<Audit>,
     /// What the runtime monitor shows about each runtime.
     pub health: Arc<crate::platform::monitor::Monitor>,
+    /// The events path's read models, for the GitOps API (`None`: this process runs no
+    /// events path; the API then knows no applications).
+    pub events: Option<Arc<crate::platform::events::Platform>>,
+    /// Reaches runtimes in ingress mode.
+    pub ingress: crate::env::http::Client<Body>,
+}
+
+/// Sends `request` (its path the runtime's own) to runtime `name`: through its tunnel, or
+/// to its ingress host for a runtime in ingress mode. A clear 502/503/504 when it cannot.
+pub(crate) async fn deliver(
+    env: &SharedEnv,
+    sources: &Sources,
+    name: &str,
+    request: Request<Body>,
+) -> Response<Body> {
+    let info = sources.registry.info(name);
+    if info.access_mode != crate::platform::registry::AccessMode::Ingress {
+        return sources.tunnels.forward(env, name, request).await;
+    }
+    let (mut parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let Ok(uri) = format!("http://{}{path}", info.ingress_host).parse::<Uri>() else {
+        return json(
+            StatusCode::BAD_GATEWAY,
+            &json!({"error": format!("runtime {name}'s ingress host {:?} is not a host:port", info.ingress_host)}),
+        );
+    };
+    parts.uri = uri;
+    match sources
+        .ingress
+        .request(Request::from_parts(parts, body))
+        .await
+    {
+        Ok(response) => response.map(|body| body.map_err(std::io::Error::other).boxed()),
+        Err(e) => json(
+            StatusCode::BAD_GATEWAY,
+            &json!({"error": format!("runtime {name}'s ingress {}: {e}", info.ingress_host)}),
+        ),
+    }
 }
 
 /// Who is asking, from the `Authorization` header.
@@ -126,10 +193,11 @@ impl Gateway {
             // Liveness and readiness: the gateway is serving.
             (_, "/healthz") => json(StatusCode::OK, &json!({"status": "ok"})),
             (&Method::POST, "/api/runtimes") => self.register(env, &seen, request).await,
+            (&Method::POST, "/2.0/api/graphql") => self.graphql(env, &seen, request).await,
             (&Method::GET, "/api/runtimes") => match seen.caller {
                 Caller::Admin => json(
                     StatusCode::OK,
-                    &json!({"connected": self.tunnels.connected(), "health": self.health_shown()}),
+                    &json!({"connected": self.sources.tunnels.connected(), "health": self.health_shown()}),
                 ),
                 _ => self.deny(
                     env,
@@ -141,7 +209,7 @@ impl Gateway {
             },
             (_, "/api/permissions") => {
                 let token = bearer(&request).unwrap_or_default();
-                match self.permissions.lookup(token) {
+                match self.sources.permissions.lookup(token) {
                     Some(answer) => json(StatusCode::OK, &answer),
                     None => self.deny(
                         env,
@@ -172,7 +240,8 @@ impl Gateway {
 
     /// What the runtime monitor shows, by runtime: `{"status", "since", "reason"}`.
     fn health_shown(&self) -> Value {
-        self.health
+        self.sources
+            .health
             .shown()
             .into_iter()
             .map(|(name, shown)| {
@@ -194,6 +263,7 @@ impl Gateway {
             None => Caller::Nobody,
             Some(token) if token == self.admin_token => Caller::Admin,
             Some(token) => self
+                .sources
                 .permissions
                 .user(token)
                 .map_or(Caller::Unknown, Caller::User),
@@ -223,7 +293,21 @@ impl Gateway {
         reason: impl Into<String>,
     ) -> Response<Body> {
         let reason = reason.into();
-        self.audit.record(
+        self.record_denial(env, seen, account, runtime, status, &reason);
+        json(status, &json!({"error": reason}))
+    }
+
+    /// Writes a denial to the audit log.
+    fn record_denial(
+        &self,
+        env: &SharedEnv,
+        seen: &Seen,
+        account: &str,
+        runtime: &str,
+        status: StatusCode,
+        reason: &str,
+    ) {
+        self.sources.audit.record(
             env,
             Record {
                 actor: seen.caller.actor(),
@@ -232,10 +316,9 @@ impl Gateway {
                 runtime: runtime.to_string(),
                 outcome: Outcome::Denied,
                 status: status.as_u16(),
-                reason: reason.clone(),
+                reason: reason.to_string(),
             },
         );
-        json(status, &json!({"error": reason}))
     }
 
     /// Forwards into runtime `name`'s tunnel for a user of its account.
@@ -252,7 +335,7 @@ impl Gateway {
         // real runtime's event source behind its public URL does.
         let webhook = request.method() == Method::POST && inner.starts_with("webhooks/");
         let account = match &seen.caller {
-            Caller::Nobody if webhook => match self.registry.find(name) {
+            Caller::Nobody if webhook => match self.sources.registry.find(name) {
                 Some(runtime) => runtime.account,
                 None => {
                     return self.deny(
@@ -308,6 +391,7 @@ impl Gateway {
         // Another account's runtime is answered as a missing one: its existence is not
         // the caller's to learn.
         if self
+            .sources
             .registry
             .find(name)
             .is_none_or(|runtime| runtime.account != account)
@@ -319,6 +403,33 @@ impl Gateway {
                 StatusCode::NOT_FOUND,
                 format!("no runtime {name} in account {account}"),
             );
+        }
+        // A member reaches only the runtimes some rule of theirs covers; the rest are
+        // answered as missing too.
+        if let Caller::User(user) = &seen.caller {
+            let runtime = self
+                .sources
+                .registry
+                .find(name)
+                .map(|r| r.runtime)
+                .unwrap_or_default();
+            let cluster = self.sources.registry.info(name).cluster;
+            if !self
+                .sources
+                .permissions
+                .reaches(user, &account, &runtime, &cluster)
+            {
+                return self.deny(
+                    env,
+                    seen,
+                    name,
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "no runtime {name} in account {account} that user {} may reach",
+                        user.name
+                    ),
+                );
+            }
         }
         let query = request
             .uri()
@@ -365,12 +476,12 @@ impl Gateway {
             );
             env.sleep(pause).await;
         }
-        let answer = self.tunnels.forward(env, name, forwarded).await;
+        let answer = deliver(env, &self.sources, name, forwarded).await;
         let status = answer.status();
         // The runtime's own refusal (its app-proxy's permission check) is a denial too.
         let refused = matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
         if mutating || refused {
-            self.audit.record(
+            self.sources.audit.record(
                 env,
                 Record {
                     actor: seen.caller.actor(),
@@ -394,14 +505,99 @@ impl Gateway {
         answer
     }
 
+    /// `POST /2.0/api/graphql`: the GitOps API, for a user of an account.
+    async fn graphql(
+        &self,
+        env: &SharedEnv,
+        seen: &Seen,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        use crate::platform::graphql;
+        let refuse = |status: StatusCode, code: &str, reason: String| {
+            self.record_denial(env, seen, &seen.caller.account(), "", status, &reason);
+            graphql::graphql_error(status, code, &reason)
+        };
+        let user = match &seen.caller {
+            Caller::Nobody => {
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "UNAUTHENTICATED",
+                    "the GitOps API needs a user's token (Authorization: Bearer <token>)".into(),
+                )
+            }
+            Caller::Unknown => {
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "UNAUTHENTICATED",
+                    "unknown user token".into(),
+                )
+            }
+            Caller::Admin => {
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "UNAUTHENTICATED",
+                    "the admin token registers runtimes; the GitOps API answers an account's users"
+                        .into(),
+                )
+            }
+            Caller::User(user) => user.clone(),
+        };
+        let Some(account) = user.account.clone() else {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "FORBIDDEN",
+                format!("user {} belongs to no account", user.name),
+            );
+        };
+        let token = bearer(&request).unwrap_or_default().to_string();
+        let body = match http_body_util::Limited::new(request.into_body(), graphql::BODY_LIMIT)
+            .collect()
+            .await
+        {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "BAD_REQUEST",
+                    format!(
+                        "reading the body (at most {} bytes): {e}",
+                        graphql::BODY_LIMIT
+                    ),
+                )
+            }
+        };
+        let viewer = graphql::Viewer {
+            user,
+            account,
+            token,
+        };
+        graphql::answer(env, &self.schema, self.sources.clone(), viewer, &body).await
+    }
+
     /// `GET /api/audit`: every entry for the admin, a user's account's for a user.
     fn audit_log(&self, env: &SharedEnv, seen: &Seen, uri: &Uri) -> Response<Body> {
         let account = match &seen.caller {
             Caller::Admin => None,
-            Caller::User(User {
-                account: Some(account),
-                ..
-            }) => Some(account.clone()),
+            Caller::User(
+                user @ User {
+                    account: Some(account),
+                    ..
+                },
+            ) => {
+                if !self.sources.permissions.may_read_audit(user) {
+                    return self.deny(
+                        env,
+                        seen,
+                        "",
+                        StatusCode::FORBIDDEN,
+                        format!(
+                            "user {} may not read the audit log of account {account} (it needs the account's admin or an audit:read rule)",
+                            user.name
+                        ),
+                    );
+                }
+                Some(account.clone())
+            }
             Caller::User(user) => {
                 return self.deny(
                     env,
@@ -437,7 +633,7 @@ impl Gateway {
                 return self.deny(env, seen, "", StatusCode::BAD_REQUEST, e);
             }
         };
-        let entries = self.audit.query(
+        let entries = self.sources.audit.query(
             account.as_deref(),
             after,
             usize::try_from(limit).unwrap_or(usize::MAX),
@@ -505,7 +701,17 @@ impl Gateway {
             );
         };
         let name = format!("{account}-{runtime}");
-        let registration = match self.registry.register(env, &account, &runtime) {
+        let info = match registration_info(&parsed) {
+            Ok(info) => info,
+            Err(reason) => {
+                return self.deny_in(env, seen, &account, &name, StatusCode::BAD_REQUEST, reason)
+            }
+        };
+        let registration = match self
+            .sources
+            .registry
+            .register_with(env, &account, &runtime, info)
+        {
             Ok(registration) => registration,
             Err(taken) => {
                 return self.deny_in(
@@ -519,8 +725,8 @@ impl Gateway {
             }
         };
         // The old token no longer works; a tunnel opened with it must not outlive it.
-        let closed = registration.rotated && self.tunnels.close(&name);
-        self.audit.record(
+        let closed = registration.rotated && self.sources.tunnels.close(&name);
+        self.sources.audit.record(
             env,
             Record {
                 actor: Actor::Admin,
@@ -541,6 +747,45 @@ impl Gateway {
             &json!({"name": name, "token": registration.token, "rotated": registration.rotated}),
         )
     }
+}
+
+/// What a registration body says of the runtime besides its name: `kind` (`hybrid`,
+/// `hosted`), `accessMode` (`tunnel`, `ingress`), `runtimeVersion`, `cluster`,
+/// `ingressHost` (`host:port`, needed in ingress mode); all optional.
+fn registration_info(body: &Value) -> Result<crate::platform::registry::Info, String> {
+    use crate::platform::registry::{AccessMode, Info, Kind, DEFAULT_CLUSTER};
+    let text = |field: &str| -> Result<Option<String>, String> {
+        match &body[field] {
+            Value::Null => Ok(None),
+            Value::String(s) if s.len() <= 253 && s.chars().all(|c| c.is_ascii_graphic()) => {
+                Ok(Some(s.clone()))
+            }
+            other => Err(format!(
+                "{field}: want a string of at most 253 visible ASCII characters, not {other}"
+            )),
+        }
+    };
+    let kind = match text("kind")?.as_deref() {
+        None | Some("hybrid") => Kind::Hybrid,
+        Some("hosted") => Kind::Hosted,
+        Some(other) => return Err(format!("kind: {other:?} is not hybrid or hosted")),
+    };
+    let access_mode = match text("accessMode")?.as_deref() {
+        None | Some("tunnel") => AccessMode::Tunnel,
+        Some("ingress") => AccessMode::Ingress,
+        Some(other) => return Err(format!("accessMode: {other:?} is not tunnel or ingress")),
+    };
+    let ingress_host = text("ingressHost")?.unwrap_or_default();
+    if access_mode == AccessMode::Ingress && ingress_host.is_empty() {
+        return Err("accessMode ingress needs ingressHost (host:port)".into());
+    }
+    Ok(Info {
+        kind,
+        access_mode,
+        version: text("runtimeVersion")?.unwrap_or_default(),
+        cluster: text("cluster")?.unwrap_or_else(|| DEFAULT_CLUSTER.into()),
+        ingress_host,
+    })
 }
 
 /// The bearer token of `request`, if it sends one.

@@ -6,11 +6,13 @@
 //! - [`tunnel`]: the tunnel server runtimes connect to.
 //! - [`gateway`]: the client API (registration, forwarding into tunnels, permissions), with
 //!   tenant checks and path normalisation before anything is forwarded.
+//! - [`graphql`]: the GitOps API (GraphQL at `POST /2.0/api/graphql` on the gateway).
 //! - [`audit`]: the append-only log of mutating requests and denials.
 //! - [`monitor`]: the runtime monitor (`Healthy` / `Unable to communicate` per runtime).
 //! - [`promotions`]: the promotion orchestrator (releases through a Product's flow, each
 //!   environment a PromotionTask on its runtime) and its read model.
-//! - [`registry`], [`permissions`]: runtimes and their tokens; users and their operations.
+//! - [`registry`], [`permissions`]: runtimes, their tokens, kinds and access modes; accounts'
+//!   users, teams and rules (RBAC plus ABAC, deny by default).
 //! - [`assembly`]: the whole control plane, one config and one `run` — what
 //!   `orrery serve control-plane` and the simulated world start.
 
@@ -18,6 +20,7 @@ pub mod assembly;
 pub mod audit;
 pub mod events;
 pub mod gateway;
+pub mod graphql;
 pub mod monitor;
 pub mod permissions;
 pub mod promotions;

@@ -1,5 +1,7 @@
-//! Runtime registration: issues each runtime its token and answers who a token belongs to.
-//! The tunnel server checks registrations against it.
+//! Runtime registration: issues each runtime its token and answers who a token belongs to,
+//! and holds what the platform knows of each runtime (hybrid or hosted, tunnel or ingress
+//! access, version, cluster). The tunnel server, the events API and the gateway all check
+//! tokens against it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -21,6 +23,45 @@ impl Runtime {
         format!("{}-{}", self.account, self.runtime)
     }
 }
+
+/// Where a runtime's components run: the customer's cluster, or the platform's shared
+/// infrastructure (research §2: hybrid and hosted runtimes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kind {
+    /// In the customer's cluster.
+    #[default]
+    Hybrid,
+    /// On the platform's infrastructure, one virtual cluster per tenant.
+    Hosted,
+}
+
+/// How the platform reaches a runtime (research §2: `global.runtime.ingress.enabled`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AccessMode {
+    /// Through the tunnel the runtime opens (the default).
+    #[default]
+    Tunnel,
+    /// Through the runtime's own ingress URL.
+    Ingress,
+}
+
+/// What the platform knows of a runtime besides its identity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    /// Hybrid or hosted.
+    pub kind: Kind,
+    /// Tunnel or ingress.
+    pub access_mode: AccessMode,
+    /// The runtime's version (its chart's `appVersion`), as it registered.
+    pub version: String,
+    /// The cluster it runs in (`in-cluster` unless told).
+    pub cluster: String,
+    /// Its ingress host (`host:port`), for [`AccessMode::Ingress`].
+    pub ingress_host: String,
+}
+
+/// The cluster a runtime is in when its registration names none.
+pub const DEFAULT_CLUSTER: &str = "in-cluster";
 
 /// A registration's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +86,8 @@ pub struct NameTaken {
 #[derive(Default)]
 pub struct Registry {
     by_token: Mutex<BTreeMap<String, Runtime>>,
+    /// By tunnel name.
+    info: Mutex<BTreeMap<String, Info>>,
     /// Tokens a registration replaced: refused everywhere, preregistered ones included.
     revoked: Mutex<std::collections::BTreeSet<String>>,
 }
@@ -85,7 +128,62 @@ impl Registry {
         tokens.insert(token.clone(), entry);
         let rotated = !replaced.is_empty();
         self.revoked.lock().expect("registry lock").extend(replaced);
+        self.info
+            .lock()
+            .expect("registry lock")
+            .entry(name)
+            .or_insert_with(|| Info {
+                cluster: DEFAULT_CLUSTER.into(),
+                ..Info::default()
+            });
         Ok(Registration { token, rotated })
+    }
+
+    /// As [`Registry::register`], recording `info` for the runtime (a registration again
+    /// replaces it).
+    pub fn register_with(
+        &self,
+        env: &SharedEnv,
+        account: &str,
+        runtime: &str,
+        info: Info,
+    ) -> Result<Registration, NameTaken> {
+        let registration = self.register(env, account, runtime)?;
+        self.info
+            .lock()
+            .expect("registry lock")
+            .insert(format!("{account}-{runtime}"), info);
+        Ok(registration)
+    }
+
+    /// What the platform knows of the runtime whose tunnel name is `name` (the defaults for
+    /// a runtime registered without any: hybrid, tunnel, [`DEFAULT_CLUSTER`]).
+    pub fn info(&self, name: &str) -> Info {
+        self.info
+            .lock()
+            .expect("registry lock")
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Info {
+                cluster: DEFAULT_CLUSTER.into(),
+                ..Info::default()
+            })
+    }
+
+    /// `account`'s runtimes, sorted by name.
+    pub fn runtimes_of(&self, account: &str) -> Vec<Runtime> {
+        let runtimes: std::collections::BTreeSet<(String, String)> = self
+            .by_token
+            .lock()
+            .expect("registry lock")
+            .values()
+            .filter(|r| r.account == account)
+            .map(|r| (r.runtime.clone(), r.account.clone()))
+            .collect();
+        runtimes
+            .into_iter()
+            .map(|(runtime, account)| Runtime { account, runtime })
+            .collect()
     }
 
     /// Every registered runtime's tunnel name, sorted.

@@ -157,6 +157,24 @@ impl Platform {
             .unwrap_or_default()
     }
 
+    /// Puts `state` straight into `runtime`'s read model as app `key` (`namespace/name`),
+    /// as a projected event would (fixtures and tests of what reads the model).
+    pub fn put_app(&self, runtime: &str, key: &str, state: AppState) -> read_model::Applied {
+        self.read_model
+            .lock()
+            .expect("read model lock poisoned")
+            .apply(runtime, key, state)
+    }
+
+    /// Puts a resource's state straight into `runtime`'s read model (fixtures and tests;
+    /// `key` is `<app ns>/<app>/<group>/<kind>/<ns>/<name>`).
+    pub fn put_resource(&self, runtime: &str, key: &str, state: read_model::ResourceState) {
+        self.read_model
+            .lock()
+            .expect("read model lock poisoned")
+            .apply_resource(runtime, key, state);
+    }
+
     /// Events the read model received: application events (updates, duplicates and stale
     /// ones) and resource events.
     pub fn events_received(&self) -> u64 {
@@ -482,6 +500,16 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
         change_commits: read_model::CommitShown::change_revisions(
             metadata.annotations.0.revisions_metadata.as_str(),
         ),
+        labels: metadata.labels.0 .0.clone(),
+        destination_cluster: {
+            let destination = &object.spec.0.destination.0;
+            match destination.server.as_str() {
+                "" => destination.name.as_str(),
+                server => server,
+            }
+            .to_string()
+        },
+        destination_namespace: object.spec.0.destination.0.namespace.as_str().to_string(),
     };
     let applied = platform
         .read_model

@@ -24,8 +24,30 @@ pub struct ObjectView {
     pub api_version: Text,
     /// `metadata`.
     pub metadata: Lenient<Metadata>,
+    /// `spec` (an Application's).
+    pub spec: Lenient<Spec>,
     /// `status` (an Application's).
     pub status: Lenient<Status>,
+}
+
+/// `spec.destination` (what the platform's permissions judge an app by).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Spec {
+    /// `spec.destination`.
+    pub destination: Lenient<Destination>,
+}
+
+/// `spec.destination.{server, name, namespace}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Destination {
+    /// `server`: the cluster's API URL.
+    pub server: Text,
+    /// `name`: the cluster's name in Argo CD.
+    pub name: Text,
+    /// `namespace`.
+    pub namespace: Text,
 }
 
 /// `metadata.{name, namespace, resourceVersion}`.
@@ -41,6 +63,24 @@ pub struct Metadata {
     pub resource_version: Text,
     /// `metadata.annotations` (the reporter's).
     pub annotations: Lenient<Annotations>,
+    /// `metadata.labels` (a label that is not a string reads as absent).
+    pub labels: Lenient<Labels>,
+}
+
+/// `metadata.labels`, string values only.
+#[derive(Debug, Default)]
+pub struct Labels(pub std::collections::BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let read: std::collections::BTreeMap<String, Text> =
+            Deserialize::deserialize(deserializer)?;
+        Ok(Labels(
+            read.into_iter()
+                .filter_map(|(k, v)| v.0.map(|v| (k, v)))
+                .collect(),
+        ))
+    }
 }
 
 /// The annotations the projection reads.
@@ -196,7 +236,8 @@ mod tests {
             json!({"kind": "Application", "apiVersion": "argoproj.io/v1alpha1",
                    "metadata": {"name": "a", "namespace": "argocd", "resourceVersion": "7",
                                 "labels": {"x": "y"}, "managedFields": [{"f": {}}]},
-                   "spec": {"source": {"repoURL": "r"}},
+                   "spec": {"source": {"repoURL": "r"},
+                            "destination": {"server": "https://kubernetes.default.svc", "namespace": "web"}},
                    "status": {"sync": {"status": "Synced", "revision": "abc", "comparedTo": {}},
                               "health": {"status": "Healthy", "message": null},
                               "resources": [{"kind": "Deployment"}], "history": []}}),
@@ -204,6 +245,8 @@ mod tests {
                    "status": {"sync": "Synced", "health": [1, 2]}}),
             json!({"metadata": "a", "status": null}),
             json!({"metadata": {"name": "b"}, "status": {"sync": {"status": {"deep": [1]}}}}),
+            json!({"metadata": {"labels": {"a": "b", "n": 5, "o": {"x": 1}}}, "spec": {"destination": "x"}}),
+            json!({"metadata": {"labels": [1]}, "spec": {"destination": {"namespace": 3}}}),
             json!([1, 2]),
             json!("text"),
         ];
@@ -232,6 +275,22 @@ mod tests {
             ]
             .map(|p| by_pointer(&object, p));
             assert_eq!(got.map(str::to_string), want, "{object}");
+            let destination = &view.spec.0.destination.0;
+            assert_eq!(
+                [destination.server.as_str(), destination.namespace.as_str()].map(str::to_string),
+                ["/spec/destination/server", "/spec/destination/namespace"]
+                    .map(|p| by_pointer(&object, p)),
+            );
+            let labels: Vec<(String, String)> =
+                view.metadata.0.labels.0 .0.clone().into_iter().collect();
+            let want_labels: Vec<(String, String)> = object
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect();
+            assert_eq!(labels, want_labels, "{object}");
             assert_eq!(
                 view.metadata.0.name.0.is_some(),
                 object

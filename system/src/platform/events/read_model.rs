@@ -41,6 +41,17 @@ pub struct AppState {
     /// (from `app.meta.revisions-metadata`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub change_commits: Vec<CommitShown>,
+    /// The app's labels (what permission rules match on; the GitOps API shows them, the
+    /// REST answer leaves them out as it always did).
+    #[serde(skip)]
+    pub labels: BTreeMap<String, String>,
+    /// Its destination cluster: `spec.destination.server`, or `.name` when no server is
+    /// given (empty: none).
+    #[serde(skip)]
+    pub destination_cluster: String,
+    /// Its destination namespace.
+    #[serde(skip)]
+    pub destination_namespace: String,
 }
 
 /// One commit as the platform shows it next to an app.

@@ -7,11 +7,17 @@
 //! | `GET /app-proxy/api/repositories` | `repositories:list` | lists the Git provider's repositories |
 //! | `POST /app-proxy/api/applications/commit` `{"repo","path","content","message"}` | `applications:commit` | commits a GitOps-controlled file (e.g. an Application manifest) |
 //! | `POST /app-proxy/api/workflows/<ns>/<name>/terminate` | `workflows:terminate` | sets `spec.shutdown: Terminate` on the Argo Workflow through the Kubernetes API |
+//! | `POST /app-proxy/api/applications/<ns>/<name>/sync` `{"revision"?}` | `applications:sync` | sets the Application's `operation` (a sync, initiated by the user), as `argocd app sync` does |
+//! | `POST /app-proxy/api/applications/<ns>/<name>/refresh` | `applications:refresh` | sets the `argocd.argoproj.io/refresh: normal` annotation |
 //! | `GET /app-proxy/api/applications/<ns>/<name>/manifests?revision=R` | `applications:read` | the app's raw and rendered manifests and app version at a revision, from the source server |
 //! | `POST /app-proxy/api/promotion-tasks` `{"metadata": {"name"}, "spec": {...}}` | `promotions:write` | creates the PromotionTask in the runtime's namespace (the platform's promotion orchestrator); 201, or 200 with `"existing": true` when one of that name exists (a retried create) |
 //! | `GET /app-proxy/api/promotion-tasks/<name>` | `promotions:read` | `{"name", "status"}` of the PromotionTask |
 //! | `POST /app-proxy/api/promotion-tasks/<name>/terminate` | `promotions:write` | sets the PromotionTask's `status.phase` to `Terminated` (the operator stops at its next look; 404 when there is none) |
 //! | `GET /app-proxy/healthz` | — | 200 |
+//!
+//! Operations are judged by the platform's rules as `GET /api/permissions` answers them
+//! (cached for a TTL): limited to named runtimes (this one's name is
+//! [`Config::runtime`]) and to namespaces — a workflow's, an application's destination.
 //!
 //! Errors: 401 without or with an unknown token, 403 for an operation the user may not do,
 //! 400 for a malformed body (with the reason), 404 for an unknown route or workflow,
@@ -51,15 +57,18 @@ pub struct Config {
     pub kube: KubeTarget,
     /// How long fetched permissions are trusted.
     pub permissions_ttl: Duration,
+    /// This runtime's name within its account (what permission rules name); empty: a rule
+    /// limited to named runtimes never grants here.
+    pub runtime: String,
     /// Address to listen on.
     pub listen: String,
 }
 
-/// What the platform said about a token, and when.
+/// What the platform said about a token (its `GET /api/permissions` answer), and when.
 #[derive(Clone)]
 struct Grant {
     user: String,
-    allow: Vec<String>,
+    answer: Value,
     fetched: Duration,
 }
 
@@ -147,12 +156,46 @@ impl AppProxy {
         ))
     }
 
-    /// Who the caller is and whether they may do `operation`: `Ok(user)` or the error answer.
+    /// Who the caller is and whether they may do `operation` (nowhere in particular):
+    /// `Ok(user)` or the error answer.
     async fn authorise(
         &self,
         request: &Request<Incoming>,
         operation: &str,
     ) -> Result<String, Response<Body>> {
+        self.authorise_in(request, operation, None).await
+    }
+
+    /// As [`AppProxy::authorise`], for an operation in `namespace`: the platform's rules
+    /// may limit an operation to runtimes and namespaces
+    /// ([`crate::platform::permissions::answer_allows`]).
+    async fn authorise_in(
+        &self,
+        request: &Request<Incoming>,
+        operation: &str,
+        namespace: Option<&str>,
+    ) -> Result<String, Response<Body>> {
+        let grant = self.grant(request).await?;
+        if !crate::platform::permissions::answer_allows(
+            &grant.answer,
+            operation,
+            &self.config.runtime,
+            namespace,
+        ) {
+            let place = namespace
+                .map(|n| format!(" in namespace {n}"))
+                .unwrap_or_default();
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                format!("user {} may not {operation}{place}", grant.user),
+            ));
+        }
+        Ok(grant.user)
+    }
+
+    /// Who the caller is: their permissions, fetched from the platform (or cached), or the
+    /// 401/503 answer.
+    async fn grant(&self, request: &Request<Incoming>) -> Result<Grant, Response<Body>> {
         let token = request
             .headers()
             .get("authorization")
@@ -202,17 +245,9 @@ impl AppProxy {
                         ))
                     }
                 }
-                let allow = answer["allow"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default();
                 let grant = Grant {
                     user: answer["user"].as_str().unwrap_or("").to_string(),
-                    allow,
+                    answer,
                     fetched: now,
                 };
                 self.grants
@@ -222,13 +257,7 @@ impl AppProxy {
                 grant
             }
         };
-        if !grant.allow.iter().any(|a| a == operation) {
-            return Err(error(
-                StatusCode::FORBIDDEN,
-                format!("user {} may not {operation}", grant.user),
-            ));
-        }
-        Ok(grant.user)
+        Ok(grant)
     }
 
     /// Answers one request.
@@ -393,8 +422,15 @@ impl AppProxy {
                     other => bad_gateway("source server", other),
                 }
             }
+            (
+                "POST",
+                ["app-proxy", "api", "applications", namespace, name, action @ ("sync" | "refresh")],
+            ) => self.sync_or_refresh(request, namespace, name, action).await,
             ("POST", ["app-proxy", "api", "workflows", namespace, name, "terminate"]) => {
-                if let Err(refusal) = self.authorise(&request, "workflows:terminate").await {
+                if let Err(refusal) = self
+                    .authorise_in(&request, "workflows:terminate", Some(namespace))
+                    .await
+                {
                     return refusal;
                 }
                 let api: Api<DynamicObject> =
@@ -421,6 +457,84 @@ impl AppProxy {
             _ => error(
                 StatusCode::NOT_FOUND,
                 format!("no app-proxy route for {path}"),
+            ),
+        }
+    }
+}
+
+impl AppProxy {
+    /// `POST …/applications/<ns>/<name>/sync` (`{"revision"?}`: sets the Application's
+    /// `operation`, as `argocd app sync` does) or `…/refresh` (sets the
+    /// `argocd.argoproj.io/refresh: normal` annotation). The caller's rules are judged
+    /// against the app's destination namespace, so the app is read first.
+    async fn sync_or_refresh(
+        &self,
+        request: Request<Incoming>,
+        namespace: &str,
+        name: &str,
+        action: &str,
+    ) -> Response<Body> {
+        let operation = format!("applications:{action}");
+        // Authenticate before touching anything.
+        if let Err(refusal) = self.grant(&request).await {
+            return refusal;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.kube.clone(),
+            namespace,
+            &crate::runtime::app_reporter::application_resource(),
+        );
+        let app = match api.get_opt(name).await {
+            Ok(Some(app)) => app,
+            Ok(None) => {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    format!("no application {namespace}/{name}"),
+                )
+            }
+            Err(e) => return error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API: {e}")),
+        };
+        let destination = app
+            .data
+            .pointer("/spec/destination/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let user = match self
+            .authorise_in(&request, &operation, Some(&destination))
+            .await
+        {
+            Ok(user) => user,
+            Err(refusal) => return refusal,
+        };
+        let patch = if action == "sync" {
+            let revision = match json_body(request).await {
+                Ok(body) => body["revision"].as_str().map(str::to_string),
+                Err(refusal) => return refusal,
+            };
+            let mut sync = json!({});
+            if let Some(revision) = revision.filter(|r| !r.is_empty()) {
+                sync["revision"] = json!(revision);
+            }
+            json!({"operation": {"sync": sync, "initiatedBy": {"username": user}}})
+        } else {
+            json!({"metadata": {"annotations": {"argocd.argoproj.io/refresh": "normal"}}})
+        };
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => json(
+                StatusCode::OK,
+                &json!({"application": format!("{namespace}/{name}"), "action": action}),
+            ),
+            Err(kube::Error::Api(status)) if status.code == 404 => error(
+                StatusCode::NOT_FOUND,
+                format!("no application {namespace}/{name}"),
+            ),
+            Err(e) => error(
+                StatusCode::BAD_GATEWAY,
+                format!("the Kubernetes API refused the patch: {e}"),
             ),
         }
     }

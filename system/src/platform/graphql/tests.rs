@@ -1,0 +1,435 @@
+//! The GitOps API against an in-memory control plane: the schema file, tenant isolation,
+//! rules, pagination, runtime creation and the audit of every denial.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::core::Variant;
+use crate::platform::events::read_model::{AppState, ResourceState};
+use crate::platform::permissions::{Attributes, Pattern, Permissions, Role, Rule};
+use crate::platform::registry::Registry;
+use crate::platform::tunnel;
+
+struct World {
+    env: SharedEnv,
+    schema: ApiSchema,
+    sources: Arc<Sources>,
+}
+
+fn app(sync: &str, namespace: &str, labels: &[(&str, &str)]) -> AppState {
+    AppState {
+        resource_version: 1,
+        sync_status: sync.into(),
+        health_status: "Healthy".into(),
+        revision: "abc".into(),
+        destination_cluster: "https://kubernetes.default.svc".into(),
+        destination_namespace: namespace.into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..AppState::default()
+    }
+}
+
+/// acme (runtimes prod and staging) and globex (runtime prod), each with an app
+/// `argocd/web` on prod: the same names in two accounts.
+fn world() -> World {
+    let env: SharedEnv = Arc::new(crate::env::RealEnv::new("graphql-test"));
+    let registry = Arc::new(Registry::default());
+    registry.insert("acme-prod-token", "acme", "prod");
+    registry.insert("acme-staging-token", "acme", "staging");
+    registry.insert("globex-prod-token", "globex", "prod");
+    let permissions = Arc::new(Permissions::default());
+    permissions.add_user("alice", "acme", "alice", Role::Admin, &[]);
+    permissions.add_user("bob", "acme", "bob", Role::Member, &["team-a"]);
+    permissions.add_user("carol", "acme", "carol", Role::Member, &[]);
+    permissions.add_user("mallory", "globex", "mallory", Role::Admin, &[]);
+    permissions.add_rule(
+        "acme",
+        Rule {
+            teams: vec!["team-a".into()],
+            actions: [
+                "applications:read".to_string(),
+                "applications:refresh".to_string(),
+            ]
+            .into(),
+            attributes: Attributes {
+                runtimes: vec![Pattern("prod".into())],
+                namespaces: vec![Pattern("team-a-*".into())],
+                ..Attributes::default()
+            },
+            ..Rule::default()
+        },
+    );
+    let events = crate::platform::events::Platform::new(crate::platform::events::Config {
+        tokens: Default::default(),
+        bus_capacity: 10,
+        durability: Default::default(),
+    });
+    events.put_app(
+        "acme-prod",
+        "argocd/web",
+        app("Synced", "team-a-web", &[("tier", "web")]),
+    );
+    events.put_app("acme-prod", "argocd/db", app("OutOfSync", "team-b-db", &[]));
+    for i in 0..5 {
+        events.put_app(
+            "acme-staging",
+            &format!("argocd/app-{i}"),
+            app("Synced", "team-a-x", &[]),
+        );
+    }
+    events.put_app(
+        "globex-prod",
+        "argocd/web",
+        app("OutOfSync", "secret-ns", &[]),
+    );
+    events.put_resource(
+        "acme-prod",
+        "argocd/web/apps/Deployment/team-a-web/web",
+        ResourceState {
+            sync_status: "Synced".into(),
+            health_status: "Healthy".into(),
+            deleted: false,
+            revision: "abc".into(),
+        },
+    );
+    let sources = Arc::new(Sources {
+        registry: registry.clone(),
+        permissions,
+        audit: Arc::default(),
+        health: Arc::default(),
+        tunnels: crate::platform::tunnel::TunnelServer::new(
+            tunnel::Config::new(Variant::Hardened),
+            registry,
+        ),
+        events: Some(events),
+        ingress: crate::env::http::client(env.clone(), Duration::from_secs(5)),
+    });
+    World {
+        env,
+        schema: schema(),
+        sources,
+    }
+}
+
+impl World {
+    /// Runs `query` as the user of `token`: (HTTP status, answer).
+    async fn ask(&self, token: &str, query: &str) -> (u16, Value) {
+        let user = self.sources.permissions.user(token).expect("a known user");
+        let viewer = Viewer {
+            account: user.account.clone().expect("an account"),
+            user,
+            token: token.into(),
+        };
+        let body = json!({"query": query}).to_string();
+        self.raw(viewer, body.as_bytes()).await
+    }
+
+    async fn raw(&self, viewer: Viewer, body: &[u8]) -> (u16, Value) {
+        let response = answer(&self.env, &self.schema, self.sources.clone(), viewer, body).await;
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    /// The audit log's denials: (action, status, reason).
+    fn denials(&self) -> Vec<(String, u16, String)> {
+        self.sources
+            .audit
+            .query(None, 0, 1000)
+            .into_iter()
+            .filter(|e| e.outcome == Outcome::Denied)
+            .map(|e| (e.action, e.status, e.reason))
+            .collect()
+    }
+}
+
+#[test]
+fn the_committed_schema_is_the_schema_served() {
+    let sdl = schema().sdl();
+    if std::env::var_os("ORRERY_UPDATE_SCHEMA").is_some() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/platform/graphql/schema.graphql"
+        );
+        std::fs::write(path, &sdl).expect("write the schema");
+        return;
+    }
+    assert!(
+        sdl == SCHEMA_SDL,
+        "system/src/platform/graphql/schema.graphql is out of date: run \
+         ORRERY_UPDATE_SCHEMA=1 cargo test -p orrery-system the_committed_schema and commit it"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn each_account_sees_only_its_own_runtimes_and_apps_with_the_same_names() {
+    let world = world();
+    let query = "{ runtimes { name } applications { totalCount items { runtime namespace name syncStatus destinationNamespace } } }";
+    let (status, acme) = world.ask("alice", query).await;
+    assert_eq!(status, 200, "{acme}");
+    assert_eq!(
+        acme["data"]["runtimes"],
+        json!([{"name": "prod"}, {"name": "staging"}])
+    );
+    assert_eq!(acme["data"]["applications"]["totalCount"], 7);
+    assert_eq!(
+        acme["data"]["applications"]["items"][1],
+        json!({"runtime": "prod", "namespace": "argocd", "name": "web", "syncStatus": "Synced", "destinationNamespace": "team-a-web"})
+    );
+    let (_, globex) = world.ask("mallory", query).await;
+    assert_eq!(globex["data"]["runtimes"], json!([{"name": "prod"}]));
+    assert_eq!(
+        globex["data"]["applications"]["items"],
+        json!([{"runtime": "prod", "namespace": "argocd", "name": "web", "syncStatus": "OutOfSync", "destinationNamespace": "secret-ns"}]),
+        "globex's own web, never acme's"
+    );
+    // acme's runtime staging cannot be named from globex: names are the account's own.
+    let (status, answer) = world
+        .ask("mallory", r#"{ runtime(name: "staging") { name } }"#)
+        .await;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["errors"][0]["extensions"]["code"], "NOT_FOUND");
+    let (status, _) = world
+        .ask(
+            "mallory",
+            r#"{ application(runtime: "staging", namespace: "argocd", name: "app-1") { name } }"#,
+        )
+        .await;
+    assert_eq!(status, 404);
+    let denials = world.denials();
+    assert_eq!(denials.len(), 2, "{denials:?}");
+    assert!(denials.iter().all(|(_, status, _)| *status == 404));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_member_sees_and_does_only_what_a_rule_grants() {
+    let world = world();
+    let (status, answer) = world
+        .ask(
+            "bob",
+            "{ me { role teams } runtimes { name } applications { items { name namespace } } }",
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["data"]["me"],
+        json!({"role": "member", "teams": ["team-a"]})
+    );
+    assert_eq!(
+        answer["data"]["runtimes"],
+        json!([{"name": "prod"}]),
+        "no rule covers staging"
+    );
+    assert_eq!(
+        answer["data"]["applications"]["items"],
+        json!([{"name": "web", "namespace": "argocd"}]),
+        "db deploys to team-b-db, outside bob's rule"
+    );
+    let (status, answer) = world
+        .ask("bob", r#"{ application(runtime: "prod", namespace: "argocd", name: "web") { name resources { kind name syncStatus } } }"#)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["data"]["application"]["resources"],
+        json!([{"kind": "Deployment", "name": "web", "syncStatus": "Synced"}])
+    );
+    // An app bob may not read is missing to him; one he reads but may not sync is forbidden.
+    let (status, answer) = world
+        .ask(
+            "bob",
+            r#"{ application(runtime: "prod", namespace: "argocd", name: "db") { name } }"#,
+        )
+        .await;
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = world
+        .ask("bob", r#"mutation { syncApplication(runtime: "prod", namespace: "argocd", name: "web") { status } }"#)
+        .await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(
+        answer["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("may not applications:sync application argocd/web"),
+        "{answer}"
+    );
+    // Carol has no rule at all: she sees nothing, reaches nothing.
+    let (_, answer) = world
+        .ask("carol", "{ runtimes { name } applications { totalCount } }")
+        .await;
+    assert_eq!(
+        answer["data"],
+        json!({"runtimes": [], "applications": {"totalCount": 0}})
+    );
+    let (status, _) = world
+        .ask("carol", r#"mutation { terminateWorkflow(runtime: "prod", namespace: "ci", name: "w") { status } }"#)
+        .await;
+    assert_eq!(status, 404, "carol does not reach prod");
+    // Refresh is granted: it goes to the runtime, which has no tunnel here.
+    let (status, answer) = world
+        .ask("bob", r#"mutation { refreshApplication(runtime: "prod", namespace: "argocd", name: "web") { status } }"#)
+        .await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["errors"][0]["extensions"]["code"], "RUNTIME_ERROR");
+    let statuses: Vec<u16> = world.denials().iter().map(|d| d.1).collect();
+    assert_eq!(statuses, [404, 403, 404], "every denial audited, in order");
+    let last = world.sources.audit.query(None, 0, 1000).pop().unwrap();
+    assert_eq!(
+        (last.action.as_str(), last.status, last.outcome),
+        ("graphql refreshApplication", 503, Outcome::Allowed),
+        "the mutation sent is audited with the runtime's answer"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn applications_come_a_page_at_a_time() {
+    let world = world();
+    let page = |after: &str| {
+        format!(
+            r#"{{ applications(filter: {{runtime: "staging"}}, first: 2{after}) {{ totalCount hasNextPage endCursor items {{ name }} }} }}"#
+        )
+    };
+    let mut names = Vec::new();
+    let mut after = String::new();
+    loop {
+        let (status, answer) = world.ask("alice", &page(&after)).await;
+        assert_eq!(status, 200, "{answer}");
+        let page = &answer["data"]["applications"];
+        assert_eq!(page["totalCount"], 5);
+        for item in page["items"].as_array().unwrap() {
+            names.push(item["name"].as_str().unwrap().to_string());
+        }
+        if !page["hasNextPage"].as_bool().unwrap() {
+            break;
+        }
+        after = format!(r#", after: "{}""#, page["endCursor"].as_str().unwrap());
+    }
+    assert_eq!(names, ["app-0", "app-1", "app-2", "app-3", "app-4"]);
+    for bad in [r#"after: "not-a-cursor""#, "first: 0", "first: 501"] {
+        let query = format!("{{ applications({bad}) {{ totalCount }} }}");
+        let (status, answer) = world.ask("alice", &query).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert_eq!(
+            answer["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
+            "{bad}: {answer}"
+        );
+    }
+    let (_, answer) = world
+        .ask(
+            "alice",
+            r#"{ applications(filter: {syncStatus: "OutOfSync"}) { items { name } } }"#,
+        )
+        .await;
+    assert_eq!(
+        answer["data"]["applications"]["items"],
+        json!([{"name": "db"}])
+    );
+    let (_, answer) = world
+        .ask("alice", r#"{ applications(filter: {labels: ["tier=web"]}) { items { name labels { key value } } } }"#)
+        .await;
+    assert_eq!(
+        answer["data"]["applications"]["items"],
+        json!([{"name": "web", "labels": [{"key": "tier", "value": "web"}]}])
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn only_an_account_admin_creates_runtimes_and_creating_again_rotates_the_token() {
+    let world = world();
+    let create = r#"mutation { createRuntime(name: "edge", kind: HOSTED, runtimeVersion: "0.1.72") { name newAccessToken rotated } }"#;
+    let (status, answer) = world.ask("bob", create).await;
+    assert_eq!(status, 403, "{answer}");
+    let (status, first) = world.ask("alice", create).await;
+    assert_eq!(status, 200, "{first}");
+    let token = first["data"]["createRuntime"]["newAccessToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(first["data"]["createRuntime"]["rotated"], false);
+    let registry = &world.sources.registry;
+    assert_eq!(registry.lookup(&token).unwrap().tunnel_name(), "acme-edge");
+    let (_, again) = world.ask("alice", create).await;
+    assert_eq!(again["data"]["createRuntime"]["rotated"], true);
+    assert!(
+        registry.is_revoked(&token),
+        "the old token stops working at once"
+    );
+    let (_, shown) = world
+        .ask("alice", r#"{ runtime(name: "edge") { kind accessMode runtimeVersion cluster healthStatus syncStatus isRemoteClusterConnected } }"#)
+        .await;
+    assert_eq!(
+        shown["data"]["runtime"],
+        json!({"kind": "HOSTED", "accessMode": "TUNNEL", "runtimeVersion": "0.1.72", "cluster": "in-cluster",
+               "healthStatus": "Unknown", "syncStatus": "Unknown", "isRemoteClusterConnected": false})
+    );
+    // globex cannot take acme's tunnel name: acme + "edge" is acme-edge; globex + "x" is not.
+    let (status, answer) = world
+        .ask(
+            "alice",
+            r#"mutation { createRuntime(name: "edge", accessMode: INGRESS) { name } }"#,
+        )
+        .await;
+    assert_eq!(status, 400, "ingress without a host: {answer}");
+    let audit = world.sources.audit.query(Some("acme"), 0, 100);
+    let created: Vec<&str> = audit
+        .iter()
+        .filter(|e| e.action == "graphql createRuntime" && e.outcome == Outcome::Allowed)
+        .map(|e| e.reason.as_str())
+        .collect();
+    assert_eq!(created, ["", "token rotated"]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_audit_log_is_the_accounts_own_and_needs_a_grant() {
+    let world = world();
+    let _ = world
+        .ask("mallory", r#"{ runtime(name: "nope") { name } }"#)
+        .await;
+    let (status, answer) = world.ask("bob", "{ auditLog { seq } }").await;
+    assert_eq!(status, 403, "{answer}");
+    let (status, answer) = world
+        .ask("alice", "{ auditLog { action status reason actor } }")
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["data"]["auditLog"],
+        json!([{"action": "graphql auditLog", "status": 403, "actor": "user:bob",
+                "reason": "user bob may not read the audit log of account acme"}]),
+        "acme's admin sees acme's entries only, not globex's"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn malformed_deep_and_unknown_queries_are_refused_and_audited() {
+    let world = world();
+    let alice = || {
+        let user = world.sources.permissions.user("alice").unwrap();
+        Viewer {
+            account: "acme".into(),
+            user,
+            token: "alice".into(),
+        }
+    };
+    let (status, answer) = world.raw(alice(), b"{not json").await;
+    assert_eq!(status, 400, "{answer}");
+    let (status, answer) = world.ask("alice", "{ runtimes { nope } }").await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("nope"));
+    let deep = format!(
+        "{{ __schema {{ types {{ fields {{ type {{ {}name{} }} }} }} }} }}",
+        "ofType { ".repeat(8),
+        " }".repeat(8)
+    );
+    let (status, _) = world.ask("alice", &deep).await;
+    assert_eq!(status, 400);
+    assert_eq!(world.denials().len(), 3, "{:?}", world.denials());
+}
