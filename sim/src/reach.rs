@@ -177,6 +177,14 @@ conditions! {
     PlatformCrashedWithBacklog = "platform_crashed_with_backlog",
     /// A restarted platform delivered again an event its handler had taken before the crash.
     EventRedelivered = "event_redelivered",
+    /// A user's request for another account's runtime or data (by name, a `..` or encoded
+    /// path, a GraphQL query or mutation) was refused.
+    ForeignRequestRefused = "foreign_request_refused",
+    /// A user's own write reached their account's runtime.
+    OwnWriteReached = "own_write_reached",
+    /// An event whose payload claimed another account was accepted (and attributed to its
+    /// token's runtime).
+    ForgedPayloadAccepted = "forged_payload_accepted",
 }
 
 impl fmt::Display for Condition {
@@ -504,6 +512,19 @@ impl Condition {
             }),
             Condition::EventRedelivered => events.iter().any(|e| {
                 matches!(e.platform(), Some(PlatformEvent::BusRecovered { redelivered, .. }) if *redelivered > 0)
+            }),
+            Condition::ForeignRequestRefused => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::TenantProbe { kind, status, .. })
+                    if matches!(kind.as_str(), "foreign_path" | "dotdot_path" | "encoded_path" | "foreign_query" | "foreign_mutation")
+                        && (400..500).contains(status))
+            }),
+            Condition::OwnWriteReached => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::TenantProbe { kind, status, .. })
+                    if kind == "own_write" && (200..300).contains(status))
+            }),
+            Condition::ForgedPayloadAccepted => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::TenantProbe { kind, status, .. })
+                    if kind == "forged_payload" && (200..300).contains(status))
             }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
@@ -1178,7 +1199,39 @@ expect: {hardened: pass}
                 vec![recovered(1_000, 3, 0)],
                 vec![recovered(1_000, 0, 2)],
             ),
+            (
+                ForeignRequestRefused,
+                // Refused, but one's own request.
+                vec![probe(1_000, "member_write", 404)],
+                vec![probe(1_000, "dotdot_path", 404)],
+            ),
+            (
+                OwnWriteReached,
+                // Tried, but the runtime was not there.
+                vec![probe(1_000, "own_write", 503)],
+                vec![probe(1_000, "own_write", 201)],
+            ),
+            (
+                ForgedPayloadAccepted,
+                vec![probe(1_000, "forged_payload", 401)],
+                vec![probe(1_000, "forged_payload", 200)],
+            ),
         ]
+    }
+
+    fn probe(at_ms: u64, kind: &str, status: u16) -> TraceEvent {
+        at(
+            at_ms,
+            "mallory",
+            WorldEvent::TenantProbe {
+                kind: kind.into(),
+                account: "t01".into(),
+                actor: "user:admin-t01".into(),
+                victim: "t02".into(),
+                status,
+                leak: String::new(),
+            },
+        )
     }
 
     fn recovered(at_ms: u64, lost: u64, redelivered: u64) -> TraceEvent {

@@ -304,6 +304,15 @@ events! {
         "restricted.deployed" => AppDeployed { app: String, project: String, parent: String, repo: String, server: String, namespace: String, revision: String, deployed_at_ms: u64 },
         /// The monitor saw Argo CD refuse an app (a project condition appeared on it).
         "restricted.refused" => AppRefused { app: String, project: String, condition: String, message: String },
+        /// An adversary's probe of a multi-tenant platform ended: the `kind` of probe, sent
+        /// as a user of `account` (empty: as nobody) against `victim`'s data; `actor` is who
+        /// the audit log should name (`anonymous`, `user:<name>`; empty: not audited);
+        /// `status` 0 is no answer; `leak` the first other account whose data the answer
+        /// carried (empty: none).
+        "tenants.probe" => TenantProbe { kind: String, account: String, actor: String, victim: String, status: u16, leak: String },
+        /// A tenant runtime's app-proxy stand-in received a request: `account` is the
+        /// runtime's, `token` the caller's bearer token (empty: none).
+        "tenants.reached" => TenantReached { account: String, token: String },
     }
 }
 

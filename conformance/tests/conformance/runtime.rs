@@ -374,8 +374,9 @@ async fn hardened_reporter_replicas_converge_on_a_real_api_server_with_lease_own
     reporter_suite(Variant::Hardened).await;
 }
 
-/// The app-proxy, unchanged, terminates a real Argo `Workflow` by patching it through the
-/// real API server, after authorising the caller with permissions from the platform.
+/// The app-proxy, unchanged, terminates a real Argo `Workflow` and syncs and refreshes real
+/// `Application`s by patching them through the real API server, after authorising the
+/// caller with permissions from the platform (a rule limited to one destination namespace).
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn the_app_proxy_terminates_a_real_workflow() {
@@ -398,6 +399,41 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     state
         .permissions
         .grant_in("ops-token", "acme", "ops", &["workflows:terminate"]);
+    // carol may sync and refresh only the apps that deploy to team-a.
+    {
+        use orrery_system::platform::permissions::{Attributes, Pattern, Role, Rule};
+        state
+            .permissions
+            .add_user("carol-token", "acme", "carol", Role::Member, &["dev"]);
+        state.permissions.add_rule(
+            "acme",
+            Rule {
+                teams: vec!["dev".into()],
+                actions: [
+                    "applications:sync".to_string(),
+                    "applications:refresh".to_string(),
+                ]
+                .into(),
+                attributes: Attributes {
+                    namespaces: vec![Pattern("team-a".into())],
+                    ..Attributes::default()
+                },
+                ..Rule::default()
+            },
+        );
+    }
+    let applications: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    for (name, destination) in [("web", "team-a"), ("db", "team-b")] {
+        let mut application = app(name, &namespace);
+        application.data["spec"]["project"] = json!("default");
+        application.data["spec"]["destination"] =
+            json!({"server": "https://kubernetes.default.svc", "namespace": destination});
+        applications
+            .create(&PostParams::default(), &application)
+            .await
+            .expect("create an Application");
+    }
     let (platform_port, proxy_port, tunnel_port) = (free_port(), free_port(), free_port());
     let gateway = ControlPlaneConfig {
         tunnel: Some(TunnelServerConfig {
@@ -474,11 +510,59 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         patched.data["spec"]["shutdown"], "Terminate",
         "spec.shutdown set on the real Workflow"
     );
+    // Sync and refresh real Applications: the real API server takes the app-proxy's merge
+    // patches under the real Application CRD's schema; carol's rule is judged against
+    // each app's destination namespace.
+    let act = |app: &'static str, action: &'static str, body: &'static str| {
+        let url = format!(
+            "http://127.0.0.1:{proxy_port}/app-proxy/api/applications/{namespace}/{app}/{action}"
+        );
+        async move {
+            let env: SharedEnv = Arc::new(RealEnv::new("caller"));
+            let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
+                env,
+                Duration::from_secs(10),
+            );
+            let request = http::Request::post(url)
+                .header("authorization", "Bearer carol-token")
+                .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                .ok()?;
+            client
+                .request(request)
+                .await
+                .ok()
+                .map(|r| r.status().as_u16())
+        }
+    };
+    assert_eq!(act("web", "sync", r#"{"revision": "abc123"}"#).await, Some(200));
+    assert_eq!(act("web", "refresh", "{}").await, Some(200));
+    assert_eq!(
+        act("db", "sync", "{}").await,
+        Some(403),
+        "db deploys to team-b, outside carol's rule"
+    );
+    assert_eq!(act("missing", "sync", "{}").await, Some(404));
+    let web = applications.get("web").await.expect("get web");
+    assert_eq!(
+        web.data["operation"],
+        json!({"sync": {"revision": "abc123"}, "initiatedBy": {"username": "carol"}}),
+        "the sync operation as the real server stored it"
+    );
+    assert_eq!(
+        web.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("argocd.argoproj.io/refresh")
+            .map(String::as_str),
+        Some("normal")
+    );
+    let db = applications.get("db").await.expect("get db");
+    assert!(db.data.get("operation").is_none_or(Value::is_null), "db untouched");
     platform.abort();
     proxy.abort();
     let _ = cluster.cleanup(&namespace).await;
-    println!("runtime: the app-proxy terminated a real Workflow through the real API server");
-    record_row("app-proxy", "the app-proxy, authorised by the platform's permissions, terminates a real Argo Workflow through the real API server");
+    println!("runtime: the app-proxy terminated a real Workflow and synced and refreshed a real Application through the real API server");
+    record_row("app-proxy", "the app-proxy, authorised by the platform's permissions (a rule limited to a destination namespace), terminates a real Argo Workflow and syncs and refreshes a real Application through the real API server; an app outside the rule is refused (403)");
 }
 
 /// The app `name` as the real API server holds it: (sync, health, condition types).

@@ -23,6 +23,7 @@
 //! | `no_spurious_change` | safety | every change revision the ACR controller writes into an app is a commit that touched the app's refresh paths |
 //! | `app_version_reported` | liveness | after the calm phase every app the platform shows at its current sync (status and revision) shows the app version Git holds at its last sync (`Chart.yaml`'s `appVersion` at `syncResult.revision`; see `sources`) |
 //! | `change_revision_reported` | liveness | after the calm phase every app the platform shows at its current sync, whose sync has a change revision, shows that commit's author and message (`app.meta.revisions-metadata`) |
+//! | `tenant_isolation` | safety | no answer to a user (or to nobody) carries another account's data, no request reaches a runtime of another account than its caller's, and every request refused with 400/401/403/404 is in the audit log with its actor and status (see `tenants`) |
 //! | `no_acknowledged_event_lost` | safety | every event the events API answered 2xx for at least 30 s before the end was projected by the event handler, whatever crashed in between (see `durability`) |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
@@ -65,6 +66,7 @@ pub mod promotions;
 pub mod resources;
 pub mod restricted;
 pub mod sources;
+pub mod tenants;
 pub mod tunnel;
 
 #[cfg(test)]
@@ -166,6 +168,8 @@ pub struct FinalState {
     pub attributions: Vec<Attribution>,
     /// Releases and promotion commits (with a `promotions:` section).
     pub promotions: Option<promotions::PromotionTruth>,
+    /// The platform's audit log, every entry.
+    pub audit: Vec<orrery_system::platform::audit::Entry>,
 }
 
 impl FinalState {
@@ -218,6 +222,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "restricted_sources" => Box::new(restricted::RestrictedSourcesChecker::default()),
         "restricted_source_applied" => Box::new(restricted::SourceApplied::default()),
         "runtime_health_shown" => Box::new(health::RuntimeHealthShown::default()),
+        "tenant_isolation" => Box::new(tenants::TenantIsolation::default()),
         "no_acknowledged_event_lost" => Box::new(durability::NoAcknowledgedEventLost::default()),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),
         "app_version_reported" => Box::new(sources::AppVersionReported),

@@ -1344,3 +1344,82 @@ fn no_acknowledged_event_lost_fires_on_an_acknowledged_event_never_projected() {
     assert_eq!(found[0].details["lost"], 2);
     assert_eq!(found[0].details["events"][0]["object"], "argocd/app-6");
 }
+
+#[test]
+fn tenant_isolation_fires_on_a_leak_a_foreign_reach_and_an_unaudited_denial() {
+    use orrery_system::platform::audit::{Actor, Entry, Outcome};
+    let probe = |ms: u64, status: u16, leak: &str| {
+        at(
+            ms,
+            "mallory-0",
+            WorldEvent::TenantProbe {
+                kind: "foreign_query".into(),
+                account: "t01".into(),
+                actor: "user:admin-t01".into(),
+                victim: "t02".into(),
+                status,
+                leak: leak.into(),
+            },
+        )
+    };
+    let reached = |ms: u64, account: &str, token: &str| {
+        at(
+            ms,
+            account,
+            WorldEvent::TenantReached {
+                account: account.into(),
+                token: token.into(),
+            },
+        )
+    };
+    let denial = |status: u16| Entry {
+        seq: 1,
+        at: "2026-01-01T00:00:01Z".into(),
+        actor: Actor::User {
+            name: "admin-t01".into(),
+        },
+        account: "t01".into(),
+        action: "graphql runtime".into(),
+        runtime: "t02-rt-0".into(),
+        outcome: Outcome::Denied,
+        status,
+        reason: "no runtime".into(),
+    };
+    let audited = FinalState {
+        audit: vec![denial(404)],
+        ..Default::default()
+    };
+    // Refused, audited, own runtime reached by its own user: holds.
+    let fine = [
+        probe(1_000, 404, ""),
+        reached(2_000, "t01", "tok-t01-admin"),
+    ];
+    assert!(violations("tenant_isolation", &fine, &audited).is_empty());
+    // An answer with t02's data.
+    let leaked = violations("tenant_isolation", &[probe(1_000, 200, "t02")], &audited);
+    assert_eq!(leaked.len(), 1);
+    assert_eq!(leaked[0].details["data_of"], "t02");
+    // t02's runtime reached with t01's token, or with none.
+    for token in ["tok-t01-admin", ""] {
+        let crossed = violations(
+            "tenant_isolation",
+            &[reached(1_000, "t02", token)],
+            &audited,
+        );
+        assert_eq!(crossed.len(), 1, "{token:?}");
+        assert_eq!(crossed[0].class, Class::Safety);
+    }
+    // Two refusals, one audit entry; or an entry of another status.
+    let twice = [probe(1_000, 404, ""), probe(2_000, 404, "")];
+    let missing = violations("tenant_isolation", &twice, &audited);
+    assert_eq!(missing.len(), 1);
+    assert_eq!(
+        missing[0].details["what"],
+        "a refused request is missing from the audit log"
+    );
+    let other = FinalState {
+        audit: vec![denial(403)],
+        ..Default::default()
+    };
+    assert_eq!(violations("tenant_isolation", &fine[..1], &other).len(), 1);
+}

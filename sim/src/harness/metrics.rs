@@ -400,6 +400,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     restricted_figures(events, &mut counters, &mut histograms);
     health_figures(events, &mut counters, &mut histograms);
     bus_figures(events, &mut counters);
+    tenant_figures(events, state, &mut counters);
     git_detail_figures(events, state, &mut counters);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
@@ -602,6 +603,69 @@ fn health_figures(
             delays.iter().copied().max().unwrap_or(0),
         );
         histograms.insert(format!("monitor_{name}"), Histogram::from_ms(delays));
+    }
+}
+
+/// Multi-tenant figures (only when adversaries probed):
+/// - `tenants.probes`, `tenants.refused` (answered 4xx), `tenants.answered` (2xx): the
+///   adversaries' probes; `tenants.probes.<kind>` per kind;
+/// - `tenants.leaks`: answers that carried another account's data;
+/// - `tenants.reached_own` / `tenants.reached_foreign`: requests the tenant runtimes
+///   received from their own account's users / from anyone else;
+/// - `tenants.denials_audited`: denials in the platform's audit log.
+fn tenant_figures(
+    events: &[TraceEvent],
+    state: &crate::checkers::FinalState,
+    counters: &mut BTreeMap<String, u64>,
+) {
+    use orrery_system::observe::WorldEvent;
+    let mut probed = false;
+    for event in events {
+        match event.world() {
+            Some(WorldEvent::TenantProbe {
+                kind, status, leak, ..
+            }) => {
+                probed = true;
+                *counters.entry("tenants.probes".into()).or_default() += 1;
+                *counters
+                    .entry(format!("tenants.probes.{kind}"))
+                    .or_default() += 1;
+                let class = match status {
+                    200..=299 => "tenants.answered",
+                    400..=499 => "tenants.refused",
+                    _ => "tenants.failed",
+                };
+                *counters.entry(class.into()).or_default() += 1;
+                *counters.entry("tenants.leaks".into()).or_default() += u64::from(!leak.is_empty());
+            }
+            Some(WorldEvent::TenantReached { account, token }) => {
+                let own = crate::world::tenants::account_of_token(token) == Some(account.as_str());
+                let name = if own {
+                    "tenants.reached_own"
+                } else {
+                    "tenants.reached_foreign"
+                };
+                *counters.entry(name.into()).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    if probed {
+        for name in [
+            "tenants.reached_own",
+            "tenants.reached_foreign",
+            "tenants.refused",
+        ] {
+            counters.entry(name.into()).or_default();
+        }
+        counters.insert(
+            "tenants.denials_audited".into(),
+            state
+                .audit
+                .iter()
+                .filter(|e| e.outcome == orrery_system::platform::audit::Outcome::Denied)
+                .count() as u64,
+        );
     }
 }
 

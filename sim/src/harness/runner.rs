@@ -427,13 +427,53 @@ fn world_pieces(
     // The real app-proxy takes the stand-in's place on an appproxy host.
     if host.has(Role::Runtime) && !host.has(Role::Appproxy) {
         let settings = scenario.tunnel.clone();
+        // In a multi-tenant world the host is an account: its stand-in records callers.
+        let account = scenario.tenants.as_ref().map(|_| host.name.clone());
         pieces.push(Box::new(move |env| {
-            let settings = settings.clone();
+            let (settings, account) = (settings.clone(), account.clone());
             Box::pin(async move {
-                if let Err(error) = tunnel::run_app_proxy_stand_in(env, settings).await {
+                if let Err(error) = tunnel::run_app_proxy_stand_in(env, settings, account).await {
                     tracing::error!(%error, "app-proxy stand-in stopped");
                 }
             })
+        }));
+    }
+    if let (Some(tenants), true) = (&scenario.tenants, host.has(Role::Runtime)) {
+        let accounts = hosts_with(scenario, Role::Runtime);
+        let at = accounts.iter().position(|a| *a == host.name).unwrap_or(0);
+        let next = accounts[(at + 1) % accounts.len()].clone();
+        let (platform, account) = (
+            host_of(scenario, Role::Platform).to_string(),
+            host.name.clone(),
+        );
+        let (per_host, settings) = (scenario.tunnel.runtimes_per_host, tenants.clone());
+        pieces.push(Box::new(move |env| {
+            Box::pin(crate::world::tenants::run_reporter(
+                env,
+                platform.clone(),
+                account.clone(),
+                next.clone(),
+                per_host,
+                settings.clone(),
+            ))
+        }));
+    }
+    if let (Some(tenants), true) = (&scenario.tenants, host.has(Role::Adversary)) {
+        let (gateway, platform) = (
+            host_of(scenario, Role::Gateway).to_string(),
+            host_of(scenario, Role::Platform).to_string(),
+        );
+        let accounts = hosts_with(scenario, Role::Runtime);
+        let (per_host, settings) = (scenario.tunnel.runtimes_per_host, tenants.clone());
+        pieces.push(Box::new(move |env| {
+            Box::pin(crate::world::tenants::run_adversary(
+                env,
+                gateway.clone(),
+                platform.clone(),
+                accounts.clone(),
+                per_host,
+                settings.clone(),
+            ))
         }));
     }
     if host.has(Role::Client) {
@@ -1123,12 +1163,21 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         );
         crate::world::promotions::program_jobs(&world.jobs, promotions);
     }
-    tunnel::register(
-        &world.control_plane.registry,
-        &world.control_plane.permissions,
-        &hosts_with(scenario, Role::Runtime),
-        scenario.tunnel.runtimes_per_host,
-    );
+    if scenario.tenants.is_some() {
+        crate::world::tenants::register(
+            &world.control_plane.registry,
+            &world.control_plane.permissions,
+            &hosts_with(scenario, Role::Runtime),
+            scenario.tunnel.runtimes_per_host,
+        );
+    } else {
+        tunnel::register(
+            &world.control_plane.registry,
+            &world.control_plane.permissions,
+            &hosts_with(scenario, Role::Runtime),
+            scenario.tunnel.runtimes_per_host,
+        );
+    }
     world.platform.set_knobs(platform_knobs(scenario));
     let layout = workload::Layout::of(
         &scenario.workload,
@@ -1246,6 +1295,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         reported_rollouts: world.platform.rollouts(),
         reported_workflows: world.platform.workflows(),
         promotions: promotion_truth(scenario, &world.git, &world.control_plane),
+        audit: world.control_plane.audit.all(),
     };
     let mut checkers: Vec<_> = scenario
         .invariants

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 28] = [
+pub const FIGURES: [(&str, &str); 33] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -95,6 +95,17 @@ pub const FIGURES: [(&str, &str); 28] = [
         "events_redelivered",
         "events handled again after a platform restart",
     ),
+    ("tenant_probes", "adversarial requests across accounts"),
+    ("tenant_probes_refused", "of them refused (400/401/403/404)"),
+    (
+        "tenant_leaks",
+        "answers that carried another account's data",
+    ),
+    (
+        "tenant_foreign_reached",
+        "requests that reached another account's runtime",
+    ),
+    ("tenant_denials_audited", "denials in the audit log"),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -229,6 +240,13 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
             "tunnel_up_to_healthy_max_ms",
             counter("monitor.up_to_healthy_max_ms"),
         );
+    }
+    if metrics.counters.contains_key("tenants.probes") {
+        put("tenant_probes", counter("tenants.probes"));
+        put("tenant_probes_refused", counter("tenants.refused"));
+        put("tenant_leaks", counter("tenants.leaks"));
+        put("tenant_foreign_reached", counter("tenants.reached_foreign"));
+        put("tenant_denials_audited", counter("tenants.denials_audited"));
     }
     if metrics.counters.contains_key("bus.recoveries") {
         put(

@@ -56,6 +56,12 @@ pub struct Scenario {
     /// git, workload and `argocd.projects`). Default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restricted_sources: Option<RestrictedSources>,
+    /// Many tenants on one platform (`world::tenants`): every `role: runtime` host is an
+    /// account of its own (named after the host) with `tunnel.runtimes_per_host` runtimes
+    /// `rt-0`, `rt-1`, … whose apps share their names with every other account's, and
+    /// `role: adversary` hosts probe across accounts. Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Tenants>,
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
@@ -292,6 +298,9 @@ pub enum Role {
     /// The platform's promotion orchestrator (`platform::promotions`): it reaches the
     /// runtime through the `role: gateway` host.
     Promotions,
+    /// An adversarial client of a multi-tenant platform (`world::tenants`, with a
+    /// `tenants:` section): it acts as users of every account and probes the others'.
+    Adversary,
 }
 
 /// A Product released through its promotion flow (`promotions:`).
@@ -871,6 +880,32 @@ impl Default for Tunnel {
     }
 }
 
+/// A multi-tenant platform (`tenants:`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Tenants {
+    /// Applications each runtime reports (`web`, `api`, `db`, then `app-<n>`): the same
+    /// names in every account. Default 3.
+    pub apps_per_runtime: u32,
+    /// Each adversary host sends one probe this often. Default 250 ms.
+    #[serde(with = "super::duration")]
+    pub probe_every: Duration,
+    /// Each account's runtimes report their apps again this often (new resourceVersions,
+    /// one event of them claiming another account in its payload). Default 20 s.
+    #[serde(with = "super::duration")]
+    pub report_every: Duration,
+}
+
+impl Default for Tenants {
+    fn default() -> Self {
+        Tenants {
+            apps_per_runtime: 3,
+            probe_every: Duration::from_millis(250),
+            report_every: Duration::from_secs(20),
+        }
+    }
+}
+
 /// A rolling change of the reporter replica count (a StatefulSet update): new pods start
 /// first (or surplus pods stop, highest ordinal first), then the remaining pods restart one
 /// by one, highest ordinal first, `every` apart. Old and new counts coexist meanwhile.
@@ -1042,7 +1077,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 24] = [
+pub const KNOWN_INVARIANTS: [&str; 25] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1067,6 +1102,7 @@ pub const KNOWN_INVARIANTS: [&str; 24] = [
     "restricted_source_applied",
     "runtime_health_shown",
     "no_acknowledged_event_lost",
+    "tenant_isolation",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

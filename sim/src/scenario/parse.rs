@@ -315,6 +315,27 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "an appproxy host must also have role runtime (its tunnel and router reach it)",
     )?;
     v.check(
+        s.tenants.is_none()
+            || (count(Role::Gateway) == 1
+                && count(Role::Platform) == 1
+                && count(Role::Runtime) >= 2
+                && count(Role::Appproxy) == 0),
+        &Field::root("tenants"),
+        "tenants need one host with role gateway, one with role platform and at least two runtime hosts (each an account), without appproxy",
+    )?;
+    v.check(
+        count(Role::Adversary) == 0 || s.tenants.is_some(),
+        &hosts_field,
+        "an adversary host needs the tenants section",
+    )?;
+    v.check(
+        s.tenants
+            .as_ref()
+            .is_none_or(|t| t.apps_per_runtime >= 1 && t.apps_per_runtime <= 100),
+        &Field::root("tenants"),
+        "tenants.apps_per_runtime must be 1..=100",
+    )?;
+    v.check(
         count(Role::Promotions) == 0 || s.promotions.is_some(),
         &hosts_field,
         "a promotions host needs the promotions section",

@@ -9,6 +9,7 @@
 //! - [`restricted`]: tenants' Restricted Git Sources and repositories, and a monitor of
 //!   what Argo CD deployed and refused.
 //! - [`tunnel`]: the tunnel world's app-proxy stand-in and clients.
+//! - [`tenants`]: a multi-tenant platform's accounts, their reporters, and adversaries.
 //! - [`placement`]: which of the product's assemblies (runtime, control plane) each host
 //!   runs, and with what configuration.
 
@@ -20,6 +21,7 @@ pub mod probe;
 pub mod promotions;
 pub mod restricted;
 pub mod rollouts;
+pub mod tenants;
 pub mod tunnel;
 pub mod workflows;
 pub mod workload;

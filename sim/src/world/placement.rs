@@ -129,7 +129,12 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
             .find(|h| h.has(Role::Cache))
             .map(|h| format!("{}:{CACHE_PORT}", h.name));
         let per_host = scenario.tunnel.runtimes_per_host.max(1);
-        config.tunnels = runtimes_of(&host.name, scenario.tunnel.runtimes_per_host)
+        let runtimes = if scenario.tenants.is_some() {
+            super::tenants::runtimes(&host.name, scenario.tunnel.runtimes_per_host)
+        } else {
+            runtimes_of(&host.name, scenario.tunnel.runtimes_per_host)
+        };
+        config.tunnels = runtimes
             .into_iter()
             .enumerate()
             .map(|(i, (_, name, token))| tunnel_client::Config {

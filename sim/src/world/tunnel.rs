@@ -74,12 +74,35 @@ pub fn register(
 /// Runs the app-proxy stand-in of a runtime host: it answers reads and executes each
 /// state-changing request it receives (recording the execution), so checkers can tell once
 /// from twice. The runtime's own components (tunnel clients, router) come from its assembly.
-pub async fn run_app_proxy_stand_in(env: SharedEnv, settings: Settings) -> std::io::Result<()> {
+/// In a multi-tenant world (`account`: the runtime host's account) it also records whose
+/// token reached it.
+pub async fn run_app_proxy_stand_in(
+    env: SharedEnv,
+    settings: Settings,
+    account: Option<String>,
+) -> std::io::Result<()> {
     let listener = env.listen(&format!("0.0.0.0:{APP_PROXY_PORT}")).await?;
     let stand_in = env.clone();
     orrery_system::env::http::serve(listener, move |request, _| {
         let env = stand_in.clone();
         let delay = settings.execute_delay;
+        if let Some(account) = &account {
+            let token = orrery_system::platform::tunnel::bearer_token(
+                request
+                    .headers()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok()),
+            )
+            .unwrap_or_default()
+            .to_string();
+            env.observe(
+                WorldEvent::TenantReached {
+                    account: account.clone(),
+                    token,
+                }
+                .into(),
+            );
+        }
         async move {
             if request.method() != http::Method::POST {
                 return http::Response::new(full("ok"));

@@ -144,6 +144,11 @@ impl Audit {
             .collect()
     }
 
+    /// Every entry, oldest first (end-of-run checks; a client pages with [`Audit::query`]).
+    pub fn all(&self) -> Vec<Entry> {
+        self.entries.lock().expect("audit lock").clone()
+    }
+
     /// How many entries the log holds.
     pub fn len(&self) -> usize {
         self.entries.lock().expect("audit lock").len()

@@ -1,0 +1,459 @@
+//! A multi-tenant platform's world (`tenants:`): every `role: runtime` host is an account of
+//! its own (named after the host) with runtimes `rt-0`, `rt-1`, …; each account's apps have
+//! the same names as every other account's (`argocd/web`, `argocd/api`, …). The platform's
+//! own code (gateway, GitOps API, events path, tunnel server, the runtimes' tunnel clients
+//! and routers) comes from the assemblies; this module supplies what the platform's users
+//! and runtimes do: each account's reporter stand-in sends its apps' events with its runtime
+//! tokens, and adversary hosts act as users of every account and probe the others'.
+//!
+//! Every app carries its account's marker in its destination namespace (`ns-<account>-<app>`),
+//! so an answer that carries another account's data says so; the runtime hosts' app-proxy
+//! stand-ins record whose token reached them. Both feed `tenant_isolation`.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde_json::json;
+
+use orrery_system::env::SharedEnv;
+use orrery_system::observe::WorldEvent;
+use orrery_system::platform::permissions::{Attributes, Pattern, Permissions, Role, Rule};
+use orrery_system::platform::registry::Registry;
+
+use super::placement::PLATFORM_PORT;
+use super::tunnel::GATEWAY_PORT;
+use crate::scenario::model::Tenants;
+
+/// The runtimes of `account`: `(runtime, tunnel name, runtime token)`.
+pub fn runtimes(account: &str, per_host: u32) -> Vec<(String, String, String)> {
+    (0..per_host.max(1))
+        .map(|i| {
+            let runtime = format!("rt-{i}");
+            (
+                runtime.clone(),
+                format!("{account}-{runtime}"),
+                runtime_token(account, &runtime),
+            )
+        })
+        .collect()
+}
+
+/// The token runtime `runtime` of `account` reports and connects with.
+pub fn runtime_token(account: &str, runtime: &str) -> String {
+    format!("rt-token-{account}-{runtime}")
+}
+
+/// The account's admin: (token, user name).
+pub fn admin(account: &str) -> (String, String) {
+    (format!("tok-{account}-admin"), format!("admin-{account}"))
+}
+
+/// The account's member of team dev: (token, user name). Their one rule: read and sync
+/// apps of `rt-0` deploying to the account's own namespaces.
+pub fn member(account: &str) -> (String, String) {
+    (format!("tok-{account}-dev"), format!("dev-{account}"))
+}
+
+/// The account a user token of this world belongs to (`tok-<account>-<role>`).
+pub fn account_of_token(token: &str) -> Option<&str> {
+    token
+        .strip_prefix("tok-")
+        .and_then(|rest| rest.rsplit_once('-'))
+        .map(|(account, _)| account)
+}
+
+/// App names: `web`, `api`, `db`, then `app-<n>`.
+pub fn app_names(count: u32) -> Vec<String> {
+    (0..count)
+        .map(|i| match i {
+            0 => "web".to_string(),
+            1 => "api".to_string(),
+            2 => "db".to_string(),
+            n => format!("app-{n}"),
+        })
+        .collect()
+}
+
+/// The destination namespace of `account`'s app `app`: its account's marker.
+pub fn marker(account: &str, app: &str) -> String {
+    format!("ns-{account}-{app}")
+}
+
+/// The first account other than `own` whose marker `body` carries (empty: none).
+pub fn leak(body: &str, own: &str, accounts: &[String]) -> String {
+    accounts
+        .iter()
+        .find(|a| *a != own && body.contains(&format!("ns-{a}-")))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Registers every account's runtimes, its admin and its member with the member's rule
+/// (platform state that outlives a gateway process, as a database would).
+pub fn register(
+    registry: &Registry,
+    permissions: &Permissions,
+    accounts: &[String],
+    per_host: u32,
+) {
+    for account in accounts {
+        for (runtime, _, token) in runtimes(account, per_host) {
+            registry.insert(&token, account, &runtime);
+        }
+        let (token, name) = admin(account);
+        permissions.add_user(&token, account, &name, Role::Admin, &[]);
+        let (token, name) = member(account);
+        permissions.add_user(&token, account, &name, Role::Member, &["dev"]);
+        permissions.add_rule(
+            account,
+            Rule {
+                teams: vec!["dev".into()],
+                actions: [
+                    "applications:read".to_string(),
+                    "applications:sync".to_string(),
+                ]
+                .into(),
+                attributes: Attributes {
+                    runtimes: vec![Pattern("rt-0".into())],
+                    namespaces: vec![Pattern(format!("ns-{account}-*"))],
+                    ..Attributes::default()
+                },
+                ..Rule::default()
+            },
+        );
+    }
+}
+
+type Client = orrery_system::env::http::Client<Full<Bytes>>;
+
+/// One exchange: (status, body); status 0 when no answer came within 10 s.
+async fn send(
+    env: &SharedEnv,
+    client: &Client,
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: String,
+) -> (u16, String) {
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let Ok(request) = request.body(Full::new(Bytes::from(body))) else {
+        return (0, String::new());
+    };
+    let exchange = async {
+        match client.request(request).await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let bytes = response
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                (status, String::from_utf8_lossy(&bytes).into_owned())
+            }
+            Err(_) => (0, String::new()),
+        }
+    };
+    tokio::select! {
+        biased;
+        answer = exchange => answer,
+        _ = env.sleep(Duration::from_secs(10)) => (0, String::new()),
+    }
+}
+
+/// An application event as a reporter sends it (uncompressed JSON), for `account`'s app
+/// `app` at resourceVersion `rv`; `claims` adds payload fields naming another account (the
+/// platform must attribute an event to its token, never to what its payload claims).
+fn app_event(account: &str, app: &str, rv: u64, claims: Option<&str>) -> String {
+    let object = json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": app, "namespace": "argocd", "resourceVersion": rv.to_string(),
+                     "labels": {"owner": account}},
+        "spec": {"destination": {"server": "https://kubernetes.default.svc",
+                                 "namespace": marker(account, app)}},
+        "status": {"sync": {"status": "Synced", "revision": format!("r{rv}")},
+                   "health": {"status": "Healthy"}}
+    });
+    let mut data = json!({
+        "timestamp": "2026-01-01T00:00:00Z",
+        "object": base64::engine::general_purpose::STANDARD.encode(object.to_string()),
+        "source": {"desiredManifest": "{}", "actualManifest": "{}", "revision": format!("r{rv}"),
+                   "syncStatus": "Synced", "healthStatus": "Healthy", "appName": app},
+        "errors": [], "appVersions": {}
+    });
+    if let Some(other) = claims {
+        data["account"] = json!(other);
+        data["runtime"] = json!(format!("{other}-rt-0"));
+    }
+    json!({ "data": data }).to_string()
+}
+
+/// Runs `account`'s reporter stand-in: every `report_every` each of its runtimes reports
+/// each app with a new resourceVersion, the first app's event claiming the next account.
+pub async fn run_reporter(
+    env: SharedEnv,
+    platform_host: String,
+    account: String,
+    next_account: String,
+    per_host: u32,
+    settings: Tenants,
+) {
+    let client =
+        orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(10));
+    let url = format!("http://{platform_host}:{PLATFORM_PORT}/2.0/api/events");
+    let apps = app_names(settings.apps_per_runtime);
+    let mut round: u64 = 0;
+    loop {
+        round += 1;
+        for (_, _, token) in runtimes(&account, per_host) {
+            for (i, app) in apps.iter().enumerate() {
+                let claims = (i == 0).then_some(next_account.as_str());
+                let body = app_event(&account, app, round, claims);
+                // The raw token, as the real reporter sends it.
+                let request = http::Request::post(&url)
+                    .header("content-type", "application/json")
+                    .header("authorization", token.as_str())
+                    .body(Full::new(Bytes::from(body)));
+                if let Ok(request) = request {
+                    let _ = tokio::select! {
+                        biased;
+                        answer = client.request(request) => answer.map(|r| r.status().as_u16()).ok(),
+                        _ = env.sleep(Duration::from_secs(10)) => None,
+                    };
+                }
+            }
+        }
+        env.sleep(settings.report_every).await;
+    }
+}
+
+/// What an adversary tries; each is answered as the world expects (see the README's
+/// `tenant-isolation`), and `tenant_isolation` judges what came back.
+const KINDS: [&str; 12] = [
+    "no_token",
+    "forged_token",
+    "foreign_path",
+    "dotdot_path",
+    "encoded_path",
+    "foreign_query",
+    "foreign_mutation",
+    "own_list",
+    "member_write",
+    "own_write",
+    "replayed_registration",
+    "forged_payload",
+];
+
+/// Runs an adversary host: every `probe_every` it picks an account to act as, another to
+/// attack and a probe, sends it and records what came back.
+pub async fn run_adversary(
+    env: SharedEnv,
+    gateway_host: String,
+    platform_host: String,
+    accounts: Vec<String>,
+    per_host: u32,
+    settings: Tenants,
+) {
+    let client =
+        orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(10));
+    let gateway = format!("http://{gateway_host}:{GATEWAY_PORT}");
+    let graphql = format!("{gateway}/2.0/api/graphql");
+    let events = format!("http://{platform_host}:{PLATFORM_PORT}/2.0/api/events");
+    let me = env.identity().host.clone();
+    let mut n: u64 = 0;
+    loop {
+        env.sleep(settings.probe_every).await;
+        n += 1;
+        if accounts.len() < 2 {
+            continue;
+        }
+        let pick = |bound: usize| (env.random_u64() % bound as u64) as usize;
+        let own = accounts[pick(accounts.len())].clone();
+        let victim = loop {
+            let v = &accounts[pick(accounts.len())];
+            if *v != own {
+                break v.clone();
+            }
+        };
+        let kind = KINDS[pick(KINDS.len())];
+        let (admin_token, admin_name) = admin(&own);
+        let (member_token, member_name) = member(&own);
+        let query = |q: String| json!({"query": q}).to_string();
+        let gql = |q: String| (graphql.clone(), query(q));
+        let status_path =
+            |target: &str| format!("{gateway}/api/runtimes/{target}/app-proxy/api/status");
+        // (method, url, token, body, actor as the audit log names it)
+        let (method, url, token, body, actor): (&str, String, Option<String>, String, String) =
+            match kind {
+                "no_token" => {
+                    let (url, body) = gql(
+                        "{ applications(first: 500) { items { destinationNamespace } } }".into(),
+                    );
+                    ("POST", url, None, body, "anonymous".into())
+                }
+                "forged_token" => {
+                    let (url, body) = gql(
+                        "{ applications(first: 500) { items { destinationNamespace } } }".into(),
+                    );
+                    (
+                        "POST",
+                        url,
+                        Some(format!("forged-{me}-{n}")),
+                        body,
+                        "anonymous".into(),
+                    )
+                }
+                "foreign_path" => (
+                    "GET",
+                    status_path(&format!("{victim}-rt-0")),
+                    Some(admin_token.clone()),
+                    String::new(),
+                    format!("user:{admin_name}"),
+                ),
+                "dotdot_path" => (
+                    "GET",
+                    status_path(&format!("{own}-rt-0/../{victim}-rt-0")),
+                    Some(admin_token.clone()),
+                    String::new(),
+                    format!("user:{admin_name}"),
+                ),
+                "encoded_path" => (
+                    "GET",
+                    if n.is_multiple_of(2) {
+                        status_path(&format!("{own}-rt-0/%2e%2e/{victim}-rt-0"))
+                    } else {
+                        status_path(&format!("{own}-rt-0%2F..%2F{victim}-rt-0"))
+                    },
+                    Some(admin_token.clone()),
+                    String::new(),
+                    format!("user:{admin_name}"),
+                ),
+                "foreign_query" => {
+                    let q = if n.is_multiple_of(2) {
+                        format!(r#"{{ runtime(name: "{victim}-rt-0") {{ name cluster }} }}"#)
+                    } else {
+                        format!(
+                            r#"{{ application(runtime: "{victim}-rt-0", namespace: "argocd", name: "web") {{ destinationNamespace }} }}"#
+                        )
+                    };
+                    let (url, body) = gql(q);
+                    (
+                        "POST",
+                        url,
+                        Some(admin_token.clone()),
+                        body,
+                        format!("user:{admin_name}"),
+                    )
+                }
+                "foreign_mutation" => {
+                    let (url, body) = gql(format!(
+                        r#"mutation {{ syncApplication(runtime: "{victim}-rt-0", namespace: "argocd", name: "web") {{ status body }} }}"#
+                    ));
+                    (
+                        "POST",
+                        url,
+                        Some(admin_token.clone()),
+                        body,
+                        format!("user:{admin_name}"),
+                    )
+                }
+                "own_list" => {
+                    let (url, body) = gql("{ applications(first: 500) { totalCount items { runtime name destinationNamespace } } }".into());
+                    (
+                        "POST",
+                        url,
+                        Some(member_token.clone()),
+                        body,
+                        format!("user:{member_name}"),
+                    )
+                }
+                "member_write" => (
+                    "POST",
+                    format!(
+                        "{gateway}/api/runtimes/{own}-rt-{}/app-proxy/api/commit",
+                        per_host.max(2) - 1
+                    ),
+                    Some(member_token.clone()),
+                    String::new(),
+                    format!("user:{member_name}"),
+                ),
+                "own_write" => (
+                    "POST",
+                    format!("{gateway}/api/runtimes/{own}-rt-0/app-proxy/api/commit"),
+                    Some(admin_token.clone()),
+                    String::new(),
+                    format!("user:{admin_name}"),
+                ),
+                "replayed_registration" => {
+                    let (url, body) = gql(
+                        r#"mutation { createRuntime(name: "rt-0") { newAccessToken } }"#.into(),
+                    );
+                    (
+                        "POST",
+                        url,
+                        Some(member_token.clone()),
+                        body,
+                        format!("user:{member_name}"),
+                    )
+                }
+                _ => (
+                    "POST",
+                    events.clone(),
+                    Some(runtime_token(&own, "rt-0")),
+                    app_event(&own, "web", 1_000_000 + n, Some(&victim)),
+                    String::new(),
+                ),
+            };
+        let raw_token = kind == "forged_payload";
+        let (status, answer) = if raw_token {
+            // The events API takes the raw runtime token.
+            let request = http::Request::post(&url)
+                .header("content-type", "application/json")
+                .header("authorization", token.clone().unwrap_or_default())
+                .body(Full::new(Bytes::from(body)));
+            match request {
+                Ok(request) => {
+                    let sent = tokio::select! {
+                        biased;
+                        answer = client.request(request) => answer.ok(),
+                        _ = env.sleep(Duration::from_secs(10)) => None,
+                    };
+                    match sent {
+                        Some(response) => {
+                            let status = response.status().as_u16();
+                            let _ = response.into_body().collect().await;
+                            (status, String::new())
+                        }
+                        None => (0, String::new()),
+                    }
+                }
+                Err(_) => (0, String::new()),
+            }
+        } else {
+            send(&env, &client, method, &url, token.as_deref(), body).await
+        };
+        let account = match kind {
+            "no_token" | "forged_token" => String::new(),
+            _ => own.clone(),
+        };
+        env.observe(
+            WorldEvent::TenantProbe {
+                kind: kind.to_string(),
+                leak: leak(&answer, &account, &accounts),
+                account,
+                actor,
+                victim,
+                status,
+            }
+            .into(),
+        );
+    }
+}
