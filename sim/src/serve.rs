@@ -730,6 +730,12 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
                     .and_then(|n| n.split_once('-'))
                     .map(|(_, runtime)| runtime.to_string())
                     .unwrap_or_default(),
+                account: args
+                    .name
+                    .as_deref()
+                    .and_then(|n| n.split_once('-'))
+                    .map(|(account, _)| account.to_string())
+                    .unwrap_or_default(),
                 listen: routes.app_proxy.clone(),
             });
         }

@@ -460,6 +460,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         kube: KubeTarget::real(config, &namespace),
         permissions_ttl: Duration::from_secs(30),
         runtime: String::new(),
+        account: "acme".into(),
         listen: format!("127.0.0.1:{proxy_port}"),
     };
     let proxy_only = RuntimeConfig {
@@ -534,7 +535,10 @@ async fn the_app_proxy_terminates_a_real_workflow() {
                 .map(|r| r.status().as_u16())
         }
     };
-    assert_eq!(act("web", "sync", r#"{"revision": "abc123"}"#).await, Some(200));
+    assert_eq!(
+        act("web", "sync", r#"{"revision": "abc123"}"#).await,
+        Some(200)
+    );
     assert_eq!(act("web", "refresh", "{}").await, Some(200));
     assert_eq!(
         act("db", "sync", "{}").await,
@@ -557,7 +561,10 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         Some("normal")
     );
     let db = applications.get("db").await.expect("get db");
-    assert!(db.data.get("operation").is_none_or(Value::is_null), "db untouched");
+    assert!(
+        db.data.get("operation").is_none_or(Value::is_null),
+        "db untouched"
+    );
     platform.abort();
     proxy.abort();
     let _ = cluster.cleanup(&namespace).await;

@@ -5,7 +5,9 @@
 //!   carries another account's data: every app's destination namespace carries its account's
 //!   marker, and each adversary probe records the first foreign marker its answer held.
 //! - **No foreign reach.** No request reaches a runtime of another account than its
-//!   caller's: each tenant runtime's app-proxy stand-in records the token that reached it.
+//!   caller's: each tenant runtime's app-proxy stand-in records the token that reached it;
+//!   and no probe that must be refused (another account's objects, a member beyond their
+//!   rule, a replayed registration, no or a forged token) succeeds.
 //! - **Every denial audited.** Every probe answered 400, 401, 403 or 404 has an audit entry
 //!   with the same actor and status (matched one to one; the events API's refusals are not
 //!   the gateway's and are not counted).
@@ -21,6 +23,20 @@ use crate::trace::TraceEvent;
 
 /// Statuses the gateway refuses with, and audits.
 const DENIALS: [u16; 4] = [400, 401, 403, 404];
+
+/// Probes that must be refused: a success is a breach whatever the answer carried (a
+/// member beyond their rule, a write into another account, a registration replayed).
+const MUST_REFUSE: [&str; 9] = [
+    "no_token",
+    "forged_token",
+    "foreign_path",
+    "dotdot_path",
+    "encoded_path",
+    "foreign_query",
+    "foreign_mutation",
+    "member_write",
+    "replayed_registration",
+];
 
 /// The checker.
 #[derive(Default)]
@@ -63,6 +79,19 @@ impl Checker for TenantIsolation {
                             "what": "an answer carried another account's data",
                             "probe": kind, "as_account": account, "victim": victim,
                             "status": status, "data_of": leak,
+                        }),
+                    });
+                }
+                if MUST_REFUSE.contains(&kind.as_str()) && (200..300).contains(status) {
+                    return Some(Violation {
+                        invariant: self.name().into(),
+                        class: Class::Safety,
+                        at_ms: event.at_ms,
+                        host: event.host.clone(),
+                        details: json!({
+                            "what": "a request that must be refused succeeded",
+                            "probe": kind, "as_account": account, "victim": victim,
+                            "status": status,
                         }),
                     });
                 }

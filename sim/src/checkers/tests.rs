@@ -1395,6 +1395,13 @@ fn tenant_isolation_fires_on_a_leak_a_foreign_reach_and_an_unaudited_denial() {
         reached(2_000, "t01", "tok-t01-admin"),
     ];
     assert!(violations("tenant_isolation", &fine, &audited).is_empty());
+    // A foreign query that succeeded, even without foreign data in its answer.
+    let through = violations("tenant_isolation", &[probe(1_000, 200, "")], &audited);
+    assert_eq!(through.len(), 1);
+    assert_eq!(
+        through[0].details["what"],
+        "a request that must be refused succeeded"
+    );
     // An answer with t02's data.
     let leaked = violations("tenant_isolation", &[probe(1_000, 200, "t02")], &audited);
     assert_eq!(leaked.len(), 1);

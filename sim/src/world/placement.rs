@@ -105,6 +105,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
             },
             permissions_ttl: Duration::from_secs(60),
             runtime: String::new(),
+            account: super::tunnel::ACCOUNT.into(),
             listen: format!("0.0.0.0:{APP_PROXY_PORT}"),
         });
     }

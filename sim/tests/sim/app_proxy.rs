@@ -126,6 +126,10 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         "dave",
         &["applications:sync", "applications:refresh"],
     );
+    // eve is globex's admin: the runtime is acme's.
+    state
+        .permissions
+        .add_user("eve-token", "globex", "eve", Role::Admin, &[]);
     // carol's one rule: terminate workflows in namespace ci, sync apps deploying to team-a.
     state
         .permissions
@@ -191,6 +195,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
             kube: KubeTarget::new("apiserver:6443"),
             permissions_ttl: Duration::from_secs(30),
             runtime: String::new(),
+            account: "acme".into(),
             listen: "0.0.0.0:3017".into(),
         }),
         source_server: Some(source_server::Config::new(
@@ -270,6 +275,11 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         let (code, body) = call(&env, "POST", "workflows/default/build-42/terminate", "carol-token", Value::Null).await;
         assert_eq!(code, 403, "{body}");
         assert!(body["error"].as_str().unwrap().contains("may not workflows:terminate in namespace default"), "{body}");
+        // Another account's admin may do everything in their own account, nothing here:
+        // the gateway answers as if the runtime did not exist (the app-proxy's own account
+        // check, for a runtime reached without the gateway, is in real_mode's ingress test).
+        let (code, body) = call(&env, "POST", "workflows/default/build-42/terminate", "eve-token", Value::Null).await;
+        assert_eq!(code, 404, "{body}");
         let mut ci = DynamicObject::new("build-7", &workflow_resource()).within("ci");
         ci.data = json!({"spec": {"entrypoint": "main"}});
         Api::<DynamicObject>::namespaced_with(kube.clone(), "ci", &workflow_resource()).create(&PostParams::default(), &ci).await?;

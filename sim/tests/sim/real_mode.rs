@@ -1235,6 +1235,15 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
             .is_some_and(|(code, _)| code == 200)
         },
     );
+    // An ingress is reachable without the gateway: the app-proxy itself refuses another
+    // account's user, however powerful in their own account.
+    let direct = "/app-proxy/api/applications/argocd/web/sync";
+    let (code, body) = http_as(edge, "POST", direct, "{}", "mallory-token").expect("an answer");
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("not of this runtime's account acme"),
+        "{body}"
+    );
     let (code, shown) = ask(
         "alice-token",
         r#"{ runtime(name: "edge") { kind accessMode ingressHost runtimeVersion } }"#,

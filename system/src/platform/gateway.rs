@@ -779,6 +779,11 @@ fn registration_info(body: &Value) -> Result<crate::platform::registry::Info, St
     if access_mode == AccessMode::Ingress && ingress_host.is_empty() {
         return Err("accessMode ingress needs ingressHost (host:port)".into());
     }
+    if !ingress_host.is_empty() && !crate::platform::registry::valid_ingress_host(&ingress_host) {
+        return Err(format!(
+            "ingressHost: {ingress_host:?} is not host:port (letters, digits, . and - ; a port 1-65535)"
+        ));
+    }
     Ok(Info {
         kind,
         access_mode,

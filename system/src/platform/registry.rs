@@ -60,6 +60,21 @@ pub struct Info {
     pub ingress_host: String,
 }
 
+/// Whether `text` is an ingress host the gateway may send to: `host:port`, the host made of
+/// letters, digits, `.` and `-`, the port 1–65535 (nothing that could turn the URL built from
+/// it into another one: no `/`, `@`, `?`).
+pub fn valid_ingress_host(text: &str) -> bool {
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return false;
+    };
+    !host.is_empty()
+        && host.len() <= 253
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+        && port.parse::<u16>().is_ok_and(|p| p > 0)
+}
+
 /// The cluster a runtime is in when its registration names none.
 pub const DEFAULT_CLUSTER: &str = "in-cluster";
 
@@ -231,5 +246,31 @@ impl Registry {
             .expect("registry lock")
             .get(token)
             .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_ingress_host;
+
+    #[test]
+    fn an_ingress_host_is_host_and_port_and_nothing_else() {
+        for good in ["127.0.0.1:8080", "edge.acme.example:443", "router:80"] {
+            assert!(valid_ingress_host(good), "{good}");
+        }
+        for bad in [
+            "",
+            "router",
+            ":80",
+            "router:0",
+            "router:99999",
+            "evil/?:80",
+            "u@h:80",
+            "h:80/x",
+            "a b:80",
+            "[::1]:80",
+        ] {
+            assert!(!valid_ingress_host(bad), "{bad}");
+        }
     }
 }

@@ -45,7 +45,8 @@ pub const SCHEMA_SDL: &str = include_str!("schema.graphql");
 /// Deepest query accepted (an adversarial query cannot nest without end).
 pub const MAX_DEPTH: usize = 10;
 
-/// Most complex query accepted (each field costs 1; lists are bounded by `first`).
+/// Most complex query accepted (each field costs 1, once however many list items it is
+/// answered for; a page is bounded by `first`, at most 500).
 pub const MAX_COMPLEXITY: usize = 2_000;
 
 /// Largest request body, in bytes.
@@ -145,9 +146,10 @@ pub async fn answer(
         |e| json!({"errors": [{"message": format!("the answer could not be written: {e}")}]}),
     );
     let status = status_of(&answer);
-    if status == StatusCode::BAD_REQUEST {
+    if status == StatusCode::BAD_REQUEST && answer["errors"][0]["extensions"]["code"].is_null() {
         // A query that does not parse or validate (too deep, too complex, unknown field)
-        // never reached a resolver: it is refused here.
+        // reached no resolver, so none audited it: it is refused here. (A resolver's own
+        // refusals carry a code and are audited where they happen.)
         let reason = answer["errors"][0]["message"]
             .as_str()
             .unwrap_or("invalid query")

@@ -610,9 +610,11 @@ impl QueryRoot {
             }
         }
         let total_count = i32::try_from(matched.len()).unwrap_or(i32::MAX);
+        // `matched` is in (runtime, "namespace/name") order: compare cursors the same way
+        // (as one string, `prod-eu/…` would sort before `prod/…`).
         let start = match &after {
             None => 0,
-            Some(cursor) => matched.partition_point(|app| cursor_of(app) <= *cursor),
+            Some(cursor) => matched.partition_point(|app| order_of(app) <= cursor_order(cursor)),
         };
         let items: Vec<Application> = matched
             .into_iter()
@@ -697,6 +699,17 @@ pub(crate) fn may_read_audit(scope: &Scope) -> bool {
     scope.sources.permissions.may_read_audit(&scope.viewer.user)
 }
 
+/// Where `app` is in a page's order: (runtime, `namespace/name`).
+fn order_of(app: &Application) -> (&str, String) {
+    (&app.runtime, format!("{}/{}", app.namespace, app.name))
+}
+
+/// A cursor's place in that order (runtime names hold no `/`).
+fn cursor_order(cursor: &str) -> (&str, String) {
+    let (runtime, key) = cursor.split_once('/').unwrap_or((cursor, ""));
+    (runtime, key.to_string())
+}
+
 fn cursor_of(app: &Application) -> String {
     format!("{}/{}/{}", app.runtime, app.namespace, app.name)
 }
@@ -771,6 +784,21 @@ impl MutationRoot {
                 "a runtime in ingress mode needs ingressHost".into(),
             ));
         }
+        if !ingress_host.is_empty() && !registry::valid_ingress_host(&ingress_host) {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                "BAD_USER_INPUT",
+                format!("ingressHost {ingress_host:?} is not host:port (letters, digits, . and -; a port 1-65535)"),
+            ));
+        }
+        let text_ok = |s: &str| s.len() <= 253 && s.chars().all(|c| c.is_ascii_graphic());
+        if !text_ok(&runtime_version) || cluster.as_deref().is_some_and(|c| !text_ok(c)) {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                "BAD_USER_INPUT",
+                "runtimeVersion and cluster are at most 253 visible ASCII characters".into(),
+            ));
+        }
         let info = registry::Info {
             kind: match kind {
                 RuntimeKind::Hybrid => RegistryKind::Hybrid,
@@ -788,7 +816,14 @@ impl MutationRoot {
             .sources
             .registry
             .register_with(&scope.env, &account, &name, info)
-            .map_err(|taken| refuse(StatusCode::CONFLICT, "CONFLICT", taken.to_string()))?;
+            // Whose name it is is not the caller's to learn.
+            .map_err(|taken| {
+                refuse(
+                    StatusCode::CONFLICT,
+                    "CONFLICT",
+                    format!("the runtime name {} is taken", taken.name),
+                )
+            })?;
         let closed =
             registration.rotated && scope.sources.tunnels.close(&format!("{account}-{name}"));
         scope.audit(
@@ -1029,6 +1064,14 @@ async fn send(
             String::new()
         },
     );
+    if refused {
+        // The platform accepted the caller's token; the runtime's own rules refused it.
+        return Err(error(
+            "FORBIDDEN",
+            StatusCode::FORBIDDEN,
+            format!("runtime {runtime} refused: {text}"),
+        ));
+    }
     if !status.is_success() {
         return Err(error(
             "RUNTIME_ERROR",

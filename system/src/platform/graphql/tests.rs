@@ -433,3 +433,54 @@ async fn malformed_deep_and_unknown_queries_are_refused_and_audited() {
     assert_eq!(status, 400);
     assert_eq!(world.denials().len(), 3, "{:?}", world.denials());
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn pages_follow_runtime_order_even_when_one_runtime_name_extends_another() {
+    let world = world();
+    // "prod-eu" sorts after "prod" as a name, but "prod-eu/…" before "prod/…" as text.
+    world
+        .sources
+        .registry
+        .insert("acme-prod-eu-token", "acme", "prod-eu");
+    let events = world.sources.events.as_ref().unwrap();
+    events.put_app(
+        "acme-prod-eu",
+        "argocd/web",
+        app("Synced", "team-a-eu", &[]),
+    );
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    for _ in 0..20 {
+        let query = format!(
+            "{{ applications(first: 1{after}) {{ hasNextPage endCursor items {{ runtime name }} }} }}"
+        );
+        let (status, answer) = world.ask("alice", &query).await;
+        assert_eq!(status, 200, "{answer}");
+        let page = &answer["data"]["applications"];
+        for item in page["items"].as_array().unwrap() {
+            seen.push(format!(
+                "{}/{}",
+                item["runtime"].as_str().unwrap(),
+                item["name"].as_str().unwrap()
+            ));
+        }
+        if !page["hasNextPage"].as_bool().unwrap() {
+            break;
+        }
+        after = format!(r#", after: "{}""#, page["endCursor"].as_str().unwrap());
+    }
+    assert_eq!(
+        seen,
+        [
+            "prod/db",
+            "prod/web",
+            "prod-eu/web",
+            "staging/app-0",
+            "staging/app-1",
+            "staging/app-2",
+            "staging/app-3",
+            "staging/app-4"
+        ],
+        "one page each, none skipped or repeated"
+    );
+}

@@ -60,6 +60,11 @@ pub struct Config {
     /// This runtime's name within its account (what permission rules name); empty: a rule
     /// limited to named runtimes never grants here.
     pub runtime: String,
+    /// This runtime's account: a caller the platform places in another account (or in
+    /// none) is refused with 403, whatever their rules say — every account has a runtime
+    /// `prod`. Empty: not checked (a runtime that does not know its account relies on the
+    /// gateway alone, which an ingress-mode runtime cannot).
+    pub account: String,
     /// Address to listen on.
     pub listen: String,
 }
@@ -257,6 +262,16 @@ impl AppProxy {
                 grant
             }
         };
+        let account = grant.answer["account"].as_str().unwrap_or("");
+        if !self.config.account.is_empty() && account != self.config.account {
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "user {} is not of this runtime's account {}",
+                    grant.user, self.config.account
+                ),
+            ));
+        }
         Ok(grant)
     }
 
