@@ -473,25 +473,11 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     });
 
     let terminate = |token: &'static str| {
-        let url = format!(
-            "http://127.0.0.1:{proxy_port}/app-proxy/api/workflows/{namespace}/build-42/terminate"
-        );
-        async move {
-            let env: SharedEnv = Arc::new(RealEnv::new("caller"));
-            let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
-                env,
-                Duration::from_secs(10),
-            );
-            let request = http::Request::post(url)
-                .header("authorization", format!("Bearer {token}"))
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .ok()?;
-            client
-                .request(request)
-                .await
-                .ok()
-                .map(|r| r.status().as_u16())
-        }
+        post_as(
+            format!("http://127.0.0.1:{proxy_port}/app-proxy/api/workflows/{namespace}/build-42/terminate"),
+            token,
+            "",
+        )
     };
     eventually("the app-proxy answers", || async {
         terminate("nobody")
@@ -515,25 +501,11 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     // patches under the real Application CRD's schema; carol's rule is judged against
     // each app's destination namespace.
     let act = |app: &'static str, action: &'static str, body: &'static str| {
-        let url = format!(
-            "http://127.0.0.1:{proxy_port}/app-proxy/api/applications/{namespace}/{app}/{action}"
-        );
-        async move {
-            let env: SharedEnv = Arc::new(RealEnv::new("caller"));
-            let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
-                env,
-                Duration::from_secs(10),
-            );
-            let request = http::Request::post(url)
-                .header("authorization", "Bearer carol-token")
-                .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-                .ok()?;
-            client
-                .request(request)
-                .await
-                .ok()
-                .map(|r| r.status().as_u16())
-        }
+        post_as(
+            format!("http://127.0.0.1:{proxy_port}/app-proxy/api/applications/{namespace}/{app}/{action}"),
+            "carol-token",
+            body,
+        )
     };
     assert_eq!(
         act("web", "sync", r#"{"revision": "abc123"}"#).await,
@@ -570,6 +542,24 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     let _ = cluster.cleanup(&namespace).await;
     println!("runtime: the app-proxy terminated a real Workflow and synced and refreshed a real Application through the real API server");
     record_row("app-proxy", "the app-proxy, authorised by the platform's permissions (a rule limited to a destination namespace), terminates a real Argo Workflow and syncs and refreshes a real Application through the real API server; an app outside the rule is refused (403)");
+}
+
+/// `POST url` with `body` as the user of `token`: the answer's status, or `None`.
+async fn post_as(url: String, token: &'static str, body: &'static str) -> Option<u16> {
+    let env: SharedEnv = Arc::new(RealEnv::new("caller"));
+    let client = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
+        env,
+        Duration::from_secs(10),
+    );
+    let request = http::Request::post(url)
+        .header("authorization", format!("Bearer {token}"))
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .ok()?;
+    client
+        .request(request)
+        .await
+        .ok()
+        .map(|r| r.status().as_u16())
 }
 
 /// The app `name` as the real API server holds it: (sync, health, condition types).

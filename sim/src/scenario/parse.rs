@@ -160,32 +160,12 @@ fn from_str_with_path<T: serde::de::DeserializeOwned>(
     path: &str,
     text: &str,
 ) -> Result<T, ScenarioError> {
-    use serde_saphyr::MessageFormatter;
-    let mut field = String::new();
-    serde_saphyr::with_deserializer_from_str(text, |deserializer| {
-        let mut track = serde_path_to_error::Track::new();
-        let tracked = serde_path_to_error::Deserializer::new(deserializer, &mut track);
-        T::deserialize(tracked).inspect_err(|_| field = track.path().to_string())
-    })
-    .map_err(|error| {
-        let (line, column) = error
-            .location()
-            .map(|l| (l.line() as usize, l.column() as usize))
-            .unwrap_or((0, 0));
-        let message = serde_saphyr::DefaultMessageFormatter
-            .format_message(error.without_snippet())
-            .to_string();
-        let field = match field.as_str() {
-            "" | "." => String::new(),
-            field => format!("{field}: "),
-        };
-        ScenarioError::Syntax {
-            path: path.to_string(),
-            line,
-            column,
-            field,
-            message,
-        }
+    orrery_system::core::yaml::from_str(text).map_err(|e| ScenarioError::Syntax {
+        path: path.to_string(),
+        line: e.line,
+        column: e.column,
+        field: e.field,
+        message: e.message,
     })
 }
 

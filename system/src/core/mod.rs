@@ -1,7 +1,9 @@
-//! Types shared by the runtime and the platform, with no IO: wire formats and variants.
+//! Types shared by the runtime and the platform, with no IO: wire formats, variants, and
+//! YAML read with positions.
 
 pub mod event;
 pub mod time;
 pub mod variant;
+pub mod yaml;
 
 pub use variant::Variant;

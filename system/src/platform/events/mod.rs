@@ -175,6 +175,22 @@ impl Platform {
             .apply_resource(runtime, key, state);
     }
 
+    /// Puts a cluster-stream object (a Rollout, ReplicaSet, AnalysisRun or Workflow) of
+    /// `runtime` straight into its read model, as a projected event would (fixtures and
+    /// tests).
+    pub fn put_cluster(
+        &self,
+        runtime: &str,
+        object: &serde_json::Value,
+    ) -> Result<read_model::Applied, cluster::Invalid> {
+        let event = cluster::ClusterEvent::read(object, None)?;
+        Ok(self
+            .cluster
+            .lock()
+            .expect("cluster lock poisoned")
+            .apply(runtime, event))
+    }
+
     /// Events the read model received: application events (updates, duplicates and stale
     /// ones) and resource events.
     pub fn events_received(&self) -> u64 {

@@ -119,20 +119,7 @@ pub async fn answer(
             let reason = format!(
                 "the body is not a GraphQL request ({{\"query\": …, \"variables\"?: …}}): {e}"
             );
-            sources.audit.record(
-                env,
-                Record {
-                    actor: Actor::User {
-                        name: viewer.user.name.clone(),
-                    },
-                    account: viewer.account.clone(),
-                    action: "graphql".into(),
-                    runtime: String::new(),
-                    outcome: Outcome::Denied,
-                    status: 400,
-                    reason: reason.clone(),
-                },
-            );
+            refused_request(env, &sources, &viewer, reason.clone());
             return graphql_error(StatusCode::BAD_REQUEST, "BAD_REQUEST", &reason);
         }
     };
@@ -154,22 +141,27 @@ pub async fn answer(
             .as_str()
             .unwrap_or("invalid query")
             .to_string();
-        sources.audit.record(
-            env,
-            Record {
-                actor: Actor::User {
-                    name: viewer.user.name.clone(),
-                },
-                account: viewer.account.clone(),
-                action: "graphql".into(),
-                runtime: String::new(),
-                outcome: Outcome::Denied,
-                status: 400,
-                reason,
-            },
-        );
+        refused_request(env, &sources, &viewer, reason);
     }
     crate::env::http::json(status, &answer)
+}
+
+/// Audits a request refused with 400 before any resolver ran.
+fn refused_request(env: &SharedEnv, sources: &Sources, viewer: &Viewer, reason: String) {
+    sources.audit.record(
+        env,
+        Record {
+            actor: Actor::User {
+                name: viewer.user.name.clone(),
+            },
+            account: viewer.account.clone(),
+            action: "graphql".into(),
+            runtime: String::new(),
+            outcome: Outcome::Denied,
+            status: 400,
+            reason,
+        },
+    );
 }
 
 /// The HTTP status of a GraphQL answer: 200 when any top-level field was answered;

@@ -245,50 +245,65 @@ impl Application {
 
     /// Its Rollouts: the reported Rollouts among its resources.
     async fn rollouts(&self, ctx: &Context<'_>) -> Vec<Rollout> {
-        let Some(events) = &scope(ctx).sources.events else {
+        let scope = scope(ctx);
+        let Some(events) = &scope.sources.events else {
             return Vec::new();
         };
         let views = events.rollouts();
-        self.resources_in(scope(ctx))
-            .into_iter()
-            .filter(|r| r.kind == "Rollout")
-            .filter_map(|r| {
-                let view =
-                    views.get(&format!("{}/{}/{}", self.tunnel_name, r.namespace, r.name))?;
-                (!view.deleted).then(|| Rollout {
-                    namespace: r.namespace,
-                    name: r.name,
-                    phase: view.fields.phase.clone(),
-                    step: view.fields.step,
-                    stable: view.fields.stable.clone(),
-                    current_hash: view.fields.hash.clone(),
-                    aborted: view.fields.aborted,
-                })
-            })
-            .collect()
+        self.reported(scope, "Rollout", |key| {
+            views.get(key).filter(|v| !v.deleted)
+        })
+        .map(|(r, view)| Rollout {
+            namespace: r.namespace,
+            name: r.name,
+            phase: view.fields.phase.clone(),
+            step: view.fields.step,
+            stable: view.fields.stable.clone(),
+            current_hash: view.fields.hash.clone(),
+            aborted: view.fields.aborted,
+        })
+        .collect()
     }
 
     /// Its Workflows: the reported Workflows among its resources.
     async fn workflows(&self, ctx: &Context<'_>) -> Vec<Workflow> {
-        let Some(events) = &scope(ctx).sources.events else {
+        let scope = scope(ctx);
+        let Some(events) = &scope.sources.events else {
             return Vec::new();
         };
         let views = events.workflows();
-        self.resources_in(scope(ctx))
+        self.reported(scope, "Workflow", |key| {
+            views.get(key).filter(|v| !v.deleted)
+        })
+        .map(|(r, view)| Workflow {
+            namespace: r.namespace,
+            name: r.name,
+            phase: view.fields.phase.clone(),
+            progress: view.fields.progress.clone(),
+            message: view.fields.message.clone(),
+        })
+        .collect()
+    }
+}
+
+impl Application {
+    /// Its resources of `kind` with the view `find` gives for their `runtime/namespace/name`
+    /// (those it gives none for are left out).
+    fn reported<'v, V: 'v>(
+        &self,
+        scope: &Scope,
+        kind: &str,
+        find: impl Fn(&str) -> Option<&'v V>,
+    ) -> impl Iterator<Item = (Resource, &'v V)> {
+        let runtime = self.tunnel_name.clone();
+        let kind = kind.to_string();
+        self.resources_in(scope)
             .into_iter()
-            .filter(|r| r.kind == "Workflow")
-            .filter_map(|r| {
-                let view =
-                    views.get(&format!("{}/{}/{}", self.tunnel_name, r.namespace, r.name))?;
-                (!view.deleted).then(|| Workflow {
-                    namespace: r.namespace,
-                    name: r.name,
-                    phase: view.fields.phase.clone(),
-                    progress: view.fields.progress.clone(),
-                    message: view.fields.message.clone(),
-                })
+            .filter(move |r| r.kind == kind)
+            .filter_map(move |r| {
+                let view = find(&format!("{runtime}/{}/{}", r.namespace, r.name))?;
+                Some((r, view))
             })
-            .collect()
     }
 }
 

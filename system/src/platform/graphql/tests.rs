@@ -99,6 +99,43 @@ fn world() -> World {
             revision: "abc".into(),
         },
     );
+    for (kind, name) in [("Rollout", "web"), ("Workflow", "build-1")] {
+        events.put_resource(
+            "acme-prod",
+            &format!("argocd/web/argoproj.io/{kind}/team-a-web/{name}"),
+            ResourceState {
+                sync_status: "Synced".into(),
+                health_status: "Healthy".into(),
+                deleted: false,
+                revision: "abc".into(),
+            },
+        );
+    }
+    events
+        .put_cluster(
+            "acme-prod",
+            &json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                    "metadata": {"name": "web", "namespace": "team-a-web", "resourceVersion": "4"},
+                    "status": {"phase": "Paused", "currentStepIndex": 1, "currentPodHash": "bbb", "stableRS": "aaa"}}),
+        )
+        .unwrap();
+    events
+        .put_cluster(
+            "acme-prod",
+            &json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                    "metadata": {"name": "build-1", "namespace": "team-a-web", "resourceVersion": "5"},
+                    "status": {"phase": "Running", "progress": "1/2"}}),
+        )
+        .unwrap();
+    // globex's Rollout of the same name is globex's.
+    events
+        .put_cluster(
+            "globex-prod",
+            &json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                    "metadata": {"name": "web", "namespace": "team-a-web", "resourceVersion": "9"},
+                    "status": {"phase": "Degraded"}}),
+        )
+        .unwrap();
     let sources = Arc::new(Sources {
         registry: registry.clone(),
         permissions,
@@ -238,7 +275,20 @@ async fn a_member_sees_and_does_only_what_a_rule_grants() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(
         answer["data"]["application"]["resources"],
-        json!([{"kind": "Deployment", "name": "web", "syncStatus": "Synced"}])
+        json!([
+            {"kind": "Deployment", "name": "web", "syncStatus": "Synced"},
+            {"kind": "Rollout", "name": "web", "syncStatus": "Synced"},
+            {"kind": "Workflow", "name": "build-1", "syncStatus": "Synced"},
+        ])
+    );
+    let (_, answer) = world
+        .ask("bob", r#"{ application(runtime: "prod", namespace: "argocd", name: "web") { rollouts { name phase step stable currentHash aborted } workflows { name phase progress } } }"#)
+        .await;
+    assert_eq!(
+        answer["data"]["application"],
+        json!({"rollouts": [{"name": "web", "phase": "Paused", "step": 1, "stable": "aaa", "currentHash": "bbb", "aborted": false}],
+               "workflows": [{"name": "build-1", "phase": "Running", "progress": "1/2"}]}),
+        "acme's own Rollout and Workflow, not globex's Rollout of the same name"
     );
     // An app bob may not read is missing to him; one he reads but may not sync is forbidden.
     let (status, answer) = world
