@@ -1,7 +1,8 @@
 # orrery — the two commands a newcomer needs:
 #   make reports   regenerate the gated reports in reports/ (the main job; open
 #                  reports/index.html in a browser)
-#   make test      formatting and lints, unit + simulation tests, a cross-process determinism check, the
+#   make test      formatting and lints, unit + simulation tests (with a real PostgreSQL for the
+#                  control plane's store), a cross-process determinism check, the
 #                  conformance suites against a real kube-apiserver (built from source
 #                  once; reported as SKIPPED if it cannot be), a check that the
 #                  committed reports are up to date, the reports' HTML in headless
@@ -50,11 +51,12 @@ test:
 # step's output is printed whole when it ends (--output-sync). Only then is reports/ compared
 # with the commit: the conformance suites write reports/conformance.md too (each its own
 # section, under a lock).
-# `cargo test` comes first and builds the orrery binary with everything else in one build
+# `cargo test` comes first, under a real PostgreSQL (conformance/postgres/run.sh: Debian's
+# package, a scratch cluster on a free port; the control plane's store tests need it), and builds the orrery binary with everything else in one build
 # graph (the tests' crates compile while the binary's last crates do; the `build` the later
 # steps ask for is then already done).
 test-linted:
-	$(CARGO) test --workspace
+	conformance/postgres/run.sh $(CARGO) test --workspace
 	$(MAKE) --no-print-directory -j4 --output-sync=target determinism conformance-ci-apiserver conformance-ci-argocd reports-viewed lint-workflows lint-dockerfile
 	$(MAKE) --no-print-directory reports-committed
 

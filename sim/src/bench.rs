@@ -216,6 +216,7 @@ fn tunnel_bench(
             events: None,
             promotions: None,
             monitor: None,
+            database: None,
         };
         let platform_env = env.clone();
         tasks.push(tokio::spawn(async move { drop(control_plane::run(platform_env, platform, state, std::future::pending()).await) }));

@@ -151,6 +151,13 @@ pub struct ControlPlaneArgs {
     /// (faithful: every 30 s; hardened: every 5 s, and at once when its tunnel is gone).
     #[arg(long)]
     monitor: bool,
+    /// Keep the platform's state in this PostgreSQL database
+    /// (`postgres://USER:PASSWORD@HOST:PORT/DB`): runtimes and their token digests, the audit
+    /// log and the accepted events (the read models are rebuilt from them), loaded at start
+    /// and committed as they change; migrations are applied at start. Without it everything
+    /// is in memory and a restart starts empty.
+    #[arg(long, env = "ORRERY_DATABASE_URL", hide_env_values = true)]
+    database: Option<String>,
     /// TLS certificate (PEM) for the tunnel (WSS); goes with --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -502,8 +509,8 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         state.events = Some(Platform::new(events::Config {
             tokens,
             bus_capacity: 10_000,
-            // In memory in real mode: a restarted process starts empty (issue 16's
-            // PostgreSQL store is not built yet); the confirm keeps the API's timing.
+            // The bus itself is in memory; with --database, what it accepted is kept in the
+            // store (hardened answers once it is committed).
             durability: events::bus::Durability::of(variant),
         }));
     }
@@ -547,6 +554,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         monitor: args
             .monitor
             .then(|| orrery_system::platform::monitor::Config::new(variant)),
+        database: args.database,
     };
     block_on(async move {
         let env = logged_env("control-plane");

@@ -1302,3 +1302,298 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fresh database in the PostgreSQL that `conformance/postgres/run.sh` started (make test
+/// runs `cargo test` under it, with its URL in `ORRERY_DATABASE_URL`); `None`, said aloud, when
+/// this run has none (a plain `cargo test`).
+fn fresh_database(tag: &str) -> Option<String> {
+    let Ok(url) = std::env::var("ORRERY_DATABASE_URL") else {
+        eprintln!("POSTGRES TEST SKIPPED: no ORRERY_DATABASE_URL (make test starts PostgreSQL through conformance/postgres/run.sh)");
+        return None;
+    };
+    let name = format!("orrery_{tag}_{}", std::process::id());
+    sql(&url, &format!("DROP DATABASE IF EXISTS {name}"));
+    sql(&url, &format!("CREATE DATABASE {name}"));
+    let (server, _) = url
+        .rsplit_once('/')
+        .expect("a database URL ends in /<database>");
+    Some(format!("{server}/{name}"))
+}
+
+/// Runs `query` on the database at `url`; the first column of each row it returns, as text.
+fn sql(url: &str, query: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        let Some(tokio_postgres::config::Host::Tcp(host)) = config.get_hosts().first().cloned()
+        else {
+            panic!("{url}: a TCP host")
+        };
+        let stream = tokio::net::TcpStream::connect((host.as_str(), config.get_ports()[0]))
+            .await
+            .unwrap();
+        let (client, connection) = config
+            .connect_raw(stream, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .simple_query(query)
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"))
+            .into_iter()
+            .filter_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => {
+                    Some(row.get(0).unwrap_or_default().to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+/// `orrery serve control-plane` with `args`, expected to stop on its own: its exit code and
+/// what it printed to stderr.
+fn control_plane_fails(args: &[&str]) -> (Option<i32>, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(["serve", "control-plane", "--admin-token", "adm"])
+        .args(args)
+        .output()
+        .expect("run orrery");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_control_plane_keeps_runtimes_the_audit_log_and_acknowledged_events_in_postgresql_across_a_kill(
+) {
+    let Some(database) = fresh_database("restart") else {
+        return;
+    };
+    let (tunnel, gateway, events) = (free_port(), free_port(), free_port());
+    let [tunnel_addr, gateway_addr, events_addr] =
+        [tunnel, gateway, events].map(|p| format!("127.0.0.1:{p}"));
+    let dir = std::env::temp_dir().join(format!("orrery-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let policy = policy.to_str().unwrap();
+    let start = || {
+        control_plane(
+            &tunnel_addr,
+            &gateway_addr,
+            "globex-prod=tok-2",
+            &[
+                "--users",
+                "",
+                "--policy",
+                policy,
+                "--events",
+                &events_addr,
+                "--variant",
+                "hardened",
+                "--database",
+                &database,
+            ],
+        )
+    };
+    let report = |token: &str, body: String| {
+        exchange(
+            events,
+            "POST",
+            "/2.0/api/events",
+            &body,
+            &format!("authorization: {token}\r\n"),
+        )
+        .map(|r| r.0)
+    };
+    let ask = |token: &str, query: &str| -> (u16, serde_json::Value) {
+        let body = serde_json::json!({"query": query}).to_string();
+        let (code, answer) =
+            http_as(gateway, "POST", "/2.0/api/graphql", &body, token).expect("an answer");
+        (
+            code,
+            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
+        )
+    };
+    let audit = || -> Vec<serde_json::Value> {
+        let (_, log) = http_as(gateway, "GET", "/api/audit?limit=1000", "", "adm").unwrap();
+        let log: serde_json::Value = serde_json::from_str(&log).unwrap();
+        log["entries"].as_array().cloned().unwrap_or_default()
+    };
+    let create = r#"mutation { createRuntime(name: "prod") { newAccessToken rotated } }"#;
+    let list = "{ applications { items { name syncStatus } } }";
+
+    let platform = start();
+    eventually("the GitOps API answers", Duration::from_secs(20), || {
+        http_as(gateway, "POST", "/2.0/api/graphql", "{}", "alice-token").is_some()
+    });
+    let (code, created) = ask("alice-token", create);
+    assert_eq!(code, 200, "{created}");
+    let first = created["data"]["createRuntime"]["newAccessToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A denial (only account admins create runtimes) and a rotation of prod's token.
+    let (code, denied) = ask("bob-token", create);
+    assert_eq!(code, 403, "{denied}");
+    let (code, rotated) = ask("alice-token", create);
+    assert_eq!(code, 200, "{rotated}");
+    assert_eq!(rotated["data"]["createRuntime"]["rotated"], true);
+    let second = rotated["data"]["createRuntime"]["newAccessToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before = audit();
+    assert!(
+        before
+            .iter()
+            .any(|e| e["action"] == "graphql createRuntime" && e["status"] == 403),
+        "{before:#?}"
+    );
+
+    // Hardened answers 200 only once the event is committed: the kill comes right after the
+    // last answer, with nothing in between that would wait for the store.
+    for (name, destination, sync, rv) in [
+        ("web", "team-a", "Synced", 5),
+        ("db", "team-b", "OutOfSync", 6),
+        ("web", "team-a", "OutOfSync", 7),
+        ("web", "team-a", "Synced", 6),
+    ] {
+        assert_eq!(
+            report(&second, app_event(name, destination, sync, rv)),
+            Some(200),
+            "{name}@{rv}"
+        );
+    }
+    drop(platform); // SIGKILL: nothing is flushed on the way out.
+    let _platform = start();
+    eventually(
+        "the restarted control plane answers",
+        Duration::from_secs(20),
+        || http_as(gateway, "POST", "/2.0/api/graphql", "{}", "alice-token").is_some(),
+    );
+    // The read models, rebuilt from the stored events: web at its newest state (rv 7; the
+    // stale rv 6 ignored again), db as reported.
+    assert_eq!(
+        ask("alice-token", list).1["data"]["applications"]["items"],
+        serde_json::json!([{"name": "db", "syncStatus": "OutOfSync"}, {"name": "web", "syncStatus": "OutOfSync"}]),
+    );
+    assert_eq!(
+        ask("bob-token", list).1["data"]["applications"]["items"],
+        serde_json::json!([{"name": "web", "syncStatus": "OutOfSync"}]),
+        "the rules still apply to what was restored"
+    );
+    // The registry: the rotated token is still refused, the current one accepted.
+    assert_eq!(
+        report(&first, app_event("db", "team-b", "Synced", 8)),
+        Some(401)
+    );
+    assert_eq!(
+        report(&second, app_event("db", "team-b", "Synced", 8)),
+        Some(200)
+    );
+    // The audit log: every entry from before the kill, unchanged, then the new ones.
+    let after = audit();
+    assert_eq!(
+        after[..before.len()],
+        before[..],
+        "the log survives as it was"
+    );
+    assert!(after.len() > before.len(), "and grows after the restart");
+    // The store itself: migration 1 applied once; the current token's digest, never a token;
+    // one stored event per app once newer ones are projected (the older compacted away).
+    assert_eq!(
+        sql(&database, "SELECT version FROM orrery_schema_migrations"),
+        ["1"]
+    );
+    // (globex-prod is preregistered: it comes from --runtimes at every start, not the store.)
+    assert_eq!(
+        sql(
+            &database,
+            "SELECT name || ' ' || token_sha256 FROM runtimes"
+        ),
+        [format!(
+            "acme-prod {}",
+            orrery_system::platform::store::token_digest(&second)
+        )]
+    );
+    eventually("older events compacted", Duration::from_secs(10), || {
+        sql(&database, "SELECT object FROM events ORDER BY object")
+            == ["app:argocd/db", "app:argocd/web"]
+    });
+
+    // One control plane per database: a second is refused while this one runs.
+    let (other_tunnel, other_gateway) = (free_port(), free_port());
+    let (code, stderr) = control_plane_fails(&[
+        "--tunnel",
+        &format!("127.0.0.1:{other_tunnel}"),
+        "--api",
+        &format!("127.0.0.1:{other_gateway}"),
+        "--database",
+        &database,
+    ]);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("another orrery control plane is using the database"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_control_plane_names_what_is_wrong_with_its_database_and_never_shows_its_password() {
+    let Some(database) = fresh_database("refusals") else {
+        return;
+    };
+    sql(
+        &database,
+        "CREATE TABLE orrery_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, \
+         applied_at timestamptz NOT NULL DEFAULT now()); \
+         INSERT INTO orrery_schema_migrations (version, name) VALUES (99, 'from the future')",
+    );
+    let password = std::env::var("ORRERY_DATABASE_URL")
+        .unwrap()
+        .split_once("orrery:")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .map(|(password, _)| password.to_string())
+        .unwrap();
+    for (url, wanted) in [
+        (
+            database.as_str(),
+            "the database's schema is at version 99, newer than this orrery's 1",
+        ),
+        (
+            "postgres://orrery:s3cret@127.0.0.1:9/orrery",
+            "cannot reach PostgreSQL at 127.0.0.1:9",
+        ),
+        (
+            "postgres://orrery:s3cret@127.0.0.1:5432/x?sslmode=bogus",
+            "database URL postgres://orrery:***@",
+        ),
+        (
+            "host=/var/run/postgresql user=orrery",
+            "a Unix socket host is not supported",
+        ),
+    ] {
+        let (tunnel, gateway) = (free_port(), free_port());
+        let (code, stderr) = control_plane_fails(&[
+            "--tunnel",
+            &format!("127.0.0.1:{tunnel}"),
+            "--api",
+            &format!("127.0.0.1:{gateway}"),
+            "--database",
+            url,
+        ]);
+        assert_ne!(code, Some(0), "{url}: {stderr}");
+        assert!(stderr.contains(wanted), "{url}: {stderr}");
+        assert!(
+            !stderr.contains("s3cret") && !stderr.contains(&password),
+            "{url}: {stderr}"
+        );
+    }
+}

@@ -9,6 +9,7 @@
 //! | gateway (client API: registration, forwarding, permissions, the GitOps API) | [`ControlPlaneConfig::gateway`] | the tunnel server; [`ControlPlaneState::events`] for the API's applications |
 //! | events path (events API → bus → handler → read model) | [`ControlPlaneConfig::events`] | [`ControlPlaneState::events`] |
 //! | runtime monitor | [`ControlPlaneConfig::monitor`] | the tunnel server; [`ControlPlaneState::health`] |
+//! | store (PostgreSQL) | [`ControlPlaneConfig::database`] | the registry, the audit log and the events path's accepted events are loaded from it at start and committed to it as they change |
 //! | promotion orchestrator | [`ControlPlaneConfig::promotions`] | the gateway (its own or another process's), the Git provider; [`ControlPlaneState::releases`] |
 
 use std::future::Future;
@@ -21,6 +22,7 @@ use super::monitor::{self, Monitor};
 use super::permissions::Permissions;
 use super::promotions;
 use super::registry::Registry;
+use super::store::{self, postgres::Database, Journal};
 use super::tunnel::{self, TunnelServer};
 use crate::env::{Listener, SharedEnv};
 
@@ -58,6 +60,10 @@ pub struct ControlPlaneConfig {
     pub promotions: Option<promotions::Config>,
     /// The runtime monitor (needs the tunnel server).
     pub monitor: Option<monitor::Config>,
+    /// Keep the state in this PostgreSQL database (`postgres://user:password@host:port/db`):
+    /// loaded at start, committed as it changes. `None`: in memory only (the simulator
+    /// keeps [`ControlPlaneState`] across restarts itself).
+    pub database: Option<String>,
 }
 
 /// What outlives a control-plane process, as its databases would: runtimes and tokens,
@@ -104,6 +110,59 @@ pub enum Error {
     /// The configuration cannot run (a service without what it needs).
     #[error("{0}")]
     Config(&'static str),
+    /// The database could not be opened, migrated or read.
+    #[error("the platform's store: {0}")]
+    Store(#[from] store::postgres::Error),
+}
+
+/// Opens the database, loads what it holds into `state` (a restarted process serves what
+/// the last one committed) and connects `state` to a journal; returns the writer to run.
+async fn open_store(
+    env: &SharedEnv,
+    url: &str,
+    state: &ControlPlaneState,
+) -> Result<impl Future<Output = ()>, Error> {
+    let database = Database::open(env, url).await?;
+    let snapshot = database.load().await?;
+    if let Some((at, entry)) = snapshot
+        .audit
+        .iter()
+        .enumerate()
+        .find(|(at, entry)| entry.seq != *at as u64 + 1)
+    {
+        return Err(store::postgres::Error::Unreadable {
+            table: "audit_log",
+            key: entry.seq.to_string(),
+            reason: format!("expected entry {} (the log has a gap)", at + 1),
+        }
+        .into());
+    }
+    state
+        .registry
+        .restore(&snapshot.runtimes, &snapshot.revoked);
+    let audited = snapshot.audit.len();
+    state.audit.restore(snapshot.audit);
+    let journal = Arc::new(Journal::new(snapshot.last_event_id));
+    state.registry.keep_in(journal.clone());
+    state.audit.keep_in(journal.clone());
+    let mut events = 0;
+    if let Some(platform) = &state.events {
+        platform.keep_in(journal.clone());
+        events = platform.restore(env, &snapshot.events);
+    }
+    tracing::info!(
+        migrations_applied = ?database.applied,
+        runtimes = snapshot.runtimes.len(),
+        audit_entries = audited,
+        events_replayed = events,
+        "the platform's store is open"
+    );
+    Ok(store::postgres::write(
+        env.clone(),
+        url.to_string(),
+        database,
+        journal,
+    ))
 }
 
 async fn bind(
@@ -127,6 +186,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     let mut services = tokio::task::JoinSet::new();
+    if let Some(url) = &config.database {
+        let writer = open_store(&env, url, &state).await?;
+        services.spawn(async move {
+            writer.await;
+            ("store writer", Ok(()))
+        });
+    }
     let tunnels = match &config.tunnel {
         Some(settings) => {
             let listener = bind(&env, "tunnel server", &settings.listen).await?;

@@ -4,16 +4,18 @@
 //! (`GET /api/audit`): the admin sees every entry, a user only their own account's.
 //!
 //! Kept in the control plane's state, which outlives a gateway process as its database
-//! would (issue 16 moves it into PostgreSQL in real mode).
+//! would; in real mode with a database, each entry is also appended to the store's journal
+//! (PostgreSQL, [`crate::platform::store`]) and a restarted process loads the log back.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use super::store::{Change, Journal};
 use crate::env::SharedEnv;
 
 /// Whether the request went through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// Handled (forwarded, registered); `status` is the answer the client got.
@@ -24,7 +26,7 @@ pub enum Outcome {
 }
 
 /// Who made a request, as far as the gateway could tell.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Actor {
     /// No credentials, or credentials the platform does not know.
@@ -39,7 +41,7 @@ pub enum Actor {
 }
 
 /// One audited request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// Position in the log, from 1.
     pub seq: u64,
@@ -53,7 +55,7 @@ pub struct Entry {
     /// Method and normalised path (the raw path when it could not be normalised).
     pub action: String,
     /// The runtime the request was for, when it named one.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub runtime: String,
     /// Allowed or denied.
     pub outcome: Outcome,
@@ -61,7 +63,7 @@ pub struct Entry {
     pub status: u16,
     /// Why, for a denial (the error the client got); what else happened, for an allowed
     /// request that did more than it says (a registration that rotated a token).
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
 }
 
@@ -88,6 +90,8 @@ pub struct Record {
 #[derive(Default)]
 pub struct Audit {
     entries: Mutex<Vec<Entry>>,
+    /// Where entries are kept for good (real mode with a database).
+    journal: OnceLock<Arc<Journal>>,
 }
 
 /// Longest action or reason kept, in bytes.
@@ -117,7 +121,7 @@ impl Audit {
             .unwrap_or_default();
         let mut entries = self.entries.lock().expect("audit lock");
         let seq = entries.len() as u64 + 1;
-        entries.push(Entry {
+        let entry = Entry {
             seq,
             at,
             actor: record.actor,
@@ -127,8 +131,35 @@ impl Audit {
             outcome: record.outcome,
             status: record.status,
             reason: cut(record.reason),
-        });
+        };
+        // Appended under the log's lock: the journal has the entries in their order.
+        if let Some(journal) = self.journal.get() {
+            journal.append(Change::Audit(entry.clone()));
+        }
+        entries.push(entry);
         seq
+    }
+
+    /// Keeps every entry from now on in `journal` (once; a second call is ignored).
+    pub fn keep_in(&self, journal: Arc<Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// Waits until everything appended to the store's journal so far (these entries, and the
+    /// registry's changes, which share it) is committed; at once without a store.
+    pub async fn durable(&self) -> Result<(), super::store::Unavailable> {
+        match self.journal.get() {
+            Some(journal) => journal.sync().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Takes back the log the store held (numbered from 1, in order), before anything is
+    /// recorded.
+    pub fn restore(&self, stored: Vec<Entry>) {
+        let mut entries = self.entries.lock().expect("audit lock");
+        debug_assert!(entries.is_empty(), "restored into a log in use");
+        *entries = stored;
     }
 
     /// Entries after `after` (a sequence number; 0 for the start), oldest first, at most

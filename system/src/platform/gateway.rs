@@ -817,7 +817,18 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     crate::env::http::serve(listener, move |request, _peer| {
         let (env, gateway) = (env.clone(), gateway.clone());
-        async move { gateway.handle(&env, request).await }
+        async move {
+            let response = gateway.handle(&env, request).await;
+            // What the request changed (a registration, its audit entries) is kept before
+            // the client hears of it: a 503 when the store cannot keep it.
+            match gateway.sources.audit.durable().await {
+                Ok(()) => response,
+                Err(unavailable) => json(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"error": unavailable.to_string()}),
+                ),
+            }
+        }
     })
     .await
 }

@@ -13,6 +13,7 @@
 //!   environment a PromotionTask on its runtime) and its read model.
 //! - [`registry`], [`permissions`]: runtimes, their tokens, kinds and access modes; accounts'
 //!   users, teams and rules (RBAC plus ABAC, deny by default).
+//! - [`store`]: what a process must not lose, committed to PostgreSQL in real mode.
 //! - [`assembly`]: the whole control plane, one config and one `run` — what
 //!   `orrery serve control-plane` and the simulated world start.
 
@@ -25,4 +26,5 @@ pub mod monitor;
 pub mod permissions;
 pub mod promotions;
 pub mod registry;
+pub mod store;
 pub mod tunnel;

@@ -4,8 +4,11 @@
 //! tokens against it.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
+use serde::{Deserialize, Serialize};
+
+use super::store::{token_digest, Change, Journal};
 use crate::env::SharedEnv;
 
 /// A registered runtime.
@@ -26,7 +29,8 @@ impl Runtime {
 
 /// Where a runtime's components run: the customer's cluster, or the platform's shared
 /// infrastructure (research §2: hybrid and hosted runtimes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// In the customer's cluster.
     #[default]
@@ -36,7 +40,8 @@ pub enum Kind {
 }
 
 /// How the platform reaches a runtime (research §2: `global.runtime.ingress.enabled`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum AccessMode {
     /// Through the tunnel the runtime opens (the default).
     #[default]
@@ -46,7 +51,8 @@ pub enum AccessMode {
 }
 
 /// What the platform knows of a runtime besides its identity.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Info {
     /// Hybrid or hosted.
     pub kind: Kind,
@@ -97,14 +103,19 @@ pub struct NameTaken {
     pub holder: Runtime,
 }
 
-/// Token → runtime.
+/// Token → runtime. Tokens are held as their SHA-256 ([`token_digest`]), as the store keeps
+/// them: a token is shown once, in its registration's answer.
 #[derive(Default)]
 pub struct Registry {
+    /// Token digest → runtime.
     by_token: Mutex<BTreeMap<String, Runtime>>,
     /// By tunnel name.
     info: Mutex<BTreeMap<String, Info>>,
-    /// Tokens a registration replaced: refused everywhere, preregistered ones included.
+    /// Digests of tokens a registration replaced: refused everywhere, preregistered ones
+    /// included.
     revoked: Mutex<std::collections::BTreeSet<String>>,
+    /// Where registrations are kept for good (real mode with a database).
+    journal: OnceLock<Arc<Journal>>,
 }
 
 impl Registry {
@@ -117,6 +128,28 @@ impl Registry {
         env: &SharedEnv,
         account: &str,
         runtime: &str,
+    ) -> Result<Registration, NameTaken> {
+        self.register_inner(env, account, runtime, None)
+    }
+
+    /// As [`Registry::register`], recording `info` for the runtime (a registration again
+    /// replaces it).
+    pub fn register_with(
+        &self,
+        env: &SharedEnv,
+        account: &str,
+        runtime: &str,
+        info: Info,
+    ) -> Result<Registration, NameTaken> {
+        self.register_inner(env, account, runtime, Some(info))
+    }
+
+    fn register_inner(
+        &self,
+        env: &SharedEnv,
+        account: &str,
+        runtime: &str,
+        info: Option<Info>,
     ) -> Result<Registration, NameTaken> {
         let entry = Runtime {
             account: account.into(),
@@ -134,41 +167,72 @@ impl Registry {
             });
         }
         let token = format!("rt-{:016x}{:016x}", env.random_u64(), env.random_u64());
+        let digest = token_digest(&token);
         let replaced: Vec<String> = tokens
             .iter()
             .filter(|(_, r)| **r == entry)
             .map(|(t, _)| t.clone())
             .collect();
         tokens.retain(|_, r| *r != entry);
-        tokens.insert(token.clone(), entry);
+        tokens.insert(digest.clone(), entry);
+        drop(tokens);
         let rotated = !replaced.is_empty();
-        self.revoked.lock().expect("registry lock").extend(replaced);
-        self.info
-            .lock()
-            .expect("registry lock")
-            .entry(name)
-            .or_insert_with(|| Info {
-                cluster: DEFAULT_CLUSTER.into(),
-                ..Info::default()
+        let mut infos = self.info.lock().expect("registry lock");
+        let info = match info {
+            Some(info) => {
+                infos.insert(name.clone(), info.clone());
+                info
+            }
+            None => infos
+                .entry(name.clone())
+                .or_insert_with(|| Info {
+                    cluster: DEFAULT_CLUSTER.into(),
+                    ..Info::default()
+                })
+                .clone(),
+        };
+        drop(infos);
+        if let Some(journal) = self.journal.get() {
+            journal.append(Change::Runtime {
+                name,
+                account: account.into(),
+                runtime: runtime.into(),
+                token_sha256: digest,
+                info,
             });
+            for token_sha256 in &replaced {
+                journal.append(Change::Revoked {
+                    token_sha256: token_sha256.clone(),
+                });
+            }
+        }
+        self.revoked.lock().expect("registry lock").extend(replaced);
         Ok(Registration { token, rotated })
     }
 
-    /// As [`Registry::register`], recording `info` for the runtime (a registration again
-    /// replaces it).
-    pub fn register_with(
-        &self,
-        env: &SharedEnv,
-        account: &str,
-        runtime: &str,
-        info: Info,
-    ) -> Result<Registration, NameTaken> {
-        let registration = self.register(env, account, runtime)?;
-        self.info
+    /// Keeps every registration from now on in `journal` (once; a second call is ignored).
+    pub fn keep_in(&self, journal: Arc<Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// Takes back what the store held: runtimes with their token digests, and the revoked
+    /// digests.
+    pub fn restore(&self, runtimes: &[super::store::postgres::StoredRuntime], revoked: &[String]) {
+        let mut tokens = self.by_token.lock().expect("registry lock");
+        let mut infos = self.info.lock().expect("registry lock");
+        for stored in runtimes {
+            let entry = Runtime {
+                account: stored.account.clone(),
+                runtime: stored.runtime.clone(),
+            };
+            tokens.retain(|_, r| *r != entry);
+            tokens.insert(stored.token_sha256.clone(), entry);
+            infos.insert(stored.name.clone(), stored.info.clone());
+        }
+        self.revoked
             .lock()
             .expect("registry lock")
-            .insert(format!("{account}-{runtime}"), info);
-        Ok(registration)
+            .extend(revoked.iter().cloned());
     }
 
     /// What the platform knows of the runtime whose tunnel name is `name` (the defaults for
@@ -226,7 +290,7 @@ impl Registry {
     /// Registers with a token chosen by the caller (fixtures and tests).
     pub fn insert(&self, token: &str, account: &str, runtime: &str) {
         self.by_token.lock().expect("registry lock").insert(
-            token.into(),
+            token_digest(token),
             Runtime {
                 account: account.into(),
                 runtime: runtime.into(),
@@ -236,7 +300,10 @@ impl Registry {
 
     /// Whether a registration replaced `token`.
     pub fn is_revoked(&self, token: &str) -> bool {
-        self.revoked.lock().expect("registry lock").contains(token)
+        self.revoked
+            .lock()
+            .expect("registry lock")
+            .contains(&token_digest(token))
     }
 
     /// The runtime a token was issued to.
@@ -244,7 +311,7 @@ impl Registry {
         self.by_token
             .lock()
             .expect("registry lock")
-            .get(token)
+            .get(&token_digest(token))
             .cloned()
     }
 }

@@ -31,6 +31,8 @@ use crate::core::event::{Envelope, EventPayload};
 use crate::env::http::{json, Body};
 use crate::env::{Point, SharedEnv};
 use crate::observe::PlatformEvent;
+use crate::platform::store::postgres::StoredEvent;
+use crate::platform::store::{Change, Journal};
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use read_model::{AppState, ReadModel};
 
@@ -75,6 +77,9 @@ pub struct Platform {
     cluster: Mutex<cluster::ClusterModel>,
     /// The queue between the API and the handler; its store outlives the process.
     bus: bus::Bus<Accepted>,
+    /// Where accepted events are kept for good (real mode with a database): the read
+    /// models are rebuilt from them when a process starts ([`Platform::restore`]).
+    journal: std::sync::OnceLock<Arc<Journal>>,
 }
 
 impl Platform {
@@ -87,7 +92,54 @@ impl Platform {
             knobs: Mutex::new(Knobs::default()),
             read_model: Mutex::new(ReadModel::default()),
             cluster: Mutex::new(cluster::ClusterModel::default()),
+            journal: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Keeps every accepted event from now on in `journal` (once; a second call is
+    /// ignored). With a journal, the hardened events API answers 2xx only once the event is
+    /// committed; faithful answers once it is on the bus, as without one.
+    pub fn keep_in(&self, journal: Arc<Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// Rebuilds the read models from the events the store held, oldest first, before the
+    /// events path serves (a projection ignores what it already holds, so an event projected
+    /// before the process stopped changes nothing). Returns how many were projected; an
+    /// event this build cannot decode any more is logged and left in the store.
+    pub fn restore(&self, env: &SharedEnv, events: &[StoredEvent]) -> usize {
+        let mut projected = 0;
+        for stored in events {
+            match decode(&stored.runtime, stored.gzip, &stored.body) {
+                Ok(mut accepted) => {
+                    accepted.stored = Some(stored.id);
+                    let (object, applied) = project(env, self, stored.id, &accepted);
+                    if !stored.projected {
+                        self.projected(stored.id, &stored.runtime, object, applied);
+                    }
+                    projected += 1;
+                }
+                Err(rejection) => tracing::warn!(
+                    "stored event {} of {} is not readable any more, left in the store: {}",
+                    stored.id,
+                    stored.runtime,
+                    rejection.reason
+                ),
+            }
+        }
+        projected
+    }
+
+    /// Tells the store an event was projected (so older events of its object can go).
+    fn projected(&self, id: u64, runtime: &str, object: String, applied: bool) {
+        if let Some(journal) = self.journal.get() {
+            journal.append(Change::Projected {
+                id,
+                runtime: runtime.to_string(),
+                object,
+                applied,
+            });
+        }
     }
 
     /// Also accepts the tokens `registry` issues: a runtime registered through the gateway
@@ -248,6 +300,8 @@ fn reject(status: StatusCode, reason: impl Into<String>) -> Rejection {
 struct Accepted {
     runtime: String,
     event: Kind,
+    /// Its id in the store, when there is one.
+    stored: Option<u64>,
 }
 
 impl Accepted {
@@ -371,6 +425,7 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
             return Ok(Accepted {
                 runtime: runtime.to_string(),
                 event: Kind::Cluster(event),
+                stored: None,
             });
         }
     };
@@ -396,6 +451,7 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
             payload: envelope.data,
             object,
         },
+        stored: None,
     })
 }
 
@@ -409,7 +465,9 @@ struct AppEvent<'a> {
 /// Projects one accepted event into the read model: an event whose object is an
 /// Application updates that app (its state read from the object: a child-app event's
 /// `source` describes the parent); any other object is one resource of `source.appName`.
-fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) {
+/// Returns what the event is about (`app:<ns>/<name>`, `resource:<key>`,
+/// `<Kind>:<ns>/<name>`) and whether the read model changed.
+fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) -> (String, bool) {
     let (payload, object) = match &accepted.event {
         Kind::App { payload, object } => (payload, object),
         Kind::Cluster(event) => {
@@ -424,6 +482,7 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
                 .lock()
                 .expect("cluster lock poisoned")
                 .apply(&accepted.runtime, event.clone());
+            let object = format!("{kind}:{name}");
             env.observe(
                 PlatformEvent::ClusterEvent {
                     kind,
@@ -435,7 +494,7 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
                 }
                 .into(),
             );
-            return;
+            return (object, applied == read_model::Applied::Updated);
         }
     };
     let event = AppEvent {
@@ -476,8 +535,9 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
                     revision: source.revision.clone(),
                 },
             );
+        let object = format!("resource:{key}");
         env.observe(PlatformEvent::ResourceEvent { resource: key, seq }.into());
-        return;
+        return (object, true);
     }
     let name = metadata.name.as_str();
     let namespace = metadata.namespace.as_str();
@@ -527,11 +587,12 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
         },
         destination_namespace: object.spec.0.destination.0.namespace.as_str().to_string(),
     };
+    let key = format!("{namespace}/{name}");
     let applied = platform
         .read_model
         .lock()
         .expect("read model lock poisoned")
-        .apply(event.runtime, &format!("{namespace}/{name}"), state);
+        .apply(event.runtime, &key, state);
     env.observe(
         PlatformEvent::Event {
             app: name.to_string(),
@@ -542,6 +603,10 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
         }
         .into(),
     );
+    (
+        format!("app:{key}"),
+        applied == read_model::Applied::Updated,
+    )
 }
 
 async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>) -> Response<Body> {
@@ -593,8 +658,19 @@ async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>)
             json(status, &json!({"error": "the events API is unavailable"}))
         }
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
-            Ok(event) => {
+            Ok((mut event, body)) => {
                 let object = event.object_name();
+                let journal = platform.journal.get();
+                let stored = journal.map(|journal| {
+                    let id = journal.next_event_id();
+                    event.stored = Some(id);
+                    Change::Event {
+                        id,
+                        runtime: event.runtime.clone(),
+                        gzip: body.1,
+                        body: body.0,
+                    }
+                });
                 match platform.bus.publish(event) {
                     // Fault point: stored, then the handler fails before it answers.
                     Ok(_) if env.buggify(Point::PlatformEventsCrashAfterStore) => json(
@@ -602,8 +678,20 @@ async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>)
                         &json!({"error": "handler failed after queueing the event"}),
                     ),
                     Ok(seq) => {
+                        if let (Some(journal), Some(change)) = (journal, stored) {
+                            journal.append(change);
+                        }
                         if platform.bus.durability().confirms {
                             platform.bus.confirm(seq).await;
+                            if let Some(Err(unavailable)) = match journal {
+                                Some(journal) => Some(journal.sync().await),
+                                None => None,
+                            } {
+                                return json(
+                                    StatusCode::SERVICE_UNAVAILABLE,
+                                    &json!({"error": unavailable.to_string()}),
+                                );
+                            }
                         }
                         platform.bus.acknowledged(seq);
                         env.observe(PlatformEvent::Acknowledged { seq, object }.into());
@@ -660,7 +748,11 @@ fn own<V>(runtime: &str, views: BTreeMap<String, V>) -> BTreeMap<String, V> {
         .collect()
 }
 
-async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted, Rejection> {
+/// The event a request carries, with its body as it arrived and whether that is gzip.
+async fn accept(
+    platform: &Platform,
+    req: Request<Incoming>,
+) -> Result<(Accepted, (Bytes, bool)), Rejection> {
     let Some(runtime) = caller(platform, &req) else {
         return Err(unauthorised());
     };
@@ -688,7 +780,7 @@ async fn accept(platform: &Platform, req: Request<Incoming>) -> Result<Accepted,
             }
         })?
         .to_bytes();
-    decode(&runtime, gzip, &body)
+    Ok((decode(&runtime, gzip, &body)?, (body, gzip)))
 }
 
 /// Ends a service's tasks with it.
@@ -744,7 +836,10 @@ pub async fn serve(
             if !delay.is_zero() {
                 handler_env.sleep(delay).await;
             }
-            project(&handler_env, &handler_platform, seq, &event);
+            let (object, applied) = project(&handler_env, &handler_platform, seq, &event);
+            if let Some(id) = event.stored {
+                handler_platform.projected(id, &event.runtime, object, applied);
+            }
             handler_platform.bus.ack(seq);
         }
     });

@@ -1,0 +1,540 @@
+//! The store in PostgreSQL: schema migrations, loading what a restarted control plane needs,
+//! and the writer that commits the [`Journal`] in groups.
+//!
+//! The connection comes from the environment ([`crate::env::Env::connect`]) and speaks the
+//! protocol through `tokio-postgres` (`connect_raw`, no TLS: a loopback or private-network
+//! database). One control plane per database: [`Database::open`] takes a session advisory
+//! lock and refuses to start while another process holds it.
+//!
+//! Tables (migration 1): `runtimes` (one row per tunnel name: account, runtime, the SHA-256 of
+//! its current token, its info as JSON), `revoked_tokens` (SHA-256s), `audit_log` (seq → entry
+//! as JSON), `events` (each accepted event as it arrived, until a newer event of the same
+//! object has been projected: the read models are rebuilt from them at start).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio_postgres::{Client, NoTls, Statement};
+
+use super::{Change, Journal};
+use crate::env::SharedEnv;
+use crate::platform::audit::Entry;
+use crate::platform::registry::Info;
+
+/// The schema's migrations, in order: (version, name, SQL). Never edit one that shipped; add
+/// the next.
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "registry, audit log and events",
+    include_str!("migrations/0001_initial.sql"),
+)];
+
+/// Key of the advisory lock a control plane holds on its database (`orrery` in ASCII).
+const LOCK_KEY: i64 = 0x6f72_7265_7279;
+
+/// Why the store could not be opened or read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The `--database` URL is not one this store can use.
+    #[error("database URL {url}: {reason}")]
+    Url {
+        /// The URL, password hidden.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No connection to the server.
+    #[error("cannot reach PostgreSQL at {addr}: {source}")]
+    Connect {
+        /// `host:port`.
+        addr: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server refused or failed a request.
+    #[error("PostgreSQL at {addr}: {source}")]
+    Postgres {
+        /// `host:port`.
+        addr: String,
+        /// What it said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// Another control plane holds the database.
+    #[error("another orrery control plane is using the database at {addr} (one per database)")]
+    Busy {
+        /// `host:port`.
+        addr: String,
+    },
+    /// The schema is newer than this build knows.
+    #[error("the database's schema is at version {found}, newer than this orrery's {known}: upgrade orrery or use another database")]
+    NewerSchema {
+        /// The database's version.
+        found: i32,
+        /// The newest this build has.
+        known: i32,
+    },
+    /// A stored row this build cannot read.
+    #[error("the database holds a {table} row this orrery cannot read ({key}): {reason}")]
+    Unreadable {
+        /// Which table.
+        table: &'static str,
+        /// Which row.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A runtime as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRuntime {
+    /// Tunnel name.
+    pub name: String,
+    /// Owning account.
+    pub account: String,
+    /// Name within the account.
+    pub runtime: String,
+    /// Hex SHA-256 of its current token.
+    pub token_sha256: String,
+    /// What is known of it.
+    pub info: Info,
+}
+
+/// An accepted event as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredEvent {
+    /// Its id.
+    pub id: u64,
+    /// The runtime whose token sent it.
+    pub runtime: String,
+    /// Whether the body is gzip-compressed.
+    pub gzip: bool,
+    /// The request body.
+    pub body: Bytes,
+    /// Whether it was projected before the process stopped.
+    pub projected: bool,
+}
+
+/// Everything a control plane loads at start.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Registered runtimes, by name.
+    pub runtimes: Vec<StoredRuntime>,
+    /// SHA-256s of revoked tokens.
+    pub revoked: Vec<String>,
+    /// The audit log, in order.
+    pub audit: Vec<Entry>,
+    /// Stored events, by id.
+    pub events: Vec<StoredEvent>,
+    /// The largest event id ever stored (ids continue after it).
+    pub last_event_id: u64,
+}
+
+struct Statements {
+    runtime: Statement,
+    revoked: Statement,
+    audit: Statement,
+    event: Statement,
+    projected: Statement,
+    compact: Statement,
+    drop_event: Statement,
+    last_event: Statement,
+}
+
+/// An open, migrated database that this process holds.
+pub struct Database {
+    addr: String,
+    client: Client,
+    statements: Statements,
+    /// Migrations this open applied (empty when the schema was current).
+    pub applied: Vec<i32>,
+}
+
+/// The URL with its password replaced (for messages).
+fn shown(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url
+            .split(' ')
+            .map(|part| match part.strip_prefix("password=") {
+                Some(_) => "password=***",
+                None => part,
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+impl Database {
+    /// Connects to `url` (`postgres://user:password@host:port/dbname`, or the key=value
+    /// form), takes the database's lock, applies the migrations it lacks, and prepares the
+    /// writer's statements.
+    pub async fn open(env: &SharedEnv, url: &str) -> Result<Database, Error> {
+        let config: tokio_postgres::Config = url.parse().map_err(|e| Error::Url {
+            url: shown(url),
+            reason: format!("{e}"),
+        })?;
+        let host = match config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+            None => "127.0.0.1".to_string(),
+            #[allow(unreachable_patterns)]
+            Some(_) => {
+                return Err(Error::Url {
+                    url: shown(url),
+                    reason: "a Unix socket host is not supported: give host=127.0.0.1 (or the server's address)".into(),
+                })
+            }
+        };
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let addr = format!("{host}:{port}");
+        let stream = env.connect(&addr).await.map_err(|source| Error::Connect {
+            addr: addr.clone(),
+            source,
+        })?;
+        let pg = |addr: &str| {
+            let addr = addr.to_string();
+            move |source| Error::Postgres { addr, source }
+        };
+        let (mut client, connection) =
+            config.connect_raw(stream, NoTls).await.map_err(pg(&addr))?;
+        let peer = addr.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!("PostgreSQL connection to {peer} ended: {e}");
+            }
+        });
+        let locked: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
+            .await
+            .map_err(pg(&addr))?
+            .get(0);
+        if !locked {
+            return Err(Error::Busy { addr });
+        }
+        let applied = migrate(&mut client).await.map_err(|e| match e {
+            Migrate::Postgres(source) => Error::Postgres {
+                addr: addr.clone(),
+                source,
+            },
+            Migrate::Newer(found) => Error::NewerSchema {
+                found,
+                known: MIGRATIONS.last().map_or(0, |m| m.0),
+            },
+        })?;
+        let prepare = |sql: &'static str| {
+            let client = &client;
+            async move { client.prepare(sql).await }
+        };
+        let statements = Statements {
+            runtime: prepare(
+                "INSERT INTO runtimes (name, account, runtime, token_sha256, info) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO UPDATE SET \
+                 account = EXCLUDED.account, runtime = EXCLUDED.runtime, \
+                 token_sha256 = EXCLUDED.token_sha256, info = EXCLUDED.info",
+            )
+            .await
+            .map_err(pg(&addr))?,
+            revoked: prepare(
+                "INSERT INTO revoked_tokens (token_sha256) VALUES ($1) ON CONFLICT DO NOTHING",
+            )
+            .await
+            .map_err(pg(&addr))?,
+            audit: prepare(
+                "INSERT INTO audit_log (seq, entry) VALUES ($1, $2) ON CONFLICT (seq) DO NOTHING",
+            )
+            .await
+            .map_err(pg(&addr))?,
+            event: prepare(
+                "INSERT INTO events (id, runtime, gzip, body) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .await
+            .map_err(pg(&addr))?,
+            projected: prepare(
+                "UPDATE events SET projected = true, object = $2 WHERE id = $1",
+            )
+            .await
+            .map_err(pg(&addr))?,
+            compact: prepare("DELETE FROM events WHERE runtime = $1 AND object = $2 AND id < $3")
+                .await
+                .map_err(pg(&addr))?,
+            drop_event: prepare("DELETE FROM events WHERE id = $1")
+                .await
+                .map_err(pg(&addr))?,
+            last_event: prepare(
+                "UPDATE orrery_counters SET value = GREATEST(value, $1) WHERE name = 'last_event_id'",
+            )
+            .await
+            .map_err(pg(&addr))?,
+        };
+        Ok(Database {
+            addr,
+            client,
+            statements,
+            applied,
+        })
+    }
+
+    /// Whether the connection is gone (the writer reopens).
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    fn error(&self, source: tokio_postgres::Error) -> Error {
+        Error::Postgres {
+            addr: self.addr.clone(),
+            source,
+        }
+    }
+
+    /// Everything the store holds.
+    pub async fn load(&self) -> Result<Snapshot, Error> {
+        let mut snapshot = Snapshot::default();
+        for row in self
+            .client
+            .query(
+                "SELECT name, account, runtime, token_sha256, info FROM runtimes ORDER BY name",
+                &[],
+            )
+            .await
+            .map_err(|e| self.error(e))?
+        {
+            let name: String = row.get(0);
+            let info: serde_json::Value = row.get(4);
+            let info = serde_json::from_value(info).map_err(|e| Error::Unreadable {
+                table: "runtimes",
+                key: name.clone(),
+                reason: e.to_string(),
+            })?;
+            snapshot.runtimes.push(StoredRuntime {
+                name,
+                account: row.get(1),
+                runtime: row.get(2),
+                token_sha256: row.get(3),
+                info,
+            });
+        }
+        for row in self
+            .client
+            .query(
+                "SELECT token_sha256 FROM revoked_tokens ORDER BY token_sha256",
+                &[],
+            )
+            .await
+            .map_err(|e| self.error(e))?
+        {
+            snapshot.revoked.push(row.get(0));
+        }
+        for row in self
+            .client
+            .query("SELECT seq, entry FROM audit_log ORDER BY seq", &[])
+            .await
+            .map_err(|e| self.error(e))?
+        {
+            let seq: i64 = row.get(0);
+            let entry: serde_json::Value = row.get(1);
+            snapshot.audit.push(
+                serde_json::from_value(entry).map_err(|e| Error::Unreadable {
+                    table: "audit_log",
+                    key: seq.to_string(),
+                    reason: e.to_string(),
+                })?,
+            );
+        }
+        for row in self
+            .client
+            .query(
+                "SELECT id, runtime, gzip, body, projected FROM events ORDER BY id",
+                &[],
+            )
+            .await
+            .map_err(|e| self.error(e))?
+        {
+            let id: i64 = row.get(0);
+            let body: Vec<u8> = row.get(3);
+            snapshot.events.push(StoredEvent {
+                id: id as u64,
+                runtime: row.get(1),
+                gzip: row.get(2),
+                body: Bytes::from(body),
+                projected: row.get(4),
+            });
+        }
+        let last: i64 = self
+            .client
+            .query_one(
+                "SELECT value FROM orrery_counters WHERE name = 'last_event_id'",
+                &[],
+            )
+            .await
+            .map_err(|e| self.error(e))?
+            .get(0);
+        snapshot.last_event_id = last as u64;
+        Ok(snapshot)
+    }
+
+    /// Commits `changes` in one transaction, in order.
+    pub async fn commit(&mut self, changes: &[Change]) -> Result<(), tokio_postgres::Error> {
+        let s = &self.statements;
+        let tx = self.client.transaction().await?;
+        let mut last_event = 0i64;
+        for change in changes {
+            match change {
+                Change::Runtime {
+                    name,
+                    account,
+                    runtime,
+                    token_sha256,
+                    info,
+                } => {
+                    let info = serde_json::to_value(info).unwrap_or_default();
+                    tx.execute(&s.runtime, &[name, account, runtime, token_sha256, &info])
+                        .await?;
+                }
+                Change::Revoked { token_sha256 } => {
+                    tx.execute(&s.revoked, &[token_sha256]).await?;
+                }
+                Change::Audit(entry) => {
+                    let value = serde_json::to_value(entry).unwrap_or_default();
+                    tx.execute(&s.audit, &[&(entry.seq as i64), &value]).await?;
+                }
+                Change::Event {
+                    id,
+                    runtime,
+                    gzip,
+                    body,
+                } => {
+                    let id = *id as i64;
+                    last_event = last_event.max(id);
+                    tx.execute(&s.event, &[&id, runtime, gzip, &body.as_ref()])
+                        .await?;
+                }
+                Change::Projected {
+                    id,
+                    runtime,
+                    object,
+                    applied,
+                } => {
+                    let id = *id as i64;
+                    if *applied {
+                        tx.execute(&s.projected, &[&id, object]).await?;
+                        tx.execute(&s.compact, &[runtime, object, &id]).await?;
+                    } else {
+                        tx.execute(&s.drop_event, &[&id]).await?;
+                    }
+                }
+            }
+        }
+        if last_event > 0 {
+            tx.execute(&s.last_event, &[&last_event]).await?;
+        }
+        tx.commit().await
+    }
+}
+
+enum Migrate {
+    Postgres(tokio_postgres::Error),
+    Newer(i32),
+}
+
+impl From<tokio_postgres::Error> for Migrate {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Migrate::Postgres(e)
+    }
+}
+
+/// Applies the migrations the database lacks, each in the one transaction that records it,
+/// under a transaction lock (two processes starting at once apply each migration once).
+async fn migrate(client: &mut Client) -> Result<Vec<i32>, Migrate> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&(LOCK_KEY + 1)])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS orrery_schema_migrations (\
+           version integer PRIMARY KEY, name text NOT NULL, \
+           applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await?;
+    let found: i32 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM orrery_schema_migrations",
+            &[],
+        )
+        .await?
+        .get(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if found > known {
+        return Err(Migrate::Newer(found));
+    }
+    let mut applied = Vec::new();
+    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO orrery_schema_migrations (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .await?;
+        applied.push(*version);
+    }
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// The writer: commits the journal's groups in order, for as long as the process runs. A
+/// failed commit marks the journal failed (waiters answer 503), and is retried every second
+/// with the same group, reopening the database when the connection is gone.
+pub async fn write(env: SharedEnv, url: String, mut db: Database, journal: Arc<Journal>) {
+    loop {
+        let (last, group) = journal.next_group().await;
+        loop {
+            match db.commit(&group).await {
+                Ok(()) => {
+                    journal.committed(last);
+                    break;
+                }
+                Err(e) => {
+                    let why = db.error(e).to_string();
+                    tracing::warn!("the platform's store: {why}; retrying in 1 s");
+                    journal.failed(why);
+                    env.sleep(Duration::from_secs(1)).await;
+                    if db.is_closed() {
+                        match Database::open(&env, &url).await {
+                            Ok(reopened) => db = reopened,
+                            Err(e) => journal.failed(e.to_string()),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn a_password_never_reaches_a_message() {
+        assert_eq!(
+            shown("postgres://orrery:s3cret@127.0.0.1:5432/orrery"),
+            "postgres://orrery:***@127.0.0.1:5432/orrery"
+        );
+        assert_eq!(
+            shown("postgres://orrery@db:5432/x"),
+            "postgres://orrery@db:5432/x"
+        );
+        assert_eq!(
+            shown("host=db user=orrery password=x"),
+            "host=db user=orrery password=***"
+        );
+    }
+}
