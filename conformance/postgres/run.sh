@@ -10,12 +10,14 @@
 # 2. initdb into a scratch directory (as the `postgres` user when run as root: the server
 #    refuses to run as root), with password authentication (SCRAM) for a superuser `orrery`,
 #    and starts the server on a free loopback port.
-# 3. Exports ORRERY_DATABASE_URL=postgres://orrery:<password>@127.0.0.1:<port>/postgres for
+# 3. Exports ORRERY_POSTGRES_URL=postgres://orrery:<password>@127.0.0.1:<port>/postgres for
 #    COMMAND (tests create their own databases in it), and stops the server and removes the
-#    scratch directory when COMMAND ends, whatever its result.
+#    scratch directory when COMMAND ends, whatever its result. (Not ORRERY_DATABASE_URL: that
+#    is what `orrery serve control-plane` reads, and every control plane the tests start would
+#    take this one database.)
 #
 # With ORRERY_CONFORMANCE_OPTIONAL=1, a machine that cannot install or start it prints
-# "POSTGRES SKIPPED: <reason>" and runs COMMAND without ORRERY_DATABASE_URL (the PostgreSQL
+# "POSTGRES SKIPPED: <reason>" and runs COMMAND without ORRERY_POSTGRES_URL (the PostgreSQL
 # tests then say they were skipped, never that they passed); otherwise that is an error.
 set -euo pipefail
 
@@ -23,7 +25,9 @@ command_args=("$@")
 skip() {
     if [ "${ORRERY_CONFORMANCE_OPTIONAL:-0}" = "1" ]; then
         echo "POSTGRES SKIPPED: $1"
-        unset ORRERY_DATABASE_URL
+        unset ORRERY_POSTGRES_URL
+        # exec would skip the EXIT trap: clean up first.
+        if declare -F cleanup >/dev/null; then cleanup; trap - EXIT; fi
         exec "${command_args[@]}"
     fi
     echo "conformance/postgres: $1" >&2
@@ -67,9 +71,8 @@ fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 work="$(mktemp -d "${TMPDIR:-/tmp}/orrery-postgres.XXXXXX")"
-chmod 755 "$work"
 password="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
-printf '%s\n' "$password" > "$work/pwfile"
+(umask 077 && printf '%s\n' "$password" > "$work/pwfile")
 [ ${#as_server[@]} -eq 0 ] || chown -R postgres "$work"
 cleanup() {
     "${as_server[@]}" "$bindir/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
@@ -89,7 +92,7 @@ if ! "${as_server[@]}" "$bindir/pg_ctl" -D "$work/data" -l "$work/server.log" -w
     tail -20 "$work/server.log" >&2 || true
     skip "PostgreSQL $version did not start within 30 s"
 fi
-export ORRERY_DATABASE_URL="postgres://orrery:$password@127.0.0.1:$port/postgres"
+export ORRERY_POSTGRES_URL="postgres://orrery:$password@127.0.0.1:$port/postgres"
 export ORRERY_POSTGRES_VERSION="$version"
 echo "conformance/postgres: PostgreSQL $version ready on 127.0.0.1:$port"
 # Not exec: the trap must stop the server when COMMAND ends.

@@ -425,6 +425,7 @@ pub fn run(events: usize, apps: usize, window: Duration) -> Result<Value, String
                     .collect(),
                 bus_capacity: events.max(1),
                 durability: Default::default(),
+                idempotency_keys: false,
             });
             let listener = env.listen("127.0.0.1:0").await.map_err(|e| e.to_string())?;
             let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -505,6 +506,7 @@ pub fn reporter_run(
                 .collect(),
             bus_capacity: 1_000_000,
             durability: Default::default(),
+            idempotency_keys: false,
         });
         platform.set_knobs(events::Knobs {
             api_latency: platform_latency,

@@ -512,6 +512,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
             // The bus itself is in memory; with --database, what it accepted is kept in the
             // store (hardened answers once it is committed).
             durability: events::bus::Durability::of(variant),
+            idempotency_keys: variant == Variant::Hardened,
         }));
     }
     users(&state.permissions, &args.users)?;

@@ -139,6 +139,9 @@ events! {
         "platform.event" => Event { app: String, rv: String, deleted: bool, applied: Projection, seq: u64 },
         /// A resource event (an object an application manages) was projected.
         "platform.resource_event" => ResourceEvent { resource: String, seq: u64 },
+        /// A resource event was not projected: an event with the same idempotency key
+        /// (`key`) already was (a retried copy, which could carry an older state).
+        "platform.duplicate_key" => DuplicateKey { resource: String, key: String, seq: u64 },
         /// The events API answered 2xx for the event the bus numbered `seq` (`object`:
         /// `namespace/name`): the platform now owes it to the read model.
         "platform.acknowledged" => Acknowledged { seq: u64, object: String },

@@ -62,6 +62,7 @@ async fn suite(variant: Variant) {
             .collect(),
         bus_capacity: 1000,
         durability: Default::default(),
+        idempotency_keys: false,
     });
     let state = ControlPlaneState {
         events: Some(platform.clone()),

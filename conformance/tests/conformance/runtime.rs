@@ -776,6 +776,7 @@ fn argocd_and_platform(
             .collect(),
         bus_capacity: 1000,
         durability: Default::default(),
+        idempotency_keys: false,
     });
     let state = ControlPlaneState {
         events: Some(platform.clone()),

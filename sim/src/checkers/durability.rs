@@ -84,6 +84,7 @@ impl Checker for NoAcknowledgedEventLost {
             PlatformEvent::Acknowledged { seq, object } => self.acknowledged(*seq, object, event),
             PlatformEvent::Event { seq, .. }
             | PlatformEvent::ResourceEvent { seq, .. }
+            | PlatformEvent::DuplicateKey { seq, .. }
             | PlatformEvent::ClusterEvent { seq, .. } => self.handled(*seq),
             _ => {}
         }

@@ -1126,6 +1126,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             .collect(),
         bus_capacity: scenario.platform.bus_capacity,
         durability: platform_events::bus::Durability::of(variant),
+        idempotency_keys: variant == Variant::Hardened,
     });
     // A bundled Argo CD accepts the token the runtime is configured with; an existing one
     // issued its own.

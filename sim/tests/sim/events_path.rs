@@ -84,6 +84,7 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
         bus_capacity: 100,
         // The hardened platform: every 2xx waits for the bus's confirm.
         durability: events::bus::Durability::of(orrery_system::core::Variant::Hardened),
+        idempotency_keys: false,
     });
 
     let config = argocd::controller::Config {
@@ -212,6 +213,7 @@ fn the_platform_keeps_the_newest_state_of_each_cluster_object_per_runtime() {
         .collect(),
         bus_capacity: 100,
         durability: Default::default(),
+        idempotency_keys: false,
     });
     boot_platform(&mut w, &platform);
     let trace = w.trace.clone();
@@ -251,4 +253,83 @@ fn the_platform_keeps_the_newest_state_of_each_cluster_object_per_runtime() {
         Ok(())
     });
     w.sim.run().unwrap();
+}
+
+/// A resource event carries no resourceVersion to order by, so a retried copy of an older
+/// one that arrives after a newer one would overwrite it. A platform that reads idempotency
+/// keys (hardened) ignores the copy; one that does not (faithful, inferred) shows the older
+/// state again.
+#[test]
+fn a_retried_resource_event_is_ignored_by_its_idempotency_key_only_where_the_platform_reads_keys() {
+    for (reads_keys, shown) in [(true, "Degraded"), (false, "Healthy")] {
+        let mut w = world(Knobs::default());
+        let platform = Platform::new(events::Config {
+            tokens: [(TOKEN.to_string(), "acme".to_string())]
+                .into_iter()
+                .collect(),
+            bus_capacity: 100,
+            durability: Default::default(),
+            idempotency_keys: reads_keys,
+        });
+        boot_platform(&mut w, &platform);
+        let trace = w.trace.clone();
+        w.sim.client("reporter", async move {
+            let env: SharedEnv = SimEnv::shared("reporter", SEED, trace.clone());
+            let post = |key: &'static str, health: &'static str| {
+                let env = env.clone();
+                async move {
+                    use base64::Engine as _;
+                    let object = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": "web", "namespace": "shop"}});
+                    let payload = orrery_system::core::event::EventPayload {
+                        timestamp: "t".into(),
+                        object: base64::engine::general_purpose::STANDARD
+                            .encode(object.to_string()),
+                        source: orrery_system::core::event::Source {
+                            desired_manifest: "{}".into(),
+                            actual_manifest: "{}".into(),
+                            app_name: "web".into(),
+                            app_namespace: NAMESPACE.into(),
+                            sync_status: "Synced".into(),
+                            health_status: health.into(),
+                            ..Default::default()
+                        },
+                        errors: vec![],
+                        app_versions: Value::Null,
+                        idempotency_key: Some(key.into()),
+                    };
+                    let body = serde_json::to_vec(&json!({"data": payload})).unwrap();
+                    let url = "http://platform:8080/2.0/api/events";
+                    call(&env, "POST", url, &[("authorization", TOKEN)], body)
+                        .await
+                        .0
+                }
+            };
+            assert_eq!(
+                post("argocd/web@7:false:res:apps/Deployment/shop/web", "Healthy").await,
+                200
+            );
+            env.sleep(Duration::from_millis(500)).await;
+            assert_eq!(
+                post(
+                    "argocd/web@8:false:res:apps/Deployment/shop/web",
+                    "Degraded"
+                )
+                .await,
+                200
+            );
+            env.sleep(Duration::from_millis(500)).await;
+            // The first event's retry (its first answer was lost on the way back).
+            assert_eq!(
+                post("argocd/web@7:false:res:apps/Deployment/shop/web", "Healthy").await,
+                200
+            );
+            env.sleep(Duration::from_secs(1)).await;
+            Ok(())
+        });
+        w.sim.run().unwrap();
+        let resources = platform.resources_of("acme");
+        let web = &resources[&format!("{NAMESPACE}/web/apps/Deployment/shop/web")];
+        assert_eq!(web.health_status, shown, "reads keys: {reads_keys}");
+    }
 }

@@ -1304,11 +1304,11 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
 }
 
 /// A fresh database in the PostgreSQL that `conformance/postgres/run.sh` started (make test
-/// runs `cargo test` under it, with its URL in `ORRERY_DATABASE_URL`); `None`, said aloud, when
+/// runs `cargo test` under it, with its URL in `ORRERY_POSTGRES_URL`); `None`, said aloud, when
 /// this run has none (a plain `cargo test`).
 fn fresh_database(tag: &str) -> Option<String> {
-    let Ok(url) = std::env::var("ORRERY_DATABASE_URL") else {
-        eprintln!("POSTGRES TEST SKIPPED: no ORRERY_DATABASE_URL (make test starts PostgreSQL through conformance/postgres/run.sh)");
+    let Ok(url) = std::env::var("ORRERY_POSTGRES_URL") else {
+        eprintln!("POSTGRES TEST SKIPPED: no ORRERY_POSTGRES_URL (make test starts PostgreSQL through conformance/postgres/run.sh)");
         return None;
     };
     let name = format!("orrery_{tag}_{}", std::process::id());
@@ -1355,12 +1355,14 @@ fn sql(url: &str, query: &str) -> Vec<String> {
     })
 }
 
-/// `orrery serve control-plane` with `args`, expected to stop on its own: its exit code and
+/// `orrery serve control-plane` with `args` and `database` (through `ORRERY_DATABASE_URL`,
+/// so its password is not on a command line), expected to stop on its own: its exit code and
 /// what it printed to stderr.
-fn control_plane_fails(args: &[&str]) -> (Option<i32>, String) {
+fn control_plane_fails(args: &[&str], database: &str) -> (Option<i32>, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
         .args(["serve", "control-plane", "--admin-token", "adm"])
         .args(args)
+        .env("ORRERY_DATABASE_URL", database)
         .output()
         .expect("run orrery");
     (
@@ -1384,22 +1386,31 @@ fn the_control_plane_keeps_runtimes_the_audit_log_and_acknowledged_events_in_pos
     std::fs::write(&policy, POLICY).unwrap();
     let policy = policy.to_str().unwrap();
     let start = || {
-        control_plane(
-            &tunnel_addr,
-            &gateway_addr,
-            "globex-prod=tok-2",
-            &[
-                "--users",
-                "",
-                "--policy",
-                policy,
-                "--events",
-                &events_addr,
-                "--variant",
-                "hardened",
-                "--database",
-                &database,
-            ],
+        Process(
+            std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+                .args([
+                    "serve",
+                    "control-plane",
+                    "--admin-token",
+                    "adm",
+                    "--tunnel",
+                    &tunnel_addr,
+                    "--api",
+                    &gateway_addr,
+                    "--runtimes",
+                    "globex-prod=tok-2",
+                    "--policy",
+                    policy,
+                    "--events",
+                    &events_addr,
+                    "--variant",
+                    "hardened",
+                ])
+                .env("ORRERY_DATABASE_URL", &database)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start orrery"),
         )
     };
     let report = |token: &str, body: String| {
@@ -1524,20 +1535,26 @@ fn the_control_plane_keeps_runtimes_the_audit_log_and_acknowledged_events_in_pos
         )]
     );
     eventually("older events compacted", Duration::from_secs(10), || {
-        sql(&database, "SELECT object FROM events ORDER BY object")
-            == ["app:argocd/db", "app:argocd/web"]
+        let mut stored = sql(&database, "SELECT object_sha256 FROM events");
+        stored.sort();
+        let mut wanted = ["app:argocd/db", "app:argocd/web"]
+            .map(orrery_system::platform::store::sha256_hex)
+            .to_vec();
+        wanted.sort();
+        stored == wanted
     });
 
     // One control plane per database: a second is refused while this one runs.
     let (other_tunnel, other_gateway) = (free_port(), free_port());
-    let (code, stderr) = control_plane_fails(&[
-        "--tunnel",
-        &format!("127.0.0.1:{other_tunnel}"),
-        "--api",
-        &format!("127.0.0.1:{other_gateway}"),
-        "--database",
+    let (code, stderr) = control_plane_fails(
+        &[
+            "--tunnel",
+            &format!("127.0.0.1:{other_tunnel}"),
+            "--api",
+            &format!("127.0.0.1:{other_gateway}"),
+        ],
         &database,
-    ]);
+    );
     assert_ne!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("another orrery control plane is using the database"),
@@ -1556,7 +1573,7 @@ fn a_control_plane_names_what_is_wrong_with_its_database_and_never_shows_its_pas
          applied_at timestamptz NOT NULL DEFAULT now()); \
          INSERT INTO orrery_schema_migrations (version, name) VALUES (99, 'from the future')",
     );
-    let password = std::env::var("ORRERY_DATABASE_URL")
+    let password = std::env::var("ORRERY_POSTGRES_URL")
         .unwrap()
         .split_once("orrery:")
         .and_then(|(_, rest)| rest.split_once('@'))
@@ -1581,14 +1598,15 @@ fn a_control_plane_names_what_is_wrong_with_its_database_and_never_shows_its_pas
         ),
     ] {
         let (tunnel, gateway) = (free_port(), free_port());
-        let (code, stderr) = control_plane_fails(&[
-            "--tunnel",
-            &format!("127.0.0.1:{tunnel}"),
-            "--api",
-            &format!("127.0.0.1:{gateway}"),
-            "--database",
+        let (code, stderr) = control_plane_fails(
+            &[
+                "--tunnel",
+                &format!("127.0.0.1:{tunnel}"),
+                "--api",
+                &format!("127.0.0.1:{gateway}"),
+            ],
             url,
-        ]);
+        );
         assert_ne!(code, Some(0), "{url}: {stderr}");
         assert!(stderr.contains(wanted), "{url}: {stderr}");
         assert!(

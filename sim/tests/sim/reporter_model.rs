@@ -87,6 +87,7 @@ fn world_with(
             .collect(),
         bus_capacity: 100,
         durability: Default::default(),
+        idempotency_keys: false,
     });
     let config = argocd::controller::Config {
         reconcile_every: Duration::from_secs(5),

@@ -86,6 +86,7 @@ fn run_gap_world(variant: core::Variant) -> (Arc<Platform>, orrery_sim::trace::T
             .collect(),
         bus_capacity: 100,
         durability: Default::default(),
+        idempotency_keys: false,
     });
     boot_platform(&mut w, &platform);
     boot_reporter(&mut w, variant, &bus::Store::default());
@@ -168,6 +169,7 @@ fn a_sensor_meeting_a_404_acks_the_event_and_the_state_is_lost_while_hardened_re
                 .collect(),
             bus_capacity: 100,
             durability: Default::default(),
+            idempotency_keys: false,
         });
         platform.set_knobs(events::Knobs {
             reject: Some((http::StatusCode::NOT_FOUND, 100)),

@@ -116,12 +116,13 @@ pub enum Error {
 }
 
 /// Opens the database, loads what it holds into `state` (a restarted process serves what
-/// the last one committed) and connects `state` to a journal; returns the writer to run.
+/// the last one committed) and connects `state` to a journal; returns the writer to run
+/// and the journal.
 async fn open_store(
     env: &SharedEnv,
     url: &str,
     state: &ControlPlaneState,
-) -> Result<impl Future<Output = ()>, Error> {
+) -> Result<(impl Future<Output = std::io::Error>, Arc<Journal>), Error> {
     let database = Database::open(env, url).await?;
     let snapshot = database.load().await?;
     if let Some((at, entry)) = snapshot
@@ -157,13 +158,14 @@ async fn open_store(
         events_replayed = events,
         "the platform's store is open"
     );
-    Ok(store::postgres::write(
-        env.clone(),
-        url.to_string(),
-        database,
+    Ok((
+        store::postgres::write(env.clone(), database, journal.clone()),
         journal,
     ))
 }
+
+/// Longest a clean stop waits for the store to commit what was appended.
+const STORE_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn bind(
     env: &SharedEnv,
@@ -186,12 +188,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     let mut services = tokio::task::JoinSet::new();
+    let mut journal = None;
     if let Some(url) = &config.database {
-        let writer = open_store(&env, url, &state).await?;
-        services.spawn(async move {
-            writer.await;
-            ("store writer", Ok(()))
-        });
+        let (writer, opened) = open_store(&env, url, &state).await?;
+        journal = Some(opened);
+        services.spawn(async move { ("store writer", Err(writer.await)) });
     }
     let tunnels = match &config.tunnel {
         Some(settings) => {
@@ -256,7 +257,16 @@ pub async fn run(
     }
     tokio::select! {
         biased;
-        () = shutdown => Ok(()),
+        () = shutdown => {
+            // A clean stop commits what was appended (a faithful 2xx, a last audit entry).
+            if let Some(journal) = journal {
+                tokio::select! {
+                    _ = journal.sync() => {}
+                    () = env.sleep(STORE_DRAIN) => {}
+                }
+            }
+            Ok(())
+        }
         Some(ended) = services.join_next() => match ended {
             Ok((service, Err(source))) => Err(Error::Serve { service, source }),
             Ok((_, Ok(()))) | Err(_) => Ok(()),

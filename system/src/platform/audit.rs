@@ -105,7 +105,13 @@ impl Audit {
     /// action and reason are kept to [`MAX_TEXT`] bytes each (a path is the client's to
     /// make long).
     pub fn record(&self, env: &SharedEnv, record: Record) -> u64 {
-        let cut = |mut text: String| {
+        // A NUL is the one character PostgreSQL cannot store (the store keeps this log).
+        let cut = |text: String| {
+            let mut text = if text.contains('\0') {
+                text.replace('\0', "\u{fffd}")
+            } else {
+                text
+            };
             if text.len() > MAX_TEXT {
                 let mut end = MAX_TEXT;
                 while !text.is_char_boundary(end) {
@@ -125,9 +131,9 @@ impl Audit {
             seq,
             at,
             actor: record.actor,
-            account: record.account,
+            account: cut(record.account),
             action: cut(record.action),
-            runtime: record.runtime,
+            runtime: cut(record.runtime),
             outcome: record.outcome,
             status: record.status,
             reason: cut(record.reason),

@@ -32,7 +32,7 @@ use crate::env::http::{json, Body};
 use crate::env::{Point, SharedEnv};
 use crate::observe::PlatformEvent;
 use crate::platform::store::postgres::StoredEvent;
-use crate::platform::store::{Change, Journal};
+use crate::platform::store::{Change, Effect, Journal};
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use read_model::{AppState, ReadModel};
 
@@ -51,6 +51,40 @@ pub struct Config {
     pub bus_capacity: usize,
     /// What the bus keeps through a crash, and whether the API waits for it.
     pub durability: bus::Durability,
+    /// Whether a resource event whose idempotency key was projected before is ignored
+    /// (hardened). A resource event carries no resourceVersion the read model could order
+    /// by, so a retried copy that arrives after a newer event would otherwise overwrite it.
+    /// faithful projects every copy: the real platform is not known to read the key
+    /// (inferred; the key is orrery's extension of the event, sent by hardened reporters).
+    pub idempotency_keys: bool,
+}
+
+/// Idempotency keys the platform remembers (the oldest forgotten first).
+pub const KEY_WINDOW: usize = 100_000;
+
+/// The idempotency keys of projected resource events, per runtime, newest [`KEY_WINDOW`].
+#[derive(Default)]
+struct Keys {
+    order: std::collections::VecDeque<(String, String)>,
+    seen: std::collections::BTreeSet<(String, String)>,
+}
+
+impl Keys {
+    /// Remembers `runtime`'s `key`; false when it was remembered already.
+    fn remember(&mut self, runtime: &str, key: &str) -> bool {
+        let entry = (runtime.to_string(), key.to_string());
+        if self.seen.contains(&entry) {
+            return false;
+        }
+        if self.order.len() >= KEY_WINDOW {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        self.seen.insert(entry.clone());
+        self.order.push_back(entry);
+        true
+    }
 }
 
 /// Knobs a scenario may change while running (a slow platform).
@@ -75,6 +109,8 @@ pub struct Platform {
     knobs: Mutex<Knobs>,
     read_model: Mutex<ReadModel>,
     cluster: Mutex<cluster::ClusterModel>,
+    /// Idempotency keys of projected resource events.
+    keys: Mutex<Keys>,
     /// The queue between the API and the handler; its store outlives the process.
     bus: bus::Bus<Accepted>,
     /// Where accepted events are kept for good (real mode with a database): the read
@@ -92,6 +128,7 @@ impl Platform {
             knobs: Mutex::new(Knobs::default()),
             read_model: Mutex::new(ReadModel::default()),
             cluster: Mutex::new(cluster::ClusterModel::default()),
+            keys: Mutex::new(Keys::default()),
             journal: std::sync::OnceLock::new(),
         })
     }
@@ -113,9 +150,9 @@ impl Platform {
             match decode(&stored.runtime, stored.gzip, &stored.body) {
                 Ok(mut accepted) => {
                     accepted.stored = Some(stored.id);
-                    let (object, applied) = project(env, self, stored.id, &accepted);
+                    let (object, effect) = project(env, self, stored.id, &accepted);
                     if !stored.projected {
-                        self.projected(stored.id, &stored.runtime, object, applied);
+                        self.projected(stored.id, &stored.runtime, object, effect);
                     }
                     projected += 1;
                 }
@@ -131,13 +168,13 @@ impl Platform {
     }
 
     /// Tells the store an event was projected (so older events of its object can go).
-    fn projected(&self, id: u64, runtime: &str, object: String, applied: bool) {
+    fn projected(&self, id: u64, runtime: &str, object: String, effect: Effect) {
         if let Some(journal) = self.journal.get() {
             journal.append(Change::Projected {
                 id,
                 runtime: runtime.to_string(),
                 object,
-                applied,
+                effect,
             });
         }
     }
@@ -466,8 +503,13 @@ struct AppEvent<'a> {
 /// Application updates that app (its state read from the object: a child-app event's
 /// `source` describes the parent); any other object is one resource of `source.appName`.
 /// Returns what the event is about (`app:<ns>/<name>`, `resource:<key>`,
-/// `<Kind>:<ns>/<name>`) and whether the read model changed.
-fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) -> (String, bool) {
+/// `<Kind>:<ns>/<name>`) and what projecting it did, for the store.
+fn project(
+    env: &SharedEnv,
+    platform: &Platform,
+    seq: u64,
+    accepted: &Accepted,
+) -> (String, Effect) {
     let (payload, object) = match &accepted.event {
         Kind::App { payload, object } => (payload, object),
         Kind::Cluster(event) => {
@@ -494,7 +536,14 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
                 }
                 .into(),
             );
-            return (object, applied == read_model::Applied::Updated);
+            // A deletion keeps the held version and fields (see `ClusterModel::apply`): the
+            // events before it are still needed.
+            let effect = match applied {
+                read_model::Applied::Updated if !deleted => Effect::Supersedes,
+                read_model::Applied::Updated | read_model::Applied::Duplicate => Effect::InPlace,
+                read_model::Applied::Stale => Effect::NoOp,
+            };
+            return (object, effect);
         }
     };
     let event = AppEvent {
@@ -521,6 +570,30 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
             metadata.namespace.as_str(),
             metadata.name.as_str()
         );
+        if let Some(idempotency) = event
+            .payload
+            .idempotency_key
+            .as_deref()
+            .filter(|_| platform.config.idempotency_keys)
+        {
+            let fresh = platform
+                .keys
+                .lock()
+                .expect("keys lock poisoned")
+                .remember(event.runtime, idempotency);
+            if !fresh {
+                let object = format!("resource:{key}");
+                env.observe(
+                    PlatformEvent::DuplicateKey {
+                        resource: key,
+                        key: idempotency.to_string(),
+                        seq,
+                    }
+                    .into(),
+                );
+                return (object, Effect::NoOp);
+            }
+        }
         platform
             .read_model
             .lock()
@@ -537,7 +610,7 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
             );
         let object = format!("resource:{key}");
         env.observe(PlatformEvent::ResourceEvent { resource: key, seq }.into());
-        return (object, true);
+        return (object, Effect::Supersedes);
     }
     let name = metadata.name.as_str();
     let namespace = metadata.namespace.as_str();
@@ -603,10 +676,13 @@ fn project(env: &SharedEnv, platform: &Platform, seq: u64, accepted: &Accepted) 
         }
         .into(),
     );
-    (
-        format!("app:{key}"),
-        applied == read_model::Applied::Updated,
-    )
+    // A repeat of the held state refreshes its errors and Git details in place.
+    let effect = match applied {
+        read_model::Applied::Updated => Effect::Supersedes,
+        read_model::Applied::Duplicate => Effect::InPlace,
+        read_model::Applied::Stale => Effect::NoOp,
+    };
+    (format!("app:{key}"), effect)
 }
 
 async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>) -> Response<Body> {
@@ -660,6 +736,9 @@ async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>)
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
             Ok((mut event, body)) => {
                 let object = event.object_name();
+                // No await between the id, the publish and the append below: on the
+                // single-threaded runtime `orrery serve` runs, the journal gets the events in
+                // the bus's order.
                 let journal = platform.journal.get();
                 let stored = journal.map(|journal| {
                     let id = journal.next_event_id();
@@ -836,9 +915,9 @@ pub async fn serve(
             if !delay.is_zero() {
                 handler_env.sleep(delay).await;
             }
-            let (object, applied) = project(&handler_env, &handler_platform, seq, &event);
+            let (object, effect) = project(&handler_env, &handler_platform, seq, &event);
             if let Some(id) = event.stored {
-                handler_platform.projected(id, &event.runtime, object, applied);
+                handler_platform.projected(id, &event.runtime, object, effect);
             }
             handler_platform.bus.ack(seq);
         }

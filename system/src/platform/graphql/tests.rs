@@ -70,6 +70,7 @@ fn world() -> World {
         tokens: Default::default(),
         bus_capacity: 10,
         durability: Default::default(),
+        idempotency_keys: false,
     });
     events.put_app(
         "acme-prod",

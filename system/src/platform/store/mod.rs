@@ -59,9 +59,8 @@ pub enum Change {
         /// The request body.
         body: Bytes,
     },
-    /// An event was projected into the read models: every older event of the same object is
-    /// no longer needed to rebuild them (when this one was applied), or this one is not (when
-    /// the read model already held something newer).
+    /// An event was projected into the read models; what it did decides which stored
+    /// events are still needed to rebuild them.
     Projected {
         /// The event's id.
         id: u64,
@@ -69,9 +68,22 @@ pub enum Change {
         runtime: String,
         /// What the event is about, as the projection names it (`app:ns/name`, …).
         object: String,
-        /// Whether the projection changed the read model.
-        applied: bool,
+        /// What the projection did.
+        effect: Effect,
     },
+}
+
+/// What projecting an event did to the read model, as far as rebuilding it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// It replaced the object's state wholesale: the object's older events are not needed.
+    Supersedes,
+    /// It changed the object's state in place (a repeat that refreshes its errors, a
+    /// deletion that keeps the held version): the older events are still needed, and so is
+    /// this one.
+    InPlace,
+    /// It changed nothing (older than what is held, a retried copy): not needed.
+    NoOp,
 }
 
 /// The store could not keep a change: the database is unreachable or refused the write.
@@ -208,7 +220,12 @@ impl Journal {
 
 /// Hex SHA-256 of a token: what the store keeps instead of the token.
 pub fn token_digest(token: &str) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    sha256_hex(token)
+}
+
+/// Hex SHA-256 of `text` (an object's name as the store indexes it: any length, any bytes).
+pub fn sha256_hex(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     let mut hex = String::with_capacity(64);
     for byte in digest.as_ref() {
         hex.push_str(&format!("{byte:02x}"));

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::{Change, Journal};
+use super::{Change, Effect, Journal};
 use crate::env::SharedEnv;
 use crate::platform::audit::Entry;
 use crate::platform::registry::Info;
@@ -260,11 +260,13 @@ impl Database {
             .await
             .map_err(pg(&addr))?,
             projected: prepare(
-                "UPDATE events SET projected = true, object = $2 WHERE id = $1",
+                "UPDATE events SET projected = true, object_sha256 = $2 WHERE id = $1",
             )
             .await
             .map_err(pg(&addr))?,
-            compact: prepare("DELETE FROM events WHERE runtime = $1 AND object = $2 AND id < $3")
+            compact: prepare(
+                "DELETE FROM events WHERE runtime = $1 AND object_sha256 = $2 AND id < $3",
+            )
                 .await
                 .map_err(pg(&addr))?,
             drop_event: prepare("DELETE FROM events WHERE id = $1")
@@ -396,7 +398,13 @@ impl Database {
                     token_sha256,
                     info,
                 } => {
-                    let info = serde_json::to_value(info).unwrap_or_default();
+                    // jsonb cannot hold a NUL: a registration's text with one is kept with
+                    // U+FFFD in its place.
+                    let info: serde_json::Value = serde_json::to_string(info)
+                        .map(|text| text.replace("\\u0000", "\\ufffd"))
+                        .ok()
+                        .and_then(|text| serde_json::from_str(&text).ok())
+                        .unwrap_or_default();
                     tx.execute(&s.runtime, &[name, account, runtime, token_sha256, &info])
                         .await?;
                 }
@@ -422,14 +430,21 @@ impl Database {
                     id,
                     runtime,
                     object,
-                    applied,
+                    effect,
                 } => {
                     let id = *id as i64;
-                    if *applied {
-                        tx.execute(&s.projected, &[&id, object]).await?;
-                        tx.execute(&s.compact, &[runtime, object, &id]).await?;
-                    } else {
-                        tx.execute(&s.drop_event, &[&id]).await?;
+                    let object = super::sha256_hex(object);
+                    match effect {
+                        Effect::Supersedes => {
+                            tx.execute(&s.projected, &[&id, &object]).await?;
+                            tx.execute(&s.compact, &[runtime, &object, &id]).await?;
+                        }
+                        Effect::InPlace => {
+                            tx.execute(&s.projected, &[&id, &object]).await?;
+                        }
+                        Effect::NoOp => {
+                            tx.execute(&s.drop_event, &[&id]).await?;
+                        }
                     }
                 }
             }
@@ -489,32 +504,82 @@ async fn migrate(client: &mut Client) -> Result<Vec<i32>, Migrate> {
     Ok(applied)
 }
 
-/// The writer: commits the journal's groups in order, for as long as the process runs. A
-/// failed commit marks the journal failed (waiters answer 503), and is retried every second
-/// with the same group, reopening the database when the connection is gone.
-pub async fn write(env: SharedEnv, url: String, mut db: Database, journal: Arc<Journal>) {
+/// Longest a commit may take before the writer gives the database up.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A refusal of the data itself (SQLSTATE classes 22, data exception, and 23, integrity
+/// constraint violation): retrying the same change cannot succeed.
+fn refused_data(error: &tokio_postgres::Error) -> bool {
+    error
+        .code()
+        .is_some_and(|code| code.code().starts_with("22") || code.code().starts_with("23"))
+}
+
+/// `commit`, or `None` after [`COMMIT_TIMEOUT`].
+async fn commit_within(
+    env: &SharedEnv,
+    db: &mut Database,
+    changes: &[Change],
+) -> Option<Result<(), tokio_postgres::Error>> {
+    tokio::select! {
+        committed = db.commit(changes) => Some(committed),
+        () = env.sleep(COMMIT_TIMEOUT) => None,
+    }
+}
+
+/// The writer: commits the journal's groups in order, for as long as the process runs.
+///
+/// - A group the database refuses as data (a change it cannot store) is committed one
+///   change at a time, and the refused change is logged and skipped: one bad change must not
+///   stop every later one.
+/// - Any other failure is retried every second (waiters get 503 meanwhile) while the
+///   connection stands, up to 3 times.
+/// - A lost connection, a commit slower than [`COMMIT_TIMEOUT`] or a failure that persists
+///   stops the writer with the reason, and the control plane stops with it (fail-stop): this
+///   process no longer holds the database's lock, another may have taken it, and a restart
+///   loads what was committed. Nothing it answered as safe was uncommitted.
+pub async fn write(env: SharedEnv, mut db: Database, journal: Arc<Journal>) -> std::io::Error {
+    let stop = |journal: &Journal, why: String| {
+        journal.failed(why.clone());
+        std::io::Error::other(why)
+    };
     loop {
         let (last, group) = journal.next_group().await;
+        let mut retries = 0;
         loop {
-            match db.commit(&group).await {
-                Ok(()) => {
-                    journal.committed(last);
+            match commit_within(&env, &mut db, &group).await {
+                Some(Ok(())) => break,
+                Some(Err(e)) if refused_data(&e) => {
+                    for change in &group {
+                        match commit_within(&env, &mut db, std::slice::from_ref(change)).await {
+                            Some(Ok(())) => {}
+                            Some(Err(e)) if refused_data(&e) => tracing::error!(
+                                "the platform's store refused a change and skipped it: {}",
+                                db.error(e)
+                            ),
+                            Some(Err(e)) => return stop(&journal, db.error(e).to_string()),
+                            None => {
+                                return stop(
+                                    &journal,
+                                    format!("a commit took over {COMMIT_TIMEOUT:?}"),
+                                )
+                            }
+                        }
+                    }
                     break;
                 }
-                Err(e) => {
+                Some(Err(e)) if !db.is_closed() && retries < 3 => {
                     let why = db.error(e).to_string();
                     tracing::warn!("the platform's store: {why}; retrying in 1 s");
                     journal.failed(why);
+                    retries += 1;
                     env.sleep(Duration::from_secs(1)).await;
-                    if db.is_closed() {
-                        match Database::open(&env, &url).await {
-                            Ok(reopened) => db = reopened,
-                            Err(e) => journal.failed(e.to_string()),
-                        }
-                    }
                 }
+                Some(Err(e)) => return stop(&journal, db.error(e).to_string()),
+                None => return stop(&journal, format!("a commit took over {COMMIT_TIMEOUT:?}")),
             }
         }
+        journal.committed(last);
     }
 }
 

@@ -21,18 +21,19 @@ CREATE TABLE audit_log (
     entry jsonb NOT NULL
 );
 
--- Events the events API accepted, as they arrived. `object` is set when the event is
--- projected; an applied event deletes the older events of the same object, so the table holds
+-- Events the events API accepted, as they arrived. `object_sha256` (the SHA-256 of what the
+-- event is about, `app:<ns>/<name>`, …) is set when the event is projected; an event that
+-- replaced its object's state deletes the older events of the same object, so the table holds
 -- about one event per live object plus what is not projected yet.
 CREATE TABLE events (
     id        bigint PRIMARY KEY,
     runtime   text NOT NULL,
-    object    text NOT NULL DEFAULT '',
+    object_sha256 text NOT NULL DEFAULT '',
     gzip      boolean NOT NULL,
     body      bytea NOT NULL,
     projected boolean NOT NULL DEFAULT false
 );
-CREATE INDEX events_by_object ON events (runtime, object, id);
+CREATE INDEX events_by_object ON events (runtime, object_sha256, id);
 
 -- Counters that must never go back (event ids are not reused after compaction).
 CREATE TABLE orrery_counters (
