@@ -1320,26 +1320,58 @@ fn fresh_database(tag: &str) -> Option<String> {
     Some(format!("{server}/{name}"))
 }
 
-/// Runs `query` on the database at `url`; the first column of each row it returns, as text.
-fn sql(url: &str, query: &str) -> Vec<String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A connection to the database at `url` (its connection task runs on the caller's runtime).
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let Some(tokio_postgres::config::Host::Tcp(host)) = config.get_hosts().first().cloned() else {
+        panic!("{url}: a TCP host")
+    };
+    let stream = tokio::net::TcpStream::connect((host.as_str(), config.get_ports()[0]))
+        .await
+        .unwrap();
+    let (client, connection) = config
+        .connect_raw(stream, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    runtime.block_on(async {
-        let config: tokio_postgres::Config = url.parse().unwrap();
-        let Some(tokio_postgres::config::Host::Tcp(host)) = config.get_hosts().first().cloned()
-        else {
-            panic!("{url}: a TCP host")
-        };
-        let stream = tokio::net::TcpStream::connect((host.as_str(), config.get_ports()[0]))
-            .await
-            .unwrap();
-        let (client, connection) = config
-            .connect_raw(stream, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        .unwrap()
+}
+
+/// Holds `LOCK TABLE events` on `database` from a second session (every insert waits) until
+/// the returned sender is dropped.
+fn lock_events(database: &str) -> std::sync::mpsc::Sender<()> {
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let url = database.to_string();
+    std::thread::spawn(move || {
+        let runtime = current_thread();
+        let client = runtime.block_on(async {
+            let client = connect(&url).await;
+            client
+                .batch_execute("BEGIN; LOCK TABLE events IN EXCLUSIVE MODE")
+                .await
+                .unwrap();
+            client
+        });
+        locked.send(()).unwrap();
+        let _ = released.recv();
+        runtime.block_on(client.batch_execute("COMMIT")).unwrap();
+    });
+    is_locked.recv().unwrap();
+    release
+}
+
+/// Runs `query` on the database at `url`; the first column of each row it returns, as text.
+fn sql(url: &str, query: &str) -> Vec<String> {
+    current_thread().block_on(async {
+        let client = connect(url).await;
         client
             .simple_query(query)
             .await
@@ -1613,5 +1645,139 @@ fn a_control_plane_names_what_is_wrong_with_its_database_and_never_shows_its_pas
             !stderr.contains("s3cret") && !stderr.contains(&password),
             "{url}: {stderr}"
         );
+    }
+}
+
+/// `orrery serve control-plane` of the store tests: the [`POLICY`] users, the events API, a
+/// preregistered globex-prod, `variant`, and `database` through `ORRERY_DATABASE_URL`; stderr
+/// goes to `log`.
+fn control_plane_on(
+    database: &str,
+    variant: &str,
+    [tunnel, gateway, events]: [u16; 3],
+    policy: &str,
+    log: &std::path::Path,
+) -> Process {
+    Process(
+        std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+            .args(["serve", "control-plane", "--admin-token", "adm", "--tunnel"])
+            .arg(format!("127.0.0.1:{tunnel}"))
+            .arg("--api")
+            .arg(format!("127.0.0.1:{gateway}"))
+            .arg("--events")
+            .arg(format!("127.0.0.1:{events}"))
+            .args(["--runtimes", "globex-prod=tok-2", "--policy", policy])
+            .args(["--variant", variant])
+            .env("ORRERY_DATABASE_URL", database)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("start orrery"),
+    )
+}
+
+#[test]
+fn hardened_answers_an_event_only_once_it_is_committed_faithful_before_and_a_lost_database_stops_the_control_plane(
+) {
+    for variant in ["hardened", "faithful"] {
+        let Some(database) = fresh_database(&format!("ack_{variant}")) else {
+            return;
+        };
+        let ports = [free_port(), free_port(), free_port()];
+        let [_, gateway, events] = ports;
+        let dir = std::env::temp_dir().join(format!("orrery-ack-{}-{variant}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let policy = dir.join("policy.yaml");
+        std::fs::write(&policy, POLICY).unwrap();
+        let log = dir.join("control-plane.log");
+        let mut platform =
+            control_plane_on(&database, variant, ports, policy.to_str().unwrap(), &log);
+        let graphql = |token: &str, query: &str| {
+            let body = serde_json::json!({"query": query}).to_string();
+            http_as(gateway, "POST", "/2.0/api/graphql", &body, token)
+        };
+        eventually("the GitOps API answers", Duration::from_secs(20), || {
+            graphql("alice-token", "{ me { name } }").is_some()
+        });
+        let (_, created) = graphql(
+            "alice-token",
+            r#"mutation { createRuntime(name: "prod") { newAccessToken } }"#,
+        )
+        .unwrap();
+        let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+        let token = created["data"]["createRuntime"]["newAccessToken"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let report = move |rv: u64| {
+            let token = token.clone();
+            let (answered, answer) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let status = exchange(
+                    events,
+                    "POST",
+                    "/2.0/api/events",
+                    &app_event("web", "team-a", "Synced", rv),
+                    &format!("authorization: {token}\r\n"),
+                )
+                .map(|r| r.0);
+                let _ = answered.send(status);
+            });
+            answer
+        };
+        assert_eq!(
+            report(5).recv_timeout(Duration::from_secs(10)),
+            Ok(Some(200))
+        );
+        // A second session locks the events table: the store cannot commit the next event.
+        let release = lock_events(&database);
+        let answer = report(6);
+        let early = answer.recv_timeout(Duration::from_millis(1500));
+        if variant == "hardened" {
+            assert!(
+                early.is_err(),
+                "hardened answered before the commit: {early:?}"
+            );
+            drop(release);
+            assert_eq!(answer.recv_timeout(Duration::from_secs(10)), Ok(Some(200)));
+        } else {
+            assert_eq!(
+                early,
+                Ok(Some(200)),
+                "faithful answers once the event is queued"
+            );
+            drop(release);
+        }
+        if variant == "faithful" {
+            continue;
+        }
+        // The database drops the control plane's connection: the next change cannot be
+        // kept, its request is answered 503, and the process stops (fail-stop).
+        sql(
+            &database,
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = '{}' AND pid <> pg_backend_pid()",
+                database.rsplit('/').next().unwrap()
+            ),
+        );
+        let (code, body) = graphql(
+            "bob-token",
+            r#"mutation { createRuntime(name: "x") { name } }"#,
+        )
+        .expect("an answer");
+        assert_eq!(code, 503, "{body}");
+        assert!(
+            body.contains("the platform's store is unavailable"),
+            "{body}"
+        );
+        let mut exited = None;
+        eventually("the control plane stops", Duration::from_secs(20), || {
+            exited = platform.0.try_wait().unwrap();
+            exited.is_some()
+        });
+        assert!(!exited.unwrap().success());
+        let said = std::fs::read_to_string(&log).unwrap();
+        assert!(said.contains("store writer"), "{said}");
     }
 }
