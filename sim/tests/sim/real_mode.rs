@@ -986,6 +986,29 @@ accounts:
       - {name: mallory, token: mallory-token, role: admin}
 ";
 
+/// POSTs `body` to the events API on `port` with a runtime's `token`: the status.
+fn report_event(port: u16, token: &str, body: &str) -> Option<u16> {
+    exchange(
+        port,
+        "POST",
+        "/2.0/api/events",
+        body,
+        &format!("authorization: {token}\r\n"),
+    )
+    .map(|r| r.0)
+}
+
+/// Asks the GitOps API on `port` as `token`: the status and the answer.
+fn ask_graphql(port: u16, token: &str, query: &str) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({"query": query}).to_string();
+    let (code, answer) =
+        http_as(port, "POST", "/2.0/api/graphql", &body, token).expect("an answer");
+    (
+        code,
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
+    )
+}
+
 /// An application event as a reporter sends it (uncompressed): Application
 /// `argocd/<name>` deploying to `destination`, at resourceVersion `rv`.
 fn app_event(name: &str, destination: &str, sync: &str, rv: u64) -> String {
@@ -1068,16 +1091,7 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
         );
     }
     // Both runtimes report an app argocd/web; acme also argocd/db.
-    let report = |token: &str, body: String| {
-        exchange(
-            events,
-            "POST",
-            "/2.0/api/events",
-            &body,
-            &format!("authorization: {token}\r\n"),
-        )
-        .map(|r| r.0)
-    };
+    let report = |token: &str, body: String| report_event(events, token, &body);
     eventually("the events API accepts", Duration::from_secs(20), || {
         report("tok-1", app_event("web", "team-a", "Synced", 5)) == Some(200)
     });
@@ -1089,15 +1103,7 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
         report("tok-2", app_event("web", "secret", "OutOfSync", 2)),
         Some(200)
     );
-    let ask = |token: &str, query: &str| -> (u16, serde_json::Value) {
-        let body = serde_json::json!({"query": query}).to_string();
-        let (code, answer) =
-            http_as(gateway, "POST", "/2.0/api/graphql", &body, token).expect("an answer");
-        (
-            code,
-            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
-        )
-    };
+    let ask = |token: &str, query: &str| ask_graphql(gateway, token, query);
     let list = "{ applications { items { runtime name destinationNamespace syncStatus } } }";
     eventually("the events are projected", Duration::from_secs(10), || {
         ask("alice-token", list).1["data"]["applications"]["items"]
@@ -1445,25 +1451,8 @@ fn the_control_plane_keeps_runtimes_the_audit_log_and_acknowledged_events_in_pos
                 .expect("start orrery"),
         )
     };
-    let report = |token: &str, body: String| {
-        exchange(
-            events,
-            "POST",
-            "/2.0/api/events",
-            &body,
-            &format!("authorization: {token}\r\n"),
-        )
-        .map(|r| r.0)
-    };
-    let ask = |token: &str, query: &str| -> (u16, serde_json::Value) {
-        let body = serde_json::json!({"query": query}).to_string();
-        let (code, answer) =
-            http_as(gateway, "POST", "/2.0/api/graphql", &body, token).expect("an answer");
-        (
-            code,
-            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
-        )
-    };
+    let report = |token: &str, body: String| report_event(events, token, &body);
+    let ask = |token: &str, query: &str| ask_graphql(gateway, token, query);
     let audit = || -> Vec<serde_json::Value> {
         let (_, log) = http_as(gateway, "GET", "/api/audit?limit=1000", "", "adm").unwrap();
         let log: serde_json::Value = serde_json::from_str(&log).unwrap();
@@ -1713,14 +1702,8 @@ fn hardened_answers_an_event_only_once_it_is_committed_faithful_before_and_a_los
             let token = token.clone();
             let (answered, answer) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
-                let status = exchange(
-                    events,
-                    "POST",
-                    "/2.0/api/events",
-                    &app_event("web", "team-a", "Synced", rv),
-                    &format!("authorization: {token}\r\n"),
-                )
-                .map(|r| r.0);
+                let status =
+                    report_event(events, &token, &app_event("web", "team-a", "Synced", rv));
                 let _ = answered.send(status);
             });
             answer
