@@ -151,6 +151,10 @@ pub struct ControlPlaneArgs {
     /// (faithful: every 30 s; hardened: every 5 s, and at once when its tunnel is gone).
     #[arg(long)]
     monitor: bool,
+    /// With --monitor: seconds a runtime that sends heartbeats may be silent before it is
+    /// shown `Unable to communicate`.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    heartbeat_timeout: u64,
     /// Keep the platform's state in this PostgreSQL database
     /// (`postgres://USER:PASSWORD@HOST:PORT/DB`): runtimes and their token digests, the audit
     /// log and the accepted events (the read models are rebuilt from them), loaded at start
@@ -238,6 +242,9 @@ pub struct RuntimeArgs {
     /// This runtime's token; needed by the tunnel client and the reporters.
     #[arg(long, env = "ORRERY_RUNTIME_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Seconds between the runtime's heartbeats (sent with --events-api and --token).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    heartbeat_every: u64,
     /// The app-proxy's address (where /app-proxy requests go).
     #[arg(long, default_value = "127.0.0.1:3017")]
     app_proxy: String,
@@ -277,7 +284,9 @@ pub struct RuntimeArgs {
     /// (Argo CD's `application.namespaces`; comma-separated).
     #[arg(long, env = "ARGOCD_APPLICATION_NAMESPACES", value_delimiter = ',')]
     application_namespaces: Vec<String>,
-    /// The platform's events API (host:port), where the reporter sends events.
+    /// The platform's events API (host:port), where the reporter sends events; with --token,
+    /// the runtime also sends its heartbeats there (every 10 s; the runtime monitor shows a
+    /// runtime silent for 30 s as `Unable to communicate`).
     #[arg(long)]
     events_api: Option<String>,
     /// The reporters' dedup cache (host:port).
@@ -554,7 +563,10 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         promotions: None,
         monitor: args
             .monitor
-            .then(|| orrery_system::platform::monitor::Config::new(variant)),
+            .then(|| orrery_system::platform::monitor::Config {
+                heartbeat_timeout: std::time::Duration::from_secs(args.heartbeat_timeout),
+                ..orrery_system::platform::monitor::Config::new(variant)
+            }),
         database: args.database,
     };
     block_on(async move {
@@ -773,6 +785,11 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             reporter.serve_addr = args.reporter_listen.clone();
             reporter.sources_addr = args.serve_sources.clone();
             config.app_reporter = Some(reporter);
+        }
+        if let (Some(events_api), Some(token)) = (&args.events_api, &args.token) {
+            let mut heartbeat = orrery_system::runtime::heartbeat::Config::new(events_api, token);
+            heartbeat.every = std::time::Duration::from_secs(args.heartbeat_every);
+            config.heartbeats = vec![heartbeat];
         }
         if let (Some(kube), true) = (&kube, has(Component::ResourceReporter)) {
             let mut resources = resource_reporter::Config::new(

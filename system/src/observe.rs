@@ -155,6 +155,8 @@ events! {
         /// The handler projected a cluster-stream object (`kind` Rollout, ReplicaSet,
         /// AnalysisRun or Workflow; `object` is `namespace/name`).
         "platform.cluster_event" => ClusterEvent { kind: String, object: String, rv: String, deleted: bool, applied: Projection, seq: u64 },
+        /// A runtime's heartbeat reached the events API (`runtime`: the name its token maps to).
+        "platform.heartbeat" => Heartbeat { runtime: String },
         /// The runtime monitor changed what the platform shows for a runtime (`health`:
         /// `Healthy` or `Unable to communicate`; `reason`: the failed check's answer).
         "platform.runtime_health" => RuntimeHealth { runtime: String, health: String, reason: String },

@@ -13,6 +13,10 @@
 //!   unreachable.
 //! - While the platform's gateway host (where the monitor runs) is down, nothing can be
 //!   shown: its restart starts a new obligation for the runtime's state at that moment.
+//! - **Heartbeats.** A runtime that sends heartbeats (`platform.heartbeat`) is also cut when
+//!   its host is partitioned from the events path's host (where the heartbeats arrive), or
+//!   that host is down: the drop must be shown the same way. When only that cut ends, its
+//!   tunnel never went away, so `Healthy` is due from the repair.
 //!
 //! The runtime of a tunnel named `acme-<host>` (or `acme-<host>-<n>` with several runtimes
 //! per host) lives on `<host>`.
@@ -95,6 +99,8 @@ fn host_of<'a>(runtime: &str, hosts: &'a BTreeSet<String>) -> Option<&'a String>
 #[derive(Default)]
 struct RuntimeState {
     cut: bool,
+    /// Cut only from the events path (its tunnel reachable all along).
+    beats_only: bool,
     shown: String,
     open: Option<usize>,
 }
@@ -125,6 +131,15 @@ pub fn obligations(events: &[TraceEvent]) -> Vec<Obligation> {
         })
         .collect();
     let monitor_host = Some(monitor);
+    // Where heartbeats arrive, if any runtime sends them.
+    let beat_host = events.iter().find_map(|e| match &e.entry {
+        crate::trace::Entry::Observed(Observation::Platform(PlatformEvent::Heartbeat {
+            ..
+        })) => Some(e.host.clone()),
+        _ => None,
+    });
+    // Runtimes that have sent a heartbeat so far.
+    let mut beating: BTreeSet<String> = BTreeSet::new();
     // Hosts the faults name: a runtime on any other host is never cut.
     let hosts: BTreeSet<String> = events
         .iter()
@@ -170,6 +185,13 @@ pub fn obligations(events: &[TraceEvent]) -> Vec<Obligation> {
     };
     for event in events {
         let at = event.at_ms;
+        if let crate::trace::Entry::Observed(Observation::Platform(PlatformEvent::Heartbeat {
+            runtime,
+        })) = &event.entry
+        {
+            beating.insert(runtime.clone());
+            continue;
+        }
         // The platform shows something: it may meet an open obligation.
         if let crate::trace::Entry::Observed(Observation::Platform(
             PlatformEvent::RuntimeHealth {
@@ -259,11 +281,17 @@ pub fn obligations(events: &[TraceEvent]) -> Vec<Obligation> {
             let Some(host) = host_of(runtime, &hosts) else {
                 continue;
             };
-            // Cut: the host is down, or partitioned from the monitor's host.
-            let cut = down.contains(host)
+            // Cut: the host is down, or partitioned from the monitor's host, or (a runtime
+            // that sends heartbeats) from the events path's host.
+            let tunnel_cut = down.contains(host)
                 || monitor_host
                     .as_ref()
                     .is_some_and(|m| links.iter().any(|l| l.contains(host) && l.contains(m)));
+            let beats_cut = beating.contains(runtime)
+                && beat_host.as_ref().is_some_and(|b| {
+                    down.contains(b) || links.iter().any(|l| l.contains(host) && l.contains(b))
+                });
+            let cut = tunnel_cut || beats_cut;
             if monitor_down {
                 // Nothing can be shown while the monitor is down.
                 if let Some(i) = rt.open.take() {
@@ -274,6 +302,9 @@ pub fn obligations(events: &[TraceEvent]) -> Vec<Obligation> {
             }
             if cut && (!rt.cut || monitor_restarted) {
                 open(&mut out, rt, runtime, Due::Unable, at, cause.clone());
+            } else if !cut && rt.cut && rt.beats_only {
+                // Its heartbeats can arrive again and its tunnel never went: Healthy is due.
+                open(&mut out, rt, runtime, Due::Healthy, at, cause.clone());
             } else if !cut && rt.cut {
                 // Reachable again: no longer due Unable; Healthy is due once the tunnel is up.
                 if let Some(i) = rt.open.take() {
@@ -282,6 +313,7 @@ pub fn obligations(events: &[TraceEvent]) -> Vec<Obligation> {
                     }
                 }
             }
+            rt.beats_only = cut && !tunnel_cut && (rt.beats_only || !rt.cut);
             rt.cut = cut;
         }
     }
@@ -302,7 +334,7 @@ impl Checker for RuntimeHealthShown {
     fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
         let relevant = match &event.entry {
             crate::trace::Entry::Observed(Observation::Platform(
-                PlatformEvent::RuntimeHealth { .. },
+                PlatformEvent::RuntimeHealth { .. } | PlatformEvent::Heartbeat { .. },
             )) => true,
             crate::trace::Entry::Observed(Observation::Tunnel(
                 TunnelEvent::ServerUp { .. } | TunnelEvent::ServerDown { .. },

@@ -1270,6 +1270,66 @@ fn runtime_health_shown_fires_when_a_drop_or_a_recovery_is_shown_late_or_never()
     assert!(violations("runtime_health_shown", &[cut(10_000)], &state).is_empty());
 }
 
+#[test]
+fn runtime_health_shown_judges_a_runtime_cut_off_from_the_events_path_by_its_heartbeats() {
+    use super::health::{DETECT_BOUND, RECOVER_BOUND};
+    let unable = "Unable to communicate";
+    let beat = |ms| {
+        at(
+            ms,
+            "platform",
+            orrery_system::observe::PlatformEvent::Heartbeat {
+                runtime: "acme-prod".into(),
+            },
+        )
+    };
+    let link = |ms, fault: fn([String; 2]) -> Fault| {
+        harness(
+            ms,
+            HarnessEvent::Fault(fault(["prod".into(), "platform".into()])),
+        )
+    };
+    let state = FinalState {
+        end_ms: 300_000,
+        ..Default::default()
+    };
+    let detect = DETECT_BOUND.as_millis() as u64;
+    let recover = RECOVER_BOUND.as_millis() as u64;
+    // Heartbeats stop while the tunnel stays up: a drop that must be shown.
+    let never = [
+        shown(1_000, "Healthy"),
+        beat(5_000),
+        link(10_000, Fault::Partition),
+    ];
+    let fired = violations("runtime_health_shown", &never, &state);
+    assert_eq!((fired.len(), fired[0].at_ms), (1, 10_000 + detect));
+    // Shown in time; after the repair Healthy is due from the repair itself (the tunnel
+    // never went), and late here.
+    let late = [
+        shown(1_000, "Healthy"),
+        beat(5_000),
+        link(10_000, Fault::Partition),
+        shown(45_000, unable),
+        link(100_000, Fault::Repair),
+        beat(105_000),
+        shown(100_000 + recover + 1, "Healthy"),
+    ];
+    let fired = violations("runtime_health_shown", &late, &state);
+    assert_eq!((fired.len(), fired[0].at_ms), (1, 100_000 + recover));
+    let in_time = [
+        shown(1_000, "Healthy"),
+        beat(5_000),
+        link(10_000, Fault::Partition),
+        shown(45_000, unable),
+        link(100_000, Fault::Repair),
+        shown(106_000, "Healthy"),
+    ];
+    assert!(violations("runtime_health_shown", &in_time, &state).is_empty());
+    // A runtime that never sent a heartbeat is judged by its tunnel alone.
+    let silent = [shown(1_000, "Healthy"), link(10_000, Fault::Partition)];
+    assert!(violations("runtime_health_shown", &silent, &state).is_empty());
+}
+
 fn acknowledged(ms: u64, seq: u64) -> TraceEvent {
     at(
         ms,

@@ -135,6 +135,25 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         } else {
             runtimes_of(&host.name, scenario.tunnel.runtimes_per_host)
         };
+        // With the runtime monitor and an events path in the world, each runtime also sends
+        // its heartbeats there.
+        if let Some(platform) = scenario
+            .topology
+            .hosts
+            .iter()
+            .find(|h| h.has(Role::Platform))
+            .filter(|_| scenario.platform.monitor)
+        {
+            config.heartbeats = runtimes
+                .iter()
+                .map(|(_, _, token)| {
+                    orrery_system::runtime::heartbeat::Config::new(
+                        &format!("{}:{PLATFORM_PORT}", platform.name),
+                        token,
+                    )
+                })
+                .collect();
+        }
         config.tunnels = runtimes
             .into_iter()
             .enumerate()
@@ -158,6 +177,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         });
     }
     let empty = config.cache.is_none()
+        && config.heartbeats.is_empty()
         && config.app_reporter.is_none()
         && config.tunnels.is_empty()
         && config.event_bus.is_none()

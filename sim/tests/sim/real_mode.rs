@@ -1764,3 +1764,112 @@ fn hardened_answers_an_event_only_once_it_is_committed_faithful_before_and_a_los
         assert!(said.contains("store writer"), "{said}");
     }
 }
+
+#[test]
+fn a_runtime_whose_heartbeats_stop_is_shown_unable_to_communicate_while_its_tunnel_answers() {
+    let (api, tunnel, gateway, events, proxy, cache) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let [api_addr, tunnel_addr, gateway_addr, events_addr, proxy_addr, cache_addr] =
+        [api, tunnel, gateway, events, proxy, cache].map(|p| format!("127.0.0.1:{p}"));
+    let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
+    let _platform = control_plane(
+        &tunnel_addr,
+        &gateway_addr,
+        "acme-prod=tok-1",
+        &[
+            "--events",
+            &events_addr,
+            "--monitor",
+            "--heartbeat-timeout",
+            "2",
+        ],
+    );
+    // The runtime's tunnel (no --events-api: this process sends no heartbeats)...
+    let _runtime = orrery(&[
+        "serve",
+        "runtime",
+        "--platform",
+        &tunnel_addr,
+        "--name",
+        "acme-prod",
+        "--token",
+        "tok-1",
+        "--app-proxy",
+        &proxy_addr,
+        "--git",
+        "127.0.0.1:9",
+        "--platform-api",
+        &gateway_addr,
+        "--apiserver",
+        &api_addr,
+    ]);
+    // ...and another of its processes, which does: the one whose path to the events API
+    // this test cuts by stopping it.
+    let heartbeats = || {
+        orrery(&[
+            "serve",
+            "runtime",
+            "--components",
+            "cache",
+            "--cache",
+            &cache_addr,
+            "--events-api",
+            &events_addr,
+            "--token",
+            "tok-1",
+            "--heartbeat-every",
+            "1",
+        ])
+    };
+    let shown = || -> (String, String) {
+        let (_, body) = http_as(gateway, "GET", "/api/runtimes", "", "adm").unwrap_or_default();
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let health = &answer["health"]["acme-prod"];
+        (
+            health["status"].as_str().unwrap_or_default().to_string(),
+            health["reason"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let beating = heartbeats();
+    eventually(
+        "acme-prod is shown healthy",
+        Duration::from_secs(20),
+        || shown().0 == "Healthy",
+    );
+    drop(beating);
+    eventually(
+        "silent acme-prod is shown unreachable",
+        Duration::from_secs(10),
+        || shown().0 == "Unable to communicate",
+    );
+    assert!(shown().1.starts_with("no heartbeat for"), "{:?}", shown());
+    assert_eq!(
+        http_as(
+            gateway,
+            "GET",
+            "/api/runtimes/acme-prod/healthz",
+            "",
+            VIEWER
+        )
+        .map(|r| r.0),
+        Some(200),
+        "its tunnel still answers"
+    );
+    let _beating = heartbeats();
+    eventually(
+        "acme-prod is shown healthy again",
+        Duration::from_secs(10),
+        || shown().0 == "Healthy",
+    );
+    // A heartbeat needs the runtime's token.
+    assert_eq!(
+        http_as(events, "POST", "/2.0/api/heartbeat", "", "").map(|r| r.0),
+        Some(401)
+    );
+}

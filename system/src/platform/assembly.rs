@@ -8,7 +8,7 @@
 //! | tunnel server | [`ControlPlaneConfig::tunnel`] | the runtime registry |
 //! | gateway (client API: registration, forwarding, permissions, the GitOps API) | [`ControlPlaneConfig::gateway`] | the tunnel server; [`ControlPlaneState::events`] for the API's applications |
 //! | events path (events API → bus → handler → read model) | [`ControlPlaneConfig::events`] | [`ControlPlaneState::events`] |
-//! | runtime monitor | [`ControlPlaneConfig::monitor`] | the tunnel server; [`ControlPlaneState::health`] |
+//! | runtime monitor | [`ControlPlaneConfig::monitor`] | the tunnel server; [`ControlPlaneState::health`]; the heartbeats [`ControlPlaneState::events`] received, if any |
 //! | store (PostgreSQL) | [`ControlPlaneConfig::database`] | the registry, the audit log and the events path's accepted events are loaded from it at start and committed to it as they change |
 //! | promotion orchestrator | [`ControlPlaneConfig::promotions`] | the gateway (its own or another process's), the Git provider; [`ControlPlaneState::releases`] |
 
@@ -214,6 +214,7 @@ pub async fn run(
             state.health.clone(),
             state.registry.clone(),
             tunnels,
+            state.events.clone(),
         );
         services.spawn(async move {
             watch.await;

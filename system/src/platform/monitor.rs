@@ -11,7 +11,12 @@
 //! |---|---|---|
 //! | probe | every 30 s, waiting as long as the tunnel server's request deadline | every 5 s, 3 s timeout |
 //! | a runtime without a tunnel | found by the next probe (503) | shown at once (checked every second) |
-//! | state | the last probe's result | the last probe's result, or no tunnel |
+//! | heartbeats (through the events path, [`crate::runtime::heartbeat`]) | silent for 30 s: `Unable to communicate`; healthy again with the next heartbeat if the last probe answered | the same |
+//! | state | the last probe's result, and the heartbeats | the last probe's result, or no tunnel, and the heartbeats |
+//!
+//! Heartbeats catch what a probe cannot: a runtime whose tunnel still answers but which
+//! cannot reach the platform's events path (its reporters' events are not arriving). A
+//! runtime that never sent a heartbeat is judged by its probes alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -70,7 +75,13 @@ pub struct Config {
     pub probe_every: Duration,
     /// How long a probe may take (`None`: as long as the tunnel server's request deadline).
     pub probe_timeout: Option<Duration>,
+    /// How long a runtime that sends heartbeats may be silent before it is shown
+    /// `Unable to communicate` (three missed heartbeats of [`crate::runtime::heartbeat::EVERY`]).
+    pub heartbeat_timeout: Duration,
 }
+
+/// The heartbeat timeout both variants use (inferred: see the module doc).
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Config {
     /// The variant's timings (inferred: see the module doc).
@@ -80,11 +91,13 @@ impl Config {
                 variant,
                 probe_every: Duration::from_secs(30),
                 probe_timeout: None,
+                heartbeat_timeout: HEARTBEAT_TIMEOUT,
             },
             Variant::Hardened => Config {
                 variant,
                 probe_every: Duration::from_secs(5),
                 probe_timeout: Some(Duration::from_secs(3)),
+                heartbeat_timeout: HEARTBEAT_TIMEOUT,
             },
         }
     }
@@ -156,19 +169,25 @@ async fn probe(
 }
 
 /// Runs the monitor until the process stops: every registered runtime is checked on the
-/// variant's schedule and what the platform shows is updated.
+/// variant's schedule, and against its heartbeats where `heartbeats` (the events path)
+/// has any, and what the platform shows is updated.
 pub async fn run(
     env: SharedEnv,
     config: Config,
     monitor: Arc<Monitor>,
     registry: Arc<Registry>,
     tunnels: Arc<TunnelServer>,
+    heartbeats: Option<Arc<crate::platform::events::Platform>>,
 ) {
-    let tick = match config.variant {
+    // Every second: the tunnels (hardened) and the heartbeats; probes on their schedule
+    // (faithful's first after a whole interval, hardened's at once).
+    let tick = Duration::from_secs(1);
+    let mut next_probe = match config.variant {
         Variant::Faithful => config.probe_every,
-        Variant::Hardened => Duration::from_secs(1),
+        Variant::Hardened => Duration::ZERO,
     };
-    let mut next_probe = Duration::ZERO;
+    // Whether each runtime's last probe answered.
+    let mut answered: BTreeMap<String, bool> = BTreeMap::new();
     loop {
         env.sleep(tick).await;
         let runtimes = registry.names();
@@ -181,6 +200,39 @@ pub async fn run(
                     Health::UnableToCommunicate,
                     "the runtime has no tunnel".to_string(),
                 );
+            }
+        }
+        // Runtimes that send heartbeats and went silent, with how long.
+        let now = env.unix_millis();
+        let last_beats = heartbeats
+            .as_ref()
+            .map(|p| p.heartbeats())
+            .unwrap_or_default();
+        let silent = |runtime: &str| {
+            last_beats.get(runtime).and_then(|last| {
+                let quiet = now.saturating_sub(*last);
+                (quiet > config.heartbeat_timeout.as_millis() as u64).then_some(quiet)
+            })
+        };
+        for runtime in &runtimes {
+            if !last_beats.contains_key(runtime) {
+                continue;
+            }
+            match silent(runtime) {
+                Some(quiet) => monitor.show(
+                    &env,
+                    runtime,
+                    Health::UnableToCommunicate,
+                    format!("no heartbeat for {} s", quiet / 1000),
+                ),
+                // Heartbeats again: healthy if the last probe answered (and, hardened, the
+                // tunnel is there).
+                None if answered.get(runtime) == Some(&true)
+                    && (config.variant == Variant::Faithful || connected.contains(runtime)) =>
+                {
+                    monitor.show(&env, runtime, Health::Healthy, String::new())
+                }
+                None => {}
             }
         }
         if env.elapsed() < next_probe {
@@ -200,7 +252,9 @@ pub async fn run(
         )
         .await;
         for (runtime, result) in probed.into_iter().zip(results) {
+            answered.insert(runtime.clone(), result.is_ok());
             match result {
+                Ok(()) if silent(runtime).is_some() => {}
                 Ok(()) => monitor.show(&env, runtime, Health::Healthy, String::new()),
                 Err(why) => monitor.show(&env, runtime, Health::UnableToCommunicate, why),
             }

@@ -44,6 +44,8 @@ pub struct RouterConfig {
 pub struct RuntimeConfig {
     /// One tunnel client per runtime this process represents (a fleet host has many).
     pub tunnels: Vec<tunnel_client::Config>,
+    /// Heartbeats to the platform's events path, one per runtime this process represents.
+    pub heartbeats: Vec<super::heartbeat::Config>,
     /// The request routing service (required when there are tunnels, unless
     /// [`RuntimeConfig::tunnel_local`] names one elsewhere).
     pub router: Option<RouterConfig>,
@@ -181,6 +183,9 @@ pub async fn run(
     }
     if let Some(controller) = config.acr.clone() {
         servers.spawn(acr::run(env.clone(), controller));
+    }
+    for heartbeat in config.heartbeats.clone() {
+        servers.spawn(super::heartbeat::run(env.clone(), heartbeat));
     }
     if let Some(operator) = config.operator.clone() {
         servers.spawn(gitops_operator::run(env.clone(), operator));

@@ -13,6 +13,7 @@
 //!   commits and pull requests, app verification), one leader at a time.
 //! - [`source_server`]: Git manifests, revision metadata and app versions for the reporters
 //!   and the app-proxy, cached.
+//! - [`heartbeat`]: tells the platform, through the events path, that the runtime is alive.
 //! - [`assembly`]: the whole runtime, one config and one `run` — what `orrery serve runtime`
 //!   and the simulated world start.
 
@@ -22,6 +23,7 @@ pub mod app_reporter;
 pub mod assembly;
 pub mod cache;
 pub mod gitops_operator;
+pub mod heartbeat;
 pub mod resource_reporter;
 pub mod router;
 pub mod source_server;

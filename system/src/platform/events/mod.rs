@@ -111,6 +111,9 @@ pub struct Platform {
     cluster: Mutex<cluster::ClusterModel>,
     /// Idempotency keys of projected resource events.
     keys: Mutex<Keys>,
+    /// Each runtime's last heartbeat (milliseconds since the epoch, the environment's
+    /// clock), for the runtime monitor.
+    heartbeats: Mutex<BTreeMap<String, u64>>,
     /// The queue between the API and the handler; its store outlives the process.
     bus: bus::Bus<Accepted>,
     /// Where accepted events are kept for good (real mode with a database): the read
@@ -129,6 +132,7 @@ impl Platform {
             read_model: Mutex::new(ReadModel::default()),
             cluster: Mutex::new(cluster::ClusterModel::default()),
             keys: Mutex::new(Keys::default()),
+            heartbeats: Mutex::new(BTreeMap::new()),
             journal: std::sync::OnceLock::new(),
         })
     }
@@ -201,6 +205,15 @@ impl Platform {
             return Some(runtime.clone());
         }
         registry?.lookup(token).map(|r| r.tunnel_name())
+    }
+
+    /// When each runtime last sent a heartbeat (ms since the epoch), by runtime name; a
+    /// runtime that never sent one is absent.
+    pub fn heartbeats(&self) -> BTreeMap<String, u64> {
+        self.heartbeats
+            .lock()
+            .expect("heartbeats lock poisoned")
+            .clone()
     }
 
     /// Changes the knobs (fault schedule).
@@ -722,6 +735,18 @@ async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>)
                     &serde_json::to_value(own(&runtime, platform.workflows())).unwrap_or_default(),
                 ),
             }
+        }
+        ("POST", crate::runtime::heartbeat::PATH) => {
+            let Some(runtime) = caller(&platform, &req) else {
+                return refused(&env, unauthorised());
+            };
+            platform
+                .heartbeats
+                .lock()
+                .expect("heartbeats lock poisoned")
+                .insert(runtime.clone(), env.unix_millis());
+            env.observe(PlatformEvent::Heartbeat { runtime }.into());
+            json(StatusCode::OK, &json!({"status": "ok"}))
         }
         ("POST", "/2.0/api/events")
             if knobs
