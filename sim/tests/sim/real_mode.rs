@@ -986,6 +986,29 @@ accounts:
       - {name: mallory, token: mallory-token, role: admin}
 ";
 
+/// `orrery serve runtime` as acme-prod (token `tok-1`): its tunnel to `tunnel`, its app-proxy on
+/// `proxy` (permissions from the gateway at `gateway`, the Kubernetes API at `api`, no Git).
+fn runtime_acme_prod(tunnel: &str, proxy: &str, gateway: &str, api: &str) -> Process {
+    orrery(&[
+        "serve",
+        "runtime",
+        "--platform",
+        tunnel,
+        "--name",
+        "acme-prod",
+        "--token",
+        "tok-1",
+        "--app-proxy",
+        proxy,
+        "--git",
+        "127.0.0.1:9",
+        "--platform-api",
+        gateway,
+        "--apiserver",
+        api,
+    ])
+}
+
 /// POSTs `body` to the events API on `port` with a runtime's `token`: the status.
 fn report_event(port: u16, token: &str, body: &str) -> Option<u16> {
     exchange(
@@ -1059,24 +1082,7 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
             &events_addr,
         ],
     );
-    let _runtime = orrery(&[
-        "serve",
-        "runtime",
-        "--platform",
-        &tunnel_addr,
-        "--name",
-        "acme-prod",
-        "--token",
-        "tok-1",
-        "--app-proxy",
-        &proxy_addr,
-        "--git",
-        "127.0.0.1:9",
-        "--platform-api",
-        &gateway_addr,
-        "--apiserver",
-        &api_addr,
-    ]);
+    let _runtime = runtime_acme_prod(&tunnel_addr, &proxy_addr, &gateway_addr, &api_addr);
     eventually("the API server answers", Duration::from_secs(20), || {
         http(api, "GET", "/healthz", "").is_some()
     });
@@ -1356,7 +1362,7 @@ fn lock_events(database: &str) -> std::sync::mpsc::Sender<()> {
     let (locked, is_locked) = std::sync::mpsc::channel();
     let (release, released) = std::sync::mpsc::channel::<()>();
     let url = database.to_string();
-    std::thread::spawn(move || {
+    let session = move || {
         let runtime = current_thread();
         let client = runtime.block_on(async {
             let client = connect(&url).await;
@@ -1369,7 +1375,8 @@ fn lock_events(database: &str) -> std::sync::mpsc::Sender<()> {
         locked.send(()).unwrap();
         let _ = released.recv();
         runtime.block_on(client.batch_execute("COMMIT")).unwrap();
-    });
+    };
+    std::thread::spawn(session); // determinism: real-env (real-mode test: a second database session)
     is_locked.recv().unwrap();
     release
 }
@@ -1701,11 +1708,12 @@ fn hardened_answers_an_event_only_once_it_is_committed_faithful_before_and_a_los
         let report = move |rv: u64| {
             let token = token.clone();
             let (answered, answer) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
+            let post = move || {
                 let status =
                     report_event(events, &token, &app_event("web", "team-a", "Synced", rv));
                 let _ = answered.send(status);
-            });
+            };
+            std::thread::spawn(post); // determinism: real-env (real-mode test: a request that may hang)
             answer
         };
         assert_eq!(
@@ -1791,24 +1799,7 @@ fn a_runtime_whose_heartbeats_stop_is_shown_unable_to_communicate_while_its_tunn
         ],
     );
     // The runtime's tunnel (no --events-api: this process sends no heartbeats)...
-    let _runtime = orrery(&[
-        "serve",
-        "runtime",
-        "--platform",
-        &tunnel_addr,
-        "--name",
-        "acme-prod",
-        "--token",
-        "tok-1",
-        "--app-proxy",
-        &proxy_addr,
-        "--git",
-        "127.0.0.1:9",
-        "--platform-api",
-        &gateway_addr,
-        "--apiserver",
-        &api_addr,
-    ]);
+    let _runtime = runtime_acme_prod(&tunnel_addr, &proxy_addr, &gateway_addr, &api_addr);
     // ...and another of its processes, which does: the one whose path to the events API
     // this test cuts by stopping it.
     let heartbeats = || {
