@@ -1833,6 +1833,20 @@ fn a_runtime_whose_heartbeats_stop_is_shown_unable_to_communicate_while_its_tunn
         Duration::from_secs(20),
         || shown().0 == "Healthy",
     );
+    // The platform has a heartbeat of acme-prod's for sure (the process's first may still be
+    // on its way on a loaded machine, and a runtime that never sent one is judged by its
+    // probes alone): one with its token.
+    assert_eq!(
+        exchange(
+            events,
+            "POST",
+            "/2.0/api/heartbeat",
+            "",
+            "authorization: tok-1\r\n"
+        )
+        .map(|r| r.0),
+        Some(200)
+    );
     drop(beating);
     eventually(
         "silent acme-prod is shown unreachable",
