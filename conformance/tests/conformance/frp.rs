@@ -184,15 +184,46 @@ async fn listening(port: u16) {
 
 /// frps on a free port with `token`, listening: the process and its port.
 async fn start_frps(frps: &str, dir: &std::path::Path, token: &str) -> (Process, u16) {
-    let port = free_port();
-    std::fs::write(
-        dir.join("frps.ini"),
-        format!("[common]\nbind_port = {port}\ntoken = {token}\n"),
+    serve_frps(frps, dir, |port| {
+        format!("[common]\nbind_port = {port}\ntoken = {token}\n")
+    })
+    .await
+}
+
+/// frps with the configuration `config(bind_port)`, listening: the process and its bind port.
+/// A free port can be taken by another test's connection between `free_port` and frps's
+/// bind (frps then exits), so a frps that exits before it listens is started again on new
+/// ports, up to five times; a failure shows frps's log.
+async fn serve_frps(
+    frps: &str,
+    dir: &std::path::Path,
+    config: impl Fn(u16) -> String,
+) -> (Process, u16) {
+    let (ini, log) = (dir.join("frps.ini"), dir.join("frps.log"));
+    for _ in 0..5 {
+        let port = free_port();
+        std::fs::write(&ini, config(port)).unwrap();
+        let mut process = spawn(frps, &ini, &log);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return (process, port);
+            }
+            if process.0.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "frps did not listen on {port} within 20 s: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!(
+        "frps exited before listening, five times; its last log: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
     )
-    .unwrap();
-    let process = spawn(frps, &dir.join("frps.ini"), &dir.join("frps.log"));
-    listening(port).await;
-    (process, port)
 }
 
 /// frps, the test proxy in front of it, and frpc (its `[common]` section plus `extra`) logged
@@ -527,14 +558,11 @@ async fn log_times(
 /// the times it was refused and when it got the subdomain, from its start.
 async fn frp_takeover(frpc: &str, frps: &str) -> (Vec<f64>, Option<f64>) {
     let dir = scratch("takeover");
-    let (bind, vhost) = (free_port(), free_port());
-    std::fs::write(
-        dir.join("frps.ini"),
-        format!("[common]\nbind_port = {bind}\ntoken = t\nvhost_http_port = {vhost}\nsubdomain_host = frp.test\ntcp_mux_keepalive_interval = {SERVER_KEEPALIVE_S}\n"),
-    )
-    .unwrap();
-    let _frps = spawn(frps, &dir.join("frps.ini"), &dir.join("frps.log"));
-    listening(bind).await;
+    let (_frps, bind) = serve_frps(frps, &dir, |bind| {
+        let vhost = free_port();
+        format!("[common]\nbind_port = {bind}\ntoken = t\nvhost_http_port = {vhost}\nsubdomain_host = frp.test\ntcp_mux_keepalive_interval = {SERVER_KEEPALIVE_S}\n")
+    })
+    .await;
     let proxy = Proxy::start(bind).await;
     let client = |port: u16| {
         format!("[common]\nserver_addr = 127.0.0.1\nserver_port = {port}\ntoken = t\n\n[rt]\ntype = http\nlocal_port = {}\nsubdomain = rt\n", free_port())
