@@ -146,9 +146,10 @@ SCENARIO ?= queue-overflow
 VARIANT ?= hardened
 SEED ?= 1
 PROFILE_OUT := reports/perf/profile-$(SCENARIO)-$(VARIANT)
+## RUSTFLAGS replaces .cargo/config.toml's flags, so tokio_unstable (turmoil seeds tokio's RNG) is repeated.
 profile:
 	@command -v perf >/dev/null || { echo "perf not found: apt-get install linux-perf"; exit 2; }
-	RUSTFLAGS="-C force-frame-pointers=yes" $(CARGO) build --profile profiling -p orrery-sim --bin orrery
+	RUSTFLAGS="--cfg tokio_unstable -C force-frame-pointers=yes" $(CARGO) build --profile profiling -p orrery-sim --bin orrery
 	@mkdir -p reports/perf
 	perf record -F 499 --call-graph fp -o $(PROFILE_OUT).data ./target/profiling/orrery run scenarios/$(SCENARIO).yaml --seed $(SEED) --variant $(VARIANT) > /dev/null
 	perf report -i $(PROFILE_OUT).data --no-children --percent-limit 0.3 --stdio -g none > $(PROFILE_OUT).txt 2>/dev/null

@@ -893,8 +893,35 @@ fn cmd_apiserver(args: ApiserverArgs) -> Result<Exit, Fail> {
     Ok(Exit::Expected)
 }
 
+/// Refuses to simulate in a binary built without `--cfg tokio_unstable`: without it turmoil
+/// cannot seed tokio's RNG, so `select!` picks branches by a per-process random order and two
+/// runs of one seed differ. A `RUSTFLAGS` in the environment replaces `.cargo/config.toml`'s
+/// flags instead of adding to them, which is how such a binary gets built.
+fn deterministic_build() -> Result<(), Fail> {
+    if cfg!(tokio_unstable) {
+        return Ok(());
+    }
+    Err(Fail::usage(
+        "this binary was built without --cfg tokio_unstable, so its simulations are not \
+         deterministic (tokio's select! order is random per process); a RUSTFLAGS variable \
+         replaces .cargo/config.toml's flags: rebuild with RUSTFLAGS=\"--cfg tokio_unstable ...\"",
+    ))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let simulates = matches!(
+        cli.command,
+        Command::Run(_)
+            | Command::Sweep(_)
+            | Command::Shrink(_)
+            | Command::CheckDeterminism(_)
+            | Command::Reports(_)
+    );
+    if let (true, Err(Fail(message, exit))) = (simulates, deterministic_build()) {
+        eprintln!("orrery: {message}");
+        return exit.into();
+    }
     let result = match cli.command {
         Command::Run(args) => cmd_run(args),
         Command::Sweep(args) => cmd_sweep(args),

@@ -195,40 +195,122 @@ impl<K> std::ops::Deref for Shared<K> {
     }
 }
 
-/// Looks the object up as kube-rs looks up `K` itself.
-impl<K: kube::Resource> kube::runtime::reflector::Lookup for Shared<K> {
+/// A shared object is the resource it holds: watched and listed as `Api<Shared<K>>`, looked
+/// up by kube-rs's reflector as `K` itself (its blanket `Lookup`). Changing its metadata
+/// copies the object first if anyone else holds it.
+impl<K: kube::Resource + Clone> kube::Resource for Shared<K> {
     type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
 
-    fn kind(dyntype: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::kind(dyntype)
+    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
     }
 
-    fn group(dyntype: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::group(dyntype)
+    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
     }
 
-    fn version(dyntype: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::version(dyntype)
+    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
     }
 
-    fn plural(dyntype: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::plural(dyntype)
+    fn api_version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::api_version(dt)
     }
 
-    fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
-        kube::runtime::reflector::Lookup::name(&*self.0)
+    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
     }
 
-    fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
-        kube::runtime::reflector::Lookup::namespace(&*self.0)
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        self.0.meta()
     }
 
-    fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
-        kube::runtime::reflector::Lookup::resource_version(&*self.0)
+    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+        std::sync::Arc::make_mut(&mut self.0).meta_mut()
+    }
+}
+
+/// Decoded as [`Wire`] decodes, once per distinct JSON text on this thread: every watcher of
+/// the same objects (five reporter replicas, Argo CD and the probe watch every Application in
+/// a simulated world, all on one thread) shares one decoded object instead of decoding and
+/// holding its own copy. The object is the one [`Wire`] would give (tested); only memory is
+/// shared, and nobody can change a shared object in place.
+impl<'de> serde::Deserialize<'de> for Shared<kube::api::DynamicObject> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <Box<serde_json::value::RawValue>>::deserialize(deserializer)?;
+        decoded::shared(text.get())
+            .map(Shared)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The per-thread table of decoded objects behind `Shared<DynamicObject>`'s decoding.
+mod decoded {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::hash::Hasher;
+    use std::sync::{Arc, Weak};
+
+    use kube::api::DynamicObject;
+
+    /// Inserts between two sweeps of entries nobody holds any more.
+    const SWEEP_EVERY: usize = 1 << 14;
+
+    #[derive(Default)]
+    struct Table {
+        /// Objects by a hash of their text: each entry keeps the text to compare in full.
+        by_hash: HashMap<u64, Vec<(Box<str>, Weak<DynamicObject>)>>,
+        inserts: usize,
     }
 
-    fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
-        kube::runtime::reflector::Lookup::uid(&*self.0)
+    thread_local! {
+        static TABLE: RefCell<Table> = RefCell::default();
+    }
+
+    fn hash(text: &str) -> u64 {
+        // SipHash with fixed keys: the same on every run (the table is never iterated into
+        // any output, but nothing here needs the OS's randomness either).
+        let mut hasher = std::hash::DefaultHasher::new();
+        hasher.write(text.as_bytes());
+        hasher.finish()
+    }
+
+    /// The object `text` decodes to: one already held on this thread if its text is the
+    /// same, else a fresh decoding (which is then shared).
+    pub(super) fn shared(text: &str) -> Result<Arc<DynamicObject>, serde_json::Error> {
+        let key = hash(text);
+        let held = TABLE.with_borrow(|table| {
+            table.by_hash.get(&key).and_then(|entries| {
+                entries
+                    .iter()
+                    .find(|(t, _)| &**t == text)
+                    .and_then(|(_, object)| object.upgrade())
+            })
+        });
+        if let Some(object) = held {
+            return Ok(object);
+        }
+        let object = Arc::new(serde_json::from_str::<super::Wire>(text)?.into_inner());
+        TABLE.with_borrow_mut(|table| {
+            let entries = table.by_hash.entry(key).or_default();
+            entries.retain(|(t, held)| held.strong_count() > 0 && &**t != text);
+            entries.push((text.into(), Arc::downgrade(&object)));
+            table.inserts += 1;
+            if table.inserts % SWEEP_EVERY == 0 {
+                table.by_hash.retain(|_, entries| {
+                    entries.retain(|(_, held)| held.strong_count() > 0);
+                    !entries.is_empty()
+                });
+            }
+        });
+        Ok(object)
+    }
+
+    /// Entries on this thread, live or not (for tests).
+    #[cfg(test)]
+    pub(super) fn entries() -> usize {
+        TABLE.with_borrow(|table| table.by_hash.values().map(Vec::len).sum())
     }
 }
 
@@ -398,7 +480,7 @@ pub fn shared_wire(
 
 #[cfg(test)]
 mod tests {
-    use super::Wire;
+    use super::{Shared, Wire};
     use kube::api::DynamicObject;
 
     /// The one-pass decoder gives what kube-core's derive gives, or fails where it fails.
@@ -449,5 +531,55 @@ mod tests {
             panic!("{decoded:?}");
         };
         assert_eq!(object.0.data["data"]["k"], "v");
+
+        // Shared decoding gives Wire's object, or fails where Wire fails.
+        for case in cases {
+            let wire = serde_json::from_str::<Wire>(case).map(Wire::into_inner);
+            let shared = serde_json::from_str::<Shared<DynamicObject>>(case);
+            match (&wire, &shared) {
+                (Ok(w), Ok(s)) => assert_eq!(w, &*s.0, "{case}"),
+                (Err(_), Err(_)) => {}
+                _ => panic!("{case}: wire {wire:?}, shared {shared:?}"),
+            }
+        }
+    }
+
+    /// Watchers on one thread share one decoded object per distinct text, never a stale one.
+    #[test]
+    fn the_same_text_decodes_to_one_shared_object_while_anyone_holds_it() {
+        use std::sync::Arc;
+        let a = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"1"},"data":{"k":"v"}}"#;
+        let a2 = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"2"},"data":{"k":"v"}}"#;
+        let event = format!(r#"{{"type":"MODIFIED","object":{a}}}"#);
+        let list = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMapList","metadata":{{"resourceVersion":"2"}},"items":[{a},{a2}]}}"#
+        );
+        let kube::core::WatchEvent::Modified(watched) =
+            serde_json::from_str::<kube::core::WatchEvent<Shared<DynamicObject>>>(&event).unwrap()
+        else {
+            panic!("not a modification");
+        };
+        let listed: kube::core::ObjectList<Shared<DynamicObject>> =
+            serde_json::from_str(&list).unwrap();
+        // The listed copy of the same text is the watched object itself; another version is not.
+        assert!(Arc::ptr_eq(&watched.0, &listed.items[0].0));
+        assert!(!Arc::ptr_eq(&watched.0, &listed.items[1].0));
+        assert_eq!(
+            listed.items[1].metadata.resource_version.as_deref(),
+            Some("2")
+        );
+        // Changing a shared object's metadata copies it: the other holders keep theirs.
+        let mut changed = listed.items[0].clone();
+        kube::Resource::meta_mut(&mut changed).name = Some("b".into());
+        assert_eq!(watched.metadata.name.as_deref(), Some("a"));
+        assert_eq!(changed.metadata.name.as_deref(), Some("b"));
+        // Once nobody holds it, the same text decodes afresh (equal, not the dropped one).
+        let before = Arc::downgrade(&watched.0);
+        drop((watched, listed, changed));
+        assert!(before.upgrade().is_none());
+        let again = serde_json::from_str::<Shared<DynamicObject>>(a).unwrap();
+        assert_eq!(again.data["data"]["k"], "v");
+        // The table keeps one entry per text: the dead entry of `a` was replaced.
+        assert_eq!(super::decoded::entries(), 2);
     }
 }

@@ -276,7 +276,7 @@ pub async fn run(
     config: controller::Config,
     tokens: impl Into<Tokens>,
 ) -> std::io::Result<()> {
-    use futures::{StreamExt, TryStreamExt};
+    use futures::StreamExt;
     use kube::runtime::{reflector, watcher, WatchStreamExt};
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
@@ -285,12 +285,12 @@ pub async fn run(
     config.projects = config.projects.fresh();
     // Argo CD watches its own namespace, or every namespace when
     // `application.namespaces` names more (and ignores apps outside them).
-    let api: kube::Api<orrery_system::env::kube::Wire> = if config.application_namespaces.is_empty()
-    {
-        kube::Api::namespaced_with(client.clone(), &config.namespace, &application_resource())
-    } else {
-        kube::Api::all_with(client.clone(), &application_resource())
-    };
+    let api: kube::Api<orrery_system::env::kube::Shared<kube::api::DynamicObject>> =
+        if config.application_namespaces.is_empty() {
+            kube::Api::namespaced_with(client.clone(), &config.namespace, &application_resource())
+        } else {
+            kube::Api::all_with(client.clone(), &application_resource())
+        };
     let allowed = config.clone();
     let writer = reflector::store::Writer::new(application_resource());
     let store = writer.as_reader();
@@ -298,9 +298,7 @@ pub async fn run(
     // Every app the watch delivers is a candidate for the controller's next tick.
     let touched = controller::Touched::default();
     let seen = touched.clone();
-    let events = watcher(api, watcher::Config::default())
-        .backoff(backoff)
-        .map_ok(orrery_system::env::kube::shared_wire);
+    let events = watcher(api, watcher::Config::default()).backoff(backoff);
     tokio::spawn(reflector::reflector(writer, events).for_each(move |event| {
         if let Ok(
             watcher::Event::Apply(app)

@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -376,8 +376,8 @@ pub async fn run(env: SharedEnv, config: Config) {
     let me = env.identity().host.clone();
     let shard = config.shard.or(env.identity().ordinal);
     let client = crate::env::kube::client(env.clone(), &config.apiserver);
-    // Decoded in one pass (`Wire`): every replica decodes every Application change.
-    let api: Api<crate::env::kube::Wire> = if config.application_namespaces.is_empty() {
+    // Decoded in one pass, and once for every watcher on the thread (`Shared`'s decoding).
+    let api: Api<Shared<DynamicObject>> = if config.application_namespaces.is_empty() {
         Api::namespaced_with(client.clone(), &config.namespace, &application_resource())
     } else {
         Api::all_with(client.clone(), &application_resource())
@@ -417,9 +417,7 @@ pub async fn run(env: SharedEnv, config: Config) {
     let mut tasks = tokio::task::JoinSet::new();
     let watched = replica.clone();
     let backoff = SeededBackoff::new(env.clone());
-    let events = watcher(api, watcher::Config::default())
-        .backoff(backoff)
-        .map_ok(crate::env::kube::shared_wire);
+    let events = watcher(api, watcher::Config::default()).backoff(backoff);
     tasks.spawn(reflector::reflector(writer, events).for_each(move |event| {
         match event {
             // The initial list reaches the real informer as OnAdd; later changes as OnUpdate.
