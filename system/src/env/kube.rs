@@ -257,10 +257,13 @@ mod decoded {
     /// Inserts between two sweeps of entries nobody holds any more.
     const SWEEP_EVERY: usize = 1 << 14;
 
+    /// An object's text and the object, as long as anyone holds it.
+    type Entry = (Box<str>, Weak<DynamicObject>);
+
     #[derive(Default)]
     struct Table {
         /// Objects by a hash of their text: each entry keeps the text to compare in full.
-        by_hash: HashMap<u64, Vec<(Box<str>, Weak<DynamicObject>)>>,
+        by_hash: HashMap<u64, Vec<Entry>>,
         inserts: usize,
     }
 

@@ -139,9 +139,9 @@ fn desired_status(
     let status = app.data.get("status").cloned().unwrap_or(json!({}));
     // Compared with the repository head, as Argo CD does: in sync when the app's files at
     // the head are the ones deployed (the newest commit touching its path is the same).
-    let head = resolved_head(&git, &repo, &status)?.clone();
+    let head = resolved_head(&git, repo, &status)?.clone();
     let head_sha = head.sha.clone();
-    let path_head = git.last_change(&repo, &head_sha, &path)?.sha.clone();
+    let path_head = git.last_change(repo, &head_sha, path)?.sha.clone();
     // What is deployed is the last history entry; `sync.revision` is only what was compared.
     let synced_revision = status
         .get("history")
@@ -150,10 +150,10 @@ fn desired_status(
         .and_then(|h| h["revision"].as_str())
         .unwrap_or("")
         .to_string();
-    let head_files = git.files_at(&repo, &head_sha, &path)?;
+    let head_files = git.files_at(repo, &head_sha, path)?;
     let in_sync = !synced_revision.is_empty()
         && git
-            .last_change(&repo, &synced_revision, &path)
+            .last_change(repo, &synced_revision, path)
             .is_some_and(|c| c.sha == path_head);
     let automated = app.data.pointer("/spec/syncPolicy/automated").is_some();
     let mut next = status.clone();
@@ -323,7 +323,7 @@ impl Inputs {
         let (repo, _) = source_of(app)?;
         let no_status = json!({});
         let status = app.data.get("status").unwrap_or(&no_status);
-        let head = resolved_head(&git.lock(), &repo, status)?.sha.clone();
+        let head = resolved_head(&git.lock(), repo, status)?.sha.clone();
         // Only whether the cluster answers matters, not the text of its last error.
         let cluster = match clusters.reach(&destination_of(app).0) {
             Reach::Unreachable(_) => Reach::Unreachable(String::new()),
@@ -416,7 +416,7 @@ fn completion(
     // An operation without a revision syncs the target revision (here: main's head).
     let revision = match operation.pointer("/sync/revision").and_then(Value::as_str) {
         Some(revision) if !revision.is_empty() => revision.to_string(),
-        _ => git.lock().head(&repo)?.sha.clone(),
+        _ => git.lock().head(repo)?.sha.clone(),
     };
     let mut history = app
         .data
@@ -456,12 +456,12 @@ fn completion(
         .annotations
         .as_ref()
         .and_then(|a| a.get(orrery_system::runtime::acr::paths::MANIFEST_GENERATE_PATHS))
-        .map(|annotation| orrery_system::runtime::acr::paths::refresh_paths(annotation, &path))
+        .map(|annotation| orrery_system::runtime::acr::paths::refresh_paths(annotation, path))
         .unwrap_or_default();
     let expected = if refresh.is_empty() {
         String::new()
     } else {
-        super::repo_server::expected_change(&git.lock(), &repo, &previous, &revision, &refresh)
+        super::repo_server::expected_change(&git.lock(), repo, &previous, &revision, &refresh)
             .unwrap_or_default()
     };
     Some((
@@ -516,8 +516,8 @@ fn missing_children(
     };
     let git = git.lock();
     let Some(files) = git
-        .head(&repo)
-        .and_then(|head| git.files_at(&repo, &head.sha, &path))
+        .head(repo)
+        .and_then(|head| git.files_at(repo, &head.sha, path))
     else {
         return (Vec::new(), Vec::new());
     };

@@ -133,12 +133,13 @@ impl Tokens {
     }
 }
 
-/// Reads an app's `spec.source` as (repoURL, path).
-pub fn source_of(app: &DynamicObject) -> Option<(String, String)> {
+/// Reads an app's `spec.source` as (repoURL, path), borrowed (the controller reads it for
+/// every app it looks at).
+pub fn source_of(app: &DynamicObject) -> Option<(&str, &str)> {
     let source = app.data.get("spec")?.get("source")?;
     Some((
-        source.get("repoURL")?.as_str()?.to_string(),
-        source.get("path")?.as_str()?.to_string(),
+        source.get("repoURL")?.as_str()?,
+        source.get("path")?.as_str()?,
     ))
 }
 

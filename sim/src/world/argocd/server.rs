@@ -240,10 +240,10 @@ impl Server {
                 format!("unable to resolve git revision {current}: failed to fetch {repo}: 503 Service Unavailable"),
             );
         }
-        let refresh = refresh_paths(&annotation, &source_path);
+        let refresh = refresh_paths(&annotation, source_path);
         let answer = super::repo_server::change_revision(
             &self.git.lock(),
-            &repo,
+            repo,
             &current,
             &previous,
             &refresh,
@@ -330,7 +330,7 @@ impl Server {
             rest,
             ["manifests"] | ["files"] | ["revisions", _, "metadata"]
         ) {
-            if let Err(answer) = self.fetch(&repo, &fetched).await {
+            if let Err(answer) = self.fetch(repo, &fetched).await {
                 return answer;
             }
         }
@@ -356,9 +356,9 @@ impl Server {
                     .get("revision")
                     .filter(|r| !r.is_empty())
                     .cloned()
-                    .or_else(|| git.head(&repo).map(|c| c.sha.clone()))
+                    .or_else(|| git.head(repo).map(|c| c.sha.clone()))
                     .unwrap_or_default();
-                match git.files_at(&repo, &revision, &app_path) {
+                match git.files_at(repo, &revision, app_path) {
                     Some(files) => {
                         let manifests: Vec<Value> = resources_of(&files, name)
                             .iter()
@@ -378,7 +378,7 @@ impl Server {
                                 "manifests": manifests,
                                 "revision": revision,
                                 "sourceType": "Directory",
-                                "applicationVersions": app_versions(&files, &app_path),
+                                "applicationVersions": app_versions(&files, app_path),
                             }),
                         )
                     }
@@ -392,9 +392,9 @@ impl Server {
             ["files"] => {
                 let revision = Some(fetched)
                     .filter(|r| !r.is_empty())
-                    .or_else(|| git.head(&repo).map(|c| c.sha.clone()))
+                    .or_else(|| git.head(repo).map(|c| c.sha.clone()))
                     .unwrap_or_default();
-                match git.files_at(&repo, &revision, &app_path) {
+                match git.files_at(repo, &revision, app_path) {
                     Some(files) => json(
                         StatusCode::OK,
                         &json!({"revision": revision, "files": files}),
@@ -406,7 +406,7 @@ impl Server {
                     ),
                 }
             }
-            ["revisions", revision, "metadata"] => match git.commit_by_sha(&repo, revision) {
+            ["revisions", revision, "metadata"] => match git.commit_by_sha(repo, revision) {
                 Some(c) => json(
                     StatusCode::OK,
                     &json!({"author": c.author, "date": rfc3339(c.unix_ms), "message": c.message}),
@@ -425,7 +425,7 @@ impl Server {
                     .and_then(|h| h["revision"].as_str())
                     .unwrap_or("");
                 let want = |key: &str| params.get(key).map(String::as_str).unwrap_or("");
-                let live = git.files_at(&repo, revision, &app_path).and_then(|files| {
+                let live = git.files_at(repo, revision, app_path).and_then(|files| {
                     resources_of(&files, name)
                         .into_iter()
                         .find(|r| {

@@ -410,12 +410,14 @@ enum ClusterObject {
     Text(String),
 }
 
+/// A gzip decoder reading from a buffer it owns (reused from body to body).
+type Gunzip = flate2::bufread::GzDecoder<std::io::Cursor<Vec<u8>>>;
+
 thread_local! {
     /// One gzip decoder per thread, reset for each body (with the buffer it reads from): a
     /// fresh decoder allocates zlib's inflate state and 32 KiB window for every event, and
     /// that allocation (fresh pages each time) cost more than inflating the event.
-    static GUNZIP: std::cell::RefCell<Option<flate2::bufread::GzDecoder<std::io::Cursor<Vec<u8>>>>> =
-        const { std::cell::RefCell::new(None) };
+    static GUNZIP: std::cell::RefCell<Option<Gunzip>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Inflates the gzip `body` into `text`, at most `DECOMPRESSED_LIMIT_BYTES + 1` bytes of it
