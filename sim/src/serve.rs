@@ -373,30 +373,39 @@ fn logged_env(host: &str) -> SharedEnv {
     }))
 }
 
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM (what Kubernetes sends a pod it stops).
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM (what Kubernetes sends a pod it stops). The
+/// handlers are installed when this is called, not when the future is first polled: the
+/// assemblies poll it only once their listeners are bound, and a SIGTERM in between took
+/// the default action (death, exit status none) instead of a clean stop. Call it inside the
+/// runtime.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
+    let handlers = {
+        use tokio::signal::unix::{signal, SignalKind};
+        signal(SignalKind::interrupt()).and_then(|interrupt| {
+            signal(SignalKind::terminate()).map(|terminate| (interrupt, terminate))
+        })
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            match handlers {
+                Ok((mut interrupt, mut terminate)) => tokio::select! {
+                    biased;
+                    _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+                    _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+                },
                 Err(error) => {
-                    tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops");
-                    let _ = interrupt.await;
-                    return;
+                    tracing::warn!(%error, "cannot listen for SIGINT/SIGTERM; only Ctrl-C stops");
+                    let _ = tokio::signal::ctrl_c().await;
                 }
-            };
-        tokio::select! {
-            biased;
-            _ = interrupt => tracing::info!("SIGINT: shutting down"),
-            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+            }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-        tracing::info!("Ctrl-C: shutting down");
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("Ctrl-C: shutting down");
+        }
     }
 }
 

@@ -248,7 +248,7 @@ impl<'de> serde::Deserialize<'de> for Shared<kube::api::DynamicObject> {
 /// The per-thread table of decoded objects behind `Shared<DynamicObject>`'s decoding.
 mod decoded {
     use std::cell::RefCell;
-    use std::collections::HashMap;
+    use std::collections::BTreeMap;
     use std::hash::Hasher;
     use std::sync::{Arc, Weak};
 
@@ -263,7 +263,8 @@ mod decoded {
     #[derive(Default)]
     struct Table {
         /// Objects by a hash of their text: each entry keeps the text to compare in full.
-        by_hash: HashMap<u64, Vec<Entry>>,
+        /// (Ordered by hash, so nothing here depends on a hasher's random keys.)
+        by_hash: BTreeMap<u64, Vec<Entry>>,
         inserts: usize,
     }
 
