@@ -318,21 +318,6 @@ mod decoded {
     }
 }
 
-/// A watcher event with its object wrapped in [`Shared`] (for `kube::runtime::reflector`).
-pub fn shared<K>(
-    event: kube::runtime::watcher::Event<K>,
-) -> kube::runtime::watcher::Event<Shared<K>> {
-    use kube::runtime::watcher::Event;
-    let share = |o| Shared(std::sync::Arc::new(o));
-    match event {
-        Event::Apply(o) => Event::Apply(share(o)),
-        Event::Delete(o) => Event::Delete(share(o)),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(share(o)),
-        Event::InitDone => Event::InitDone,
-    }
-}
-
 /// A [`kube::api::DynamicObject`] decoded in one pass. kube-core derives `DynamicObject`'s
 /// decoding with `#[serde(flatten)]`, which buffers the whole body as serde `Content` and
 /// decodes it a second time; for watchers of thousands of objects that was most of the cost
@@ -473,13 +458,6 @@ pub fn unwire(
         Event::InitApply(o) => Event::InitApply(o.0),
         Event::InitDone => Event::InitDone,
     }
-}
-
-/// A watcher event of [`Wire`] objects as [`Shared`] `DynamicObject`s, for a reflector.
-pub fn shared_wire(
-    event: kube::runtime::watcher::Event<Wire>,
-) -> kube::runtime::watcher::Event<Shared<kube::api::DynamicObject>> {
-    shared(unwire(event))
 }
 
 #[cfg(test)]

@@ -51,18 +51,17 @@ pub async fn run(
     verdicts: Verdicts,
     config: controller::Config,
 ) {
-    use futures::{StreamExt, TryStreamExt};
+    use futures::StreamExt;
     use kube::runtime::{reflector, watcher, WatchStreamExt};
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
     let reflect = |resource: ApiResource| {
-        let api: kube::Api<orrery_system::env::kube::Wire> =
+        let api: kube::Api<orrery_system::env::kube::Shared<kube::api::DynamicObject>> =
             kube::Api::all_with(client.clone(), &resource);
         let writer = reflector::store::Writer::new(resource);
         let store = writer.as_reader();
         let events = watcher(api, watcher::Config::default())
-            .backoff(orrery_system::env::kube::SeededBackoff::new(env.clone()))
-            .map_ok(orrery_system::env::kube::shared_wire);
+            .backoff(orrery_system::env::kube::SeededBackoff::new(env.clone()));
         tokio::spawn(reflector::reflector(writer, events).for_each(|_| async {}));
         store
     };

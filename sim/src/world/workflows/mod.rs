@@ -153,7 +153,7 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// Runs the Workflows controller against `target` until the host stops.
 pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs) {
-    use futures::{StreamExt, TryStreamExt};
+    use futures::StreamExt;
     use kube::runtime::{reflector, watcher, WatchStreamExt};
 
     let client = orrery_system::env::kube::client(env.clone(), &target);
@@ -161,11 +161,13 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs) {
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
     let events = watcher(
-        kube::Api::<orrery_system::env::kube::Wire>::all_with(client.clone(), &resource),
+        kube::Api::<orrery_system::env::kube::Shared<kube::api::DynamicObject>>::all_with(
+            client.clone(),
+            &resource,
+        ),
         watcher::Config::default(),
     )
-    .backoff(orrery_system::env::kube::SeededBackoff::new(env.clone()))
-    .map_ok(orrery_system::env::kube::shared_wire);
+    .backoff(orrery_system::env::kube::SeededBackoff::new(env.clone()));
     tokio::spawn(reflector::reflector(writer, events).for_each(|_| async {}));
     // Per workflow: the resourceVersion of our last write (a reflector view older than it
     // is skipped) and the phase it wrote.

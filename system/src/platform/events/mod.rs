@@ -427,7 +427,7 @@ fn gunzip(body: &[u8], text: &mut Vec<u8>) -> std::io::Result<usize> {
     GUNZIP.with_borrow_mut(|slot| {
         let decoder = match slot {
             Some(decoder) => {
-                let mut input = decoder.reset(Cursor::new(Vec::new())).into_inner();
+                let mut input = std::mem::take(decoder.get_mut().get_mut());
                 input.clear();
                 input.extend_from_slice(body);
                 decoder.reset(Cursor::new(input));
