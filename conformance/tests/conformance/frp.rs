@@ -170,18 +170,6 @@ fn spawn(program: &str, config: &std::path::Path, log: &std::path::Path) -> Proc
     )
 }
 
-/// Waits until something accepts on `port` (frps has started).
-async fn listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "frps did not listen on {port} within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// frps on a free port with `token`, listening: the process and its port.
 async fn start_frps(frps: &str, dir: &std::path::Path, token: &str) -> (Process, u16) {
     serve_frps(frps, dir, |port| {
@@ -621,12 +609,19 @@ async fn model_takeover(variant: Variant) -> (Vec<f64>, Option<f64>) {
     let mut config = server::Config::new(variant);
     config.keepalive = Duration::from_secs(SERVER_KEEPALIVE_S);
     let server = TunnelServer::new(config, registry);
-    let port = free_port();
     let platform = env("platform");
+    // Bound here, on port 0: a port picked free and bound later can be taken meanwhile (the
+    // three takeovers run at once), and a client would then reach another test's server.
+    let listener = platform.listen("127.0.0.1:0").await.expect("bind the tunnel server");
+    let port: u16 = listener
+        .local_addr()
+        .expect("the tunnel server's address")
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("a port");
     let serving = tokio::spawn(async move {
-        let _ = server::run(platform, server, &format!("127.0.0.1:{port}")).await;
+        let _ = server::serve(platform, server, listener).await;
     });
-    listening(port).await;
     let proxy = Proxy::start(port).await;
     let handler: tunnel_client::Handler =
         Arc::new(|_request| Box::pin(async { unreachable!("nothing is forwarded") }));
