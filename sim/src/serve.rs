@@ -146,6 +146,12 @@ pub struct ControlPlaneArgs {
     /// send) on this address; runtimes authenticate with their --runtimes tokens.
     #[arg(long)]
     events: Option<String>,
+    /// Also run the promotion orchestrator for one Product, from a YAML file: the Git
+    /// provider, the repository, its user token, each environment's app, and the Product's
+    /// CRs (see `orrery_system::platform::promotions::file` and the README's Promotions
+    /// section). Its releases are served by the GitOps API (`releases`, `release`).
+    #[arg(long)]
+    promotions: Option<PathBuf>,
     /// Also run the runtime monitor: every registered runtime is probed through its tunnel
     /// and `GET /api/runtimes` shows `Healthy` or `Unable to communicate` for each
     /// (faithful: every 30 s; hardened: every 5 s, and at once when its tunnel is gone).
@@ -544,6 +550,31 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         .map_err(|e| Fail::usage(format!("--policy {e}")))?
         .apply(&state.permissions);
     }
+    let promotions = match &args.promotions {
+        None => None,
+        Some(path) => {
+            let text = String::from_utf8(read(path)?)
+                .map_err(|e| Fail::usage(format!("{}: not UTF-8: {e}", path.display())))?;
+            let mut config = orrery_system::platform::promotions::file::OrchestratorFile::parse(
+                &path.display().to_string(),
+                &text,
+            )
+            .map_err(|e| Fail::usage(format!("--promotions {e}")))?
+            .config;
+            if config.gateway_addr.is_empty() {
+                // This process's gateway: its users are known here, so a token that is
+                // nobody's is refused now rather than answered 401 on every call.
+                config.gateway_addr = args.api.clone();
+                if state.permissions.user(&config.token).is_none() {
+                    return Err(Fail::usage(format!(
+                        "--promotions {}: token: no user has this token (give the orchestrator's user with --users or --policy)",
+                        path.display()
+                    )));
+                }
+            }
+            Some(config)
+        }
+    };
     let mut tunnel = tunnel::Config::new(variant);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         tunnel.tls = Some(
@@ -569,7 +600,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
             admin_token: args.admin_token,
         }),
         events: args.events,
-        promotions: None,
+        promotions,
         monitor: args
             .monitor
             .then(|| orrery_system::platform::monitor::Config {

@@ -612,7 +612,10 @@ async fn model_takeover(variant: Variant) -> (Vec<f64>, Option<f64>) {
     let platform = env("platform");
     // Bound here, on port 0: a port picked free and bound later can be taken meanwhile (the
     // three takeovers run at once), and a client would then reach another test's server.
-    let listener = platform.listen("127.0.0.1:0").await.expect("bind the tunnel server");
+    let listener = platform
+        .listen("127.0.0.1:0")
+        .await
+        .expect("bind the tunnel server");
     let port: u16 = listener
         .local_addr()
         .expect("the tunnel server's address")

@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{json, Value};
 
 use orrery_system::env::SharedEnv;
-use orrery_system::platform::promotions::plan::{self, Environment, FlowPlan};
+use orrery_system::platform::promotions::plan::{self, FlowPlan};
 use orrery_system::platform::promotions::{self, Concurrency, Target};
 
 use super::argocd::{self, HealthOverrides};
@@ -45,68 +45,13 @@ impl Planned {
     /// PromotionTemplate it references), the PromotionFlows its
     /// `promotionFlows` name, the PromotionPolicies; an error names what is wrong.
     pub fn of(promotions: &Promotions) -> Result<Planned, String> {
-        let of_kind = |kind: &str| -> Vec<(String, Value)> {
-            promotions
-                .objects
-                .iter()
-                .filter(|o| o["kind"] == kind)
-                .map(|o| {
-                    (
-                        o["metadata"]["name"].as_str().unwrap_or("").to_string(),
-                        o["spec"].clone(),
-                    )
-                })
-                .collect()
-        };
-        let products = of_kind("Product");
-        let [(product, spec)] = products.as_slice() else {
-            return Err(format!(
-                "want exactly one Product, found {}",
-                products.len()
-            ));
-        };
-        let templates: BTreeMap<String, Value> = of_kind("PromotionTemplate").into_iter().collect();
-        let mut spec = spec.clone();
-        spec["promotionTemplate"] =
-            plan::promotion_template(product, &spec, &templates).map_err(|e| e.to_string())?;
-        let spec = &spec;
-        let flow_specs: BTreeMap<String, Value> = of_kind("PromotionFlow").into_iter().collect();
-        let policies = of_kind("PromotionPolicy");
-        let mut flows = BTreeMap::new();
-        for flow in spec["promotionFlows"].as_array().into_iter().flatten() {
-            let name = flow["name"].as_str().unwrap_or("");
-            let Some(flow_spec) = flow_specs.get(name) else {
-                return Err(format!(
-                    "Product {product} names PromotionFlow {name:?}, which the file does not hold"
-                ));
-            };
-            let environments: BTreeMap<String, Environment> = BTreeMap::new();
-            let planned = plan::plan_flow(name, flow_spec, &policies, product, &[], &environments)
-                .map_err(|e| e.to_string())?;
-            flows.insert(name.to_string(), planned);
-        }
-        if flows.is_empty() {
-            return Err(format!("Product {product} has no promotionFlows"));
-        }
-        let mut environments: Vec<String> = flows
-            .values()
-            .flat_map(|f| {
-                std::iter::once(f.trigger.clone())
-                    .chain(f.stages.iter().map(|s| s.environment.clone()))
-            })
-            .collect();
-        environments.sort();
-        environments.dedup();
-        let concurrency = match spec["concurrency"].as_str() {
-            Some("terminate") => Concurrency::Terminate,
-            _ => Concurrency::Queue,
-        };
+        let product = plan::Product::of(&promotions.objects).map_err(|e| e.to_string())?;
         Ok(Planned {
-            product: product.clone(),
-            spec: spec.clone(),
-            flows,
-            environments,
-            concurrency,
+            product: product.name,
+            spec: product.spec,
+            flows: product.flows,
+            environments: product.environments,
+            concurrency: product.concurrency,
         })
     }
 

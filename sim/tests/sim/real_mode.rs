@@ -1878,3 +1878,252 @@ fn a_runtime_whose_heartbeats_stop_is_shown_unable_to_communicate_while_its_tunn
         Some(401)
     );
 }
+
+/// Runs `git args` in `dir` (a repository of the test's own; no user configuration read).
+fn git_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@example.com")
+        .env("GIT_COMMITTER_NAME", "Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@example.com")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Commits version `tag` of the dev environment: its SHA.
+fn commit_dev_version(dir: &std::path::Path, tag: &str) -> String {
+    std::fs::create_dir_all(dir.join("envs/dev")).unwrap();
+    std::fs::write(
+        dir.join("envs/dev/values.json"),
+        format!("{{\"image\": {{\"tag\": \"{tag}\"}}}}\n"),
+    )
+    .unwrap();
+    git_in(dir, &["add", "-A"]);
+    git_in(dir, &["commit", "-q", "-m", &format!("dev: {tag}")]);
+    git_in(dir, &["rev-parse", "HEAD"])
+}
+
+/// The orchestrator's file for the test: Product shop, dev → prod, both on acme-prod.
+fn promotions_file(git: &str) -> String {
+    format!(
+        "\
+git: {git}
+repo: https://git.example/acme/shop-gitops.git
+token: orchestrator-token
+poll_seconds: 1
+targets:
+  dev: {{runtime: acme-prod, app: shop-dev, path: envs/dev}}
+  prod: {{runtime: acme-prod, app: shop-prod, path: envs/prod}}
+objects:
+  - apiVersion: codefresh.io/v1beta1
+    kind: Product
+    metadata: {{name: shop}}
+    spec:
+      promotionFlows: [{{name: main}}]
+      promotionTemplate:
+        versionSource: {{file: values.json, jsonPath: $.image.tag}}
+        promotion: {{values.json: {{jsonPaths: [$.image.tag]}}}}
+  - apiVersion: codefresh.io/v1beta1
+    kind: PromotionFlow
+    metadata: {{name: main}}
+    spec: {{triggerEnvironment: dev, steps: [{{environment: prod}}]}}
+"
+    )
+}
+
+#[test]
+fn serve_control_plane_runs_the_promotion_orchestrator_and_the_gitops_api_shows_its_releases() {
+    let (api, tunnel, gateway, proxy, git) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let [api_addr, tunnel_addr, gateway_addr, proxy_addr, git_addr] =
+        [api, tunnel, gateway, proxy, git].map(|p| format!("127.0.0.1:{p}"));
+    let dir = std::env::temp_dir().join(format!("orrery-promotions-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(repo.join("envs/prod")).unwrap();
+    git_in(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(
+        repo.join("envs/prod/values.json"),
+        "{\"image\": {\"tag\": \"0.9\"}}\n",
+    )
+    .unwrap();
+    let mut commits = vec![commit_dev_version(&repo, "1.0")];
+    let policy = dir.join("policy.yaml");
+    // acme's users of POLICY, and the orchestrator's user with a rule to read and write
+    // promotions on runtime prod.
+    std::fs::write(
+        &policy,
+        "\
+accounts:
+  - name: acme
+    users:
+      - {name: alice, token: alice-token, role: admin}
+      - {name: bob, token: bob-token, teams: [dev]}
+      - {name: orchestrator, token: orchestrator-token}
+    rules:
+      - teams: [dev]
+        actions: [applications:read, applications:sync]
+        namespaces: [team-a]
+      - users: [orchestrator]
+        actions: [promotions:read, promotions:write]
+        runtimes: [prod]
+  - name: globex
+    users:
+      - {name: mallory, token: mallory-token, role: admin}
+",
+    )
+    .unwrap();
+    let promotions = dir.join("promotions.yaml");
+    std::fs::write(&promotions, promotions_file(&git_addr)).unwrap();
+
+    // A file with a mistake is refused before anything runs, naming where.
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        promotions_file(&git_addr).replace(
+            "runtime: acme-prod, app: shop-prod",
+            "runtime: prod, app: shop-prod",
+        ),
+    )
+    .unwrap();
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args([
+            "serve",
+            "control-plane",
+            "--admin-token",
+            "adm",
+            "--tunnel",
+            "127.0.0.1:0",
+            "--api",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--policy",
+            policy.to_str().unwrap(),
+            "--promotions",
+            bad.to_str().unwrap(),
+        ])
+        .output()
+        .expect("orrery runs");
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("targets.prod.runtime: \"prod\" is not a runtime's gateway name"),
+        "{stderr}"
+    );
+
+    let _git = orrery(&[
+        "serve",
+        "git",
+        "--listen",
+        &git_addr,
+        "--repo",
+        &format!(
+            "https://git.example/acme/shop-gitops.git={}",
+            repo.display()
+        ),
+    ]);
+    let _apiserver = orrery(&["apiserver", "--listen", &api_addr]);
+    let _platform = control_plane(
+        &tunnel_addr,
+        &gateway_addr,
+        "acme-prod=tok-1,globex-prod=tok-2",
+        &[
+            "--users",
+            "",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--promotions",
+            promotions.to_str().unwrap(),
+        ],
+    );
+    let _runtime = runtime_acme_prod(&tunnel_addr, &proxy_addr, &gateway_addr, &api_addr);
+    let ask = |token: &str, query: &str| ask_graphql(gateway, token, query);
+    eventually(
+        "the runtime's tunnel is up",
+        Duration::from_secs(30),
+        || {
+            http(gateway, "GET", "/healthz", "").is_some()
+                && ask(
+                    "alice-token",
+                    r#"{ runtime(name: "prod") { isRemoteClusterConnected } }"#,
+                )
+                .1["data"]["runtime"]["isRemoteClusterConnected"]
+                    == true
+        },
+    );
+    // A commit to dev after the orchestrator took its baseline starts a release. (Its first
+    // look at Git may come after a commit, which then is the baseline: commit again.)
+    let releases = r#"{ releases { totalCount items { id product commit phase promotions { environment runtime application phase task } } } }"#;
+    let mut seen = serde_json::Value::Null;
+    for version in ["1.1", "1.2", "1.3"] {
+        commits.push(commit_dev_version(&repo, version));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10); // determinism: real-env (real-mode test)
+        while std::time::Instant::now() < deadline {
+            // determinism: real-env (real-mode test)
+            seen = ask("alice-token", releases).1;
+            if seen["data"]["releases"]["totalCount"] != 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        if seen["data"]["releases"]["totalCount"] != 0 {
+            break;
+        }
+    }
+    let release = &seen["data"]["releases"]["items"][0];
+    assert_eq!(release["id"], "shop-1", "{seen}");
+    assert_eq!(release["product"], "shop");
+    assert!(
+        commits.iter().any(|c| release["commit"] == c.as_str()),
+        "{seen}"
+    );
+    // The values are read in dev first: its PromotionTask is created through the gateway,
+    // the runtime's tunnel, router and app-proxy, in the runtime's namespace of its API
+    // server (no operator runs here to execute it: dev stays Promoting).
+    eventually(
+        "dev's PromotionTask exists",
+        Duration::from_secs(20),
+        || {
+            let seen = ask("alice-token", releases).1;
+            let dev = &seen["data"]["releases"]["items"][0]["promotions"][0];
+            dev["environment"] == "dev"
+                && dev["runtime"] == "prod"
+                && dev["application"] == "shop-dev"
+                && dev["phase"] == "Promoting"
+                && dev["task"] == "shop-1-dev"
+                && http(
+                    api,
+                    "GET",
+                    "/apis/codefresh.io/v1beta1/namespaces/default/promotiontasks/shop-1-dev",
+                    "",
+                )
+                .is_some_and(|(status, _)| status == 200)
+        },
+    );
+    // Another account sees none of it; asking for it by id is answered as a missing one.
+    let (status, answer) = ask("mallory-token", releases);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["releases"]["totalCount"], 0, "{answer}");
+    let (status, answer) = ask("mallory-token", r#"{ release(id: "shop-1") { id } }"#);
+    assert_eq!(status, 404, "{answer}");
+    // bob has no promotions:read rule: nothing either.
+    let (_, answer) = ask("bob-token", releases);
+    assert_eq!(answer["data"]["releases"]["totalCount"], 0, "{answer}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -234,6 +234,7 @@ pub async fn run(
                 health: state.health.clone(),
                 events: state.events.clone(),
                 ingress: crate::env::http::client(env.clone(), INGRESS_IDLE),
+                releases: state.releases.clone(),
             },
         ));
         let serve = gateway::serve(env.clone(), gateway, listener);

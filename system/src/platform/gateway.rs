@@ -93,6 +93,9 @@ pub struct Sources {
     pub events: Option<Arc<crate::platform::events::Platform>>,
     /// Reaches runtimes in ingress mode.
     pub ingress: crate::env::http::Client<Body>,
+    /// The promotion orchestrator's releases, for the GitOps API (empty when no
+    /// orchestrator runs in this process).
+    pub releases: crate::platform::promotions::Releases,
 }
 
 /// Sends `request` (its path the runtime's own) to runtime `name`: through its tunnel, or

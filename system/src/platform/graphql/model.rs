@@ -389,6 +389,158 @@ pub struct RuntimeAnswer {
     pub body: String,
 }
 
+/// One environment's promotion in a release.
+#[derive(SimpleObject, Clone, Debug)]
+pub struct Promotion {
+    /// The environment.
+    pub environment: String,
+    /// The runtime its app runs in (the account's own name for it).
+    pub runtime: String,
+    /// Its Argo CD application.
+    pub application: String,
+    /// `Waiting`, `Promoting`, `Succeeded`, `Failed`, `Skipped` or `Terminated`.
+    pub phase: String,
+    /// The PromotionTask it runs as, once started.
+    pub task: Option<String>,
+    /// When its task was created (RFC 3339), once started.
+    pub started_at: Option<String>,
+    /// When it ended (RFC 3339).
+    pub ended_at: Option<String>,
+}
+
+/// A release: one commit of a Product's trigger environment on its way through a flow.
+#[derive(SimpleObject, Clone, Debug)]
+pub struct Release {
+    /// `<product>-<n>`.
+    pub id: String,
+    /// The Product.
+    pub product: String,
+    /// The flow it follows.
+    pub flow: String,
+    /// The trigger environment's commit.
+    pub commit: String,
+    /// `Queued`, `Running`, `Succeeded`, `Failed` or `Terminated`.
+    pub phase: String,
+    /// Why it ended (empty while it runs or when it succeeded).
+    pub reason: String,
+    /// The version read in the trigger environment (JSON text), once read.
+    pub version: Option<String>,
+    /// When the platform saw the commit (RFC 3339).
+    pub created_at: String,
+    /// When it started running (RFC 3339), once it did.
+    pub started_at: Option<String>,
+    /// When it ended (RFC 3339).
+    pub ended_at: Option<String>,
+    /// Its environments the caller may read, by name.
+    pub promotions: Vec<Promotion>,
+}
+
+/// One page of releases.
+#[derive(SimpleObject, Debug)]
+pub struct ReleasePage {
+    /// The page, newest first.
+    pub items: Vec<Release>,
+    /// How many the filter matched in all (that the caller may read).
+    pub total_count: i32,
+    /// Pass as `after` for the next page.
+    pub end_cursor: Option<String>,
+    /// Whether another page follows.
+    pub has_next_page: bool,
+}
+
+/// An RFC 3339 time, or none for 0 (not yet).
+fn time_of(unix_ms: u64) -> Option<String> {
+    (unix_ms != 0).then(|| crate::core::time::rfc3339(unix_ms))
+}
+
+/// The releases the caller may read, newest first: those with an environment on a
+/// runtime of the caller's account that a `promotions:read` rule of theirs covers, each
+/// with only such environments. Another account's releases are never seen.
+fn releases_of(scope: &Scope) -> Vec<Release> {
+    let Some(placement) = scope.sources.releases.placement() else {
+        return Vec::new();
+    };
+    let account = &scope.viewer.account;
+    // The caller's account's runtimes, by their gateway name.
+    let runtimes: BTreeMap<String, (String, String)> = scope
+        .sources
+        .registry
+        .runtimes_of(account)
+        .into_iter()
+        .map(|r| {
+            let tunnel_name = r.tunnel_name();
+            let cluster = scope.sources.registry.info(&tunnel_name).cluster;
+            (tunnel_name, (r.runtime, cluster))
+        })
+        .collect();
+    // Environment → (runtime name within the account, app), for those the caller may read.
+    let readable: BTreeMap<&str, (&str, &str)> = placement
+        .targets
+        .iter()
+        .filter_map(|(environment, target)| {
+            let (runtime, cluster) = runtimes.get(&target.runtime)?;
+            scope
+                .sources
+                .permissions
+                .decide(
+                    &scope.viewer.user,
+                    "promotions:read",
+                    &Target {
+                        account,
+                        runtime,
+                        cluster,
+                        namespace: None,
+                        labels: None,
+                    },
+                )
+                .allowed()
+                .then_some((
+                    environment.as_str(),
+                    (runtime.as_str(), target.app.as_str()),
+                ))
+        })
+        .collect();
+    if readable.is_empty() {
+        return Vec::new();
+    }
+    let releases = scope.sources.releases.lock();
+    releases
+        .iter()
+        .rev()
+        .filter_map(|release| {
+            let promotions: Vec<Promotion> = release
+                .environments
+                .iter()
+                .filter_map(|(environment, status)| {
+                    let (runtime, app) = readable.get(environment.as_str())?;
+                    Some(Promotion {
+                        environment: environment.clone(),
+                        runtime: runtime.to_string(),
+                        application: app.to_string(),
+                        phase: status.phase.as_str().to_string(),
+                        task: (!status.task.is_empty()).then(|| status.task.clone()),
+                        started_at: time_of(status.started_ms),
+                        ended_at: time_of(status.ended_ms),
+                    })
+                })
+                .collect();
+            (!promotions.is_empty()).then(|| Release {
+                id: release.id.clone(),
+                product: placement.product.clone(),
+                flow: release.flow.clone(),
+                commit: release.commit.clone(),
+                phase: release.phase.as_str().to_string(),
+                reason: release.why.clone(),
+                version: release.version.as_ref().map(|v| v.to_string()),
+                created_at: crate::core::time::rfc3339(release.created_ms),
+                started_at: time_of(release.started_ms),
+                ended_at: time_of(release.ended_ms),
+                promotions,
+            })
+        })
+        .collect()
+}
+
 /// The runtime `name` of the caller's account, when the caller reaches it.
 fn runtime_of(scope: &Scope, name: &str) -> Option<Runtime> {
     let account = &scope.viewer.account;
@@ -662,6 +814,80 @@ impl QueryRoot {
             &name,
             "applications:read",
         )
+    }
+
+    /// Releases of the account's Products the caller may read (a `promotions:read` rule
+    /// covering a runtime one of its environments runs in), newest first, a page at a time
+    /// (`first` at most 500; `after`: a page's `endCursor`); `product` and `phase` filter.
+    async fn releases(
+        &self,
+        ctx: &Context<'_>,
+        product: Option<String>,
+        phase: Option<String>,
+        #[graphql(default = 50)] first: i32,
+        after: Option<String>,
+    ) -> Result<ReleasePage> {
+        let scope = scope(ctx);
+        let bad = |reason: String| {
+            scope.audit("releases", "", Outcome::Denied, 400, reason.clone());
+            error("BAD_USER_INPUT", StatusCode::BAD_REQUEST, reason)
+        };
+        if !(1..=MAX_PAGE).contains(&first) {
+            return Err(bad(format!("first must be 1..={MAX_PAGE}, not {first}")));
+        }
+        let matched: Vec<Release> = releases_of(scope)
+            .into_iter()
+            .filter(|r| product.as_ref().is_none_or(|p| *p == r.product))
+            .filter(|r| phase.as_ref().is_none_or(|p| *p == r.phase))
+            .collect();
+        let start = match after {
+            None => 0,
+            Some(cursor) => {
+                let id = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(&cursor)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .filter(|id| id.starts_with("release:"))
+                    .ok_or_else(|| {
+                        bad(format!("after: {cursor:?} is not a cursor this API gave"))
+                    })?;
+                let id = &id["release:".len()..];
+                // Newest first: the page after a release is what follows it in that order
+                // (a release the filter no longer matches leaves its place: nothing after it).
+                matched
+                    .iter()
+                    .position(|r| r.id == id)
+                    .map_or(matched.len(), |i| i + 1)
+            }
+        };
+        let total_count = i32::try_from(matched.len()).unwrap_or(i32::MAX);
+        let rest = matched.len().saturating_sub(start);
+        let items: Vec<Release> = matched
+            .into_iter()
+            .skip(start)
+            .take(first as usize)
+            .collect();
+        Ok(ReleasePage {
+            end_cursor: items.last().map(|r| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("release:{}", r.id))
+            }),
+            has_next_page: rest > items.len(),
+            items,
+            total_count,
+        })
+    }
+
+    /// One release (`NOT_FOUND` when there is none the caller may read).
+    async fn release(&self, ctx: &Context<'_>, id: String) -> Result<Release> {
+        let scope = scope(ctx);
+        releases_of(scope)
+            .into_iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| {
+                let reason = format!("no release {id} in account {}", scope.viewer.account);
+                scope.audit("release", "", Outcome::Denied, 404, reason.clone());
+                error("NOT_FOUND", StatusCode::NOT_FOUND, reason)
+            })
     }
 
     /// The account's audit log after `after` (a `seq`), oldest first, at most `first`

@@ -14,6 +14,78 @@ use crate::platform::permissions::{Attributes, Pattern, Permissions, Role, Rule}
 use crate::platform::registry::Registry;
 use crate::platform::tunnel;
 
+use crate::platform::promotions::{EnvPhase, EnvStatus, Release, ReleasePhase};
+
+/// Product shop: dev on acme's staging runtime, prod on acme's prod runtime.
+fn shop_targets() -> std::collections::BTreeMap<String, crate::platform::promotions::Target> {
+    [("dev", "acme-staging"), ("prod", "acme-prod")]
+        .into_iter()
+        .map(|(environment, runtime)| {
+            (
+                environment.to_string(),
+                crate::platform::promotions::Target {
+                    runtime: runtime.into(),
+                    app: format!("shop-{environment}"),
+                    path: format!("envs/{environment}"),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Release `n` of shop: dev verified, prod as the phase says.
+fn shop_release(n: u64, phase: ReleasePhase) -> Release {
+    let env = |phase: EnvPhase, task: &str, started_ms: u64, ended_ms: u64| EnvStatus {
+        phase,
+        task: task.into(),
+        started_ms,
+        ended_ms,
+        stop_sent: false,
+    };
+    let t0 = 1_767_225_600_000 + n * 60_000;
+    let prod = match phase {
+        ReleasePhase::Queued => env(EnvPhase::Waiting, "", 0, 0),
+        ReleasePhase::Running => env(
+            EnvPhase::Promoting,
+            &format!("shop-{n}-prod"),
+            t0 + 10_000,
+            0,
+        ),
+        _ => env(
+            EnvPhase::Succeeded,
+            &format!("shop-{n}-prod"),
+            t0 + 10_000,
+            t0 + 20_000,
+        ),
+    };
+    let dev = match phase {
+        ReleasePhase::Queued => env(EnvPhase::Waiting, "", 0, 0),
+        _ => env(
+            EnvPhase::Succeeded,
+            &format!("shop-{n}-dev"),
+            t0,
+            t0 + 10_000,
+        ),
+    };
+    Release {
+        id: format!("shop-{n}"),
+        flow: "main".into(),
+        commit: format!("c{n}"),
+        created_ms: t0,
+        started_ms: if phase == ReleasePhase::Queued { 0 } else { t0 },
+        phase,
+        why: String::new(),
+        values: None,
+        version: (phase != ReleasePhase::Queued).then(|| json!(format!("1.{n}"))),
+        environments: [("dev".to_string(), dev), ("prod".to_string(), prod)].into(),
+        ended_ms: if phase == ReleasePhase::Succeeded {
+            t0 + 20_000
+        } else {
+            0
+        },
+    }
+}
+
 struct World {
     env: SharedEnv,
     schema: ApiSchema,
@@ -137,6 +209,27 @@ fn world() -> World {
                     "status": {"phase": "Degraded"}}),
         )
         .unwrap();
+    // dave may read promotions on staging only; bob has no promotions rule.
+    permissions.add_user("dave", "acme", "dave", Role::Member, &[]);
+    permissions.add_rule(
+        "acme",
+        Rule {
+            users: vec!["dave".into()],
+            actions: ["promotions:read".to_string()].into(),
+            attributes: Attributes {
+                runtimes: vec![Pattern("staging".into())],
+                ..Attributes::default()
+            },
+            ..Rule::default()
+        },
+    );
+    let releases = crate::platform::promotions::Releases::default();
+    releases.place("shop", &shop_targets());
+    releases.lock().extend([
+        shop_release(1, ReleasePhase::Succeeded),
+        shop_release(2, ReleasePhase::Running),
+        shop_release(3, ReleasePhase::Queued),
+    ]);
     let sources = Arc::new(Sources {
         registry: registry.clone(),
         permissions,
@@ -148,6 +241,7 @@ fn world() -> World {
         ),
         events: Some(events),
         ingress: crate::env::http::client(env.clone(), Duration::from_secs(5)),
+        releases,
     });
     World {
         env,
@@ -534,4 +628,125 @@ async fn pages_follow_runtime_order_even_when_one_runtime_name_extends_another()
         ],
         "one page each, none skipped or repeated"
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn releases_and_their_promotions_are_shown_to_whom_a_rule_lets_read_them() {
+    let world = world();
+    let all = r#"{ releases { totalCount items { id product flow commit phase version createdAt startedAt endedAt promotions { environment runtime application phase task startedAt endedAt } } } }"#;
+    // The account's admin: every release, newest first, every environment.
+    let (status, answer) = world.ask("alice", all).await;
+    assert_eq!(status, 200, "{answer}");
+    let page = &answer["data"]["releases"];
+    assert_eq!(page["totalCount"], 3, "{answer}");
+    let ids: Vec<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["shop-3", "shop-2", "shop-1"]);
+    assert_eq!(
+        page["items"][1],
+        json!({
+            "id": "shop-2", "product": "shop", "flow": "main", "commit": "c2",
+            "phase": "Running", "version": "\"1.2\"",
+            "createdAt": "2026-01-01T00:02:00Z", "startedAt": "2026-01-01T00:02:00Z", "endedAt": null,
+            "promotions": [
+                {"environment": "dev", "runtime": "staging", "application": "shop-dev", "phase": "Succeeded",
+                 "task": "shop-2-dev", "startedAt": "2026-01-01T00:02:00Z", "endedAt": "2026-01-01T00:02:10Z"},
+                {"environment": "prod", "runtime": "prod", "application": "shop-prod", "phase": "Promoting",
+                 "task": "shop-2-prod", "startedAt": "2026-01-01T00:02:10Z", "endedAt": null}
+            ]
+        })
+    );
+    // A queued release has no task and no times yet.
+    assert_eq!(page["items"][0]["promotions"][0]["task"], Value::Null);
+    assert_eq!(page["items"][0]["startedAt"], Value::Null);
+    // dave reads promotions on staging only: every release, only its dev environment.
+    let (_, answer) = world.ask("dave", all).await;
+    let items = answer["data"]["releases"]["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(items.len(), 3, "{answer}");
+    for release in &items {
+        assert_eq!(
+            release["promotions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["environment"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["dev"],
+            "{release}"
+        );
+    }
+    // bob has no promotions:read rule, globex's admin is another account: nothing.
+    for who in ["bob", "mallory"] {
+        let (status, answer) = world.ask(who, all).await;
+        assert_eq!(status, 200, "{who}: {answer}");
+        assert_eq!(
+            answer["data"]["releases"]["totalCount"], 0,
+            "{who}: {answer}"
+        );
+        let (status, answer) = world.ask(who, r#"{ release(id: "shop-1") { id } }"#).await;
+        assert_eq!(status, 404, "{who}: {answer}");
+        assert_eq!(answer["errors"][0]["extensions"]["code"], "NOT_FOUND");
+    }
+    assert!(
+        world
+            .denials()
+            .iter()
+            .any(|(action, status, reason)| action == "graphql release"
+                && *status == 404
+                && reason.contains("no release shop-1")),
+        "{:?}",
+        world.denials()
+    );
+    // One release by id; filters; pages.
+    let (_, answer) = world
+        .ask("alice", r#"{ release(id: "shop-1") { phase endedAt } }"#)
+        .await;
+    assert_eq!(
+        answer["data"]["release"],
+        json!({"phase": "Succeeded", "endedAt": "2026-01-01T00:01:20Z"})
+    );
+    let (_, answer) = world
+        .ask("alice", r#"{ releases(phase: "Queued") { items { id } } }"#)
+        .await;
+    assert_eq!(
+        answer["data"]["releases"]["items"],
+        json!([{"id": "shop-3"}])
+    );
+    let (_, answer) = world
+        .ask("alice", r#"{ releases(product: "other") { totalCount } }"#)
+        .await;
+    assert_eq!(answer["data"]["releases"]["totalCount"], 0);
+    let mut ids = Vec::new();
+    let mut after = String::new();
+    loop {
+        let query =
+            format!("{{ releases(first: 2{after}) {{ hasNextPage endCursor items {{ id }} }} }}");
+        let (status, answer) = world.ask("alice", &query).await;
+        assert_eq!(status, 200, "{answer}");
+        let page = &answer["data"]["releases"];
+        for item in page["items"].as_array().unwrap() {
+            ids.push(item["id"].as_str().unwrap().to_string());
+        }
+        if !page["hasNextPage"].as_bool().unwrap() {
+            break;
+        }
+        after = format!(r#", after: "{}""#, page["endCursor"].as_str().unwrap());
+    }
+    assert_eq!(ids, ["shop-3", "shop-2", "shop-1"]);
+    for bad in [r#"after: "bm90LWEtY3Vyc29y""#, "first: 0", "first: 501"] {
+        let query = format!("{{ releases({bad}) {{ totalCount }} }}");
+        let (status, answer) = world.ask("alice", &query).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert_eq!(
+            answer["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
+            "{bad}: {answer}"
+        );
+    }
 }

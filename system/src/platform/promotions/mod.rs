@@ -7,6 +7,7 @@
 //! ([`Releases`]) holds every release with its environments' phases and times.
 //!
 //! - [`plan`]: which flow a commit triggers, the DAG, the merged policies (pure).
+//! - [`file`]: the orchestrator's file for `orrery serve control-plane --promotions`.
 //! - [`run`]: the loop — find new commits, start releases, advance them, end them.
 //!
 //! A release first runs a task in the trigger environment (`getPromotionValues` at the
@@ -18,6 +19,7 @@
 //! once. How the real platform learns of commits is not public: here it polls the Git
 //! provider's API for the newest commit touching the trigger environment's path.
 
+pub mod file;
 pub mod plan;
 
 use std::collections::BTreeMap;
@@ -119,6 +121,44 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Whether the orchestrator can run: a flow, every environment of every flow with its
+    /// app, and one trigger environment for all flows (the one whose commits are watched).
+    /// Returns that trigger environment, or what is wrong.
+    pub fn check(&self) -> Result<String, String> {
+        let Some(trigger) = self.flows.values().next().map(|f| f.trigger.clone()) else {
+            return Err(format!("Product {} has no promotion flow", self.product));
+        };
+        let missing: std::collections::BTreeSet<&String> = self
+            .flows
+            .values()
+            .flat_map(|f| {
+                std::iter::once(&f.trigger).chain(f.stages.iter().map(|s| &s.environment))
+            })
+            .filter(|e| !self.targets.contains_key(*e))
+            .collect();
+        if !missing.is_empty() {
+            let missing: Vec<&str> = missing.into_iter().map(String::as_str).collect();
+            return Err(format!(
+                "Product {}: no app (target) for environment(s) {}",
+                self.product,
+                missing.join(", ")
+            ));
+        }
+        let triggers: std::collections::BTreeSet<&String> =
+            self.flows.values().map(|f| &f.trigger).collect();
+        if triggers.len() > 1 {
+            let triggers: Vec<&str> = triggers.into_iter().map(String::as_str).collect();
+            return Err(format!(
+                "Product {}: its flows start in different environments ({}); one trigger environment is watched",
+                self.product,
+                triggers.join(", ")
+            ));
+        }
+        Ok(trigger)
+    }
+}
+
 /// An environment's phase in a release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum EnvPhase {
@@ -137,7 +177,8 @@ pub enum EnvPhase {
 }
 
 impl EnvPhase {
-    fn as_str(self) -> &'static str {
+    /// Its name, as the API shows it.
+    pub fn as_str(self) -> &'static str {
         match self {
             EnvPhase::Waiting => "Waiting",
             EnvPhase::Promoting => "Promoting",
@@ -173,7 +214,8 @@ impl ReleasePhase {
         )
     }
 
-    fn as_str(self) -> &'static str {
+    /// Its name, as the API shows it.
+    pub fn as_str(self) -> &'static str {
         match self {
             ReleasePhase::Queued => "Queued",
             ReleasePhase::Running => "Running",
@@ -228,14 +270,44 @@ pub struct Release {
     pub ended_ms: u64,
 }
 
-/// The platform's read model of releases, shared with whoever shows it.
+/// The platform's read model of releases, shared with whoever shows it (the harness's
+/// checkers, the GitOps API).
 #[derive(Clone, Debug, Default)]
-pub struct Releases(Arc<Mutex<Vec<Release>>>);
+pub struct Releases {
+    releases: Arc<Mutex<Vec<Release>>>,
+    placement: Arc<Mutex<Option<Placement>>>,
+}
+
+/// Which Product the releases are of and where each environment's app lives: what the
+/// GitOps API needs to show a release only to the account whose runtimes it runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The Product.
+    pub product: String,
+    /// Environment → its app.
+    pub targets: BTreeMap<String, Target>,
+}
 
 impl Releases {
     /// The releases, oldest first.
     pub fn lock(&self) -> MutexGuard<'_, Vec<Release>> {
-        self.0.lock().expect("releases lock poisoned")
+        self.releases.lock().expect("releases lock poisoned")
+    }
+
+    /// The Product and its environments' apps, once an orchestrator runs for it.
+    pub fn placement(&self) -> Option<Placement> {
+        self.placement
+            .lock()
+            .expect("placement lock poisoned")
+            .clone()
+    }
+
+    /// Records the Product whose releases these are and its environments' apps.
+    pub fn place(&self, product: &str, targets: &BTreeMap<String, Target>) {
+        *self.placement.lock().expect("placement lock poisoned") = Some(Placement {
+            product: product.to_string(),
+            targets: targets.clone(),
+        });
     }
 }
 
@@ -328,25 +400,14 @@ pub async fn run(env: SharedEnv, config: Config, releases: Releases) {
         gateway: Client::new(env.clone(), &config.gateway_addr, config.call_timeout),
         token: config.token.clone(),
     };
-    let Some(trigger) = config.flows.values().next().map(|f| f.trigger.clone()) else {
-        tracing::error!(product = %config.product, "no promotion flow: nothing to orchestrate");
-        return std::future::pending().await;
+    let trigger = match config.check() {
+        Ok(trigger) => trigger,
+        Err(why) => {
+            tracing::error!(product = %config.product, %why, "nothing is orchestrated");
+            return std::future::pending().await;
+        }
     };
-    // Every environment of every flow needs its app, and every flow the same trigger
-    // (the one whose commits are watched); otherwise nothing is orchestrated.
-    let missing: Vec<&String> = config
-        .flows
-        .values()
-        .flat_map(|f| std::iter::once(&f.trigger).chain(f.stages.iter().map(|s| &s.environment)))
-        .filter(|e| !config.targets.contains_key(*e))
-        .collect();
-    let triggers: std::collections::BTreeSet<&String> =
-        config.flows.values().map(|f| &f.trigger).collect();
-    if !missing.is_empty() || triggers.len() > 1 {
-        tracing::error!(product = %config.product, ?missing, ?triggers,
-            "environments without an app, or flows with different triggers: nothing is orchestrated");
-        return std::future::pending().await;
-    }
+    releases.place(&config.product, &config.targets);
     let watched = config.targets[&trigger].clone();
     // The commit the trigger environment was at when we started (or last released).
     let mut last_seen: Option<String> = releases.lock().last().map(|r| r.commit.clone());

@@ -325,6 +325,91 @@ pub fn triggered_flow(product: &Value, message: &str, revision: &str) -> Option<
         .and_then(|flow| flow["name"].as_str().map(str::to_string))
 }
 
+/// A Product's objects, planned: what the orchestrator needs of them.
+#[derive(Clone, Debug)]
+pub struct Product {
+    /// The Product's name.
+    pub name: String,
+    /// Its `spec`, its promotion template resolved into `promotionTemplate`.
+    pub spec: Value,
+    /// Its flows, planned, by name.
+    pub flows: BTreeMap<String, FlowPlan>,
+    /// Every environment of every flow, sorted.
+    pub environments: Vec<String>,
+    /// `spec.concurrency`.
+    pub concurrency: super::Concurrency,
+}
+
+impl Product {
+    /// Plans `objects` (each a whole CR: `kind`, `metadata.name`, `spec`): exactly one
+    /// Product (its template inline or a PromotionTemplate it references), the
+    /// PromotionFlows its `promotionFlows` name, and the PromotionPolicies. An error names
+    /// what is wrong.
+    pub fn of(objects: &[Value]) -> Result<Product, PlanError> {
+        let of_kind = |kind: &str| -> Vec<(String, Value)> {
+            objects
+                .iter()
+                .filter(|o| o["kind"] == kind)
+                .map(|o| {
+                    (
+                        o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                        o["spec"].clone(),
+                    )
+                })
+                .collect()
+        };
+        let products = of_kind("Product");
+        let [(product, spec)] = products.as_slice() else {
+            return Err(PlanError(format!(
+                "want exactly one Product, found {}",
+                products.len()
+            )));
+        };
+        let templates: BTreeMap<String, Value> = of_kind("PromotionTemplate").into_iter().collect();
+        let mut spec = spec.clone();
+        spec["promotionTemplate"] = promotion_template(product, &spec, &templates)?;
+        let flow_specs: BTreeMap<String, Value> = of_kind("PromotionFlow").into_iter().collect();
+        let policies = of_kind("PromotionPolicy");
+        let mut flows = BTreeMap::new();
+        for flow in spec["promotionFlows"].as_array().into_iter().flatten() {
+            let name = flow["name"].as_str().unwrap_or("");
+            let Some(flow_spec) = flow_specs.get(name) else {
+                return Err(PlanError(format!(
+                    "Product {product} names PromotionFlow {name:?}, which the file does not hold"
+                )));
+            };
+            let environments: BTreeMap<String, Environment> = BTreeMap::new();
+            let planned = plan_flow(name, flow_spec, &policies, product, &[], &environments)?;
+            flows.insert(name.to_string(), planned);
+        }
+        if flows.is_empty() {
+            return Err(PlanError(format!(
+                "Product {product} has no promotionFlows"
+            )));
+        }
+        let mut environments: Vec<String> = flows
+            .values()
+            .flat_map(|f| {
+                std::iter::once(f.trigger.clone())
+                    .chain(f.stages.iter().map(|s| s.environment.clone()))
+            })
+            .collect();
+        environments.sort();
+        environments.dedup();
+        let concurrency = match spec["concurrency"].as_str() {
+            Some("terminate") => super::Concurrency::Terminate,
+            _ => super::Concurrency::Queue,
+        };
+        Ok(Product {
+            name: product.clone(),
+            spec,
+            flows,
+            environments,
+            concurrency,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
