@@ -19,7 +19,8 @@
 //! (cached for a TTL): limited to named runtimes (this one's name is
 //! [`Config::runtime`]) and to namespaces — a workflow's, an application's destination.
 //!
-//! Errors: 401 without or with an unknown token, 403 for an operation the user may not do,
+//! Errors: 401 without or with an unknown token, 403 for an operation the user may not do
+//! (an app they may neither act on nor read is answered 404, as a missing one),
 //! 400 for a malformed body (with the reason), 404 for an unknown route or workflow,
 //! 502/503 when the Git provider, the source server or the platform cannot be reached
 //! (the source server's own 404 and 503 answers are passed on with its message).
@@ -491,9 +492,16 @@ impl AppProxy {
     ) -> Response<Body> {
         let operation = format!("applications:{action}");
         // Authenticate before touching anything.
-        if let Err(refusal) = self.grant(&request).await {
-            return refusal;
-        }
+        let grant = match self.grant(&request).await {
+            Ok(grant) => grant,
+            Err(refusal) => return refusal,
+        };
+        let missing = || {
+            error(
+                StatusCode::NOT_FOUND,
+                format!("no application {namespace}/{name}"),
+            )
+        };
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.kube.clone(),
             namespace,
@@ -501,12 +509,7 @@ impl AppProxy {
         );
         let app = match api.get_opt(name).await {
             Ok(Some(app)) => app,
-            Ok(None) => {
-                return error(
-                    StatusCode::NOT_FOUND,
-                    format!("no application {namespace}/{name}"),
-                )
-            }
+            Ok(None) => return missing(),
             Err(e) => return error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API: {e}")),
         };
         let destination = app
@@ -515,13 +518,29 @@ impl AppProxy {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let user = match self
-            .authorise_in(&request, &operation, Some(&destination))
-            .await
-        {
-            Ok(user) => user,
-            Err(refusal) => return refusal,
+        let allows = |operation: &str| {
+            crate::platform::permissions::answer_allows(
+                &grant.answer,
+                operation,
+                &self.config.runtime,
+                Some(&destination),
+            )
         };
+        if !allows(&operation) {
+            // An app the caller may neither act on nor read is answered as a missing one:
+            // a 403 would tell them it exists (the GitOps API answers the same).
+            if !allows("applications:read") {
+                return missing();
+            }
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "user {} may not {operation} in namespace {destination}",
+                    grant.user
+                ),
+            );
+        }
+        let user = grant.user;
         let patch = if action == "sync" {
             let revision = match json_body(request).await {
                 Ok(body) => body["revision"].as_str().map(str::to_string),
