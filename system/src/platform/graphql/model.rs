@@ -681,6 +681,13 @@ fn find_app(
     Ok(app)
 }
 
+/// What a page costs: its selection once per item it may hold (`first`, within the page
+/// bounds: a `first` out of them is refused by the resolver, not priced), so a big page of
+/// a deep selection is refused as too complex before anything runs.
+fn page_cost(first: i32, child_complexity: usize) -> usize {
+    usize::try_from(first.clamp(1, MAX_PAGE)).unwrap_or(1) * child_complexity
+}
+
 /// The queries.
 pub struct QueryRoot;
 
@@ -714,6 +721,7 @@ impl QueryRoot {
 
     /// Applications the caller may read, filtered, a page at a time (`first` at most 500;
     /// `after`: a page's `endCursor`).
+    #[graphql(complexity = "page_cost(first, child_complexity)")]
     async fn applications(
         &self,
         ctx: &Context<'_>,
@@ -819,6 +827,7 @@ impl QueryRoot {
     /// Releases of the account's Products the caller may read (a `promotions:read` rule
     /// covering a runtime one of its environments runs in), newest first, a page at a time
     /// (`first` at most 500; `after`: a page's `endCursor`); `product` and `phase` filter.
+    #[graphql(complexity = "page_cost(first, child_complexity)")]
     async fn releases(
         &self,
         ctx: &Context<'_>,

@@ -750,3 +750,56 @@ async fn releases_and_their_promotions_are_shown_to_whom_a_rule_lets_read_them()
         );
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_big_page_of_a_deep_selection_is_refused_as_too_complex_and_a_smaller_one_runs() {
+    let world = world();
+    let selection = "items { name namespace syncStatus healthStatus resources { group kind namespace name syncStatus healthStatus } rollouts { name phase step stable currentHash aborted } workflows { name phase progress message } }";
+    let (status, answer) = world
+        .ask(
+            "alice",
+            &format!("{{ applications(first: 500) {{ {selection} }} }}"),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too complex"),
+        "{answer}"
+    );
+    assert!(
+        world
+            .denials()
+            .iter()
+            .any(|(action, status, reason)| action == "graphql"
+                && *status == 400
+                && reason.contains("too complex")),
+        "{:?}",
+        world.denials()
+    );
+    let (status, answer) = world
+        .ask(
+            "alice",
+            &format!("{{ applications(first: 100) {{ {selection} }} }}"),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    // The scenario's list of 500 with a few fields is not refused.
+    let (status, answer) = world
+        .ask(
+            "alice",
+            "{ applications(first: 500) { totalCount items { runtime name destinationNamespace } } }",
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    // Releases are priced the same way.
+    let (status, answer) = world
+        .ask(
+            "alice",
+            "{ releases(first: 500) { items { id product flow commit phase reason version createdAt startedAt endedAt promotions { environment runtime application phase task startedAt endedAt } } } }",
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+}
