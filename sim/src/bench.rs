@@ -216,6 +216,7 @@ fn tunnel_bench(
             events: None,
             promotions: None,
             monitor: None,
+            cron: None,
             database: None,
         };
         let platform_env = env.clone();

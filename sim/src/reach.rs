@@ -185,6 +185,8 @@ conditions! {
     /// An event whose payload claimed another account was accepted (and attributed to its
     /// token's runtime).
     ForgedPayloadAccepted = "forged_payload_accepted",
+    /// A user token that had expired was refused (401).
+    ExpiredTokenRefused = "expired_token_refused",
 }
 
 impl fmt::Display for Condition {
@@ -525,6 +527,10 @@ impl Condition {
             Condition::ForgedPayloadAccepted => events.iter().any(|e| {
                 matches!(e.world(), Some(WorldEvent::TenantProbe { kind, status, .. })
                     if kind == "forged_payload" && (200..300).contains(status))
+            }),
+            Condition::ExpiredTokenRefused => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::TenantProbe { kind, status, .. })
+                    if kind == "expired_token" && *status == 401)
             }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
@@ -1215,6 +1221,15 @@ expect: {hardened: pass}
                 ForgedPayloadAccepted,
                 vec![probe(1_000, "forged_payload", 401)],
                 vec![probe(1_000, "forged_payload", 200)],
+            ),
+            (
+                ExpiredTokenRefused,
+                // Another probe's 401, or the expired token answered.
+                vec![
+                    probe(1_000, "forged_token", 401),
+                    probe(2_000, "expired_token", 200),
+                ],
+                vec![probe(1_000, "expired_token", 401)],
             ),
         ]
     }

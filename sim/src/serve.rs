@@ -152,6 +152,11 @@ pub struct ControlPlaneArgs {
     /// section). Its releases are served by the GitOps API (`releases`, `release`).
     #[arg(long)]
     promotions: Option<PathBuf>,
+    /// Seconds between runs of the cron executor's jobs (the platform's periodic jobs:
+    /// users whose token expired — `expires` in --policy — are removed and audited; an
+    /// expired token is refused from the moment it expires either way).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    cron_every: u64,
     /// Also run the runtime monitor: every registered runtime is probed through its tunnel
     /// and `GET /api/runtimes` shows `Healthy` or `Unable to communicate` for each
     /// (faithful: every 30 s; hardened: every 5 s, and at once when its tunnel is gone).
@@ -607,6 +612,10 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
                 heartbeat_timeout: std::time::Duration::from_secs(args.heartbeat_timeout),
                 ..orrery_system::platform::monitor::Config::new(variant)
             }),
+        cron: Some(orrery_system::platform::cron::Config {
+            every: std::time::Duration::from_secs(args.cron_every),
+            ..Default::default()
+        }),
         database: args.database,
     };
     block_on(async move {

@@ -447,6 +447,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         events: None,
         promotions: None,
         monitor: None,
+        cron: None,
         database: None,
     };
     let platform = tokio::spawn(async move {

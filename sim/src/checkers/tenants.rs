@@ -26,9 +26,10 @@ const DENIALS: [u16; 4] = [400, 401, 403, 404];
 
 /// Probes that must be refused: a success is a breach whatever the answer carried (a
 /// member beyond their rule, a write into another account, a registration replayed).
-const MUST_REFUSE: [&str; 9] = [
+const MUST_REFUSE: [&str; 10] = [
     "no_token",
     "forged_token",
+    "expired_token",
     "foreign_path",
     "dotdot_path",
     "encoded_path",
@@ -51,6 +52,7 @@ fn actor_name(actor: &Actor) -> String {
         Actor::Anonymous => "anonymous".into(),
         Actor::Admin => "admin".into(),
         Actor::User { name } => format!("user:{name}"),
+        Actor::Platform => "platform".into(),
     }
 }
 

@@ -1462,6 +1462,22 @@ fn tenant_isolation_fires_on_a_leak_a_foreign_reach_and_an_unaudited_denial() {
         through[0].details["what"],
         "a request that must be refused succeeded"
     );
+    // A token that expired, answered as a good one.
+    let expired = at(
+        1_000,
+        "mallory-0",
+        WorldEvent::TenantProbe {
+            kind: "expired_token".into(),
+            account: String::new(),
+            actor: "anonymous".into(),
+            victim: "t02".into(),
+            status: 200,
+            leak: String::new(),
+        },
+    );
+    let through = violations("tenant_isolation", &[expired], &audited);
+    assert_eq!(through.len(), 1);
+    assert_eq!(through[0].details["probe"], "expired_token");
     // An answer with t02's data.
     let leaked = violations("tenant_isolation", &[probe(1_000, 200, "t02")], &audited);
     assert_eq!(leaked.len(), 1);

@@ -214,6 +214,10 @@ pub fn control_plane(
         if scenario.platform.monitor {
             config.monitor = Some(monitor::Config::new(variant));
         }
+        if scenario.tenants.is_some() {
+            // The platform's periodic jobs: the tenants' expired tokens are cleaned up.
+            config.cron = Some(orrery_system::platform::cron::Config::default());
+        }
     }
     if host.has(Role::Promotions) {
         if let Some(planned) = scenario

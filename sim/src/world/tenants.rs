@@ -56,6 +56,12 @@ pub fn member(account: &str) -> (String, String) {
     (format!("tok-{account}-dev"), format!("dev-{account}"))
 }
 
+/// The account's former member, whose token expired (at the epoch): (token, user name).
+/// Refused with 401 from the start, and removed by the cron executor's first run.
+pub fn former(account: &str) -> (String, String) {
+    (format!("tok-{account}-former"), format!("former-{account}"))
+}
+
 /// The account a user token of this world belongs to (`tok-<account>-<role>`).
 pub fn account_of_token(token: &str) -> Option<&str> {
     token
@@ -106,6 +112,9 @@ pub fn register(
         permissions.add_user(&token, account, &name, Role::Admin, &[]);
         let (token, name) = member(account);
         permissions.add_user(&token, account, &name, Role::Member, &["dev"]);
+        let (token, name) = former(account);
+        permissions.add_user(&token, account, &name, Role::Member, &["dev"]);
+        permissions.expire_at(&token, 0);
         permissions.add_rule(
             account,
             Rule {
@@ -237,9 +246,10 @@ pub async fn run_reporter(
 
 /// What an adversary tries; each is answered as the world expects (see the README's
 /// `tenant-isolation`), and `tenant_isolation` judges what came back.
-const KINDS: [&str; 12] = [
+const KINDS: [&str; 13] = [
     "no_token",
     "forged_token",
+    "expired_token",
     "foreign_path",
     "dotdot_path",
     "encoded_path",
@@ -310,6 +320,12 @@ pub async fn run_adversary(
                         body,
                         "anonymous".into(),
                     )
+                }
+                "expired_token" => {
+                    let (url, body) = gql(
+                        "{ applications(first: 500) { items { destinationNamespace } } }".into(),
+                    );
+                    ("POST", url, Some(former(&own).0), body, "anonymous".into())
                 }
                 "foreign_path" => (
                     "GET",
@@ -441,7 +457,7 @@ pub async fn run_adversary(
             send(&env, &client, method, &url, token.as_deref(), body).await
         };
         let account = match kind {
-            "no_token" | "forged_token" => String::new(),
+            "no_token" | "forged_token" | "expired_token" => String::new(),
             _ => own.clone(),
         };
         env.observe(

@@ -162,6 +162,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         events: None,
         promotions: None,
         monitor: None,
+        cron: None,
         database: None,
     };
     let trace = w.trace.clone();

@@ -2127,3 +2127,76 @@ accounts:
     assert_eq!(answer["data"]["releases"]["totalCount"], 0, "{answer}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_expired_user_token_is_refused_and_the_cron_executor_removes_its_user_and_audits_it() {
+    let (tunnel, gateway) = (free_port(), free_port());
+    let [tunnel_addr, gateway_addr] = [tunnel, gateway].map(|p| format!("127.0.0.1:{p}"));
+    let dir = std::env::temp_dir().join(format!("orrery-cron-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "\
+accounts:
+  - name: acme
+    users:
+      - {name: alice, token: alice-token, role: admin}
+      - {name: olga, token: olga-token, role: admin, expires: 2020-01-01T00:00:00Z}
+",
+    )
+    .unwrap();
+    let _platform = control_plane(
+        &tunnel_addr,
+        &gateway_addr,
+        "acme-prod=tok-1",
+        &[
+            "--users",
+            "",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--cron-every",
+            "1",
+        ],
+    );
+    eventually("the gateway answers", Duration::from_secs(20), || {
+        http(gateway, "GET", "/healthz", "").is_some()
+    });
+    // Refused from the start, by the GitOps API and to an app-proxy asking for permissions.
+    let (status, answer) = ask_graphql(gateway, "olga-token", "{ me { name } }");
+    let expired = answer["errors"][0]["message"].clone();
+    // (The cron executor may already have removed her: then she is unknown.)
+    assert_eq!(status, 401, "{answer}");
+    assert!(
+        expired == "user token expired at 2020-01-01T00:00:00Z" || expired == "unknown user token",
+        "{answer}"
+    );
+    assert_eq!(
+        http_as(gateway, "GET", "/api/permissions", "", "olga-token").map(|r| r.0),
+        Some(401)
+    );
+    assert_eq!(
+        ask_graphql(gateway, "alice-token", "{ me { name } }").0,
+        200
+    );
+    // Within a second or two the cron executor removes olga, audited as the platform's.
+    eventually(
+        "the cron executor removed olga",
+        Duration::from_secs(20),
+        || {
+            http_as(gateway, "GET", "/api/audit", "", "adm").is_some_and(|(_, body)| {
+                body.contains("cron expired-tokens")
+                    && body.contains("user olga's token expired at 2020-01-01T00:00:00Z: removed")
+                    && body.contains(r#""kind":"platform""#)
+            })
+        },
+    );
+    let (status, answer) = ask_graphql(gateway, "olga-token", "{ me { name } }");
+    assert_eq!(status, 401, "{answer}");
+    assert_eq!(answer["errors"][0]["message"], "unknown user token");
+    assert_eq!(
+        ask_graphql(gateway, "alice-token", "{ me { name } }").0,
+        200
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

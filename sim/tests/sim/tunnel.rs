@@ -120,6 +120,7 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
         events: None,
         promotions: None,
         monitor: None,
+        cron: None,
         database: None,
     };
     let host_trace = trace.clone();

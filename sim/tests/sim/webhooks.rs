@@ -111,6 +111,7 @@ fn a_git_push_reaches_the_event_bus_through_the_tunnel_and_through_the_ingress()
         events: None,
         promotions: None,
         monitor: None,
+        cron: None,
         database: None,
     };
     // Each host runs the runtime assembly with what its pod would run.

@@ -10,6 +10,7 @@
 //! | events path (events API → bus → handler → read model) | [`ControlPlaneConfig::events`] | [`ControlPlaneState::events`] |
 //! | runtime monitor | [`ControlPlaneConfig::monitor`] | the tunnel server; [`ControlPlaneState::health`]; the heartbeats [`ControlPlaneState::events`] received, if any |
 //! | store (PostgreSQL) | [`ControlPlaneConfig::database`] | the registry, the audit log and the events path's accepted events are loaded from it at start and committed to it as they change |
+//! | cron executor | [`ControlPlaneConfig::cron`] | [`ControlPlaneState::permissions`], [`ControlPlaneState::audit`] |
 //! | promotion orchestrator | [`ControlPlaneConfig::promotions`] | the gateway (its own or another process's), the Git provider; [`ControlPlaneState::releases`] |
 
 use std::future::Future;
@@ -60,6 +61,8 @@ pub struct ControlPlaneConfig {
     pub promotions: Option<promotions::Config>,
     /// The runtime monitor (needs the tunnel server).
     pub monitor: Option<monitor::Config>,
+    /// The cron executor (the platform's periodic jobs).
+    pub cron: Option<super::cron::Config>,
     /// Keep the state in this PostgreSQL database (`postgres://user:password@host:port/db`):
     /// loaded at start, committed as it changes. `None`: in memory only (the simulator
     /// keeps [`ControlPlaneState`] across restarts itself).
@@ -249,6 +252,17 @@ pub async fn run(
         let listener = bind(&env, "events API", addr).await?;
         let serve = events::serve(env.clone(), platform, listener);
         services.spawn(async move { ("events API", serve.await) });
+    }
+    if let Some(cron) = config.cron.clone() {
+        let stores = super::cron::Stores {
+            permissions: state.permissions.clone(),
+            audit: state.audit.clone(),
+        };
+        let env = env.clone();
+        services.spawn(async move {
+            super::cron::run(env, cron, stores).await;
+            ("cron executor", Ok(()))
+        });
     }
     if let Some(orchestrator) = config.promotions.clone() {
         let (env, releases) = (env.clone(), state.releases.clone());

@@ -38,6 +38,8 @@ pub enum Actor {
         /// The user's name.
         name: String,
     },
+    /// The platform itself: a periodic job of the cron executor.
+    Platform,
 }
 
 /// One audited request.

@@ -140,8 +140,8 @@ pub(crate) async fn deliver(
 enum Caller {
     /// No `Authorization: Bearer …` header.
     Nobody,
-    /// A bearer token the platform does not know.
-    Unknown,
+    /// A bearer token the platform does not know, or one that expired: why it is refused.
+    Unknown(String),
     /// The admin token.
     Admin,
     /// A user's token.
@@ -151,7 +151,7 @@ enum Caller {
 impl Caller {
     fn actor(&self) -> Actor {
         match self {
-            Caller::Nobody | Caller::Unknown => Actor::Anonymous,
+            Caller::Nobody | Caller::Unknown(_) => Actor::Anonymous,
             Caller::Admin => Actor::Admin,
             Caller::User(user) => Actor::User {
                 name: user.name.clone(),
@@ -176,7 +176,7 @@ struct Seen {
 impl Gateway {
     /// Answers one client request.
     pub async fn handle(&self, env: &SharedEnv, request: Request<Incoming>) -> Response<Body> {
-        let caller = self.caller(&request);
+        let caller = self.caller(env, &request);
         let method = request.method().clone();
         let path = match path::normalise(request.uri().path()) {
             Ok(path) => path,
@@ -211,6 +211,11 @@ impl Gateway {
                 ),
             },
             (_, "/api/permissions") => {
+                if let Caller::Unknown(why) = &seen.caller {
+                    // An expired token is refused to the app-proxy too.
+                    let why = why.clone();
+                    return self.deny(env, &seen, "", StatusCode::UNAUTHORIZED, why);
+                }
                 let token = bearer(&request).unwrap_or_default();
                 match self.sources.permissions.lookup(token) {
                     Some(answer) => json(StatusCode::OK, &answer),
@@ -261,15 +266,18 @@ impl Gateway {
             .into()
     }
 
-    fn caller(&self, request: &Request<Incoming>) -> Caller {
+    fn caller(&self, env: &SharedEnv, request: &Request<Incoming>) -> Caller {
         match bearer(request) {
             None => Caller::Nobody,
             Some(token) if token == self.admin_token => Caller::Admin,
-            Some(token) => self
-                .sources
-                .permissions
-                .user(token)
-                .map_or(Caller::Unknown, Caller::User),
+            Some(token) => match self.sources.permissions.user_at(token, env.unix_millis()) {
+                Ok(Some(user)) => Caller::User(user),
+                Ok(None) => Caller::Unknown("unknown user token".into()),
+                Err(expired_ms) => Caller::Unknown(format!(
+                    "user token expired at {}",
+                    crate::core::time::rfc3339(expired_ms)
+                )),
+            },
         }
     }
 
@@ -357,14 +365,8 @@ impl Gateway {
                 StatusCode::UNAUTHORIZED,
                 "forwarding into a runtime needs a user's token (Authorization: Bearer <token>)",
             ),
-            Caller::Unknown => {
-                return self.deny(
-                    env,
-                    seen,
-                    name,
-                    StatusCode::UNAUTHORIZED,
-                    "unknown user token",
-                )
+            Caller::Unknown(why) => {
+                return self.deny(env, seen, name, StatusCode::UNAUTHORIZED, why.clone())
             }
             Caller::Admin => {
                 return self.deny(
@@ -528,12 +530,8 @@ impl Gateway {
                     "the GitOps API needs a user's token (Authorization: Bearer <token>)".into(),
                 )
             }
-            Caller::Unknown => {
-                return refuse(
-                    StatusCode::UNAUTHORIZED,
-                    "UNAUTHENTICATED",
-                    "unknown user token".into(),
-                )
+            Caller::Unknown(why) => {
+                return refuse(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", why.clone())
             }
             Caller::Admin => {
                 return refuse(
@@ -613,7 +611,7 @@ impl Gateway {
                     ),
                 )
             }
-            Caller::Nobody | Caller::Unknown => {
+            Caller::Nobody | Caller::Unknown(_) => {
                 return self.deny(
                     env,
                     seen,

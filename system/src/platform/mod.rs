@@ -9,6 +9,7 @@
 //! - [`graphql`]: the GitOps API (GraphQL at `POST /2.0/api/graphql` on the gateway).
 //! - [`audit`]: the append-only log of mutating requests and denials.
 //! - [`monitor`]: the runtime monitor (`Healthy` / `Unable to communicate` per runtime).
+//! - [`cron`]: the cron executor, the platform's periodic jobs (expired tokens).
 //! - [`promotions`]: the promotion orchestrator (releases through a Product's flow, each
 //!   environment a PromotionTask on its runtime) and its read model.
 //! - [`registry`], [`permissions`]: runtimes, their tokens, kinds and access modes; accounts'
@@ -19,6 +20,7 @@
 
 pub mod assembly;
 pub mod audit;
+pub mod cron;
 pub mod events;
 pub mod gateway;
 pub mod graphql;

@@ -342,7 +342,7 @@ pub struct AuditEntry {
     pub seq: i64,
     /// When (RFC 3339).
     pub at: String,
-    /// Who: `anonymous`, `admin`, or `user:<name>`.
+    /// Who: `anonymous`, `admin`, `user:<name>`, or `platform` (a periodic job).
     pub actor: String,
     /// Action: method and path, or `graphql <field>`.
     pub action: String,
@@ -930,6 +930,7 @@ impl QueryRoot {
                     crate::platform::audit::Actor::Anonymous => "anonymous".into(),
                     crate::platform::audit::Actor::Admin => "admin".into(),
                     crate::platform::audit::Actor::User { name } => format!("user:{name}"),
+                    crate::platform::audit::Actor::Platform => "platform".into(),
                 },
                 action: e.action,
                 runtime: e.runtime,

@@ -244,6 +244,19 @@ pub struct Permissions {
 struct Directory {
     users: BTreeMap<String, User>,
     rules: BTreeMap<String, Vec<Rule>>,
+    /// Token → when it expires (Unix ms); a token not here does not expire.
+    expiries: BTreeMap<String, u64>,
+}
+
+/// A user whose token expired, removed by the cron executor's cleanup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpiredUser {
+    /// The user's name.
+    pub name: String,
+    /// Their account (empty when none).
+    pub account: String,
+    /// When their token expired (Unix ms).
+    pub expired_ms: u64,
 }
 
 impl Permissions {
@@ -314,7 +327,53 @@ impl Permissions {
             .push(rule);
     }
 
-    /// The user `token` authenticates.
+    /// Makes `token` expire at `unix_ms`: from then on [`Permissions::user_at`] refuses it.
+    pub fn expire_at(&self, token: &str, unix_ms: u64) {
+        self.directory
+            .lock()
+            .expect("permissions lock")
+            .expiries
+            .insert(token.into(), unix_ms);
+    }
+
+    /// The user `token` authenticates at `now_ms`: `Err` with when it expired (Unix ms) for
+    /// an expired token, `Ok(None)` for a token nobody has.
+    pub fn user_at(&self, token: &str, now_ms: u64) -> Result<Option<User>, u64> {
+        let directory = self.directory.lock().expect("permissions lock");
+        let Some(user) = directory.users.get(token) else {
+            return Ok(None);
+        };
+        match directory.expiries.get(token) {
+            Some(&expires) if expires <= now_ms => Err(expires),
+            _ => Ok(Some(user.clone())),
+        }
+    }
+
+    /// Removes every user whose token expired at or before `before_ms`: who they were.
+    pub fn remove_expired(&self, before_ms: u64) -> Vec<ExpiredUser> {
+        let mut directory = self.directory.lock().expect("permissions lock");
+        let expired: Vec<(String, u64)> = directory
+            .expiries
+            .iter()
+            .filter(|(_, &at)| at <= before_ms)
+            .map(|(token, &at)| (token.clone(), at))
+            .collect();
+        let mut removed = Vec::new();
+        for (token, expired_ms) in expired {
+            directory.expiries.remove(&token);
+            if let Some(user) = directory.users.remove(&token) {
+                removed.push(ExpiredUser {
+                    name: user.name,
+                    account: user.account.unwrap_or_default(),
+                    expired_ms,
+                });
+            }
+        }
+        removed
+    }
+
+    /// The user `token` authenticates, whether or not the token expired (see
+    /// [`Permissions::user_at`] for the check the gateway makes).
     pub fn user(&self, token: &str) -> Option<User> {
         self.directory
             .lock()

@@ -78,6 +78,9 @@ struct UserEntry {
     role: RoleEntry,
     #[serde(default)]
     teams: Vec<String>,
+    /// When the token stops working (RFC 3339); never when absent.
+    #[serde(default)]
+    expires: Option<String>,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -111,6 +114,8 @@ struct RuleEntry {
 pub struct Policy {
     /// (token, account, user, role, teams).
     pub users: Vec<(String, String, String, Role, Vec<String>)>,
+    /// (token, when it expires, Unix ms).
+    pub expiries: Vec<(String, u64)>,
     /// (account, rule).
     pub rules: Vec<(String, Rule)>,
 }
@@ -175,6 +180,21 @@ impl Policy {
                             user.name, account.name
                         ),
                     ));
+                }
+                if let Some(expires) = &user.expires {
+                    let at = expires
+                        .parse::<jiff::Timestamp>()
+                        .ok()
+                        .and_then(|t| u64::try_from(t.as_millisecond()).ok())
+                        .ok_or_else(|| {
+                            invalid(
+                                format!("{at}.expires"),
+                                format!(
+                                    "{expires:?} is not an RFC 3339 time (2026-12-01T00:00:00Z)"
+                                ),
+                            )
+                        })?;
+                    policy.expiries.push((user.token.clone(), at));
                 }
                 teams.extend(user.teams.iter().cloned());
                 let role = match user.role {
@@ -245,6 +265,9 @@ impl Policy {
         for (account, rule) in &self.rules {
             permissions.add_rule(account, rule.clone());
         }
+        for (token, at) in &self.expiries {
+            permissions.expire_at(token, *at);
+        }
     }
 }
 
@@ -282,6 +305,42 @@ accounts:
     users:
       - {name: mallory, token: mallory-token}
 ";
+
+    #[test]
+    fn a_token_may_expire_and_a_bad_expiry_is_refused_with_where_it_is() {
+        let text = GOOD.replace(
+            "{name: bob, token: bob-token, teams: [dev]}",
+            "{name: bob, token: bob-token, teams: [dev], expires: 2026-12-01T00:00:00Z}",
+        );
+        let permissions = Permissions::default();
+        Policy::parse("policy.yaml", &text)
+            .unwrap()
+            .apply(&permissions);
+        let december = 1_796_083_200_000; // 2026-12-01T00:00:00Z
+        assert!(permissions
+            .user_at("bob-token", december - 1)
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            permissions
+                .user_at("bob-token", december)
+                .map(|u| u.is_some()),
+            Err(december)
+        );
+        assert!(permissions
+            .user_at("alice-token", u64::MAX)
+            .unwrap()
+            .is_some());
+        let bad = GOOD.replace(
+            "{name: bob, token: bob-token, teams: [dev]}",
+            "{name: bob, token: bob-token, expires: next week}",
+        );
+        let error = Policy::parse("policy.yaml", &bad).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "policy.yaml: accounts[0].users[1].expires: \"next week\" is not an RFC 3339 time (2026-12-01T00:00:00Z)"
+        );
+    }
 
     #[test]
     fn a_permissions_file_becomes_users_and_rules() {
