@@ -570,11 +570,20 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
                 // This process's gateway: its users are known here, so a token that is
                 // nobody's is refused now rather than answered 401 on every call.
                 config.gateway_addr = args.api.clone();
-                if state.permissions.user(&config.token).is_none() {
-                    return Err(Fail::usage(format!(
+                let now = std::time::SystemTime::now() // determinism: real-env (serve's start-up check)
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                match state.permissions.user_at(&config.token, now) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(Fail::usage(format!(
                         "--promotions {}: token: no user has this token (give the orchestrator's user with --users or --policy)",
                         path.display()
-                    )));
+                    ))),
+                    Err(expired) => return Err(Fail::usage(format!(
+                        "--promotions {}: token: the orchestrator's user's token expired at {}",
+                        path.display(),
+                        orrery_system::core::time::rfc3339(expired)
+                    ))),
                 }
             }
             Some(config)

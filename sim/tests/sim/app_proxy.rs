@@ -165,6 +165,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         cron: None,
         database: None,
     };
+    let permissions = state.permissions.clone();
     let trace = w.trace.clone();
     w.sim.host("platform", move || {
         let env = SimEnv::shared("platform", SEED, trace.clone());
@@ -270,6 +271,14 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         let refreshed = apps.get("a").await?;
         assert_eq!(refreshed.metadata.annotations.unwrap_or_default().get("argocd.argoproj.io/refresh").map(String::as_str), Some("normal"));
         assert_eq!(call(&env, "POST", "applications/argocd/missing/sync", "dave-token", json!({})).await.0, 404);
+        // dave's token expires in 2 s: the app-proxy's cached grant (30 s TTL) dies with it.
+        permissions.expire_at("dave-token", env.unix_millis() + 2_000);
+        assert_eq!(call(&env, "POST", "applications/argocd/a/refresh", "dave-token", Value::Null).await.0, 200);
+        env.sleep(Duration::from_secs(3)).await;
+        let (code, body) = call(&env, "POST", "applications/argocd/a/refresh", "dave-token", Value::Null).await;
+        assert_eq!(code, 401, "{body}");
+        assert!(body["error"].as_str().unwrap().starts_with("user token expired at "), "{body}");
+        permissions.expire_at("dave-token", u64::MAX);
         assert_eq!(call(&env, "POST", "applications/argocd/a/sync", "alice-token", json!({})).await.0, 403, "alice has no sync grant");
         // a deploys to no namespace of carol's, and she may not read it: answered as a missing
         // app, word for word (a 403 would tell her it exists).

@@ -95,7 +95,7 @@ mod tests {
         };
         stores
             .permissions
-            .add_user("old", "acme", "olga", Role::Member, &[]);
+            .grant_in("old", "acme", "olga", &["audit:read"]);
         stores
             .permissions
             .add_user("new", "acme", "nina", Role::Member, &[]);
@@ -122,6 +122,13 @@ mod tests {
         assert!(stores.permissions.user("old").is_none());
         assert_eq!(stores.permissions.user_at("old", now), Ok(None));
         assert!(stores.permissions.user("new").is_some());
+        // Her own rule went with her: a later olga inherits nothing.
+        stores
+            .permissions
+            .add_user("again", "acme", "olga", Role::Member, &[]);
+        let again = stores.permissions.user("again").unwrap();
+        assert!(stores.permissions.rules_of(&again).is_empty());
+        assert!(!stores.permissions.may_read_audit(&again));
         let log = stores.audit.query(Some("acme"), 0, 10);
         assert_eq!(log.len(), 1);
         assert_eq!(log[0].actor, Actor::Platform);

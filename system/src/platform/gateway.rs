@@ -140,8 +140,14 @@ pub(crate) async fn deliver(
 enum Caller {
     /// No `Authorization: Bearer …` header.
     Nobody,
-    /// A bearer token the platform does not know, or one that expired: why it is refused.
-    Unknown(String),
+    /// A bearer token the platform does not know, or one that expired: why it is refused,
+    /// and for an expired one its user's account (whose audit log shows the attempt).
+    Unknown {
+        /// The reason the caller gets.
+        why: String,
+        /// The expired token's account, or empty.
+        account: String,
+    },
     /// The admin token.
     Admin,
     /// A user's token.
@@ -151,7 +157,7 @@ enum Caller {
 impl Caller {
     fn actor(&self) -> Actor {
         match self {
-            Caller::Nobody | Caller::Unknown(_) => Actor::Anonymous,
+            Caller::Nobody | Caller::Unknown { .. } => Actor::Anonymous,
             Caller::Admin => Actor::Admin,
             Caller::User(user) => Actor::User {
                 name: user.name.clone(),
@@ -162,6 +168,7 @@ impl Caller {
     fn account(&self) -> String {
         match self {
             Caller::User(user) => user.account.clone().unwrap_or_default(),
+            Caller::Unknown { account, .. } => account.clone(),
             _ => String::new(),
         }
     }
@@ -211,7 +218,7 @@ impl Gateway {
                 ),
             },
             (_, "/api/permissions") => {
-                if let Caller::Unknown(why) = &seen.caller {
+                if let Caller::Unknown { why, .. } = &seen.caller {
                     // An expired token is refused to the app-proxy too.
                     let why = why.clone();
                     return self.deny(env, &seen, "", StatusCode::UNAUTHORIZED, why);
@@ -272,11 +279,22 @@ impl Gateway {
             Some(token) if token == self.admin_token => Caller::Admin,
             Some(token) => match self.sources.permissions.user_at(token, env.unix_millis()) {
                 Ok(Some(user)) => Caller::User(user),
-                Ok(None) => Caller::Unknown("unknown user token".into()),
-                Err(expired_ms) => Caller::Unknown(format!(
-                    "user token expired at {}",
-                    crate::core::time::rfc3339(expired_ms)
-                )),
+                Ok(None) => Caller::Unknown {
+                    why: "unknown user token".into(),
+                    account: String::new(),
+                },
+                Err(expired_ms) => Caller::Unknown {
+                    why: format!(
+                        "user token expired at {}",
+                        crate::core::time::rfc3339(expired_ms)
+                    ),
+                    account: self
+                        .sources
+                        .permissions
+                        .user(token)
+                        .and_then(|u| u.account)
+                        .unwrap_or_default(),
+                },
             },
         }
     }
@@ -365,7 +383,7 @@ impl Gateway {
                 StatusCode::UNAUTHORIZED,
                 "forwarding into a runtime needs a user's token (Authorization: Bearer <token>)",
             ),
-            Caller::Unknown(why) => {
+            Caller::Unknown { why, .. } => {
                 return self.deny(env, seen, name, StatusCode::UNAUTHORIZED, why.clone())
             }
             Caller::Admin => {
@@ -530,7 +548,7 @@ impl Gateway {
                     "the GitOps API needs a user's token (Authorization: Bearer <token>)".into(),
                 )
             }
-            Caller::Unknown(why) => {
+            Caller::Unknown { why, .. } => {
                 return refuse(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", why.clone())
             }
             Caller::Admin => {
@@ -611,7 +629,7 @@ impl Gateway {
                     ),
                 )
             }
-            Caller::Nobody | Caller::Unknown(_) => {
+            Caller::Nobody | Caller::Unknown { .. } => {
                 return self.deny(
                     env,
                     seen,

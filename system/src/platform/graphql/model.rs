@@ -433,6 +433,9 @@ pub struct Release {
     pub ended_at: Option<String>,
     /// Its environments the caller may read, by name.
     pub promotions: Vec<Promotion>,
+    /// Its place in the orchestrator's log, from 1 (cursors count by it).
+    #[graphql(skip)]
+    seq: usize,
 }
 
 /// One page of releases.
@@ -506,8 +509,9 @@ fn releases_of(scope: &Scope) -> Vec<Release> {
     let releases = scope.sources.releases.lock();
     releases
         .iter()
+        .enumerate()
         .rev()
-        .filter_map(|release| {
+        .filter_map(|(index, release)| {
             let promotions: Vec<Promotion> = release
                 .environments
                 .iter()
@@ -524,18 +528,30 @@ fn releases_of(scope: &Scope) -> Vec<Release> {
                     })
                 })
                 .collect();
+            // Why it ended and the version (read in the trigger environment) may speak of
+            // any environment: shown to a caller who reads them all.
+            let whole = promotions.len() == release.environments.len();
             (!promotions.is_empty()).then(|| Release {
                 id: release.id.clone(),
                 product: placement.product.clone(),
                 flow: release.flow.clone(),
                 commit: release.commit.clone(),
                 phase: release.phase.as_str().to_string(),
-                reason: release.why.clone(),
-                version: release.version.as_ref().map(|v| v.to_string()),
+                reason: if whole {
+                    release.why.clone()
+                } else {
+                    String::new()
+                },
+                version: release
+                    .version
+                    .as_ref()
+                    .filter(|_| whole)
+                    .map(|v| v.to_string()),
                 created_at: crate::core::time::rfc3339(release.created_ms),
                 started_at: time_of(release.started_ms),
                 ended_at: time_of(release.ended_ms),
                 promotions,
+                seq: index + 1,
             })
         })
         .collect()
@@ -681,11 +697,16 @@ fn find_app(
     Ok(app)
 }
 
-/// What a page costs: its selection once per item it may hold (`first`, within the page
-/// bounds: a `first` out of them is refused by the resolver, not priced), so a big page of
-/// a deep selection is refused as too complex before anything runs.
+/// What a page costs: its selection once per item it may hold (`first`; a `first` outside
+/// 1..=500 is priced as one item, so the resolver refuses it with its own clear message),
+/// so a big page of a deep selection is refused as too complex before anything runs.
 fn page_cost(first: i32, child_complexity: usize) -> usize {
-    usize::try_from(first.clamp(1, MAX_PAGE)).unwrap_or(1) * child_complexity
+    let items = if (1..=MAX_PAGE).contains(&first) {
+        first
+    } else {
+        1
+    };
+    usize::try_from(items).unwrap_or(1) * child_complexity
 }
 
 /// The queries.
@@ -849,24 +870,20 @@ impl QueryRoot {
             .filter(|r| product.as_ref().is_none_or(|p| *p == r.product))
             .filter(|r| phase.as_ref().is_none_or(|p| *p == r.phase))
             .collect();
+        // Newest first: the page after a cursor holds the releases older than the one it
+        // names, whether or not that one still matches the filter.
         let start = match after {
             None => 0,
             Some(cursor) => {
-                let id = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                let seq = base64::engine::general_purpose::URL_SAFE_NO_PAD
                     .decode(&cursor)
                     .ok()
                     .and_then(|b| String::from_utf8(b).ok())
-                    .filter(|id| id.starts_with("release:"))
+                    .and_then(|text| text.strip_prefix("release:")?.parse::<usize>().ok())
                     .ok_or_else(|| {
                         bad(format!("after: {cursor:?} is not a cursor this API gave"))
                     })?;
-                let id = &id["release:".len()..];
-                // Newest first: the page after a release is what follows it in that order
-                // (a release the filter no longer matches leaves its place: nothing after it).
-                matched
-                    .iter()
-                    .position(|r| r.id == id)
-                    .map_or(matched.len(), |i| i + 1)
+                matched.partition_point(|r| r.seq >= seq)
             }
         };
         let total_count = i32::try_from(matched.len()).unwrap_or(i32::MAX);
@@ -878,7 +895,8 @@ impl QueryRoot {
             .collect();
         Ok(ReleasePage {
             end_cursor: items.last().map(|r| {
-                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("release:{}", r.id))
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .encode(format!("release:{}", r.seq))
             }),
             has_next_page: rest > items.len(),
             items,

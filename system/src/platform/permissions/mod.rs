@@ -362,6 +362,15 @@ impl Permissions {
         for (token, expired_ms) in expired {
             directory.expiries.remove(&token);
             if let Some(user) = directory.users.remove(&token) {
+                // Rules naming the user no longer do (a later user of that name inherits
+                // nothing); a rule left naming nobody goes.
+                let account = user.account.clone().unwrap_or_default();
+                if let Some(rules) = directory.rules.get_mut(&account) {
+                    for rule in rules.iter_mut() {
+                        rule.users.retain(|name| *name != user.name);
+                    }
+                    rules.retain(|rule| !rule.users.is_empty() || !rule.teams.is_empty());
+                }
                 removed.push(ExpiredUser {
                     name: user.name,
                     account: user.account.unwrap_or_default(),
@@ -460,6 +469,17 @@ impl Permissions {
         let mut answer = json!({"user": user.name, "allow": allow});
         if let Some(account) = &user.account {
             answer["account"] = json!(account);
+        }
+        let expires = self
+            .directory
+            .lock()
+            .expect("permissions lock")
+            .expiries
+            .get(token)
+            .copied();
+        if let Some(expires) = expires {
+            // The app-proxy keeps the answer no longer than the token lives.
+            answer["expiresAt"] = json!(expires);
         }
         if user.role == Role::Admin {
             answer["role"] = json!("admin");

@@ -216,12 +216,15 @@ impl AppProxy {
             ));
         }
         let now = self.env.elapsed();
+        let wall_ms = self.env.unix_millis();
+        // A cached answer lives for the TTL, and never past its token's expiry.
         let cached = self
             .grants
             .lock()
             .expect("grants lock")
             .get(token)
             .filter(|g| now.saturating_sub(g.fetched) < self.config.permissions_ttl)
+            .filter(|g| g.answer["expiresAt"].as_u64().is_none_or(|at| wall_ms < at))
             .cloned();
         let grant = match cached {
             Some(grant) => grant,
@@ -243,7 +246,11 @@ impl AppProxy {
                     })?;
                 match status {
                     200 => {}
-                    401 => return Err(error(StatusCode::UNAUTHORIZED, "unknown user token")),
+                    401 => {
+                        // The platform's reason (unknown, or expired when) is the caller's.
+                        let why = answer["error"].as_str().unwrap_or("unknown user token");
+                        return Err(error(StatusCode::UNAUTHORIZED, why.to_string()));
+                    }
                     other => {
                         return Err(error(
                             StatusCode::SERVICE_UNAVAILABLE,
