@@ -516,8 +516,8 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     assert_eq!(act("web", "refresh", "{}").await, Some(200));
     assert_eq!(
         act("db", "sync", "{}").await,
-        Some(403),
-        "db deploys to team-b, outside carol's rule"
+        Some(404),
+        "db deploys to team-b, outside carol's rule, and she may not read it either: answered as a missing app"
     );
     assert_eq!(act("missing", "sync", "{}").await, Some(404));
     let web = applications.get("web").await.expect("get web");
@@ -543,7 +543,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     proxy.abort();
     let _ = cluster.cleanup(&namespace).await;
     println!("runtime: the app-proxy terminated a real Workflow and synced and refreshed a real Application through the real API server");
-    record_row("app-proxy", "the app-proxy, authorised by the platform's permissions (a rule limited to a destination namespace), terminates a real Argo Workflow and syncs and refreshes a real Application through the real API server; an app outside the rule is refused (403)");
+    record_row("app-proxy", "the app-proxy, authorised by the platform's permissions (a rule limited to a destination namespace), terminates a real Argo Workflow and syncs and refreshes a real Application through the real API server; an app outside the rule, which the user may not read either, is answered as a missing one (404)");
 }
 
 /// `POST url` with `body` as the user of `token`: the answer's status, or `None`.
