@@ -123,7 +123,8 @@ pub struct ControlPlaneArgs {
     /// Address of the client API (registration and forwarding).
     #[arg(long, default_value = "127.0.0.1:8081")]
     api: String,
-    /// Runtimes known at start: ACCOUNT-RUNTIME=TOKEN,...
+    /// Runtimes known at start: ACCOUNT-RUNTIME=TOKEN,... (split at the first `-`; write
+    /// ACCOUNT/RUNTIME=TOKEN for an account whose name has a `-`).
     #[arg(
         long,
         env = "ORRERY_RUNTIMES",
@@ -240,6 +241,11 @@ pub struct RuntimeArgs {
     /// This runtime's tunnel name, ACCOUNT-RUNTIME; needed by the tunnel client.
     #[arg(long)]
     name: Option<String>,
+    /// This runtime's account, when its name has a `-` (account `acme-corp`, runtime
+    /// `prod`: `--account acme-corp --name acme-corp-prod`); without it --name is split at
+    /// its first `-`.
+    #[arg(long, env = "ORRERY_ACCOUNT")]
+    account: Option<String>,
     /// Without a router in this process, the tunnel client hands every request, path
     /// unchanged, to this host:port (frpc's local_ip:local_port; the chart's
     /// internal-router:80).
@@ -440,18 +446,45 @@ fn preregister(
     for entry in list.split(',').filter(|e| !e.is_empty()) {
         let Some((name, token)) = entry.split_once('=') else {
             return Err(Fail::usage(format!(
-                "--runtimes: {entry:?} is not <account>-<runtime>=<token>"
+                "--runtimes: {entry:?} is not <account>-<runtime>=<token> (or <account>/<runtime>=<token>)"
             )));
         };
-        let Some((account, runtime)) = name.split_once('-') else {
+        // ACCOUNT/RUNTIME names an account with a `-` in it; ACCOUNT-RUNTIME is split at
+        // its first `-`.
+        let split = name.split_once('/').or_else(|| name.split_once('-'));
+        let Some((account, runtime)) = split.filter(|(a, r)| !a.is_empty() && !r.is_empty()) else {
             return Err(Fail::usage(format!(
-                "--runtimes: {name:?} is not <account>-<runtime>"
+                "--runtimes: {name:?} is not <account>-<runtime> or <account>/<runtime>"
             )));
         };
         registry.insert(token, account, runtime);
-        tokens.insert(token.to_string(), name.to_string());
+        tokens.insert(token.to_string(), format!("{account}-{runtime}"));
     }
     Ok(tokens)
+}
+
+/// `serve runtime`'s account and runtime name: `--name ACCOUNT-RUNTIME` after
+/// `--account ACCOUNT`, or split at its first `-` without it; empty without `--name`.
+fn split_name(name: Option<&str>, account: Option<&str>) -> Result<(String, String), Fail> {
+    let Some(name) = name else {
+        return Ok((String::new(), String::new()));
+    };
+    match account {
+        Some(account) => name
+            .strip_prefix(account)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .filter(|runtime| !runtime.is_empty())
+            .map(|runtime| (account.to_string(), runtime.to_string()))
+            .ok_or_else(|| {
+                Fail::usage(format!(
+                    "--name {name:?} is not --account {account:?} followed by -RUNTIME"
+                ))
+            }),
+        None => Ok(name
+            .split_once('-')
+            .map(|(a, r)| (a.to_string(), r.to_string()))
+            .unwrap_or_default()),
+    }
 }
 
 /// `--users TOKEN=alice@acme:repositories:list+workflows:terminate,…` into the permissions.
@@ -699,6 +732,7 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             "serve runtime: --components lists nothing to run",
         ));
     }
+    let account_and_runtime = split_name(args.name.as_deref(), args.account.as_deref())?;
     let routes = Routes::new(args.app_proxy.clone(), args.workflows.clone());
     let mut tunnels = Vec::new();
     if has(Component::TunnelClient) {
@@ -803,18 +837,8 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
                 kube: kube.clone(),
                 permissions_ttl: std::time::Duration::from_secs(30),
                 // The runtime's name within its account: --name is ACCOUNT-RUNTIME.
-                runtime: args
-                    .name
-                    .as_deref()
-                    .and_then(|n| n.split_once('-'))
-                    .map(|(_, runtime)| runtime.to_string())
-                    .unwrap_or_default(),
-                account: args
-                    .name
-                    .as_deref()
-                    .and_then(|n| n.split_once('-'))
-                    .map(|(account, _)| account.to_string())
-                    .unwrap_or_default(),
+                runtime: account_and_runtime.1.clone(),
+                account: account_and_runtime.0.clone(),
                 listen: routes.app_proxy.clone(),
             });
         }
@@ -898,4 +922,58 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
                 _ => Fail::usage(e.to_string()),
             })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runtime_name_splits_at_its_first_dash_unless_its_account_is_given() {
+        let split = |name, account| split_name(name, account).map_err(|e| e.0);
+        assert_eq!(
+            split(Some("acme-prod"), None),
+            Ok(("acme".into(), "prod".into()))
+        );
+        assert_eq!(
+            split(Some("acme-corp-prod"), Some("acme-corp")),
+            Ok(("acme-corp".into(), "prod".into()))
+        );
+        assert_eq!(
+            split(None, Some("acme")),
+            Ok((String::new(), String::new()))
+        );
+        for (name, account) in [
+            ("acme-prod", "acme-corp"),
+            ("acme-corp", "acme-corp"),
+            ("globex-prod", "acme"),
+        ] {
+            let error = split(Some(name), Some(account)).unwrap_err();
+            assert!(
+                error.contains("is not --account"),
+                "{name} {account}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn preregistered_runtimes_take_an_account_with_a_dash_after_a_slash() {
+        let registry = Registry::default();
+        let tokens = preregister(&registry, "acme-corp/prod=t-1,globex-prod=t-2").unwrap();
+        let first = registry.lookup("t-1").unwrap();
+        assert_eq!(
+            (first.account.as_str(), first.runtime.as_str()),
+            ("acme-corp", "prod")
+        );
+        assert_eq!(tokens["t-1"], "acme-corp-prod");
+        let second = registry.lookup("t-2").unwrap();
+        assert_eq!(
+            (second.account.as_str(), second.runtime.as_str()),
+            ("globex", "prod")
+        );
+        for bad in ["x=t", "/prod=t", "acme/=t", "acme-prod"] {
+            let error = preregister(&Registry::default(), bad).unwrap_err().0;
+            assert!(error.contains("--runtimes"), "{bad}: {error}");
+        }
+    }
 }
