@@ -47,6 +47,8 @@
 //! | `runtime_shown_recovered` | the platform showed a runtime healthy again after showing it unreachable |
 //! | `platform_crashed_with_backlog` | the platform crashed with events in its bus (lost, or on disk and still owed to the read model) |
 //! | `event_redelivered` | a restarted platform delivered again an event its handler had taken before the crash |
+//! | `store_unavailable_answered` | the gateway answered 503 because its store could not keep the request's changes |
+//! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -187,6 +189,11 @@ conditions! {
     ForgedPayloadAccepted = "forged_payload_accepted",
     /// A user token that had expired was refused (401).
     ExpiredTokenRefused = "expired_token_refused",
+    /// The gateway answered 503 because its store could not keep the request's changes.
+    StoreUnavailableAnswered = "store_unavailable_answered",
+    /// A registration rotated a token answered before the gateway host crashed: the
+    /// restarted control plane knew it from its database.
+    TokenRotatedAfterRestart = "token_rotated_after_restart",
 }
 
 impl fmt::Display for Condition {
@@ -532,6 +539,38 @@ impl Condition {
                 matches!(e.world(), Some(WorldEvent::TenantProbe { kind, status, .. })
                     if kind == "expired_token" && *status == 401)
             }),
+            Condition::StoreUnavailableAnswered => events.iter().any(|e| {
+                matches!(
+                    e.world(),
+                    Some(WorldEvent::TenantProbe { status: 503, .. }
+                        | WorldEvent::TenantRegistered { status: 503, .. })
+                )
+            }),
+            Condition::TokenRotatedAfterRestart => {
+                let gateway = crate::world::placement::host_of(scenario, Role::Gateway);
+                let crashes: Vec<u64> = events
+                    .iter()
+                    .filter(|e| matches!(e.harness(), Some(HarnessEvent::Fault(Fault::Crash(host))) if host == gateway))
+                    .map(|e| e.at_ms)
+                    .collect();
+                let mut answered: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+                events.iter().any(|e| match e.world() {
+                    Some(WorldEvent::TenantRegistered {
+                        account,
+                        runtime,
+                        token_sha256,
+                        rotated,
+                        ..
+                    }) if !token_sha256.is_empty() => {
+                        let before = answered.insert((account, runtime), e.at_ms);
+                        *rotated
+                            && before.is_some_and(|before| {
+                                crashes.iter().any(|c| before < *c && *c < e.at_ms)
+                            })
+                    }
+                    _ => false,
+                })
+            }
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -1231,7 +1270,59 @@ expect: {hardened: pass}
                 ],
                 vec![probe(1_000, "expired_token", 401)],
             ),
+            (
+                StoreUnavailableAnswered,
+                // Another 5xx, or a 503 from no store (none).
+                vec![
+                    probe(1_000, "own_write", 502),
+                    registered(2_000, "reg-0", 500, "", false),
+                ],
+                vec![registered(1_000, "reg-0", 503, "", false)],
+            ),
+            (
+                TokenRotatedAfterRestart,
+                // A rotation with no crash between; a crash between two different names;
+                // a crash between that was another host's.
+                vec![
+                    registered(1_000, "reg-0", 200, "a", false),
+                    registered(2_000, "reg-0", 200, "b", true),
+                    fault(3_000, Fault::Crash("gateway".into())),
+                    registered(4_000, "reg-1", 200, "c", false),
+                    fault(5_000, Fault::Crash("prod".into())),
+                    registered(6_000, "reg-1", 200, "d", true),
+                ],
+                vec![
+                    registered(1_000, "reg-0", 200, "a", false),
+                    fault(3_000, Fault::Crash("gateway".into())),
+                    registered(4_000, "reg-0", 503, "", false),
+                    registered(5_000, "reg-0", 200, "b", true),
+                ],
+            ),
         ]
+    }
+
+    fn fault(at_ms: u64, fault: Fault) -> TraceEvent {
+        harness(at_ms, HarnessEvent::Fault(fault))
+    }
+
+    fn registered(
+        at_ms: u64,
+        runtime: &str,
+        status: u16,
+        token_sha256: &str,
+        rotated: bool,
+    ) -> TraceEvent {
+        at(
+            at_ms,
+            "mallory",
+            WorldEvent::TenantRegistered {
+                account: "t01".into(),
+                runtime: runtime.into(),
+                status,
+                token_sha256: token_sha256.into(),
+                rotated,
+            },
+        )
     }
 
     fn probe(at_ms: u64, kind: &str, status: u16) -> TraceEvent {

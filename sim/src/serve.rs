@@ -658,7 +658,10 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
             every: std::time::Duration::from_secs(args.cron_every),
             ..Default::default()
         }),
-        database: args.database,
+        database: args.database.as_deref().map(|url| {
+            Arc::new(orrery_system::platform::store::postgres::Postgres::new(url))
+                as Arc<dyn orrery_system::platform::store::Open>
+        }),
     };
     block_on(async move {
         let env = logged_env("control-plane");

@@ -318,6 +318,10 @@ events! {
         /// A tenant runtime's app-proxy stand-in received a request: `account` is the
         /// runtime's, `token` the caller's bearer token (empty: none).
         "tenants.reached" => TenantReached { account: String, token: String },
+        /// An account admin's registration of runtime `runtime` ended (`createRuntime`):
+        /// `status` 0 is no answer; `token_sha256` is the SHA-256 of the token the answer
+        /// gave (empty: none), `rotated` whether the answer said it replaced one.
+        "tenants.registered" => TenantRegistered { account: String, runtime: String, status: u16, token_sha256: String, rotated: bool },
     }
 }
 

@@ -25,6 +25,7 @@
 //! | `change_revision_reported` | liveness | after the calm phase every app the platform shows at its current sync, whose sync has a change revision, shows that commit's author and message (`app.meta.revisions-metadata`) |
 //! | `tenant_isolation` | safety | no answer to a user (or to nobody) carries another account's data, no request reaches a runtime of another account than its caller's, and every request refused with 400/401/403/404 is in the audit log with its actor and status (see `tenants`) |
 //! | `no_acknowledged_event_lost` | safety | every event the events API answered 2xx for at least 30 s before the end was projected by the event handler, whatever crashed in between (see `durability`) |
+//! | `no_acknowledged_write_lost` | safety | every registration the platform answered is in its database at the end: the last token answered is the one held, a token a later answered registration replaced is revoked, and each answered registration is in the audit log (see `store`) |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
 //! # Typed events
@@ -66,6 +67,7 @@ pub mod promotions;
 pub mod resources;
 pub mod restricted;
 pub mod sources;
+pub mod store;
 pub mod tenants;
 pub mod tunnel;
 
@@ -144,6 +146,15 @@ pub struct Attribution {
     pub touches: bool,
 }
 
+/// The platform's database at the end of a run (`world::database`).
+#[derive(Clone, Debug)]
+pub struct DatabaseTruth {
+    /// Everything it committed.
+    pub snapshot: orrery_system::platform::store::Snapshot,
+    /// Its commits, opens and fenced commits.
+    pub figures: crate::world::database::Figures,
+}
+
 /// The world's final state, for end-of-run checks.
 #[derive(Clone, Debug, Default)]
 pub struct FinalState {
@@ -170,6 +181,8 @@ pub struct FinalState {
     pub promotions: Option<promotions::PromotionTruth>,
     /// The platform's audit log, every entry.
     pub audit: Vec<orrery_system::platform::audit::Entry>,
+    /// The platform's database, when the world has one: what it committed, and its figures.
+    pub database: Option<DatabaseTruth>,
 }
 
 impl FinalState {
@@ -224,6 +237,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "runtime_health_shown" => Box::new(health::RuntimeHealthShown::default()),
         "tenant_isolation" => Box::new(tenants::TenantIsolation::default()),
         "no_acknowledged_event_lost" => Box::new(durability::NoAcknowledgedEventLost::default()),
+        "no_acknowledged_write_lost" => Box::new(store::NoAcknowledgedWriteLost::default()),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),
         "app_version_reported" => Box::new(sources::AppVersionReported),
         "change_revision_reported" => Box::new(sources::ChangeRevisionReported),

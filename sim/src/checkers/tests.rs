@@ -1506,3 +1506,100 @@ fn tenant_isolation_fires_on_a_leak_a_foreign_reach_and_an_unaudited_denial() {
     };
     assert_eq!(violations("tenant_isolation", &fine[..1], &other).len(), 1);
 }
+
+#[test]
+fn no_acknowledged_write_lost_fires_on_a_lost_token_a_revived_token_and_an_unaudited_registration()
+{
+    use orrery_system::platform::audit::{Actor, Entry, Outcome};
+    use orrery_system::platform::registry::Info;
+    use orrery_system::platform::store::{Snapshot, StoredRuntime};
+    let registered = |ms: u64, status: u16, token: &str| {
+        at(
+            ms,
+            "mallory-0",
+            WorldEvent::TenantRegistered {
+                account: "t01".into(),
+                runtime: "reg-0".into(),
+                status,
+                token_sha256: token.into(),
+                rotated: false,
+            },
+        )
+    };
+    let audited = |seq: u64| Entry {
+        seq,
+        at: "2026-01-01T00:00:01Z".into(),
+        actor: Actor::User {
+            name: "admin-t01".into(),
+        },
+        account: "t01".into(),
+        action: "graphql createRuntime".into(),
+        runtime: "reg-0".into(),
+        outcome: Outcome::Allowed,
+        status: 201,
+        reason: String::new(),
+    };
+    // The database holds `held`, has revoked `revoked`, and audited `entries` registrations.
+    let state = |held: &str, revoked: &[&str], entries: u64| FinalState {
+        database: Some(DatabaseTruth {
+            snapshot: Snapshot {
+                runtimes: vec![StoredRuntime {
+                    name: "t01-reg-0".into(),
+                    account: "t01".into(),
+                    runtime: "reg-0".into(),
+                    token_sha256: held.into(),
+                    info: Info::default(),
+                }],
+                revoked: revoked.iter().map(|t| t.to_string()).collect(),
+                audit: (1..=entries).map(audited).collect(),
+                ..Snapshot::default()
+            },
+            figures: Default::default(),
+        }),
+        ..Default::default()
+    };
+    let two = [registered(1_000, 200, "a"), registered(2_000, 200, "b")];
+    assert!(violations("no_acknowledged_write_lost", &two, &state("b", &["a"], 2)).is_empty());
+    // The last answered token is not the one held.
+    let lost = violations("no_acknowledged_write_lost", &two, &state("a", &["a"], 2));
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert!(lost[0].details["what"]
+        .as_str()
+        .unwrap()
+        .contains("not what its database holds"));
+    assert_eq!(lost[0].at_ms, 2_000);
+    // ... unless a later registration went unanswered (it may have replaced it), but not
+    // after a refusal (4xx: it changed nothing).
+    let unseen = [two[0].clone(), two[1].clone(), registered(3_000, 0, "")];
+    assert!(violations(
+        "no_acknowledged_write_lost",
+        &unseen,
+        &state("c", &["a", "b"], 3)
+    )
+    .is_empty());
+    let refused = [two[0].clone(), two[1].clone(), registered(3_000, 409, "")];
+    assert_eq!(
+        violations(
+            "no_acknowledged_write_lost",
+            &refused,
+            &state("c", &["a", "b"], 3)
+        )
+        .len(),
+        1
+    );
+    // A replaced token that is not revoked would work again after a restart.
+    let revived = violations("no_acknowledged_write_lost", &two, &state("b", &[], 2));
+    assert_eq!(revived.len(), 1, "{revived:?}");
+    assert!(revived[0].details["what"]
+        .as_str()
+        .unwrap()
+        .contains("not revoked"));
+    assert_eq!(revived[0].at_ms, 1_000);
+    // An answered registration missing from the audit log.
+    let unaudited = violations("no_acknowledged_write_lost", &two, &state("b", &["a"], 1));
+    assert_eq!(unaudited.len(), 1, "{unaudited:?}");
+    assert_eq!(unaudited[0].details["audited"], 1);
+    // Registrations with no database to judge them in are a harness mistake, said so.
+    let nowhere = violations("no_acknowledged_write_lost", &two, &FinalState::default());
+    assert_eq!(nowhere.len(), 1);
+}

@@ -401,6 +401,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     health_figures(events, &mut counters, &mut histograms);
     bus_figures(events, &mut counters);
     tenant_figures(events, state, &mut counters);
+    store_figures(events, state, &mut counters);
     git_detail_figures(events, state, &mut counters);
     let ownership = reporters.then(|| {
         let apps: Vec<String> = state.apps.iter().map(|a| a.name.clone()).collect();
@@ -666,6 +667,63 @@ fn tenant_figures(
                 .filter(|e| e.outcome == orrery_system::platform::audit::Outcome::Denied)
                 .count() as u64,
         );
+    }
+}
+
+/// The platform's database figures (only in a world with one):
+/// - `store.commits`, `store.opens`, `store.fenced`: transactions committed, control-plane
+///   starts that loaded it, commits refused from a process that no longer held it;
+/// - `store.registrations`, `store.registrations_answered` (a token came back),
+///   `store.registrations_rotated` (the answer said it replaced one);
+/// - `store.unavailable`: requests the gateway answered 503 (probes and registrations).
+fn store_figures(
+    events: &[TraceEvent],
+    state: &crate::checkers::FinalState,
+    counters: &mut BTreeMap<String, u64>,
+) {
+    use orrery_system::observe::WorldEvent;
+    let Some(database) = &state.database else {
+        return;
+    };
+    counters.insert("store.commits".into(), database.figures.commits);
+    counters.insert("store.opens".into(), database.figures.opens);
+    counters.insert("store.fenced".into(), database.figures.fenced);
+    for name in [
+        "store.registrations",
+        "store.registrations_answered",
+        "store.registrations_rotated",
+        "store.unavailable",
+    ] {
+        counters.entry(name.into()).or_default();
+    }
+    for event in events {
+        match event.world() {
+            Some(WorldEvent::TenantRegistered {
+                status,
+                token_sha256,
+                rotated,
+                ..
+            }) => {
+                *counters.entry("store.registrations".into()).or_default() += 1;
+                if !token_sha256.is_empty() {
+                    *counters
+                        .entry("store.registrations_answered".into())
+                        .or_default() += 1;
+                }
+                if *rotated {
+                    *counters
+                        .entry("store.registrations_rotated".into())
+                        .or_default() += 1;
+                }
+                if *status == 503 {
+                    *counters.entry("store.unavailable".into()).or_default() += 1;
+                }
+            }
+            Some(WorldEvent::TenantProbe { status: 503, .. }) => {
+                *counters.entry("store.unavailable".into()).or_default() += 1;
+            }
+            _ => {}
+        }
     }
 }
 

@@ -122,6 +122,10 @@ struct World {
     jobs: workflows::Jobs,
     /// The event bus's stored messages (its file store outlives the bus process).
     bus: orrery_system::runtime::resource_reporter::bus::Store,
+    /// The platform's database, when a host has `role: database` (what it committed
+    /// outlives its host's crashes; the gateway's registry and audit log live there, not
+    /// in `control_plane`).
+    database: Option<crate::world::database::Database>,
 }
 
 /// A pod change of a rolling update, applied at its time.
@@ -195,18 +199,7 @@ fn register_hosts(
                     tokio::spawn(piece);
                 }
                 if let Some(config) = control_plane {
-                    let cp_env = env.clone();
-                    tokio::spawn(async move {
-                        let ended = control_plane_assembly::run(
-                            cp_env,
-                            config,
-                            state,
-                            std::future::pending(),
-                        );
-                        if let Err(error) = ended.await {
-                            tracing::error!(%error, "control plane stopped");
-                        }
-                    });
+                    tokio::spawn(supervise_control_plane(env.clone(), config, state));
                 }
                 if let Some(config) = runtime {
                     // A tunnel client that exits is restarted by the world's kubelet
@@ -217,6 +210,47 @@ fn register_hosts(
                 Ok(())
             }
         });
+    }
+}
+
+/// Runs the control plane on a (re)booted host. Without a database it runs once, on the
+/// state the world holds for it. With one, each start loads the registry and audit log from
+/// the database into fresh memory (only what was committed survives), and a control plane
+/// that stops — its store writer lost the database, or the database could not be opened —
+/// is started again after a back-off, as a Deployment's pod would be (1 s, doubling to
+/// 10 s; back to 1 s after a start that ran for a minute).
+async fn supervise_control_plane(
+    env: SharedEnv,
+    config: orrery_system::platform::assembly::ControlPlaneConfig,
+    state: ControlPlaneState,
+) {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MOST: Duration = Duration::from_secs(10);
+    let mut backoff = FIRST;
+    loop {
+        let state = match config.database {
+            Some(_) => ControlPlaneState {
+                registry: Arc::default(),
+                audit: Arc::default(),
+                ..state.clone()
+            },
+            None => state.clone(),
+        };
+        let started = env.unix_millis();
+        let ended =
+            control_plane_assembly::run(env.clone(), config.clone(), state, std::future::pending())
+                .await;
+        if let Err(error) = ended {
+            tracing::error!(%error, "control plane stopped");
+        }
+        if config.database.is_none() {
+            return;
+        }
+        if env.unix_millis().saturating_sub(started) >= 60_000 {
+            backoff = FIRST;
+        }
+        env.sleep(backoff).await;
+        backoff = (backoff * 2).min(MOST);
     }
 }
 
@@ -241,6 +275,19 @@ fn world_pieces(
                     apiserver::run(env, api, &format!("0.0.0.0:{APISERVER_PORT}")).await
                 {
                     tracing::error!(%error, "simulated API server stopped");
+                }
+            })
+        }));
+    }
+    if let (true, Some(database)) = (host.has(Role::Database), world.database.clone()) {
+        pieces.push(Box::new(move |env| {
+            let database = database.clone();
+            Box::pin(async move {
+                let addr = format!("0.0.0.0:{}", crate::world::database::PORT);
+                let latency = crate::world::database::COMMIT_LATENCY;
+                if let Err(error) = crate::world::database::run(env, database, &addr, latency).await
+                {
+                    tracing::error!(%error, "the platform's database stopped");
                 }
             })
         }));
@@ -465,6 +512,17 @@ fn world_pieces(
         );
         let accounts = hosts_with(scenario, Role::Runtime);
         let (per_host, settings) = (scenario.tunnel.runtimes_per_host, tenants.clone());
+        if let Some(every) = tenants.register_every {
+            let (gateway, accounts) = (gateway.clone(), accounts.clone());
+            pieces.push(Box::new(move |env| {
+                Box::pin(crate::world::tenants::run_registrar(
+                    env,
+                    gateway.clone(),
+                    accounts.clone(),
+                    every,
+                ))
+            }));
+        }
         pieces.push(Box::new(move |env| {
             Box::pin(crate::world::tenants::run_adversary(
                 env,
@@ -1154,6 +1212,12 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         },
         verdicts: rollouts::Verdicts::default(),
         jobs: workflows::Jobs::default(),
+        database: scenario
+            .topology
+            .hosts
+            .iter()
+            .any(|h| h.has(Role::Database))
+            .then(crate::world::database::Database::default),
     };
     if let Some(promotions) = &scenario.promotions {
         world.control_plane.permissions.grant_in(
@@ -1178,6 +1242,10 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             &hosts_with(scenario, Role::Runtime),
             scenario.tunnel.runtimes_per_host,
         );
+    }
+    if let Some(database) = &world.database {
+        // Registered before the run: committed by an earlier life of the platform.
+        database.seed(world.control_plane.registry.stored());
     }
     world.platform.set_knobs(platform_knobs(scenario));
     let layout = workload::Layout::of(
@@ -1296,7 +1364,18 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         reported_rollouts: world.platform.rollouts(),
         reported_workflows: world.platform.workflows(),
         promotions: promotion_truth(scenario, &world.git, &world.control_plane),
-        audit: world.control_plane.audit.all(),
+        audit: match &world.database {
+            // What the database committed: an answered denial must be there.
+            Some(database) => database.snapshot().audit,
+            None => world.control_plane.audit.all(),
+        },
+        database: world
+            .database
+            .as_ref()
+            .map(|database| checkers::DatabaseTruth {
+                snapshot: database.snapshot(),
+                figures: database.figures(),
+            }),
     };
     let mut checkers: Vec<_> = scenario
         .invariants

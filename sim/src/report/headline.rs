@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 33] = [
+pub const FIGURES: [(&str, &str); 39] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -106,6 +106,24 @@ pub const FIGURES: [(&str, &str); 33] = [
         "requests that reached another account's runtime",
     ),
     ("tenant_denials_audited", "denials in the audit log"),
+    (
+        "registrations_answered",
+        "registrations answered with a token",
+    ),
+    ("registrations_rotated", "of them replacing a token"),
+    (
+        "store_unavailable",
+        "requests answered 503 (store could not keep them)",
+    ),
+    ("store_commits", "database transactions committed"),
+    (
+        "store_opens",
+        "control-plane starts that loaded the database",
+    ),
+    (
+        "store_fenced",
+        "commits refused from a process that no longer held it",
+    ),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -247,6 +265,20 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         put("tenant_leaks", counter("tenants.leaks"));
         put("tenant_foreign_reached", counter("tenants.reached_foreign"));
         put("tenant_denials_audited", counter("tenants.denials_audited"));
+    }
+    if metrics.counters.contains_key("store.commits") {
+        put(
+            "registrations_answered",
+            counter("store.registrations_answered"),
+        );
+        put(
+            "registrations_rotated",
+            counter("store.registrations_rotated"),
+        );
+        put("store_unavailable", counter("store.unavailable"));
+        put("store_commits", counter("store.commits"));
+        put("store_opens", counter("store.opens"));
+        put("store_fenced", counter("store.fenced"));
     }
     if metrics.counters.contains_key("bus.recoveries") {
         put(

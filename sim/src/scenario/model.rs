@@ -301,6 +301,11 @@ pub enum Role {
     /// An adversarial client of a multi-tenant platform (`world::tenants`, with a
     /// `tenants:` section): it acts as users of every account and probes the others'.
     Adversary,
+    /// The platform's database (`world::database`, port 5432): with one in the world, the
+    /// `role: gateway` host keeps its runtime registry and audit log there, loads them when
+    /// it starts, and is restarted when it stops (a crash of either loses only what was not
+    /// committed).
+    Database,
 }
 
 /// A Product released through its promotion flow (`promotions:`).
@@ -894,6 +899,15 @@ pub struct Tenants {
     /// one event of them claiming another account in its payload). Default 20 s.
     #[serde(with = "super::duration")]
     pub report_every: Duration,
+    /// Each adversary host also registers a runtime of its own in an account (as that
+    /// account's admin, `createRuntime`) this often, again and again under three names, so
+    /// tokens are minted and rotated while the platform runs. Default none.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::duration::option"
+    )]
+    pub register_every: Option<Duration>,
 }
 
 impl Default for Tenants {
@@ -902,6 +916,7 @@ impl Default for Tenants {
             apps_per_runtime: 3,
             probe_every: Duration::from_millis(250),
             report_every: Duration::from_secs(20),
+            register_every: None,
         }
     }
 }
@@ -1077,7 +1092,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 25] = [
+pub const KNOWN_INVARIANTS: [&str; 26] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1102,6 +1117,7 @@ pub const KNOWN_INVARIANTS: [&str; 25] = [
     "restricted_source_applied",
     "runtime_health_shown",
     "no_acknowledged_event_lost",
+    "no_acknowledged_write_lost",
     "tenant_isolation",
 ];
 

@@ -304,6 +304,26 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "tenants need one host with role gateway, one with role platform and at least two runtime hosts (each an account), without appproxy",
     )?;
     v.check(
+        count(Role::Database) == 0 || (count(Role::Database) == 1 && count(Role::Gateway) == 1),
+        &hosts_field,
+        "a database host keeps one gateway host's registry and audit log: at most one host with role database, and then exactly one with role gateway",
+    )?;
+    v.check(
+        !s.invariants.iter().any(|i| i.name == "no_acknowledged_write_lost")
+            || (count(Role::Database) == 1
+                && s.tenants.as_ref().is_some_and(|t| t.register_every.is_some())),
+        &Field::root("invariants"),
+        "no_acknowledged_write_lost needs a host with role database and tenants.register_every (registrations to check)",
+    )?;
+    v.check(
+        s.tenants
+            .as_ref()
+            .and_then(|t| t.register_every)
+            .is_none_or(|every| every >= std::time::Duration::from_millis(10)),
+        &Field::root("tenants"),
+        "tenants.register_every must be at least 10ms",
+    )?;
+    v.check(
         count(Role::Adversary) == 0 || s.tenants.is_some(),
         &hosts_field,
         "an adversary host needs the tenants section",

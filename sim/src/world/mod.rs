@@ -3,6 +3,8 @@
 //! - [`apiserver`]: the Kubernetes API server.
 //! - [`argocd`]: Argo CD's application controller and server.
 //! - [`git`]: the Git provider.
+//! - [`database`]: the platform's database (registry and audit log), whose crashes keep
+//!   what it committed.
 //! - [`workload`]: commits, app churn, health flaps and refreshes, drawn from the seed.
 //! - [`probe`]: a kube-rs reflector whose view checkers compare with the API server.
 //! - [`promotions`]: a Product's apps and releases, and its orchestrator's configuration.
@@ -15,6 +17,7 @@
 
 pub mod apiserver;
 pub mod argocd;
+pub mod database;
 pub mod git;
 pub mod placement;
 pub mod probe;

@@ -214,6 +214,16 @@ pub fn control_plane(
         if scenario.platform.monitor {
             config.monitor = Some(monitor::Config::new(variant));
         }
+        if let Some(database) = scenario
+            .topology
+            .hosts
+            .iter()
+            .find(|h| h.has(Role::Database))
+        {
+            config.database = Some(std::sync::Arc::new(super::database::Connector::new(
+                &format!("{}:{}", database.name, super::database::PORT),
+            )));
+        }
         if scenario.tenants.is_some() {
             // The platform's periodic jobs: the tenants' expired tokens are cleaned up.
             config.cron = Some(orrery_system::platform::cron::Config::default());

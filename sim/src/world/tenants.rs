@@ -473,3 +473,60 @@ pub async fn run_adversary(
         );
     }
 }
+
+/// How many runtime names each registrar cycles through (so most registrations rotate).
+const REGISTERED_NAMES: u64 = 3;
+
+/// Runs an adversary host's registrations (`tenants.register_every`): every period it picks
+/// an account and registers one of its own runtime names there as the account's admin, and
+/// records what came back — the token's digest, for `no_acknowledged_write_lost` to find in
+/// the platform's database at the end. Names are the host's own (`reg-<host>-<k>`), so one
+/// host's registrations of a name are sequential.
+pub async fn run_registrar(
+    env: SharedEnv,
+    gateway_host: String,
+    accounts: Vec<String>,
+    every: Duration,
+) {
+    let client =
+        orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(10));
+    let graphql = format!("http://{gateway_host}:{GATEWAY_PORT}/2.0/api/graphql");
+    let me = env.identity().host.clone();
+    loop {
+        env.sleep(every).await;
+        if accounts.is_empty() {
+            continue;
+        }
+        let account = accounts[(env.random_u64() % accounts.len() as u64) as usize].clone();
+        let runtime = format!("reg-{me}-{}", env.random_u64() % REGISTERED_NAMES);
+        let body = json!({"query": format!(
+            r#"mutation {{ createRuntime(name: "{runtime}") {{ newAccessToken rotated }} }}"#
+        )})
+        .to_string();
+        let (status, answer) = send(
+            &env,
+            &client,
+            "POST",
+            &graphql,
+            Some(&admin(&account).0),
+            body,
+        )
+        .await;
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+        let created = &answer["data"]["createRuntime"];
+        let token_sha256 = created["newAccessToken"]
+            .as_str()
+            .map(orrery_system::platform::store::token_digest)
+            .unwrap_or_default();
+        env.observe(
+            WorldEvent::TenantRegistered {
+                account,
+                runtime,
+                status,
+                token_sha256,
+                rotated: created["rotated"].as_bool().unwrap_or(false),
+            }
+            .into(),
+        );
+    }
+}

@@ -114,7 +114,29 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed()
 }
 
-/// Serves HTTP/1.1 on `listener`, one task per connection, until the listener fails.
+/// The connection tasks of one server: aborted when the server stops (its future is
+/// dropped), so a stopped service answers no one — not even a client whose keep-alive
+/// connection outlived the listener.
+#[derive(Default)]
+struct Connections(Vec<tokio::task::AbortHandle>);
+
+impl Connections {
+    fn add(&mut self, task: tokio::task::AbortHandle) {
+        self.0.retain(|t| !t.is_finished());
+        self.0.push(task);
+    }
+}
+
+impl Drop for Connections {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Serves HTTP/1.1 on `listener`, one task per connection, until the listener fails; the
+/// connections end with the server.
 ///
 /// `handler` is called once per request; a handler error never takes the server down.
 pub async fn serve<H, F>(mut listener: Box<dyn Listener>, handler: H) -> std::io::Result<()>
@@ -122,10 +144,11 @@ where
     H: Fn(Request<Incoming>, String) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
+    let mut connections = Connections::default();
     loop {
         let (stream, peer) = listener.accept().await?;
         let handler = handler.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let response = handler(req, peer.clone());
                 async move { Ok::<_, Infallible>(response.await) }
@@ -136,6 +159,7 @@ where
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+        connections.add(task.abort_handle());
     }
 }
 

@@ -23,7 +23,7 @@ use super::monitor::{self, Monitor};
 use super::permissions::Permissions;
 use super::promotions;
 use super::registry::Registry;
-use super::store::{self, postgres::Database, Journal};
+use super::store::{self, Journal};
 use super::tunnel::{self, TunnelServer};
 use crate::env::{Listener, SharedEnv};
 
@@ -63,10 +63,11 @@ pub struct ControlPlaneConfig {
     pub monitor: Option<monitor::Config>,
     /// The cron executor (the platform's periodic jobs).
     pub cron: Option<super::cron::Config>,
-    /// Keep the state in this PostgreSQL database (`postgres://user:password@host:port/db`):
-    /// loaded at start, committed as it changes. `None`: in memory only (the simulator
-    /// keeps [`ControlPlaneState`] across restarts itself).
-    pub database: Option<String>,
+    /// Keep the state in this database ([`store::postgres::Postgres`] for a `--database`
+    /// URL; the simulator's database host in the world): loaded at start, committed as it
+    /// changes. `None`: in memory only (the simulator then keeps [`ControlPlaneState`]
+    /// across restarts itself).
+    pub database: Option<Arc<dyn store::Open>>,
 }
 
 /// What outlives a control-plane process, as its databases would: runtimes and tokens,
@@ -115,7 +116,7 @@ pub enum Error {
     Config(&'static str),
     /// The database could not be opened, migrated or read.
     #[error("the platform's store: {0}")]
-    Store(#[from] store::postgres::Error),
+    Store(#[from] store::OpenError),
 }
 
 /// Opens the database, loads what it holds into `state` (a restarted process serves what
@@ -123,22 +124,25 @@ pub enum Error {
 /// and the journal.
 async fn open_store(
     env: &SharedEnv,
-    url: &str,
+    database: &dyn store::Open,
     state: &ControlPlaneState,
 ) -> Result<(impl Future<Output = std::io::Error>, Arc<Journal>), Error> {
-    let database = Database::open(env, url).await?;
-    let snapshot = database.load().await?;
+    let store::Opened {
+        snapshot,
+        migrations_applied,
+        backend,
+    } = database.open(env).await?;
     if let Some((at, entry)) = snapshot
         .audit
         .iter()
         .enumerate()
         .find(|(at, entry)| entry.seq != *at as u64 + 1)
     {
-        return Err(store::postgres::Error::Unreadable {
+        return Err(store::OpenError::from(store::postgres::Error::Unreadable {
             table: "audit_log",
             key: entry.seq.to_string(),
             reason: format!("expected entry {} (the log has a gap)", at + 1),
-        }
+        })
         .into());
     }
     state
@@ -150,21 +154,18 @@ async fn open_store(
     state.registry.keep_in(journal.clone());
     state.audit.keep_in(journal.clone());
     let mut events = 0;
-    if let Some(platform) = &state.events {
+    if let Some(platform) = state.events.as_ref().filter(|_| database.keeps_events()) {
         platform.keep_in(journal.clone());
         events = platform.restore(env, &snapshot.events);
     }
     tracing::info!(
-        migrations_applied = ?database.applied,
+        ?migrations_applied,
         runtimes = snapshot.runtimes.len(),
         audit_entries = audited,
         events_replayed = events,
         "the platform's store is open"
     );
-    Ok((
-        store::postgres::write(env.clone(), database, journal.clone()),
-        journal,
-    ))
+    Ok((store::write(env.clone(), backend, journal.clone()), journal))
 }
 
 /// Longest a clean stop waits for the store to commit what was appended.
@@ -192,8 +193,8 @@ pub async fn run(
 ) -> Result<(), Error> {
     let mut services = tokio::task::JoinSet::new();
     let mut journal = None;
-    if let Some(url) = &config.database {
-        let (writer, opened) = open_store(&env, url, &state).await?;
+    if let Some(database) = &config.database {
+        let (writer, opened) = open_store(&env, database.as_ref(), &state).await?;
         journal = Some(opened);
         services.spawn(async move { ("store writer", Err(writer.await)) });
     }

@@ -215,9 +215,34 @@ impl Registry {
         let _ = self.journal.set(journal);
     }
 
+    /// Every runtime with its current token's digest, as the store keeps them (by tunnel
+    /// name): what a database would hold of registrations made before it was used.
+    pub fn stored(&self) -> Vec<super::store::StoredRuntime> {
+        let tokens = self.by_token.lock().expect("registry lock");
+        let infos = self.info.lock().expect("registry lock");
+        let mut stored: Vec<_> = tokens
+            .iter()
+            .map(|(digest, r)| {
+                let name = format!("{}-{}", r.account, r.runtime);
+                super::store::StoredRuntime {
+                    info: infos.get(&name).cloned().unwrap_or_else(|| Info {
+                        cluster: DEFAULT_CLUSTER.into(),
+                        ..Info::default()
+                    }),
+                    name,
+                    account: r.account.clone(),
+                    runtime: r.runtime.clone(),
+                    token_sha256: digest.clone(),
+                }
+            })
+            .collect();
+        stored.sort_by(|a, b| a.name.cmp(&b.name));
+        stored
+    }
+
     /// Takes back what the store held: runtimes with their token digests, and the revoked
     /// digests.
-    pub fn restore(&self, runtimes: &[super::store::postgres::StoredRuntime], revoked: &[String]) {
+    pub fn restore(&self, runtimes: &[super::store::StoredRuntime], revoked: &[String]) {
         let mut tokens = self.by_token.lock().expect("registry lock");
         let mut infos = self.info.lock().expect("registry lock");
         for stored in runtimes {

@@ -31,7 +31,7 @@ use crate::core::event::{Envelope, EventPayload};
 use crate::env::http::{json, Body};
 use crate::env::{Point, SharedEnv};
 use crate::observe::PlatformEvent;
-use crate::platform::store::postgres::StoredEvent;
+use crate::platform::store::StoredEvent;
 use crate::platform::store::{Change, Effect, Journal};
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use read_model::{AppState, ReadModel};

@@ -10,23 +10,29 @@
 //! are served from memory; a restarted process loads what the database holds
 //! ([`postgres::Database::load`]) before it serves.
 //!
-//! Without a database (the simulator, or `orrery serve control-plane` without `--database`)
-//! there is no journal and nothing here runs: the simulator models durability where a verdict
-//! rests on it (the event bus, [`crate::platform::events::bus`]).
+//! Where the journal goes is an [`Open`]: [`postgres::Postgres`] in real mode, the
+//! simulator's database host in the world (whose crashes keep what it committed and lose
+//! what it had not). One writer ([`write`]) serves both. Without a database
+//! (`orrery serve control-plane` without `--database`, most simulated worlds) there is no
+//! journal and nothing here runs.
 
 pub mod postgres;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use tokio::sync::Notify;
+
+use crate::env::SharedEnv;
 
 use super::audit::Entry;
 use super::registry::Info;
 
 /// One change to what the store keeps.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Change {
     /// A runtime was registered (again): its current token's SHA-256 and what is known of it.
     Runtime {
@@ -57,6 +63,7 @@ pub enum Change {
         /// Whether `body` is gzip-compressed.
         gzip: bool,
         /// The request body.
+        #[serde(with = "bytes_as_base64")]
         body: Bytes,
     },
     /// An event was projected into the read models; what it did decides which stored
@@ -74,7 +81,7 @@ pub enum Change {
 }
 
 /// What projecting an event did to the read model, as far as rebuilding it goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Effect {
     /// It replaced the object's state wholesale: the object's older events are not needed.
     Supersedes,
@@ -218,6 +225,199 @@ impl Journal {
     }
 }
 
+/// A runtime as stored.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredRuntime {
+    /// Tunnel name.
+    pub name: String,
+    /// Owning account.
+    pub account: String,
+    /// Name within the account.
+    pub runtime: String,
+    /// Hex SHA-256 of its current token.
+    pub token_sha256: String,
+    /// What is known of it.
+    pub info: Info,
+}
+
+/// An accepted event as stored.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredEvent {
+    /// Its id.
+    pub id: u64,
+    /// The runtime whose token sent it.
+    pub runtime: String,
+    /// Whether the body is gzip-compressed.
+    pub gzip: bool,
+    /// The request body.
+    #[serde(with = "bytes_as_base64")]
+    pub body: Bytes,
+    /// Whether it was projected before the process stopped.
+    pub projected: bool,
+}
+
+/// Everything a control plane loads at start.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    /// Registered runtimes, by name.
+    pub runtimes: Vec<StoredRuntime>,
+    /// SHA-256s of revoked tokens.
+    pub revoked: Vec<String>,
+    /// The audit log, in order.
+    pub audit: Vec<Entry>,
+    /// Stored events, by id.
+    pub events: Vec<StoredEvent>,
+    /// The largest event id ever stored (ids continue after it).
+    pub last_event_id: u64,
+}
+
+/// Why a commit failed, as the writer acts on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The database refused the data itself: retrying the same change cannot succeed.
+    Refused(String),
+    /// A failure the connection survived: the same group may be retried.
+    Transient(String),
+    /// The connection (or this process's hold on the database) is gone.
+    Lost(String),
+}
+
+/// A database the writer commits to, one transaction per call.
+pub trait Backend: Send {
+    /// Commits `changes` in one transaction, in order: all of them or none.
+    fn commit<'a>(&'a mut self, changes: &'a [Change]) -> BoxFuture<'a, Result<(), Failure>>;
+}
+
+/// What opening a database gives: what it holds, and the connection to commit to.
+pub struct Opened {
+    /// Everything committed so far.
+    pub snapshot: Snapshot,
+    /// Schema migrations this open applied.
+    pub migrations_applied: Vec<i32>,
+    /// Where the writer commits.
+    pub backend: Box<dyn Backend>,
+}
+
+/// Why a database could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// PostgreSQL refused or could not be reached.
+    #[error(transparent)]
+    Postgres(#[from] postgres::Error),
+    /// Another database could not be reached or read.
+    #[error("the platform's database at {addr}: {reason}")]
+    Unreachable {
+        /// Where it was looked for.
+        addr: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// A database the control plane can keep its state in, opened at start.
+pub trait Open: Send + Sync {
+    /// Connects, takes this process's hold on the database, and loads what it holds.
+    fn open<'a>(&'a self, env: &'a SharedEnv) -> BoxFuture<'a, Result<Opened, OpenError>>;
+
+    /// Whether the events path's accepted events are kept here too (the simulator models
+    /// their durability with its event bus instead, and keeps only the registry and the
+    /// audit log in its database).
+    fn keeps_events(&self) -> bool {
+        true
+    }
+}
+
+/// Longest a commit may take before the writer gives the database up.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `commit`, or `None` after [`COMMIT_TIMEOUT`].
+async fn commit_within(
+    env: &SharedEnv,
+    db: &mut dyn Backend,
+    changes: &[Change],
+) -> Option<Result<(), Failure>> {
+    tokio::select! {
+        committed = db.commit(changes) => Some(committed),
+        () = env.sleep(COMMIT_TIMEOUT) => None,
+    }
+}
+
+/// The writer: commits the journal's groups in order, for as long as the process runs.
+///
+/// - A group the database refuses as data (a change it cannot store) is committed one
+///   change at a time, and the refused change is logged and skipped: one bad change must not
+///   stop every later one.
+/// - A transient failure is retried every second (waiters get 503 meanwhile), up to 3 times.
+/// - A lost connection, a commit slower than [`COMMIT_TIMEOUT`] or a failure that persists
+///   stops the writer with the reason, and the control plane stops with it (fail-stop): this
+///   process no longer holds the database, another may have taken it, and a restart loads
+///   what was committed. Nothing it answered as safe was uncommitted.
+pub async fn write(
+    env: SharedEnv,
+    mut db: Box<dyn Backend>,
+    journal: std::sync::Arc<Journal>,
+) -> std::io::Error {
+    let stop = |journal: &Journal, why: String| {
+        journal.failed(why.clone());
+        std::io::Error::other(why)
+    };
+    let slow = || format!("a commit took over {COMMIT_TIMEOUT:?}");
+    loop {
+        let (last, group) = journal.next_group().await;
+        let mut retries = 0;
+        loop {
+            match commit_within(&env, db.as_mut(), &group).await {
+                Some(Ok(())) => break,
+                Some(Err(Failure::Refused(_))) => {
+                    for change in &group {
+                        match commit_within(&env, db.as_mut(), std::slice::from_ref(change)).await {
+                            Some(Ok(())) => {}
+                            Some(Err(Failure::Refused(why))) => tracing::error!(
+                                "the platform's store refused a change and skipped it: {why}"
+                            ),
+                            Some(Err(Failure::Transient(why) | Failure::Lost(why))) => {
+                                return stop(&journal, why)
+                            }
+                            None => return stop(&journal, slow()),
+                        }
+                    }
+                    break;
+                }
+                Some(Err(Failure::Transient(why))) if retries < 3 => {
+                    tracing::warn!("the platform's store: {why}; retrying in 1 s");
+                    journal.failed(why);
+                    retries += 1;
+                    env.sleep(Duration::from_secs(1)).await;
+                }
+                Some(Err(Failure::Transient(why) | Failure::Lost(why))) => {
+                    return stop(&journal, why)
+                }
+                None => return stop(&journal, slow()),
+            }
+        }
+        journal.committed(last);
+    }
+}
+
+/// Serde for an event's body: base64 text (a database's wire format, readable in a dump).
+mod bytes_as_base64 {
+    use base64::Engine;
+    use bytes::Bytes;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(body: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(body))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map(Bytes::from)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// Hex SHA-256 of a token: what the store keeps instead of the token.
 pub fn token_digest(token: &str) -> String {
     sha256_hex(token)
@@ -274,6 +474,101 @@ mod tests {
         );
         journal.committed(last);
         assert_eq!(journal.sync().await, Ok(()));
+    }
+
+    /// A backend that answers each commit from a script and records the group sizes.
+    struct Scripted {
+        answers: VecDeque<Result<(), Failure>>,
+        groups: std::sync::Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Backend for Scripted {
+        fn commit<'a>(&'a mut self, changes: &'a [Change]) -> BoxFuture<'a, Result<(), Failure>> {
+            self.groups.lock().unwrap().push(changes.len());
+            let answer = self.answers.pop_front().unwrap_or(Ok(()));
+            Box::pin(async move { answer })
+        }
+    }
+
+    fn writer(
+        answers: Vec<Result<(), Failure>>,
+    ) -> (
+        std::sync::Arc<Journal>,
+        std::sync::Arc<Mutex<Vec<usize>>>,
+        tokio::task::JoinHandle<std::io::Error>,
+    ) {
+        let journal = std::sync::Arc::new(Journal::new(0));
+        let groups = std::sync::Arc::default();
+        let backend = Scripted {
+            answers: answers.into(),
+            groups: std::sync::Arc::clone(&groups),
+        };
+        let env: SharedEnv = std::sync::Arc::new(crate::env::RealEnv::new("test"));
+        let task = tokio::spawn(write(env, Box::new(backend), journal.clone()));
+        (journal, groups, task)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_writer_retries_a_transient_failure_and_waiters_hear_of_it_meanwhile() {
+        let (journal, groups, task) = writer(vec![Err(Failure::Transient("deadlock".into()))]);
+        journal.append(revoked(1));
+        assert_eq!(
+            journal.sync().await,
+            Err(Unavailable("deadlock".into())),
+            "a waiter is told at once"
+        );
+        journal.append(revoked(2));
+        // The writer retries the same group a second later, then takes the next.
+        for _ in 0..50 {
+            if journal.uncommitted() == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(journal.sync().await, Ok(()), "the retry committed both");
+        assert!(!task.is_finished());
+        assert_eq!(
+            *groups.lock().unwrap(),
+            vec![1, 1, 1],
+            "failed, retried, the next"
+        );
+        task.abort();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_writer_stops_when_it_loses_the_database() {
+        let (journal, _, task) = writer(vec![Err(Failure::Lost("connection reset".into()))]);
+        journal.append(revoked(1));
+        assert_eq!(
+            journal.sync().await,
+            Err(Unavailable("connection reset".into()))
+        );
+        assert_eq!(task.await.unwrap().to_string(), "connection reset");
+        assert_eq!(
+            journal.uncommitted(),
+            1,
+            "what it had not committed stays so"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_writer_skips_the_one_change_the_database_refuses_as_data() {
+        let (journal, groups, task) = writer(vec![
+            Err(Failure::Refused("invalid byte sequence".into())),
+            Ok(()),
+            Err(Failure::Refused("invalid byte sequence".into())),
+            Ok(()),
+        ]);
+        journal.append(revoked(1));
+        journal.append(revoked(2));
+        journal.append(revoked(3));
+        assert_eq!(journal.sync().await, Ok(()));
+        assert_eq!(
+            *groups.lock().unwrap(),
+            vec![3, 1, 1, 1],
+            "the group, then one by one"
+        );
+        task.abort();
     }
 
     #[test]

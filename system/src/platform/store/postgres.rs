@@ -1,5 +1,5 @@
 //! The store in PostgreSQL: schema migrations, loading what a restarted control plane needs,
-//! and the writer that commits the [`Journal`] in groups.
+//! and the transactions the writer ([`super::write`]) commits the journal's groups in.
 //!
 //! The connection comes from the environment ([`crate::env::Env::connect`]) and speaks the
 //! protocol through `tokio-postgres` (`connect_raw`, no TLS: a loopback or private-network
@@ -11,16 +11,14 @@
 //! as JSON), `events` (each accepted event as it arrived, until a newer event of the same
 //! object has been projected: the read models are rebuilt from them at start).
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::{Change, Effect, Journal};
+use super::{
+    Backend, Change, Effect, Failure, Open, OpenError, Opened, Snapshot, StoredEvent, StoredRuntime,
+};
 use crate::env::SharedEnv;
-use crate::platform::audit::Entry;
-use crate::platform::registry::Info;
 
 /// The schema's migrations, in order: (version, name, SQL). Never edit one that shipped; add
 /// the next.
@@ -86,51 +84,6 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-}
-
-/// A runtime as stored.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StoredRuntime {
-    /// Tunnel name.
-    pub name: String,
-    /// Owning account.
-    pub account: String,
-    /// Name within the account.
-    pub runtime: String,
-    /// Hex SHA-256 of its current token.
-    pub token_sha256: String,
-    /// What is known of it.
-    pub info: Info,
-}
-
-/// An accepted event as stored.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StoredEvent {
-    /// Its id.
-    pub id: u64,
-    /// The runtime whose token sent it.
-    pub runtime: String,
-    /// Whether the body is gzip-compressed.
-    pub gzip: bool,
-    /// The request body.
-    pub body: Bytes,
-    /// Whether it was projected before the process stopped.
-    pub projected: bool,
-}
-
-/// Everything a control plane loads at start.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshot {
-    /// Registered runtimes, by name.
-    pub runtimes: Vec<StoredRuntime>,
-    /// SHA-256s of revoked tokens.
-    pub revoked: Vec<String>,
-    /// The audit log, in order.
-    pub audit: Vec<Entry>,
-    /// Stored events, by id.
-    pub events: Vec<StoredEvent>,
-    /// The largest event id ever stored (ids continue after it).
-    pub last_event_id: u64,
 }
 
 struct Statements {
@@ -504,9 +457,6 @@ async fn migrate(client: &mut Client) -> Result<Vec<i32>, Migrate> {
     Ok(applied)
 }
 
-/// Longest a commit may take before the writer gives the database up.
-pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A refusal of the data itself (SQLSTATE classes 22, data exception, and 23, integrity
 /// constraint violation): retrying the same change cannot succeed.
 fn refused_data(error: &tokio_postgres::Error) -> bool {
@@ -515,71 +465,45 @@ fn refused_data(error: &tokio_postgres::Error) -> bool {
         .is_some_and(|code| code.code().starts_with("22") || code.code().starts_with("23"))
 }
 
-/// `commit`, or `None` after [`COMMIT_TIMEOUT`].
-async fn commit_within(
-    env: &SharedEnv,
-    db: &mut Database,
-    changes: &[Change],
-) -> Option<Result<(), tokio_postgres::Error>> {
-    tokio::select! {
-        committed = db.commit(changes) => Some(committed),
-        () = env.sleep(COMMIT_TIMEOUT) => None,
+/// The store in PostgreSQL, at a `--database` URL: what `orrery serve control-plane` opens.
+#[derive(Clone, Debug)]
+pub struct Postgres {
+    url: String,
+}
+
+impl Postgres {
+    /// The database at `url` (`postgres://user:password@host:port/dbname`, or key=value).
+    pub fn new(url: &str) -> Self {
+        Postgres {
+            url: url.to_string(),
+        }
     }
 }
 
-/// The writer: commits the journal's groups in order, for as long as the process runs.
-///
-/// - A group the database refuses as data (a change it cannot store) is committed one
-///   change at a time, and the refused change is logged and skipped: one bad change must not
-///   stop every later one.
-/// - Any other failure is retried every second (waiters get 503 meanwhile) while the
-///   connection stands, up to 3 times.
-/// - A lost connection, a commit slower than [`COMMIT_TIMEOUT`] or a failure that persists
-///   stops the writer with the reason, and the control plane stops with it (fail-stop): this
-///   process no longer holds the database's lock, another may have taken it, and a restart
-///   loads what was committed. Nothing it answered as safe was uncommitted.
-pub async fn write(env: SharedEnv, mut db: Database, journal: Arc<Journal>) -> std::io::Error {
-    let stop = |journal: &Journal, why: String| {
-        journal.failed(why.clone());
-        std::io::Error::other(why)
-    };
-    loop {
-        let (last, group) = journal.next_group().await;
-        let mut retries = 0;
-        loop {
-            match commit_within(&env, &mut db, &group).await {
-                Some(Ok(())) => break,
-                Some(Err(e)) if refused_data(&e) => {
-                    for change in &group {
-                        match commit_within(&env, &mut db, std::slice::from_ref(change)).await {
-                            Some(Ok(())) => {}
-                            Some(Err(e)) if refused_data(&e) => tracing::error!(
-                                "the platform's store refused a change and skipped it: {}",
-                                db.error(e)
-                            ),
-                            Some(Err(e)) => return stop(&journal, db.error(e).to_string()),
-                            None => {
-                                return stop(
-                                    &journal,
-                                    format!("a commit took over {COMMIT_TIMEOUT:?}"),
-                                )
-                            }
-                        }
-                    }
-                    break;
-                }
-                Some(Err(e)) if !db.is_closed() && retries < 3 => {
-                    let why = db.error(e).to_string();
-                    tracing::warn!("the platform's store: {why}; retrying in 1 s");
-                    journal.failed(why);
-                    retries += 1;
-                    env.sleep(Duration::from_secs(1)).await;
-                }
-                Some(Err(e)) => return stop(&journal, db.error(e).to_string()),
-                None => return stop(&journal, format!("a commit took over {COMMIT_TIMEOUT:?}")),
+impl Open for Postgres {
+    fn open<'a>(&'a self, env: &'a SharedEnv) -> BoxFuture<'a, Result<Opened, OpenError>> {
+        Box::pin(async move {
+            let database = Database::open(env, &self.url).await?;
+            let snapshot = database.load().await?;
+            Ok(Opened {
+                snapshot,
+                migrations_applied: database.applied.clone(),
+                backend: Box::new(database),
+            })
+        })
+    }
+}
+
+impl Backend for Database {
+    fn commit<'a>(&'a mut self, changes: &'a [Change]) -> BoxFuture<'a, Result<(), Failure>> {
+        Box::pin(async move {
+            match Database::commit(self, changes).await {
+                Ok(()) => Ok(()),
+                Err(e) if refused_data(&e) => Err(Failure::Refused(self.error(e).to_string())),
+                Err(e) if !self.is_closed() => Err(Failure::Transient(self.error(e).to_string())),
+                Err(e) => Err(Failure::Lost(self.error(e).to_string())),
             }
-        }
-        journal.committed(last);
+        })
     }
 }
 
