@@ -47,6 +47,7 @@
 //! | `runtime_shown_recovered` | the platform showed a runtime healthy again after showing it unreachable |
 //! | `platform_crashed_with_backlog` | the platform crashed with events in its bus (lost, or on disk and still owed to the read model) |
 //! | `event_redelivered` | a restarted platform delivered again an event its handler had taken before the crash |
+//! | `ingress_write_reached` | a user's own write reached their account's runtime in ingress mode, through its router's ingress (no tunnel) |
 //! | `store_unavailable_answered` | the gateway answered 503 because its store could not keep the request's changes |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
@@ -189,6 +190,8 @@ conditions! {
     ForgedPayloadAccepted = "forged_payload_accepted",
     /// A user token that had expired was refused (401).
     ExpiredTokenRefused = "expired_token_refused",
+    /// A user's own write reached their account's runtime in ingress mode (no tunnel).
+    IngressWriteReached = "ingress_write_reached",
     /// The gateway answered 503 because its store could not keep the request's changes.
     StoreUnavailableAnswered = "store_unavailable_answered",
     /// A registration rotated a token answered before the gateway host crashed: the
@@ -538,6 +541,10 @@ impl Condition {
             Condition::ExpiredTokenRefused => events.iter().any(|e| {
                 matches!(e.world(), Some(WorldEvent::TenantProbe { kind, status, .. })
                     if kind == "expired_token" && *status == 401)
+            }),
+            Condition::IngressWriteReached => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::TenantProbe { kind, status, .. })
+                    if kind == "own_ingress_write" && (200..300).contains(status))
             }),
             Condition::StoreUnavailableAnswered => events.iter().any(|e| {
                 matches!(
@@ -1269,6 +1276,15 @@ expect: {hardened: pass}
                     probe(2_000, "expired_token", 200),
                 ],
                 vec![probe(1_000, "expired_token", 401)],
+            ),
+            (
+                IngressWriteReached,
+                // A write through a tunnel, or an ingress write refused.
+                vec![
+                    probe(1_000, "own_write", 201),
+                    probe(2_000, "own_ingress_write", 502),
+                ],
+                vec![probe(1_000, "own_ingress_write", 201)],
             ),
             (
                 StoreUnavailableAnswered,

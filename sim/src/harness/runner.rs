@@ -1228,12 +1228,14 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         );
         crate::world::promotions::program_jobs(&world.jobs, promotions);
     }
-    if scenario.tenants.is_some() {
+    if let Some(tenants) = &scenario.tenants {
+        let per_host = scenario.tunnel.runtimes_per_host;
         crate::world::tenants::register(
             &world.control_plane.registry,
             &world.control_plane.permissions,
             &hosts_with(scenario, Role::Runtime),
-            scenario.tunnel.runtimes_per_host,
+            per_host,
+            crate::world::tenants::ingress_runtime(tenants, per_host).as_deref(),
         );
     } else {
         tunnel::register(

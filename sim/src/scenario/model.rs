@@ -908,6 +908,12 @@ pub struct Tenants {
         with = "super::duration::option"
     )]
     pub register_every: Option<Duration>,
+    /// Each account's last runtime (`rt-<n-1>`, with two or more runtimes per account) is
+    /// in ingress mode: registered with its host's router ingress (port 8088) and no
+    /// tunnel, so the gateway reaches it directly (research §2: access by tunnel or
+    /// ingress). Adversaries then aim half their own writes and foreign paths at it.
+    /// Default false.
+    pub ingress: bool,
 }
 
 impl Default for Tenants {
@@ -917,6 +923,7 @@ impl Default for Tenants {
             probe_every: Duration::from_millis(250),
             report_every: Duration::from_secs(20),
             register_every: None,
+            ingress: false,
         }
     }
 }

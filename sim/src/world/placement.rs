@@ -130,8 +130,16 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
             .find(|h| h.has(Role::Cache))
             .map(|h| format!("{}:{CACHE_PORT}", h.name));
         let per_host = scenario.tunnel.runtimes_per_host.max(1);
+        // A tenant runtime in ingress mode has no tunnel: its host's router serves an ingress.
+        let ingress = scenario
+            .tenants
+            .as_ref()
+            .and_then(|t| super::tenants::ingress_runtime(t, scenario.tunnel.runtimes_per_host));
         let runtimes = if scenario.tenants.is_some() {
             super::tenants::runtimes(&host.name, scenario.tunnel.runtimes_per_host)
+                .into_iter()
+                .filter(|(runtime, _, _)| Some(runtime) != ingress.as_ref())
+                .collect()
         } else {
             runtimes_of(&host.name, scenario.tunnel.runtimes_per_host)
         };
@@ -173,7 +181,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
                 app_proxy: format!("{}:{APP_PROXY_PORT}", host.name),
                 ..Default::default()
             },
-            ingress: None,
+            ingress: ingress.map(|_| format!("0.0.0.0:{}", super::tenants::INGRESS_PORT)),
         });
     }
     let empty = config.cache.is_none()

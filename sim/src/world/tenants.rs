@@ -9,6 +9,14 @@
 //! Every app carries its account's marker in its destination namespace (`ns-<account>-<app>`),
 //! so an answer that carries another account's data says so; the runtime hosts' app-proxy
 //! stand-ins record whose token reached them. Both feed `tenant_isolation`.
+//!
+//! With `tenants.ingress`, each account's last runtime is in ingress mode: registered with
+//! its host's router ingress and without a tunnel, so the gateway reaches it directly. With
+//! `tenants.register_every`, adversaries also register runtimes of their own as accounts'
+//! admins (`run_registrar`), for `no_acknowledged_write_lost`. Not modelled here: a client
+//! that bypasses the gateway and calls an ingress directly — the real app-proxy refuses a
+//! foreign user there (the real-mode test of `serve runtime --ingress`), the stand-in would
+//! not.
 
 use std::time::Duration;
 
@@ -38,6 +46,15 @@ pub fn runtimes(account: &str, per_host: u32) -> Vec<(String, String, String)> {
             )
         })
         .collect()
+}
+
+/// Port of a runtime host's router ingress (`tenants.ingress`).
+pub const INGRESS_PORT: u16 = 8088;
+
+/// The runtime of each account that is in ingress mode, if any: the last one, with two or
+/// more per account and `tenants.ingress` on.
+pub fn ingress_runtime(settings: &Tenants, per_host: u32) -> Option<String> {
+    (settings.ingress && per_host >= 2).then(|| format!("rt-{}", per_host - 1))
 }
 
 /// The token runtime `runtime` of `account` reports and connects with.
@@ -103,10 +120,22 @@ pub fn register(
     permissions: &Permissions,
     accounts: &[String],
     per_host: u32,
+    ingress: Option<&str>,
 ) {
     for account in accounts {
         for (runtime, _, token) in runtimes(account, per_host) {
-            registry.insert(&token, account, &runtime);
+            if ingress == Some(runtime.as_str()) {
+                // Its router's ingress on the account's host; no tunnel.
+                let info = orrery_system::platform::registry::Info {
+                    access_mode: orrery_system::platform::registry::AccessMode::Ingress,
+                    ingress_host: format!("{account}:{INGRESS_PORT}"),
+                    cluster: orrery_system::platform::registry::DEFAULT_CLUSTER.into(),
+                    ..Default::default()
+                };
+                registry.insert_with(&token, account, &runtime, info);
+            } else {
+                registry.insert(&token, account, &runtime);
+            }
         }
         let (token, name) = admin(account);
         permissions.add_user(&token, account, &name, Role::Admin, &[]);
@@ -293,7 +322,13 @@ pub async fn run_adversary(
                 break v.clone();
             }
         };
-        let kind = KINDS[pick(KINDS.len())];
+        let mut kind = KINDS[pick(KINDS.len())];
+        // With an ingress runtime, every other foreign path and own write aims at it.
+        let aimed = ingress_runtime(&settings, per_host).filter(|_| n % 2 == 1);
+        let target = aimed.clone().unwrap_or_else(|| "rt-0".to_string());
+        if aimed.is_some() && kind == "own_write" {
+            kind = "own_ingress_write";
+        }
         let (admin_token, admin_name) = admin(&own);
         let (member_token, member_name) = member(&own);
         let query = |q: String| json!({"query": q}).to_string();
@@ -329,7 +364,7 @@ pub async fn run_adversary(
                 }
                 "foreign_path" => (
                     "GET",
-                    status_path(&format!("{victim}-rt-0")),
+                    status_path(&format!("{victim}-{target}")),
                     Some(admin_token.clone()),
                     String::new(),
                     format!("user:{admin_name}"),
@@ -401,9 +436,9 @@ pub async fn run_adversary(
                     String::new(),
                     format!("user:{member_name}"),
                 ),
-                "own_write" => (
+                "own_write" | "own_ingress_write" => (
                     "POST",
-                    format!("{gateway}/api/runtimes/{own}-rt-0/app-proxy/api/commit"),
+                    format!("{gateway}/api/runtimes/{own}-{target}/app-proxy/api/commit"),
                     Some(admin_token.clone()),
                     String::new(),
                     format!("user:{admin_name}"),

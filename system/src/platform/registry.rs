@@ -312,6 +312,16 @@ impl Registry {
             .cloned()
     }
 
+    /// As [`Registry::insert`], with what is known of the runtime (an ingress-mode runtime
+    /// registered before the process started).
+    pub fn insert_with(&self, token: &str, account: &str, runtime: &str, info: Info) {
+        self.insert(token, account, runtime);
+        self.info
+            .lock()
+            .expect("registry lock")
+            .insert(format!("{account}-{runtime}"), info);
+    }
+
     /// Registers with a token chosen by the caller (fixtures and tests).
     pub fn insert(&self, token: &str, account: &str, runtime: &str) {
         self.by_token.lock().expect("registry lock").insert(
