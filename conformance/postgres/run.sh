@@ -15,6 +15,10 @@
 #    scratch directory when COMMAND ends, whatever its result. (Not ORRERY_DATABASE_URL: that
 #    is what `orrery serve control-plane` reads, and every control plane the tests start would
 #    take this one database.)
+# 4. With openssl: the server also speaks TLS with a certificate for 127.0.0.1 that a
+#    throwaway CA signed, exported as ORRERY_POSTGRES_CA (and a CA that signed nothing as
+#    ORRERY_POSTGRES_OTHER_CA); role orrery_tls, should a test create it, may log in over
+#    TLS only.
 #
 # With ORRERY_CONFORMANCE_OPTIONAL=1, a machine that cannot install or start it prints
 # "POSTGRES SKIPPED: <reason>" and runs COMMAND without ORRERY_POSTGRES_URL (the PostgreSQL
@@ -86,9 +90,43 @@ if ! "${as_server[@]}" "$bindir/initdb" -D "$work/data" -U orrery --pwfile="$wor
     skip "initdb failed"
 fi
 rm -f "$work/pwfile"
+
+# TLS (when openssl is here): a throwaway CA signs the server's certificate for 127.0.0.1;
+# role orrery_tls may connect only over TLS (a hostnossl reject line ahead of the rest), so a
+# test that logs in as it proves its connection was TLS. A second CA signed nothing here: a
+# client that trusts only it must refuse the server.
+tls_opts=""
+if command -v openssl >/dev/null; then
+    tls="$work/tls"
+    mkdir -p "$tls"
+    if (cd "$tls" \
+        && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=orrery test CA" \
+            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+            -keyout ca.key -out ca.crt \
+        && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=orrery other CA" \
+            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+            -keyout other-ca.key -out other-ca.crt \
+        && openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr \
+        && printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > server.ext \
+        && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile server.ext -out server.crt) >"$work/tls.log" 2>&1; then
+        chmod 600 "$tls/server.key"
+        [ ${#as_server[@]} -eq 0 ] || chown -R postgres "$tls"
+        hba="$work/data/pg_hba.conf"
+        { echo "hostnossl all orrery_tls 0.0.0.0/0 reject"; cat "$hba"; } > "$hba.new" && mv "$hba.new" "$hba"
+        [ ${#as_server[@]} -eq 0 ] || chown postgres "$hba"
+        tls_opts="-c ssl=on -c ssl_cert_file=$tls/server.crt -c ssl_key_file=$tls/server.key"
+        export ORRERY_POSTGRES_CA="$tls/ca.crt" ORRERY_POSTGRES_OTHER_CA="$tls/other-ca.crt"
+    else
+        echo "conformance/postgres: no TLS (openssl failed: $(tail -1 "$work/tls.log"))"
+    fi
+else
+    echo "conformance/postgres: no TLS (openssl is not installed)"
+fi
+
 port="$(free_port)"
 if ! "${as_server[@]}" "$bindir/pg_ctl" -D "$work/data" -l "$work/server.log" -w -t 30 \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $work -c fsync=on" start >/dev/null 2>&1; then
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $work -c fsync=on $tls_opts" start >/dev/null 2>&1; then
     tail -20 "$work/server.log" >&2 || true
     skip "PostgreSQL $version did not start within 30 s"
 fi

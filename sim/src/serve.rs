@@ -170,7 +170,9 @@ pub struct ControlPlaneArgs {
     /// Keep the platform's state in this PostgreSQL database
     /// (`postgres://USER:PASSWORD@HOST:PORT/DB`): runtimes and their token digests, the audit
     /// log and the accepted events (the read models are rebuilt from them), loaded at start
-    /// and committed as they change; migrations are applied at start. Without it everything
+    /// and committed as they change; migrations are applied at start. Add
+    /// `?sslrootcert=CA.pem` for TLS (the server's certificate verified against that CA and
+    /// the host name; `sslmode=prefer` allows a server without TLS). Without it everything
     /// is in memory and a restart starts empty.
     #[arg(long, env = "ORRERY_DATABASE_URL", hide_env_values = true)]
     database: Option<String>,

@@ -1644,6 +1644,100 @@ fn a_control_plane_names_what_is_wrong_with_its_database_and_never_shows_its_pas
     }
 }
 
+#[test]
+fn the_store_speaks_tls_to_postgresql_verifies_the_server_and_refuses_what_it_cannot_verify() {
+    let Some(database) = fresh_database("tls") else {
+        return;
+    };
+    let (Ok(ca), Ok(other_ca)) = (
+        std::env::var("ORRERY_POSTGRES_CA"),
+        std::env::var("ORRERY_POSTGRES_OTHER_CA"),
+    ) else {
+        eprintln!(
+            "POSTGRES TLS TEST SKIPPED: conformance/postgres/run.sh started no TLS (no openssl)"
+        );
+        return;
+    };
+    // Role orrery_tls may log in over TLS only (run.sh's hostnossl line): logged in as it, the
+    // control plane's connection was TLS.
+    let name = database.rsplit('/').next().unwrap().to_string();
+    sql(
+        &database,
+        "DO $$ BEGIN CREATE ROLE orrery_tls LOGIN PASSWORD 'tls-s3cret'; \
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+    );
+    sql(
+        &database,
+        &format!("ALTER DATABASE {name} OWNER TO orrery_tls"),
+    );
+    let server = database
+        .split_once('@')
+        .map(|(_, rest)| rest)
+        .unwrap()
+        .to_string();
+    let as_tls = |query: &str| format!("postgres://orrery_tls:tls-s3cret@{server}{query}");
+    let ports = [free_port(), free_port(), free_port()];
+    let [_, gateway, _] = ports;
+    let listen = |p: u16| format!("127.0.0.1:{p}");
+    for (url, wanted) in [
+        (as_tls(""), "pg_hba.conf rejects connection"),
+        (
+            as_tls(&format!("?sslrootcert={other_ca}")),
+            "TLS to PostgreSQL at 127.0.0.1:",
+        ),
+        (as_tls("?sslmode=verify-full"), "needs sslrootcert=FILE"),
+        (
+            as_tls("?sslrootcert=/nonexistent/ca.pem"),
+            "sslrootcert /nonexistent/ca.pem",
+        ),
+    ] {
+        let (code, stderr) = control_plane_fails(
+            &["--tunnel", &listen(ports[0]), "--api", &listen(gateway)],
+            &url,
+        );
+        assert_ne!(code, Some(0), "{url}: {stderr}");
+        assert!(
+            stderr.contains(wanted),
+            "{url}: want {wanted:?} in {stderr}"
+        );
+        assert!(!stderr.contains("tls-s3cret"), "{url}: {stderr}");
+    }
+    let dir = std::env::temp_dir().join(format!("orrery-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let log = dir.join("control-plane.log");
+    let url = as_tls(&format!("?sslmode=verify-full&sslrootcert={ca}"));
+    let platform = control_plane_on(&url, "hardened", ports, policy.to_str().unwrap(), &log);
+    let graphql = |token: &str, query: &str| {
+        let body = serde_json::json!({"query": query}).to_string();
+        http_as(gateway, "POST", "/2.0/api/graphql", &body, token)
+    };
+    eventually(
+        "the GitOps API answers over a TLS store",
+        Duration::from_secs(20),
+        || graphql("alice-token", "{ me { name } }").is_some(),
+    );
+    let (code, created) = graphql(
+        "alice-token",
+        r#"mutation { createRuntime(name: "prod") { newAccessToken } }"#,
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{created}");
+    drop(platform);
+    // What it answered is in the database, committed over TLS.
+    assert_eq!(
+        sql(
+            &database,
+            "SELECT name FROM runtimes WHERE name = 'acme-prod'"
+        ),
+        vec!["acme-prod".to_string()],
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `orrery serve control-plane` of the store tests: the [`POLICY`] users, the events API, a
 /// preregistered globex-prod, `variant`, and `database` through `ORRERY_DATABASE_URL`; stderr
 /// goes to `log`.

@@ -17,6 +17,7 @@
 //! journal and nothing here runs.
 
 pub mod postgres;
+pub mod tls;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

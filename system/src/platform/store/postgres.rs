@@ -2,8 +2,8 @@
 //! and the transactions the writer ([`super::write`]) commits the journal's groups in.
 //!
 //! The connection comes from the environment ([`crate::env::Env::connect`]) and speaks the
-//! protocol through `tokio-postgres` (`connect_raw`, no TLS: a loopback or private-network
-//! database). One control plane per database: [`Database::open`] takes a session advisory
+//! protocol through `tokio-postgres` (`connect_raw`), in TLS when the URL gives
+//! `sslrootcert` ([`super::tls`]). One control plane per database: [`Database::open`] takes a session advisory
 //! lock and refuses to start while another process holds it.
 //!
 //! Tables (migration 1): `runtimes` (one row per tunnel name: account, runtime, the SHA-256 of
@@ -51,8 +51,17 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// TLS to the server failed: not offered, or its certificate not trusted.
+    #[error("TLS to PostgreSQL at {addr}: {source}")]
+    Tls {
+        /// `host:port`.
+        addr: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// The server refused or failed a request.
-    #[error("PostgreSQL at {addr}: {source}")]
+    #[error("PostgreSQL at {addr}: {}", described(source))]
     Postgres {
         /// `host:port`.
         addr: String,
@@ -106,6 +115,24 @@ pub struct Database {
     pub applied: Vec<i32>,
 }
 
+/// A PostgreSQL error with what the server said (`tokio-postgres` shows a server's refusal
+/// as just "db error"): its message, detail and hint, and its SQLSTATE.
+pub fn described(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => {
+            let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+            if let Some(detail) = db.detail() {
+                text.push_str(&format!("; {detail}"));
+            }
+            if let Some(hint) = db.hint() {
+                text.push_str(&format!("; hint: {hint}"));
+            }
+            text
+        }
+        None => error.to_string(),
+    }
+}
+
 /// The URL with its password replaced (for messages).
 fn shown(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -132,7 +159,11 @@ impl Database {
     /// form), takes the database's lock, applies the migrations it lacks, and prepares the
     /// writer's statements.
     pub async fn open(env: &SharedEnv, url: &str) -> Result<Database, Error> {
-        let config: tokio_postgres::Config = url.parse().map_err(|e| Error::Url {
+        let wanted = super::tls::wanted(url).map_err(|reason| Error::Url {
+            url: shown(url),
+            reason,
+        })?;
+        let config: tokio_postgres::Config = wanted.url.parse().map_err(|e| Error::Url {
             url: shown(url),
             reason: format!("{e}"),
         })?;
@@ -147,6 +178,22 @@ impl Database {
                 })
             }
         };
+        let tls = match &wanted.root_cert {
+            None => None,
+            Some(file) => {
+                let shown_url = shown(url);
+                let pem = std::fs::read(file).map_err(|e| Error::Url {
+                    url: shown_url.clone(),
+                    reason: format!("sslrootcert {file}: {e}"),
+                })?;
+                Some(
+                    super::tls::Rustls::new(&pem, &host).map_err(|reason| Error::Url {
+                        url: shown_url,
+                        reason: format!("sslrootcert {file}: {reason}"),
+                    })?,
+                )
+            }
+        };
         let port = config.get_ports().first().copied().unwrap_or(5432);
         let addr = format!("{host}:{port}");
         let stream = env.connect(&addr).await.map_err(|source| Error::Connect {
@@ -156,6 +203,16 @@ impl Database {
         let pg = |addr: &str| {
             let addr = addr.to_string();
             move |source| Error::Postgres { addr, source }
+        };
+        let stream = match tls {
+            None => stream,
+            Some(tls) => tls
+                .negotiate(stream, wanted.required)
+                .await
+                .map_err(|source| Error::Tls {
+                    addr: addr.clone(),
+                    source,
+                })?,
         };
         let (mut client, connection) =
             config.connect_raw(stream, NoTls).await.map_err(pg(&addr))?;
