@@ -513,13 +513,14 @@ fn world_pieces(
         let accounts = hosts_with(scenario, Role::Runtime);
         let (per_host, settings) = (scenario.tunnel.runtimes_per_host, tenants.clone());
         if let Some(every) = tenants.register_every {
-            let (gateway, accounts) = (gateway.clone(), accounts.clone());
+            let (gateway, accounts, calm) = (gateway.clone(), accounts.clone(), world.calm.clone());
             pieces.push(Box::new(move |env| {
                 Box::pin(crate::world::tenants::run_registrar(
                     env,
                     gateway.clone(),
                     accounts.clone(),
                     every,
+                    calm.clone(),
                 ))
             }));
         }

@@ -516,12 +516,15 @@ const REGISTERED_NAMES: u64 = 3;
 /// an account and registers one of its own runtime names there as the account's admin, and
 /// records what came back — the token's digest, for `no_acknowledged_write_lost` to find in
 /// the platform's database at the end. Names are the host's own (`reg-<host>-<k>`), so one
-/// host's registrations of a name are sequential.
+/// host's registrations of a name are sequential. It stops when the calm phase begins (as
+/// the workload does), so no registration is still on its way when the run ends — one that
+/// committed unseen would look like a lost answer.
 pub async fn run_registrar(
     env: SharedEnv,
     gateway_host: String,
     accounts: Vec<String>,
     every: Duration,
+    calm: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) {
     let client =
         orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(10));
@@ -529,6 +532,9 @@ pub async fn run_registrar(
     let me = env.identity().host.clone();
     loop {
         env.sleep(every).await;
+        if calm.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         if accounts.is_empty() {
             continue;
         }

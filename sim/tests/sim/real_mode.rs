@@ -1359,6 +1359,13 @@ fn current_thread() -> tokio::runtime::Runtime {
 /// Holds `LOCK TABLE events` on `database` from a second session (every insert waits) until
 /// the returned sender is dropped.
 fn lock_events(database: &str) -> std::sync::mpsc::Sender<()> {
+    lock_table(database, "events")
+}
+
+/// Holds `LOCK TABLE <table>` on `database` from a second session (without a statement
+/// timeout of its own) until the returned sender is dropped.
+fn lock_table(database: &str, table: &str) -> std::sync::mpsc::Sender<()> {
+    let lock = format!("SET statement_timeout = 0; BEGIN; LOCK TABLE {table} IN EXCLUSIVE MODE");
     let (locked, is_locked) = std::sync::mpsc::channel();
     let (release, released) = std::sync::mpsc::channel::<()>();
     let url = database.to_string();
@@ -1366,10 +1373,7 @@ fn lock_events(database: &str) -> std::sync::mpsc::Sender<()> {
         let runtime = current_thread();
         let client = runtime.block_on(async {
             let client = connect(&url).await;
-            client
-                .batch_execute("BEGIN; LOCK TABLE events IN EXCLUSIVE MODE")
-                .await
-                .unwrap();
+            client.batch_execute(&lock).await.unwrap();
             client
         });
         locked.send(()).unwrap();
@@ -1735,6 +1739,76 @@ fn the_store_speaks_tls_to_postgresql_verifies_the_server_and_refuses_what_it_ca
         "{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_transient_database_failure_is_answered_503_and_the_control_plane_recovers_without_a_restart() {
+    let Some(database) = fresh_database("transient") else {
+        return;
+    };
+    // Every statement of the control plane's sessions gives up after 300 ms: a table held
+    // by another session makes its commits fail with SQLSTATE 57014 while the connection
+    // stands — a transient failure, which the writer retries (every second, 3 times).
+    let name = database.rsplit('/').next().unwrap().to_string();
+    sql(
+        &database,
+        &format!("ALTER DATABASE {name} SET statement_timeout = '300ms'"),
+    );
+    let ports = [free_port(), free_port(), free_port()];
+    let [_, gateway, _] = ports;
+    let dir = std::env::temp_dir().join(format!("orrery-transient-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let log = dir.join("control-plane.log");
+    let mut platform =
+        control_plane_on(&database, "hardened", ports, policy.to_str().unwrap(), &log);
+    let graphql = |token: &str, query: &str| {
+        let body = serde_json::json!({"query": query}).to_string();
+        http_as(gateway, "POST", "/2.0/api/graphql", &body, token)
+    };
+    let create = |runtime: &str| {
+        graphql(
+            "alice-token",
+            &format!(r#"mutation {{ createRuntime(name: "{runtime}") {{ newAccessToken }} }}"#),
+        )
+        .unwrap()
+    };
+    eventually("the GitOps API answers", Duration::from_secs(20), || {
+        graphql("alice-token", "{ me { name } }").is_some()
+    });
+    let (code, answer) = create("prod");
+    assert_eq!(code, 200, "{answer}");
+
+    let release = lock_table(&database, "runtimes");
+    let (code, answer) = create("staging");
+    assert_eq!(code, 503, "{answer}");
+    let said = answer.to_string();
+    assert!(
+        said.contains("the platform's store is unavailable") && said.contains("57014"),
+        "{said}"
+    );
+    drop(release);
+    // The writer's next try commits what waited; the process never stopped.
+    eventually("staging is committed", Duration::from_secs(10), || {
+        sql(
+            &database,
+            "SELECT name FROM runtimes WHERE name = 'acme-staging'",
+        )
+        .len()
+            == 1
+    });
+    assert!(
+        platform.0.try_wait().unwrap().is_none(),
+        "the control plane stopped: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let (code, answer) = create("dev");
+    assert_eq!(code, 200, "{answer}");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(logged.contains("retrying in 1 s"), "{logged}");
+    drop(platform);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

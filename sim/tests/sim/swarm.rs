@@ -177,7 +177,7 @@ fn a_scripted_scenario_is_its_own_concrete_scenario() {
 }
 
 /// Seeds of each family that `cargo test` runs in-process (both variants). Every listed seed
-/// (1..=N: 20 for swarm-watch and swarm-tunnel, 10 for the costlier swarm-reporter and
+/// (1..=N: 20 for swarm-watch, swarm-tunnel and swarm-store, 10 for the costlier swarm-reporter and
 /// swarm-resources) runs in `make reports`, which exits non-zero when a seed misses its expectation or
 /// a declared reach condition is never reached, and writes `reports/<family>/seeds.json`;
 /// `make test` regenerates those files and fails when they differ from the committed ones, so
@@ -278,6 +278,12 @@ fn swarm_reporter_meets_its_expectations_and_reaches_its_conditions() {
 fn swarm_tunnel_meets_its_expectations_and_reaches_its_conditions() {
     family_live_seeds_meet_their_expectations("swarm-tunnel.yaml");
     family_reports_meet_their_expectations_and_reach_their_conditions("swarm-tunnel.yaml");
+}
+
+#[test]
+fn swarm_store_meets_its_expectations_and_reaches_its_conditions() {
+    family_live_seeds_meet_their_expectations("swarm-store.yaml");
+    family_reports_meet_their_expectations_and_reach_their_conditions("swarm-store.yaml");
 }
 
 #[test]
