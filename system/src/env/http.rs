@@ -306,6 +306,50 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use crate::env::{Env, RealEnv};
+
+    /// Reads one answer to `GET /` off `stream` (its body is `"ok"`): its text, or empty
+    /// when the server closed the connection.
+    async fn answer(stream: &mut crate::env::BoxStream) -> String {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 512];
+        while !seen.ends_with(b"\"ok\"") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    }
+
+    // Found by the store-crash scenario: a control plane that stopped (its store writer lost
+    // the database) kept answering 503 on its clients' keep-alive connections for as long
+    // as they lasted, beside the restarted one.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stopped_server_answers_no_one_not_even_on_an_open_keep_alive_connection() {
+        let env = Arc::new(RealEnv::new("http-test"));
+        let listener = env.listen("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(super::serve(listener, |_request, _peer| async {
+            super::json(http::StatusCode::OK, &"ok")
+        }));
+        let mut stream = env.connect(&addr).await.unwrap();
+        let get = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n";
+        stream.write_all(get).await.unwrap();
+        let first = answer(&mut stream).await;
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        server.abort();
+        let _ = server.await;
+        // The connection task went with the server: the next request gets no answer.
+        let _ = stream.write_all(get).await;
+        let second = answer(&mut stream).await;
+        assert_eq!(second, "", "a stopped server answered");
+    }
+
     #[test]
     fn query_strings_are_form_decoded() {
         let uri: http::Uri = "/x?labelSelector=app%3Dweb%2Ctier+in+(a)&watch=1&empty"
