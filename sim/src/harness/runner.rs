@@ -217,16 +217,15 @@ fn register_hosts(
 /// state the world holds for it. With one, each start loads the registry and audit log from
 /// the database into fresh memory (only what was committed survives), and a control plane
 /// that stops — its store writer lost the database, or the database could not be opened —
-/// is started again after a back-off, as a Deployment's pod would be (1 s, doubling to
-/// 10 s; back to 1 s after a start that ran for a minute).
+/// is started again as its pod would be: the world plays kubelet, with its CrashLoopBackOff
+/// (as for tunnel clients).
 async fn supervise_control_plane(
     env: SharedEnv,
     config: orrery_system::platform::assembly::ControlPlaneConfig,
     state: ControlPlaneState,
 ) {
-    const FIRST: Duration = Duration::from_secs(1);
-    const MOST: Duration = Duration::from_secs(10);
-    let mut backoff = FIRST;
+    let policy = runtime_assembly::CrashLoopBackOff::kubelet();
+    let mut restarts = 0u32;
     loop {
         let state = match config.database {
             Some(_) => ControlPlaneState {
@@ -236,7 +235,7 @@ async fn supervise_control_plane(
             },
             None => state.clone(),
         };
-        let started = env.unix_millis();
+        let started = env.elapsed();
         let ended =
             control_plane_assembly::run(env.clone(), config.clone(), state, std::future::pending())
                 .await;
@@ -246,11 +245,11 @@ async fn supervise_control_plane(
         if config.database.is_none() {
             return;
         }
-        if env.unix_millis().saturating_sub(started) >= 60_000 {
-            backoff = FIRST;
+        if env.elapsed().saturating_sub(started) >= policy.reset_after {
+            restarts = 0;
         }
-        env.sleep(backoff).await;
-        backoff = (backoff * 2).min(MOST);
+        env.sleep(policy.delay(restarts)).await;
+        restarts = restarts.saturating_add(1);
     }
 }
 

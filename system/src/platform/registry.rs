@@ -218,21 +218,17 @@ impl Registry {
     /// Every runtime with its current token's digest, as the store keeps them (by tunnel
     /// name): what a database would hold of registrations made before it was used.
     pub fn stored(&self) -> Vec<super::store::StoredRuntime> {
-        let tokens = self.by_token.lock().expect("registry lock");
-        let infos = self.info.lock().expect("registry lock");
+        let tokens = self.by_token.lock().expect("registry lock").clone();
         let mut stored: Vec<_> = tokens
-            .iter()
-            .map(|(digest, r)| {
-                let name = format!("{}-{}", r.account, r.runtime);
+            .into_iter()
+            .map(|(token_sha256, r)| {
+                let name = r.tunnel_name();
                 super::store::StoredRuntime {
-                    info: infos.get(&name).cloned().unwrap_or_else(|| Info {
-                        cluster: DEFAULT_CLUSTER.into(),
-                        ..Info::default()
-                    }),
+                    info: self.info(&name),
                     name,
-                    account: r.account.clone(),
-                    runtime: r.runtime.clone(),
-                    token_sha256: digest.clone(),
+                    account: r.account,
+                    runtime: r.runtime,
+                    token_sha256,
                 }
             })
             .collect();
