@@ -217,6 +217,7 @@ fn tunnel_bench(
             promotions: None,
             monitor: None,
             cron: None,
+            anti_entropy: None,
             database: None,
         };
         let platform_env = env.clone();

@@ -49,6 +49,8 @@
 //! | `event_redelivered` | a restarted platform delivered again an event its handler had taken before the crash |
 //! | `ingress_write_reached` | a user's own write reached their account's runtime in ingress mode, through its router's ingress (no tunnel) |
 //! | `store_unavailable_answered` | the gateway answered 503 because its store could not keep the request's changes |
+//! | `anti_entropy_repaired` | hardened: the platform's anti-entropy job sent an app again that its read model held stale or lacked |
+//! | `anti_entropy_tombstoned` | hardened: the platform's anti-entropy job showed deleted an app its read model still showed although the runtime no longer had it |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -197,6 +199,10 @@ conditions! {
     /// A registration rotated a token answered before the gateway host crashed: the
     /// restarted control plane knew it from its database.
     TokenRotatedAfterRestart = "token_rotated_after_restart",
+    /// The platform's anti-entropy job sent an app again that its read model held stale.
+    AntiEntropyRepaired = "anti_entropy_repaired",
+    /// The platform's anti-entropy job showed deleted an app the runtime no longer had.
+    AntiEntropyTombstoned = "anti_entropy_tombstoned",
 }
 
 impl fmt::Display for Condition {
@@ -578,6 +584,12 @@ impl Condition {
                     _ => false,
                 })
             }
+            Condition::AntiEntropyRepaired => events.iter().any(|e| {
+                matches!(e.platform(), Some(PlatformEvent::AntiEntropy { updated, .. }) if *updated > 0)
+            }),
+            Condition::AntiEntropyTombstoned => events.iter().any(|e| {
+                matches!(e.platform(), Some(PlatformEvent::AntiEntropy { tombstoned, .. }) if *tombstoned > 0)
+            }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -1314,7 +1326,38 @@ expect: {hardened: pass}
                     registered(5_000, "reg-0", 200, "b", true),
                 ],
             ),
+            (
+                AntiEntropyRepaired,
+                // A pass that listed apps and found nothing stale, or only deletions.
+                vec![
+                    anti_entropy(1_000, 300, 0, 0),
+                    anti_entropy(2_000, 300, 0, 4),
+                ],
+                vec![anti_entropy(1_000, 300, 2, 0)],
+            ),
+            (
+                AntiEntropyTombstoned,
+                vec![
+                    anti_entropy(1_000, 300, 0, 0),
+                    anti_entropy(2_000, 300, 5, 0),
+                ],
+                vec![anti_entropy(1_000, 300, 0, 1)],
+            ),
         ]
+    }
+
+    fn anti_entropy(at_ms: u64, listed: u64, updated: u64, tombstoned: u64) -> TraceEvent {
+        at(
+            at_ms,
+            "gateway",
+            PlatformEvent::AntiEntropy {
+                runtime: "acme-runtime".into(),
+                listed,
+                updated,
+                tombstoned,
+                error: String::new(),
+            },
+        )
     }
 
     fn fault(at_ms: u64, fault: Fault) -> TraceEvent {

@@ -158,6 +158,12 @@ pub struct ControlPlaneArgs {
     /// expired token is refused from the moment it expires either way).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     cron_every: u64,
+    /// hardened, with --events: seconds between the anti-entropy job's passes — every
+    /// connected runtime's Applications are listed through its app-proxy and what the read
+    /// model missed is sent through the events path again. Default 120; 0 turns it off.
+    /// faithful runs no such job (the real platform is not known to).
+    #[arg(long)]
+    anti_entropy_every: Option<u64>,
     /// Also run the runtime monitor: every registered runtime is probed through its tunnel
     /// and `GET /api/runtimes` shows `Healthy` or `Unable to communicate` for each
     /// (faithful: every 30 s; hardened: every 5 s, and at once when its tunnel is gone).
@@ -639,7 +645,25 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         args.tunnel,
         args.api
     );
+    let anti_entropy = match (variant, args.anti_entropy_every, args.events.is_some()) {
+        (_, Some(0), _) | (Variant::Faithful, None, _) | (Variant::Hardened, None, false) => None,
+        (Variant::Faithful, Some(_), _) => {
+            return Err(Fail::usage(
+                "--anti-entropy-every: faithful runs no anti-entropy job (the real platform is not known to); use --variant hardened",
+            ))
+        }
+        (Variant::Hardened, Some(_), false) => {
+            return Err(Fail::usage(
+                "--anti-entropy-every needs --events: the job sends what it finds through this process's events path",
+            ))
+        }
+        (Variant::Hardened, every, true) => Some(orrery_system::platform::anti_entropy::Config {
+            every: std::time::Duration::from_secs(every.unwrap_or(120)),
+            ..Default::default()
+        }),
+    };
     let config = ControlPlaneConfig {
+        anti_entropy,
         tunnel: Some(TunnelServerConfig {
             listen: args.tunnel,
             config: tunnel,

@@ -160,6 +160,11 @@ events! {
         /// The runtime monitor changed what the platform shows for a runtime (`health`:
         /// `Healthy` or `Unable to communicate`; `reason`: the failed check's answer).
         "platform.runtime_health" => RuntimeHealth { runtime: String, health: String, reason: String },
+        /// hardened: the anti-entropy job listed `runtime`'s Applications through its
+        /// app-proxy (`listed`) and sent again what the read model missed: `updated` apps
+        /// as listed, `tombstoned` as deleted; `error`: why it could not list or stopped
+        /// short (empty: it did not).
+        "platform.anti_entropy" => AntiEntropy { runtime: String, listed: u64, updated: u64, tombstoned: u64, error: String },
     }
 }
 

@@ -448,6 +448,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         promotions: None,
         monitor: None,
         cron: None,
+        anti_entropy: None,
         database: None,
     };
     let platform = tokio::spawn(async move {
@@ -544,6 +545,160 @@ async fn the_app_proxy_terminates_a_real_workflow() {
     let _ = cluster.cleanup(&namespace).await;
     println!("runtime: the app-proxy terminated a real Workflow and synced and refreshed a real Application through the real API server");
     record_row("app-proxy", "the app-proxy, authorised by the platform's permissions (a rule limited to a destination namespace), terminates a real Argo Workflow and syncs and refreshes a real Application through the real API server; an app outside the rule, which the user may not read either, is answered as a missing one (404)");
+}
+
+/// The platform's anti-entropy job (hardened), unchanged, in real mode: no reporter runs,
+/// so the read model starts empty; the job lists the runtime's real Applications through
+/// the tunnel, the router and the app-proxy (which asks the gateway what the job's token
+/// may do), and sends them through the events path. A status changed and an app deleted on
+/// the real API server are shown at the next pass; each repair is audited.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn the_platforms_anti_entropy_job_fills_and_repairs_its_read_model_from_real_applications() {
+    use orrery_system::platform::anti_entropy;
+    use orrery_system::platform::assembly::{GatewayConfig, TunnelServerConfig};
+    use orrery_system::platform::tunnel as tunnel_server;
+    use orrery_system::runtime::app_proxy;
+    use orrery_system::runtime::assembly::RouterConfig;
+    use orrery_system::runtime::router::Routes;
+    use orrery_system::runtime::tunnel_client;
+
+    let (cluster, namespace) =
+        prepared(format!("orrery-anti-entropy-{}", std::process::id())).await;
+    let applications: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    for (name, destination, sync) in [("web", "team-a", "Synced"), ("db", "team-b", "OutOfSync")] {
+        let mut application = app(name, &namespace);
+        application.data["spec"]["project"] = json!("default");
+        application.data["spec"]["destination"] =
+            json!({"server": "https://kubernetes.default.svc", "namespace": destination});
+        application.data["status"] =
+            json!({"sync": {"status": sync, "revision": "abc"}, "health": {"status": "Healthy"}});
+        applications
+            .create(&PostParams::default(), &application)
+            .await
+            .expect("create an Application");
+    }
+    let state = ControlPlaneState {
+        events: Some(Platform::new(events::Config {
+            tokens: BTreeMap::new(),
+            bus_capacity: 1_000,
+            durability: events::bus::Durability::of(Variant::Hardened),
+            idempotency_keys: true,
+        })),
+        ..ControlPlaneState::default()
+    };
+    state.registry.insert("tok-1", "acme", "prod");
+    let (read_model, audit) = (state.events.clone().unwrap(), state.audit.clone());
+    let (gateway_port, events_port, tunnel_port, proxy_port) =
+        (free_port(), free_port(), free_port(), free_port());
+    let platform_config = ControlPlaneConfig {
+        tunnel: Some(TunnelServerConfig {
+            listen: format!("127.0.0.1:{tunnel_port}"),
+            config: tunnel_server::Config::new(Variant::Hardened),
+        }),
+        gateway: Some(GatewayConfig {
+            listen: format!("127.0.0.1:{gateway_port}"),
+            admin_token: "adm".into(),
+        }),
+        events: Some(format!("127.0.0.1:{events_port}")),
+        anti_entropy: Some(anti_entropy::Config {
+            every: Duration::from_secs(1),
+            ..anti_entropy::Config::default()
+        }),
+        ..ControlPlaneConfig::default()
+    };
+    let platform = tokio::spawn(async move {
+        let env = Arc::new(RealEnv::new("platform"));
+        drop(control_plane::run(env, platform_config, state, std::future::pending()).await)
+    });
+    let config = kube::Config::infer().await.expect("kubeconfig");
+    let runtime_config = RuntimeConfig {
+        tunnels: vec![tunnel_client::Config::new(
+            Variant::Hardened,
+            &format!("127.0.0.1:{tunnel_port}"),
+            "acme-prod",
+            "tok-1",
+        )],
+        router: Some(RouterConfig {
+            routes: Routes {
+                app_proxy: format!("127.0.0.1:{proxy_port}"),
+                ..Default::default()
+            },
+            ingress: None,
+        }),
+        app_proxy: Some(app_proxy::Config {
+            platform_addr: format!("127.0.0.1:{gateway_port}"),
+            git_addr: "127.0.0.1:9".into(),
+            sources_addr: None,
+            kube: KubeTarget::real(config, &namespace),
+            permissions_ttl: Duration::from_secs(30),
+            runtime: "prod".into(),
+            account: "acme".into(),
+            listen: format!("127.0.0.1:{proxy_port}"),
+        }),
+        ..Default::default()
+    };
+    let runtime = tokio::spawn(async move {
+        let env = Arc::new(RealEnv::new("runtime"));
+        drop(runtime_assembly::run(env, runtime_config, std::future::pending()).await)
+    });
+    let shown = |key: &str| {
+        read_model
+            .apps_of("acme-prod")
+            .get(&format!("{namespace}/{key}"))
+            .map(|s| (s.sync_status.clone(), s.health_status.clone(), s.deleted))
+    };
+    eventually(
+        "the job lists both apps into the empty read model",
+        || async {
+            let (web, db) = (shown("web"), shown("db"));
+            let want = (
+                Some(("Synced".to_string(), "Healthy".to_string(), false)),
+                Some(("OutOfSync".to_string(), "Healthy".to_string(), false)),
+            );
+            ((web.clone(), db.clone()) == want)
+                .then_some(())
+                .ok_or(format!("web {web:?}, db {db:?}"))
+        },
+    )
+    .await;
+    let mut web = applications.get("web").await.expect("get web");
+    web.data["status"]["sync"]["status"] = json!("OutOfSync");
+    applications
+        .replace("web", &PostParams::default(), &web)
+        .await
+        .expect("change web's status");
+    applications
+        .delete("db", &DeleteParams::default())
+        .await
+        .expect("delete db");
+    eventually(
+        "the next pass shows web's new status and db deleted",
+        || async {
+            let (web, db) = (shown("web"), shown("db"));
+            (web.as_ref().is_some_and(|w| w.0 == "OutOfSync") && db.as_ref().is_some_and(|d| d.2))
+                .then_some(())
+                .ok_or(format!("web {web:?}, db {db:?}"))
+        },
+    )
+    .await;
+    let repairs: Vec<String> = audit
+        .all()
+        .into_iter()
+        .filter(|e| e.action == "cron anti-entropy")
+        .map(|e| e.reason)
+        .collect();
+    assert!(
+        repairs.iter().any(|r| r.contains("2 sent again"))
+            && repairs.iter().any(|r| r.contains("1 shown deleted")),
+        "every repair audited: {repairs:?}"
+    );
+    platform.abort();
+    runtime.abort();
+    let _ = cluster.cleanup(&namespace).await;
+    println!("runtime: the platform's anti-entropy job filled and repaired its read model from real Applications through the tunnel and the app-proxy");
+    record_row("app-proxy anti-entropy", "the platform's anti-entropy job (hardened) lists a runtime's real Applications through its tunnel, router and app-proxy with a token good for that one listing, and fills an empty read model from them; a status changed and an app deleted on the real API server are shown at the next pass, each repair audited");
 }
 
 /// `POST url` with `body` as the user of `token`: the answer's status, or `None`.

@@ -400,6 +400,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     restricted_figures(events, &mut counters, &mut histograms);
     health_figures(events, &mut counters, &mut histograms);
     bus_figures(events, &mut counters);
+    anti_entropy_figures(events, &mut counters);
     tenant_figures(events, state, &mut counters);
     store_figures(events, state, &mut counters);
     git_detail_figures(events, state, &mut counters);
@@ -724,6 +725,41 @@ fn store_figures(
             }
             _ => {}
         }
+    }
+}
+
+/// The platform's anti-entropy job (only when it ran): `anti_entropy.passes` (runtimes
+/// listed or tried), `anti_entropy.failed` (of them, not listed or stopped short),
+/// `anti_entropy.updated` and `anti_entropy.tombstoned` (apps sent again as listed, and as
+/// deleted).
+fn anti_entropy_figures(events: &[TraceEvent], counters: &mut BTreeMap<String, u64>) {
+    use orrery_system::observe::PlatformEvent;
+    let mut sums: Option<[u64; 4]> = None;
+    for event in events {
+        if let Some(PlatformEvent::AntiEntropy {
+            updated,
+            tombstoned,
+            error,
+            ..
+        }) = event.platform()
+        {
+            let sums = sums.get_or_insert([0; 4]);
+            sums[0] += 1;
+            sums[1] += u64::from(!error.is_empty());
+            sums[2] += updated;
+            sums[3] += tombstoned;
+        }
+    }
+    for (name, value) in [
+        "anti_entropy.passes",
+        "anti_entropy.failed",
+        "anti_entropy.updated",
+        "anti_entropy.tombstoned",
+    ]
+    .into_iter()
+    .zip(sums.into_iter().flatten())
+    {
+        counters.insert(name.into(), value);
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 39] = [
+pub const FIGURES: [(&str, &str); 42] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -123,6 +123,18 @@ pub const FIGURES: [(&str, &str); 39] = [
     (
         "store_fenced",
         "commits refused from a process that no longer held it",
+    ),
+    (
+        "anti_entropy_passes",
+        "runtimes the platform's anti-entropy job listed or tried",
+    ),
+    (
+        "anti_entropy_updated",
+        "apps it sent again (stale or missing in the read model)",
+    ),
+    (
+        "anti_entropy_tombstoned",
+        "apps it showed deleted (gone from the runtime)",
     ),
 ];
 
@@ -279,6 +291,14 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         put("store_commits", counter("store.commits"));
         put("store_opens", counter("store.opens"));
         put("store_fenced", counter("store.fenced"));
+    }
+    if metrics.counters.contains_key("anti_entropy.passes") {
+        put("anti_entropy_passes", counter("anti_entropy.passes"));
+        put("anti_entropy_updated", counter("anti_entropy.updated"));
+        put(
+            "anti_entropy_tombstoned",
+            counter("anti_entropy.tombstoned"),
+        );
     }
     if metrics.counters.contains_key("bus.recoveries") {
         put(

@@ -781,6 +781,11 @@ pub struct Reporter {
     pub rate_limiter: Option<RateLimiter>,
     /// hardened: resource events of one app in flight at once. Default 10.
     pub resource_concurrency: usize,
+    /// Runs this variant's reporter whatever the run's variant: a runtime still on an
+    /// older version (`faithful`) beside a platform of the run's variant. Default: the
+    /// run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<Variant>,
 }
 
 /// `RATE_LIMITER_BUCKET_SIZE`, `RATE_LIMITER_DURATION`, `RATE_LIMITER_LEARNING_MODE_ENABLED`.
@@ -807,6 +812,7 @@ impl Default for Reporter {
             lease_renew: Duration::from_secs(5),
             rate_limiter: None,
             resource_concurrency: 10,
+            variant: None,
         }
     }
 }
@@ -826,6 +832,16 @@ pub struct Platform {
     /// Run the runtime monitor beside the gateway (what the platform shows about each
     /// runtime's health). Default off: it probes every runtime through its tunnel.
     pub monitor: bool,
+    /// hardened: the cron executor's anti-entropy job on the `role: gateway` host (which
+    /// must have `role: platform` too) lists every runtime's Applications through its
+    /// app-proxy this often and sends again what the read model missed
+    /// (`platform::anti_entropy`; faithful runs none). Default: not run.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::duration::option"
+    )]
+    pub anti_entropy_every: Option<Duration>,
 }
 
 impl Default for Platform {
@@ -835,6 +851,7 @@ impl Default for Platform {
             handler_delay: Duration::ZERO,
             bus_capacity: 10_000,
             monitor: false,
+            anti_entropy_every: None,
         }
     }
 }

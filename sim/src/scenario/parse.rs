@@ -304,6 +304,18 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "tenants need one host with role gateway, one with role platform and at least two runtime hosts (each an account), without appproxy",
     )?;
     v.check(
+        s.platform.anti_entropy_every.is_none_or(|every| !every.is_zero())
+            && (s.platform.anti_entropy_every.is_none()
+                || (count(Role::Gateway) == 1
+                    && s.topology
+                        .hosts
+                        .iter()
+                        .any(|h| h.has(Role::Gateway) && h.has(Role::Platform))
+                    && count(Role::Appproxy) >= 1)),
+        &Field::root("platform").key("anti_entropy_every"),
+        "the anti-entropy job needs a period above 0, one gateway host that also has role platform (the job sends what it finds through that host's events path), and a runtime host with role appproxy to list",
+    )?;
+    v.check(
         count(Role::Database) == 0 || (count(Role::Database) == 1 && count(Role::Gateway) == 1),
         &hosts_field,
         "a database host keeps one gateway host's registry and audit log: at most one host with role database, and then exactly one with role gateway",

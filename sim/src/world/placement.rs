@@ -78,7 +78,8 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         config.cache = Some(format!("0.0.0.0:{CACHE_PORT}"));
     }
     if host.has(Role::Reporter) {
-        config.app_reporter = Some(reporter(scenario, variant));
+        let pinned = scenario.reporter.variant.unwrap_or(variant);
+        config.app_reporter = Some(reporter(scenario, pinned));
     }
     if host.has(Role::Eventbus) {
         config.event_bus = Some(format!("0.0.0.0:{BUS_PORT}"));
@@ -104,7 +105,8 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
                 kubeconfig: None,
             },
             permissions_ttl: Duration::from_secs(60),
-            runtime: String::new(),
+            // The runtime's name in its account, as its tunnel's `<account>-<runtime>`.
+            runtime: host.name.clone(),
             account: super::tunnel::ACCOUNT.into(),
             listen: format!("0.0.0.0:{APP_PROXY_PORT}"),
         });
@@ -235,6 +237,16 @@ pub fn control_plane(
         if scenario.tenants.is_some() {
             // The platform's periodic jobs: the tenants' expired tokens are cleaned up.
             config.cron = Some(orrery_system::platform::cron::Config::default());
+        }
+        if let Some(every) = scenario
+            .platform
+            .anti_entropy_every
+            .filter(|_| variant == Variant::Hardened)
+        {
+            config.anti_entropy = Some(orrery_system::platform::anti_entropy::Config {
+                every,
+                ..Default::default()
+            });
         }
     }
     if host.has(Role::Promotions) {

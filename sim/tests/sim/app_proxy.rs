@@ -163,6 +163,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         promotions: None,
         monitor: None,
         cron: None,
+        anti_entropy: None,
         database: None,
     };
     let permissions = state.permissions.clone();

@@ -2367,3 +2367,34 @@ accounts:
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--anti-entropy-every` is refused, with the reason, where the job cannot run: faithful
+/// runs none, and hardened needs this process's events path to send what it finds.
+#[test]
+fn serve_control_plane_refuses_an_anti_entropy_job_it_cannot_run() {
+    let fails = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+            .args(["serve", "control-plane", "--admin-token", "adm"])
+            .args(["--tunnel", "127.0.0.1:0", "--api", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("ORRERY_DATABASE_URL")
+            .output()
+            .expect("run orrery");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = fails(&["--variant", "faithful", "--anti-entropy-every", "5"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("faithful runs no anti-entropy job"),
+        "{stderr}"
+    );
+    let (code, stderr) = fails(&["--variant", "hardened", "--anti-entropy-every", "5"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--anti-entropy-every needs --events"),
+        "{stderr}"
+    );
+}

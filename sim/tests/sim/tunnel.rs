@@ -121,6 +121,7 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
         promotions: None,
         monitor: None,
         cron: None,
+        anti_entropy: None,
         database: None,
     };
     let host_trace = trace.clone();

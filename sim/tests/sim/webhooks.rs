@@ -112,6 +112,7 @@ fn a_git_push_reaches_the_event_bus_through_the_tunnel_and_through_the_ingress()
         promotions: None,
         monitor: None,
         cron: None,
+        anti_entropy: None,
         database: None,
     };
     // Each host runs the runtime assembly with what its pod would run.

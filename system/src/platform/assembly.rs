@@ -11,6 +11,7 @@
 //! | runtime monitor | [`ControlPlaneConfig::monitor`] | the tunnel server; [`ControlPlaneState::health`]; the heartbeats [`ControlPlaneState::events`] received, if any |
 //! | store (PostgreSQL) | [`ControlPlaneConfig::database`] | the registry, the audit log and the events path's accepted events are loaded from it at start and committed to it as they change |
 //! | cron executor | [`ControlPlaneConfig::cron`] | [`ControlPlaneState::permissions`], [`ControlPlaneState::audit`] |
+//! | anti-entropy job (hardened) | [`ControlPlaneConfig::anti_entropy`] | the gateway (it reaches runtimes as the gateway forwards) and [`ControlPlaneState::events`] |
 //! | promotion orchestrator | [`ControlPlaneConfig::promotions`] | the gateway (its own or another process's), the Git provider; [`ControlPlaneState::releases`] |
 
 use std::future::Future;
@@ -63,6 +64,9 @@ pub struct ControlPlaneConfig {
     pub monitor: Option<monitor::Config>,
     /// The cron executor (the platform's periodic jobs).
     pub cron: Option<super::cron::Config>,
+    /// hardened: the cron executor's anti-entropy job (needs the gateway and the events
+    /// path in this process; `None`: not run, as in faithful).
+    pub anti_entropy: Option<super::anti_entropy::Config>,
     /// Keep the state in this database ([`store::postgres::Postgres`] for a `--database`
     /// URL; the simulator's database host in the world): loaded at start, committed as it
     /// changes. `None`: in memory only (the simulator then keeps [`ControlPlaneState`]
@@ -239,8 +243,21 @@ pub async fn run(
                 events: state.events.clone(),
                 ingress: crate::env::http::client(env.clone(), INGRESS_IDLE),
                 releases: state.releases.clone(),
+                job_tokens: Arc::default(),
             },
         ));
+        if let Some(job) = config.anti_entropy.clone() {
+            if gateway.sources.events.is_none() {
+                return Err(Error::Config(
+                    "the anti-entropy job needs the events path in the same process",
+                ));
+            }
+            let (env, sources) = (env.clone(), gateway.sources.clone());
+            services.spawn(async move {
+                super::anti_entropy::run(env, job, sources).await;
+                ("anti-entropy job", Ok(()))
+            });
+        }
         let serve = gateway::serve(env.clone(), gateway, listener);
         services.spawn(async move { ("gateway", serve.await) });
     }

@@ -96,6 +96,8 @@ pub struct Sources {
     /// The promotion orchestrator's releases, for the GitOps API (empty when no
     /// orchestrator runs in this process).
     pub releases: crate::platform::promotions::Releases,
+    /// The anti-entropy job's short-lived tokens (known only at `GET /api/permissions`).
+    pub job_tokens: Arc<crate::platform::anti_entropy::JobTokens>,
 }
 
 /// Sends `request` (its path the runtime's own) to runtime `name`: through its tunnel, or
@@ -218,6 +220,12 @@ impl Gateway {
                 ),
             },
             (_, "/api/permissions") => {
+                // The anti-entropy job's token (a runtime's app-proxy asking what it may do).
+                if let Some(answer) = bearer(&request)
+                    .and_then(|token| self.sources.job_tokens.answer(token, env.unix_millis()))
+                {
+                    return json(StatusCode::OK, &answer);
+                }
                 if let Caller::Unknown { why, .. } = &seen.caller {
                     // An expired token is refused to the app-proxy too.
                     let why = why.clone();

@@ -9,7 +9,9 @@
 //! - [`graphql`]: the GitOps API (GraphQL at `POST /2.0/api/graphql` on the gateway).
 //! - [`audit`]: the append-only log of mutating requests and denials.
 //! - [`monitor`]: the runtime monitor (`Healthy` / `Unable to communicate` per runtime).
-//! - [`cron`]: the cron executor, the platform's periodic jobs (expired tokens).
+//! - [`cron`]: the cron executor, the platform's periodic jobs (expired tokens; with
+//!   [`anti_entropy`], hardened, each runtime's Applications listed and what the read
+//!   model missed sent again).
 //! - [`promotions`]: the promotion orchestrator (releases through a Product's flow, each
 //!   environment a PromotionTask on its runtime) and its read model.
 //! - [`registry`], [`permissions`]: runtimes, their tokens, kinds and access modes; accounts'
@@ -18,6 +20,7 @@
 //! - [`assembly`]: the whole control plane, one config and one `run` — what
 //!   `orrery serve control-plane` and the simulated world start.
 
+pub mod anti_entropy;
 pub mod assembly;
 pub mod audit;
 pub mod cron;

@@ -316,6 +316,110 @@ impl Platform {
             .workflows()
     }
 
+    /// The anti-entropy job's repairs for `runtime` from a listing of its Applications
+    /// ([`crate::platform::anti_entropy`]): each app the read model holds at an older
+    /// `resourceVersion` than listed (or not at all) is sent as listed, and each app it
+    /// shows but the listing lacks, held at an older `resourceVersion` than the listing's,
+    /// is sent as deleted at the listing's — as events on the bus, reporter-shaped,
+    /// projected and journaled like any. Stops at a full bus (the next pass goes on).
+    pub fn reconcile(
+        &self,
+        env: &SharedEnv,
+        runtime: &str,
+        listing: &crate::platform::anti_entropy::Listing,
+    ) -> Reconciled {
+        let timestamp = crate::core::time::rfc3339(env.unix_millis());
+        let mut events: Vec<(Vec<u8>, bool)> = Vec::new();
+        self.with_apps_of(runtime, |shown| {
+            let mut listed = std::collections::BTreeSet::new();
+            for item in &listing.items {
+                let text = |p: &str| item.pointer(p).and_then(|v| v.as_str()).unwrap_or("");
+                let (namespace, name) = (text("/metadata/namespace"), text("/metadata/name"));
+                let key = format!("{namespace}/{name}");
+                let rv: u64 = text("/metadata/resourceVersion").parse().unwrap_or(0);
+                listed.insert(key.clone());
+                let current = shown.get(&key).is_some_and(|s| {
+                    s.resource_version >= rv
+                        || (!s.deleted
+                            && s.sync_status == text("/status/sync/status")
+                            && s.revision == text("/status/sync/revision")
+                            && s.health_status == text("/status/health/status")
+                            && s.destination_namespace == text("/spec/destination/namespace"))
+                });
+                if name.is_empty() || current {
+                    continue;
+                }
+                // What it is, whatever the listing said (a resource event otherwise).
+                let mut app = item.clone();
+                app["apiVersion"] = json!("argoproj.io/v1alpha1");
+                app["kind"] = json!("Application");
+                events.push((anti_entropy_event(&app, &timestamp, runtime, false), false));
+            }
+            for (key, state) in shown {
+                if state.deleted
+                    || listed.contains(key)
+                    || state.resource_version >= listing.resource_version
+                {
+                    continue;
+                }
+                let Some((namespace, name)) = key.split_once('/') else {
+                    continue;
+                };
+                let gone = json!({
+                    "apiVersion": "argoproj.io/v1alpha1",
+                    "kind": "Application",
+                    "metadata": {
+                        "name": name,
+                        "namespace": namespace,
+                        "resourceVersion": listing.resource_version.to_string(),
+                    },
+                });
+                events.push((anti_entropy_event(&gone, &timestamp, runtime, true), true));
+            }
+        });
+        let mut done = Reconciled::default();
+        for (body, deletion) in events {
+            let accepted = match decode(runtime, false, &body) {
+                Ok(accepted) => accepted,
+                Err(rejection) => {
+                    done.error = format!("a listed app is not an event: {}", rejection.reason);
+                    continue;
+                }
+            };
+            if self.enqueue(accepted, Bytes::from(body)).is_err() {
+                done.error = "the event bus is full; the next pass goes on".into();
+                break;
+            }
+            if deletion {
+                done.tombstoned += 1;
+            } else {
+                done.updated += 1;
+            }
+        }
+        done
+    }
+
+    /// Puts an accepted event on the bus and, with a store, in its journal (no await
+    /// between the two, so the journal has the events in the bus's order).
+    fn enqueue(&self, mut event: Accepted, body: Bytes) -> Result<u64, bus::Full> {
+        let journal = self.journal.get();
+        let stored = journal.map(|journal| {
+            let id = journal.next_event_id();
+            event.stored = Some(id);
+            Change::Event {
+                id,
+                runtime: event.runtime.clone(),
+                gzip: false,
+                body,
+            }
+        });
+        let seq = self.bus.publish(event)?;
+        if let (Some(journal), Some(change)) = (journal, stored) {
+            journal.append(change);
+        }
+        Ok(seq)
+    }
+
     /// The platform's host crashed: its bus keeps what it flushed (see [`bus`]). The
     /// simulator calls it when it crashes the host; a real process starts with a new bus.
     pub fn crash(&self) {
@@ -327,6 +431,74 @@ impl Platform {
         let model = self.read_model.lock().expect("read model lock poisoned");
         (model.updated, model.duplicates, model.stale)
     }
+}
+
+/// What [`Platform::reconcile`] sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Apps sent as listed.
+    pub updated: u64,
+    /// Apps sent as deleted.
+    pub tombstoned: u64,
+    /// Why it stopped short (empty: it did not).
+    pub error: String,
+}
+
+/// The anti-entropy job's event for `object` (an Application as listed, or a deleted one's
+/// name and the listing's `resourceVersion`): the shape a reporter's application event has
+/// (the app itself as its manifests; none for a deletion), with an idempotency key naming
+/// the job.
+fn anti_entropy_event(
+    object: &serde_json::Value,
+    timestamp: &str,
+    runtime: &str,
+    deleted: bool,
+) -> Vec<u8> {
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    let manifest = if deleted {
+        String::new()
+    } else {
+        object.to_string()
+    };
+    let labels = object
+        .pointer("/metadata/labels")
+        .and_then(|l| serde_json::from_value(l.clone()).ok())
+        .unwrap_or_default();
+    let payload = EventPayload {
+        timestamp: timestamp.to_string(),
+        object: BASE64_STANDARD.encode(object.to_string().as_bytes()),
+        source: crate::core::event::Source {
+            desired_manifest: manifest.clone(),
+            actual_manifest: manifest.clone(),
+            git_manifest: manifest,
+            repo_url: text("/spec/source/repoURL"),
+            path: text("/spec/source/path"),
+            revision: text("/status/sync/revision"),
+            app_name: text("/metadata/name"),
+            app_namespace: text("/metadata/namespace"),
+            app_uid: text("/metadata/uid"),
+            app_labels: labels,
+            sync_status: text("/status/sync/status"),
+            health_status: text("/status/health/status"),
+            cluster: text("/spec/destination/server"),
+            ..Default::default()
+        },
+        errors: Vec::new(),
+        app_versions: serde_json::Value::Null,
+        idempotency_key: Some(format!(
+            "anti-entropy/{runtime}/{}/{}/{}",
+            text("/metadata/namespace"),
+            text("/metadata/name"),
+            text("/metadata/resourceVersion")
+        )),
+    };
+    serde_json::to_vec(&Envelope { data: payload }).unwrap_or_default()
 }
 
 /// A rejected request: status and reason.
@@ -1044,6 +1216,86 @@ mod tests {
             assert_eq!(got, expected, "{body:?}");
             assert_eq!(reused, fresh);
         }
+    }
+
+    /// The anti-entropy job sends what the read model lacks or holds older, and shows
+    /// deleted what the listing no longer has — never what is newer than the listing — and a
+    /// late reporter event can undo neither.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_anti_entropy_job_sends_only_what_the_read_model_misses() {
+        let env: SharedEnv = Arc::new(crate::env::RealEnv::new("reconcile-test"));
+        let platform = Platform::new(Config {
+            tokens: Default::default(),
+            bus_capacity: 10,
+            durability: Default::default(),
+            idempotency_keys: false,
+        });
+        let state = |rv: u64, sync: &str, deleted: bool| AppState {
+            resource_version: rv,
+            deleted,
+            sync_status: sync.into(),
+            revision: "r1".into(),
+            health_status: "Healthy".into(),
+            runtime: "rt".into(),
+            destination_namespace: "shop".into(),
+            ..AppState::default()
+        };
+        let app = |name: &str, rv: u64, sync: &str| {
+            json!({"metadata": {"name": name, "namespace": "argocd", "resourceVersion": rv.to_string()},
+                   "spec": {"destination": {"namespace": "shop"}},
+                   "status": {"sync": {"status": sync, "revision": "r1"}, "health": {"status": "Healthy"}}})
+        };
+        platform.put_app("rt", "argocd/same", state(5, "Synced", false));
+        platform.put_app("rt", "argocd/stale", state(5, "Synced", false));
+        platform.put_app("rt", "argocd/gone", state(5, "Synced", false));
+        platform.put_app("rt", "argocd/newer", state(30, "Synced", false));
+        platform.put_app("rt", "argocd/was-deleted", state(6, "Synced", true));
+        platform.put_app("other", "argocd/missing", state(1, "Synced", false));
+        let listing = crate::platform::anti_entropy::Listing {
+            resource_version: 20,
+            items: vec![
+                // Moved on, but shows the same: nothing to send.
+                app("same", 8, "Synced"),
+                app("stale", 9, "OutOfSync"),
+                app("missing", 12, "Synced"),
+            ],
+        };
+        let done = platform.reconcile(&env, "rt", &listing);
+        assert_eq!(
+            (done.updated, done.tombstoned, done.error.as_str()),
+            (2, 1, "")
+        );
+        for _ in 0..3 {
+            let (seq, event) = platform.bus.take().await;
+            project(&env, &platform, seq, &event);
+        }
+        let apps = platform.apps_of("rt");
+        assert_eq!(apps["argocd/same"], state(5, "Synced", false));
+        assert_eq!(apps["argocd/stale"].sync_status, "OutOfSync");
+        assert_eq!(apps["argocd/stale"].resource_version, 9);
+        assert_eq!(apps["argocd/missing"].resource_version, 12);
+        assert!(apps["argocd/gone"].deleted);
+        assert_eq!(apps["argocd/gone"].resource_version, 20);
+        // Created after the listing's snapshot: left alone.
+        assert_eq!(apps["argocd/newer"], state(30, "Synced", false));
+        assert!(apps["argocd/was-deleted"].deleted);
+        // Another runtime's app of the same name is not this runtime's.
+        assert_eq!(
+            platform.apps_of("other")["argocd/missing"].resource_version,
+            1
+        );
+        // A reporter's late event older than a repair is stale.
+        assert_eq!(
+            platform.put_app("rt", "argocd/stale", state(7, "Synced", false)),
+            read_model::Applied::Stale
+        );
+        assert_eq!(
+            platform.put_app("rt", "argocd/gone", state(15, "Synced", false)),
+            read_model::Applied::Stale
+        );
+        // A second pass over the same listing sends nothing.
+        let again = platform.reconcile(&env, "rt", &listing);
+        assert_eq!((again.updated, again.tombstoned), (0, 0));
     }
 
     #[test]

@@ -242,6 +242,7 @@ fn world() -> World {
         events: Some(events),
         ingress: crate::env::http::client(env.clone(), Duration::from_secs(5)),
         releases,
+        job_tokens: Arc::default(),
     });
     World {
         env,

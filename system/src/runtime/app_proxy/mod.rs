@@ -9,6 +9,7 @@
 //! | `POST /app-proxy/api/workflows/<ns>/<name>/terminate` | `workflows:terminate` | sets `spec.shutdown: Terminate` on the Argo Workflow through the Kubernetes API |
 //! | `POST /app-proxy/api/applications/<ns>/<name>/sync` `{"revision"?}` | `applications:sync` | sets the Application's `operation` (a sync, initiated by the user), as `argocd app sync` does |
 //! | `POST /app-proxy/api/applications/<ns>/<name>/refresh` | `applications:refresh` | sets the `argocd.argoproj.io/refresh: normal` annotation |
+//! | `GET /app-proxy/api/applications?limit=N&continue=T` | `applications:read` | one page (default 500, at most 1000) of the Applications in the runtime's namespace — `{"resourceVersion", "continue", "items"}`, each item the Application as the API server holds it — left out: apps whose destination namespace the caller may not read; every page reflects the first page's `resourceVersion` (what the platform's anti-entropy job reads) |
 //! | `GET /app-proxy/api/applications/<ns>/<name>/manifests?revision=R` | `applications:read` | the app's raw and rendered manifests and app version at a revision, from the source server |
 //! | `POST /app-proxy/api/promotion-tasks` `{"metadata": {"name"}, "spec": {...}}` | `promotions:write` | creates the PromotionTask in the runtime's namespace (the platform's promotion orchestrator); 201, or 200 with `"existing": true` when one of that name exists (a retried create) |
 //! | `GET /app-proxy/api/promotion-tasks/<name>` | `promotions:read` | `{"name", "status"}` of the PromotionTask |
@@ -93,6 +94,18 @@ pub fn workflow_resource() -> ApiResource {
         &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Workflow"),
         "workflows",
     )
+}
+
+/// Whether a permissions answer grants `applications:read` anywhere at all.
+fn readable_anywhere(answer: &Value) -> bool {
+    let named = |v: &Value| {
+        v.as_array()
+            .is_some_and(|a| a.iter().any(|o| o == "applications:read"))
+    };
+    named(&answer["allow"])
+        || answer["rules"]
+            .as_array()
+            .is_some_and(|rules| rules.iter().any(|rule| named(&rule["actions"])))
 }
 
 /// A request's JSON body (at most [`BODY_LIMIT`]), or the 400 answer naming what is wrong.
@@ -416,6 +429,7 @@ impl AppProxy {
                     Err(e) => error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API: {e}")),
                 }
             }
+            ("GET", ["app-proxy", "api", "applications"]) => self.list_applications(request).await,
             ("GET", ["app-proxy", "api", "applications", namespace, name, "manifests"]) => {
                 if let Err(refusal) = self.authorise(&request, "applications:read").await {
                     return refusal;
@@ -485,7 +499,95 @@ impl AppProxy {
     }
 }
 
+/// Applications one `GET /app-proxy/api/applications` page holds unless it asks for
+/// fewer, and the most it may ask for.
+pub const LIST_PAGE: (u32, u32) = (500, 1000);
+
 impl AppProxy {
+    /// `GET /app-proxy/api/applications?limit=N&continue=T`: one page of the Applications in
+    /// the runtime's namespace, as a Kubernetes list pages them (one snapshot: every page
+    /// is as of the first page's `resourceVersion`; an expired `continue` is 410, as the
+    /// API server answers it), without the apps whose destination namespace the caller may
+    /// not read. 400 for a `limit` that is not 1..=1000.
+    async fn list_applications(&self, request: Request<Incoming>) -> Response<Body> {
+        let grant = match self.grant(&request).await {
+            Ok(grant) => grant,
+            Err(refusal) => return refusal,
+        };
+        if !readable_anywhere(&grant.answer) {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("user {} may not applications:read", grant.user),
+            );
+        }
+        let mut query = crate::env::http::query(request.uri());
+        let limit = match query.remove("limit") {
+            None => LIST_PAGE.0,
+            Some(text) => match text.parse::<u32>() {
+                Ok(n @ 1..) if n <= LIST_PAGE.1 => n,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("limit {text:?} is not a number from 1 to {}", LIST_PAGE.1),
+                    )
+                }
+            },
+        };
+        let mut params = kube::api::ListParams::default().limit(limit);
+        if let Some(token) = query.remove("continue").filter(|t| !t.is_empty()) {
+            params = params.continue_token(&token);
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.kube.clone(),
+            &self.config.kube.namespace,
+            &crate::runtime::app_reporter::application_resource(),
+        );
+        let page = match api.list(&params).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(e)) if e.code == 410 => {
+                return error(
+                    StatusCode::GONE,
+                    format!(
+                        "the list's continue token expired, start again: {}",
+                        e.message
+                    ),
+                )
+            }
+            Err(e) => return error(StatusCode::BAD_GATEWAY, format!("the Kubernetes API: {e}")),
+        };
+        let readable = |app: &DynamicObject| {
+            let destination = app
+                .data
+                .pointer("/spec/destination/namespace")
+                .and_then(Value::as_str);
+            crate::platform::permissions::answer_allows(
+                &grant.answer,
+                "applications:read",
+                &self.config.runtime,
+                destination,
+            )
+        };
+        let items: Vec<Value> = page
+            .items
+            .iter()
+            .filter(|app| readable(app))
+            .map(|app| {
+                let mut item = serde_json::to_value(app).unwrap_or(Value::Null);
+                item["apiVersion"] = json!("argoproj.io/v1alpha1");
+                item["kind"] = json!("Application");
+                item
+            })
+            .collect();
+        json(
+            StatusCode::OK,
+            &json!({
+                "resourceVersion": page.metadata.resource_version.unwrap_or_default(),
+                "continue": page.metadata.continue_.unwrap_or_default(),
+                "items": items,
+            }),
+        )
+    }
+
     /// `POST …/applications/<ns>/<name>/sync` (`{"revision"?}`: sets the Application's
     /// `operation`, as `argocd app sync` does) or `…/refresh` (sets the
     /// `argocd.argoproj.io/refresh: normal` annotation). The caller's rules are judged
