@@ -10,8 +10,10 @@
 //! events on the platform's own bus:
 //! - an app the runtime holds at a newer `resourceVersion` than the read model's (or one the
 //!   read model lacks) → the app as listed, reporter-shaped;
-//! - an app the read model shows but the listing lacks, held at a `resourceVersion` older
-//!   than the listing's → deleted, at the listing's `resourceVersion`.
+//! - an app of the listed namespace that the read model shows but the listing lacks, held
+//!   at a `resourceVersion` older than the listing's → deleted, at the listing's
+//!   `resourceVersion` (apps of other namespaces, which a reporter may also report, are
+//!   not judged).
 //!
 //! Both go through the same projection as a reporter's events, ordered by
 //! `resourceVersion`, so a late reporter event can neither undo a repair nor be undone by
@@ -124,11 +126,18 @@ impl JobTokens {
 /// The name the job's calls carry as their user.
 pub const USER: &str = "platform:anti-entropy";
 
-/// One runtime's listing: the Applications as of `resource_version`.
+/// One runtime's listing: the Applications of `namespace` as of `resource_version`.
 #[derive(Debug, Default)]
 pub struct Listing {
+    /// The namespace listed: only an app of it that the listing lacks is gone (the
+    /// runtime's reporter may report apps of other namespaces, which this listing does not
+    /// cover). Empty: none known, so nothing is taken for gone.
+    pub namespace: String,
     /// The listing's `resourceVersion` (every page's snapshot).
     pub resource_version: u64,
+    /// Apps the app-proxy left out (the caller's permissions did not cover them): with
+    /// any, an app missing from the listing may still exist, so none is taken for gone.
+    pub omitted: u64,
     /// Every Application listed, as the app-proxy answered it.
     pub items: Vec<Value>,
 }
@@ -278,6 +287,20 @@ async fn list(
         };
         if listing.resource_version == 0 {
             listing.resource_version = rv;
+            listing.namespace = parsed["namespace"].as_str().unwrap_or("").to_string();
+        }
+        // An app left out would look deleted: the pass judges no deletion then.
+        listing.omitted += parsed["omitted"].as_u64().unwrap_or(0);
+        for (n, item) in items.iter().enumerate() {
+            let text = |p: &str| item.pointer(p).and_then(Value::as_str).unwrap_or("");
+            if text("/metadata/name").is_empty()
+                || text("/metadata/namespace").is_empty()
+                || text("/metadata/resourceVersion").parse::<u64>().is_err()
+            {
+                return Err(format!(
+                    "GET {path}: item {n} has no metadata.name, metadata.namespace or numeric metadata.resourceVersion"
+                ));
+            }
         }
         listing.items.extend(items.iter().cloned());
         next = parsed["continue"].as_str().unwrap_or("").to_string();

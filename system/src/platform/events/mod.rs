@@ -318,9 +318,9 @@ impl Platform {
 
     /// The anti-entropy job's repairs for `runtime` from a listing of its Applications
     /// ([`crate::platform::anti_entropy`]): each app the read model holds at an older
-    /// `resourceVersion` than listed (or not at all) is sent as listed, and each app it
-    /// shows but the listing lacks, held at an older `resourceVersion` than the listing's,
-    /// is sent as deleted at the listing's — as events on the bus, reporter-shaped,
+    /// `resourceVersion` than listed (or not at all) is sent as listed, and each app of the
+    /// listed namespace it shows but the listing lacks, held at an older `resourceVersion`
+    /// than the listing's, is sent as deleted at the listing's — as events on the bus, reporter-shaped,
     /// projected and journaled like any. Stops at a full bus (the next pass goes on).
     pub fn reconcile(
         &self,
@@ -338,14 +338,23 @@ impl Platform {
                 let key = format!("{namespace}/{name}");
                 let rv: u64 = text("/metadata/resourceVersion").parse().unwrap_or(0);
                 listed.insert(key.clone());
-                let current = shown.get(&key).is_some_and(|s| {
-                    s.resource_version >= rv
-                        || (!s.deleted
-                            && s.sync_status == text("/status/sync/status")
-                            && s.revision == text("/status/sync/revision")
-                            && s.health_status == text("/status/health/status")
-                            && s.destination_namespace == text("/spec/destination/namespace"))
+                // Shown deleted at a version older than the listing, yet listed: the
+                // deletion was wrong (a listing that could not see the app); the app is
+                // sent again as of the listing's version, which orders after it.
+                let wrongly_deleted = shown.get(&key).is_some_and(|s| {
+                    s.deleted
+                        && s.resource_version < listing.resource_version
+                        && s.resource_version >= rv
                 });
+                let current = !wrongly_deleted
+                    && shown.get(&key).is_some_and(|s| {
+                        s.resource_version >= rv
+                            || (!s.deleted
+                                && s.sync_status == text("/status/sync/status")
+                                && s.revision == text("/status/sync/revision")
+                                && s.health_status == text("/status/health/status")
+                                && s.destination_namespace == text("/spec/destination/namespace"))
+                    });
                 if name.is_empty() || current {
                     continue;
                 }
@@ -353,10 +362,15 @@ impl Platform {
                 let mut app = item.clone();
                 app["apiVersion"] = json!("argoproj.io/v1alpha1");
                 app["kind"] = json!("Application");
+                if wrongly_deleted {
+                    app["metadata"]["resourceVersion"] =
+                        json!(listing.resource_version.to_string());
+                }
                 events.push((anti_entropy_event(&app, &timestamp, runtime, false), false));
             }
             for (key, state) in shown {
-                if state.deleted
+                if listing.omitted > 0
+                    || state.deleted
                     || listed.contains(key)
                     || state.resource_version >= listing.resource_version
                 {
@@ -365,6 +379,10 @@ impl Platform {
                 let Some((namespace, name)) = key.split_once('/') else {
                     continue;
                 };
+                // Only the listed namespace's apps are known gone.
+                if namespace != listing.namespace {
+                    continue;
+                }
                 let gone = json!({
                     "apiVersion": "argoproj.io/v1alpha1",
                     "kind": "Application",
@@ -1251,7 +1269,11 @@ mod tests {
         platform.put_app("rt", "argocd/newer", state(30, "Synced", false));
         platform.put_app("rt", "argocd/was-deleted", state(6, "Synced", true));
         platform.put_app("other", "argocd/missing", state(1, "Synced", false));
+        // An app of another namespace the runtime's reporter reported: not listed, not gone.
+        platform.put_app("rt", "team-a/elsewhere", state(4, "Synced", false));
         let listing = crate::platform::anti_entropy::Listing {
+            namespace: "argocd".into(),
+            omitted: 0,
             resource_version: 20,
             items: vec![
                 // Moved on, but shows the same: nothing to send.
@@ -1279,6 +1301,7 @@ mod tests {
         // Created after the listing's snapshot: left alone.
         assert_eq!(apps["argocd/newer"], state(30, "Synced", false));
         assert!(apps["argocd/was-deleted"].deleted);
+        assert_eq!(apps["team-a/elsewhere"], state(4, "Synced", false));
         // Another runtime's app of the same name is not this runtime's.
         assert_eq!(
             platform.apps_of("other")["argocd/missing"].resource_version,
@@ -1296,6 +1319,39 @@ mod tests {
         // A second pass over the same listing sends nothing.
         let again = platform.reconcile(&env, "rt", &listing);
         assert_eq!((again.updated, again.tombstoned), (0, 0));
+        // A listing that left apps out judges no deletion.
+        platform.put_app("rt", "argocd/hidden", state(10, "Synced", false));
+        let partial = crate::platform::anti_entropy::Listing {
+            namespace: "argocd".into(),
+            resource_version: 40,
+            items: vec![],
+            omitted: 1,
+        };
+        assert_eq!(platform.reconcile(&env, "rt", &partial).tombstoned, 0);
+        // An app shown deleted at 20 that a later listing (at 50) still has at 12: the
+        // deletion was wrong, and the app comes back, as of the listing's version.
+        let later = crate::platform::anti_entropy::Listing {
+            namespace: "argocd".into(),
+            resource_version: 50,
+            items: vec![app("gone", 12, "Synced")],
+            omitted: 0,
+        };
+        let back = platform.reconcile(&env, "rt", &later);
+        assert_eq!(back.updated, 1);
+        let (seq, event) = platform.bus.take().await;
+        project(&env, &platform, seq, &event);
+        let gone = &platform.apps_of("rt")["argocd/gone"];
+        assert!(!gone.deleted);
+        assert_eq!(gone.resource_version, 50);
+        // But a deletion newer than the listing stands.
+        platform.put_app("rt", "argocd/newer", state(60, "Synced", true));
+        let older = crate::platform::anti_entropy::Listing {
+            namespace: "argocd".into(),
+            resource_version: 55,
+            items: vec![app("newer", 30, "Synced")],
+            omitted: 0,
+        };
+        assert_eq!(platform.reconcile(&env, "rt", &older).updated, 0);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! | `POST /app-proxy/api/workflows/<ns>/<name>/terminate` | `workflows:terminate` | sets `spec.shutdown: Terminate` on the Argo Workflow through the Kubernetes API |
 //! | `POST /app-proxy/api/applications/<ns>/<name>/sync` `{"revision"?}` | `applications:sync` | sets the Application's `operation` (a sync, initiated by the user), as `argocd app sync` does |
 //! | `POST /app-proxy/api/applications/<ns>/<name>/refresh` | `applications:refresh` | sets the `argocd.argoproj.io/refresh: normal` annotation |
-//! | `GET /app-proxy/api/applications?limit=N&continue=T` | `applications:read` | one page (default 500, at most 1000) of the Applications in the runtime's namespace — `{"resourceVersion", "continue", "items"}`, each item the Application as the API server holds it — left out: apps whose destination namespace the caller may not read; every page reflects the first page's `resourceVersion` (what the platform's anti-entropy job reads) |
+//! | `GET /app-proxy/api/applications?limit=N&continue=T` | `applications:read` | one page (default 500, at most 1000) of the Applications in the runtime's namespace — `{"namespace", "resourceVersion", "continue", "omitted", "items"}`, each item the Application as the API server holds it — left out (counted in `omitted`): apps whose destination namespace the caller may not read; every page reflects the first page's `resourceVersion` (what the platform's anti-entropy job reads) |
 //! | `GET /app-proxy/api/applications/<ns>/<name>/manifests?revision=R` | `applications:read` | the app's raw and rendered manifests and app version at a revision, from the source server |
 //! | `POST /app-proxy/api/promotion-tasks` `{"metadata": {"name"}, "spec": {...}}` | `promotions:write` | creates the PromotionTask in the runtime's namespace (the platform's promotion orchestrator); 201, or 200 with `"existing": true` when one of that name exists (a retried create) |
 //! | `GET /app-proxy/api/promotion-tasks/<name>` | `promotions:read` | `{"name", "status"}` of the PromotionTask |
@@ -276,10 +276,14 @@ impl AppProxy {
                     answer,
                     fetched: now,
                 };
-                self.grants
-                    .lock()
-                    .expect("grants lock")
-                    .insert(token.to_string(), grant.clone());
+                let mut grants = self.grants.lock().expect("grants lock");
+                // Answers past their TTL or their token's expiry are never used again (the
+                // platform's anti-entropy job brings a new token every pass).
+                grants.retain(|_, g| {
+                    now.saturating_sub(g.fetched) < self.config.permissions_ttl
+                        && g.answer["expiresAt"].as_u64().is_none_or(|at| wall_ms < at)
+                });
+                grants.insert(token.to_string(), grant.clone());
                 grant
             }
         };
@@ -567,6 +571,7 @@ impl AppProxy {
                 destination,
             )
         };
+        let omitted = page.items.iter().filter(|app| !readable(app)).count();
         let items: Vec<Value> = page
             .items
             .iter()
@@ -581,8 +586,10 @@ impl AppProxy {
         json(
             StatusCode::OK,
             &json!({
+                "namespace": self.config.kube.namespace,
                 "resourceVersion": page.metadata.resource_version.unwrap_or_default(),
                 "continue": page.metadata.continue_.unwrap_or_default(),
+                "omitted": omitted,
                 "items": items,
             }),
         )
