@@ -20,7 +20,8 @@ pub struct RealEnv {
 }
 
 impl RealEnv {
-    /// A real environment for `host`; randomness is seeded from the wall clock and pid.
+    /// A real environment for `host`; randomness comes from the OS (a generator seeded from
+    /// the wall clock and pid only if the OS's source fails).
     pub fn new(host: impl Into<String>) -> Self {
         let epoch_at_start_ms = std::time::SystemTime::now() // determinism: real-env
             .duration_since(std::time::UNIX_EPOCH)
@@ -78,7 +79,14 @@ impl Env for RealEnv {
     }
 
     fn random_u64(&self) -> u64 {
-        self.rng.lock().expect("rng lock poisoned").next_u64()
+        // Tokens (runtime tokens, the anti-entropy job's) are minted from this, so every
+        // value comes from the OS's CSPRNG: a seeded generator's output reveals its state,
+        // and one tenant's token would tell the next tenant's.
+        getrandom::u64() // determinism: real-env
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "the OS's random source failed; using the seeded generator");
+                self.rng.lock().expect("rng lock poisoned").next_u64()
+            })
     }
 
     fn connect(&self, addr: &str) -> BoxFuture<'static, io::Result<BoxStream>> {
@@ -102,5 +110,22 @@ impl Env for RealEnv {
         if let Some(sink) = &self.sink {
             sink(&observation);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two processes' (or two environments') tokens never follow from the start time and
+    /// pid: environments made in the same millisecond by the same process mint different
+    /// runtime tokens (a generator seeded from both minted the same ones).
+    #[test]
+    fn environments_started_together_mint_different_tokens() {
+        let (a, b) = (RealEnv::new("a"), RealEnv::new("b"));
+        let token = |env: &RealEnv| format!("{:016x}{:016x}", env.random_u64(), env.random_u64());
+        let (first, second) = (token(&a), token(&b));
+        assert_ne!(first, second);
+        assert_ne!(token(&a), first, "nor one value twice");
     }
 }
