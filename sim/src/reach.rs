@@ -51,6 +51,7 @@
 //! | `store_unavailable_answered` | the gateway answered 503 because its store could not keep the request's changes |
 //! | `anti_entropy_repaired` | hardened: the platform's anti-entropy job sent an app again that its read model held stale or lacked |
 //! | `anti_entropy_tombstoned` | hardened: the platform's anti-entropy job showed deleted an app its read model still showed although the runtime no longer had it |
+//! | `anti_entropy_failed_then_repaired` | hardened: a pass of the anti-entropy job could not list a runtime (no tunnel, its app-proxy or API server unreachable) and a later pass repaired that runtime's apps |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -203,6 +204,8 @@ conditions! {
     AntiEntropyRepaired = "anti_entropy_repaired",
     /// The platform's anti-entropy job showed deleted an app the runtime no longer had.
     AntiEntropyTombstoned = "anti_entropy_tombstoned",
+    /// A pass of the anti-entropy job could not list a runtime, and a later one repaired it.
+    AntiEntropyFailedThenRepaired = "anti_entropy_failed_then_repaired",
 }
 
 impl fmt::Display for Condition {
@@ -590,6 +593,26 @@ impl Condition {
             Condition::AntiEntropyTombstoned => events.iter().any(|e| {
                 matches!(e.platform(), Some(PlatformEvent::AntiEntropy { tombstoned, .. }) if *tombstoned > 0)
             }),
+            Condition::AntiEntropyFailedThenRepaired => {
+                let mut failed: BTreeSet<&str> = BTreeSet::new();
+                events.iter().any(|e| match e.platform() {
+                    Some(PlatformEvent::AntiEntropy {
+                        runtime,
+                        updated,
+                        tombstoned,
+                        error,
+                        ..
+                    }) => {
+                        if !error.is_empty() {
+                            failed.insert(runtime);
+                            false
+                        } else {
+                            updated + tombstoned > 0 && failed.contains(runtime.as_str())
+                        }
+                    }
+                    _ => false,
+                })
+            }
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -1343,19 +1366,45 @@ expect: {hardened: pass}
                 ],
                 vec![anti_entropy(1_000, 300, 0, 1)],
             ),
+            (
+                AntiEntropyFailedThenRepaired,
+                // A repair before the failure; a repair of another runtime after it; a
+                // clean pass after it.
+                vec![
+                    anti_entropy_of(1_000, "acme-a", 10, 2, 0, ""),
+                    anti_entropy_of(2_000, "acme-a", 0, 0, 0, "no tunnel"),
+                    anti_entropy_of(3_000, "acme-b", 10, 3, 0, ""),
+                    anti_entropy_of(4_000, "acme-a", 10, 0, 0, ""),
+                ],
+                vec![
+                    anti_entropy_of(1_000, "acme-a", 0, 0, 0, "no tunnel"),
+                    anti_entropy_of(2_000, "acme-a", 10, 0, 1, ""),
+                ],
+            ),
         ]
     }
 
     fn anti_entropy(at_ms: u64, listed: u64, updated: u64, tombstoned: u64) -> TraceEvent {
+        anti_entropy_of(at_ms, "acme-runtime", listed, updated, tombstoned, "")
+    }
+
+    fn anti_entropy_of(
+        at_ms: u64,
+        runtime: &str,
+        listed: u64,
+        updated: u64,
+        tombstoned: u64,
+        error: &str,
+    ) -> TraceEvent {
         at(
             at_ms,
             "gateway",
             PlatformEvent::AntiEntropy {
-                runtime: "acme-runtime".into(),
+                runtime: runtime.into(),
                 listed,
                 updated,
                 tombstoned,
-                error: String::new(),
+                error: error.into(),
             },
         )
     }

@@ -287,6 +287,12 @@ fn swarm_store_meets_its_expectations_and_reaches_its_conditions() {
 }
 
 #[test]
+fn swarm_anti_entropy_meets_its_expectations_and_reaches_its_conditions() {
+    family_live_seeds_meet_their_expectations("swarm-anti-entropy.yaml");
+    family_reports_meet_their_expectations_and_reach_their_conditions("swarm-anti-entropy.yaml");
+}
+
+#[test]
 fn every_fault_point_fires_in_a_seed_that_make_test_runs() {
     let mut fired: BTreeSet<String> = BTreeSet::new();
     for file in [

@@ -123,6 +123,9 @@ impl JobTokens {
     }
 }
 
+/// A pass's error for a runtime in tunnel mode whose tunnel is not open.
+pub const NO_TUNNEL: &str = "the runtime's tunnel is not open";
+
 /// The name the job's calls carry as their user.
 pub const USER: &str = "platform:anti-entropy";
 
@@ -164,7 +167,8 @@ pub async fn run(env: SharedEnv, config: Config, sources: std::sync::Arc<Sources
 }
 
 /// One pass over every registered runtime, in name order; what it did per runtime (tunnel
-/// name). A runtime in tunnel mode without an open tunnel is left for the next pass.
+/// name). A runtime in tunnel mode without an open tunnel is left for the next pass
+/// (observed with [`NO_TUNNEL`], not audited).
 pub async fn pass(env: &SharedEnv, config: &Config, sources: &Sources) -> BTreeMap<String, Pass> {
     let mut done = BTreeMap::new();
     let Some(events) = sources.events.clone() else {
@@ -178,6 +182,18 @@ pub async fn pass(env: &SharedEnv, config: &Config, sources: &Sources) -> BTreeM
         let tunnel_mode =
             sources.registry.info(&name).access_mode == super::registry::AccessMode::Tunnel;
         if tunnel_mode && !connected.contains(&name) {
+            // Left for the next pass; observed, not audited (a runtime down for days would
+            // fill the audit log).
+            env.observe(
+                PlatformEvent::AntiEntropy {
+                    runtime: name.clone(),
+                    listed: 0,
+                    updated: 0,
+                    tombstoned: 0,
+                    error: NO_TUNNEL.into(),
+                }
+                .into(),
+            );
             continue;
         }
         let token =
