@@ -184,15 +184,13 @@ pub async fn pass(env: &SharedEnv, config: &Config, sources: &Sources) -> BTreeM
         if tunnel_mode && !connected.contains(&name) {
             // Left for the next pass; observed, not audited (a runtime down for days would
             // fill the audit log).
-            env.observe(
-                PlatformEvent::AntiEntropy {
-                    runtime: name.clone(),
-                    listed: 0,
-                    updated: 0,
-                    tombstoned: 0,
+            observe(
+                env,
+                &name,
+                &Pass {
                     error: NO_TUNNEL.into(),
-                }
-                .into(),
+                    ..Pass::default()
+                },
             );
             continue;
         }
@@ -217,16 +215,7 @@ pub async fn pass(env: &SharedEnv, config: &Config, sources: &Sources) -> BTreeM
                 ..Pass::default()
             },
         };
-        env.observe(
-            PlatformEvent::AntiEntropy {
-                runtime: name.clone(),
-                listed: result.listed,
-                updated: result.updated,
-                tombstoned: result.tombstoned,
-                error: result.error.clone(),
-            }
-            .into(),
-        );
+        observe(env, &name, &result);
         if result.updated + result.tombstoned > 0 || !result.error.is_empty() {
             let reason = if result.error.is_empty() {
                 format!(
@@ -255,6 +244,20 @@ pub async fn pass(env: &SharedEnv, config: &Config, sources: &Sources) -> BTreeM
         done.insert(name, result);
     }
     done
+}
+
+/// What one pass did for runtime `name`, as the `platform.anti_entropy` observation.
+fn observe(env: &SharedEnv, name: &str, pass: &Pass) {
+    env.observe(
+        PlatformEvent::AntiEntropy {
+            runtime: name.to_string(),
+            listed: pass.listed,
+            updated: pass.updated,
+            tombstoned: pass.tombstoned,
+            error: pass.error.clone(),
+        }
+        .into(),
+    );
 }
 
 /// Lists runtime `name`'s Applications page by page through its app-proxy; the reason it

@@ -404,7 +404,7 @@ impl Platform {
                     continue;
                 }
             };
-            if self.enqueue(accepted, Bytes::from(body)).is_err() {
+            if self.enqueue(accepted, Bytes::from(body), false).is_err() {
                 done.error = "the event bus is full; the next pass goes on".into();
                 break;
             }
@@ -417,9 +417,10 @@ impl Platform {
         done
     }
 
-    /// Puts an accepted event on the bus and, with a store, in its journal (no await
-    /// between the two, so the journal has the events in the bus's order).
-    fn enqueue(&self, mut event: Accepted, body: Bytes) -> Result<u64, bus::Full> {
+    /// Puts an accepted event (its body as it arrived) on the bus and, with a store, in
+    /// its journal (no await between the two: on the single-threaded runtime `orrery serve`
+    /// runs, the journal gets the events in the bus's order).
+    fn enqueue(&self, mut event: Accepted, body: Bytes, gzip: bool) -> Result<u64, bus::Full> {
         let journal = self.journal.get();
         let stored = journal.map(|journal| {
             let id = journal.next_event_id();
@@ -427,7 +428,7 @@ impl Platform {
             Change::Event {
                 id,
                 runtime: event.runtime.clone(),
-                gzip: false,
+                gzip,
                 body,
             }
         });
@@ -978,35 +979,18 @@ async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>)
             json(status, &json!({"error": "the events API is unavailable"}))
         }
         ("POST", "/2.0/api/events") => match accept(&platform, req).await {
-            Ok((mut event, body)) => {
+            Ok((event, (body, gzip))) => {
                 let object = event.object_name();
-                // No await between the id, the publish and the append below: on the
-                // single-threaded runtime `orrery serve` runs, the journal gets the events in
-                // the bus's order.
-                let journal = platform.journal.get();
-                let stored = journal.map(|journal| {
-                    let id = journal.next_event_id();
-                    event.stored = Some(id);
-                    Change::Event {
-                        id,
-                        runtime: event.runtime.clone(),
-                        gzip: body.1,
-                        body: body.0,
-                    }
-                });
-                match platform.bus.publish(event) {
-                    // Fault point: stored, then the handler fails before it answers.
+                match platform.enqueue(event, body, gzip) {
+                    // Fault point: queued, then the handler fails before it answers.
                     Ok(_) if env.buggify(Point::PlatformEventsCrashAfterStore) => json(
                         StatusCode::SERVICE_UNAVAILABLE,
                         &json!({"error": "handler failed after queueing the event"}),
                     ),
                     Ok(seq) => {
-                        if let (Some(journal), Some(change)) = (journal, stored) {
-                            journal.append(change);
-                        }
                         if platform.bus.durability().confirms {
                             platform.bus.confirm(seq).await;
-                            if let Some(Err(unavailable)) = match journal {
+                            if let Some(Err(unavailable)) = match platform.journal.get() {
                                 Some(journal) => Some(journal.sync().await),
                                 None => None,
                             } {
