@@ -218,6 +218,7 @@ fn tunnel_bench(
             monitor: None,
             cron: None,
             anti_entropy: None,
+            vclusters: Vec::new(),
             database: None,
         };
         let platform_env = env.clone();

@@ -52,6 +52,8 @@
 //! | `anti_entropy_repaired` | hardened: the platform's anti-entropy job sent an app again that its read model held stale or lacked |
 //! | `anti_entropy_tombstoned` | hardened: the platform's anti-entropy job showed deleted an app its read model still showed although the runtime no longer had it |
 //! | `anti_entropy_failed_then_repaired` | hardened: a pass of the anti-entropy job could not list a runtime (no tunnel, its app-proxy or API server unreachable) and a later pass repaired that runtime's apps |
+//! | `vcluster_conflict` | a hosted runtime's vcluster syncer found another object's copy at an object's host name (faithful deleted it, hardened refused to touch it) |
+//! | `vcluster_failed_then_synced` | a vcluster syncer's reconcile of an object failed (its host cluster unreachable, a conflict on write) and a later one synced that object |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -206,6 +208,10 @@ conditions! {
     AntiEntropyTombstoned = "anti_entropy_tombstoned",
     /// A pass of the anti-entropy job could not list a runtime, and a later one repaired it.
     AntiEntropyFailedThenRepaired = "anti_entropy_failed_then_repaired",
+    /// A vcluster syncer found another object's copy at an object's host name.
+    VclusterConflict = "vcluster_conflict",
+    /// A vcluster syncer's reconcile of an object failed, and a later one synced it.
+    VclusterFailedThenSynced = "vcluster_failed_then_synced",
 }
 
 impl fmt::Display for Condition {
@@ -610,6 +616,24 @@ impl Condition {
                             updated + tombstoned > 0 && failed.contains(runtime.as_str())
                         }
                     }
+                    _ => false,
+                })
+            }
+            Condition::VclusterConflict => events
+                .iter()
+                .any(|e| matches!(e.platform(), Some(PlatformEvent::VclusterConflict { .. }))),
+            Condition::VclusterFailedThenSynced => {
+                let mut failed: BTreeSet<(&str, &str)> = BTreeSet::new();
+                events.iter().any(|e| match e.platform() {
+                    Some(PlatformEvent::VclusterFailed {
+                        vcluster, object, ..
+                    }) => {
+                        failed.insert((vcluster, object));
+                        false
+                    }
+                    Some(PlatformEvent::VclusterSynced {
+                        vcluster, object, ..
+                    }) => failed.contains(&(vcluster.as_str(), object.as_str())),
                     _ => false,
                 })
             }
@@ -1381,7 +1405,60 @@ expect: {hardened: pass}
                     anti_entropy_of(2_000, "acme-a", 10, 0, 1, ""),
                 ],
             ),
+            (
+                VclusterConflict,
+                vec![synced(1_000, "secrets/prod/db")],
+                vec![at(
+                    1_000,
+                    "acme",
+                    PlatformEvent::VclusterConflict {
+                        vcluster: "acme".into(),
+                        object: "secrets/team-x-prod/db".into(),
+                        host_object: "db-x-team-x-prod-x-acme".into(),
+                        owner: "prod/db-x-team".into(),
+                        action: "refused".into(),
+                    },
+                )],
+            ),
+            (
+                VclusterFailedThenSynced,
+                // Synced before the failure; another object synced after it.
+                vec![
+                    synced(1_000, "secrets/prod/db"),
+                    vcluster_failed(2_000, "secrets/prod/db"),
+                    synced(3_000, "secrets/prod/web"),
+                ],
+                vec![
+                    vcluster_failed(1_000, "secrets/prod/db"),
+                    synced(2_000, "secrets/prod/db"),
+                ],
+            ),
         ]
+    }
+
+    fn synced(at_ms: u64, object: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "acme",
+            PlatformEvent::VclusterSynced {
+                vcluster: "acme".into(),
+                object: object.into(),
+                host_object: "copy".into(),
+                action: "created".into(),
+            },
+        )
+    }
+
+    fn vcluster_failed(at_ms: u64, object: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "acme",
+            PlatformEvent::VclusterFailed {
+                vcluster: "acme".into(),
+                object: object.into(),
+                error: "connection refused".into(),
+            },
+        )
     }
 
     fn anti_entropy(at_ms: u64, listed: u64, updated: u64, tombstoned: u64) -> TraceEvent {

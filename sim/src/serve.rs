@@ -188,8 +188,63 @@ pub struct ControlPlaneArgs {
     /// TLS private key (PEM) for the tunnel; goes with --tls-cert.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// A hosted runtime's virtual cluster, NAME=KUBECONFIG (repeatable): the tenant's own
+    /// API server, whose ConfigMaps and Secrets are kept as copies in one namespace of the
+    /// host cluster (KUBECONFIG, then ~/.kube/config) — vcluster's syncer. faithful names
+    /// copies as vcluster does (`name-x-namespace-x-NAME`, which two objects can share);
+    /// hardened names them injectively and never touches another object's copy.
+    #[arg(long, value_name = "NAME=KUBECONFIG")]
+    vcluster: Vec<String>,
+    /// With --vcluster: the host namespace of the copies (default `vc-NAME` for each).
+    #[arg(long, requires = "vcluster")]
+    vcluster_host_namespace: Option<String>,
+    /// With --vcluster: sync only virtual objects with these labels (a label selector of
+    /// `key=value` and `key` terms, comma-separated).
+    #[arg(long, requires = "vcluster")]
+    vcluster_selector: Option<String>,
     #[command(flatten)]
     common: Common,
+}
+
+/// The `--vcluster NAME=KUBECONFIG` flags as syncer configs (the host cluster from
+/// KUBECONFIG or ~/.kube/config).
+async fn vclusters(
+    variant: Variant,
+    flags: &[String],
+    host_namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<Vec<orrery_system::platform::vcluster::Config>, Fail> {
+    let mut configs = Vec::new();
+    for flag in flags {
+        let Some((name, path)) = flag
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+        else {
+            return Err(Fail::usage(format!(
+                "--vcluster {flag:?}: expected NAME=KUBECONFIG (the virtual cluster's name and its kubeconfig file)"
+            )));
+        };
+        let namespace = host_namespace.map_or_else(|| format!("vc-{name}"), str::to_string);
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            .map_err(|e| Fail::usage(format!("--vcluster {name}: {path}: {e}")))?;
+        let virtual_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .map_err(|e| Fail::usage(format!("--vcluster {name}: {path}: {e}")))?;
+        let host = kube::Config::infer().await.map_err(|e| {
+            Fail::usage(format!(
+                "--vcluster {name}: no host cluster (KUBECONFIG or ~/.kube/config): {e}"
+            ))
+        })?;
+        let mut config = orrery_system::platform::vcluster::Config::new(
+            variant,
+            name,
+            KubeTarget::real(virtual_config, "default"),
+            KubeTarget::real(host, &namespace),
+        );
+        config.selector = selector.map(str::to_string);
+        configs.push(config);
+    }
+    Ok(configs)
 }
 
 /// A runtime component `serve runtime --components` can run (each pod of the chart runs one).
@@ -662,8 +717,15 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
             ..Default::default()
         }),
     };
+    let vclusters = block_on(vclusters(
+        variant,
+        &args.vcluster,
+        args.vcluster_host_namespace.as_deref(),
+        args.vcluster_selector.as_deref(),
+    ))?;
     let config = ControlPlaneConfig {
         anti_entropy,
+        vclusters,
         tunnel: Some(TunnelServerConfig {
             listen: args.tunnel,
             config: tunnel,

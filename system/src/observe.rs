@@ -165,6 +165,14 @@ events! {
         /// as listed, `tombstoned` as deleted; `error`: why it could not list or stopped
         /// short (empty: it did not).
         "platform.anti_entropy" => AntiEntropy { runtime: String, listed: u64, updated: u64, tombstoned: u64, error: String },
+        /// A hosted runtime's virtual cluster synced `object` (`kind/namespace/name` in the
+        /// virtual cluster) to `host_object` on the host (`action`: created, updated, deleted).
+        "platform.vcluster_synced" => VclusterSynced { vcluster: String, object: String, host_object: String, action: String },
+        /// The host name of `object` held another object's copy (`owner`): faithful deleted
+        /// it (`action` `deleted: <reason>`), hardened left it (`refused`).
+        "platform.vcluster_conflict" => VclusterConflict { vcluster: String, object: String, host_object: String, owner: String, action: String },
+        /// A virtual cluster's reconcile or watch failed (retried).
+        "platform.vcluster_failed" => VclusterFailed { vcluster: String, object: String, error: String },
     }
 }
 

@@ -7,6 +7,7 @@ mod argocd;
 mod deploy;
 mod fidelity;
 mod frp;
+mod hosted;
 mod kubectl;
 mod operator;
 mod redis;

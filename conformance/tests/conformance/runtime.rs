@@ -449,6 +449,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         monitor: None,
         cron: None,
         anti_entropy: None,
+        vclusters: Vec::new(),
         database: None,
     };
     let platform = tokio::spawn(async move {

@@ -26,6 +26,7 @@
 //! | `tenant_isolation` | safety | no answer to a user (or to nobody) carries another account's data, no request reaches a runtime of another account than its caller's, and every request refused with 400/401/403/404 is in the audit log with its actor and status (see `tenants`) |
 //! | `no_acknowledged_event_lost` | safety | every event the events API answered 2xx for at least 30 s before the end was projected by the event handler, whatever crashed in between (see `durability`) |
 //! | `no_acknowledged_write_lost` | safety | every registration the platform answered is in its database at the end: the last token answered is the one held, a token a later answered registration replaced is revoked, and each answered registration is in the audit log (see `store`) |
+//! | `vcluster_isolation` | safety | after the calm phase, in every hosted runtime's virtual cluster, what a pod of each ConfigMap's or Secret's namespace mounts under its name on the shared host cluster is that object's own copy with its content, and the vcluster's host namespace holds no copy of a gone or foreign object (see `hosted`) |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
 //! # Typed events
@@ -60,6 +61,7 @@ pub mod acr;
 mod convergence;
 pub mod durability;
 pub mod health;
+pub mod hosted;
 mod monotonic;
 pub mod ownership;
 mod platform;
@@ -183,6 +185,8 @@ pub struct FinalState {
     pub audit: Vec<orrery_system::platform::audit::Entry>,
     /// The platform's database, when the world has one: what it committed, and its figures.
     pub database: Option<DatabaseTruth>,
+    /// Each hosted runtime's virtual cluster and its host namespace (`role: vcluster`).
+    pub hosted: Vec<hosted::VclusterTruth>,
 }
 
 impl FinalState {
@@ -236,6 +240,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "restricted_source_applied" => Box::new(restricted::SourceApplied::default()),
         "runtime_health_shown" => Box::new(health::RuntimeHealthShown::default()),
         "tenant_isolation" => Box::new(tenants::TenantIsolation::default()),
+        "vcluster_isolation" => Box::new(hosted::VclusterIsolation),
         "no_acknowledged_event_lost" => Box::new(durability::NoAcknowledgedEventLost::default()),
         "no_acknowledged_write_lost" => Box::new(store::NoAcknowledgedWriteLost::default()),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),

@@ -401,6 +401,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     health_figures(events, &mut counters, &mut histograms);
     bus_figures(events, &mut counters);
     anti_entropy_figures(events, &mut counters);
+    vcluster_figures(events, state, &mut counters);
     tenant_figures(events, state, &mut counters);
     store_figures(events, state, &mut counters);
     git_detail_figures(events, state, &mut counters);
@@ -759,6 +760,55 @@ fn anti_entropy_figures(events: &[TraceEvent], counters: &mut BTreeMap<String, u
     .into_iter()
     .zip(sums.into_iter().flatten())
     {
+        counters.insert(name.into(), value);
+    }
+}
+
+/// Hosted runtimes' virtual clusters (only with `role: vcluster` hosts):
+/// `vcluster.synced` (copies created, updated or deleted), `vcluster.conflicts` (another
+/// object's copy found at an object's host name: deleted by faithful, refused by
+/// hardened), `vcluster.failed` (reconciles or watches that failed and were retried), and
+/// from the end state `vcluster.objects` (virtual objects) and `vcluster.foreign_mounts`
+/// (of them, those whose host name holds another object's copy).
+fn vcluster_figures(
+    events: &[TraceEvent],
+    state: &crate::checkers::FinalState,
+    counters: &mut BTreeMap<String, u64>,
+) {
+    use orrery_system::observe::PlatformEvent;
+    if state.hosted.is_empty() {
+        return;
+    }
+    let mut sums = [0u64; 3];
+    for event in events {
+        match event.platform() {
+            Some(PlatformEvent::VclusterSynced { .. }) => sums[0] += 1,
+            Some(PlatformEvent::VclusterConflict { .. }) => sums[1] += 1,
+            Some(PlatformEvent::VclusterFailed { .. }) => sums[2] += 1,
+            _ => {}
+        }
+    }
+    let objects = state
+        .hosted
+        .iter()
+        .flat_map(|t| t.objects.iter().map(move |o| (t, o)));
+    let foreign = objects
+        .clone()
+        .filter(|(truth, object)| {
+            object.mounted.as_ref().is_some_and(|m| {
+                m.owner.vcluster != truth.vcluster
+                    || m.owner.namespace != object.namespace
+                    || m.owner.name != object.name
+            })
+        })
+        .count();
+    for (name, value) in [
+        ("vcluster.synced", sums[0]),
+        ("vcluster.conflicts", sums[1]),
+        ("vcluster.failed", sums[2]),
+        ("vcluster.objects", objects.count() as u64),
+        ("vcluster.foreign_mounts", foreign as u64),
+    ] {
         counters.insert(name.into(), value);
     }
 }

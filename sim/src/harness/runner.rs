@@ -122,6 +122,8 @@ struct World {
     jobs: workflows::Jobs,
     /// The event bus's stored messages (its file store outlives the bus process).
     bus: orrery_system::runtime::resource_reporter::bus::Store,
+    /// Each `role: vcluster` host's API server (its store outlives the host's crashes).
+    vclusters: BTreeMap<String, Arc<ApiServer>>,
     /// The platform's database, when a host has `role: database` (what it committed
     /// outlives its host's crashes; the gateway's registry and audit log live there, not
     /// in `control_plane`).
@@ -256,6 +258,19 @@ async fn supervise_control_plane(
 /// Starts one of the world's own pieces on a (re)booted host.
 type Piece = Box<dyn Fn(SharedEnv) -> BoxFuture<'static, ()>>;
 
+/// A simulated API server over `api` (its store outlives the host's crashes) on port 6443.
+fn api_server_piece(api: Arc<ApiServer>, what: &'static str) -> Piece {
+    Box::new(move |env| {
+        let api = api.clone();
+        Box::pin(async move {
+            if let Err(error) = apiserver::run(env, api, &format!("0.0.0.0:{APISERVER_PORT}")).await
+            {
+                tracing::error!(%error, "{what} stopped");
+            }
+        })
+    })
+}
+
 /// The simulated world's pieces `host`'s roles name (API server, Argo CD, workload, probe,
 /// tunnel clients, the runtime's app-proxy stand-in).
 fn world_pieces(
@@ -266,17 +281,7 @@ fn world_pieces(
 ) -> Vec<Piece> {
     let mut pieces: Vec<Piece> = Vec::new();
     if host.has(Role::Apiserver) {
-        let api = world.api.clone();
-        pieces.push(Box::new(move |env| {
-            let api = api.clone();
-            Box::pin(async move {
-                if let Err(error) =
-                    apiserver::run(env, api, &format!("0.0.0.0:{APISERVER_PORT}")).await
-                {
-                    tracing::error!(%error, "simulated API server stopped");
-                }
-            })
-        }));
+        pieces.push(api_server_piece(world.api.clone(), "simulated API server"));
     }
     if let (true, Some(database)) = (host.has(Role::Database), world.database.clone()) {
         pieces.push(Box::new(move |env| {
@@ -534,6 +539,21 @@ fn world_pieces(
             ))
         }));
     }
+    if let (Some(hosted), Some(api)) = (&scenario.hosted, world.vclusters.get(&host.name)) {
+        pieces.push(api_server_piece(
+            api.clone(),
+            "virtual cluster's API server",
+        ));
+        let (name, settings, calm) = (host.name.clone(), hosted.clone(), world.calm.clone());
+        pieces.push(Box::new(move |env| {
+            Box::pin(crate::world::hosted::run_tenant(
+                env,
+                name.clone(),
+                settings.clone(),
+                calm.clone(),
+            ))
+        }));
+    }
     if host.has(Role::Client) {
         let gateway = host_of(scenario, Role::Gateway).to_string();
         let (settings, runtimes) = (scenario.tunnel.clone(), hosts_with(scenario, Role::Runtime));
@@ -664,6 +684,10 @@ impl Target for Harness<'_> {
     fn patch_apiserver(&mut self, patch: &ApiServerPatch) {
         let knobs = patch.apply(&self.world.api.knobs());
         self.world.api.set_knobs(knobs);
+        // Hosted runtimes' virtual API servers suffer the same (the tenants' own clusters).
+        for api in self.world.vclusters.values() {
+            api.set_knobs(patch.apply(&api.knobs()));
+        }
     }
 
     fn rotate_token(&mut self, _argocd: &str, secret_after: Duration) {
@@ -776,6 +800,9 @@ fn start_calm(
         start_host(sim, world, host, HostChange::Calm);
     }
     world.api.set_knobs(scenario.apiserver.clone());
+    for api in world.vclusters.values() {
+        api.set_knobs(scenario.apiserver.clone());
+    }
     world.platform.set_knobs(platform_knobs(scenario));
     world.git.lock().serving = Default::default();
     world.calm.store(true, Ordering::SeqCst);
@@ -1218,6 +1245,10 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             .iter()
             .any(|h| h.has(Role::Database))
             .then(crate::world::database::Database::default),
+        vclusters: hosts_with(scenario, Role::Vcluster)
+            .into_iter()
+            .map(|host| (host, ApiServer::new(scenario.apiserver.clone())))
+            .collect(),
     };
     if let Some(promotions) = &scenario.promotions {
         world.control_plane.permissions.grant_in(
@@ -1378,6 +1409,11 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
                 snapshot: database.snapshot(),
                 figures: database.figures(),
             }),
+        hosted: world
+            .vclusters
+            .iter()
+            .map(|(name, api)| crate::world::hosted::truth(variant, name, api, &world.api))
+            .collect(),
     };
     let mut checkers: Vec<_> = scenario
         .invariants

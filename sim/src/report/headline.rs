@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 42] = [
+pub const FIGURES: [(&str, &str); 45] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -135,6 +135,18 @@ pub const FIGURES: [(&str, &str); 42] = [
     (
         "anti_entropy_tombstoned",
         "apps it showed deleted (gone from the runtime)",
+    ),
+    (
+        "vcluster_copies_synced",
+        "host copies the vcluster syncers created, updated or deleted",
+    ),
+    (
+        "vcluster_conflicts",
+        "another object's copy found at an object's host name",
+    ),
+    (
+        "vcluster_foreign_mounts",
+        "objects whose host name holds another object's copy at the end",
     ),
 ];
 
@@ -298,6 +310,14 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         put(
             "anti_entropy_tombstoned",
             counter("anti_entropy.tombstoned"),
+        );
+    }
+    if metrics.counters.contains_key("vcluster.objects") {
+        put("vcluster_copies_synced", counter("vcluster.synced"));
+        put("vcluster_conflicts", counter("vcluster.conflicts"));
+        put(
+            "vcluster_foreign_mounts",
+            counter("vcluster.foreign_mounts"),
         );
     }
     if metrics.counters.contains_key("bus.recoveries") {

@@ -62,6 +62,10 @@ pub struct Scenario {
     /// `role: adversary` hosts probe across accounts. Default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenants: Option<Tenants>,
+    /// Hosted runtimes (`world::hosted`): each `role: vcluster` host is a tenant's virtual
+    /// cluster on the shared host cluster. Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosted: Option<Hosted>,
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
@@ -306,6 +310,12 @@ pub enum Role {
     /// it starts, and is restarted when it stops (a crash of either loses only what was not
     /// committed).
     Database,
+    /// A hosted runtime's virtual cluster (`world::hosted`, with a `hosted:` section): its
+    /// own API server (port 6443; its store outlives the host's crashes, as etcd on a
+    /// volume), the tenant writing ConfigMaps and Secrets into it, and the control plane's
+    /// vcluster syncer keeping them in namespace `vc-<host>` of the `role: apiserver` host
+    /// (the shared host cluster). The host's name is the vcluster's.
+    Vcluster,
 }
 
 /// A Product released through its promotion flow (`promotions:`).
@@ -945,6 +955,33 @@ impl Default for Tenants {
     }
 }
 
+/// Hosted runtimes' virtual clusters (`hosted:`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Hosted {
+    /// Each tenant writes (creates or updates 4 in 5, deletes 1 in 5) one of its
+    /// ConfigMaps or Secrets this often, until the calm phase. Default 1 s.
+    #[serde(with = "super::duration")]
+    pub write_every: Duration,
+    /// Names per namespace each tenant draws from (`db`, `web`, `api`, then `cm-<n>`) in
+    /// its namespaces `prod`, `team`, `staging`. Default 4.
+    pub names: u32,
+    /// Each tenant also keeps Secret `db-x-team` in namespace `prod` and Secret `db` in
+    /// namespace `team-x-prod` (names any tenant may choose, which vcluster's naming maps
+    /// to one host name), created in that order and updated, never deleted. Default true.
+    pub colliding: bool,
+}
+
+impl Default for Hosted {
+    fn default() -> Self {
+        Hosted {
+            write_every: Duration::from_secs(1),
+            names: 4,
+            colliding: true,
+        }
+    }
+}
+
 /// A rolling change of the reporter replica count (a StatefulSet update): new pods start
 /// first (or surplus pods stop, highest ordinal first), then the remaining pods restart one
 /// by one, highest ordinal first, `every` apart. Old and new counts coexist meanwhile.
@@ -1116,7 +1153,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 26] = [
+pub const KNOWN_INVARIANTS: [&str; 27] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1143,6 +1180,7 @@ pub const KNOWN_INVARIANTS: [&str; 26] = [
     "no_acknowledged_event_lost",
     "no_acknowledged_write_lost",
     "tenant_isolation",
+    "vcluster_isolation",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

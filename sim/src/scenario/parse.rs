@@ -336,6 +336,33 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "tenants.register_every must be at least 10ms",
     )?;
     v.check(
+        count(Role::Vcluster) == 0 || (s.hosted.is_some() && count(Role::Apiserver) == 1),
+        &hosts_field,
+        "a vcluster host needs the hosted section and exactly one host with role apiserver (the shared host cluster)",
+    )?;
+    v.check(
+        s.hosted.is_none() || count(Role::Vcluster) >= 1,
+        &Field::root("hosted"),
+        "the hosted section needs at least one host with role vcluster",
+    )?;
+    v.check(
+        !s.invariants.iter().any(|i| i.name == "vcluster_isolation") || count(Role::Vcluster) >= 1,
+        &Field::root("invariants"),
+        "vcluster_isolation needs at least one host with role vcluster",
+    )?;
+    if let Some(hosted) = &s.hosted {
+        v.check(
+            hosted.write_every >= std::time::Duration::from_millis(10),
+            &Field::root("hosted").key("write_every"),
+            "hosted.write_every must be at least 10ms",
+        )?;
+        v.check(
+            (1..=50).contains(&hosted.names),
+            &Field::root("hosted").key("names"),
+            format!("hosted.names must be 1..=50, not {}", hosted.names),
+        )?;
+    }
+    v.check(
         count(Role::Adversary) == 0 || s.tenants.is_some(),
         &hosts_field,
         "an adversary host needs the tenants section",

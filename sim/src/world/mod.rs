@@ -11,6 +11,8 @@
 //! - [`restricted`]: tenants' Restricted Git Sources and repositories, and a monitor of
 //!   what Argo CD deployed and refused.
 //! - [`tunnel`]: the tunnel world's app-proxy stand-in and clients.
+//! - [`hosted`]: hosted runtimes' virtual clusters (their API servers and tenants) on the
+//!   shared host cluster.
 //! - [`tenants`]: a multi-tenant platform's accounts, their reporters, and adversaries.
 //! - [`placement`]: which of the product's assemblies (runtime, control plane) each host
 //!   runs, and with what configuration.
@@ -19,6 +21,7 @@ pub mod apiserver;
 pub mod argocd;
 pub mod database;
 pub mod git;
+pub mod hosted;
 pub mod placement;
 pub mod probe;
 pub mod promotions;

@@ -269,8 +269,24 @@ pub fn control_plane(
             ));
         }
     }
-    (config.events.is_some() || config.tunnel.is_some() || config.promotions.is_some())
-        .then_some(config)
+    if host.has(Role::Vcluster) {
+        // The vcluster's syncer runs in its pod, next to its API server.
+        let (virtual_cluster, host_cluster) =
+            super::hosted::targets(&host.name, host_of(scenario, Role::Apiserver));
+        config
+            .vclusters
+            .push(orrery_system::platform::vcluster::Config::new(
+                variant,
+                &host.name,
+                virtual_cluster,
+                host_cluster,
+            ));
+    }
+    (config.events.is_some()
+        || config.tunnel.is_some()
+        || config.promotions.is_some()
+        || !config.vclusters.is_empty())
+    .then_some(config)
 }
 
 /// The resource event reporter's configuration, pointing at the world's hosts: Workflows

@@ -164,6 +164,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         monitor: None,
         cron: None,
         anti_entropy: None,
+        vclusters: Vec::new(),
         database: None,
     };
     let permissions = state.permissions.clone();

@@ -10,6 +10,7 @@ mod cache;
 mod cli;
 mod events_path;
 mod git;
+mod hosted;
 mod invariants_fire;
 mod operator;
 mod pages;

@@ -430,3 +430,9 @@ expect: {hardened: any}
         "{bad}"
     );
 }
+
+#[test]
+fn swarm_hosted_meets_its_expectations_and_reaches_its_conditions() {
+    family_live_seeds_meet_their_expectations("swarm-hosted.yaml");
+    family_reports_meet_their_expectations_and_reach_their_conditions("swarm-hosted.yaml");
+}

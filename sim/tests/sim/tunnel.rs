@@ -122,6 +122,7 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
         monitor: None,
         cron: None,
         anti_entropy: None,
+        vclusters: Vec::new(),
         database: None,
     };
     let host_trace = trace.clone();

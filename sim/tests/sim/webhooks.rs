@@ -113,6 +113,7 @@ fn a_git_push_reaches_the_event_bus_through_the_tunnel_and_through_the_ingress()
         monitor: None,
         cron: None,
         anti_entropy: None,
+        vclusters: Vec::new(),
         database: None,
     };
     // Each host runs the runtime assembly with what its pod would run.

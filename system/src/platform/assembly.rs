@@ -12,6 +12,7 @@
 //! | store (PostgreSQL) | [`ControlPlaneConfig::database`] | the registry, the audit log and the events path's accepted events are loaded from it at start and committed to it as they change |
 //! | cron executor | [`ControlPlaneConfig::cron`] | [`ControlPlaneState::permissions`], [`ControlPlaneState::audit`] |
 //! | anti-entropy job (hardened) | [`ControlPlaneConfig::anti_entropy`] | the gateway (it reaches runtimes as the gateway forwards) and [`ControlPlaneState::events`] |
+//! | vcluster syncers (hosted runtimes) | [`ControlPlaneConfig::vclusters`] | each its virtual cluster's and its host cluster's API servers |
 //! | promotion orchestrator | [`ControlPlaneConfig::promotions`] | the gateway (its own or another process's), the Git provider; [`ControlPlaneState::releases`] |
 
 use std::future::Future;
@@ -67,6 +68,8 @@ pub struct ControlPlaneConfig {
     /// hardened: the cron executor's anti-entropy job (needs the gateway and the events
     /// path in this process; `None`: not run, as in faithful).
     pub anti_entropy: Option<super::anti_entropy::Config>,
+    /// Hosted runtimes' virtual clusters, each kept on its host cluster by a syncer.
+    pub vclusters: Vec<super::vcluster::Config>,
     /// Keep the state in this database ([`store::postgres::Postgres`] for a `--database`
     /// URL; the simulator's database host in the world): loaded at start, committed as it
     /// changes. `None`: in memory only (the simulator then keeps [`ControlPlaneState`]
@@ -280,6 +283,13 @@ pub async fn run(
         services.spawn(async move {
             super::cron::run(env, cron, stores).await;
             ("cron executor", Ok(()))
+        });
+    }
+    for syncer in config.vclusters.clone() {
+        let env = env.clone();
+        services.spawn(async move {
+            super::vcluster::run(env, syncer).await;
+            ("vcluster syncer", Ok(()))
         });
     }
     if let Some(orchestrator) = config.promotions.clone() {

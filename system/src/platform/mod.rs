@@ -17,6 +17,9 @@
 //! - [`registry`], [`permissions`]: runtimes, their tokens, kinds and access modes; accounts'
 //!   users, teams and rules (RBAC plus ABAC, deny by default).
 //! - [`store`]: what a process must not lose, committed to PostgreSQL in real mode.
+//! - [`vcluster`]: hosted runtimes' virtual clusters, each tenant's kept on the shared host
+//!   cluster by a syncer (faithful: vcluster's naming, whose `-x-` collisions delete another
+//!   object's copy; hardened: injective names, another's copy never touched).
 //! - [`assembly`]: the whole control plane, one config and one `run` — what
 //!   `orrery serve control-plane` and the simulated world start.
 
@@ -33,3 +36,4 @@ pub mod promotions;
 pub mod registry;
 pub mod store;
 pub mod tunnel;
+pub mod vcluster;

@@ -1,0 +1,259 @@
+//! `vcluster_isolation` (safety, end state): each tenant sees only its virtual cluster, and
+//! what its workloads read on the shared host cluster is its own. For every vcluster, after
+//! the calm phase:
+//!
+//! - **foreign**: the host object a pod of a virtual object's namespace mounts under the
+//!   object's name (the syncer's host name for it) is another object's copy — a Secret of
+//!   another namespace or another tenant;
+//! - **missing**: there is no object at that host name;
+//! - **stale**: the copy is the object's but its content is not the object's;
+//! - **orphan**: a copy in the vcluster's host namespace whose object is gone (or is
+//!   another vcluster's: tenants' copies never share a namespace).
+//!
+//! The calm phase is long enough for the syncer to finish (its retries wait at most 30 s),
+//! so what is left then is what the tenant's workloads keep reading.
+
+use serde_json::{json, Value};
+
+use orrery_system::platform::vcluster::naming::Identity;
+
+use super::{Checker, Class, FinalState, Violation};
+
+/// What a pod mounts at a virtual object's host name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mounted {
+    /// Whose copy the host object says it is.
+    pub owner: Identity,
+    /// Its `data`, `binaryData` and `type`.
+    pub content: Value,
+}
+
+/// One object of a virtual cluster at the end.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VirtualObject {
+    /// `configmaps` or `secrets`.
+    pub kind: &'static str,
+    /// Its namespace in the virtual cluster.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
+    /// Its `data`, `binaryData` and `type`.
+    pub content: Value,
+    /// The syncer's host name for it (the variant's naming).
+    pub host_name: String,
+    /// The host object at that name, if any.
+    pub mounted: Option<Mounted>,
+}
+
+/// One object of a vcluster's host namespace at the end.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Copy {
+    /// `configmaps` or `secrets`.
+    pub kind: &'static str,
+    /// Its name on the host.
+    pub host_name: String,
+    /// Whose copy it says it is.
+    pub owner: Identity,
+    /// Its content.
+    pub content: Value,
+}
+
+/// A vcluster and its host namespace at the end.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VclusterTruth {
+    /// The vcluster's name.
+    pub vcluster: String,
+    /// Its host namespace.
+    pub host_namespace: String,
+    /// Its virtual objects.
+    pub objects: Vec<VirtualObject>,
+    /// The objects of its host namespace.
+    pub copies: Vec<Copy>,
+}
+
+/// One broken promise, for the report.
+fn problems(truth: &VclusterTruth) -> Vec<Value> {
+    let mut found = Vec::new();
+    for object in &truth.objects {
+        let at = format!("{}/{}/{}", object.kind, object.namespace, object.name);
+        match &object.mounted {
+            None => found.push(json!({
+                "problem": "missing", "object": at, "host_object": object.host_name,
+            })),
+            Some(mounted)
+                if mounted.owner.vcluster != truth.vcluster
+                    || mounted.owner.namespace != object.namespace
+                    || mounted.owner.name != object.name =>
+            {
+                found.push(json!({
+                    "problem": "foreign", "object": at, "host_object": object.host_name,
+                    "holds": format!("{} {}", mounted.owner.vcluster, mounted.owner.object()),
+                }))
+            }
+            Some(mounted) if mounted.content != object.content => found.push(json!({
+                "problem": "stale", "object": at, "host_object": object.host_name,
+            })),
+            Some(_) => {}
+        }
+    }
+    for copy in &truth.copies {
+        let owned = copy.owner.vcluster == truth.vcluster
+            && truth.objects.iter().any(|o| {
+                o.kind == copy.kind
+                    && o.namespace == copy.owner.namespace
+                    && o.name == copy.owner.name
+            });
+        if !owned {
+            found.push(json!({
+                "problem": "orphan", "host_object": format!("{}/{}", copy.kind, copy.host_name),
+                "copy_of": format!("{} {}", copy.owner.vcluster, copy.owner.object()),
+            }));
+        }
+    }
+    found
+}
+
+/// The checker.
+#[derive(Default)]
+pub struct VclusterIsolation;
+
+impl Checker for VclusterIsolation {
+    fn name(&self) -> &'static str {
+        "vcluster_isolation"
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let (vcluster, found) = state
+            .hosted
+            .iter()
+            .map(|truth| (truth, problems(truth)))
+            .find(|(_, found)| !found.is_empty())?;
+        let count = |kind: &str| found.iter().filter(|p| p["problem"] == kind).count();
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: state.end_ms,
+            host: vcluster.vcluster.clone(),
+            details: json!({
+                "foreign": count("foreign"),
+                "missing": count("missing"),
+                "stale": count("stale"),
+                "orphan": count("orphan"),
+                "first": found.first(),
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(namespace: &str, name: &str) -> Identity {
+        Identity {
+            vcluster: "acme".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            ..Identity::default()
+        }
+    }
+
+    fn object(namespace: &str, name: &str, mounted: Option<Mounted>) -> VirtualObject {
+        VirtualObject {
+            kind: "secrets",
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            content: json!({"data": {"value": name}}),
+            host_name: format!("{name}-x-{namespace}-x-acme"),
+            mounted,
+        }
+    }
+
+    fn copy_of(namespace: &str, name: &str) -> Copy {
+        Copy {
+            kind: "secrets",
+            host_name: format!("{name}-x-{namespace}-x-acme"),
+            owner: owner(namespace, name),
+            content: json!({"data": {"value": name}}),
+        }
+    }
+
+    fn mounted(namespace: &str, name: &str) -> Option<Mounted> {
+        Some(Mounted {
+            owner: owner(namespace, name),
+            content: json!({"data": {"value": name}}),
+        })
+    }
+
+    fn check(truth: VclusterTruth) -> Option<Violation> {
+        let state = FinalState {
+            hosted: vec![truth],
+            end_ms: 5_000,
+            ..FinalState::default()
+        };
+        VclusterIsolation.at_end(&state)
+    }
+
+    fn synced() -> VclusterTruth {
+        VclusterTruth {
+            vcluster: "acme".into(),
+            host_namespace: "vc-acme".into(),
+            objects: vec![object("prod", "db", mounted("prod", "db"))],
+            copies: vec![copy_of("prod", "db")],
+        }
+    }
+
+    #[test]
+    fn holds_when_every_object_mounts_its_own_copy() {
+        assert!(check(synced()).is_none());
+    }
+
+    /// The faithful collision: `team-x-prod/db` mounts `prod/db-x-team`'s copy.
+    #[test]
+    fn fires_on_another_objects_copy() {
+        let mut truth = synced();
+        truth
+            .objects
+            .push(object("prod", "db-x-team", mounted("prod", "db-x-team")));
+        truth
+            .objects
+            .push(object("team-x-prod", "db", mounted("prod", "db-x-team")));
+        truth.copies.push(copy_of("prod", "db-x-team"));
+        let violation = check(truth).expect("a foreign copy is a violation");
+        assert_eq!(violation.class, Class::Safety);
+        assert_eq!(violation.details["foreign"], 1);
+        assert_eq!(
+            violation.details["first"]["object"],
+            "secrets/team-x-prod/db"
+        );
+    }
+
+    #[test]
+    fn fires_on_a_missing_stale_or_orphaned_copy() {
+        let mut missing = synced();
+        missing.objects[0].mounted = None;
+        missing.copies.clear();
+        assert_eq!(check(missing).expect("missing").details["missing"], 1);
+
+        let mut stale = synced();
+        stale.objects[0].content = json!({"data": {"value": "new"}});
+        assert_eq!(check(stale).expect("stale").details["stale"], 1);
+
+        let mut orphan = synced();
+        orphan.copies.push(copy_of("prod", "gone"));
+        assert_eq!(check(orphan).expect("orphan").details["orphan"], 1);
+
+        let mut other_tenant = synced();
+        let mut theirs = copy_of("prod", "db");
+        theirs.owner.vcluster = "globex".into();
+        theirs.host_name = "db-x-prod-x-globex".into();
+        other_tenant.copies.push(theirs);
+        assert_eq!(
+            check(other_tenant).expect("another vcluster's").details["orphan"],
+            1
+        );
+    }
+}
