@@ -195,7 +195,8 @@ pub struct ControlPlaneArgs {
     /// hardened names them injectively and never touches another object's copy.
     #[arg(long, value_name = "NAME=KUBECONFIG")]
     vcluster: Vec<String>,
-    /// With --vcluster: the host namespace of the copies (default `vc-NAME` for each).
+    /// With --vcluster: the host namespace of the copies, the same for every --vcluster
+    /// (default: `vc-NAME`, each its own).
     #[arg(long, requires = "vcluster")]
     vcluster_host_namespace: Option<String>,
     /// With --vcluster: sync only virtual objects with these labels (a label selector of
@@ -214,6 +215,16 @@ async fn vclusters(
     host_namespace: Option<&str>,
     selector: Option<&str>,
 ) -> Result<Vec<orrery_system::platform::vcluster::Config>, Fail> {
+    if let Some(namespace) = host_namespace.filter(|n| !dns_label(n)) {
+        return Err(Fail::usage(format!(
+            "--vcluster-host-namespace {namespace:?}: not a namespace name (a DNS label: lowercase letters, digits and '-', at most 63)"
+        )));
+    }
+    if let Some(term) = selector.and_then(|s| s.split(',').find(|term| !selector_term(term))) {
+        return Err(Fail::usage(format!(
+            "--vcluster-selector: term {term:?} is not `key=value` or `key` (the only forms the syncer understands; a key or value is letters, digits, '-', '_', '.', and '/' in a key)"
+        )));
+    }
     let mut configs = Vec::new();
     for flag in flags {
         let Some((name, path)) = flag
@@ -224,6 +235,11 @@ async fn vclusters(
                 "--vcluster {flag:?}: expected NAME=KUBECONFIG (the virtual cluster's name and its kubeconfig file)"
             )));
         };
+        if !dns_label(name) || name.len() > 60 {
+            return Err(Fail::usage(format!(
+                "--vcluster {flag:?}: the name {name:?} must be a DNS label of at most 60 characters (lowercase letters, digits and '-', starting and ending with a letter or digit): it becomes the copies' label value and, with vc-, their host namespace"
+            )));
+        }
         let namespace = host_namespace.map_or_else(|| format!("vc-{name}"), str::to_string);
         let kubeconfig = kube::config::Kubeconfig::read_from(path)
             .map_err(|e| Fail::usage(format!("--vcluster {name}: {path}: {e}")))?;
@@ -245,6 +261,33 @@ async fn vclusters(
         configs.push(config);
     }
     Ok(configs)
+}
+
+/// A DNS-1123 label: what a namespace name and a vcluster's name must be.
+fn dns_label(text: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    (1..=63).contains(&text.len())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && edge(text.chars().next())
+        && edge(text.chars().last())
+}
+
+/// A `key=value` or `key` term of `--vcluster-selector`.
+fn selector_term(term: &str) -> bool {
+    let part = |text: &str, slash: bool| {
+        !text.is_empty()
+            && text.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') || (slash && c == '/')
+            })
+    };
+    match term.trim().split_once('=') {
+        Some((key, value)) => {
+            part(key.trim(), true) && (value.trim().is_empty() || part(value.trim(), false))
+        }
+        None => part(term.trim(), true),
+    }
 }
 
 /// A runtime component `serve runtime --components` can run (each pod of the chart runs one).

@@ -7,8 +7,9 @@
 //!   another namespace or another tenant;
 //! - **missing**: there is no object at that host name;
 //! - **stale**: the copy is the object's but its content is not the object's;
-//! - **orphan**: a copy in the vcluster's host namespace whose object is gone (or is
-//!   another vcluster's: tenants' copies never share a namespace).
+//! - **orphan**: a copy in the vcluster's host namespace whose object is gone, that is not
+//!   at its object's host name, or that is another vcluster's (tenants' copies never share
+//!   a namespace).
 //!
 //! The calm phase is long enough for the syncer to finish (its retries wait at most 30 s),
 //! so what is left then is what the tenant's workloads keep reading.
@@ -99,11 +100,13 @@ fn problems(truth: &VclusterTruth) -> Vec<Value> {
         }
     }
     for copy in &truth.copies {
+        // Owned: a live object's copy, at that object's host name.
         let owned = copy.owner.vcluster == truth.vcluster
             && truth.objects.iter().any(|o| {
                 o.kind == copy.kind
                     && o.namespace == copy.owner.namespace
                     && o.name == copy.owner.name
+                    && o.host_name == copy.host_name
             });
         if !owned {
             found.push(json!({
@@ -245,6 +248,15 @@ mod tests {
         let mut orphan = synced();
         orphan.copies.push(copy_of("prod", "gone"));
         assert_eq!(check(orphan).expect("orphan").details["orphan"], 1);
+
+        let mut stray = synced();
+        let mut second = copy_of("prod", "db");
+        second.host_name = "db-stray".into();
+        stray.copies.push(second);
+        assert_eq!(
+            check(stray).expect("a copy at a stray name").details["orphan"],
+            1
+        );
 
         let mut other_tenant = synced();
         let mut theirs = copy_of("prod", "db");

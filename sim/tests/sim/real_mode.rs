@@ -2398,3 +2398,50 @@ fn serve_control_plane_refuses_an_anti_entropy_job_it_cannot_run() {
         "{stderr}"
     );
 }
+
+#[test]
+fn serve_control_plane_refuses_vcluster_flags_it_cannot_run() {
+    let fails = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+            .args(["serve", "control-plane", "--admin-token", "adm"])
+            .args(["--tunnel", "127.0.0.1:0", "--api", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("ORRERY_DATABASE_URL")
+            .output()
+            .expect("run orrery");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    for (args, says) in [
+        (&["--vcluster", "acme"][..], "expected NAME=KUBECONFIG"),
+        (&["--vcluster", "Acme,x=/tmp/k"][..], "must be a DNS label"),
+        (
+            &["--vcluster", "acme=/nonexistent/kubeconfig"][..],
+            "--vcluster acme: /nonexistent/kubeconfig",
+        ),
+        (
+            &[
+                "--vcluster",
+                "acme=/tmp/k",
+                "--vcluster-selector",
+                "env!=dev",
+            ][..],
+            "term \"env!=dev\" is not",
+        ),
+        (
+            &[
+                "--vcluster",
+                "acme=/tmp/k",
+                "--vcluster-host-namespace",
+                "Bad_NS",
+            ][..],
+            "not a namespace name",
+        ),
+    ] {
+        let (code, stderr) = fails(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

@@ -109,7 +109,9 @@ pub struct Config {
     /// First and largest delay before a failed reconcile is tried again.
     pub retry: (Duration, Duration),
     /// Longest one reconcile may take (its reads and write): a host cluster that stopped
-    /// answering fails it, to be retried, instead of holding every other object back.
+    /// answering fails it, to be retried, instead of holding the queue for the kube
+    /// client's 90 s read deadline (reconciles run one at a time, so an outage still costs
+    /// each queued object up to this long).
     pub reconcile_timeout: Duration,
 }
 
@@ -193,10 +195,23 @@ impl Syncer {
                 ("created", self.object(key))
             }
             Action::Replace(copy) => {
-                self.host
+                match self
+                    .host
                     .replace(&host_name, &PostParams::default(), &copy)
-                    .await?;
-                ("updated", self.object(key))
+                    .await
+                {
+                    Ok(_) => ("updated", self.object(key)),
+                    // The copy cannot take the change (a re-created Secret of another
+                    // `type`; an immutable one): it is this object's own, so it is deleted,
+                    // and the host watch brings the reconcile that creates it anew.
+                    Err(kube::Error::Api(e)) if e.code == 422 => {
+                        self.host
+                            .delete(&host_name, &DeleteParams::default())
+                            .await?;
+                        ("deleted", self.object(key))
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             Action::Delete {
                 name,

@@ -3,7 +3,7 @@
 //!
 //! | virtual | host copy | faithful (`syncer.go` `Reconcile`) | hardened |
 //! |---|---|---|---|
-//! | any | at the host name, not managed (marker label or name annotations wrong) | nothing: the object is never synced | refused (reported, retried) |
+//! | any | at the host name, not managed (marker label or name annotations wrong) | nothing: the object is never synced | refused (reported, retried) while the object exists; nothing once it is gone |
 //! | any | at the host name, managed, but another object's (the `-x-` ambiguity) | as its own: the rows below | refused (reported, retried) |
 //! | present | present, `object-uid` another uid | host copy deleted ("virtual object uid is different") | replaced (the same object re-created) |
 //! | present | present, same uid | replaced when its content differs | the same |
@@ -137,6 +137,11 @@ impl Subject<'_> {
         let host = match (self.variant, host) {
             (_, None) => None,
             (Variant::Faithful, Some(h)) if !self.managed(h) => return Action::Nothing,
+            // Another object's copy (or nobody's) where this object's would be: left alone,
+            // and reported only while there is an object to sync.
+            (Variant::Hardened, Some(h)) if virtual_.is_none() && !self.owns(h) => {
+                return Action::Nothing
+            }
             (Variant::Hardened, Some(h)) if !self.owns(h) => {
                 return Action::Refuse {
                     owner: Identity::of(h),
@@ -281,12 +286,12 @@ mod tests {
         assert_ne!(ha.host_name(), hb.host_name());
         // Even at one name (a digest collision, or an object placed there), never touched.
         let a_copy = synced(&ha, &a);
-        for virtual_ in [Some(&b), None] {
-            let Action::Refuse { owner } = hb.decide(virtual_, Some(&a_copy)) else {
-                panic!("hardened touched another object's copy");
-            };
-            assert_eq!(owner.object(), "prod/db-x-team");
-        }
+        let Action::Refuse { owner } = hb.decide(Some(&b), Some(&a_copy)) else {
+            panic!("hardened touched another object's copy");
+        };
+        assert_eq!(owner.object(), "prod/db-x-team");
+        // B gone: nothing to sync, nothing to report, A's copy stays.
+        assert_eq!(hb.decide(None, Some(&a_copy)), Action::Nothing);
     }
 
     /// An object nobody synced at the host name: faithful never syncs the virtual object,
