@@ -2370,21 +2370,24 @@ accounts:
 
 /// `--anti-entropy-every` is refused, with the reason, where the job cannot run: faithful
 /// runs none, and hardened needs this process's events path to send what it finds.
+/// `orrery serve control-plane` on free ports with `args`: its exit code and stderr.
+fn serve_control_plane_with(args: &[&str]) -> (Option<i32>, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(["serve", "control-plane", "--admin-token", "adm"])
+        .args(["--tunnel", "127.0.0.1:0", "--api", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("ORRERY_DATABASE_URL")
+        .output()
+        .expect("run orrery");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn serve_control_plane_refuses_an_anti_entropy_job_it_cannot_run() {
-    let fails = |args: &[&str]| {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
-            .args(["serve", "control-plane", "--admin-token", "adm"])
-            .args(["--tunnel", "127.0.0.1:0", "--api", "127.0.0.1:0"])
-            .args(args)
-            .env_remove("ORRERY_DATABASE_URL")
-            .output()
-            .expect("run orrery");
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
+    let fails = serve_control_plane_with;
     let (code, stderr) = fails(&["--variant", "faithful", "--anti-entropy-every", "5"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
@@ -2401,19 +2404,7 @@ fn serve_control_plane_refuses_an_anti_entropy_job_it_cannot_run() {
 
 #[test]
 fn serve_control_plane_refuses_vcluster_flags_it_cannot_run() {
-    let fails = |args: &[&str]| {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
-            .args(["serve", "control-plane", "--admin-token", "adm"])
-            .args(["--tunnel", "127.0.0.1:0", "--api", "127.0.0.1:0"])
-            .args(args)
-            .env_remove("ORRERY_DATABASE_URL")
-            .output()
-            .expect("run orrery");
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
+    let fails = serve_control_plane_with;
     for (args, says) in [
         (&["--vcluster", "acme"][..], "expected NAME=KUBECONFIG"),
         (&["--vcluster", "Acme,x=/tmp/k"][..], "must be a DNS label"),
