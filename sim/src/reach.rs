@@ -54,6 +54,7 @@
 //! | `anti_entropy_failed_then_repaired` | hardened: a pass of the anti-entropy job could not list a runtime (no tunnel, its app-proxy or API server unreachable) and a later pass repaired that runtime's apps |
 //! | `vcluster_conflict` | a hosted runtime's vcluster syncer found another object's copy at an object's host name (faithful deleted it, hardened refused to touch it) |
 //! | `vcluster_failed_then_synced` | a vcluster syncer's reconcile of an object failed (its host cluster unreachable, a conflict on write) and a later one synced that object |
+//! | `hosted_runtime_restarted_then_reported` | a hosted runtime's vcluster host was stopped and started again, and its reporter then sent app events to the platform |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -212,6 +213,9 @@ conditions! {
     VclusterConflict = "vcluster_conflict",
     /// A vcluster syncer's reconcile of an object failed, and a later one synced it.
     VclusterFailedThenSynced = "vcluster_failed_then_synced",
+    /// A hosted runtime's vcluster host was stopped and started again, and its reporter then
+    /// sent app events to the platform.
+    HostedRuntimeRestartedThenReported = "hosted_runtime_restarted_then_reported",
 }
 
 impl fmt::Display for Condition {
@@ -637,6 +641,18 @@ impl Condition {
                     _ => false,
                 })
             }
+            Condition::HostedRuntimeRestartedThenReported => {
+                let hosted = hosts(scenario, Role::Vcluster);
+                let down = downtimes(events);
+                events.iter().any(|e| match e.reporter() {
+                    Some(ReporterEvent::Queue {
+                        replica, sent_app, ..
+                    }) if *sent_app > 0 && hosted.contains(replica.as_str()) => down
+                        .get(replica.as_str())
+                        .is_some_and(|d| d.iter().any(|(_, end)| *end <= e.at_ms)),
+                    _ => false,
+                })
+            }
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -770,6 +786,8 @@ topology:
     - {name: resources, role: resources}
     - {name: acr, role: acr}
     - {name: sources, role: sources}
+    - {name: acme, role: vcluster}
+hosted: {applications: 1}
 argocd: {application_namespaces: [team-a]}
 duration: 10s
 calm: 10s
@@ -1433,7 +1451,36 @@ expect: {hardened: pass}
                     synced(2_000, "secrets/prod/db"),
                 ],
             ),
+            (
+                HostedRuntimeRestartedThenReported,
+                // Sent before its crash; or after a restart of a reporter that is not hosted.
+                vec![
+                    sent(1_000, "acme"),
+                    stop(2_000, "acme"),
+                    stop(2_000, "reporter-0"),
+                    start(3_000, "reporter-0"),
+                    sent(4_000, "reporter-0"),
+                ],
+                vec![stop(2_000, "acme"), start(3_000, "acme"), sent(4_000, "acme")],
+            ),
         ]
+    }
+
+    fn sent(at_ms: u64, replica: &str) -> TraceEvent {
+        at(
+            at_ms,
+            replica,
+            ReporterEvent::Queue {
+                replica: replica.into(),
+                depth: 0,
+                resync: 0,
+                dropped: 0,
+                parked: 0,
+                sent_app: 3,
+                sent_resource: 0,
+                rate_limited: 0,
+            },
+        )
     }
 
     fn synced(at_ms: u64, object: &str) -> TraceEvent {

@@ -13,12 +13,20 @@
 //!
 //! The calm phase is long enough for the syncer to finish (its retries wait at most 30 s),
 //! so what is left then is what the tenant's workloads keep reading.
+//!
+//! `hosted_runtimes_converge` (safety, end state; `platform_converges` for each hosted
+//! runtime): after the calm phase the platform shows each hosted runtime's apps exactly as
+//! its own virtual cluster holds them — every tenant's apps have the same names, so an
+//! event the platform filed under another tenant's runtime shows as a stale or extra app.
+
+use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use orrery_system::platform::events::read_model::AppState;
 use orrery_system::platform::vcluster::naming::Identity;
 
-use super::{Checker, Class, FinalState, Violation};
+use super::{AppTruth, Checker, Class, FinalState, Violation};
 
 /// What a pod mounts at a virtual object's host name.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,6 +80,20 @@ pub struct VclusterTruth {
     pub objects: Vec<VirtualObject>,
     /// The objects of its host namespace.
     pub copies: Vec<Copy>,
+    /// The tenant's hosted runtime, when the world runs one (`hosted.applications`).
+    pub runtime: Option<HostedRuntimeTruth>,
+}
+
+/// A hosted runtime at the end: its virtual cluster's Applications and what the platform
+/// shows for it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostedRuntimeTruth {
+    /// The platform's name for it (`<account>-<runtime>`, its read model's key).
+    pub runtime: String,
+    /// Every Application in its virtual cluster, sorted by key.
+    pub apps: Vec<AppTruth>,
+    /// The platform's read model of it.
+    pub reported: BTreeMap<String, AppState>,
 }
 
 /// One broken promise, for the report.
@@ -150,6 +172,47 @@ impl Checker for VclusterIsolation {
     }
 }
 
+/// The checker of `hosted_runtimes_converge`.
+pub struct HostedRuntimesConverge;
+
+impl Checker for HostedRuntimesConverge {
+    fn name(&self) -> &'static str {
+        "hosted_runtimes_converge"
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let (runtime, stale) = state
+            .hosted
+            .iter()
+            .filter_map(|truth| truth.runtime.as_ref())
+            .map(|runtime| {
+                let stale = super::platform::stale_apps(&runtime.apps, &runtime.reported);
+                (runtime, stale)
+            })
+            .find(|(_, stale)| !stale.is_empty())?;
+        let example = |key: &String| {
+            let truth = runtime.apps.iter().find(|a| &a.key == key);
+            json!({
+                "app": key,
+                "vcluster": truth.map(|t| json!({"sync": t.sync_status, "revision": t.revision, "health": t.health_status})),
+                "platform": runtime.reported.get(key).map(|r| json!({"sync": r.sync_status, "revision": r.revision, "health": r.health_status, "deleted": r.deleted})),
+            })
+        };
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: state.end_ms,
+            host: runtime.runtime.clone(),
+            details: json!({
+                "runtime": runtime.runtime,
+                "apps": runtime.apps.len(),
+                "stale_or_missing": stale.len(),
+                "examples": stale.iter().take(5).map(example).collect::<Vec<_>>(),
+            }),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +269,7 @@ mod tests {
             host_namespace: "vc-acme".into(),
             objects: vec![object("prod", "db", mounted("prod", "db"))],
             copies: vec![copy_of("prod", "db")],
+            runtime: None,
         }
     }
 
@@ -267,5 +331,78 @@ mod tests {
             check(other_tenant).expect("another vcluster's").details["orphan"],
             1
         );
+    }
+
+    fn app(key: &str, revision: &str) -> AppTruth {
+        AppTruth {
+            key: key.into(),
+            sync_status: "Synced".into(),
+            revision: revision.into(),
+            health_status: "Healthy".into(),
+            ..AppTruth::default()
+        }
+    }
+
+    fn shown(revision: &str) -> AppState {
+        AppState {
+            sync_status: "Synced".into(),
+            revision: revision.into(),
+            health_status: "Healthy".into(),
+            ..AppState::default()
+        }
+    }
+
+    fn converge(runtimes: Vec<HostedRuntimeTruth>) -> Option<Violation> {
+        let state = FinalState {
+            hosted: runtimes
+                .into_iter()
+                .map(|runtime| VclusterTruth {
+                    runtime: Some(runtime),
+                    ..synced()
+                })
+                .collect(),
+            end_ms: 5_000,
+            ..FinalState::default()
+        };
+        HostedRuntimesConverge.at_end(&state)
+    }
+
+    fn runtime(name: &str, revision: &str) -> HostedRuntimeTruth {
+        HostedRuntimeTruth {
+            runtime: name.into(),
+            apps: vec![app("argocd/web", revision)],
+            reported: BTreeMap::from([("argocd/web".to_string(), shown(revision))]),
+        }
+    }
+
+    #[test]
+    fn hosted_runtimes_converge_holds_when_each_runtime_shows_its_own_apps() {
+        assert!(converge(vec![runtime("acme-hosted", "a1"), runtime("globex-hosted", "g1")]).is_none());
+        // A world without hosted runtimes has nothing to check.
+        assert!(converge(Vec::new()).is_none());
+    }
+
+    /// Two tenants' apps share names: one shown with the other's revision, or an app of
+    /// the other's shown under it, is a violation naming the runtime.
+    #[test]
+    fn hosted_runtimes_converge_fires_on_another_tenants_state_or_a_missing_app() {
+        let mut mixed = runtime("globex-hosted", "g1");
+        mixed.reported.insert("argocd/web".into(), shown("a1"));
+        let violation = converge(vec![runtime("acme-hosted", "a1"), mixed])
+            .expect("another tenant's revision is a violation");
+        assert_eq!(violation.class, Class::Safety);
+        assert_eq!(violation.host, "globex-hosted");
+        assert_eq!(violation.details["stale_or_missing"], 1);
+
+        let mut extra = runtime("acme-hosted", "a1");
+        extra.reported.insert("argocd/api".into(), shown("g1"));
+        assert_eq!(
+            converge(vec![extra]).expect("an app it does not have").details["examples"][0]["app"],
+            "argocd/api"
+        );
+
+        let mut missing = runtime("acme-hosted", "a1");
+        missing.reported.clear();
+        assert!(converge(vec![missing]).is_some());
     }
 }

@@ -241,6 +241,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "runtime_health_shown" => Box::new(health::RuntimeHealthShown::default()),
         "tenant_isolation" => Box::new(tenants::TenantIsolation::default()),
         "vcluster_isolation" => Box::new(hosted::VclusterIsolation),
+        "hosted_runtimes_converge" => Box::new(hosted::HostedRuntimesConverge),
         "no_acknowledged_event_lost" => Box::new(durability::NoAcknowledgedEventLost::default()),
         "no_acknowledged_write_lost" => Box::new(store::NoAcknowledgedWriteLost::default()),
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),

@@ -769,7 +769,9 @@ fn anti_entropy_figures(events: &[TraceEvent], counters: &mut BTreeMap<String, u
 /// object's copy found at an object's host name: deleted by faithful, refused by
 /// hardened), `vcluster.failed` (reconciles or watches that failed and were retried), and
 /// from the end state `vcluster.objects` (virtual objects) and `vcluster.foreign_mounts`
-/// (of them, those whose host name holds another object's copy).
+/// (of them, those whose host name holds another object's copy); with hosted runtimes,
+/// `hosted.apps` (their virtual clusters' Applications at the end) and `hosted.stale` (of
+/// them, those the platform shows otherwise, plus apps it shows that are gone).
 fn vcluster_figures(
     events: &[TraceEvent],
     state: &crate::checkers::FinalState,
@@ -810,6 +812,16 @@ fn vcluster_figures(
         ("vcluster.foreign_mounts", foreign as u64),
     ] {
         counters.insert(name.into(), value);
+    }
+    let runtimes: Vec<_> = state.hosted.iter().filter_map(|t| t.runtime.as_ref()).collect();
+    if !runtimes.is_empty() {
+        let apps = runtimes.iter().map(|r| r.apps.len() as u64).sum();
+        let stale = runtimes
+            .iter()
+            .map(|r| crate::checkers::stale_apps(&r.apps, &r.reported).len() as u64)
+            .sum();
+        counters.insert("hosted.apps".into(), apps);
+        counters.insert("hosted.stale".into(), stale);
     }
 }
 

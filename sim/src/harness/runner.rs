@@ -122,8 +122,9 @@ struct World {
     jobs: workflows::Jobs,
     /// The event bus's stored messages (its file store outlives the bus process).
     bus: orrery_system::runtime::resource_reporter::bus::Store,
-    /// Each `role: vcluster` host's API server (its store outlives the host's crashes).
-    vclusters: BTreeMap<String, Arc<ApiServer>>,
+    /// Each `role: vcluster` host's tenant: its API server (its store outlives the host's
+    /// crashes), and its hosted runtime's Git and health.
+    vclusters: BTreeMap<String, crate::world::hosted::Tenant>,
     /// The platform's database, when a host has `role: database` (what it committed
     /// outlives its host's crashes; the gateway's registry and audit log live there, not
     /// in `control_plane`).
@@ -161,6 +162,8 @@ fn register_hosts(
         let trace = world.trace.clone();
         let pieces = world_pieces(scenario, host, &target, world);
         let runtime = placement::runtime(scenario, host, variant);
+        // A hosted runtime's reporter (on a vcluster host) is its runtime's only replica.
+        let replica = host.has(Role::Reporter);
         let control_plane = placement::control_plane(scenario, host, variant);
         let (replicas, state) = (world.reporter_replicas.clone(), world.control_plane.clone());
         let caches = world.caches.clone();
@@ -179,7 +182,11 @@ fn register_hosts(
             );
             let pieces: Vec<_> = pieces.iter().map(|start| start(env.clone())).collect();
             let mut runtime = runtime.clone();
-            if let Some(reporter) = runtime.as_mut().and_then(|r| r.app_reporter.as_mut()) {
+            if let Some(reporter) = runtime
+                .as_mut()
+                .and_then(|r| r.app_reporter.as_mut())
+                .filter(|_| replica)
+            {
                 // Read once at start, like the real reporter's environment variable.
                 reporter.replicas = *replicas.lock().expect("replicas lock poisoned");
             }
@@ -271,6 +278,47 @@ fn api_server_piece(api: Arc<ApiServer>, what: &'static str) -> Piece {
     })
 }
 
+/// A simulated Argo CD over `target`'s API server, with its Git, health and tokens.
+fn argocd_piece(
+    config: argocd::controller::Config,
+    target: KubeTarget,
+    git: SharedGit,
+    health: HealthOverrides,
+    tokens: argocd::Tokens,
+) -> Piece {
+    Box::new(move |env| {
+        let run = argocd::run(
+            env,
+            target.clone(),
+            git.clone(),
+            health.clone(),
+            config.clone(),
+            tokens.clone(),
+        );
+        Box::pin(async move {
+            if let Err(error) = run.await {
+                tracing::error!(%error, "simulated Argo CD stopped");
+            }
+        })
+    })
+}
+
+/// The workload generator against `target`'s API server.
+fn workload_piece(
+    config: crate::scenario::model::Workload,
+    target: KubeTarget,
+    handles: workload::Handles,
+) -> Piece {
+    Box::new(move |env| {
+        let handles = handles.clone();
+        let (config, target) = (config.clone(), target.clone());
+        Box::pin(async move {
+            let client = orrery_system::env::kube::client(env.clone(), &target);
+            workload::run(env, client, config, handles).await;
+        })
+    })
+}
+
 /// The simulated world's pieces `host`'s roles name (API server, Argo CD, workload, probe,
 /// tunnel clients, the runtime's app-proxy stand-in).
 fn world_pieces(
@@ -309,8 +357,6 @@ fn world_pieces(
         }));
     }
     if host.has(Role::Argocd) {
-        let (git, health, target) = (world.git.clone(), world.health.clone(), target.clone());
-        let tokens = world.argocd_tokens.clone();
         let config = argocd::controller::Config {
             reconcile_every: scenario.argocd.reconcile_every,
             history_limit: scenario.argocd.history_limit,
@@ -326,51 +372,27 @@ fn world_pieces(
             calm: Some(world.calm.clone()),
             ..Default::default()
         };
-        pieces.push(Box::new(move |env| {
-            let run = argocd::run(
-                env,
-                target.clone(),
-                git.clone(),
-                health.clone(),
-                config.clone(),
-                tokens.clone(),
-            );
-            Box::pin(async move {
-                if let Err(error) = run.await {
-                    tracing::error!(%error, "simulated Argo CD stopped");
-                }
-            })
-        }));
+        let (git, health) = (world.git.clone(), world.health.clone());
+        let tokens = world.argocd_tokens.clone();
+        pieces.push(argocd_piece(config, target.clone(), git, health, tokens));
     }
     if host.has(Role::Workload) {
-        let (git, health, calm) = (world.git.clone(), world.health.clone(), world.calm.clone());
-        let (clusters, unregister) = (
-            hosts_with(scenario, Role::Cluster),
-            world.unregister.clone(),
-        );
-        let (config, target) = (scenario.workload.clone(), target.clone());
-        let token_secret = world.token_secret.clone();
+        let clusters = hosts_with(scenario, Role::Cluster);
         let layout = workload::Layout::of(
             &scenario.workload,
             &scenario.argocd.application_namespaces,
             &clusters,
         );
-        pieces.push(Box::new(move |env| {
-            let handles = workload::Handles {
-                git: git.clone(),
-                health: health.clone(),
-                calm: calm.clone(),
-                clusters: clusters.clone(),
-                unregister: unregister.clone(),
-                layout: layout.clone(),
-                token_secret: token_secret.clone(),
-            };
-            let (config, target) = (config.clone(), target.clone());
-            Box::pin(async move {
-                let client = orrery_system::env::kube::client(env.clone(), &target);
-                workload::run(env, client, config, handles).await;
-            })
-        }));
+        let handles = workload::Handles {
+            git: world.git.clone(),
+            health: world.health.clone(),
+            calm: world.calm.clone(),
+            clusters,
+            unregister: world.unregister.clone(),
+            layout,
+            token_secret: world.token_secret.clone(),
+        };
+        pieces.push(workload_piece(scenario.workload.clone(), target.clone(), handles));
     }
     if host.has(Role::Git) {
         let git = world.git.clone();
@@ -539,11 +561,38 @@ fn world_pieces(
             ))
         }));
     }
-    if let (Some(hosted), Some(api)) = (&scenario.hosted, world.vclusters.get(&host.name)) {
+    if let (Some(hosted), Some(tenant)) = (&scenario.hosted, world.vclusters.get(&host.name)) {
         pieces.push(api_server_piece(
-            api.clone(),
+            tenant.api.clone(),
             "virtual cluster's API server",
         ));
+        if hosted.applications > 0 {
+            // The tenant's hosted runtime sees its virtual cluster only.
+            let (own, _) = crate::world::hosted::targets(&host.name, "unused");
+            let own = KubeTarget {
+                namespace: argocd::NAMESPACE.into(),
+                read_idle: target.read_idle,
+                ..own
+            };
+            let config = argocd::controller::Config {
+                calm: Some(world.calm.clone()),
+                ..Default::default()
+            };
+            let (git, health) = (tenant.git.clone(), tenant.health.clone());
+            let tokens = argocd::Tokens::from(placement::ARGOCD_TOKEN);
+            pieces.push(argocd_piece(config, own.clone(), git, health, tokens));
+            let config = crate::world::hosted::workload(hosted);
+            let handles = workload::Handles {
+                git: tenant.git.clone(),
+                health: tenant.health.clone(),
+                calm: world.calm.clone(),
+                clusters: Vec::new(),
+                unregister: Arc::default(),
+                layout: workload::Layout::of(&config, &[], &[]),
+                token_secret: None,
+            };
+            pieces.push(workload_piece(config, own, handles));
+        }
         let (name, settings, calm) = (host.name.clone(), hosted.clone(), world.calm.clone());
         pieces.push(Box::new(move |env| {
             Box::pin(crate::world::hosted::run_tenant(
@@ -685,8 +734,8 @@ impl Target for Harness<'_> {
         let knobs = patch.apply(&self.world.api.knobs());
         self.world.api.set_knobs(knobs);
         // Hosted runtimes' virtual API servers suffer the same (the tenants' own clusters).
-        for api in self.world.vclusters.values() {
-            api.set_knobs(patch.apply(&api.knobs()));
+        for tenant in self.world.vclusters.values() {
+            tenant.api.set_knobs(patch.apply(&tenant.api.knobs()));
         }
     }
 
@@ -800,8 +849,8 @@ fn start_calm(
         start_host(sim, world, host, HostChange::Calm);
     }
     world.api.set_knobs(scenario.apiserver.clone());
-    for api in world.vclusters.values() {
-        api.set_knobs(scenario.apiserver.clone());
+    for tenant in world.vclusters.values() {
+        tenant.api.set_knobs(scenario.apiserver.clone());
     }
     world.platform.set_knobs(platform_knobs(scenario));
     world.git.lock().serving = Default::default();
@@ -828,7 +877,7 @@ fn platform_knobs(scenario: &Scenario) -> platform_events::Knobs {
 /// The API server's Applications: `namespace/name` → (name, rv, reported state), with
 /// what Git says of their last sync (the app version at `syncResult.revision`, the change
 /// revision's commit).
-fn truth(api: &ApiServer, git: &SharedGit) -> Vec<checkers::AppTruth> {
+fn truth_of_apps(api: &ApiServer, git: &SharedGit) -> Vec<checkers::AppTruth> {
     use orrery_system::runtime::source_server::version;
     let git = git.lock();
     let kind = api
@@ -1247,7 +1296,14 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             .then(crate::world::database::Database::default),
         vclusters: hosts_with(scenario, Role::Vcluster)
             .into_iter()
-            .map(|host| (host, ApiServer::new(scenario.apiserver.clone())))
+            .map(|host| {
+                let tenant = crate::world::hosted::Tenant {
+                    api: ApiServer::new(scenario.apiserver.clone()),
+                    git: SharedGit::default(),
+                    health: HealthOverrides::default(),
+                };
+                (host, tenant)
+            })
             .collect(),
     };
     if let Some(promotions) = &scenario.promotions {
@@ -1275,6 +1331,15 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             &hosts_with(scenario, Role::Runtime),
             scenario.tunnel.runtimes_per_host,
         );
+    }
+    if let Some(hosted) = scenario.hosted.as_ref().filter(|h| h.applications > 0) {
+        let vclusters: Vec<String> = world.vclusters.keys().cloned().collect();
+        crate::world::hosted::register(&world.control_plane.registry, &vclusters);
+        let config = crate::world::hosted::workload(hosted);
+        let layout = workload::Layout::of(&config, &[], &[]);
+        for tenant in world.vclusters.values() {
+            workload::seed_git(&tenant.git, &config, &layout, SIM_EPOCH_UNIX_MS);
+        }
     }
     if let Some(database) = &world.database {
         // Registered before the run: committed by an earlier life of the platform.
@@ -1383,7 +1448,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     let events = trace.events();
     let state = FinalState {
         attributions: attributions(&events, &world.api, &world.git),
-        apps: truth(&world.api, &world.git),
+        apps: truth_of_apps(&world.api, &world.git),
         reported: world.platform.apps_of(RUNTIME_NAME),
         end_ms,
         unregistered: world
@@ -1412,7 +1477,18 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         hosted: world
             .vclusters
             .iter()
-            .map(|(name, api)| crate::world::hosted::truth(variant, name, api, &world.api))
+            .map(|(name, tenant)| {
+                let mut truth = crate::world::hosted::truth(variant, name, &tenant.api, &world.api);
+                if scenario.hosted.as_ref().is_some_and(|h| h.applications > 0) {
+                    let runtime = crate::world::hosted::runtime_name(name);
+                    truth.runtime = Some(checkers::hosted::HostedRuntimeTruth {
+                        apps: truth_of_apps(&tenant.api, &tenant.git),
+                        reported: world.platform.apps_of(&runtime),
+                        runtime,
+                    });
+                }
+                truth
+            })
             .collect(),
     };
     let mut checkers: Vec<_> = scenario

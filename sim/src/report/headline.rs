@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 45] = [
+pub const FIGURES: [(&str, &str); 47] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -147,6 +147,14 @@ pub const FIGURES: [(&str, &str); 45] = [
     (
         "vcluster_foreign_mounts",
         "objects whose host name holds another object's copy at the end",
+    ),
+    (
+        "hosted_runtime_apps",
+        "apps in the hosted runtimes' virtual clusters at the end",
+    ),
+    (
+        "hosted_runtime_stale_apps",
+        "of them, apps the platform shows otherwise (or shows though gone)",
     ),
 ];
 
@@ -319,6 +327,10 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
             "vcluster_foreign_mounts",
             counter("vcluster.foreign_mounts"),
         );
+    }
+    if metrics.counters.contains_key("hosted.apps") {
+        put("hosted_runtime_apps", counter("hosted.apps"));
+        put("hosted_runtime_stale_apps", counter("hosted.stale"));
     }
     if metrics.counters.contains_key("bus.recoveries") {
         put(

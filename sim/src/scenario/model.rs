@@ -970,6 +970,12 @@ pub struct Hosted {
     /// namespace `team-x-prod` (names any tenant may choose, which vcluster's naming maps
     /// to one host name), created in that order and updated, never deleted. Default true.
     pub colliding: bool,
+    /// Each tenant's hosted runtime, on its vcluster host: a workload of this many
+    /// Applications in its virtual cluster (its own Git), its Argo CD, and its runtime's
+    /// application event reporter and cache, reporting to the platform (a `role: platform`
+    /// host) with the token of runtime `hosted` of account `<vcluster>`. 0 (the default)
+    /// runs no runtime, only the tenant's writes.
+    pub applications: usize,
 }
 
 impl Default for Hosted {
@@ -978,6 +984,7 @@ impl Default for Hosted {
             write_every: Duration::from_secs(1),
             names: 4,
             colliding: true,
+            applications: 0,
         }
     }
 }
@@ -1153,7 +1160,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 27] = [
+pub const KNOWN_INVARIANTS: [&str; 28] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1181,6 +1188,7 @@ pub const KNOWN_INVARIANTS: [&str; 27] = [
     "no_acknowledged_write_lost",
     "tenant_isolation",
     "vcluster_isolation",
+    "hosted_runtimes_converge",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

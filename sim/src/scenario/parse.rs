@@ -346,6 +346,12 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "the hosted section needs at least one host with role vcluster",
     )?;
     v.check(
+        !s.invariants.iter().any(|i| i.name == "hosted_runtimes_converge")
+            || s.hosted.as_ref().is_some_and(|h| h.applications > 0),
+        &Field::root("invariants"),
+        "hosted_runtimes_converge needs hosted runtimes: hosted.applications above 0",
+    )?;
+    v.check(
         !s.invariants.iter().any(|i| i.name == "vcluster_isolation") || count(Role::Vcluster) >= 1,
         &Field::root("invariants"),
         "vcluster_isolation needs at least one host with role vcluster",
@@ -360,6 +366,19 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             (1..=50).contains(&hosted.names),
             &Field::root("hosted").key("names"),
             format!("hosted.names must be 1..=50, not {}", hosted.names),
+        )?;
+        v.check(
+            hosted.applications <= 500,
+            &Field::root("hosted").key("applications"),
+            format!(
+                "hosted.applications must be 0..=500, not {}",
+                hosted.applications
+            ),
+        )?;
+        v.check(
+            hosted.applications == 0 || count(Role::Platform) == 1,
+            &Field::root("hosted").key("applications"),
+            "hosted runtimes (hosted.applications above 0) report to the platform: exactly one host with role platform",
         )?;
     }
     v.check(
@@ -1143,6 +1162,48 @@ expect:
         let err = parse("t.yaml", &bad).unwrap_err().to_string();
         assert!(
             err.starts_with("t.yaml:11:24: faults[0].partition[1]: unknown host \"apisrv\""),
+            "{err}"
+        );
+    }
+
+    /// Hosted runtimes report to the platform; their invariant needs them.
+    #[test]
+    fn hosted_runtimes_need_a_platform_host_and_their_invariant_needs_them() {
+        let hosted = "name: t
+description: d
+topology:
+  hosts:
+    - {name: apiserver, role: apiserver}
+    - {name: acme, role: vcluster}
+hosted:
+  applications: 5
+duration: 10s
+calm: 10s
+invariants:
+  - name: vcluster_isolation
+expect:
+  hardened: pass
+";
+        let err = parse("t.yaml", hosted).unwrap_err().to_string();
+        assert!(
+            err.contains("hosted.applications: hosted runtimes (hosted.applications above 0) report to the platform: exactly one host with role platform"),
+            "{err}"
+        );
+        let with_platform = hosted.replace(
+            "    - {name: acme, role: vcluster}",
+            "    - {name: acme, role: vcluster}\n    - {name: platform, role: platform}",
+        );
+        parse("t.yaml", &with_platform).unwrap();
+        let too_many = with_platform.replace("applications: 5", "applications: 501");
+        let err = parse("t.yaml", &too_many).unwrap_err().to_string();
+        assert!(err.contains("hosted.applications must be 0..=500, not 501"), "{err}");
+        let without_runtimes = with_platform.replace("applications: 5", "applications: 0").replace(
+            "  - name: vcluster_isolation\n",
+            "  - name: vcluster_isolation\n  - name: hosted_runtimes_converge\n",
+        );
+        let err = parse("t.yaml", &without_runtimes).unwrap_err().to_string();
+        assert!(
+            err.contains("hosted_runtimes_converge needs hosted runtimes: hosted.applications above 0"),
             "{err}"
         );
     }

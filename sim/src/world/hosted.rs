@@ -5,6 +5,15 @@
 //! namespace `vc-<host>` of the shared host cluster (the `role: apiserver` host), where the
 //! tenants' workloads read them. At the end the harness reads both sides ([`truth`]) for
 //! `vcluster_isolation`.
+//!
+//! With `hosted.applications`, each tenant also has its hosted runtime on its vcluster host,
+//! all of it talking to its virtual cluster only: the tenant's developers' workload
+//! (Applications and commits to the tenant's own Git), its Argo CD, and its runtime's
+//! application event reporter and cache, reporting to the platform with the token of
+//! runtime [`RUNTIME`] of account `<vcluster>` — registered as a hosted runtime on cluster
+//! `<vcluster>`. Every tenant's apps have the same names (`argocd/app-00000`, …); the
+//! platform must keep them apart (`hosted_runtimes_converge`). The Applications are custom
+//! resources and stay in the virtual cluster (vcluster syncs pods and what they mount).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,9 +29,63 @@ use orrery_system::platform::vcluster::naming::{self, Identity};
 use orrery_system::platform::vcluster::reconcile::content;
 use orrery_system::platform::vcluster::Kind;
 
+use orrery_system::platform::registry::{self, Registry};
+
 use super::apiserver::ApiServer;
+use super::argocd::HealthOverrides;
+use super::git::SharedGit;
 use crate::checkers::hosted::{Copy, Mounted, VclusterTruth, VirtualObject};
-use crate::scenario::model::Hosted;
+use crate::scenario::model::{Hosted, Workload};
+
+/// The name of each tenant's hosted runtime in its account (the account is named after the
+/// vcluster).
+pub const RUNTIME: &str = "hosted";
+
+/// The token vcluster `vcluster`'s hosted runtime reports with.
+pub fn runtime_token(vcluster: &str) -> String {
+    format!("rt-token-{vcluster}-{RUNTIME}")
+}
+
+/// The platform's name for vcluster `vcluster`'s hosted runtime (`<account>-<runtime>`,
+/// its read model's key).
+pub fn runtime_name(vcluster: &str) -> String {
+    format!("{vcluster}-{RUNTIME}")
+}
+
+/// One tenant's world: its virtual cluster's API server (its store outlives the host's
+/// crashes), and for its hosted runtime its own Git and its workloads' health.
+#[derive(Clone)]
+pub struct Tenant {
+    /// The virtual cluster's API server.
+    pub api: Arc<ApiServer>,
+    /// The tenant's Git provider (its repositories alone).
+    pub git: SharedGit,
+    /// The health its apps' workloads report.
+    pub health: HealthOverrides,
+}
+
+/// The workload of a tenant's developers: `hosted.applications` apps in one repository,
+/// changing at the workload's default rates.
+pub fn workload(settings: &Hosted) -> Workload {
+    Workload {
+        applications: settings.applications,
+        repositories: 1,
+        ..Workload::default()
+    }
+}
+
+/// Registers each tenant's hosted runtime (platform state from before the run): runtime
+/// [`RUNTIME`] of account `<vcluster>`, hosted, on cluster `<vcluster>`.
+pub fn register(registry: &Registry, vclusters: &[String]) {
+    for vcluster in vclusters {
+        let info = registry::Info {
+            kind: registry::Kind::Hosted,
+            cluster: vcluster.clone(),
+            ..Default::default()
+        };
+        registry.insert_with(&runtime_token(vcluster), vcluster, RUNTIME, info);
+    }
+}
 
 /// The namespaces each tenant writes in.
 pub const NAMESPACES: [&str; 3] = ["prod", "team", "staging"];

@@ -77,6 +77,12 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     if host.has(Role::Cache) {
         config.cache = Some(format!("0.0.0.0:{CACHE_PORT}"));
     }
+    if host.has(Role::Vcluster) && scenario.hosted.as_ref().is_some_and(|h| h.applications > 0) {
+        // A tenant's hosted runtime: its reporter and cache next to its virtual cluster.
+        config.cache = Some(format!("0.0.0.0:{CACHE_PORT}"));
+        let pinned = scenario.reporter.variant.unwrap_or(variant);
+        config.app_reporter = Some(hosted_reporter(scenario, &host.name, pinned));
+    }
     if host.has(Role::Reporter) {
         let pinned = scenario.reporter.variant.unwrap_or(variant);
         config.app_reporter = Some(reporter(scenario, pinned));
@@ -366,6 +372,22 @@ fn operator(scenario: &Scenario, host: &Host, variant: Variant) -> gitops_operat
         config.workflow_namespace = workflows.namespace.clone();
     }
     config.leader_elect = hosts_with(scenario, Role::Operator).len() > 1;
+    config
+}
+
+/// The reporter of vcluster `vcluster`'s hosted runtime: its virtual cluster's API server,
+/// its own Argo CD (bundled) and cache, the platform, and its hosted runtime's token.
+fn hosted_reporter(scenario: &Scenario, vcluster: &str, variant: Variant) -> app_reporter::Config {
+    let mut config = reporter(scenario, variant);
+    config.apiserver.addr = format!("{vcluster}:{APISERVER_PORT}");
+    config.argocd_addr = format!("{vcluster}:8080");
+    config.argocd_token = ARGOCD_TOKEN.into();
+    config.argocd_token_secret = None;
+    config.application_namespaces = Vec::new();
+    config.sources_addr = None;
+    config.runtime_token = super::hosted::runtime_token(vcluster);
+    config.cache_addr = format!("{vcluster}:{CACHE_PORT}");
+    config.replicas = 1;
     config
 }
 

@@ -228,6 +228,7 @@ fn application(index: usize, layout: &Layout) -> DynamicObject {
 }
 
 /// Shared handles the workload needs.
+#[derive(Clone)]
 pub struct Handles {
     /// The Git provider it commits to.
     pub git: SharedGit,

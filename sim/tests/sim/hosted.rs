@@ -66,3 +66,98 @@ fn faithful_keeps_a_tenant_apart_when_no_names_collide() {
     let faithful = run(false, Variant::Faithful);
     assert_eq!(faithful.result, Outcome::Pass, "{:?}", faithful.violations);
 }
+
+/// Two tenants with hosted runtimes: each vcluster host runs its tenant's workload, Argo CD,
+/// reporter and cache against its own virtual cluster, and reports with its hosted runtime's
+/// token. Both tenants' apps have the same names.
+fn with_runtimes(queue_capacity: usize) -> String {
+    format!(
+        "name: t
+description: two tenants' hosted runtimes
+topology:
+  hosts:
+    - {{name: apiserver, role: apiserver}}
+    - {{name: platform, role: platform}}
+    - {{name: acme, role: vcluster}}
+    - {{name: globex, role: vcluster}}
+hosted:
+  write_every: 1s
+  applications: 30
+reporter:
+  queue_capacity: {queue_capacity}
+duration: 60s
+calm: 60s
+invariants:
+  - name: vcluster_isolation
+  - name: hosted_runtimes_converge
+expect: {{hardened: pass}}
+"
+    )
+}
+
+fn run_with_runtimes(queue_capacity: usize, variant: Variant) -> runner::RunOutcome {
+    let scenario = scenario::parse::parse("test.yaml", &with_runtimes(queue_capacity))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let outcome = runner::run(&scenario, 1, variant);
+    assert_eq!(outcome.harness_error, None);
+    outcome
+}
+
+/// The platform files each hosted runtime's events under its own runtime: both show all of
+/// their own 30-odd apps (same names, each tenant's revisions), none of the other's.
+#[test]
+fn hosted_runtimes_each_show_their_own_virtual_clusters_apps() {
+    let outcome = run_with_runtimes(1_000, Variant::Hardened);
+    assert_eq!(outcome.result, Outcome::Pass, "{:?}", outcome.violations);
+    let runtimes: Vec<_> = outcome
+        .state
+        .hosted
+        .iter()
+        .map(|t| t.runtime.as_ref().expect("a hosted runtime per vcluster"))
+        .collect();
+    assert_eq!(runtimes[0].runtime, "acme-hosted");
+    assert_eq!(runtimes[1].runtime, "globex-hosted");
+    for runtime in &runtimes {
+        assert!(runtime.apps.len() >= 25, "{} apps", runtime.apps.len());
+        let shown = runtime.reported.values().filter(|r| !r.deleted).count();
+        assert_eq!(shown, runtime.apps.len(), "{}", runtime.runtime);
+    }
+    // Same names, the tenants' own histories: some app's revision differs between them.
+    let (acme, globex) = (&runtimes[0].apps, &runtimes[1].apps);
+    assert!(acme.iter().any(|a| globex
+        .iter()
+        .any(|g| g.key == a.key && g.revision != a.revision)));
+}
+
+/// A faithful reporter whose queue holds 2 events drops most of them and never resyncs:
+/// `hosted_runtimes_converge` names the runtime whose apps the platform shows stale.
+#[test]
+fn hosted_runtimes_converge_fires_when_a_runtimes_events_are_lost() {
+    let outcome = run_with_runtimes(2, Variant::Faithful);
+    let violation = outcome
+        .violations
+        .iter()
+        .find(|v| v.invariant == "hosted_runtimes_converge")
+        .unwrap_or_else(|| panic!("expected a violation, got {:?}", outcome.violations));
+    assert!(violation.details["stale_or_missing"].as_u64() > Some(0));
+    assert!(violation.host.ends_with("-hosted"), "{}", violation.host);
+}
+
+/// Found by `swarm-hosted` at seed 12 (hardened, before the fix): tenant initech's app was
+/// deleted while its reporter's send of an older state hung on a connection the partition
+/// from the platform had cut; the watch's deletion (at the deletion's resourceVersion)
+/// waited behind it. The resync pass then replaced that waiting deletion with its own, at
+/// one past what the platform showed — older than the state in flight, so the platform
+/// ignored it as stale and showed the deleted app for ever. A pass's deletion now leaves a
+/// waiting one alone and is reported at the API server's current resourceVersion.
+#[test]
+fn a_resync_deletion_never_replaces_a_waiting_one_nor_loses_to_an_older_state() {
+    let path = format!("{}/../scenarios/swarm-hosted.yaml", env!("CARGO_MANIFEST_DIR"));
+    let family = scenario::load(std::path::Path::new(&path)).unwrap();
+    let outcome = runner::run(&family, 12, Variant::Hardened);
+    assert_eq!(outcome.result, Outcome::Pass, "{:?}", outcome.violations);
+    assert!(outcome
+        .reached
+        .iter()
+        .any(|c| c.name() == "resync_repaired"));
+}

@@ -342,9 +342,19 @@ async fn sync_kind(env: SharedEnv, config: Config, kind: Kind) {
     let mut pending: BTreeSet<Key> = BTreeSet::new();
     let mut retries: BTreeMap<Key, (u32, Duration)> = BTreeMap::new();
     loop {
+        // Retries that are due join the events' objects (a steady stream of events must not
+        // starve them: the event branch below is polled first).
+        let now = env.elapsed();
+        pending.extend(
+            retries
+                .iter()
+                .filter(|(_, (_, at))| *at <= now)
+                .map(|(key, _)| key.clone()),
+        );
         while let Some(key) = pending.pop_first() {
             let limit = syncer.config.reconcile_timeout;
             let outcome = tokio::select! {
+                biased;
                 outcome = syncer.reconcile(&key) => outcome,
                 () = env.sleep(limit) => Err(Error::Timeout(limit)),
             };
@@ -374,40 +384,38 @@ async fn sync_kind(env: SharedEnv, config: Config, kind: Kind) {
         let wait = next_retry.map(|due| due.saturating_sub(env.elapsed()));
         tokio::select! {
             biased;
-            event = events.next() => match event {
-                Some(Ok(keys)) => {
-                    pending.extend(keys);
-                    // Take every event already delivered before reconciling, so a backlog
-                    // (the host was slow or unreachable) collapses into one reconcile per
-                    // object, as a workqueue does.
-                    while let Some(Some(Ok(keys))) = events.next().now_or_never() {
-                        pending.extend(keys);
+            event = events.next() => {
+                let Some(event) = event else { return };
+                // Take every event already delivered before reconciling, so a backlog (the
+                // host was slow or unreachable) collapses into one reconcile per object, as
+                // a workqueue does.
+                let mut next = Some(event);
+                while let Some(event) = next {
+                    match event {
+                        Ok(keys) => pending.extend(keys),
+                        Err(error) => env.observe(
+                            PlatformEvent::VclusterFailed {
+                                vcluster: syncer.config.name.clone(),
+                                object: kind.plural().into(),
+                                error: format!("watch: {error}"),
+                            }
+                            .into(),
+                        ),
                     }
+                    next = match events.next().now_or_never() {
+                        Some(Some(event)) => Some(event),
+                        Some(None) => return,
+                        None => None,
+                    };
                 }
-                Some(Err(error)) => env.observe(
-                    PlatformEvent::VclusterFailed {
-                        vcluster: syncer.config.name.clone(),
-                        object: kind.plural().into(),
-                        error: format!("watch: {error}"),
-                    }
-                    .into(),
-                ),
-                None => return,
-            },
+            }
+            // Due retries are taken at the top of the loop.
             () = async {
                 match wait {
                     Some(wait) => env.sleep(wait).await,
                     None => std::future::pending().await,
                 }
-            } => {
-                let now = env.elapsed();
-                let due: Vec<Key> = retries
-                    .iter()
-                    .filter(|(_, (_, at))| *at <= now)
-                    .map(|(key, _)| key.clone())
-                    .collect();
-                pending.extend(due);
-            }
+            } => {}
         }
     }
 }

@@ -85,11 +85,22 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), namespace, &application_resource());
             if let Ok(None) = api.get_opt(name).await {
-                let rv = r.resource_version + 1;
-                let mut gone = DynamicObject::new(name, &application_resource()).within(namespace);
-                gone.metadata.resource_version = Some(rv.to_string());
+                // A deletion the watch delivered is already waiting (its app's earlier state
+                // may still be in flight): it carries the deletion's own resourceVersion.
+                let waiting = replica.state().tombstones.contains_key(key);
+                let gone = if waiting {
+                    None
+                } else {
+                    let rv = tombstone_rv(&api, r.resource_version).await;
+                    let mut gone =
+                        DynamicObject::new(name, &application_resource()).within(namespace);
+                    gone.metadata.resource_version = Some(rv.to_string());
+                    Some(Arc::new(gone))
+                };
                 let mut state = replica.state();
-                state.tombstones.insert(key.clone(), Arc::new(gone));
+                if let Some(gone) = gone {
+                    state.tombstones.entry(key.clone()).or_insert(gone);
+                }
                 state.hardened.push(key);
                 deletions += 1;
             }
@@ -104,4 +115,20 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
         );
         replica.wake.notify_waiters();
     }
+}
+
+/// The resourceVersion a deletion found by the pass is reported at: the API server's
+/// current one (a list of at most one app), which is newer than any state of the app the
+/// replica could still be sending — not just newer than what the platform showed when the
+/// pass read it. Without an answer, one past what the platform shows.
+async fn tombstone_rv(api: &Api<DynamicObject>, shown: u64) -> u64 {
+    let params = kube::api::ListParams::default().limit(1);
+    let current = match api.list_metadata(&params).await {
+        Ok(list) => list
+            .metadata
+            .resource_version
+            .and_then(|rv| rv.parse::<u64>().ok()),
+        Err(_) => None,
+    };
+    current.unwrap_or(0).max(shown + 1)
 }
