@@ -1461,7 +1461,11 @@ expect: {hardened: pass}
                     start(3_000, "reporter-0"),
                     sent(4_000, "reporter-0"),
                 ],
-                vec![stop(2_000, "acme"), start(3_000, "acme"), sent(4_000, "acme")],
+                vec![
+                    stop(2_000, "acme"),
+                    start(3_000, "acme"),
+                    sent(4_000, "acme"),
+                ],
             ),
         ]
     }

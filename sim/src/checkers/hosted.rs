@@ -377,7 +377,11 @@ mod tests {
 
     #[test]
     fn hosted_runtimes_converge_holds_when_each_runtime_shows_its_own_apps() {
-        assert!(converge(vec![runtime("acme-hosted", "a1"), runtime("globex-hosted", "g1")]).is_none());
+        assert!(converge(vec![
+            runtime("acme-hosted", "a1"),
+            runtime("globex-hosted", "g1")
+        ])
+        .is_none());
         // A world without hosted runtimes has nothing to check.
         assert!(converge(Vec::new()).is_none());
     }
@@ -397,7 +401,9 @@ mod tests {
         let mut extra = runtime("acme-hosted", "a1");
         extra.reported.insert("argocd/api".into(), shown("g1"));
         assert_eq!(
-            converge(vec![extra]).expect("an app it does not have").details["examples"][0]["app"],
+            converge(vec![extra])
+                .expect("an app it does not have")
+                .details["examples"][0]["app"],
             "argocd/api"
         );
 

@@ -813,7 +813,11 @@ fn vcluster_figures(
     ] {
         counters.insert(name.into(), value);
     }
-    let runtimes: Vec<_> = state.hosted.iter().filter_map(|t| t.runtime.as_ref()).collect();
+    let runtimes: Vec<_> = state
+        .hosted
+        .iter()
+        .filter_map(|t| t.runtime.as_ref())
+        .collect();
     if !runtimes.is_empty() {
         let apps = runtimes.iter().map(|r| r.apps.len() as u64).sum();
         let stale = runtimes

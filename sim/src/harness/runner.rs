@@ -392,7 +392,11 @@ fn world_pieces(
             layout,
             token_secret: world.token_secret.clone(),
         };
-        pieces.push(workload_piece(scenario.workload.clone(), target.clone(), handles));
+        pieces.push(workload_piece(
+            scenario.workload.clone(),
+            target.clone(),
+            handles,
+        ));
     }
     if host.has(Role::Git) {
         let git = world.git.clone();

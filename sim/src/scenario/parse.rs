@@ -346,7 +346,9 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         "the hosted section needs at least one host with role vcluster",
     )?;
     v.check(
-        !s.invariants.iter().any(|i| i.name == "hosted_runtimes_converge")
+        !s.invariants
+            .iter()
+            .any(|i| i.name == "hosted_runtimes_converge")
             || s.hosted.as_ref().is_some_and(|h| h.applications > 0),
         &Field::root("invariants"),
         "hosted_runtimes_converge needs hosted runtimes: hosted.applications above 0",
@@ -1196,14 +1198,21 @@ expect:
         parse("t.yaml", &with_platform).unwrap();
         let too_many = with_platform.replace("applications: 5", "applications: 501");
         let err = parse("t.yaml", &too_many).unwrap_err().to_string();
-        assert!(err.contains("hosted.applications must be 0..=500, not 501"), "{err}");
-        let without_runtimes = with_platform.replace("applications: 5", "applications: 0").replace(
-            "  - name: vcluster_isolation\n",
-            "  - name: vcluster_isolation\n  - name: hosted_runtimes_converge\n",
+        assert!(
+            err.contains("hosted.applications must be 0..=500, not 501"),
+            "{err}"
         );
+        let without_runtimes = with_platform
+            .replace("applications: 5", "applications: 0")
+            .replace(
+                "  - name: vcluster_isolation\n",
+                "  - name: vcluster_isolation\n  - name: hosted_runtimes_converge\n",
+            );
         let err = parse("t.yaml", &without_runtimes).unwrap_err().to_string();
         assert!(
-            err.contains("hosted_runtimes_converge needs hosted runtimes: hosted.applications above 0"),
+            err.contains(
+                "hosted_runtimes_converge needs hosted runtimes: hosted.applications above 0"
+            ),
             "{err}"
         );
     }

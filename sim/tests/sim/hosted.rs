@@ -152,7 +152,10 @@ fn hosted_runtimes_converge_fires_when_a_runtimes_events_are_lost() {
 /// waiting one alone and is reported at the API server's current resourceVersion.
 #[test]
 fn a_resync_deletion_never_replaces_a_waiting_one_nor_loses_to_an_older_state() {
-    let path = format!("{}/../scenarios/swarm-hosted.yaml", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../scenarios/swarm-hosted.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let family = scenario::load(std::path::Path::new(&path)).unwrap();
     let outcome = runner::run(&family, 12, Variant::Hardened);
     assert_eq!(outcome.result, Outcome::Pass, "{:?}", outcome.violations);

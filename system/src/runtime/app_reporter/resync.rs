@@ -123,7 +123,7 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
 /// pass read it. Without an answer, one past what the platform shows.
 async fn tombstone_rv(api: &Api<DynamicObject>, shown: u64) -> u64 {
     let params = kube::api::ListParams::default().limit(1);
-    let current = match api.list_metadata(&params).await {
+    let current = match api.list(&params).await {
         Ok(list) => list
             .metadata
             .resource_version
