@@ -151,7 +151,7 @@ profile:
 	@command -v perf >/dev/null || { echo "perf not found: apt-get install linux-perf"; exit 2; }
 	RUSTFLAGS="--cfg tokio_unstable -C force-frame-pointers=yes" $(CARGO) build --profile profiling -p orrery-sim --bin orrery
 	@mkdir -p reports/perf
-	perf record -F 499 --call-graph fp -o $(PROFILE_OUT).data ./target/profiling/orrery run scenarios/$(SCENARIO).yaml --seed $(SEED) --variant $(VARIANT) > /dev/null
+	MIMALLOC_PURGE_DELAY=-1 perf record -F 499 --call-graph fp -o $(PROFILE_OUT).data ./target/profiling/orrery run scenarios/$(SCENARIO).yaml --seed $(SEED) --variant $(VARIANT) > /dev/null
 	perf report -i $(PROFILE_OUT).data --no-children --percent-limit 0.3 --stdio -g none > $(PROFILE_OUT).txt 2>/dev/null
 	perf report -i $(PROFILE_OUT).data --children --percent-limit 2 --stdio -g none > $(PROFILE_OUT).inclusive.txt 2>/dev/null
 	@head -40 $(PROFILE_OUT).txt; echo "full: $(PROFILE_OUT).txt (self), $(PROFILE_OUT).inclusive.txt (with callees)"
