@@ -181,15 +181,17 @@ impl Checker for HostedRuntimesConverge {
     }
 
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
-        let (runtime, stale) = state
+        let diverged: Vec<_> = state
             .hosted
             .iter()
-            .filter_map(|truth| truth.runtime.as_ref())
-            .map(|runtime| {
+            .filter_map(|truth| Some((truth.vcluster.as_str(), truth.runtime.as_ref()?)))
+            .map(|(vcluster, runtime)| {
                 let stale = super::platform::stale_apps(&runtime.apps, &runtime.reported);
-                (runtime, stale)
+                (vcluster, runtime, stale)
             })
-            .find(|(_, stale)| !stale.is_empty())?;
+            .filter(|(_, _, stale)| !stale.is_empty())
+            .collect();
+        let (vcluster, runtime, stale) = diverged.first()?;
         let example = |key: &String| {
             let truth = runtime.apps.iter().find(|a| &a.key == key);
             json!({
@@ -202,9 +204,10 @@ impl Checker for HostedRuntimesConverge {
             invariant: self.name().into(),
             class: Class::Safety,
             at_ms: state.end_ms,
-            host: runtime.runtime.clone(),
+            host: vcluster.to_string(),
             details: json!({
                 "runtime": runtime.runtime,
+                "runtimes_diverged": diverged.iter().map(|(_, r, _)| r.runtime.as_str()).collect::<Vec<_>>(),
                 "apps": runtime.apps.len(),
                 "stale_or_missing": stale.len(),
                 "examples": stale.iter().take(5).map(example).collect::<Vec<_>>(),
@@ -395,7 +398,13 @@ mod tests {
         let violation = converge(vec![runtime("acme-hosted", "a1"), mixed])
             .expect("another tenant's revision is a violation");
         assert_eq!(violation.class, Class::Safety);
-        assert_eq!(violation.host, "globex-hosted");
+        // Each runtime's truth sits on the vcluster `synced()` names.
+        assert_eq!(violation.host, "acme");
+        assert_eq!(violation.details["runtime"], "globex-hosted");
+        assert_eq!(
+            violation.details["runtimes_diverged"],
+            json!(["globex-hosted"])
+        );
         assert_eq!(violation.details["stale_or_missing"], 1);
 
         let mut extra = runtime("acme-hosted", "a1");

@@ -379,8 +379,12 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
             Histogram::from_ms(probe_lags),
         );
     }
+    // Hosted runtimes' Applications live in their own API servers (their own resourceVersions,
+    // the same names) and the platform's events do not say whose they are: a write and the
+    // event that covers it cannot be paired, so the latency is left out.
+    let hosted_runtimes = state.hosted.iter().any(|t| t.runtime.is_some());
     let (platform_lags, platform_unseen) = lags(events, Seen::Platform);
-    if !platform_lags.is_empty() {
+    if !platform_lags.is_empty() && !hosted_runtimes {
         counters.insert("platform.writes_never_reported".into(), platform_unseen);
         histograms.insert(
             "end_to_end_latency_write_to_platform".into(),

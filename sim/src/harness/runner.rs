@@ -570,13 +570,12 @@ fn world_pieces(
             tenant.api.clone(),
             "virtual cluster's API server",
         ));
-        if hosted.applications > 0 {
+        if hosted.runs_runtimes() {
             // The tenant's hosted runtime sees its virtual cluster only.
-            let (own, _) = crate::world::hosted::targets(&host.name, "unused");
             let own = KubeTarget {
                 namespace: argocd::NAMESPACE.into(),
                 read_idle: target.read_idle,
-                ..own
+                ..crate::world::hosted::virtual_target(&host.name)
             };
             let config = argocd::controller::Config {
                 calm: Some(world.calm.clone()),
@@ -585,14 +584,14 @@ fn world_pieces(
             let (git, health) = (tenant.git.clone(), tenant.health.clone());
             let tokens = argocd::Tokens::from(placement::ARGOCD_TOKEN);
             pieces.push(argocd_piece(config, own.clone(), git, health, tokens));
-            let config = crate::world::hosted::workload(hosted);
+            let (config, layout) = crate::world::hosted::workload(hosted);
             let handles = workload::Handles {
                 git: tenant.git.clone(),
                 health: tenant.health.clone(),
                 calm: world.calm.clone(),
                 clusters: Vec::new(),
                 unregister: Arc::default(),
-                layout: workload::Layout::of(&config, &[], &[]),
+                layout,
                 token_secret: None,
             };
             pieces.push(workload_piece(config, own, handles));
@@ -1336,11 +1335,10 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             scenario.tunnel.runtimes_per_host,
         );
     }
-    if let Some(hosted) = scenario.hosted.as_ref().filter(|h| h.applications > 0) {
+    if let Some(hosted) = scenario.hosted.as_ref().filter(|h| h.runs_runtimes()) {
         let vclusters: Vec<String> = world.vclusters.keys().cloned().collect();
         crate::world::hosted::register(&world.control_plane.registry, &vclusters);
-        let config = crate::world::hosted::workload(hosted);
-        let layout = workload::Layout::of(&config, &[], &[]);
+        let (config, layout) = crate::world::hosted::workload(hosted);
         for tenant in world.vclusters.values() {
             workload::seed_git(&tenant.git, &config, &layout, SIM_EPOCH_UNIX_MS);
         }
@@ -1483,7 +1481,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             .iter()
             .map(|(name, tenant)| {
                 let mut truth = crate::world::hosted::truth(variant, name, &tenant.api, &world.api);
-                if scenario.hosted.as_ref().is_some_and(|h| h.applications > 0) {
+                if scenario.hosted.as_ref().is_some_and(|h| h.runs_runtimes()) {
                     let runtime = crate::world::hosted::runtime_name(name);
                     truth.runtime = Some(checkers::hosted::HostedRuntimeTruth {
                         apps: truth_of_apps(&tenant.api, &tenant.git),

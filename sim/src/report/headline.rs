@@ -154,7 +154,7 @@ pub const FIGURES: [(&str, &str); 47] = [
     ),
     (
         "hosted_runtime_stale_apps",
-        "of them, apps the platform shows otherwise (or shows though gone)",
+        "hosted runtimes' apps the platform shows otherwise, or shows though gone",
     ),
 ];
 

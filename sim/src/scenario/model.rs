@@ -314,7 +314,9 @@ pub enum Role {
     /// own API server (port 6443; its store outlives the host's crashes, as etcd on a
     /// volume), the tenant writing ConfigMaps and Secrets into it, and the control plane's
     /// vcluster syncer keeping them in namespace `vc-<host>` of the `role: apiserver` host
-    /// (the shared host cluster). The host's name is the vcluster's.
+    /// (the shared host cluster). The host's name is the vcluster's. With
+    /// `hosted.applications`, also the tenant's hosted runtime against that API server: its
+    /// workload, Argo CD, reporter and cache (so such a host takes none of those roles).
     Vcluster,
 }
 
@@ -976,6 +978,13 @@ pub struct Hosted {
     /// host) with the token of runtime `hosted` of account `<vcluster>`. 0 (the default)
     /// runs no runtime, only the tenant's writes.
     pub applications: usize,
+}
+
+impl Hosted {
+    /// Whether each tenant also runs its hosted runtime (`applications` above 0).
+    pub fn runs_runtimes(&self) -> bool {
+        self.applications > 0
+    }
 }
 
 impl Default for Hosted {

@@ -349,9 +349,20 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         !s.invariants
             .iter()
             .any(|i| i.name == "hosted_runtimes_converge")
-            || s.hosted.as_ref().is_some_and(|h| h.applications > 0),
+            || s.hosted.as_ref().is_some_and(|h| h.runs_runtimes()),
         &Field::root("invariants"),
-        "hosted_runtimes_converge needs hosted runtimes: hosted.applications above 0",
+        "hosted_runtimes_converge needs hosted runtimes: role vcluster hosts and a hosted section with applications above 0",
+    )?;
+    v.check(
+        !s.hosted.as_ref().is_some_and(|h| h.runs_runtimes())
+            || !s.topology.hosts.iter().any(|h| {
+                h.has(Role::Vcluster)
+                    && [Role::Reporter, Role::Argocd, Role::Workload, Role::Cache]
+                        .into_iter()
+                        .any(|r| h.has(r))
+            }),
+        &hosts_field,
+        "a vcluster host runs its tenant's hosted runtime (hosted.applications above 0): it cannot also have role reporter, argocd, workload or cache",
     )?;
     v.check(
         !s.invariants.iter().any(|i| i.name == "vcluster_isolation") || count(Role::Vcluster) >= 1,
@@ -378,7 +389,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             ),
         )?;
         v.check(
-            hosted.applications == 0 || count(Role::Platform) == 1,
+            !hosted.runs_runtimes() || count(Role::Platform) == 1,
             &Field::root("hosted").key("applications"),
             "hosted runtimes (hosted.applications above 0) report to the platform: exactly one host with role platform",
         )?;
@@ -1210,9 +1221,16 @@ expect:
             );
         let err = parse("t.yaml", &without_runtimes).unwrap_err().to_string();
         assert!(
-            err.contains(
-                "hosted_runtimes_converge needs hosted runtimes: hosted.applications above 0"
-            ),
+            err.contains("hosted_runtimes_converge needs hosted runtimes: role vcluster hosts and a hosted section with applications above 0"),
+            "{err}"
+        );
+        let doubled = with_platform.replace(
+            "{name: acme, role: vcluster}",
+            "{name: acme, role: vcluster, roles: [cache]}",
+        );
+        let err = parse("t.yaml", &doubled).unwrap_err().to_string();
+        assert!(
+            err.contains("topology.hosts: a vcluster host runs its tenant's hosted runtime (hosted.applications above 0): it cannot also have role reporter, argocd, workload or cache"),
             "{err}"
         );
     }

@@ -65,13 +65,15 @@ pub struct Tenant {
 }
 
 /// The workload of a tenant's developers: `hosted.applications` apps in one repository,
-/// changing at the workload's default rates.
-pub fn workload(settings: &Hosted) -> Workload {
-    Workload {
+/// changing at the workload's default rates, and where its apps are (`argocd`, in-cluster).
+pub fn workload(settings: &Hosted) -> (Workload, super::workload::Layout) {
+    let config = Workload {
         applications: settings.applications,
         repositories: 1,
         ..Workload::default()
-    }
+    };
+    let layout = super::workload::Layout::of(&config, &[], &[]);
+    (config, layout)
 }
 
 /// Registers each tenant's hosted runtime (platform state from before the run): runtime
@@ -111,10 +113,14 @@ pub fn names(count: u32) -> Vec<String> {
         .collect()
 }
 
+/// Vcluster `vcluster`'s own API server: all its tenant (and its hosted runtime) sees.
+pub fn virtual_target(vcluster: &str) -> KubeTarget {
+    KubeTarget::new(format!("{vcluster}:{}", super::placement::APISERVER_PORT))
+}
+
 /// The syncer's view of vcluster `vcluster` (its own API server) and of the host cluster.
 pub fn targets(vcluster: &str, host_apiserver: &str) -> (KubeTarget, KubeTarget) {
-    let virtual_cluster =
-        KubeTarget::new(format!("{vcluster}:{}", super::placement::APISERVER_PORT));
+    let virtual_cluster = virtual_target(vcluster);
     let mut host = KubeTarget::new(format!(
         "{host_apiserver}:{}",
         super::placement::APISERVER_PORT
@@ -128,8 +134,7 @@ pub fn targets(vcluster: &str, host_apiserver: &str) -> (KubeTarget, KubeTarget)
 /// randomness; with `colliding`, the two colliding Secrets first (in order) and updated
 /// every tenth write. A write that fails is not retried (the next one is drawn).
 pub async fn run_tenant(env: SharedEnv, vcluster: String, settings: Hosted, calm: Arc<AtomicBool>) {
-    let (target, _) = targets(&vcluster, "unused");
-    let client = orrery_system::env::kube::client(env.clone(), &target);
+    let client = orrery_system::env::kube::client(env.clone(), &virtual_target(&vcluster));
     let names = names(settings.names);
     let mut step: u64 = 0;
     loop {

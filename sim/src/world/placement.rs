@@ -77,7 +77,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     if host.has(Role::Cache) {
         config.cache = Some(format!("0.0.0.0:{CACHE_PORT}"));
     }
-    if host.has(Role::Vcluster) && scenario.hosted.as_ref().is_some_and(|h| h.applications > 0) {
+    if host.has(Role::Vcluster) && scenario.hosted.as_ref().is_some_and(|h| h.runs_runtimes()) {
         // A tenant's hosted runtime: its reporter and cache next to its virtual cluster.
         config.cache = Some(format!("0.0.0.0:{CACHE_PORT}"));
         let pinned = scenario.reporter.variant.unwrap_or(variant);

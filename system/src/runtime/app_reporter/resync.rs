@@ -81,29 +81,26 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
             {
                 continue;
             }
-            // Our store lacks it: confirm with the API server before reporting a deletion.
+            // Our store lacks it: ask the API server. One list of that name says whether it
+            // is gone and, from the same snapshot, gives a resourceVersion newer than any
+            // state of it the replica could still be sending. No answer: the next pass asks.
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), namespace, &application_resource());
-            if let Ok(None) = api.get_opt(name).await {
-                // A deletion the watch delivered is already waiting (its app's earlier state
-                // may still be in flight): it carries the deletion's own resourceVersion.
-                let waiting = replica.state().tombstones.contains_key(key);
-                let gone = if waiting {
-                    None
-                } else {
-                    let rv = tombstone_rv(&api, r.resource_version).await;
-                    let mut gone =
-                        DynamicObject::new(name, &application_resource()).within(namespace);
-                    gone.metadata.resource_version = Some(rv.to_string());
-                    Some(Arc::new(gone))
-                };
-                let mut state = replica.state();
-                if let Some(gone) = gone {
-                    state.tombstones.entry(key.clone()).or_insert(gone);
-                }
-                state.hardened.push(key);
-                deletions += 1;
+            let Ok(Some(listed)) = gone_at(&api, name).await else {
+                continue;
+            };
+            let mut state = replica.state();
+            if in_store() {
+                continue; // created again while the list was answered: the watch has it
             }
+            let waiting = state.tombstones.contains_key(key);
+            if let Some(rv) = deletion(waiting, listed, r.resource_version) {
+                let mut gone = DynamicObject::new(name, &application_resource()).within(namespace);
+                gone.metadata.resource_version = Some(rv.to_string());
+                state.tombstones.insert(key.clone(), Arc::new(gone));
+            }
+            state.hardened.push(key);
+            deletions += 1;
         }
         replica.env.observe(
             ReporterEvent::Resync {
@@ -117,18 +114,44 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
     }
 }
 
-/// The resourceVersion a deletion found by the pass is reported at: the API server's
-/// current one (a list of at most one app), which is newer than any state of the app the
-/// replica could still be sending — not just newer than what the platform showed when the
-/// pass read it. Without an answer, one past what the platform shows.
-async fn tombstone_rv(api: &Api<DynamicObject>, shown: u64) -> u64 {
-    let params = kube::api::ListParams::default().limit(1);
-    let current = match api.list(&params).await {
-        Ok(list) => list
-            .metadata
-            .resource_version
-            .and_then(|rv| rv.parse::<u64>().ok()),
-        Err(_) => None,
-    };
-    current.unwrap_or(0).max(shown + 1)
+/// The resourceVersion a pass reports an app deleted at, for an app the platform shows at
+/// `shown`, the replica's store lacks and the API server listed as gone at `listed`: none
+/// when the watch's own deletion already waits (it carries the deletion's resourceVersion,
+/// and the app's earlier state may still be in flight ahead of it — the pass's would only
+/// replace it); else `listed`, newer than any state of the app, and never at or below what
+/// the platform shows.
+fn deletion(waiting: bool, listed: u64, shown: u64) -> Option<u64> {
+    (!waiting).then_some(listed.max(shown + 1))
+}
+
+/// Whether app `name` is gone, from one list of that name: `Some` with the list's
+/// resourceVersion when it is, `None` when it is there (or the list has no version).
+async fn gone_at(api: &Api<DynamicObject>, name: &str) -> Result<Option<u64>, kube::Error> {
+    let params = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    let list = api.list(&params).await?;
+    let listed = list
+        .metadata
+        .resource_version
+        .and_then(|rv| rv.parse().ok());
+    Ok(listed.filter(|_| list.items.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deletion;
+
+    /// swarm-hosted found it: a pass replaced the watch's deletion (at 283), waiting behind
+    /// an older state in flight (256), with its own at one past what the platform showed
+    /// (226) — older than the state in flight, so the platform ignored it as stale.
+    #[test]
+    fn a_waiting_deletion_is_left_alone() {
+        assert_eq!(deletion(true, 300, 225), None);
+    }
+
+    #[test]
+    fn a_deletion_the_pass_finds_is_at_the_listed_version_not_one_past_the_platforms() {
+        assert_eq!(deletion(false, 300, 225), Some(300));
+        // The platform never sees it at or below what it shows.
+        assert_eq!(deletion(false, 200, 225), Some(226));
+    }
 }
