@@ -220,6 +220,41 @@ fn register_hosts(
             }
         });
     }
+    // Each hosted tenant's developers work from outside the platform: a host of their own
+    // (`<vcluster>-developers`) that no fault names, so a crash of the vcluster host leaves
+    // their apps, commits and churn as they were.
+    if let Some(hosted) = scenario.hosted.as_ref().filter(|h| h.runs_runtimes()) {
+        for (vcluster, tenant) in &world.vclusters {
+            let name = crate::world::hosted::developers(vcluster);
+            let own = KubeTarget {
+                namespace: argocd::NAMESPACE.into(),
+                read_idle: target.read_idle,
+                ..crate::world::hosted::virtual_target(vcluster)
+            };
+            let (config, layout) = crate::world::hosted::workload(hosted);
+            let handles = workload::Handles {
+                git: tenant.git.clone(),
+                health: tenant.health.clone(),
+                calm: world.calm.clone(),
+                clusters: Vec::new(),
+                unregister: Arc::default(),
+                layout,
+                token_secret: None,
+            };
+            let piece = workload_piece(config, own, handles);
+            let trace = world.trace.clone();
+            let host = name.clone();
+            sim.host(host.as_str(), move || {
+                let env = SimEnv::with_fault_points(&name, seed, 0, trace.clone(), None);
+                let run = piece(env);
+                async move {
+                    run.await;
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+            });
+        }
+    }
 }
 
 /// Runs the control plane on a (re)booted host. Without a database it runs once, on the
@@ -583,18 +618,7 @@ fn world_pieces(
             };
             let (git, health) = (tenant.git.clone(), tenant.health.clone());
             let tokens = argocd::Tokens::from(placement::ARGOCD_TOKEN);
-            pieces.push(argocd_piece(config, own.clone(), git, health, tokens));
-            let (config, layout) = crate::world::hosted::workload(hosted);
-            let handles = workload::Handles {
-                git: tenant.git.clone(),
-                health: tenant.health.clone(),
-                calm: world.calm.clone(),
-                clusters: Vec::new(),
-                unregister: Arc::default(),
-                layout,
-                token_secret: None,
-            };
-            pieces.push(workload_piece(config, own, handles));
+            pieces.push(argocd_piece(config, own, git, health, tokens));
         }
         let (name, settings, calm) = (host.name.clone(), hosted.clone(), world.calm.clone());
         pieces.push(Box::new(move |env| {

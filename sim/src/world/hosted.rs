@@ -7,11 +7,13 @@
 //! `vcluster_isolation`.
 //!
 //! With `hosted.applications`, each tenant also has its hosted runtime on its vcluster host,
-//! all of it talking to its virtual cluster only: the tenant's developers' workload
-//! (Applications and commits to the tenant's own Git), its Argo CD, and its runtime's
+//! all of it talking to its virtual cluster only — its Argo CD, and its runtime's
 //! application event reporter and cache, reporting to the platform with the token of
 //! runtime [`RUNTIME`] of account `<vcluster>` — registered as a hosted runtime on cluster
-//! `<vcluster>`. Every tenant's apps have the same names (`argocd/app-00000`, …); the
+//! `<vcluster>`. The tenant's developers work from a host of their own ([`developers`],
+//! which no fault names): Applications and commits to the tenant's own Git, health flaps
+//! and churn, the workload generator's. Every tenant's apps have the same names
+//! (`argocd/app-00000`, …); the
 //! platform must keep them apart (`hosted_runtimes_converge`). The Applications are custom
 //! resources and stay in the virtual cluster (vcluster syncs pods and what they mount).
 
@@ -111,6 +113,12 @@ pub fn names(count: u32) -> Vec<String> {
             n => format!("cm-{n}"),
         })
         .collect()
+}
+
+/// The host the tenant of vcluster `vcluster`'s developers work from (outside the
+/// platform: no fault names it).
+pub fn developers(vcluster: &str) -> String {
+    format!("{vcluster}-developers")
 }
 
 /// Vcluster `vcluster`'s own API server: all its tenant (and its hosted runtime) sees.
