@@ -316,7 +316,8 @@ pub enum Role {
     /// vcluster syncer keeping them in namespace `vc-<host>` of the `role: apiserver` host
     /// (the shared host cluster). The host's name is the vcluster's. With
     /// `hosted.applications`, also the tenant's hosted runtime against that API server: its
-    /// workload, Argo CD, reporter and cache (so such a host takes none of those roles).
+    /// Argo CD, reporter and cache (so such a host takes none of those roles, nor workload;
+    /// the tenant's workload runs on a host of its own, `<host>-developers`).
     Vcluster,
 }
 
@@ -972,11 +973,12 @@ pub struct Hosted {
     /// namespace `team-x-prod` (names any tenant may choose, which vcluster's naming maps
     /// to one host name), created in that order and updated, never deleted. Default true.
     pub colliding: bool,
-    /// Each tenant's hosted runtime, on its vcluster host: a workload of this many
-    /// Applications in its virtual cluster (its own Git), its Argo CD, and its runtime's
+    /// Each tenant's hosted runtime, on its vcluster host: its Argo CD, and its runtime's
     /// application event reporter and cache, reporting to the platform (a `role: platform`
-    /// host) with the token of runtime `hosted` of account `<vcluster>`. 0 (the default)
-    /// runs no runtime, only the tenant's writes.
+    /// host) with the token of runtime `hosted` of account `<vcluster>`; and a workload of
+    /// this many Applications in its virtual cluster (its own Git), run from a host of its
+    /// own (`<vcluster>-developers`). 0 (the default) runs no runtime, only the tenant's
+    /// writes.
     pub applications: usize,
 }
 
