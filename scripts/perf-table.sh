@@ -5,6 +5,8 @@
 # working tree, runs seed 1 of each scenario in both variants with each binary (one run at a
 # time, so they do not compete for cores), and prints a Markdown table: wall seconds per seed,
 # simulated seconds per wall second, peak RSS, and whether the two trace hashes agree.
+# NEW=path/to/orrery measures that binary as the "after" one instead of building the working
+# tree (e.g. NEW=target/pgo/orrery after scripts/pgo-build.sh).
 # The table also goes to reports/perf/compare.md (ignored by git; copy figures into the
 # README's performance section by hand).
 #
@@ -23,18 +25,29 @@ trap cleanup EXIT
 git worktree add -q --detach "$work/base" "$base"
 echo "building $base ($(git rev-parse --short "$base")) and the working tree, release..." >&2
 CARGO_TARGET_DIR="$root/target/perf-base" cargo build -q --release --manifest-path "$work/base/Cargo.toml" -p orrery-sim --bin orrery
-cargo build -q --release -p orrery-sim --bin orrery
 cp "$root/target/perf-base/release/orrery" "$work/old"
-cp "$root/target/release/orrery" "$work/new"
+if [ -n "${NEW:-}" ]; then
+  cp "$NEW" "$work/new"
+else
+  cargo build -q --release -p orrery-sim --bin orrery
+  cp "$root/target/release/orrery" "$work/new"
+fi
 
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   for f in scenarios/*.yaml; do names+=("$(basename "$f" .yaml)"); done
 fi
 
-# measure BINARY SCENARIO-FILE VARIANT -> "wall sim rss_mb hash"
+# Each binary runs with the allocator setting its own revision gives every process cargo
+# starts (.cargo/config.toml's [env]; the Makefile exports it too): freed memory kept.
+purge_of() { grep -q 'MIMALLOC_PURGE_DELAY *= *"-1"' "$1/.cargo/config.toml" 2>/dev/null && echo -1 || true; }
+old_purge=$(purge_of "$work/base")
+new_purge=$(purge_of "$root")
+
+# measure BINARY SCENARIO-FILE VARIANT PURGE-DELAY -> "wall sim rss_mb hash"
 measure() {
   local out="$work/out" tim="$work/time"
+  if [ -n "$4" ]; then export MIMALLOC_PURGE_DELAY="$4"; else unset MIMALLOC_PURGE_DELAY; fi
   /usr/bin/time -f '%e %M' -o "$tim" "$1" run "$2" --seed 1 --variant "$3" > "$out" || true
   local line sim hash
   line=$(tail -1 "$out")
@@ -46,7 +59,7 @@ measure() {
 
 table="$work/table.md"
 {
-  echo "| scenario | variant | wall s/seed before | after | speed-up | sim/wall before | after | peak RSS MB before | after | trace hash |"
+  echo "| scenario | variant | wall s/seed before | after | speed-up | sim/wall before | after | peak RSS MB before | after | trace hash (before → after; after vs the committed report) |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
 } > "$table"
 for name in "${names[@]}"; do
@@ -55,9 +68,13 @@ for name in "${names[@]}"; do
   [ -f "$new_file" ] || { echo "no scenario $new_file" >&2; exit 2; }
   [ -f "$old_file" ] || old_file="$new_file"
   for variant in faithful hardened; do
-    read -r ow os orss oh < <(measure "$work/old" "$old_file" "$variant")
-    read -r nw ns nrss nh < <(measure "$work/new" "$new_file" "$variant")
+    read -r ow os orss oh < <(measure "$work/old" "$old_file" "$variant" "$old_purge")
+    read -r nw ns nrss nh < <(measure "$work/new" "$new_file" "$variant" "$new_purge")
     same=$([ "$oh" = "$nh" ] && echo "identical" || echo "differs ($oh → $nh)")
+    # The after binary's trace against the committed report of the same seed (same code,
+    # other build: must be identical; the before binary's may differ when scenarios moved).
+    committed=$(jq -r .trace_hash "reports/$name/$variant.json" 2>/dev/null || echo none)
+    if [ "$nh" = "$committed" ]; then same="$same; as committed"; else same="$same; committed $committed"; fi
     awk -v n="$name" -v v="$variant" -v ow="$ow" -v nw="$nw" -v os="$os" -v ns="$ns" \
         -v orss="$orss" -v nrss="$nrss" -v same="$same" 'BEGIN {
       printf "| %s | %s | %.2f | %.2f | %.1f× | %.1f | %.1f | %d | %d | %s |\n",
@@ -65,5 +82,5 @@ for name in "${names[@]}"; do
   done
 done
 mkdir -p reports/perf
-{ echo "Before: \`$base\` ($(git rev-parse --short "$base")); after: the working tree. Release builds, seed 1, one run at a time, $(nproc) cores."; echo; cat "$table"; } > reports/perf/compare.md
+{ echo "Before: \`$base\` ($(git rev-parse --short "$base")); after: ${NEW:-the working tree}. Release builds, seed 1, one run at a time, $(nproc) cores."; echo; cat "$table"; } > reports/perf/compare.md
 cat reports/perf/compare.md
