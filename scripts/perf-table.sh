@@ -77,8 +77,12 @@ for name in "${names[@]}"; do
     if [ "$nh" = "$committed" ]; then same="$same; as committed"; else same="$same; committed $committed"; fi
     awk -v n="$name" -v v="$variant" -v ow="$ow" -v nw="$nw" -v os="$os" -v ns="$ns" \
         -v orss="$orss" -v nrss="$nrss" -v same="$same" 'BEGIN {
-      printf "| %s | %s | %.2f | %.2f | %.1f× | %.1f | %.1f | %d | %d | %s |\n",
-        n, v, ow, nw, (nw > 0 ? ow / nw : 0), (ow > 0 ? os / ow : 0), (nw > 0 ? ns / nw : 0), orss, nrss, same }' | tee -a "$table" >&2
+      if (orss + 0 == 0)  # the before binary could not run it (a scenario or role newer than BASE)
+        printf "| %s | %s | — | %.2f | — | — | %.1f | — | %d | %s |\n",
+          n, v, nw, (nw > 0 ? ns / nw : 0), nrss, same
+      else
+        printf "| %s | %s | %.2f | %.2f | %.1f× | %.1f | %.1f | %d | %d | %s |\n",
+          n, v, ow, nw, (nw > 0 ? ow / nw : 0), (ow > 0 ? os / ow : 0), (nw > 0 ? ns / nw : 0), orss, nrss, same }' | tee -a "$table" >&2
   done
 done
 mkdir -p reports/perf
