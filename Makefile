@@ -136,7 +136,7 @@ nightly:
 		[ $$status -eq 0 ] || fail=$$status; \
 	done; exit $$fail
 
-## The fastest binary, target/pgo/orrery (not part of make test; ~25 min on 2 cores): the
+## The fastest binary, target/pgo/orrery (not part of make test; ~20 min on 2 cores): the
 ## release build optimised with a profile of its own runs over every scenario (PGO; needs
 ## rustup's llvm-tools component, which it installs). Same code, same traces (it checks one).
 pgo:

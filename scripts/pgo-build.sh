@@ -2,7 +2,7 @@
 # The fastest orrery binary: the release profile (fat LTO, one codegen unit), optimised with
 # a profile of its own runs (profile-guided optimisation).
 #
-#   scripts/pgo-build.sh            → target/pgo/orrery (about 25 min on 2 cores)
+#   scripts/pgo-build.sh            → target/pgo/orrery (about 20 min on 2 cores)
 #
 # 1. builds an instrumented release binary (target/pgo/instrumented),
 # 2. runs it over every scenario's gated runs (`orrery reports` into a scratch directory,

@@ -226,11 +226,7 @@ fn register_hosts(
     if let Some(hosted) = scenario.hosted.as_ref().filter(|h| h.runs_runtimes()) {
         for (vcluster, tenant) in &world.vclusters {
             let name = crate::world::hosted::developers(vcluster);
-            let own = KubeTarget {
-                namespace: argocd::NAMESPACE.into(),
-                read_idle: target.read_idle,
-                ..crate::world::hosted::virtual_target(vcluster)
-            };
+            let own = crate::world::hosted::runtime_target(vcluster, target.read_idle);
             let (config, layout) = crate::world::hosted::workload(hosted);
             let handles = workload::Handles {
                 git: tenant.git.clone(),
@@ -607,11 +603,7 @@ fn world_pieces(
         ));
         if hosted.runs_runtimes() {
             // The tenant's hosted runtime sees its virtual cluster only.
-            let own = KubeTarget {
-                namespace: argocd::NAMESPACE.into(),
-                read_idle: target.read_idle,
-                ..crate::world::hosted::virtual_target(&host.name)
-            };
+            let own = crate::world::hosted::runtime_target(&host.name, target.read_idle);
             let config = argocd::controller::Config {
                 calm: Some(world.calm.clone()),
                 ..Default::default()

@@ -13,9 +13,9 @@
 //! `<vcluster>`. The tenant's developers work from a host of their own ([`developers`],
 //! which no fault names): Applications and commits to the tenant's own Git, health flaps
 //! and churn, the workload generator's. Every tenant's apps have the same names
-//! (`argocd/app-00000`, …); the
-//! platform must keep them apart (`hosted_runtimes_converge`). The Applications are custom
-//! resources and stay in the virtual cluster (vcluster syncs pods and what they mount).
+//! (`argocd/app-00000`, …); the platform must keep them apart (`hosted_runtimes_converge`).
+//! The Applications are custom resources and stay in the virtual cluster (vcluster syncs
+//! pods and what they mount).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -124,6 +124,16 @@ pub fn developers(vcluster: &str) -> String {
 /// Vcluster `vcluster`'s own API server: all its tenant (and its hosted runtime) sees.
 pub fn virtual_target(vcluster: &str) -> KubeTarget {
     KubeTarget::new(format!("{vcluster}:{}", super::placement::APISERVER_PORT))
+}
+
+/// What the tenant's hosted runtime and developers work on: its virtual cluster's
+/// Applications namespace, with the world's watch idle timeout (`read_idle`).
+pub fn runtime_target(vcluster: &str, read_idle: std::time::Duration) -> KubeTarget {
+    KubeTarget {
+        namespace: super::argocd::NAMESPACE.into(),
+        read_idle,
+        ..virtual_target(vcluster)
+    }
 }
 
 /// The syncer's view of vcluster `vcluster` (its own API server) and of the host cluster.
