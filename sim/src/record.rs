@@ -9,6 +9,7 @@
 //! phase is also recorded as first seen).
 //! Real mode only (wall clock): never part of a simulation.
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -48,7 +49,7 @@ fn seen(kind: Kind, object: &DynamicObject) -> Seen {
     let text = |pointer: &str| {
         object
             .data
-            .pointer(pointer)
+            .at(pointer)
             .and_then(Value::as_str)
             .map(str::to_string)
     };

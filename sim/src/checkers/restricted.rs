@@ -21,6 +21,7 @@
 //!   source) within [`PROPAGATION_MS`], unless changed again before; the last version by the
 //!   end of the run.
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
@@ -51,7 +52,7 @@ impl Permits {
     /// What a RestrictedGitSource's `spec` permits.
     pub fn of_source(spec: &Value) -> Permits {
         let mut repos: BTreeSet<String> = strings(&spec["sourceRepos"]);
-        if let Some(repo) = spec.pointer("/source/repoURL").and_then(Value::as_str) {
+        if let Some(repo) = spec.at("/source/repoURL").and_then(Value::as_str) {
             repos.insert(repo.to_string());
         }
         let namespace = spec["sourceNamespace"].as_str().unwrap_or("").to_string();

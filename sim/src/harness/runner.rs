@@ -1,6 +1,7 @@
 //! Runs one scenario seed for one variant: build the world, apply the timed faults during
 //! the fault phase, heal everything for the calm phase, then check the invariants.
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -917,17 +918,17 @@ fn truth_of_apps(api: &ApiServer, git: &SharedGit) -> Vec<checkers::AppTruth> {
             health_status: text(status.and_then(|s| s.get("health")), "status"),
             destination: text(o.get("spec").and_then(|s| s.get("destination")), "server"),
             change_revision: o
-                .pointer("/status/operationState/operation/sync/changeRevision")
+                .at("/status/operationState/operation/sync/changeRevision")
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
             ..Default::default()
         });
         let truth = apps.last_mut().expect("just pushed");
-        let source = o.pointer("/spec/source");
+        let source = o.at("/spec/source");
         let (repo, path) = (text(source, "repoURL"), text(source, "path"));
         let synced = o
-            .pointer("/status/operationState/syncResult/revision")
+            .at("/status/operationState/syncResult/revision")
             .and_then(Value::as_str)
             .unwrap_or("");
         if let Some(files) = (!synced.is_empty())
@@ -1050,9 +1051,9 @@ fn attributions(
         api.store().visit(&kind, |o| {
             let metadata = o.get("metadata");
             let key = format!("{}/{}", text(metadata, "namespace"), text(metadata, "name"));
-            let source = o.pointer("/spec/source");
+            let source = o.at("/spec/source");
             let annotation = o
-                .pointer("/metadata/annotations")
+                .at("/metadata/annotations")
                 .and_then(|a| a.get(paths::MANIFEST_GENERATE_PATHS))
                 .and_then(Value::as_str)
                 .unwrap_or("");

@@ -10,6 +10,7 @@ pub mod markdown;
 pub mod page;
 pub mod svg;
 
+use orrery_system::core::json::Pointer as _;
 use std::path::Path;
 
 use serde::Serialize;
@@ -72,7 +73,7 @@ pub fn subject(violation: &Violation) -> Option<String> {
     SUBJECT_FIELDS
         .iter()
         .find_map(|field| details.get(field).and_then(|v| v.as_str()))
-        .or_else(|| details.pointer("/examples/0/app").and_then(|v| v.as_str()))
+        .or_else(|| details.at("/examples/0/app").and_then(|v| v.as_str()))
         .filter(|s| !s.is_empty())
         .map(str::to_string)
 }

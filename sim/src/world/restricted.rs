@@ -4,6 +4,7 @@
 //! every `commit_every`), and a monitor that reports what Argo CD deployed and refused and
 //! which AppProjects it was given — the typed events the `restricted_*` checkers judge.
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -422,7 +423,7 @@ impl SeenApps {
         let project = project_name(app);
         let text = |value: &Value, pointer: &str| {
             value
-                .pointer(pointer)
+                .at(pointer)
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string()
@@ -445,7 +446,7 @@ impl SeenApps {
         let mut last = seen;
         for entry in app
             .data
-            .pointer("/status/history")
+            .at("/status/history")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -483,7 +484,7 @@ impl SeenApps {
         // A project refusal (cluster conditions are not this monitor's business).
         let refusal = app
             .data
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()

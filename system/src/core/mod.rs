@@ -2,6 +2,7 @@
 //! YAML read with positions.
 
 pub mod event;
+pub mod json;
 pub mod time;
 pub mod variant;
 pub mod yaml;

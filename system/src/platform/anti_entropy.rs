@@ -25,6 +25,7 @@
 //! The real platform's cron-executor has no public job list (research §6); this job, its
 //! period and its route are **inferred** (orrery's design). faithful runs no such job.
 
+use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -311,7 +312,7 @@ async fn list(
         // An app left out would look deleted: the pass judges no deletion then.
         listing.omitted += parsed["omitted"].as_u64().unwrap_or(0);
         for (n, item) in items.iter().enumerate() {
-            let text = |p: &str| item.pointer(p).and_then(Value::as_str).unwrap_or("");
+            let text = |p: &str| item.at(p).and_then(Value::as_str).unwrap_or("");
             if text("/metadata/name").is_empty()
                 || text("/metadata/namespace").is_empty()
                 || text("/metadata/resourceVersion").parse::<u64>().is_err()

@@ -9,6 +9,7 @@
 //! `metadata.managedFields` in the real `FieldsV1` shape, with each manager's `time` set
 //! only when its apply changed the object and entries sorted as upstream sorts them.
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
@@ -93,7 +94,7 @@ fn owners(object: &Value) -> Owners {
     }
     let mut result = BTreeMap::new();
     for entry in object
-        .pointer("/metadata/managedFields")
+        .at("/metadata/managedFields")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

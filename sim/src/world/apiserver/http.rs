@@ -9,6 +9,7 @@
 //! before the body is read or the object looked up, as kube-apiserver's filter chain does;
 //! a path naming no resource is still 404 first (upstream would authorize it too).
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -659,7 +660,7 @@ fn filter(target: &Target, params: &BTreeMap<String, String>) -> Result<Filter, 
 
 fn check_body_namespace(target: &Target, body: &Value) -> Result<(), ApiError> {
     match (
-        body.pointer("/metadata/namespace").and_then(Value::as_str),
+        body.at("/metadata/namespace").and_then(Value::as_str),
         &target.namespace,
     ) {
         (Some(body_ns), Some(path_ns)) if body_ns != path_ns => Err(ApiError::bad_request(

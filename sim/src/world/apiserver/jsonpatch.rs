@@ -4,6 +4,7 @@
 //! readers). As on the real server, `replace` of a missing member of an existing object adds
 //! it; `remove` of one fails.
 
+use orrery_system::core::json::Pointer as _;
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -74,7 +75,7 @@ fn index(
 }
 
 fn get(doc: &Value, pointer: &str, op: &str) -> Result<Value, ApiError> {
-    doc.pointer(pointer).cloned().ok_or_else(|| {
+    doc.at(pointer).cloned().ok_or_else(|| {
         unprocessable(format!(
             "{op} operation does not apply: doc is missing path: \"{pointer}\": missing value"
         ))

@@ -1,5 +1,6 @@
 //! Label and field selectors as kube-apiserver parses them (the subset kube clients send).
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -125,7 +126,7 @@ impl LabelSelector {
     /// Whether an object's labels satisfy every requirement.
     pub fn matches(&self, object: &Value) -> bool {
         let labels: BTreeMap<String, String> = object
-            .pointer("/metadata/labels")
+            .at("/metadata/labels")
             .and_then(Value::as_object)
             .map(|m| {
                 m.iter()
@@ -176,10 +177,7 @@ impl FieldSelector {
             } else {
                 "/metadata/namespace"
             };
-            let actual = object
-                .pointer(pointer)
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let actual = object.at(pointer).and_then(Value::as_str).unwrap_or("");
             (actual == value) == *equal
         })
     }

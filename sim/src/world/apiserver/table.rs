@@ -6,6 +6,7 @@
 //! the object as `PartialObjectMetadata` by default (`includeObject=Metadata`), the whole
 //! object with `includeObject=Object`, nothing with `None`.
 
+use orrery_system::core::json::Pointer as _;
 use serde_json::{json, Map, Value};
 
 use orrery_system::core::time::parse_rfc3339;
@@ -266,7 +267,7 @@ fn selector(selector: Option<&Value>) -> String {
 
 fn container_field(object: &Value, field: &str) -> String {
     object
-        .pointer("/spec/template/spec/containers")
+        .at("/spec/template/spec/containers")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -304,7 +305,7 @@ pub fn cells(kind: &ResourceKind, object: &Value, now_millis: u64) -> Vec<Value>
     }
     let int = |pointer: &str, default: i64| {
         json!(object
-            .pointer(pointer)
+            .at(pointer)
             .and_then(Value::as_i64)
             .unwrap_or(default))
     };
@@ -315,7 +316,7 @@ pub fn cells(kind: &ResourceKind, object: &Value, now_millis: u64) -> Vec<Value>
             cells.push(json!(count(object, &["data"])));
         }
         "Lease" => cells.push(json!(object
-            .pointer("/spec/holderIdentity")
+            .at("/spec/holderIdentity")
             .and_then(Value::as_str)
             .unwrap_or_default())),
         "ReplicaSet" => {
@@ -329,7 +330,7 @@ pub fn cells(kind: &ResourceKind, object: &Value, now_millis: u64) -> Vec<Value>
     if kind.kind == "ReplicaSet" {
         cells.push(json!(container_field(object, "name")));
         cells.push(json!(container_field(object, "image")));
-        cells.push(json!(selector(object.pointer("/spec/selector"))));
+        cells.push(json!(selector(object.at("/spec/selector"))));
     }
     cells
 }

@@ -4,6 +4,7 @@
 //! values at most 63 characters of the label alphabet. Differential script
 //! `create-invalid-names-422` proves the answers against a real server.
 
+use orrery_system::core::json::Pointer as _;
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -116,10 +117,7 @@ pub fn metadata(
             ));
         }
     }
-    if let Some(labels) = object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-    {
+    if let Some(labels) = object.at("/metadata/labels").and_then(Value::as_object) {
         for (key, value) in labels {
             for error in qualified_name(key) {
                 causes.push((
@@ -137,7 +135,7 @@ pub fn metadata(
         }
     }
     if let Some(annotations) = object
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(Value::as_object)
     {
         // `ValidateAnnotations`: a qualified name once lowercased; at most 256 KiB of keys

@@ -38,6 +38,7 @@
 //! since its last refresh gets only `reconciledAt` patched, without recomputing its
 //! status; per-app work beyond that one small write is proportional to what changed.
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
 use super::clusters::{Clusters, Reach};
-use super::projects::{check, project_name, Projects};
+use super::projects::{check, project_name, project_of, Projects};
 use super::{app_key, children_of, resources_of, source_of, HealthOverrides, NAMESPACE};
 use crate::world::apiserver::store::rfc3339;
 use crate::world::git::SharedGit;
@@ -155,7 +156,7 @@ fn desired_status(
         && git
             .last_change(repo, &synced_revision, path)
             .is_some_and(|c| c.sha == path_head);
-    let automated = app.data.pointer("/spec/syncPolicy/automated").is_some();
+    let automated = app.data.at("/spec/syncPolicy/automated").is_some();
     let mut next = status.clone();
     if let Some(map) = next.as_object_mut() {
         map.remove("reconciledAt");
@@ -237,21 +238,29 @@ fn compared_to(app: &DynamicObject) -> Value {
 
 /// `spec.destination` as (server, namespace); no server means in-cluster.
 pub fn destination_of(app: &DynamicObject) -> (String, String) {
-    let destination = app.data.get("spec").and_then(|s| s.get("destination"));
-    let field = |f: &str| {
-        destination
-            .and_then(|d| d.get(f))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let server = field("server");
-    let server = if server.is_empty() {
-        super::clusters::IN_CLUSTER.to_string()
-    } else {
-        server
-    };
-    (server, field("namespace"))
+    (
+        destination_server(app).to_string(),
+        destination_field(app, "namespace").to_string(),
+    )
+}
+
+/// The server of `app`'s destination (the in-cluster one when unset), borrowed: what
+/// the controller checks for every app it looks at.
+fn destination_server(app: &DynamicObject) -> &str {
+    match destination_field(app, "server") {
+        "" => super::clusters::IN_CLUSTER,
+        server => server,
+    }
+}
+
+/// `spec.destination[field]` as text ("" when absent).
+fn destination_field<'a>(app: &'a DynamicObject, field: &str) -> &'a str {
+    app.data
+        .get("spec")
+        .and_then(|s| s.get("destination"))
+        .and_then(|d| d.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 /// The status of an app Argo CD cannot compare (its destination is unreachable or not
@@ -262,9 +271,9 @@ fn uncomparable(app: &DynamicObject, kind: &str, message: &str, unix_ms: u64) ->
     if let Some(map) = next.as_object_mut() {
         map.remove("reconciledAt");
     }
-    let revision = next.pointer("/sync/revision").cloned().unwrap_or(json!(""));
+    let revision = next.at("/sync/revision").cloned().unwrap_or(json!(""));
     let compared = next
-        .pointer("/sync/comparedTo")
+        .at("/sync/comparedTo")
         .filter(|c| c.get("destination").is_some())
         .cloned()
         .unwrap_or_else(|| compared_to(app));
@@ -321,11 +330,10 @@ impl Inputs {
         projects: &Projects,
     ) -> Option<Inputs> {
         let (repo, _) = source_of(app)?;
-        let no_status = json!({});
-        let status = app.data.get("status").unwrap_or(&no_status);
+        let status = app.data.get("status").unwrap_or(&Value::Null);
         let head = resolved_head(&git.lock(), repo, status)?.sha.clone();
         // Only whether the cluster answers matters, not the text of its last error.
-        let cluster = match clusters.reach(&destination_of(app).0) {
+        let cluster = match clusters.reach(destination_server(app)) {
             Reach::Unreachable(_) => Reach::Unreachable(String::new()),
             reach => reach,
         };
@@ -334,8 +342,37 @@ impl Inputs {
             head,
             health: health.get(app.metadata.name.as_deref()?),
             cluster,
-            project: projects.resolve(&project_name(app)).map(|(rv, _)| rv),
+            project: projects.version(project_of(app)),
         })
+    }
+}
+
+/// Reads apps from the controller's store by `namespace/name` with one reused key (a
+/// fresh `ObjectRef` would copy the Application type's five names for every lookup, and a
+/// tick looks up every app it considers).
+struct Lookup<'s> {
+    store: &'s Store<Shared<DynamicObject>>,
+    key: kube::runtime::reflector::ObjectRef<Shared<DynamicObject>>,
+}
+
+impl<'s> Lookup<'s> {
+    fn new(store: &'s Store<Shared<DynamicObject>>) -> Lookup<'s> {
+        Lookup {
+            store,
+            key: kube::runtime::reflector::ObjectRef::new_with("", super::application_resource())
+                .within(""),
+        }
+    }
+
+    /// The app `key` (`namespace/name`), if the store has it.
+    fn get(&mut self, key: &str) -> Option<std::sync::Arc<Shared<DynamicObject>>> {
+        let (namespace, name) = key.split_once('/')?;
+        self.key.name.clear();
+        self.key.name.push_str(name);
+        let ns = self.key.namespace.get_or_insert_with(String::new);
+        ns.clear();
+        ns.push_str(namespace);
+        self.store.get(&self.key)
     }
 }
 
@@ -414,13 +451,13 @@ fn completion(
     let operation = app.data.get("operation").filter(|o| !o.is_null())?.clone();
     let (repo, path) = source_of(app)?;
     // An operation without a revision syncs the target revision (here: main's head).
-    let revision = match operation.pointer("/sync/revision").and_then(Value::as_str) {
+    let revision = match operation.at("/sync/revision").and_then(Value::as_str) {
         Some(revision) if !revision.is_empty() => revision.to_string(),
         _ => git.lock().head(repo)?.sha.clone(),
     };
     let mut history = app
         .data
-        .pointer("/status/history")
+        .at("/status/history")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
@@ -488,7 +525,7 @@ fn missing_children(
     store: &Store<Shared<DynamicObject>>,
     config: &Config,
 ) -> (Vec<Value>, Vec<String>) {
-    if app.data.pointer("/spec/syncPolicy/automated").is_none() {
+    if app.data.at("/spec/syncPolicy/automated").is_none() {
         return (Vec::new(), Vec::new());
     }
     let absent = |name: &str, namespace: &str| {
@@ -530,7 +567,7 @@ fn missing_children(
     let (server, _) = destination_of(app);
     let cluster_name = app
         .data
-        .pointer("/spec/destination/name")
+        .at("/spec/destination/name")
         .and_then(Value::as_str)
         .unwrap_or("");
     let mut refused = Vec::new();
@@ -647,14 +684,8 @@ async fn tick(
     let unix_ms = env.unix_millis();
     let stamp = rfc3339(unix_ms);
     let stamps = json!({"reconciledAt": stamp});
-    // Keys are `namespace/name`.
-    let lookup = |key: &str| {
-        let (namespace, name) = key.split_once('/')?;
-        store.get(
-            &kube::runtime::reflector::ObjectRef::new_with(name, super::application_resource())
-                .within(namespace),
-        )
-    };
+    let mut apps = Lookup::new(store);
+    let mut lookup = |key: &str| apps.get(key);
     let mut candidates = std::mem::take(&mut memory.pending);
     candidates.extend(touched.take());
     // Health is the workload's, by app name: the app of that name in each managed namespace.
@@ -772,18 +803,33 @@ async fn tick(
             });
         }
     }
-    let due: Vec<String> = memory
-        .order
-        .iter()
-        .take_while(|(at, _)| now.saturating_sub(*at) >= config.reconcile_every)
-        .map(|(_, key)| key.clone())
-        .filter(|key| !planned.contains(key))
-        .collect();
     let calm = config
         .calm
         .as_ref()
         .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst));
-    for key in due {
+    // The due apps, oldest refresh first, walked one at a time rather than copied out: while
+    // the token bucket is short (10,000 apps, 50 writes/s) most apps are due at every tick
+    // and the walk ends after a few dozen. An app looked at here moves to `now`, past the
+    // due ones, so the walk sees each due app once.
+    let mut after: Option<(Duration, String)> = None;
+    loop {
+        let next = match &after {
+            None => memory.order.iter().next(),
+            Some(last) => memory
+                .order
+                .range((std::ops::Bound::Excluded(last), std::ops::Bound::Unbounded))
+                .next(),
+        };
+        let Some((at, key)) = next
+            .filter(|(at, _)| *at < now && now.saturating_sub(*at) >= config.reconcile_every)
+            .cloned()
+        else {
+            break;
+        };
+        after = Some((at, key.clone()));
+        if planned.contains(&key) {
+            continue;
+        }
         let Some(app) = lookup(&key) else {
             memory.forget(&key);
             continue;
@@ -989,8 +1035,8 @@ fn plan_children(
 ) -> (Vec<Value>, bool, Vec<String>) {
     // The resources this refresh writes, or (a refresh that only stamps the time) the app's.
     let resources = patch
-        .pointer("/status/resources")
-        .or_else(|| app.data.pointer("/status/resources"))
+        .at("/status/resources")
+        .or_else(|| app.data.at("/status/resources"))
         .unwrap_or(&Value::Null);
     let (mut children, refused) = missing_children(app, resources, git, store, config);
     let mut granted = 0;
@@ -1048,7 +1094,7 @@ fn resolved_head<'g>(
 ) -> Option<&'g crate::world::git::Commit> {
     if git.serving.outage {
         // Nothing resolved before: nothing to compare with until Git answers.
-        let last = status.pointer("/sync/revision").and_then(Value::as_str)?;
+        let last = status.at("/sync/revision").and_then(Value::as_str)?;
         return git.commit_by_sha(repo, last);
     }
     git.head(repo)

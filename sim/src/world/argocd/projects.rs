@@ -36,6 +36,7 @@
 //! Application manifest without `metadata.namespace` is created in Argo CD's namespace
 //! (Argo CD: the parent's destination namespace).
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -264,6 +265,21 @@ impl Projects {
         }
     }
 
+    /// The resourceVersion of project `name` (empty for the built-in `default`); `None` if
+    /// it does not exist. What [`Self::resolve`] answers, without copying the project: the
+    /// controller compares it for every app it looks at.
+    pub fn version(&self, name: &str) -> Option<String> {
+        if !self.enforced {
+            return Some(String::new());
+        }
+        let known = self.known.lock().expect("projects lock poisoned");
+        match known.get(name) {
+            Some((rv, _)) => Some(rv.clone()),
+            None if name == DEFAULT => Some(String::new()),
+            None => None,
+        }
+    }
+
     /// Replaces what is known; returns the names whose project changed.
     fn replace(&self, next: BTreeMap<String, (String, Project)>) -> BTreeSet<String> {
         let mut known = self.known.lock().expect("projects lock poisoned");
@@ -383,7 +399,7 @@ pub fn check(app: &DynamicObject, project: Option<&Project>, home: &str) -> Resu
     }
     let spec = app.data.get("spec");
     let field = |pointer: &str| {
-        spec.and_then(|s| s.pointer(pointer))
+        spec.and_then(|s| s.at(pointer))
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string()
@@ -409,9 +425,19 @@ pub fn check(app: &DynamicObject, project: Option<&Project>, home: &str) -> Resu
 
 /// The project an app names (`default` when it names none).
 pub fn project_name(app: &DynamicObject) -> String {
-    match app.data.pointer("/spec/project").and_then(Value::as_str) {
-        Some(name) if !name.is_empty() => name.to_string(),
-        _ => DEFAULT.to_string(),
+    project_of(app).to_string()
+}
+
+/// [`project_name`], borrowed from the app.
+pub fn project_of(app: &DynamicObject) -> &str {
+    match app
+        .data
+        .get("spec")
+        .and_then(|s| s.get("project"))
+        .and_then(Value::as_str)
+    {
+        Some(name) if !name.is_empty() => name,
+        _ => DEFAULT,
     }
 }
 

@@ -13,6 +13,7 @@
 //!
 //! A failed write is observed (`rollouts.error`) and tried again at the next tick.
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -209,18 +210,18 @@ pub fn run_of(object: &DynamicObject) -> AnalysisRun {
         name: object.metadata.name.clone().unwrap_or_default(),
         phase: object
             .data
-            .pointer("/status/phase")
+            .at("/status/phase")
             .and_then(Value::as_str)
             .unwrap_or("Pending")
             .to_string(),
         message: object
             .data
-            .pointer("/status/message")
+            .at("/status/message")
             .and_then(Value::as_str)
             .map(str::to_string),
         terminate: object
             .data
-            .pointer("/spec/terminate")
+            .at("/spec/terminate")
             .and_then(Value::as_bool)
             .unwrap_or(false),
     }
@@ -246,7 +247,7 @@ fn replica_set_object(rollout: &Rollout, new: &reconcile::NewReplicaSet) -> Valu
         template = json!({});
     }
     let mut pod_labels = template
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .cloned()
         .unwrap_or(json!({}));
     if !pod_labels.is_object() {

@@ -12,6 +12,7 @@
 //! phase recorded right after it (before the Rollout's next other change) is `Degraded`,
 //! and a recorded delete deletes it; the operator is the configured one.
 
+use orrery_system::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -239,10 +240,10 @@ pub async fn run(
                         let name = object.metadata.name.clone().unwrap_or_default();
                         let phase = object
                             .data
-                            .pointer("/status/phase")
+                            .at("/status/phase")
                             .and_then(|p| p.as_str())
                             .unwrap_or("");
-                        let aborted = object.data.pointer("/status/abort") == Some(&json!(true));
+                        let aborted = object.data.at("/status/abort") == Some(&json!(true));
                         operate(
                             &env,
                             &api,

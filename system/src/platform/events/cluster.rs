@@ -14,6 +14,7 @@
 //! older event is stale, the same one a duplicate); a deletion is kept as a tombstone at
 //! its resourceVersion, so a late older update cannot bring the object back.
 
+use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -115,7 +116,7 @@ impl ClusterEvent {
     pub fn read(object: &Value, event_type: Option<&str>) -> Result<ClusterEvent, Invalid> {
         let text = |pointer: &str| {
             object
-                .pointer(pointer)
+                .at(pointer)
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string()
@@ -127,14 +128,14 @@ impl ClusterEvent {
             return Err(Invalid::Name);
         }
         let owner = object
-            .pointer("/metadata/ownerReferences")
+            .at("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .find(|o| o["kind"] == "Rollout")
             .and_then(|o| o["name"].as_str())
             .map(str::to_string);
-        let number = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64);
+        let number = |pointer: &str| object.at(pointer).and_then(Value::as_i64);
         let fields = match kind {
             Kind::Rollout => Fields {
                 phase: text("/status/phase"),
@@ -142,7 +143,7 @@ impl ClusterEvent {
                 step: number("/status/currentStepIndex"),
                 stable: text("/status/stableRS"),
                 hash: text("/status/currentPodHash"),
-                aborted: object.pointer("/status/abort") == Some(&Value::Bool(true)),
+                aborted: object.at("/status/abort") == Some(&Value::Bool(true)),
                 ..Fields::default()
             },
             Kind::ReplicaSet => Fields {
@@ -169,7 +170,7 @@ impl ClusterEvent {
             name,
             resource_version: text("/metadata/resourceVersion").parse().unwrap_or(0),
             deleted: event_type.is_some_and(|t| t.eq_ignore_ascii_case("DELETE"))
-                || object.pointer("/metadata/deletionTimestamp").is_some(),
+                || object.at("/metadata/deletionTimestamp").is_some(),
             owner,
             fields,
         })

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod object;
 pub mod read_model;
 
+use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::{Arc, Mutex};
@@ -333,7 +334,7 @@ impl Platform {
         self.with_apps_of(runtime, |shown| {
             let mut listed = std::collections::BTreeSet::new();
             for item in &listing.items {
-                let text = |p: &str| item.pointer(p).and_then(|v| v.as_str()).unwrap_or("");
+                let text = |p: &str| item.at(p).and_then(|v| v.as_str()).unwrap_or("");
                 let (namespace, name) = (text("/metadata/namespace"), text("/metadata/name"));
                 let key = format!("{namespace}/{name}");
                 let rv: u64 = text("/metadata/resourceVersion").parse().unwrap_or(0);
@@ -475,7 +476,7 @@ fn anti_entropy_event(
 ) -> Vec<u8> {
     let text = |p: &str| {
         object
-            .pointer(p)
+            .at(p)
             .and_then(|v| v.as_str())
             .unwrap_or("")
             .to_string()
@@ -486,7 +487,7 @@ fn anti_entropy_event(
         object.to_string()
     };
     let labels = object
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
         .unwrap_or_default();
     let payload = EventPayload {

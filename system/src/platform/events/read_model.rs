@@ -6,6 +6,7 @@
 //! event, never a name from the payload — then by `namespace/name`: two tenants' apps with
 //! the same name are two entries, and one runtime's events cannot touch another's.
 
+use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -75,10 +76,7 @@ impl CommitShown {
             return Vec::new();
         };
         let text = |v: &serde_json::Value, p: &str| {
-            v.pointer(p)
-                .and_then(|s| s.as_str())
-                .unwrap_or("")
-                .to_string()
+            v.at(p).and_then(|s| s.as_str()).unwrap_or("").to_string()
         };
         parsed["changeRevisions"]
             .as_array()

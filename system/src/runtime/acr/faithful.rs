@@ -3,6 +3,7 @@
 //! informer events into a 1,000-slot channel without blocking (full → dropped), and one
 //! consumer that re-GETs the app and computes while the sync's `operation` is set.
 
+use crate::core::json::Pointer as _;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -41,7 +42,7 @@ fn revisions(app: &Value) -> (String, String) {
         return (operation_revision, String::new());
     }
     let finished = text(app, "/status/sync/status") == "Synced"
-        && app.pointer("/status/operationState/syncResult").is_some();
+        && app.at("/status/operationState/syncResult").is_some();
     if finished {
         let previous = match history.len() {
             1 => String::new(),
@@ -64,14 +65,14 @@ fn already_computed(app: &Value) -> bool {
     ]
     .iter()
     .any(|p| {
-        app.pointer(p)
+        app.at(p)
             .and_then(Value::as_str)
             .is_some_and(|r| !r.is_empty())
     })
 }
 
 fn has_operation(app: &Value) -> bool {
-    app.pointer("/operation/sync").is_some_and(|s| !s.is_null())
+    app.at("/operation/sync").is_some_and(|s| !s.is_null())
 }
 
 struct Service {
@@ -109,7 +110,7 @@ impl Service {
         };
         let app = serde_json::to_value(api.get(&name).await?).unwrap_or(Value::Null);
         let field = if app
-            .pointer("/status/operationState/operation/sync")
+            .at("/status/operationState/operation/sync")
             .is_some_and(|s| !s.is_null())
         {
             Field::OperationState

@@ -24,6 +24,7 @@
 //! - Argo CD or Git failures are retried with 1–30 s jittered backoff; a resync re-checks
 //!   every app every `resync_every`.
 
+use crate::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,7 +75,7 @@ struct Target {
 /// The sync `app` is in or has just finished, if any (see the module docs).
 fn target(app: &Value) -> Option<Target> {
     let history = history(app);
-    let running = app.pointer("/operation/sync").is_some_and(|s| !s.is_null());
+    let running = app.at("/operation/sync").is_some_and(|s| !s.is_null());
     if running {
         let current = text(app, "/operation/sync/revision");
         if current.is_empty() {

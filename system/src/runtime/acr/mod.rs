@@ -26,6 +26,7 @@ mod faithful;
 mod hardened;
 pub mod paths;
 
+use crate::core::json::Pointer as _;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -136,7 +137,7 @@ impl Field {
 /// A string at `pointer` (empty when absent).
 fn text(value: &Value, pointer: &str) -> String {
     value
-        .pointer(pointer)
+        .at(pointer)
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string()
@@ -144,7 +145,7 @@ fn text(value: &Value, pointer: &str) -> String {
 
 /// The revisions of `status.history`, oldest first.
 fn history(app: &Value) -> Vec<String> {
-    app.pointer("/status/history")
+    app.at("/status/history")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

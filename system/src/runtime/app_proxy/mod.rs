@@ -26,6 +26,7 @@
 //! 502/503 when the Git provider, the source server or the platform cannot be reached
 //! (the source server's own 404 and 503 answers are passed on with its message).
 
+use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -366,7 +367,7 @@ impl AppProxy {
                     Err(refusal) => return refusal,
                 };
                 let Some(name) = parsed
-                    .pointer("/metadata/name")
+                    .at("/metadata/name")
                     .and_then(Value::as_str)
                     .filter(|n| !n.is_empty())
                 else {
@@ -562,7 +563,7 @@ impl AppProxy {
         let readable = |app: &DynamicObject| {
             let destination = app
                 .data
-                .pointer("/spec/destination/namespace")
+                .at("/spec/destination/namespace")
                 .and_then(Value::as_str);
             crate::platform::permissions::answer_allows(
                 &grant.answer,
@@ -630,7 +631,7 @@ impl AppProxy {
         };
         let destination = app
             .data
-            .pointer("/spec/destination/namespace")
+            .at("/spec/destination/namespace")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();

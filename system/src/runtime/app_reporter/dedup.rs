@@ -7,6 +7,7 @@
 //! parts the rules compare (health, spec+status+operation, metadata), which gives the same
 //! decisions with a small value.
 
+use crate::core::json::Pointer as _;
 use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -143,7 +144,7 @@ impl AppFingerprint {
         let operation = app.data.get("operation").unwrap_or(&Value::Null);
         let health = app
             .data
-            .pointer("/status/health/status")
+            .at("/status/health/status")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();

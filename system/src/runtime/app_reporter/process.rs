@@ -12,6 +12,7 @@
 //! here: hardened sends resource events `resource_concurrency` at a time with idempotency
 //! keys, and reports skipped resources as a failure so the app is processed again.
 
+use crate::core::json::Pointer as _;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -176,7 +177,7 @@ fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
 
 fn text(value: &Value, pointer: &str) -> String {
     value
-        .pointer(pointer)
+        .at(pointer)
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string()
@@ -211,7 +212,7 @@ pub const REVISIONS_METADATA: &str = "app.meta.revisions-metadata";
 /// The app's latest history revision (`status.history[-1].revision`).
 fn latest_revision(status: &Value) -> String {
     status
-        .pointer("/history")
+        .at("/history")
         .and_then(Value::as_array)
         .and_then(|h| h.last())
         .map(|h| text(h, "/revision"))
@@ -276,7 +277,7 @@ fn app_source(app: &DynamicObject, status: &Value, instance_label_key: &str) -> 
         revision: latest_revision(status),
         operation_sync_revision: text(status, "/operationState/syncResult/revision"),
         history_id: status
-            .pointer("/history")
+            .at("/history")
             .and_then(Value::as_array)
             .and_then(|h| h.last())
             .and_then(|h| h["id"].as_i64())
@@ -358,13 +359,13 @@ fn revisions_of(sync: &Value, one: &str, many: &str) -> Vec<String> {
 /// operation state's, else the pending operation's, else `status.sync`'s.
 pub fn sync_revisions(app: &Value) -> Vec<String> {
     let sync = app
-        .pointer("/status/operationState/operation/sync")
-        .or_else(|| app.pointer("/operation/sync"))
+        .at("/status/operationState/operation/sync")
+        .or_else(|| app.at("/operation/sync"))
         .filter(|s| s.is_object());
     match sync {
         Some(sync) => revisions_of(sync, "revision", "revisions"),
         None => revisions_of(
-            app.pointer("/status/sync").unwrap_or(&Value::Null),
+            app.at("/status/sync").unwrap_or(&Value::Null),
             "revision",
             "revisions",
         ),
@@ -388,9 +389,9 @@ pub fn change_revisions(app: &Value) -> Vec<String> {
             .filter(|r| !r.is_empty())
             .map(|r| vec![r.to_string()])
     };
-    match app.pointer("/status/operationState/operation/sync") {
+    match app.at("/status/operationState/operation/sync") {
         Some(sync) => from(sync),
-        None => app.pointer("/operation/sync").and_then(from),
+        None => app.at("/operation/sync").and_then(from),
     }
     .unwrap_or_default()
 }
@@ -489,9 +490,7 @@ impl Processor {
         // revision's metadata; one failure drops that whole list ("resuming"). Helm chart
         // sources report the revision alone.
         let has_revision = !text(status, "/sync/revision").is_empty()
-            || status
-                .pointer("/sync/revisions")
-                .is_some_and(|r| !r.is_null())
+            || status.at("/sync/revisions").is_some_and(|r| !r.is_null())
             || status["history"].as_array().is_some_and(|h| !h.is_empty());
         if has_revision {
             let helm = !text(app_object, "/spec/source/chart").is_empty();

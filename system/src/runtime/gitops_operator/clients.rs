@@ -2,6 +2,7 @@
 //! compare; the simulated provider's and `orrery serve git`'s routes, shaped after
 //! GitHub's) and Argo CD's application API (bearer token).
 
+use crate::core::json::Pointer as _;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
@@ -232,7 +233,7 @@ impl ArgoCd {
         };
         let text = |pointer: &str| {
             answer
-                .pointer(pointer)
+                .at(pointer)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string()

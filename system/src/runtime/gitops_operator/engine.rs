@@ -5,6 +5,7 @@
 //! checks for its own earlier effect, and whether a status write is fenced by the
 //! resourceVersion read.
 
+use crate::core::json::Pointer as _;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -352,8 +353,8 @@ impl Operator {
                 let earlier = || {
                     (0..index).rev().find_map(|i| {
                         status_steps[i]
-                            .pointer("/commitInfo/sha")
-                            .or_else(|| status_steps[i].pointer("/prInfo/mergeCommitSha"))
+                            .at("/commitInfo/sha")
+                            .or_else(|| status_steps[i].at("/prInfo/mergeCommitSha"))
                             .and_then(Value::as_str)
                             .filter(|sha| !sha.is_empty())
                             .map(str::to_string)
@@ -613,7 +614,7 @@ impl Operator {
                 "mergeCommitSha": pull.merge_commit.clone().unwrap_or_default()})
         };
         let number = prior
-            .pointer("/prInfo/id")
+            .at("/prInfo/id")
             .and_then(Value::as_str)
             .and_then(|id| id.parse::<u64>().ok());
         let number = match number {
@@ -678,7 +679,7 @@ impl Operator {
         prior: &Value,
     ) -> Outcome {
         let submitted = prior
-            .pointer("/workflow/name")
+            .at("/workflow/name")
             .and_then(Value::as_str)
             .map(str::to_string);
         let Some(workflow) = submitted else {
@@ -709,7 +710,7 @@ impl Operator {
             Ok(Some(found)) => {
                 let phase = found
                     .data
-                    .pointer("/status/phase")
+                    .at("/status/phase")
                     .and_then(Value::as_str)
                     .unwrap_or("Pending")
                     .to_string();

@@ -25,6 +25,7 @@
 //! (10 s): a changed source reaches Argo CD up to one poll later. hardened watches the
 //! sources and reconciles on every change (and every `resync` as a backstop).
 
+use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -106,7 +107,7 @@ pub fn generate(
         source_name: source_name.clone(),
         field,
     };
-    let text = |pointer: &str| spec.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+    let text = |pointer: &str| spec.at(pointer).and_then(Value::as_str).unwrap_or("");
     let repo = text("/source/repoURL");
     if repo.is_empty() {
         return Err(missing("source.repoURL"));
@@ -153,10 +154,7 @@ pub fn generate(
         }
     }
     let mut app_source = json!({"repoURL": repo, "path": text("/source/path")});
-    if let Some(revision) = spec
-        .pointer("/source/targetRevision")
-        .filter(|v| v.is_string())
-    {
+    if let Some(revision) = spec.at("/source/targetRevision").filter(|v| v.is_string()) {
         app_source["targetRevision"] = revision.clone();
     }
     let sync_policy = spec

@@ -2,6 +2,7 @@
 //! promotion copies (research §5, `promotiontasks.yaml`). Bad input is refused with the
 //! step's index and what is wrong, never a panic.
 
+use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
@@ -24,7 +25,7 @@ pub enum Phase {
 impl Phase {
     /// The phase a task's status names (absent or unknown: `Pending`).
     pub fn of(task: &Value) -> Phase {
-        match task.pointer("/status/phase").and_then(Value::as_str) {
+        match task.at("/status/phase").and_then(Value::as_str) {
             Some("Executing") => Phase::Executing,
             Some("Succeeded") => Phase::Succeeded,
             Some("Failed") => Phase::Failed,

@@ -17,6 +17,7 @@
 //! - A Sensor restarted mid-trigger gets the message again from its durable subscription:
 //!   the platform receives that POST twice.
 
+use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -213,7 +214,7 @@ async fn trigger(
 
 fn text(object: &Value, pointer: &str) -> String {
     object
-        .pointer(pointer)
+        .at(pointer)
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string()

@@ -12,6 +12,7 @@
 //! | backlog grows with the event rate | one pending entry per object (latest state wins) |
 //! | a gap (restart, 410) leaves stale state | relist diff; a periodic resync re-sends what the platform lacks and deletes what the cluster lost |
 
+use crate::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -307,16 +308,16 @@ pub enum Shown {
 pub fn shown_of(key: &ObjectKey, object: &Value, rv: u64) -> Option<Shown> {
     let owned = || {
         object
-            .pointer("/metadata/ownerReferences")
+            .at("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .is_some_and(|refs| refs.iter().any(|r| r["kind"] == "Rollout"))
     };
-    let number = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0);
+    let number = |pointer: &str| object.at(pointer).and_then(Value::as_i64).unwrap_or(0);
     match key.kind {
         Kind::Rollout | Kind::Workflow => Some(Shown::Version(rv)),
         Kind::ReplicaSet => (owned()
             && object
-                .pointer("/metadata/labels/rollouts-pod-template-hash")
+                .at("/metadata/labels/rollouts-pod-template-hash")
                 .and_then(Value::as_str)
                 .is_some_and(|h| !h.is_empty()))
         .then(|| {
@@ -328,7 +329,7 @@ pub fn shown_of(key: &ObjectKey, object: &Value, rv: u64) -> Option<Shown> {
         Kind::AnalysisRun => owned().then(|| {
             Shown::Phase(
                 object
-                    .pointer("/status/phase")
+                    .at("/status/phase")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string(),

@@ -29,6 +29,7 @@
 
 pub mod version;
 
+use crate::core::json::Pointer as _;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -185,11 +186,11 @@ fn raw_document(file: &str, compiled: &Value) -> (String, usize) {
     if let [(line, doc)] = docs.as_slice() {
         return (doc.clone(), *line);
     }
-    let want = |pointer: &str| compiled.pointer(pointer).and_then(Value::as_str);
+    let want = |pointer: &str| compiled.at(pointer).and_then(Value::as_str);
     docs.into_iter()
         .find(|(_, doc)| {
             let parsed: Value = serde_saphyr::from_str(doc).unwrap_or(Value::Null);
-            let name = parsed.pointer("/metadata/name").and_then(Value::as_str);
+            let name = parsed.at("/metadata/name").and_then(Value::as_str);
             parsed.get("kind").and_then(Value::as_str) == want("/kind")
                 && (name.is_none() || name == want("/metadata/name"))
         })
@@ -220,7 +221,7 @@ impl Sources {
             ))
             .await?;
         let app_path = app
-            .pointer("/spec/source/path")
+            .at("/spec/source/path")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
