@@ -9,7 +9,6 @@
 //! phase is also recorded as first seen).
 //! Real mode only (wall clock): never part of a simulation.
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -22,6 +21,7 @@ use crate::scenario::trace::{Change, Header, Kind, Record, Trace, FORMAT};
 use crate::world::argocd::application_resource;
 use crate::world::rollouts::rollout_resource;
 use crate::world::workflows::workflow_resource;
+use orrery_system::core::json::Pointer as _;
 
 /// Why a recording failed.
 #[derive(Debug, thiserror::Error)]

@@ -21,11 +21,11 @@
 //!   source) within [`PROPAGATION_MS`], unless changed again before; the last version by the
 //!   end of the run.
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::observe::WorldEvent;
 use orrery_system::runtime::gitops_operator::restricted::IN_CLUSTER;
 

@@ -1,7 +1,6 @@
 //! Runs one scenario seed for one variant: build the world, apply the timed faults during
 //! the fault phase, heal everything for the calm phase, then check the invariants.
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::env::kube::KubeTarget;
 
 use crate::checkers::{self, FinalState, Violation};

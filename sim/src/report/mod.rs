@@ -10,12 +10,12 @@ pub mod markdown;
 pub mod page;
 pub mod svg;
 
-use orrery_system::core::json::Pointer as _;
 use std::path::Path;
 
 use serde::Serialize;
 use serde_json::json;
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::env::fnv1a_64;
 
 use crate::checkers::Violation;

@@ -4,7 +4,6 @@
 //! every `commit_every`), and a monitor that reports what Argo CD deployed and refused and
 //! which AppProjects it was given — the typed events the `restricted_*` checkers judge.
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::env::kube::SeededBackoff;
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;

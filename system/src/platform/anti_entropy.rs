@@ -25,7 +25,6 @@
 //! The real platform's cron-executor has no public job list (research §6); this job, its
 //! period and its route are **inferred** (orrery's design). faithful runs no such job.
 
-use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -36,6 +35,7 @@ use serde_json::{json, Value};
 
 use super::audit::{Actor, Outcome, Record};
 use super::gateway::Sources;
+use crate::core::json::Pointer as _;
 use crate::env::SharedEnv;
 use crate::observe::PlatformEvent;
 

@@ -9,7 +9,6 @@
 //! `metadata.managedFields` in the real `FieldsV1` shape, with each manager's `time` set
 //! only when its apply changed the object and entries sorted as upstream sorts them.
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
@@ -17,6 +16,7 @@ use serde_json::{json, Map, Value};
 use super::error::ApiError;
 use super::resources::ResourceKind;
 use super::store::merge_patch;
+use orrery_system::core::json::Pointer as _;
 
 /// Field paths (two levels) an applied body sets.
 fn paths(applied: &Value, kind: &ResourceKind) -> BTreeSet<Vec<String>> {

@@ -9,7 +9,6 @@
 //! before the body is read or the object looked up, as kube-apiserver's filter chain does;
 //! a path naming no resource is still 404 first (upstream would authorize it too).
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +19,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::env::http::{channel, full, json, Body};
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;

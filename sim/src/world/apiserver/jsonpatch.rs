@@ -4,10 +4,10 @@
 //! readers). As on the real server, `replace` of a missing member of an existing object adds
 //! it; `remove` of one fails.
 
-use orrery_system::core::json::Pointer as _;
 use serde_json::Value;
 
 use super::error::ApiError;
+use orrery_system::core::json::Pointer as _;
 
 /// The real server's answer to a patch that does not apply; `_why` documents the case.
 fn unprocessable(_why: String) -> ApiError {

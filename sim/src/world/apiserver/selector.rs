@@ -1,8 +1,8 @@
 //! Label and field selectors as kube-apiserver parses them (the subset kube clients send).
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
+use orrery_system::core::json::Pointer as _;
 use serde_json::Value;
 
 /// One requirement of a label selector.

@@ -6,9 +6,9 @@
 //! the object as `PartialObjectMetadata` by default (`includeObject=Metadata`), the whole
 //! object with `includeObject=Object`, nothing with `None`.
 
-use orrery_system::core::json::Pointer as _;
 use serde_json::{json, Map, Value};
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::core::time::parse_rfc3339;
 
 use super::error::ApiError;

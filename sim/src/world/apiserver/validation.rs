@@ -4,11 +4,11 @@
 //! values at most 63 characters of the label alphabet. Differential script
 //! `create-invalid-names-422` proves the answers against a real server.
 
-use orrery_system::core::json::Pointer as _;
 use serde_json::Value;
 
 use super::error::ApiError;
 use super::resources::ResourceKind;
+use orrery_system::core::json::Pointer as _;
 
 const DNS1123_SUBDOMAIN_ERROR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const QUALIFIED_NAME_ERROR: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";

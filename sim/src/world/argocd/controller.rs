@@ -38,7 +38,6 @@
 //! since its last refresh gets only `reconciledAt` patched, without recomputing its
 //! status; per-app work beyond that one small write is proportional to what changed.
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -46,6 +45,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use serde_json::{json, Value};
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::env::kube::Shared;
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;

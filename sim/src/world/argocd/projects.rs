@@ -36,7 +36,6 @@
 //! Application manifest without `metadata.namespace` is created in Argo CD's namespace
 //! (Argo CD: the parent's destination namespace).
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -44,6 +43,7 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::Store;
 use serde_json::Value;
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::env::kube::Shared;
 use orrery_system::env::SharedEnv;
 

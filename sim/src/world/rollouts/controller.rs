@@ -13,7 +13,6 @@
 //!
 //! A failed write is observed (`rollouts.error`) and tried again at the next tick.
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use serde_json::{json, Value};
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::env::kube::Shared;
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;

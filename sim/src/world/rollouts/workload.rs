@@ -12,7 +12,6 @@
 //! phase recorded right after it (before the Rollout's next other change) is `Degraded`,
 //! and a recorded delete deletes it; the operator is the configured one.
 
-use orrery_system::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,6 +20,7 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use orrery_system::core::json::Pointer as _;
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 

@@ -14,13 +14,13 @@
 //! older event is stale, the same one a duplicate); a deletion is kept as a tombstone at
 //! its resourceVersion, so a late older update cannot bring the object back.
 
-use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::read_model::Applied;
+use crate::core::json::Pointer as _;
 
 /// The kinds of the cluster stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

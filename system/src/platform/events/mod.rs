@@ -16,7 +16,6 @@ pub mod cluster;
 pub mod object;
 pub mod read_model;
 
-use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::{Arc, Mutex};
@@ -29,6 +28,7 @@ use hyper::body::Incoming;
 use serde_json::json;
 
 use crate::core::event::{Envelope, EventPayload};
+use crate::core::json::Pointer as _;
 use crate::env::http::{json, Body};
 use crate::env::{Point, SharedEnv};
 use crate::observe::PlatformEvent;

@@ -6,9 +6,9 @@
 //! event, never a name from the payload — then by `namespace/name`: two tenants' apps with
 //! the same name are two entries, and one runtime's events cannot touch another's.
 
-use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
+use crate::core::json::Pointer as _;
 use serde::Serialize;
 
 /// What the platform shows for one app.

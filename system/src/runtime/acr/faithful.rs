@@ -3,7 +3,6 @@
 //! informer events into a 1,000-slot channel without blocking (full → dropped), and one
 //! consumer that re-GETs the app and computes while the sync's `operation` is set.
 
-use crate::core::json::Pointer as _;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -13,6 +12,7 @@ use tokio::sync::mpsc;
 use super::{
     annotated, apps, history, key_of, text, watched_apps, ArgoCd, CallError, Config, Field,
 };
+use crate::core::json::Pointer as _;
 use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;
 use crate::observe::AcrEvent;

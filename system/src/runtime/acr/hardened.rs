@@ -24,7 +24,6 @@
 //! - Argo CD or Git failures are retried with 1–30 s jittered backoff; a resync re-checks
 //!   every app every `resync_every`.
 
-use crate::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,6 +38,7 @@ use super::{
     annotated, application_resource, apps, history, key_of, paths, text, watched_apps, ArgoCd,
     CallError, Config, Field, GitApi,
 };
+use crate::core::json::Pointer as _;
 use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;
 use crate::observe::AcrEvent;

@@ -26,12 +26,12 @@ mod faithful;
 mod hardened;
 pub mod paths;
 
-use crate::core::json::Pointer as _;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
+use crate::core::json::Pointer as _;
 use crate::core::Variant;
 use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;

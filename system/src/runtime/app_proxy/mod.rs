@@ -26,7 +26,6 @@
 //! 502/503 when the Git provider, the source server or the platform cannot be reached
 //! (the source server's own 404 and 503 answers are passed on with its message).
 
-use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,6 +38,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
+use crate::core::json::Pointer as _;
 use crate::env::http::{json, Body, Client};
 use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;

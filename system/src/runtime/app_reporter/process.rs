@@ -12,7 +12,6 @@
 //! here: hardened sends resource events `resource_concurrency` at a time with idempotency
 //! keys, and reports skipped resources as a failure so the app is processed again.
 
-use crate::core::json::Pointer as _;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +21,7 @@ use kube::api::DynamicObject;
 use serde_json::{json, Value};
 
 use crate::core::event::{EventError, EventPayload, Source};
+use crate::core::json::Pointer as _;
 use crate::core::time::{rfc3339, rfc3339_millis};
 use crate::core::Variant;
 use crate::env::{Point, SharedEnv};

@@ -7,7 +7,6 @@
 //! was restarting or partitioned (a relist shows no DELETED events) and sends lost to
 //! faults. The faithful reporter has no such pass — that is the real system's flaw.
 
-use crate::core::json::Pointer as _;
 use std::sync::Arc;
 
 use kube::api::{Api, DynamicObject};
@@ -16,6 +15,7 @@ use serde_json::Value;
 
 use super::process::Processor;
 use super::{application_resource, Replica};
+use crate::core::json::Pointer as _;
 use crate::observe::ReporterEvent;
 
 /// Runs the pass periodically until the host stops.

@@ -2,12 +2,12 @@
 //! compare; the simulated provider's and `orrery serve git`'s routes, shaped after
 //! GitHub's) and Argo CD's application API (bearer token).
 
-use crate::core::json::Pointer as _;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use crate::core::json::Pointer as _;
 use crate::env::http::query_escape as q;
 use crate::env::SharedEnv;
 pub use crate::runtime::upstream::CallError;

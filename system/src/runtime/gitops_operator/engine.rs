@@ -5,7 +5,6 @@
 //! checks for its own earlier effect, and whether a status write is fenced by the
 //! resourceVersion read.
 
-use crate::core::json::Pointer as _;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -14,6 +13,7 @@ use serde_json::{json, Value};
 use super::clients::{transient, App, ArgoCd, CallError, Git};
 use super::task::{self, Phase, Step, Values};
 use super::{promotion_task_resource, workflow_resource, Config};
+use crate::core::json::Pointer as _;
 use crate::core::Variant;
 use crate::env::SharedEnv;
 use crate::observe::OperatorEvent;

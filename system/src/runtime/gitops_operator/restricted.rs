@@ -25,7 +25,6 @@
 //! (10 s): a changed source reaches Argo CD up to one poll later. hardened watches the
 //! sources and reconciles on every change (and every `resync` as a backstop).
 
-use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -37,6 +36,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
 use super::Config;
+use crate::core::json::Pointer as _;
 use crate::core::Variant;
 use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;

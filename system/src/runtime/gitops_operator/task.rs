@@ -2,9 +2,9 @@
 //! promotion copies (research §5, `promotiontasks.yaml`). Bad input is refused with the
 //! step's index and what is wrong, never a panic.
 
-use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
+use crate::core::json::Pointer as _;
 use serde_json::{Map, Value};
 
 /// A task's phase (`status.phase`), as the CRD enumerates it.

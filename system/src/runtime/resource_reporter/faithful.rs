@@ -17,7 +17,6 @@
 //! - A Sensor restarted mid-trigger gets the message again from its durable subscription:
 //!   the platform receives that POST twice.
 
-use crate::core::json::Pointer as _;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -28,6 +27,7 @@ use super::bus::{self, Fetched};
 use super::source::{self, Change, Kind, ObjectKey};
 use super::trigger::{Answer, Poster};
 use super::Config;
+use crate::core::json::Pointer as _;
 use crate::env::SharedEnv;
 use crate::observe::{LossReason, ResourceReporterEvent};
 

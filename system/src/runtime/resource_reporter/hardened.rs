@@ -12,7 +12,6 @@
 //! | backlog grows with the event rate | one pending entry per object (latest state wins) |
 //! | a gap (restart, 410) leaves stale state | relist diff; a periodic resync re-sends what the platform lacks and deletes what the cluster lost |
 
-use crate::core::json::Pointer as _;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +22,7 @@ use tokio::sync::{mpsc, Notify};
 use super::source::{self, Change, EventType, Informer, Kind, ObjectKey};
 use super::trigger::{Answer, Poster};
 use super::Config;
+use crate::core::json::Pointer as _;
 use crate::env::SharedEnv;
 use crate::observe::{LossReason, ResourceReporterEvent};
 

@@ -29,7 +29,6 @@
 
 pub mod version;
 
-use crate::core::json::Pointer as _;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,6 +37,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+use crate::core::json::Pointer as _;
 use crate::env::http::{json, query_escape as q, Body};
 use crate::env::SharedEnv;
 use crate::observe::SourcesEvent;
