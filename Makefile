@@ -20,6 +20,9 @@ ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
 ## what cargo starts; exported here too for the binaries the targets below run directly.
 MIMALLOC_PURGE_DELAY ?= -1
 export MIMALLOC_PURGE_DELAY
+## Small pages for mimalloc's memory (README, Performance): the same, set alongside.
+MIMALLOC_ALLOW_THP ?= 0
+export MIMALLOC_ALLOW_THP
 
 .PHONY: pgo all test test-linted reports-viewed conformance-ci-apiserver conformance-ci-argocd lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-argocd conformance-ci nightly profile
 
@@ -136,7 +139,7 @@ nightly:
 		[ $$status -eq 0 ] || fail=$$status; \
 	done; exit $$fail
 
-## The fastest binary, target/pgo/orrery (not part of make test; ~20 min on 2 cores): the
+## The fastest binary, target/pgo/orrery (not part of make test; 20-25 min on 2 cores): the
 ## release build optimised with a profile of its own runs over every scenario (PGO; needs
 ## rustup's llvm-tools component, which it installs). Same code, same traces (it checks one).
 pgo:

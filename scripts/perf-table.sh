@@ -38,16 +38,20 @@ if [ ${#names[@]} -eq 0 ]; then
   for f in scenarios/*.yaml; do names+=("$(basename "$f" .yaml)"); done
 fi
 
-# Each binary runs with the allocator setting its own revision gives every process cargo
-# starts (.cargo/config.toml's [env]; the Makefile exports it too): freed memory kept.
-purge_of() { grep -q 'MIMALLOC_PURGE_DELAY *= *"-1"' "$1/.cargo/config.toml" 2>/dev/null && echo -1 || true; }
-old_purge=$(purge_of "$work/base")
-new_purge=$(purge_of "$root")
+# Each binary runs with the allocator settings its own revision gives every process cargo
+# starts (.cargo/config.toml's [env]; the Makefile exports them too): freed memory kept
+# (MIMALLOC_PURGE_DELAY), small pages (MIMALLOC_ALLOW_THP).
+setting_of() { sed -n "s/^$2 *= *\"\(.*\)\"/\1/p" "$1/.cargo/config.toml" 2>/dev/null | head -1; }
+old_purge=$(setting_of "$work/base" MIMALLOC_PURGE_DELAY)
+new_purge=$(setting_of "$root" MIMALLOC_PURGE_DELAY)
+old_thp=$(setting_of "$work/base" MIMALLOC_ALLOW_THP)
+new_thp=$(setting_of "$root" MIMALLOC_ALLOW_THP)
 
-# measure BINARY SCENARIO-FILE VARIANT PURGE-DELAY -> "wall sim rss_mb hash"
+# measure BINARY SCENARIO-FILE VARIANT PURGE-DELAY ALLOW-THP -> "wall sim rss_mb hash"
 measure() {
   local out="$work/out" tim="$work/time"
   if [ -n "$4" ]; then export MIMALLOC_PURGE_DELAY="$4"; else unset MIMALLOC_PURGE_DELAY; fi
+  if [ -n "$5" ]; then export MIMALLOC_ALLOW_THP="$5"; else unset MIMALLOC_ALLOW_THP; fi
   /usr/bin/time -f '%e %M' -o "$tim" "$1" run "$2" --seed 1 --variant "$3" > "$out" || true
   local line sim hash
   line=$(tail -1 "$out")
@@ -68,8 +72,8 @@ for name in "${names[@]}"; do
   [ -f "$new_file" ] || { echo "no scenario $new_file" >&2; exit 2; }
   [ -f "$old_file" ] || old_file="$new_file"
   for variant in faithful hardened; do
-    read -r ow os orss oh < <(measure "$work/old" "$old_file" "$variant" "$old_purge")
-    read -r nw ns nrss nh < <(measure "$work/new" "$new_file" "$variant" "$new_purge")
+    read -r ow os orss oh < <(measure "$work/old" "$old_file" "$variant" "$old_purge" "$old_thp")
+    read -r nw ns nrss nh < <(measure "$work/new" "$new_file" "$variant" "$new_purge" "$new_thp")
     same=$([ "$oh" = "$nh" ] && echo "identical" || echo "differs ($oh → $nh)")
     # The after binary's trace against the committed report of the same seed (same code,
     # other build: must be identical; the before binary's may differ when scenarios moved).

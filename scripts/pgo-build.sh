@@ -2,7 +2,7 @@
 # The fastest orrery binary: the release profile (fat LTO, one codegen unit), optimised with
 # a profile of its own runs (profile-guided optimisation).
 #
-#   scripts/pgo-build.sh            → target/pgo/orrery (about 20 min on 2 cores)
+#   scripts/pgo-build.sh            → target/pgo/orrery (20-25 min on 2 cores)
 #
 # 1. builds an instrumented release binary (target/pgo/instrumented),
 # 2. runs it over every scenario's gated runs (`orrery reports` into a scratch directory,
@@ -39,8 +39,9 @@ RUSTFLAGS="$base_flags -Cprofile-generate=$out/profiles" \
   cargo build -q --release --target-dir "$out/instrumented" -p orrery-sim --bin orrery
 
 echo "pgo-build: 2/3 training: every scenario's gated runs (orrery reports)..." >&2
-# Freed memory stays with the process, as in every run cargo starts (.cargo/config.toml).
-MIMALLOC_PURGE_DELAY=-1 LLVM_PROFILE_FILE="$out/profiles/orrery-%p-%m.profraw" \
+# The allocator settings of every run cargo starts (.cargo/config.toml): freed memory kept,
+# small pages.
+MIMALLOC_PURGE_DELAY=-1 MIMALLOC_ALLOW_THP=0 LLVM_PROFILE_FILE="$out/profiles/orrery-%p-%m.profraw" \
   "$out/instrumented/release/orrery" reports --scenarios scenarios --out "$out/training" > "$out/training.log" 2>&1
 "$profdata" merge -o "$out/merged.profdata" "$out/profiles"
 
@@ -51,7 +52,7 @@ cp "$out/optimized/release/orrery" "$out/orrery"
 
 # Same code, same traces: the reference scenario's first seed against its committed report.
 want=$(jq -r .trace_hash reports/queue-overflow/hardened.json)
-got=$(MIMALLOC_PURGE_DELAY=-1 "$out/orrery" run scenarios/queue-overflow.yaml --seed 1 --variant hardened | tail -1 | jq -r .trace_hash)
+got=$(MIMALLOC_PURGE_DELAY=-1 MIMALLOC_ALLOW_THP=0 "$out/orrery" run scenarios/queue-overflow.yaml --seed 1 --variant hardened | tail -1 | jq -r .trace_hash)
 if [ "$want" != "$got" ]; then
   echo "pgo-build: queue-overflow hardened seed 1 traced $got, the committed report says $want" >&2
   exit 1
