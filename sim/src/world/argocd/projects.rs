@@ -500,6 +500,40 @@ mod tests {
     }
 
     #[test]
+    fn version_is_the_resource_version_resolve_gives() {
+        let open = Projects::default();
+        let enforced = Projects::enforced();
+        enforced.replace(BTreeMap::from([(
+            "team-a".to_string(),
+            ("41".to_string(), team_a()),
+        )]));
+        for projects in [&open, &enforced] {
+            for name in ["team-a", DEFAULT, "team-b"] {
+                let resolved = projects.resolve(name).map(|(rv, _)| rv);
+                assert_eq!(projects.version(name), resolved, "{name}");
+            }
+        }
+        assert_eq!(enforced.version("team-a").as_deref(), Some("41"));
+        assert_eq!(enforced.version(DEFAULT).as_deref(), Some(""));
+        assert_eq!(enforced.version("team-b"), None);
+        assert_eq!(open.version("team-b").as_deref(), Some(""));
+    }
+
+    #[test]
+    fn an_app_without_a_project_is_in_the_default_one() {
+        for (spec, want) in [
+            (json!({"project": "team-a"}), "team-a"),
+            (json!({"project": ""}), DEFAULT),
+            (json!({"project": 7}), DEFAULT),
+            (json!({}), DEFAULT),
+        ] {
+            let app = app("argocd", spec);
+            assert_eq!(project_of(&app), want);
+            assert_eq!(project_name(&app), want);
+        }
+    }
+
+    #[test]
     fn globs_match_as_argo_cd_does() {
         assert!(glob("*", "", None));
         assert!(glob("team-a-*", "team-a-web", None));
