@@ -685,14 +685,13 @@ async fn tick(
     let stamp = rfc3339(unix_ms);
     let stamps = json!({"reconciledAt": stamp});
     let mut apps = Lookup::new(store);
-    let mut lookup = |key: &str| apps.get(key);
     let mut candidates = std::mem::take(&mut memory.pending);
     candidates.extend(touched.take());
     // Health is the workload's, by app name: the app of that name in each managed namespace.
     for name in health.take_changed() {
         for namespace in std::iter::once(&config.namespace).chain(&config.application_namespaces) {
             let key = app_key(namespace, &name);
-            if lookup(&key).is_some() {
+            if apps.get(&key).is_some() {
                 candidates.insert(key);
             }
         }
@@ -720,7 +719,7 @@ async fn tick(
         .map(|(key, started)| (key.clone(), *started))
         .collect();
     for (key, started) in finished {
-        let Some(app) = lookup(&key) else {
+        let Some(app) = apps.get(&key) else {
             memory.operations.remove(&key);
             continue;
         };
@@ -754,7 +753,7 @@ async fn tick(
             memory.pending.insert(key);
             continue;
         }
-        let Some(app) = lookup(&key) else {
+        let Some(app) = apps.get(&key) else {
             memory.forget(&key); // deleted
             memory.operations.remove(&key);
             continue;
@@ -830,7 +829,7 @@ async fn tick(
         if planned.contains(&key) {
             continue;
         }
-        let Some(app) = lookup(&key) else {
+        let Some(app) = apps.get(&key) else {
             memory.forget(&key);
             continue;
         };

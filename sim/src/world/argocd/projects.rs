@@ -213,6 +213,14 @@ fn glob_match(pattern: &str, value: &str, negation: bool, separator: Option<char
     pattern == "*" || glob(pattern, value, separator)
 }
 
+/// What a project name resolves to ([`Projects::find`]).
+enum Found<'a> {
+    /// The built-in `default` (restricted to Argo CD's namespace when `enforced`).
+    Builtin { enforced: bool },
+    /// A listed AppProject: (resourceVersion, project).
+    Known(&'a (String, Project)),
+}
+
 /// The AppProjects Argo CD knows (its project informer), shared by the watch and the
 /// controller; with enforcement off, every name resolves to an unrestricted `default`.
 #[derive(Clone, Debug, Default)]
@@ -254,28 +262,30 @@ impl Projects {
     /// The project `name` as (resourceVersion, project); `None` if it does not exist. The
     /// built-in `default` has an empty resourceVersion.
     pub fn resolve(&self, name: &str) -> Option<(String, Project)> {
-        if !self.enforced {
-            return Some((String::new(), Project::builtin(false)));
-        }
-        let known = self.known.lock().expect("projects lock poisoned");
-        match known.get(name) {
-            Some(found) => Some(found.clone()),
-            None if name == DEFAULT => Some((String::new(), Project::builtin(true))),
-            None => None,
-        }
+        self.find(name, |found| match found {
+            Found::Builtin { enforced } => (String::new(), Project::builtin(enforced)),
+            Found::Known((rv, project)) => (rv.clone(), project.clone()),
+        })
     }
 
-    /// The resourceVersion of project `name` (empty for the built-in `default`); `None` if
-    /// it does not exist. What [`Self::resolve`] answers, without copying the project: the
+    /// The resourceVersion [`Self::resolve`] would give, without copying the project: the
     /// controller compares it for every app it looks at.
     pub fn version(&self, name: &str) -> Option<String> {
+        self.find(name, |found| match found {
+            Found::Builtin { .. } => String::new(),
+            Found::Known((rv, _)) => rv.clone(),
+        })
+    }
+
+    /// `read` of what project `name` is, under the lock; `None` if it does not exist.
+    fn find<T>(&self, name: &str, read: impl FnOnce(Found<'_>) -> T) -> Option<T> {
         if !self.enforced {
-            return Some(String::new());
+            return Some(read(Found::Builtin { enforced: false }));
         }
         let known = self.known.lock().expect("projects lock poisoned");
         match known.get(name) {
-            Some((rv, _)) => Some(rv.clone()),
-            None if name == DEFAULT => Some(String::new()),
+            Some(found) => Some(read(Found::Known(found))),
+            None if name == DEFAULT => Some(read(Found::Builtin { enforced: true })),
             None => None,
         }
     }
