@@ -23,7 +23,7 @@ pub use crate::observe::Observation;
 pub use buggify::Point;
 pub use deadline::DeadlineStream;
 pub use real::RealEnv;
-pub use rng::{fnv1a_64, Fnv1a64, Rng};
+pub use rng::{fnv1a_64, Fnv1a64, FnvBuild, Rng};
 
 /// A boxed future, so the environment trait stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -78,6 +78,22 @@ impl Fnv1a64 {
     }
 }
 
+/// As a `Hasher`: a map keyed by strings with a seed-free, deterministic hash (std's
+/// default `RandomState` is seeded from the OS), for maps that are only looked up, never
+/// iterated.
+impl std::hash::Hasher for Fnv1a64 {
+    fn write(&mut self, bytes: &[u8]) {
+        Fnv1a64::write(self, bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        Fnv1a64::finish(self)
+    }
+}
+
+/// Builds [`Fnv1a64`] hashers for `HashMap`s that are looked up, never iterated.
+pub type FnvBuild = std::hash::BuildHasherDefault<Fnv1a64>;
+
 impl std::io::Write for Fnv1a64 {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         Fnv1a64::write(self, bytes);
@@ -92,6 +108,21 @@ impl std::io::Write for Fnv1a64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn as_a_hasher_it_hashes_what_is_written_as_fnv1a_64_does() {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = FnvBuild::default().build_hasher();
+        Hasher::write(&mut h, b"argocd/");
+        Hasher::write(&mut h, b"app-00001");
+        assert_eq!(Hasher::finish(&h), fnv1a_64(b"argocd/app-00001"));
+        // Seed-free: two builders hash a key alike (std's RandomState would not).
+        let key = "argocd/app-00001".to_string();
+        assert_eq!(
+            FnvBuild::default().hash_one(&key),
+            FnvBuild::default().hash_one(&key)
+        );
+    }
 
     #[test]
     fn same_seed_gives_same_sequence_and_different_seeds_differ() {

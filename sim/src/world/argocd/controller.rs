@@ -401,7 +401,9 @@ impl Touched {
 /// and the Kubernetes client's token bucket.
 #[derive(Debug, Default)]
 struct Memory {
-    apps: BTreeMap<String, (Duration, Inputs)>,
+    /// Looked up (thousands of times a tick while the first refreshes wait for tokens),
+    /// never iterated: hashed, not ordered.
+    apps: std::collections::HashMap<String, (Duration, Inputs), orrery_system::env::FnvBuild>,
     /// (last refresh, name): the due order, oldest first.
     order: BTreeSet<(Duration, String)>,
     /// Apps to look at again next tick (no token was left for them, or a write failed).
@@ -711,6 +713,9 @@ async fn tick(
     }
     let mut plans: Vec<Plan> = Vec::new();
     let mut planned = BTreeSet::new();
+    // Candidates left for a later tick, in key order (the set is built from them in one
+    // pass, not searched for each of the thousands that wait at start-up).
+    let mut waiting: Vec<String> = Vec::new();
     // Sync operations that have run their course complete first.
     let finished: Vec<(String, Duration)> = memory
         .operations
@@ -750,7 +755,7 @@ async fn tick(
         // for a later tick, unread (one deleted meanwhile is dropped then), so the thousands
         // waiting at start-up cost nothing per tick.
         if !memory.has_token() && !memory.apps.contains_key(&key) {
-            memory.pending.insert(key);
+            waiting.push(key);
             continue;
         }
         let Some(app) = apps.get(&key) else {
@@ -783,7 +788,7 @@ async fn tick(
             continue;
         }
         if !memory.take() {
-            memory.pending.insert(key);
+            waiting.push(key);
             continue;
         }
         if let Some(patch) = full_refresh(&app, git, health, clusters, config, &stamps, unix_ms) {
@@ -802,6 +807,10 @@ async fn tick(
             });
         }
     }
+    // `waiting` is sorted and distinct (candidates are a set, walked in order).
+    memory
+        .pending
+        .append(&mut waiting.into_iter().collect::<BTreeSet<String>>());
     let calm = config
         .calm
         .as_ref()

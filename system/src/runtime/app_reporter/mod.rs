@@ -205,6 +205,27 @@ struct State {
     series: BTreeMap<String, serve::AppSeries>,
 }
 
+/// The membership a replica's ownership was read at. Exact until the task holding it next
+/// awaits (membership changes only while other tasks run), so a pass over every app asks
+/// it thousands of times without locking the state for each.
+struct Ownership<'r> {
+    replica: &'r Replica,
+    members: Vec<String>,
+}
+
+impl Ownership<'_> {
+    /// Whether the replica reports `app` at this membership.
+    fn owns(&self, app: &str) -> bool {
+        let replica = self.replica;
+        match replica.config.variant {
+            Variant::Faithful => shard::faithful_owns(app, replica.shard, replica.config.replicas),
+            Variant::Hardened => {
+                shard::rendezvous_owner(app, &self.members) == Some(replica.me.as_str())
+            }
+        }
+    }
+}
+
 /// A running replica's shared pieces.
 struct Replica {
     env: SharedEnv,
@@ -223,11 +244,17 @@ impl Replica {
 
     /// Whether this replica reports `app` now.
     fn owns(&self, app: &str) -> bool {
-        match self.config.variant {
-            Variant::Faithful => shard::faithful_owns(app, self.shard, self.config.replicas),
-            Variant::Hardened => {
-                shard::rendezvous_owner(app, &self.state().members) == Some(self.me.as_str())
-            }
+        self.ownership().owns(app)
+    }
+
+    /// Who owns what now, read once for a pass over many apps.
+    fn ownership(&self) -> Ownership<'_> {
+        Ownership {
+            replica: self,
+            members: match self.config.variant {
+                Variant::Faithful => Vec::new(),
+                Variant::Hardened => self.state().members.clone(),
+            },
         }
     }
 
@@ -239,12 +266,13 @@ impl Replica {
             (&a.metadata.namespace, &a.metadata.name)
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
+        let ownership = self.ownership();
         let keys: Vec<String> = apps
             .iter()
             .filter_map(|app| {
                 let namespace = app.metadata.namespace.as_deref()?;
                 let name = app.metadata.name.as_deref()?;
-                (self.config.reports(namespace) && self.owns(name))
+                (self.config.reports(namespace) && ownership.owns(name))
                     .then(|| app_key(namespace, name))
             })
             .collect();

@@ -41,23 +41,29 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
         };
         // This replica's apps, by name (filtered before sorting: a replica owns a fifth of
         // 10,000 apps in queue-overflow; the sort is stable, so the order is the same).
+        // Membership read once for the loops below, and again after each await.
+        let mut ownership = replica.ownership();
         let mut apps = replica.store.state();
         apps.retain(|app| {
             app.metadata.name.as_deref().is_some_and(|name| {
                 replica
                     .config
                     .reports(app.metadata.namespace.as_deref().unwrap_or_default())
-                    && replica.owns(name)
+                    && ownership.owns(name)
             })
         });
         apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut requeued = 0;
+        let mut key = String::new();
         for app in &apps {
             let Some(name) = app.metadata.name.as_deref() else {
                 continue;
             };
             let namespace = app.metadata.namespace.as_deref().unwrap_or_default();
-            let key = super::app_key(namespace, name);
+            key.clear();
+            key.push_str(namespace);
+            key.push('/');
+            key.push_str(name);
             let status = app.data.get("status").unwrap_or(&Value::Null);
             let text = |p: &str| status.at(p).and_then(Value::as_str).unwrap_or("");
             let lagging = match reported.get(&key) {
@@ -85,7 +91,10 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
                 let at = ObjectRef::new_with(name, application_resource()).within(namespace);
                 replica.store.get(&at).is_some()
             };
-            if r.deleted || !replica.config.reports(namespace) || !replica.owns(name) || in_store()
+            if r.deleted
+                || !replica.config.reports(namespace)
+                || !ownership.owns(name)
+                || in_store()
             {
                 continue;
             }
@@ -94,7 +103,9 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
             // state of it the replica could still be sending. No answer: the next pass asks.
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), namespace, &application_resource());
-            let Ok(Some(listed)) = gone_at(&api, name).await else {
+            let listed = gone_at(&api, name).await;
+            ownership = replica.ownership(); // other tasks ran meanwhile
+            let Ok(Some(listed)) = listed else {
                 continue;
             };
             let mut state = replica.state();

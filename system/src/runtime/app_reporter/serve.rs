@@ -123,10 +123,11 @@ fn distribution(replica: &Replica, shardings: Option<&str>) -> serde_json::Value
     apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let Some(shardings) = shardings else {
         let shard = replica.shard_label();
+        let ownership = replica.ownership();
         let owned: serde_json::Map<String, serde_json::Value> = apps
             .iter()
             .filter_map(|a| a.metadata.name.clone())
-            .filter(|n| replica.owns(n))
+            .filter(|n| ownership.owns(n))
             .map(|n| (n, json!(shard)))
             .collect();
         return serde_json::Value::Object(owned);

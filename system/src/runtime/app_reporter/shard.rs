@@ -32,13 +32,11 @@ pub fn faithful_owns(app: &str, shard: Option<u32>, replicas: u32) -> bool {
     shard.is_some_and(|s| faithful_shard(app, replicas) == s)
 }
 
-/// Rendezvous weight of (app, member): FNV-1a 64 over both, finalised for spread.
-fn weight(app: &str, member: &str) -> u64 {
-    // fnv1a_64 of "{app}\0{member}", hashed in pieces (no string built per call).
-    let mut hash = crate::env::Fnv1a64::new();
-    for piece in [app.as_bytes(), &[0], member.as_bytes()] {
-        hash.write(piece);
-    }
+/// Rendezvous weight of (app, member), from `prefix`, the hash of `"{app}\0"`: FNV-1a 64
+/// of `"{app}\0{member}"`, finalised for spread.
+fn weight(prefix: crate::env::Fnv1a64, member: &str) -> u64 {
+    let mut hash = prefix;
+    hash.write(member.as_bytes());
     let mut h = hash.finish();
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -47,9 +45,13 @@ fn weight(app: &str, member: &str) -> u64 {
 
 /// The hardened owner of `app` among `members` (None when there are no members).
 pub fn rendezvous_owner<'a>(app: &str, members: &'a [String]) -> Option<&'a str> {
+    // The app's part of every member's hash is the same: hashed once, not per member.
+    let mut prefix = crate::env::Fnv1a64::new();
+    prefix.write(app.as_bytes());
+    prefix.write(&[0]);
     members
         .iter()
-        .max_by_key(|m| (weight(app, m), m.as_str()))
+        .max_by_key(|m| (weight(prefix, m), m.as_str()))
         .map(String::as_str)
 }
 
@@ -62,7 +64,34 @@ mod tests {
         let joined = crate::env::fnv1a_64(b"guestbook\0reporter-1");
         let mut h = joined ^ (joined >> 33);
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        assert_eq!(weight("guestbook", "reporter-1"), h ^ (h >> 33));
+        let mut prefix = crate::env::Fnv1a64::new();
+        prefix.write(b"guestbook\0");
+        assert_eq!(weight(prefix, "reporter-1"), h ^ (h >> 33));
+    }
+
+    /// The owner is the member of highest weight over the joined string (ties: the greater
+    /// name), whatever the order of the members.
+    #[test]
+    fn the_owner_has_the_highest_weight_of_the_joined_name() {
+        let finalised = |joined: u64| {
+            let h = (joined ^ (joined >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+            h ^ (h >> 33)
+        };
+        let members: Vec<String> = ["reporter-3", "reporter-0", "reporter-4", "reporter-1"]
+            .map(String::from)
+            .to_vec();
+        for i in 0..300 {
+            let app = format!("app-{i:05}");
+            let expected = members
+                .iter()
+                .max_by_key(|m| {
+                    let joined = crate::env::fnv1a_64(format!("{app}\0{m}").as_bytes());
+                    (finalised(joined), m.as_str())
+                })
+                .map(String::as_str);
+            assert_eq!(rendezvous_owner(&app, &members), expected, "{app}");
+        }
+        assert_eq!(rendezvous_owner("app", &[]), None);
     }
 
     #[test]
