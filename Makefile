@@ -150,9 +150,10 @@ pgo:
 ## hot path, the tunnel against a direct connection and against the real frp 0.44 (same load,
 ## same upstream; frp built by conformance/frp/run.sh, skipped without Go), and orrery
 ## apiserver against the real kube-apiserver (started by conformance/kube/run.sh: built once,
-## ~8 min, needs Go).
+## ~8 min, needs Go), and what the simulator's own plumbing costs (orrery bench-sim).
 bench:
 	$(CARGO) build --release -p orrery-sim --bin orrery
+	./target/release/orrery bench-sim --out reports/perf/sim.json
 	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/frp/run.sh ./target/release/orrery bench --events 20000 --out reports/perf/bench.json
 	conformance/kube/run.sh ./target/release/orrery bench-apiserver --out reports/perf/apiserver.json
 

@@ -18,11 +18,14 @@
 //! - [`shrink`]: `orrery shrink`, delta-debugging a failing run to a minimal scenario.
 //! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
 //! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
+//! - [`bench_sim`]: `orrery bench-sim`, what one simulated HTTP request and one idle step
+//!   cost (ungated perf).
 //! - [`real_git`]: real mode, local Git repositories behind the Git provider's HTTP API
 //!   (`orrery serve git`).
 
 pub mod bench;
 pub mod bench_apiserver;
+pub mod bench_sim;
 pub mod checkers;
 pub mod env;
 pub mod exit;

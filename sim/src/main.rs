@@ -68,6 +68,10 @@ enum Command {
     /// Measure `orrery apiserver` and the real kube-apiserver KUBECONFIG names side by side
     /// (start-up; create, list and watch throughput); figures to reports/perf/.
     BenchApiserver(BenchApiserverArgs),
+    /// Measure the simulator's own plumbing: one HTTP request between two simulated hosts
+    /// (real hyper over turmoil, as components use it) and one idle step; figures to
+    /// reports/perf/.
+    BenchSim(BenchSimArgs),
     /// List the fault points compiled into the system code (name, tab, what firing does).
     BuggifyPoints,
     /// Shrink a failing run to a minimal scenario that still breaks the same invariant;
@@ -248,6 +252,22 @@ struct BenchApiserverArgs {
     lists: usize,
     /// Where the figures go (ungated).
     #[arg(long, default_value = "reports/perf/apiserver.json")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct BenchSimArgs {
+    /// Requests per measurement.
+    #[arg(long, default_value_t = 50_000)]
+    requests: usize,
+    /// Requests in flight at once in the concurrent measurements.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Bytes of each JSON answer.
+    #[arg(long, default_value_t = 1200)]
+    body_bytes: usize,
+    /// Where the figures go (ungated).
+    #[arg(long, default_value = "reports/perf/sim.json")]
     out: PathBuf,
 }
 
@@ -859,6 +879,25 @@ fn cmd_record(args: RecordArgs) -> Result<Exit, Fail> {
     Ok(Exit::Expected)
 }
 
+fn cmd_bench_sim(args: BenchSimArgs) -> Result<Exit, Fail> {
+    let load = orrery_sim::bench_sim::Load {
+        requests: args.requests.max(1),
+        concurrency: args.concurrency.max(1),
+        body_bytes: args.body_bytes,
+    };
+    let record = orrery_sim::bench_sim::run(load)
+        .map_err(|e| Fail(format!("simulator benchmark failed: {e}"), Exit::Mismatch))?;
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
+    }
+    let text = serde_json::to_string_pretty(&record).expect("JSON values serialise") + "\n";
+    std::fs::write(&args.out, text)
+        .map_err(|e| Fail::usage(format!("{}: {e}", args.out.display())))?;
+    print!("{}", orrery_sim::bench_sim::table(&record));
+    eprintln!("wrote {}", args.out.display());
+    Ok(Exit::Expected)
+}
+
 fn cmd_bench_apiserver(args: BenchApiserverArgs) -> Result<Exit, Fail> {
     let load = orrery_sim::bench_apiserver::Load {
         objects: args.objects.max(1),
@@ -938,6 +977,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd_bench(args),
         Command::Apiserver(args) => cmd_apiserver(args),
         Command::BenchApiserver(args) => cmd_bench_apiserver(args),
+        Command::BenchSim(args) => cmd_bench_sim(args),
         Command::Record(args) => cmd_record(args),
         Command::Serve(what) => serve::run(what),
     };
