@@ -61,9 +61,17 @@ pub fn stale_count<'a>(
     reported: &BTreeMap<String, AppState>,
 ) -> (u64, u64) {
     let (mut live, mut stale, mut shown_live) = (0u64, 0u64, 0u64);
+    // The apps usually come in the order of `reported`'s keys (one namespace): each entry is
+    // found by stepping a cursor forward instead of searching the whole map. A key the
+    // cursor has passed (apps out of that order) is searched for.
+    let mut cursor = reported.iter().peekable();
     for (key, sync_status, revision, health_status) in apps {
         live += 1;
-        let entry = reported.get(key);
+        while cursor.next_if(|(k, _)| k.as_str() < key).is_some() {}
+        let entry = match cursor.peek() {
+            Some((k, r)) if k.as_str() == key => Some(*r),
+            _ => reported.get(key),
+        };
         if entry.is_some_and(|r| !r.deleted) {
             shown_live += 1;
         }

@@ -479,6 +479,45 @@ fn stale_count_counts_what_stale_apps_lists() {
     );
 }
 
+/// The count is the same whatever order the apps come in: the read model's key order, the
+/// API server's (namespace, name) order (which differs from it for `a` and `a-b`), reversed.
+#[test]
+fn stale_count_does_not_depend_on_the_order_of_the_apps() {
+    let shown = |sync: &str, deleted: bool| AppState {
+        sync_status: sync.into(),
+        revision: "abc".into(),
+        health_status: "Healthy".into(),
+        deleted,
+        ..Default::default()
+    };
+    let reported: BTreeMap<String, AppState> = [
+        ("a-b/x", shown("Synced", false)),
+        ("a-b/y", shown("OutOfSync", false)),
+        ("a/x", shown("Synced", false)),
+        ("a/z", shown("Synced", true)),
+        ("a/gone", shown("Synced", false)),
+        ("b/x", shown("Synced", false)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    // (namespace, name) order, as the API server lists them.
+    let apps = ["a/x", "a/y", "a/z", "a-b/x", "a-b/y", "b/x"];
+    let view = |key: &'static str| (key, "Synced", "abc", "Healthy");
+    // Stale: a/y (missing), a/z (shown deleted), a-b/y (differs), a/gone (shown, gone).
+    let expected = (6, 4);
+    let mut sorted = apps.to_vec();
+    sorted.sort_unstable();
+    let reversed: Vec<_> = apps.iter().rev().copied().collect();
+    for order in [apps.to_vec(), sorted, reversed] {
+        assert_eq!(
+            crate::checkers::stale_count(order.iter().map(|k| view(k)), &reported),
+            expected,
+            "{order:?}"
+        );
+    }
+}
+
 /// A Rollout view as the platform would show it (`acme/shop/web`).
 fn rollout_view(
     phase: &str,

@@ -712,7 +712,9 @@ async fn tick(
         }
     }
     let mut plans: Vec<Plan> = Vec::new();
-    let mut planned = BTreeSet::new();
+    // Asked once per candidate (10,000 of them at start-up), never iterated: hashed.
+    let mut planned: std::collections::HashSet<String, orrery_system::env::FnvBuild> =
+        std::collections::HashSet::default();
     // Candidates left for a later tick, in key order (the set is built from them in one
     // pass, not searched for each of the thousands that wait at start-up).
     let mut waiting: Vec<String> = Vec::new();
