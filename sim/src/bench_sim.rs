@@ -159,7 +159,7 @@ pub fn run(load: Load) -> Result<Value, String> {
             "wall_s": wall,
             "sim_s": sim_seconds,
             "us_per_request": wall * 1e6 / n as f64,
-            "steps": (sim_seconds / TICK.as_secs_f64()).round(),
+            "steps": (sim_seconds / TICK.as_secs_f64()).round() as u64,
         }));
     }
     let steps = 60_000;

@@ -827,12 +827,7 @@ fn cmd_bench(args: BenchArgs) -> Result<Exit, Fail> {
         std::time::Duration::from_secs(args.window.max(1)),
     )
     .map_err(|e| Fail(format!("benchmark failed: {e}"), Exit::Mismatch))?;
-    if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
-    }
-    let text = serde_json::to_string_pretty(&record).expect("JSON values serialise") + "\n";
-    std::fs::write(&args.out, text)
-        .map_err(|e| Fail::usage(format!("{}: {e}", args.out.display())))?;
+    write_record(&args.out, &record)?;
     eprintln!("wrote {}", args.out.display());
     Ok(Exit::Expected)
 }
@@ -879,6 +874,15 @@ fn cmd_record(args: RecordArgs) -> Result<Exit, Fail> {
     Ok(Exit::Expected)
 }
 
+/// Writes a benchmark's record (pretty JSON) to `out`, creating its directory.
+fn write_record(out: &std::path::Path, record: &serde_json::Value) -> Result<(), Fail> {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
+    }
+    let text = serde_json::to_string_pretty(record).expect("JSON values serialise") + "\n";
+    std::fs::write(out, text).map_err(|e| Fail::usage(format!("{}: {e}", out.display())))
+}
+
 fn cmd_bench_sim(args: BenchSimArgs) -> Result<Exit, Fail> {
     let load = orrery_sim::bench_sim::Load {
         requests: args.requests.max(1),
@@ -887,12 +891,7 @@ fn cmd_bench_sim(args: BenchSimArgs) -> Result<Exit, Fail> {
     };
     let record = orrery_sim::bench_sim::run(load)
         .map_err(|e| Fail(format!("simulator benchmark failed: {e}"), Exit::Mismatch))?;
-    if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
-    }
-    let text = serde_json::to_string_pretty(&record).expect("JSON values serialise") + "\n";
-    std::fs::write(&args.out, text)
-        .map_err(|e| Fail::usage(format!("{}: {e}", args.out.display())))?;
+    write_record(&args.out, &record)?;
     print!("{}", orrery_sim::bench_sim::table(&record));
     eprintln!("wrote {}", args.out.display());
     Ok(Exit::Expected)
@@ -906,12 +905,7 @@ fn cmd_bench_apiserver(args: BenchApiserverArgs) -> Result<Exit, Fail> {
     };
     let record = orrery_sim::bench_apiserver::run(load)
         .map_err(|e| Fail(format!("apiserver benchmark failed: {e}"), Exit::Mismatch))?;
-    if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
-    }
-    let text = serde_json::to_string_pretty(&record).expect("JSON values serialise") + "\n";
-    std::fs::write(&args.out, text)
-        .map_err(|e| Fail::usage(format!("{}: {e}", args.out.display())))?;
+    write_record(&args.out, &record)?;
     print!("{}", orrery_sim::bench_apiserver::table(&record));
     eprintln!("wrote {}", args.out.display());
     Ok(Exit::Expected)
