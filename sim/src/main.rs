@@ -258,7 +258,7 @@ struct BenchApiserverArgs {
 #[derive(Args)]
 struct BenchSimArgs {
     /// Requests per measurement.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 100_000)]
     requests: usize,
     /// Requests in flight at once in the concurrent measurements.
     #[arg(long, default_value_t = 32)]
