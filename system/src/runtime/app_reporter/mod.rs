@@ -205,9 +205,10 @@ struct State {
     series: BTreeMap<String, serve::AppSeries>,
 }
 
-/// The membership a replica's ownership was read at. Exact until the task holding it next
-/// awaits (membership changes only while other tasks run), so a pass over every app asks
-/// it thousands of times without locking the state for each.
+/// The membership a replica's ownership was read at, so a pass over every app asks it
+/// thousands of times without locking the state for each. In the simulator (one thread)
+/// it is exact until the task holding it next awaits, since membership changes only while
+/// other tasks run; in real mode it gives the pass one consistent membership.
 struct Ownership<'r> {
     replica: &'r Replica,
     members: Vec<String>,
