@@ -828,7 +828,6 @@ fn cmd_bench(args: BenchArgs) -> Result<Exit, Fail> {
     )
     .map_err(|e| Fail(format!("benchmark failed: {e}"), Exit::Mismatch))?;
     write_record(&args.out, &record)?;
-    eprintln!("wrote {}", args.out.display());
     Ok(Exit::Expected)
 }
 
@@ -874,13 +873,15 @@ fn cmd_record(args: RecordArgs) -> Result<Exit, Fail> {
     Ok(Exit::Expected)
 }
 
-/// Writes a benchmark's record (pretty JSON) to `out`, creating its directory.
+/// Writes a benchmark's record (pretty JSON) to `out`, creating its directory, and says so.
 fn write_record(out: &std::path::Path, record: &serde_json::Value) -> Result<(), Fail> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
     }
     let text = serde_json::to_string_pretty(record).expect("JSON values serialise") + "\n";
-    std::fs::write(out, text).map_err(|e| Fail::usage(format!("{}: {e}", out.display())))
+    std::fs::write(out, text).map_err(|e| Fail::usage(format!("{}: {e}", out.display())))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
 }
 
 fn cmd_bench_sim(args: BenchSimArgs) -> Result<Exit, Fail> {
@@ -893,7 +894,6 @@ fn cmd_bench_sim(args: BenchSimArgs) -> Result<Exit, Fail> {
         .map_err(|e| Fail(format!("simulator benchmark failed: {e}"), Exit::Mismatch))?;
     write_record(&args.out, &record)?;
     print!("{}", orrery_sim::bench_sim::table(&record));
-    eprintln!("wrote {}", args.out.display());
     Ok(Exit::Expected)
 }
 
@@ -907,7 +907,6 @@ fn cmd_bench_apiserver(args: BenchApiserverArgs) -> Result<Exit, Fail> {
         .map_err(|e| Fail(format!("apiserver benchmark failed: {e}"), Exit::Mismatch))?;
     write_record(&args.out, &record)?;
     print!("{}", orrery_sim::bench_apiserver::table(&record));
-    eprintln!("wrote {}", args.out.display());
     Ok(Exit::Expected)
 }
 

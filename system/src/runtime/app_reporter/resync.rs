@@ -54,16 +54,12 @@ pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube:
         });
         apps.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut requeued = 0;
-        let mut key = String::new();
         for app in &apps {
             let Some(name) = app.metadata.name.as_deref() else {
                 continue;
             };
             let namespace = app.metadata.namespace.as_deref().unwrap_or_default();
-            key.clear();
-            key.push_str(namespace);
-            key.push('/');
-            key.push_str(name);
+            let key = super::app_key(namespace, name);
             let status = app.data.get("status").unwrap_or(&Value::Null);
             let text = |p: &str| status.at(p).and_then(Value::as_str).unwrap_or("");
             let lagging = match reported.get(&key) {
