@@ -312,6 +312,21 @@ impl Store {
             .map(|(_, value)| value.as_ref())
     }
 
+    /// Every stored object of `kind` in key order with its namespace and name, shared: a
+    /// reader that remembers an object's `Arc` knows it unchanged while the store still
+    /// holds the same one (every write stores a new `Arc`).
+    pub fn iter_shared<'a>(
+        &'a self,
+        kind: &ResourceKind,
+    ) -> impl Iterator<Item = (&'a str, &'a str, &'a Arc<Value>)> + 'a {
+        let key = kind.key();
+        let first = (key.clone(), String::new(), String::new());
+        self.objects
+            .range(first..)
+            .take_while(move |((resource, _, _), _)| *resource == key)
+            .map(|((_, namespace, name), value)| (namespace.as_str(), name.as_str(), value))
+    }
+
     /// Drops history written before `now - window`.
     pub fn compact(&mut self, now: Duration, window: Duration) {
         while let Some(front) = self.history.front() {
