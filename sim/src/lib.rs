@@ -31,6 +31,7 @@ pub mod env;
 pub mod exit;
 pub mod faults;
 pub mod harness;
+pub mod profile_split;
 pub mod reach;
 pub mod real_git;
 pub mod record;

@@ -72,6 +72,9 @@ enum Command {
     /// (real hyper over turmoil, as components use it) and one idle step; figures to
     /// reports/perf/.
     BenchSim(BenchSimArgs),
+    /// Split a profiled seed's samples (`perf script -F ip,sym` text, as `make profile`
+    /// records) into the wire between hosts and the components' own logic.
+    ProfileSplit(ProfileSplitArgs),
     /// List the fault points compiled into the system code (name, tab, what firing does).
     BuggifyPoints,
     /// Shrink a failing run to a minimal scenario that still breaks the same invariant;
@@ -269,6 +272,16 @@ struct BenchSimArgs {
     /// Where the figures go (ungated).
     #[arg(long, default_value = "reports/perf/sim.json")]
     out: PathBuf,
+}
+
+#[derive(Args)]
+struct ProfileSplitArgs {
+    /// The `perf script -F ip,sym` text; standard input if absent or `-`.
+    input: Option<PathBuf>,
+    /// The profiled run's wall seconds (its JSON line's `wall_seconds`): each share is
+    /// printed as seconds too.
+    #[arg(long)]
+    wall_seconds: Option<f64>,
 }
 
 #[derive(Args)]
@@ -897,6 +910,27 @@ fn cmd_bench_sim(args: BenchSimArgs) -> Result<Exit, Fail> {
     Ok(Exit::Expected)
 }
 
+fn cmd_profile_split(args: ProfileSplitArgs) -> Result<Exit, Fail> {
+    use orrery_sim::profile_split;
+    if let Some(wall) = args.wall_seconds.filter(|w| !(w.is_finite() && *w > 0.0)) {
+        return Err(Fail::usage(format!(
+            "--wall-seconds {wall}: expected a positive number of seconds"
+        )));
+    }
+    let split = match args.input.as_deref() {
+        None => profile_split::split(std::io::stdin().lock()),
+        Some(path) if path.as_os_str() == "-" => profile_split::split(std::io::stdin().lock()),
+        Some(path) => {
+            let file = std::fs::File::open(path)
+                .map_err(|e| Fail::usage(format!("{}: {e}", path.display())))?;
+            profile_split::split(std::io::BufReader::new(file))
+        }
+    }
+    .map_err(|e| Fail::usage(e.to_string()))?;
+    print!("{}", profile_split::table(&split, args.wall_seconds));
+    Ok(Exit::Expected)
+}
+
 fn cmd_bench_apiserver(args: BenchApiserverArgs) -> Result<Exit, Fail> {
     let load = orrery_sim::bench_apiserver::Load {
         objects: args.objects.max(1),
@@ -971,6 +1005,7 @@ fn main() -> ExitCode {
         Command::Apiserver(args) => cmd_apiserver(args),
         Command::BenchApiserver(args) => cmd_bench_apiserver(args),
         Command::BenchSim(args) => cmd_bench_sim(args),
+        Command::ProfileSplit(args) => cmd_profile_split(args),
         Command::Record(args) => cmd_record(args),
         Command::Serve(what) => serve::run(what),
     };
