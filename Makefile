@@ -158,7 +158,9 @@ bench:
 	conformance/kube/run.sh ./target/release/orrery bench-apiserver --out reports/perf/apiserver.json
 
 ## Where one seed's time goes (not part of make test): a perf profile of a release build with
-## frame pointers; the report goes to reports/perf/profile-<scenario>-<variant>.txt.
+## frame pointers; the report goes to reports/perf/profile-<scenario>-<variant>.txt, and
+## `orrery profile-split` splits it into the wire between hosts and the components' logic
+## (…split.txt).
 ##   make profile SCENARIO=queue-overflow VARIANT=hardened SEED=1
 ## Before/after cost of every scenario against another revision: scripts/perf-table.sh BASE
 SCENARIO ?= queue-overflow
@@ -170,10 +172,12 @@ profile:
 	@command -v perf >/dev/null || { echo "perf not found: apt-get install linux-perf"; exit 2; }
 	RUSTFLAGS="--cfg tokio_unstable -C force-frame-pointers=yes" $(CARGO) build --profile profiling -p orrery-sim --bin orrery
 	@mkdir -p reports/perf
-	MIMALLOC_PURGE_DELAY=-1 perf record -F 499 --call-graph fp -o $(PROFILE_OUT).data ./target/profiling/orrery run scenarios/$(SCENARIO).yaml --seed $(SEED) --variant $(VARIANT) > /dev/null
+	MIMALLOC_PURGE_DELAY=-1 perf record -F 499 --call-graph fp -o $(PROFILE_OUT).data ./target/profiling/orrery run scenarios/$(SCENARIO).yaml --seed $(SEED) --variant $(VARIANT) > $(PROFILE_OUT).json
 	perf report -i $(PROFILE_OUT).data --no-children --percent-limit 0.3 --stdio -g none > $(PROFILE_OUT).txt 2>/dev/null
 	perf report -i $(PROFILE_OUT).data --children --percent-limit 2 --stdio -g none > $(PROFILE_OUT).inclusive.txt 2>/dev/null
-	@head -40 $(PROFILE_OUT).txt; echo "full: $(PROFILE_OUT).txt (self), $(PROFILE_OUT).inclusive.txt (with callees)"
+	perf script -i $(PROFILE_OUT).data -F ip,sym 2>/dev/null | ./target/profiling/orrery profile-split --wall-seconds $$(sed -n 's/.*"wall_seconds":\([0-9.]*\).*/\1/p' $(PROFILE_OUT).json) > $(PROFILE_OUT).split.txt
+	@head -40 $(PROFILE_OUT).txt; cat $(PROFILE_OUT).split.txt
+	@echo "full: $(PROFILE_OUT).txt (self), $(PROFILE_OUT).inclusive.txt (with callees), $(PROFILE_OUT).split.txt (the wire against the components' logic)"
 
 ## Conformance suites (API fidelity: real vs simulated API server; runtime on real Kubernetes).
 CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture
