@@ -1227,7 +1227,9 @@ struct StaleSample {
 /// whose stored object is the same `Arc` (every write stores a new one) is not read again.
 /// With 10,000 apps sampled every 10 s, reading them afresh was most of the harness's time.
 struct AppView {
-    object: Arc<Value>,
+    /// The object read. Weak: a replaced object's tree is freed as soon as the store drops
+    /// it, while its `Arc`'s address stays taken (so never equal to a newer object's).
+    object: std::sync::Weak<Value>,
     /// `namespace/name`, as the platform keys its read model.
     key: String,
     /// Where the namespace ends in `key`.
@@ -1243,7 +1245,7 @@ impl AppView {
         let sync = status.and_then(|s| s.get("sync"));
         let health = status.and_then(|s| s.get("health"));
         AppView {
-            object: object.clone(),
+            object: Arc::downgrade(object),
             key: format!("{namespace}/{name}"),
             namespace_len: namespace.len(),
             sync: text(sync, "status").to_string(),
@@ -1263,25 +1265,31 @@ impl AppView {
 
 /// The apps' views in the store's key order, as of the last count.
 #[derive(Default)]
-struct AppViews(
-    Vec<AppView>,
-    /* objects read by the last refresh */ usize,
-);
+struct AppViews {
+    views: Vec<AppView>,
+    /// Objects the last refresh read (the others were kept).
+    read: usize,
+}
 
 impl AppViews {
     /// The views of the store's apps now: each kept if its object is unchanged, else read.
     fn refresh(&mut self, store: &apiserver::store::Store, kind: &apiserver::ResourceKind) {
-        let mut old = std::mem::take(&mut self.0).into_iter().peekable();
-        self.1 = 0;
+        let old = std::mem::take(&mut self.views);
+        self.views.reserve(old.len());
+        let mut old = old.into_iter().peekable();
+        self.read = 0;
         for (namespace, name, object) in store.iter_shared(kind) {
             while old.next_if(|v| v.store_key() < (namespace, name)).is_some() {}
             let view = old
-                .next_if(|v| v.store_key() == (namespace, name) && Arc::ptr_eq(&v.object, object))
+                .next_if(|v| {
+                    v.store_key() == (namespace, name)
+                        && std::ptr::eq(v.object.as_ptr(), Arc::as_ptr(object))
+                })
                 .unwrap_or_else(|| {
-                    self.1 += 1;
+                    self.read += 1;
                     AppView::of(namespace, name, object)
                 });
-            self.0.push(view);
+            self.views.push(view);
         }
     }
 }
@@ -1290,7 +1298,7 @@ impl AppViews {
 fn count_stale(world: &World, kind: &apiserver::ResourceKind, views: &mut AppViews) -> (u64, u64) {
     views.refresh(&world.api.store(), kind);
     world.platform.with_apps_of(RUNTIME_NAME, |reported| {
-        let apps = views.0.iter().map(|v| {
+        let apps = views.views.iter().map(|v| {
             (
                 v.key.as_str(),
                 v.sync.as_str(),
@@ -1625,7 +1633,7 @@ mod tests {
 
     fn kept(views: &AppViews) -> Vec<[String; 4]> {
         views
-            .0
+            .views
             .iter()
             .map(|v| {
                 [
@@ -1656,8 +1664,8 @@ mod tests {
         let mut views = AppViews::default();
         views.refresh(&store, &kind);
         assert_eq!(kept(&views), read_afresh(&store, &kind));
-        assert_eq!(views.0[0].key, "m/z");
-        assert_eq!(views.1, 4);
+        assert_eq!(views.views[0].key, "m/z");
+        assert_eq!(views.read, 4);
 
         // One app synced, one deleted, one created between two existing ones.
         store
@@ -1676,16 +1684,16 @@ mod tests {
             .unwrap();
         views.refresh(&store, &kind);
         assert_eq!(kept(&views), read_afresh(&store, &kind));
-        let synced = views.0.iter().find(|v| v.key == "n/a-b").unwrap();
+        let synced = views.views.iter().find(|v| v.key == "n/a-b").unwrap();
         assert_eq!(
             (synced.sync.as_str(), synced.revision.as_str()),
             ("Synced", "r2")
         );
-        assert!(!views.0.iter().any(|v| v.key == "n/b"));
+        assert!(!views.views.iter().any(|v| v.key == "n/b"));
         // Only the two written apps were read again.
-        assert_eq!(views.1, 2);
+        assert_eq!(views.read, 2);
         views.refresh(&store, &kind);
-        assert_eq!(views.1, 0);
+        assert_eq!(views.read, 0);
         assert_eq!(kept(&views), read_afresh(&store, &kind));
     }
 }
