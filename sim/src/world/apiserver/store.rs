@@ -304,17 +304,12 @@ impl Store {
 
     /// Every stored object of `kind` in key order, borrowed.
     pub fn iter<'a>(&'a self, kind: &ResourceKind) -> impl Iterator<Item = &'a Value> + 'a {
-        let key = kind.key();
-        let first = (key.clone(), String::new(), String::new());
-        self.objects
-            .range(first..)
-            .take_while(move |((resource, _, _), _)| *resource == key)
-            .map(|(_, value)| value.as_ref())
+        self.iter_shared(kind).map(|(_, _, value)| value.as_ref())
     }
 
     /// Every stored object of `kind` in key order with its namespace and name, shared: a
     /// reader that remembers an object's `Arc` knows it unchanged while the store still
-    /// holds the same one (every write stores a new `Arc`).
+    /// holds the same one (every write commits a new `Arc`).
     pub fn iter_shared<'a>(
         &'a self,
         kind: &ResourceKind,
