@@ -917,9 +917,8 @@ fn cmd_profile_split(args: ProfileSplitArgs) -> Result<Exit, Fail> {
             "--wall-seconds {wall}: expected a positive number of seconds"
         )));
     }
-    let split = match args.input.as_deref() {
+    let split = match args.input.as_deref().filter(|path| path.as_os_str() != "-") {
         None => profile_split::split(std::io::stdin().lock()),
-        Some(path) if path.as_os_str() == "-" => profile_split::split(std::io::stdin().lock()),
         Some(path) => {
             let file = std::fs::File::open(path)
                 .map_err(|e| Fail::usage(format!("{}: {e}", path.display())))?;

@@ -205,11 +205,11 @@ impl Split {
         self.counts.get(&class).copied().unwrap_or(0) as f64 / self.samples.max(1) as f64
     }
 
-    /// The share of the samples in the wire classes.
-    pub fn wire_share(&self) -> f64 {
+    /// The share of the samples in the wire classes (`wire`) or in the others.
+    pub fn side_share(&self, wire: bool) -> f64 {
         Class::ALL
             .iter()
-            .filter(|c| c.is_wire())
+            .filter(|c| c.is_wire() == wire)
             .map(|c| self.share(*c))
             .sum()
     }
@@ -273,12 +273,10 @@ pub fn table(split: &Split, wall_seconds: Option<f64>) -> String {
         ("the components' own logic:", false),
     ] {
         let _ = writeln!(out, "{heading}");
-        let classes = Class::ALL.iter().filter(|c| c.is_wire() == wire);
-        for class in classes.clone() {
+        for class in Class::ALL.iter().filter(|c| c.is_wire() == wire) {
             row(&mut out, class.label(), split.share(*class));
         }
-        let subtotal: f64 = classes.map(|c| split.share(*c)).sum();
-        row(&mut out, "subtotal", subtotal);
+        row(&mut out, "subtotal", split.side_share(wire));
     }
     out
 }
@@ -380,7 +378,8 @@ mod tests {
         assert_eq!(split.counts[&Class::JsonDecode], 2);
         assert_eq!(split.counts[&Class::World], 1);
         assert_eq!(split.counts[&Class::Network], 1);
-        assert!((split.wire_share() - 0.75).abs() < 1e-9);
+        assert!((split.side_share(true) - 0.75).abs() < 1e-9);
+        assert!((split.side_share(false) - 0.25).abs() < 1e-9);
         let table = table(&split, Some(8.0));
         let row = |label: &str, percent: f64, seconds: f64| {
             format!("  {label:<40} {percent:>5.1} %  {seconds:>7.2} s\n")
