@@ -1,18 +1,20 @@
-# orrery — the two commands a newcomer needs:
-#   make reports   regenerate the gated reports in reports/ (the main job; open
-#                  reports/index.html in a browser)
-#   make test      formatting and lints, unit + simulation tests (with a real PostgreSQL for the
-#                  control plane's store), a cross-process determinism check, the
-#                  conformance suites against a real kube-apiserver (built from source
-#                  once; reported as SKIPPED if it cannot be), a check that the
-#                  committed reports are up to date, the reports' HTML in headless
-#                  Chromium, actionlint on the workflows and BuildKit's checks on the
-#                  Dockerfile (what CI runs)
-# Also: make conformance (kind or $$KUBECONFIG), make conformance-apiserver, make conformance-argocd,
-#       make sweep, make bench,
+# orrery — three tiers, one command each (README, "The three tiers"):
+#   make test          Rust only: formatting, clippy, unit and simulation tests (every
+#                      scenario's declared verdict at every seed of its `seeds:` list,
+#                      determinism across processes and within one), the committed reports up
+#                      to date. What every change runs first.
+#   make conformance   the simulated world against real software, run as local processes:
+#                      kube-apiserver + etcd, kubectl, Argo CD, frp, Redis, PostgreSQL, the
+#                      reports' HTML in Chromium, actionlint, BuildKit's Dockerfile checks and
+#                      the deploy manifests' dry run. A missing prerequisite fails, naming what
+#                      to install; nothing is skipped.
+#   make reports       regenerate reports/ (open reports/index.html in a browser)
+# .ci/run runs make test, then make conformance.
+# Also: make conformance-kind (kind or $$KUBECONFIG), make conformance-apiserver,
+#       make conformance-argocd, make conformance-postgres, make browser-check,
+#       make lint-workflows, make lint-dockerfile, make sweep, make bench,
 #       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores),
-#       make profile (where one seed's time goes), make pgo (the fastest binary), make browser-check, make lint-workflows,
-#       make lint-dockerfile
+#       make profile (where one seed's time goes), make pgo (the fastest binary)
 
 CARGO  ?= cargo
 ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
@@ -24,12 +26,12 @@ export MIMALLOC_PURGE_DELAY
 MIMALLOC_ALLOW_THP ?= 0
 export MIMALLOC_ALLOW_THP
 
-.PHONY: pgo all test test-linted reports-viewed conformance-ci-apiserver conformance-ci-argocd lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-argocd conformance-ci nightly profile
+.PHONY: pgo all test test-linted cargo-test lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-kind nightly profile
 
 all: test
 
 help:
-	@sed -n '1,14p' Makefile
+	@sed -n '1,18p' Makefile
 
 build:
 	$(CARGO) build -p orrery-sim --bin orrery
@@ -51,40 +53,33 @@ test:
 	$(CARGO) fmt --all --check
 	$(LINTED) $(MAKE) --no-print-directory test-linted
 
-# make test's steps, run with the lints on (see above). After the tests, the rest runs side
-# by side: the two conformance suites (each with its own real API server; they mostly wait on
-# it) next to each other, and next to them the determinism check and the reports, which keep
-# both cores busy, with the browser check of the reports' HTML right after the reports. Each
-# step's output is printed whole when it ends (--output-sync). Only then is reports/ compared
-# with the commit: the conformance suites write reports/conformance.md too (each its own
-# section, under a lock).
-# `cargo test` comes first, under a real PostgreSQL (conformance/postgres/run.sh: Debian's
-# package, a scratch cluster on a free port; the control plane's store tests need it), and builds the orrery binary with everything else in one build
-# graph (the tests' crates compile while the binary's last crates do; the `build` the later
-# steps ask for is then already done).
+# make test's steps, run with the lints on (see above): one build of every target (the orrery
+# binary with the tests' crates, in one build graph), then side by side the tests, the
+# cross-process determinism check and the reports (each step's output printed whole when it
+# ends: --output-sync), and only then reports/ compared with the commit.
 test-linted:
-	conformance/postgres/run.sh $(CARGO) test --workspace
-	$(MAKE) --no-print-directory -j4 --output-sync=target determinism conformance-ci-apiserver conformance-ci-argocd reports-viewed lint-workflows lint-dockerfile
+	$(CARGO) test --workspace --no-run
+	$(MAKE) --no-print-directory -j3 --output-sync=target cargo-test determinism reports
 	$(MAKE) --no-print-directory reports-committed
 
-# The reports, then their HTML in the browser (one step of make test's side-by-side phase).
-reports-viewed: reports
-	@$(MAKE) --no-print-directory browser-check
+# The unit and simulation tests (already built by test-linted's first step). MAKEFLAGS is
+# cleared: cargo would otherwise look for make's jobserver, which this recipe does not pass.
+cargo-test:
+	MAKEFLAGS= $(CARGO) test --workspace
 
 ## The reports' HTML view in headless Chromium (Debian's package, installed by
-## scripts/chromium.sh; SKIPPED where it cannot be): every page the index links, every chart
-## and every link on them loads. Run after make reports.
+## scripts/chromium.sh): every page the index links, every chart and every link on them loads.
+## Reads the committed reports/ (make test proves them up to date).
 BROWSER_TEST := browser::every_chart_and_link_of_the_html_reports_loads_in_headless_chromium
 browser-check:
 	@scripts/chromium.sh sh -c '$(CARGO) test -q -p orrery-sim --test sim -- --ignored --exact --nocapture $(BROWSER_TEST) > target/browser-check.log 2>&1; status=$$?; cat target/browser-check.log; [ $$status -eq 0 ] && grep -q "test result: ok. 1 passed" target/browser-check.log || { echo "browser-check: $(BROWSER_TEST) did not run and pass"; exit 1; }'
 
-## The GitHub Actions workflows, linted by actionlint (built once from its Go module; prints
-## ACTIONLINT SKIPPED without Go).
+## The GitHub Actions workflows, linted by actionlint (built once from its Go module).
 lint-workflows:
 	scripts/actionlint.sh
 
 ## The Dockerfile, linted by BuildKit's own checks (what `docker build --check` runs; built
-## once from BuildKit's Go module, no Docker engine needed; DOCKERFILE LINT SKIPPED without Go).
+## once from BuildKit's Go module, no Docker engine needed).
 lint-dockerfile:
 	scripts/dockerfile-lint.sh
 
@@ -182,18 +177,22 @@ profile:
 ## Conformance suites (API fidelity: real vs simulated API server; runtime on real Kubernetes).
 CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture
 
-## Against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind). The Argo
-## CD suite always runs against its own throwaway kube-apiserver (see conformance-argocd): it
-## plays kube-controller-manager itself, and it must never touch an Argo CD already there.
+## The conformance tier: every suite against real software, side by side (each suite with its
+## own servers on free loopback ports; they mostly wait on them). Built from Go modules and
+## Debian packages by the scripts under conformance/ and scripts/, cached in ~/.cache/orrery.
+## A missing prerequisite fails with what to install.
 conformance:
-	conformance/redis/run.sh conformance/frp/run.sh conformance/kind.sh $(CONFORMANCE_TESTS) --skip argocd::
+	$(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres browser-check lint-workflows lint-dockerfile
+
+## The suites (all but Argo CD's) against a real kube-apiserver + etcd run as local processes,
+## built from source via Go modules (conformance/kube/go.mod pins the version), with a real
+## Redis and frp; then the Argo CD suite.
+conformance-apiserver:
+	$(MAKE) --no-print-directory conformance-suites
 	$(MAKE) --no-print-directory conformance-argocd
 
-## Against a real kube-apiserver + etcd run as local processes, built from source via Go modules
-## (conformance/kube/go.mod pins the version; binaries cached in ~/.cache/orrery).
-conformance-apiserver:
+conformance-suites:
 	conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS) --skip argocd::
-	$(MAKE) --no-print-directory conformance-argocd
 
 ## The simulated Argo CD against a real one (Argo CD v3 built once from its Go module, ~5 min
 ## on 2 cores, cached in ~/.cache/orrery; server, application controller and repo server run
@@ -201,13 +200,15 @@ conformance-apiserver:
 conformance-argocd:
 	conformance/redis/run.sh conformance/kube/run.sh conformance/argocd/run.sh $(CONFORMANCE_TESTS) argocd::
 
-## What make test runs: as conformance-apiserver, but a machine that cannot build or start the
-## real API server (or Argo CD) prints "CONFORMANCE SKIPPED: <reason>" instead of failing.
-## (make test runs its two halves side by side: each has its own API server on free ports.)
-conformance-ci: conformance-ci-apiserver conformance-ci-argocd
+## The control plane's store against a real PostgreSQL (Debian's package, started by
+## conformance/postgres/run.sh on a free loopback port).
+conformance-postgres:
+	conformance/postgres/run.sh $(CARGO) test -p orrery-sim --test sim -- --ignored --test-threads=1 postgres::
 
-conformance-ci-apiserver:
-	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/frp/run.sh conformance/kube/run.sh $(CONFORMANCE_TESTS) --skip argocd::
-
-conformance-ci-argocd:
-	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/redis/run.sh conformance/kube/run.sh conformance/argocd/run.sh $(CONFORMANCE_TESTS) argocd::
+## The suites against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
+## The Argo CD suite always runs against its own throwaway kube-apiserver (see
+## conformance-argocd): it plays kube-controller-manager itself, and it must never touch an
+## Argo CD already there.
+conformance-kind:
+	conformance/redis/run.sh conformance/frp/run.sh conformance/kind.sh $(CONFORMANCE_TESTS) --skip argocd::
+	$(MAKE) --no-print-directory conformance-argocd

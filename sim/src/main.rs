@@ -646,28 +646,36 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
                 variant,
                 out,
             });
-            // A swarm family's other listed seeds give its seeds.{json,md}: results,
-            // failure rate by invariant, reach conditions and fault points.
-            if scenario.swarm.is_some() {
-                for seed in scenario.seeds.iter().skip(1) {
-                    jobs.push(Job {
-                        path: file.display().to_string(),
-                        seed: *seed,
-                        scenario: scenario.clone(),
-                        variant,
-                        out: None,
-                    });
-                }
+            // Every other listed seed runs too: its declared verdict must hold there. A swarm
+            // family's give its seeds.{json,md} (results, failure rate by invariant, reach
+            // conditions and fault points); a scripted scenario's are listed in the index.
+            for seed in scenario.seeds.iter().skip(1) {
+                jobs.push(Job {
+                    path: file.display().to_string(),
+                    seed: *seed,
+                    scenario: scenario.clone(),
+                    variant,
+                    out: None,
+                });
             }
         }
     }
-    // The scenarios' reported runs first, the swarm families' short extra seeds after: the
-    // long runs then never end alone on one core while the other idles. (Stable: each
-    // family's seeds keep their order, and everything below reads the same sequence.)
+    // The scenarios' reported runs first, the other listed seeds after: the long runs then
+    // never end alone on one core while the other idles. (Stable: each scenario's seeds keep
+    // their order, and everything below reads the same sequence.)
     jobs.sort_by_key(|job| job.out.is_none());
     let results = jobs::run(&jobs, parallel, |job, result| {
         if job.out.is_none() {
-            return; // a swarm family's extra seed
+            if result.exit != Exit::Expected {
+                eprintln!(
+                    "{} / {} seed {}: {}, not as declared",
+                    job.scenario.name,
+                    job.variant.as_str(),
+                    job.seed,
+                    result.line["result"].as_str().unwrap_or("?")
+                );
+            }
+            return; // another listed seed
         }
         eprintln!(
             "{} / {}: {} in {:.1} s wall",
@@ -681,6 +689,7 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
     let mut perf = Vec::new();
     let mut worst = Exit::Expected;
     let mut families: Vec<FamilyRuns> = Vec::new();
+    let mut other_seeds = String::new();
     for (job, result) in jobs.iter().zip(&results) {
         if job.scenario.swarm.is_some() {
             match families
@@ -693,25 +702,15 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
         }
         if job.out.is_none() {
             worst = worst.max(result.exit);
+            if job.scenario.swarm.is_none() {
+                other_seeds.push_str(&index_row(job, result));
+            }
             continue;
         }
-        let expected = report::expected(&job.scenario, job.variant);
         worst = worst.max(result.exit);
-        let mark = if result.exit == Exit::Expected {
-            "yes"
-        } else {
-            "**NO**"
-        };
+        index.push_str(&index_row(job, result));
         let name = &job.scenario.name;
         let line = &result.line;
-        let v = job.variant.as_str();
-        index.push_str(&format!(
-            "| [{name}]({name}/README.md) | [{v}]({name}/{v}.md) | {} | `{}` | `{}` ({mark}) | `{}` |\n",
-            job.scenario.seeds[0],
-            line["result"].as_str().unwrap_or("?"),
-            expected.as_str(),
-            line["trace_hash"].as_str().unwrap_or("?")
-        ));
         let (sim, wall) = (
             line["sim_seconds"].as_f64().unwrap_or(0.0),
             line["wall_seconds"].as_f64().unwrap_or(0.0),
@@ -736,6 +735,10 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
         if !swept.iter().any(|s| s.name == scenario.name) {
             swept.push(scenario);
         }
+    }
+    if !other_seeds.is_empty() {
+        index.push_str("\n## The other listed seeds\n\nEvery other seed of each scripted scenario's `seeds:` list, where its declared verdict must hold too (`make test` fails otherwise):\n\n| scenario | variant | seed | result | expected | trace hash |\n|---|---|---|---|---|---|\n");
+        index.push_str(&other_seeds);
     }
     if !swept.is_empty() {
         index.push_str("\n## Sweeps\n\nEvery listed seed of each swarm family, both variants:\n\n");
@@ -831,6 +834,24 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
     let perf_text = serde_json::to_string_pretty(&perf).expect("JSON values serialise");
     write(perf_dir.join("perf.json"), perf_text + "\n")?;
     Ok(worst)
+}
+
+/// One row of the reports' index: a run's seed, result, declared verdict and trace hash.
+fn index_row(job: &Job, result: &jobs::JobResult) -> String {
+    let mark = if result.exit == Exit::Expected {
+        "yes"
+    } else {
+        "**NO**"
+    };
+    let name = &job.scenario.name;
+    let v = job.variant.as_str();
+    format!(
+        "| [{name}]({name}/README.md) | [{v}]({name}/{v}.md) | {} | `{}` | `{}` ({mark}) | `{}` |\n",
+        job.seed,
+        result.line["result"].as_str().unwrap_or("?"),
+        report::expected(&job.scenario, job.variant).as_str(),
+        result.line["trace_hash"].as_str().unwrap_or("?")
+    )
 }
 
 fn cmd_bench(args: BenchArgs) -> Result<Exit, Fail> {

@@ -644,7 +644,7 @@ struct Down {
 }
 
 fn stop_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: HostChange) {
-    sim.crash(host);
+    crate::env::tear_down(|| sim.crash(host));
     let host = host.to_string();
     world
         .trace
@@ -652,7 +652,7 @@ fn stop_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: Ho
 }
 
 fn start_host(sim: &mut turmoil::Sim<'static>, world: &World, host: &str, why: HostChange) {
-    sim.bounce(host);
+    crate::env::tear_down(|| sim.bounce(host));
     let host = host.to_string();
     world
         .trace

@@ -1,7 +1,7 @@
 //! The reports' HTML view in a real browser: headless Chromium opens `reports/index.html`,
 //! follows every link to another HTML view, and checks that every chart on every page renders
-//! and every other local link (Markdown, JSON, SVG) loads. `make test` runs it through
-//! `scripts/chromium.sh`, which installs Debian's package or prints SKIPPED.
+//! and every other local link (Markdown, JSON, SVG) loads. `make conformance` runs it (`make
+//! browser-check`) through `scripts/chromium.sh`, which installs Debian's package or fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

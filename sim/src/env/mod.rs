@@ -18,6 +18,11 @@ use orrery_system::observe::FaultPointEvent;
 use crate::scenario::model::Buggify;
 use crate::trace::Trace;
 
+mod teardown;
+
+pub use teardown::tear_down;
+use teardown::Connections;
+
 /// Milliseconds since the Unix epoch at simulated time zero: 2026-01-01T00:00:00Z.
 /// Fixed so that timestamps in traces and reports never depend on when a run happens.
 pub const SIM_EPOCH_UNIX_MS: u64 = 1_767_225_600_000;
@@ -30,6 +35,8 @@ pub struct SimEnv {
     /// The fault points switched on, and their own generator (so switching points on never
     /// shifts the host's other random draws).
     buggify: Option<(FaultPoints, Mutex<Rng>)>,
+    /// This boot's connections, closed in the order they were opened when the host goes down.
+    connections: Arc<Connections>,
 }
 
 /// The fault points a run switches on, shared by its hosts. They fire only during the fault
@@ -88,6 +95,7 @@ impl SimEnv {
             rng: Mutex::new(Rng::derive(seed, &label)),
             trace,
             buggify,
+            connections: Arc::default(),
         })
     }
 }
@@ -104,13 +112,16 @@ impl Boots {
     }
 }
 
-struct SimListener(turmoil::net::TcpListener);
+struct SimListener(turmoil::net::TcpListener, Arc<Connections>);
 
 impl Listener for SimListener {
     fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>> {
         Box::pin(async move {
             let (stream, peer) = self.0.accept().await?;
-            Ok((Box::new(stream) as BoxStream, peer.to_string()))
+            Ok((
+                Box::new(self.1.track(stream)) as BoxStream,
+                peer.to_string(),
+            ))
         })
     }
 
@@ -142,17 +153,19 @@ impl Env for SimEnv {
 
     fn connect(&self, addr: &str) -> BoxFuture<'static, io::Result<BoxStream>> {
         let addr = addr.to_string();
+        let connections = self.connections.clone();
         Box::pin(async move {
             let stream = turmoil::net::TcpStream::connect(addr.as_str()).await?;
-            Ok(Box::new(stream) as BoxStream)
+            Ok(Box::new(connections.track(stream)) as BoxStream)
         })
     }
 
     fn listen(&self, addr: &str) -> BoxFuture<'static, io::Result<Box<dyn Listener>>> {
         let addr = addr.to_string();
+        let connections = self.connections.clone();
         Box::pin(async move {
             let listener = turmoil::net::TcpListener::bind(addr.as_str()).await?;
-            Ok(Box::new(SimListener(listener)) as Box<dyn Listener>)
+            Ok(Box::new(SimListener(listener, connections)) as Box<dyn Listener>)
         })
     }
 
