@@ -72,7 +72,7 @@ cargo-test:
 ## Reads the committed reports/ (make test proves them up to date).
 BROWSER_TEST := browser::every_chart_and_link_of_the_html_reports_loads_in_headless_chromium
 browser-check:
-	@scripts/chromium.sh sh -c '$(CARGO) test -q -p orrery-sim --test sim -- --ignored --exact --nocapture $(BROWSER_TEST) > target/browser-check.log 2>&1; status=$$?; cat target/browser-check.log; [ $$status -eq 0 ] && grep -q "test result: ok. 1 passed" target/browser-check.log || { echo "browser-check: $(BROWSER_TEST) did not run and pass"; exit 1; }'
+	@scripts/chromium.sh env MAKEFLAGS= sh -c '$(CARGO) test -q -p orrery-sim --test sim -- --ignored --exact --nocapture $(BROWSER_TEST) > target/browser-check.log 2>&1; status=$$?; cat target/browser-check.log; [ $$status -eq 0 ] && grep -q "test result: ok. 1 passed" target/browser-check.log || { echo "browser-check: $(BROWSER_TEST) did not run and pass"; exit 1; }'
 
 ## The GitHub Actions workflows, linted by actionlint (built once from its Go module).
 lint-workflows:
@@ -175,14 +175,18 @@ profile:
 	@echo "full: $(PROFILE_OUT).txt (self), $(PROFILE_OUT).inclusive.txt (with callees), $(PROFILE_OUT).split.txt (the wire against the components' logic)"
 
 ## Conformance suites (API fidelity: real vs simulated API server; runtime on real Kubernetes).
-CONFORMANCE_TESTS := $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture
+## (MAKEFLAGS cleared: cargo would look for make's jobserver, which these recipes do not pass.)
+CONFORMANCE_TESTS := env MAKEFLAGS= $(CARGO) test -p orrery-conformance --test conformance -- --include-ignored --test-threads=1 --nocapture
 
 ## The conformance tier: every suite against real software, side by side (each suite with its
 ## own servers on free loopback ports; they mostly wait on them). Built from Go modules and
 ## Debian packages by the scripts under conformance/ and scripts/, cached in ~/.cache/orrery.
 ## A missing prerequisite fails with what to install.
+## Built with make test's lints on (the same compiler wrapper), so after make test nothing of
+## the workspace is compiled again.
 conformance:
-	$(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres browser-check lint-workflows lint-dockerfile
+	@[ -n "$(CLIPPY_DRIVER)" ] || { echo "clippy-driver not found: rustup component add clippy"; exit 1; }
+	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres browser-check lint-workflows lint-dockerfile
 
 ## The suites (all but Argo CD's) against a real kube-apiserver + etcd run as local processes,
 ## built from source via Go modules (conformance/kube/go.mod pins the version), with a real
@@ -203,7 +207,7 @@ conformance-argocd:
 ## The control plane's store against a real PostgreSQL (Debian's package, started by
 ## conformance/postgres/run.sh on a free loopback port).
 conformance-postgres:
-	conformance/postgres/run.sh $(CARGO) test -p orrery-sim --test sim -- --ignored --test-threads=1 postgres::
+	conformance/postgres/run.sh env MAKEFLAGS= $(CARGO) test -p orrery-sim --test sim -- --ignored --test-threads=1 postgres::
 
 ## The suites against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
 ## The Argo CD suite always runs against its own throwaway kube-apiserver (see

@@ -17,6 +17,7 @@
 
 pub mod cluster;
 pub mod compare;
+pub mod fidelity;
 pub mod library;
 pub mod normalise;
 pub mod openapi;

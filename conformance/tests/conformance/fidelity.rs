@@ -2,37 +2,11 @@
 
 use orrery_conformance::cluster::Cluster;
 use orrery_conformance::compare::{compare, load_deviations, Verdict};
+use orrery_conformance::fidelity::{failures, names, normalised, snapshot_dir};
 use orrery_conformance::library::scripts;
-use orrery_conformance::normalise::{normalise, parse, render, NormalisedStep};
+use orrery_conformance::normalise::render;
 use orrery_conformance::repo_root;
 use orrery_conformance::report::{self, Row};
-use orrery_conformance::script::{run, Script};
-
-fn snapshot_dir() -> std::path::PathBuf {
-    repo_root().join("conformance/snapshots")
-}
-
-/// The recorded real transcript of `script` (insta's `.snap` file without its header).
-fn recorded(script: &Script) -> Option<Vec<NormalisedStep>> {
-    let text =
-        std::fs::read_to_string(snapshot_dir().join(format!("{}.snap", script.name))).ok()?;
-    let body = text.splitn(3, "---\n").nth(2)?;
-    Some(parse(body))
-}
-
-async fn normalised(cluster: &Cluster, script: &Script, namespace: &str) -> Vec<NormalisedStep> {
-    cluster
-        .prepare(namespace)
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e}", script.name));
-    let transcript = run(cluster, script, namespace)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    if let Err(e) = cluster.cleanup(namespace).await {
-        eprintln!("warning: {}: cleanup: {e}", script.name);
-    }
-    normalise(&transcript, script)
-}
 
 /// The Kubernetes version pinned in `conformance/kube/go.mod` (what the snapshots record).
 fn pinned_version() -> String {
@@ -46,56 +20,6 @@ fn pinned_version() -> String {
                 .map(|v| v.trim().to_string())
         })
         .unwrap_or_else(|| "unknown".into())
-}
-
-fn names(scripts: &[Script]) -> Vec<&'static str> {
-    scripts.iter().map(|s| s.name).collect()
-}
-
-fn failures(rows: &[Row<'_>]) -> String {
-    let mut out = String::new();
-    for row in rows.iter().filter(|r| !r.verdict.ok()) {
-        out.push_str(&format!(
-            "\n{} — {}\n",
-            row.script.name,
-            row.verdict.label()
-        ));
-        match &row.verdict {
-            Verdict::Different { diffs } => diffs
-                .iter()
-                .for_each(|(step, diff)| out.push_str(&format!(" step {step}:\n{diff}"))),
-            Verdict::StaleDeviation { steps } => out.push_str(&format!(
-                " listed steps {steps:?} now match: remove them from conformance/deviations.yaml\n"
-            )),
-            _ => {}
-        }
-    }
-    out
-}
-
-/// Runs without a real cluster: the simulated server against the real transcripts
-/// recorded by the last live run, so a change that breaks fidelity fails `cargo test`.
-#[tokio::test(flavor = "current_thread")]
-async fn the_simulated_api_server_matches_the_recorded_real_transcripts() {
-    let scripts = scripts();
-    let deviations = load_deviations(&names(&scripts)).unwrap_or_else(|e| panic!("{e}"));
-    let simulated = Cluster::simulated().await.expect("simulated API server");
-    let mut rows = Vec::new();
-    for (index, script) in scripts.iter().enumerate() {
-        let recorded = recorded(script).unwrap_or_else(|| {
-            panic!("no recorded real transcript for {}: run `INSTA_UPDATE=always make conformance-apiserver`", script.name)
-        });
-        let steps = normalised(&simulated, script, &format!("orrery-fidelity-{index}")).await;
-        rows.push(Row {
-            script,
-            verdict: compare(script.name, &recorded, &steps, &deviations),
-        });
-    }
-    let failing = failures(&rows);
-    assert!(
-        failing.is_empty(),
-        "the simulated API server differs from the recorded kube-apiserver:{failing}"
-    );
 }
 
 /// Live: every script against the cluster `KUBECONFIG` points to and a fresh simulated

@@ -1,6 +1,7 @@
-//! Conformance tests. The suites that need a real cluster are `#[ignore]`d so plain
-//! `cargo test` reports them as ignored (never as passed); `make conformance-apiserver`
-//! and `make conformance` run them with `--include-ignored` and a `KUBECONFIG`.
+//! Conformance tests: the suites against real software. This test target is not built by a
+//! plain `cargo test` (`test = false`); `make conformance` runs it with `--include-ignored`,
+//! a `KUBECONFIG` and the real servers its scripts start. (The check against the recorded
+//! transcripts, which needs no server, is the `recorded` target that `make test` runs.)
 
 mod acr;
 mod argocd;

@@ -26,8 +26,8 @@ const RUNS: &[(&str, u64, Variant)] = &[
     ("store-crash", 1, Variant::Faithful),
     ("runtime-restart-after-lost-answer", 1, Variant::Faithful),
     ("swarm-store", 3, Variant::Hardened),
-    ("read-model-repair", 1, Variant::Hardened),
-    ("tenant-isolation", 1, Variant::Faithful),
+    ("promotion-failover", 1, Variant::Hardened),
+    ("hosted-tenants", 2, Variant::Faithful),
 ];
 
 fn repo(path: &str) -> String {

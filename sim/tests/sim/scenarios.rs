@@ -11,27 +11,26 @@ fn scenario_path(name: &str) -> String {
     format!("{}/../scenarios/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Every listed seed's verdict is checked by `make reports` (in `make test`); here, that the
+/// world of a passing run did real work.
 #[test]
-fn watch_convergence_meets_its_expectation_for_every_listed_seed_and_variant() {
+fn watch_convergence_meets_its_expectation_and_does_real_work() {
     let s = scenario::load(Path::new(&scenario_path("watch-convergence.yaml"))).unwrap();
-    assert!(s.seeds.len() >= 3, "several seeds run in cargo test");
-    for seed in &s.seeds {
-        for variant in s.expect.keys().copied() {
-            let outcome = runner::run(&s, *seed, variant);
-            assert_eq!(
-                outcome.result,
-                report::expected(&s, variant),
-                "seed {seed} {variant:?}: violations {:?}, harness error {:?}",
-                outcome.violations,
-                outcome.harness_error
-            );
-            assert!(
-                outcome.trace.len() > 1000,
-                "the world did real work ({} events)",
-                outcome.trace.len()
-            );
-        }
-    }
+    assert!(s.seeds.len() >= 3, "several seeds are declared");
+    let (seed, variant) = (s.seeds[0], Variant::Hardened);
+    let outcome = runner::run(&s, seed, variant);
+    assert_eq!(
+        outcome.result,
+        report::expected(&s, variant),
+        "seed {seed} {variant:?}: violations {:?}, harness error {:?}",
+        outcome.violations,
+        outcome.harness_error
+    );
+    assert!(
+        outcome.trace.len() > 1000,
+        "the world did real work ({} events)",
+        outcome.trace.len()
+    );
 }
 
 /// The trace hash of one run in a fresh `orrery` process, as every user-facing run (`run`,
@@ -52,12 +51,8 @@ fn hash_in_a_fresh_process(seed: u64) -> String {
         .to_string()
 }
 
-/// Same seed, same hash; another seed, another. Each run is a fresh process: inside one
-/// process that already ran other simulations, two connections a crashed host held can
-/// close in the other order at the same instant (found in make test: after a
-/// shard-rebalance run, watch-convergence seed 7's two `client_gone` watch ends at 110 s
-/// swap), which points at an ordering below orrery (tokio's runtime teardown of the crashed
-/// host's tasks) that depends on the process's history; see the README's Determinism section.
+/// Same seed, same hash; another seed, another, each run in a fresh `orrery` process (within
+/// one process: `in_process.rs`).
 #[test]
 fn the_same_seed_gives_the_same_trace_hash_and_another_seed_another() {
     let a = hash_in_a_fresh_process(7);
