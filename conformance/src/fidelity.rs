@@ -23,7 +23,11 @@ pub fn recorded(script: &Script) -> Option<Vec<NormalisedStep>> {
 }
 
 /// `script` run on `cluster` in `namespace` (prepared and cleaned up), normalised.
-pub async fn normalised(cluster: &Cluster, script: &Script, namespace: &str) -> Vec<NormalisedStep> {
+pub async fn normalised(
+    cluster: &Cluster,
+    script: &Script,
+    namespace: &str,
+) -> Vec<NormalisedStep> {
     cluster
         .prepare(namespace)
         .await
@@ -63,4 +67,3 @@ pub fn failures(rows: &[Row<'_>]) -> String {
     }
     out
 }
-

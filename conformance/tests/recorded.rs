@@ -33,4 +33,3 @@ async fn the_simulated_api_server_matches_the_recorded_real_transcripts() {
         "the simulated API server differs from the recorded kube-apiserver:{failing}"
     );
 }
-
