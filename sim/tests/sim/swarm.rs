@@ -10,7 +10,6 @@ use orrery_system::env::Point;
 
 use orrery_sim::faults::Fault;
 use orrery_sim::harness::runner;
-use orrery_sim::report;
 use orrery_sim::scenario::{self, swarm, Variant};
 
 fn scenario_path(name: &str) -> String {
