@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use crate::checkers::Class;
 use crate::harness::runner;
 use crate::scenario::model::{FaultStep, Role};
 use crate::scenario::{self, swarm, Outcome, Scenario, Variant};
@@ -120,7 +121,8 @@ impl Search<'_> {
 }
 
 /// Shrinks `scenario`'s run at `seed` and `variant` while `invariant` (default: the first one
-/// it breaks) still breaks. `progress` hears about each step kept.
+/// broken of the class the run's result stands for) still breaks. `progress` hears about each
+/// step kept.
 pub fn shrink(
     scenario: &Scenario,
     seed: u64,
@@ -149,7 +151,7 @@ pub fn shrink(
                 },
             })
         }
-        None => broken.first().cloned().ok_or(ShrinkError::DoesNotFail {
+        None => the_failure(&first).ok_or(ShrinkError::DoesNotFail {
             seed,
             variant: variant.as_str(),
         })?,
@@ -184,23 +186,13 @@ pub fn shrink(
             break;
         }
     }
-    // The written scenario checks the invariant it keeps breaking, for the one variant.
-    let declared = scenario
-        .expect
-        .get(&variant)
-        .copied()
-        .unwrap_or(Outcome::Pass);
+    // The written scenario checks the invariant it keeps breaking, for the one variant, and
+    // expects what that gives when replayed (so the file holds its own `expect:`).
     best.invariants.retain(|i| i.name == target);
     best.reach.clear();
     best.expect.clear();
-    best.expect.insert(
-        variant,
-        if declared == Outcome::Any {
-            runner::run(&best, seed, variant).result
-        } else {
-            declared
-        },
-    );
+    best.expect
+        .insert(variant, runner::run(&best, seed, variant).result);
     best.name = format!("{}-min", scenario.name);
     best.description = format!(
         "{} seed {seed} ({}) shrunk by orrery shrink: still breaks {target}. {}",
@@ -214,6 +206,23 @@ pub fn shrink(
         invariant: target,
         runs: search.runs,
     })
+}
+
+/// The invariant whose failure a run's result stands for: the first one broken of the
+/// result's class (a run that is a safety violation may also have broken a liveness invariant
+/// first — a write run twice, then a tunnel slow to come back — and it is the safety violation
+/// the scenario declares and a user shrinks).
+fn the_failure(run: &runner::RunOutcome) -> Option<String> {
+    let class = match run.result {
+        Outcome::SafetyViolation => Some(Class::Safety),
+        Outcome::LivenessTimeout => Some(Class::Liveness),
+        _ => None,
+    };
+    run.violations
+        .iter()
+        .find(|v| Some(v.class) == class)
+        .or(run.violations.first())
+        .map(|v| v.invariant.clone())
 }
 
 /// ddmin over the fault steps: drop chunks of halving size while the run still fails.
