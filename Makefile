@@ -10,7 +10,7 @@
 #                      to install; nothing is skipped.
 #   make reports       regenerate reports/ (open reports/index.html in a browser)
 # .ci/run runs make test, then make conformance.
-# Also: make conformance-kind (kind or $$KUBECONFIG), make conformance-apiserver,
+# Also: make conformance-kind (kind or $KUBECONFIG), make conformance-apiserver,
 #       make conformance-argocd, make conformance-postgres, make browser-check,
 #       make lint-workflows, make lint-dockerfile, make sweep, make bench,
 #       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores),
