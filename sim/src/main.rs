@@ -700,14 +700,13 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
                 None => families.push((&job.scenario, job.variant, vec![(job.seed, result)])),
             }
         }
+        worst = worst.max(result.exit);
         if job.out.is_none() {
-            worst = worst.max(result.exit);
             if job.scenario.swarm.is_none() {
                 other_seeds.push_str(&index_row(job, result));
             }
             continue;
         }
-        worst = worst.max(result.exit);
         index.push_str(&index_row(job, result));
         let name = &job.scenario.name;
         let line = &result.line;
