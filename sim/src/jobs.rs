@@ -169,3 +169,88 @@ impl Progress {
         }
     }
 }
+
+/// Runs shrink candidates as parallel `orrery run` child processes: each candidate is
+/// written to a scratch directory and run from there (what a user replays is the same file
+/// format, so a candidate's run in a child is the run the search judges).
+pub struct ProcessJudge {
+    dir: PathBuf,
+    parallel: usize,
+    written: u64,
+}
+
+impl ProcessJudge {
+    /// A judge running `parallel` candidates at a time, its files under a fresh scratch
+    /// directory (removed when the judge is dropped).
+    pub fn new(parallel: usize) -> Result<ProcessJudge, Fail> {
+        let dir = std::env::temp_dir().join(format!("orrery-shrink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Fail::usage(format!("{}: {e}", dir.display())))?;
+        Ok(ProcessJudge {
+            dir,
+            parallel: parallel.max(1),
+            written: 0,
+        })
+    }
+}
+
+impl Drop for ProcessJudge {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl orrery_sim::shrink::Judge for ProcessJudge {
+    fn width(&self) -> usize {
+        self.parallel
+    }
+
+    fn run(&mut self, runs: &[(&Scenario, u64, Variant)]) -> Vec<orrery_sim::shrink::Verdict> {
+        let mut jobs = Vec::new();
+        for (scenario, seed, variant) in runs {
+            self.written += 1;
+            let path = self.dir.join(format!("candidate-{}.yaml", self.written));
+            let text = serde_saphyr::to_string(*scenario).unwrap_or_default();
+            let _ = std::fs::write(&path, text);
+            jobs.push(Job {
+                path: path.display().to_string(),
+                scenario: (*scenario).clone(),
+                variant: *variant,
+                seed: *seed,
+                out: None,
+            });
+        }
+        // A child that could not run (no result line) judges as a pass: the search then
+        // never keeps a candidate it could not check.
+        let unchecked = || orrery_sim::shrink::Verdict {
+            result: orrery_sim::scenario::Outcome::Pass,
+            failure: None,
+            broken: Vec::new(),
+        };
+        match run(&jobs, self.parallel, |_, _| {}) {
+            Ok(results) => results
+                .iter()
+                .map(|r| {
+                    let line = &r.line;
+                    let result = serde_json::from_value(line["result"].clone());
+                    match result {
+                        Ok(result) => orrery_sim::shrink::Verdict {
+                            result,
+                            failure: line["failure"].as_str().map(str::to_string),
+                            broken: line["violations"]
+                                .as_array()
+                                .map(|a| {
+                                    a.iter()
+                                        .filter_map(|v| v.as_str().map(str::to_string))
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
+                        },
+                        Err(_) => unchecked(),
+                    }
+                })
+                .collect(),
+            Err(_) => runs.iter().map(|_| unchecked()).collect(),
+        }
+    }
+}

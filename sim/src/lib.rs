@@ -15,6 +15,7 @@
 //!   counts, for sweeps to prove what they explored.
 //! - [`harness`]: runs a scenario seed by seed; the trace and its hash.
 //! - [`report`]: gated JSON/Markdown reports, the perf file, the one-line summary.
+//! - [`farm`]: the seed farm's database, policy, mutation and report (`orrery farm`).
 //! - [`shrink`]: `orrery shrink`, delta-debugging a failing run to a minimal scenario.
 //! - [`exit`]: exit codes per result class (0 expected … 6 reach condition never reached).
 //! - [`bench`]: `orrery bench`, the reporter's hot path in real mode (ungated perf).
@@ -29,6 +30,7 @@ pub mod bench_sim;
 pub mod checkers;
 pub mod env;
 pub mod exit;
+pub mod farm;
 pub mod faults;
 pub mod harness;
 pub mod profile_split;

@@ -1,6 +1,7 @@
 //! `orrery`: run scenarios, sweep seeds, check determinism, regenerate reports, and serve
 //! the simulated API server, the control plane and a runtime on real sockets.
 
+mod farm_cmd;
 mod jobs;
 mod serve;
 mod shard;
@@ -80,6 +81,13 @@ enum Command {
     /// Shrink a failing run to a minimal scenario that still breaks the same invariant;
     /// writes <file stem>.min.yaml next to FILE.
     Shrink(ShrinkArgs),
+    /// Explore for a budget: new seeds of every scenario file (both variants), chosen by
+    /// rarity, recent failures and cost; every run in a results database; every unexpected
+    /// failure shrunk into scenarios/regressions/; rare runs mutated; report in reports/farm/.
+    Farm(farm_cmd::FarmArgs),
+    /// Merge the results databases of a sharded farm run (`farm --shard I/N --db FILE`) into
+    /// one database and one farm report.
+    FarmMerge(farm_cmd::FarmMergeArgs),
     /// Run the control plane or a runtime for real.
     #[command(subcommand)]
     Serve(serve::Serve),
@@ -182,6 +190,10 @@ struct ShrinkArgs {
     /// Where to write the result (default: <file stem>.min.yaml next to FILE).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Candidates run at a time, as child processes (default: the number of cores); the
+    /// scenario kept is the same at any width.
+    #[arg(long)]
+    jobs: Option<usize>,
 }
 
 #[derive(Args)]
@@ -553,11 +565,13 @@ fn cmd_shrink(args: ShrinkArgs) -> Result<Exit, Fail> {
     });
     let started = Instant::now(); // determinism: real-env (wall-clock progress figure only)
     let mut progress = |step: &str| eprintln!("orrery shrink: {step}");
-    let shrunk = orrery_sim::shrink::shrink(
+    let mut judge = jobs::ProcessJudge::new(parallelism(args.jobs))?;
+    let shrunk = orrery_sim::shrink::shrink_with(
         &scenario,
         args.seed,
         variant,
         args.invariant.as_deref(),
+        &mut judge,
         &mut progress,
     )
     .map_err(|e| Fail::usage(e.to_string()))?;
@@ -1002,6 +1016,7 @@ fn main() -> ExitCode {
             | Command::Shrink(_)
             | Command::CheckDeterminism(_)
             | Command::Reports(_)
+            | Command::Farm(_)
     );
     if let (true, Err(Fail(message, exit))) = (simulates, deterministic_build()) {
         eprintln!("orrery: {message}");
@@ -1012,6 +1027,8 @@ fn main() -> ExitCode {
         Command::Sweep(args) => cmd_sweep(args),
         Command::Merge(args) => cmd_merge(args),
         Command::Shrink(args) => cmd_shrink(args),
+        Command::Farm(args) => farm_cmd::cmd_farm(args),
+        Command::FarmMerge(args) => farm_cmd::cmd_farm_merge(args),
         Command::BuggifyPoints => {
             for point in orrery_system::env::Point::ALL {
                 println!("{}\t{}", point.name(), point.what());

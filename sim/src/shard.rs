@@ -77,6 +77,11 @@ impl Shard {
         }
     }
 
+    /// (I, N): the index given or read from [`INDEX_VAR`], and the count.
+    pub fn resolve(&self) -> Result<(u64, u64), Fail> {
+        Ok((self.index()?, self.count))
+    }
+
     /// This shard's seeds: the I-th of N contiguous slices of `seeds`, the first ones one
     /// seed longer when N does not divide them (a slice may be empty when N exceeds them).
     pub fn slice(&self, seeds: &std::ops::Range<u64>) -> Result<std::ops::Range<u64>, Fail> {

@@ -14,7 +14,6 @@
 
 use std::time::Duration;
 
-use crate::checkers::Class;
 use crate::harness::runner;
 use crate::scenario::model::{FaultStep, Role};
 use crate::scenario::{self, swarm, Outcome, Scenario, Variant};
@@ -58,71 +57,188 @@ pub struct Shrunk {
 /// Most runs one shrink makes (each is a full simulation).
 pub const MAX_RUNS: u32 = 400;
 
+/// What a candidate's run said: enough to tell whether it still fails as the original did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The run's result class.
+    pub result: Outcome,
+    /// The invariant its result stands for (see [`runner::RunOutcome::failure`]), if it broke any.
+    pub failure: Option<String>,
+    /// Every invariant it broke, in time order.
+    pub broken: Vec<String>,
+}
+
+impl Verdict {
+    /// The verdict of a finished run.
+    pub fn of(run: &runner::RunOutcome) -> Verdict {
+        Verdict {
+            result: run.result,
+            failure: run.failure(),
+            broken: run.violations.iter().map(|v| v.invariant.clone()).collect(),
+        }
+    }
+}
+
+/// Runs candidates: in this process one after another ([`InProcess`]), or as parallel child
+/// processes (the command line's judge), so a shrink uses every core.
+pub trait Judge {
+    /// How many candidates are worth running at once (the search speculates this far ahead;
+    /// what it keeps is the same as with one at a time).
+    fn width(&self) -> usize;
+    /// Runs each (candidate, seed, variant) and says what each run gave, in order.
+    fn run(&mut self, runs: &[(&Scenario, u64, Variant)]) -> Vec<Verdict>;
+}
+
+/// Runs candidates one after another in this process.
+pub struct InProcess;
+
+impl Judge for InProcess {
+    fn width(&self) -> usize {
+        1
+    }
+    fn run(&mut self, runs: &[(&Scenario, u64, Variant)]) -> Vec<Verdict> {
+        runs.iter()
+            .map(|(s, seed, v)| Verdict::of(&runner::run(s, *seed, *v)))
+            .collect()
+    }
+}
+
+/// What a candidate must still do to be kept.
+#[derive(Clone, Debug)]
+enum Target {
+    /// The failure the original run's result stands for: the same result class and the same
+    /// first invariant broken of that class (what the scenario declares and a user shrinks).
+    Failure { result: Outcome, invariant: String },
+    /// Break this invariant (`--invariant`), whatever else happens.
+    Breaks(String),
+}
+
+impl Target {
+    fn holds(&self, verdict: &Verdict) -> bool {
+        match self {
+            Target::Failure { result, invariant } => {
+                verdict.result == *result && verdict.failure.as_deref() == Some(invariant)
+            }
+            Target::Breaks(name) => verdict.broken.iter().any(|b| b == name),
+        }
+    }
+
+    fn invariant(&self) -> &str {
+        match self {
+            Target::Failure { invariant, .. } | Target::Breaks(invariant) => invariant,
+        }
+    }
+}
+
 struct Search<'a> {
     seed: u64,
     variant: Variant,
-    invariant: String,
-    /// The other variant when the scenario expects it to pass: a candidate must still pass
-    /// there, so the failure kept is the variant's flaw, not a world in which the invariant
-    /// cannot hold (a calm phase too short to drain anything, say).
+    target: Target,
+    /// The other variant when the scenario expects it to pass: a candidate must still hold
+    /// the target invariant there, so the failure kept is the variant's flaw, not a world in
+    /// which the invariant cannot hold (a calm phase too short to drain anything, say).
     contrast: Option<Variant>,
     runs: u32,
+    judge: &'a mut dyn Judge,
     progress: &'a mut dyn FnMut(&str),
 }
 
 impl Search<'_> {
-    /// Whether `candidate` is valid and still breaks the invariant.
-    fn fails(&mut self, candidate: &Scenario) -> bool {
-        if self.runs >= MAX_RUNS {
-            return false;
-        }
-        // Only scenarios a user could write: render and parse back through the validator.
-        let Ok(text) = serde_saphyr::to_string(candidate) else {
-            return false;
-        };
-        if scenario::parse::parse("candidate.yaml", &text).is_err() {
-            return false;
-        }
-        self.runs += 1;
-        let breaks = |variant| {
-            runner::run(candidate, self.seed, variant)
-                .violations
-                .iter()
-                .any(|v| v.invariant == self.invariant)
-        };
-        if !breaks(self.variant) {
-            return false;
-        }
-        match self.contrast {
-            Some(other) => {
-                self.runs += 1;
-                !breaks(other)
+    /// The index of the first of `candidates` that is valid and still fails as the target
+    /// says, running up to the judge's width of them at once.
+    fn first_failing(&mut self, best: &Scenario, candidates: &[Scenario]) -> Option<usize> {
+        // Only changed scenarios a user could write: render and parse back through the
+        // validator.
+        let valid: Vec<bool> = candidates
+            .iter()
+            .map(|c| {
+                c != best
+                    && serde_saphyr::to_string(c)
+                        .ok()
+                        .is_some_and(|text| scenario::parse::parse("candidate.yaml", &text).is_ok())
+            })
+            .collect();
+        let indices: Vec<usize> = (0..candidates.len()).filter(|i| valid[*i]).collect();
+        for batch in indices.chunks(self.judge.width().max(1)) {
+            let room = MAX_RUNS.saturating_sub(self.runs) as usize;
+            let batch = &batch[..batch.len().min(room)];
+            if batch.is_empty() {
+                return None;
             }
-            None => true,
+            let runs: Vec<(&Scenario, u64, Variant)> = batch
+                .iter()
+                .map(|i| (&candidates[*i], self.seed, self.variant))
+                .collect();
+            self.runs += runs.len() as u32;
+            let verdicts = self.judge.run(&runs);
+            let failing: Vec<usize> = batch
+                .iter()
+                .zip(&verdicts)
+                .filter(|(_, v)| self.target.holds(v))
+                .map(|(i, _)| *i)
+                .collect();
+            let kept = match self.contrast {
+                None => failing.first().copied(),
+                Some(other) => {
+                    let runs: Vec<(&Scenario, u64, Variant)> = failing
+                        .iter()
+                        .map(|i| (&candidates[*i], self.seed, other))
+                        .collect();
+                    self.runs += runs.len() as u32;
+                    let invariant = self.target.invariant().to_string();
+                    let verdicts = self.judge.run(&runs);
+                    failing
+                        .iter()
+                        .zip(&verdicts)
+                        .find(|(_, v)| !v.broken.contains(&invariant))
+                        .map(|(i, _)| *i)
+                }
+            };
+            if kept.is_some() {
+                return kept;
+            }
         }
+        None
+    }
+
+    /// Replaces `best` with the first of `candidates` that still fails (each with what it
+    /// changes); returns its index.
+    fn keep_first(
+        &mut self,
+        best: &mut Scenario,
+        candidates: Vec<(Scenario, String)>,
+    ) -> Option<usize> {
+        let scenarios: Vec<Scenario> = candidates.iter().map(|(c, _)| c.clone()).collect();
+        let runs = self.runs;
+        let kept = self.first_failing(best, &scenarios);
+        match kept {
+            _ if self.runs == runs => {}
+            Some(i) => {
+                (self.progress)(&format!("run {}: kept {}", self.runs, candidates[i].1));
+                *best = scenarios[i].clone();
+            }
+            None => (self.progress)(&format!(
+                "run {}: no longer fails: {}",
+                self.runs,
+                candidates
+                    .iter()
+                    .map(|(_, what)| what.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+        }
+        kept
     }
 
     /// Replaces `best` with `candidate` if it still fails; says whether it did.
     fn try_keep(&mut self, best: &mut Scenario, candidate: Scenario, what: &str) -> bool {
-        if candidate == *best {
-            return false;
-        }
-        let runs = self.runs;
-        let fails = self.fails(&candidate);
-        if self.runs > runs {
-            let verdict = if fails { "kept" } else { "no longer fails:" };
-            (self.progress)(&format!("run {}: {verdict} {what}", self.runs));
-        }
-        if fails {
-            *best = candidate;
-        }
-        fails
+        self.keep_first(best, vec![(candidate, what.to_string())])
+            .is_some()
     }
 }
 
-/// Shrinks `scenario`'s run at `seed` and `variant` while `invariant` (default: the first one
-/// broken of the class the run's result stands for) still breaks. `progress` hears about each
-/// step kept.
+/// Shrinks `scenario`'s run at `seed` and `variant`, in this process, keeping its failure
+/// (see [`shrink_with`]).
 pub fn shrink(
     scenario: &Scenario,
     seed: u64,
@@ -130,48 +246,72 @@ pub fn shrink(
     invariant: Option<&str>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Shrunk, ShrinkError> {
+    shrink_with(scenario, seed, variant, invariant, &mut InProcess, progress)
+}
+
+/// Shrinks `scenario`'s run at `seed` and `variant` while it still fails as it did: the same
+/// result class and the same first invariant broken of that class — or, with `invariant`,
+/// while it still breaks that one. `judge` runs the candidates; `progress` hears about each
+/// step. The scenario written keeps every invariant and declares what each variant it ran
+/// gives when replayed, so it holds its own `expect:`.
+pub fn shrink_with(
+    scenario: &Scenario,
+    seed: u64,
+    variant: Variant,
+    invariant: Option<&str>,
+    judge: &mut dyn Judge,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Shrunk, ShrinkError> {
     let mut best = swarm::concretize(scenario, seed);
     best.seeds = vec![seed];
-    let first = runner::run(&best, seed, variant);
-    let broken: Vec<String> = first
-        .violations
-        .iter()
-        .map(|v| v.invariant.clone())
-        .collect();
+    best.expect.retain(|_, e| *e != Outcome::Any);
+    let first = judge.run(&[(&best, seed, variant)]).remove(0);
     let target = match invariant {
-        Some(name) if broken.iter().any(|b| b == name) => name.to_string(),
+        Some(name) if first.broken.iter().any(|b| b == name) => Target::Breaks(name.to_string()),
         Some(name) => {
             return Err(ShrinkError::NotBroken {
                 seed,
                 wanted: name.to_string(),
-                broken: if broken.is_empty() {
+                broken: if first.broken.is_empty() {
                     "none".into()
                 } else {
-                    broken.join(", ")
+                    first.broken.join(", ")
                 },
             })
         }
-        None => the_failure(&first).ok_or(ShrinkError::DoesNotFail {
-            seed,
-            variant: variant.as_str(),
-        })?,
+        None => Target::Failure {
+            result: first.result,
+            invariant: first.failure.clone().ok_or(ShrinkError::DoesNotFail {
+                seed,
+                variant: variant.as_str(),
+            })?,
+        },
     };
+    let name = target.invariant().to_string();
     let original = best.clone();
     let contrast = [Variant::Faithful, Variant::Hardened]
         .into_iter()
         .find(|v| *v != variant && scenario.expect.get(v) == Some(&Outcome::Pass));
+    match &target {
+        Target::Failure { result, invariant } => progress(&format!(
+            "keeping the run's failure: {} breaking {invariant} first",
+            result.as_str()
+        )),
+        Target::Breaks(invariant) => progress(&format!("keeping {invariant} broken")),
+    }
     if let Some(other) = contrast {
         progress(&format!(
-            "keeping only candidates where {} still holds {target} (the scenario expects it to pass)",
+            "keeping only candidates where {} still holds {name} (the scenario expects it to pass)",
             other.as_str()
         ));
     }
     let mut search = Search {
         seed,
         variant,
-        invariant: target.clone(),
+        target,
         contrast,
         runs: 1,
+        judge,
         progress,
     };
     loop {
@@ -186,16 +326,24 @@ pub fn shrink(
             break;
         }
     }
-    // The written scenario checks the invariant it keeps breaking, for the one variant, and
-    // expects what that gives when replayed (so the file holds its own `expect:`).
-    best.invariants.retain(|i| i.name == target);
+    // The written scenario declares what each variant it ran gives when replayed (so the
+    // file holds its own `expect:`); reach conditions belong to the family, not to it.
     best.reach.clear();
+    let mut replays = vec![(&best, seed, variant)];
+    if let Some(other) = contrast {
+        replays.push((&best, seed, other));
+    }
+    let verdicts = search.judge.run(&replays);
+    let declared: Vec<(Variant, Outcome)> = replays
+        .iter()
+        .zip(&verdicts)
+        .map(|((_, _, v), verdict)| (*v, verdict.result))
+        .collect();
     best.expect.clear();
-    best.expect
-        .insert(variant, runner::run(&best, seed, variant).result);
+    best.expect.extend(declared);
     best.name = format!("{}-min", scenario.name);
     best.description = format!(
-        "{} seed {seed} ({}) shrunk by orrery shrink: still breaks {target}. {}",
+        "{} seed {seed} ({}) shrunk by orrery shrink: still breaks {name}. {}",
         scenario.name,
         variant.as_str(),
         changes(&original, &best).join(", ")
@@ -203,40 +351,37 @@ pub fn shrink(
     Ok(Shrunk {
         changes: changes(&original, &best),
         scenario: best,
-        invariant: target,
+        invariant: name,
         runs: search.runs,
     })
 }
 
-/// The invariant whose failure a run's result stands for: the first one broken of the
-/// result's class (a run that is a safety violation may also have broken a liveness invariant
-/// first — a write run twice, then a tunnel slow to come back — and it is the safety violation
-/// the scenario declares and a user shrinks).
-fn the_failure(run: &runner::RunOutcome) -> Option<String> {
-    let class = match run.result {
-        Outcome::SafetyViolation => Some(Class::Safety),
-        Outcome::LivenessTimeout => Some(Class::Liveness),
-        _ => None,
-    };
-    run.violations
-        .iter()
-        .find(|v| Some(v.class) == class)
-        .or(run.violations.first())
-        .map(|v| v.invariant.clone())
-}
-
-/// ddmin over the fault steps: drop chunks of halving size while the run still fails.
+/// ddmin over the fault steps: drop chunks of halving size while the run still fails. The
+/// chunks after the current one are tried as one batch (as many as the judge runs at once);
+/// the first that still fails is kept, so the result is the same as trying them in turn.
 fn drop_faults(search: &mut Search<'_>, best: &mut Scenario) {
     let mut chunk = best.faults.len().div_ceil(2).max(1);
     while !best.faults.is_empty() {
         let mut start = 0;
         while start < best.faults.len() {
-            let mut candidate = best.clone();
-            let end = (start + chunk).min(candidate.faults.len());
-            candidate.faults.drain(start..end);
-            let what = format!("without fault steps {}..{}", start + 1, end);
-            if !search.try_keep(best, candidate, &what) {
-                start += chunk;
+            let width = search.judge.width().max(1);
+            let candidates: Vec<(Scenario, String)> = (0..width)
+                .map(|k| start + k * chunk)
+                .take_while(|s| *s < best.faults.len())
+                .map(|s| {
+                    let mut candidate = best.clone();
+                    let end = (s + chunk).min(candidate.faults.len());
+                    candidate.faults.drain(s..end);
+                    (candidate, format!("without fault steps {}..{}", s + 1, end))
+                })
+                .collect();
+            let tried = candidates.len();
+            match search.keep_first(best, candidates) {
+                Some(k) => start += k * chunk,
+                None => start += tried * chunk,
+            }
+            if search.runs >= MAX_RUNS {
+                return;
             }
         }
         if chunk == 1 {

@@ -75,6 +75,25 @@ pub struct RunOutcome {
     pub fault_points: std::collections::BTreeMap<orrery_system::env::Point, u64>,
 }
 
+impl RunOutcome {
+    /// The invariant whose failure the run's result stands for: the first one broken of the
+    /// result's class. A run that is a safety violation may also have broken a liveness
+    /// invariant first (a write run twice, then a tunnel slow to come back); it is the safety
+    /// violation its scenario declares, a shrink keeps and the seed farm files.
+    pub fn failure(&self) -> Option<String> {
+        let class = match self.result {
+            Outcome::SafetyViolation => Some(crate::checkers::Class::Safety),
+            Outcome::LivenessTimeout => Some(crate::checkers::Class::Liveness),
+            _ => None,
+        };
+        self.violations
+            .iter()
+            .find(|v| Some(v.class) == class)
+            .or(self.violations.first())
+            .map(|v| v.invariant.clone())
+    }
+}
+
 /// Reporter host names in ordinal order.
 fn reporter_hosts(scenario: &Scenario) -> Vec<String> {
     let mut hosts: Vec<(u32, String)> = scenario

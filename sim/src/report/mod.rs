@@ -331,6 +331,7 @@ pub fn summary_line(
         "result": outcome.result.as_str(),
         "expected": outcome.result.meets(expected(scenario, variant)),
         "violations": violations,
+        "failure": outcome.failure(),
         "trace_hash": outcome.trace.hash(),
         "sim_seconds": outcome.sim_seconds,
         "wall_seconds": (wall_seconds * 1000.0).round() / 1000.0,

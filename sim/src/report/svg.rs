@@ -143,6 +143,12 @@ fn y_axis(out: &mut String, y_max: u64, step: u64, y: &dyn Fn(u64) -> f64) {
 impl TimeChart<'_> {
     /// The chart as SVG text.
     pub fn render(&self) -> String {
+        self.render_over("s", "simulated time")
+    }
+
+    /// The chart as SVG text, its x axis in another unit than simulated seconds (the seed
+    /// farm's coverage over runs): `unit` after each tick's number, `title` under the axis.
+    pub fn render_over(&self, unit: &str, title: &str) -> String {
         let end = self.end_s.max(1);
         let max = self
             .lines
@@ -170,7 +176,7 @@ impl TimeChart<'_> {
         let (_, x_step) = nice_axis(end.div_ceil(2));
         let mut t = 0;
         while t <= end {
-            let label = format!("{t} s");
+            let label = format!("{t} {unit}");
             let _ = writeln!(
                 out,
                 "<line x1=\"{at:.1}\" y1=\"{:.1}\" x2=\"{at:.1}\" y2=\"{:.1}\" stroke=\"#999\"/><text x=\"{:.1}\" y=\"{:.1}\" {FONT} fill=\"#555\">{label}</text>",
@@ -184,9 +190,10 @@ impl TimeChart<'_> {
         }
         let _ = writeln!(
             out,
-            "<text x=\"{:.1}\" y=\"{:.1}\" {FONT} fill=\"#555\">simulated time</text>",
-            LEFT + plot_w / 2.0 - 7.0 * ADVANCE,
-            HEIGHT - 6.0
+            "<text x=\"{:.1}\" y=\"{:.1}\" {FONT} fill=\"#555\">{}</text>",
+            LEFT + plot_w / 2.0 - title.chars().count() as f64 / 2.0 * ADVANCE,
+            HEIGHT - 6.0,
+            escape(title)
         );
         for (at, action) in self.faults {
             let _ = writeln!(

@@ -555,3 +555,59 @@ fn steps(
     };
     (target, vec![on, off])
 }
+
+/// One more fault drawn from `family`'s swarm kinds (every kind, as if all were kept) into
+/// `concrete`'s world: the steps that inject it and heal it. The seed farm adds it to a
+/// parent's schedule when it mutates a run that reached a rare condition. Empty for a family
+/// without `swarm:` faults.
+pub fn draw_fault(family: &Scenario, concrete: &Scenario, rng: &mut Rng) -> Vec<FaultStep> {
+    let Some(swarm) = &family.swarm else {
+        return Vec::new();
+    };
+    if swarm.faults.is_empty() {
+        return Vec::new();
+    }
+    let total: u64 = swarm
+        .faults
+        .iter()
+        .map(|f| u64::from(f.weight.max(1)))
+        .sum();
+    let mut ticket = rng.below(total);
+    let kind = swarm
+        .faults
+        .iter()
+        .find(|f| {
+            let weight = u64::from(f.weight.max(1));
+            if ticket < weight {
+                true
+            } else {
+                ticket -= weight;
+                false
+            }
+        })
+        .expect("a ticket below the total weight picks a kind");
+    let start = between(rng, swarm.window);
+    let end = (start + between(rng, kind.lasts)).min(concrete.duration);
+    steps(rng, kind, concrete, start, end).1
+}
+
+/// Draws `family`'s swarm knobs again into `concrete` (from `rng`): the seed farm's "knob
+/// redrawn" mutation. Returns false when the family draws no knobs.
+pub fn redraw_knobs(family: &Scenario, concrete: &mut Scenario, rng: &mut Rng) -> bool {
+    let Some(swarm) = &family.swarm else {
+        return false;
+    };
+    if swarm.knobs.is_empty() {
+        return false;
+    }
+    if let Some(ranges) = &swarm.knobs.apiserver {
+        if let Some(range) = ranges.compaction_window {
+            concrete.apiserver.compaction_window = between(rng, range);
+        }
+        if let Some(range) = ranges.bookmark_interval {
+            concrete.apiserver.bookmark_interval = between(rng, range);
+        }
+    }
+    draw_knobs(rng, &swarm.knobs, concrete);
+    true
+}
