@@ -432,6 +432,8 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
             // then the policy's next seed.
             if !args.no_shrink {
                 if let Some(job) = shrinks.pop_front() {
+                    std::fs::create_dir_all(&args.regressions)
+                        .map_err(|e| Fail::usage(format!("{}: {e}", args.regressions.display())))?;
                     let task_args = vec![
                         "shrink".to_string(),
                         job.file.clone(),
@@ -745,8 +747,9 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
         interrupted,
     ))
     .map_err(|e| Fail::usage(e.to_string()))?;
-    let farm = report::build(&db, Some(&run_id), &expects)
+    let mut farm = report::build(&db, Some(&run_id), &expects)
         .ok_or_else(|| Fail::usage("no farm run to report".to_string()))?;
+    farm.known_limits = report::known_limits(&args.regressions);
     farm.write(&db, &args.report)
         .map_err(|e| Fail::usage(format!("{}: {e}", args.report.display())))?;
     println!(
@@ -851,8 +854,9 @@ pub fn cmd_farm_merge(args: FarmMergeArgs) -> Result<Exit, Fail> {
     let expects = files(std::slice::from_ref(&args.scenarios))
         .map(|f| expects(&f))
         .unwrap_or_default();
-    let farm = report::build(&db, args.run_id.as_deref(), &expects)
+    let mut farm = report::build(&db, args.run_id.as_deref(), &expects)
         .ok_or_else(|| Fail::usage("the databases hold no farm run".to_string()))?;
+    farm.known_limits = report::known_limits(&args.scenarios.join("regressions"));
     farm.write(&db, &args.report)
         .map_err(|e| Fail::usage(format!("{}: {e}", args.report.display())))?;
     println!(

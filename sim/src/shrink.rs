@@ -555,8 +555,12 @@ fn shorten_phases(search: &mut Search<'_>, best: &mut Scenario) {
         candidate.duration = shorter;
         search.try_keep(best, candidate, &format!("fault phase {shorter:?}"));
     }
+    // A shorter calm phase only where the other variant still passes in it: without that
+    // witness, a failure kept with a one-second calm phase may be a world in which nothing
+    // could converge (a hardened failure of a swarm family, whose faithful is `any`), not the
+    // variant's flaw.
     let calm = Duration::from_secs((best.calm / 2).as_secs());
-    if calm < best.calm {
+    if calm < best.calm && search.contrast.is_some() {
         let mut candidate = best.clone();
         candidate.calm = calm;
         search.try_keep(best, candidate, &format!("calm phase {calm:?}"));

@@ -126,6 +126,34 @@ pub struct FarmReport {
     pub failures: Vec<Failure>,
     /// Mutation against uniform seeds.
     pub mutation: Mutation,
+    /// The regression scenarios filed (`scenarios/regressions/`): each a failure kept
+    /// visible — a known limit until fixed — with what it declares per variant.
+    pub known_limits: Vec<(String, String)>,
+}
+
+/// The regression scenarios in `dir` and what each declares, e.g.
+/// `("scenarios/regressions/swarm-resources-4.yaml", "hardened: safety_violation")`.
+pub fn known_limits(dir: &Path) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<std::path::PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|p| {
+            let s = crate::scenario::load(&p).ok()?;
+            let declared: Vec<String> = s
+                .expect
+                .iter()
+                .map(|(v, e)| format!("{}: {}", v.as_str(), e.as_str()))
+                .collect();
+            Some((p.display().to_string(), declared.join(", ")))
+        })
+        .collect()
 }
 
 /// The farm run to report: the one whose session record comes last, or `run`.
@@ -303,6 +331,7 @@ pub fn build(
         arms: arms.into_values().collect(),
         failures,
         mutation,
+        known_limits: Vec::new(),
     })
 }
 
@@ -439,6 +468,14 @@ impl FarmReport {
             self.mutation.mutant_rare_hits,
             mutant_rate,
         );
+        let _ = writeln!(
+            md,
+            "## Known limits filed\n\nRegression scenarios in `scenarios/regressions/` (shrunk failures, replayed by `make test` at their seeds as they declare): {}.\n",
+            self.known_limits.len()
+        );
+        for (file, declared) in &self.known_limits {
+            let _ = writeln!(md, "- `{file}` — {declared}");
+        }
         md
     }
 

@@ -116,3 +116,64 @@ fn orrery_shrink_writes_a_min_file_next_to_the_scenario_that_replays_the_failure
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("breaks no invariant"), "{stderr}");
 }
+
+/// A hardened failure of a swarm family shrinks too. swarm-resources with its Workflows
+/// TTL-deleted after 30 s (not the family's 300 s) breaks `workflow_phases_reported` in
+/// hardened at seed 4: a Workflow finished and was deleted while the resource reporter was
+/// down, and without finalizers nothing holds it for the reporter (the known limit its page
+/// states). The shrink keeps that failure — safety violation, that invariant first — in a
+/// world with one fault, leaves the calm phase alone (faithful is `any`, so no variant
+/// witnesses that a shorter one still lets a run converge), and the file replays as it
+/// declares. Candidates run as two child processes at a time.
+#[test]
+fn a_hardened_swarm_failure_shrinks_to_one_fault_and_replays_as_declared() {
+    let dir = std::env::temp_dir().join(format!("orrery-shrink-swarm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let family = std::fs::read_to_string(scenario_path("swarm-resources.yaml")).unwrap();
+    let short_ttl = family.replace("ttl_seconds: 300}", "ttl_seconds: 30}");
+    assert_ne!(short_ttl, family);
+    let file = dir.join("resources-ttl30.yaml");
+    std::fs::write(&file, short_ttl).unwrap();
+    let orrery = env!("CARGO_BIN_EXE_orrery");
+    let output = Command::new(orrery)
+        .args([
+            "shrink",
+            file.to_str().unwrap(),
+            "--seed",
+            "4",
+            "--jobs",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("still breaks workflow_phases_reported"),
+        "{stdout}"
+    );
+    let min_path = dir.join("resources-ttl30.min.yaml");
+    let min = scenario::load(&min_path).unwrap();
+    assert_eq!(min.faults.len(), 1, "{:?}", min.faults);
+    assert_eq!(
+        min.calm,
+        std::time::Duration::from_secs(240),
+        "calm left alone"
+    );
+    assert_eq!(
+        min.expect.get(&Variant::Hardened),
+        Some(&Outcome::SafetyViolation)
+    );
+    let replay = Command::new(orrery)
+        .args(["run", min_path.to_str().unwrap(), "--variant", "hardened"])
+        .output()
+        .unwrap();
+    let line: serde_json::Value = serde_json::from_slice(&replay.stdout).unwrap();
+    assert_eq!(line["failure"], "workflow_phases_reported", "{line}");
+    assert_eq!(line["expected"], true, "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
