@@ -9,6 +9,9 @@
 #                      the deploy manifests' dry run. A missing prerequisite fails, naming what
 #                      to install; nothing is skipped.
 #   make reports       regenerate reports/ (open reports/index.html in a browser)
+#   make farm          the seed farm: BUDGET=90m of new seeds of every scenario file, release
+#                      build; results database .farm/results.jsonl, report reports/farm/,
+#                      failures shrunk into scenarios/regressions/
 # .ci/run runs make test, then make conformance.
 # Also: make conformance-kind (kind or $KUBECONFIG), make conformance-apiserver,
 #       make conformance-argocd, make conformance-postgres, make browser-check,
@@ -26,7 +29,7 @@ export MIMALLOC_PURGE_DELAY
 MIMALLOC_ALLOW_THP ?= 0
 export MIMALLOC_ALLOW_THP
 
-.PHONY: pgo all test test-linted cargo-test lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-kind nightly profile
+.PHONY: farm pgo all test test-linted cargo-test lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-kind nightly profile
 
 all: test
 
@@ -115,6 +118,18 @@ reports-committed:
 SEEDS ?= 1..51
 sweep: build
 	@for f in scenarios/*.yaml; do $(ORRERY) sweep $$f --seeds $(SEEDS) || exit 1; done
+
+## The seed farm (not part of make test): new seeds of every scenario file, both declared
+## variants, for BUDGET of wall time on every core, with a release build (README, "The seed
+## farm"). It remembers across runs (.farm/results.jsonl), shrinks every unexpected failure
+## into scenarios/regressions/ and writes reports/farm/. FARM_FLAGS adds flags, e.g.
+## FARM_FLAGS="--cpu-budget 3h" or "--mutation 0". Exits non-zero when a run was not as
+## declared (the report says which, with the replay command).
+BUDGET ?= 90m
+FARM_FLAGS ?=
+farm:
+	$(CARGO) build --release -p orrery-sim --bin orrery
+	./target/release/orrery farm --budget $(BUDGET) $(FARM_FLAGS)
 
 ## The nightly exploration run (not part of make test): NIGHTLY_SEEDS of every swarm family,
 ## both variants, with a release build; fails if hardened fails a seed or a declared reach

@@ -457,7 +457,9 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                     continue;
                 }
             }
-            let mutant_turn = !mutants.is_empty() && mutant_cpu <= args.mutation * cpu.max(1.0);
+            // Once the policy has nothing left (a fixed plan), queued mutants still run.
+            let mutant_turn =
+                !mutants.is_empty() && (plan_done || mutant_cpu <= args.mutation * cpu.max(1.0));
             let (arm, seed, variant, origin, file) = if mutant_turn {
                 let (arm, seed, child, variant, path, changes) =
                     mutants.pop_front().expect("not empty");
@@ -474,6 +476,8 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                     },
                     file,
                 )
+            } else if plan_done {
+                break;
             } else {
                 match plan.next() {
                     Some((arm, seed)) => {

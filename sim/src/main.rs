@@ -759,6 +759,9 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
             index.push_str(&format!("- [{name}](sweeps/{name}/sweep.md)\n"));
         }
     }
+    if args.out.join("farm").join("README.md").exists() {
+        index.push_str("\n## Seed farm\n\n[The last farm run](farm/README.md) (`make farm`): new seeds of every scenario file, failures shrunk into `scenarios/regressions/`.\n");
+    }
     write(args.out.join("README.md"), index)?;
     // Each scenario's side-by-side page, from the variants' reports just written.
     let mut paged: Vec<&str> = Vec::new();

@@ -167,6 +167,7 @@ pub struct Session {
 }
 
 /// The database: every record read, and the file appended to.
+#[derive(Debug)]
 pub struct Db {
     path: PathBuf,
     /// Every record, in file order (duplicate runs dropped).

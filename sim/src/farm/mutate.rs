@@ -87,3 +87,36 @@ pub fn mutate(family: &Scenario, seed: u64, child: u32) -> Option<Mutant> {
     );
     Some(Mutant { scenario, changes })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mutants_are_valid_plain_scenarios_that_differ_from_their_parent_deterministically() {
+        let path = format!(
+            "{}/../scenarios/swarm-tunnel.yaml",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let family = crate::scenario::load(std::path::Path::new(&path)).unwrap();
+        let parent = swarm::concretize(&family, 7);
+        let mut kinds = std::collections::BTreeSet::new();
+        for child in 0..16 {
+            let m = mutate(&family, 7, child).expect("hardened declares pass");
+            assert!(
+                m.scenario.faults != parent.faults || m.scenario.tunnel != parent.tunnel,
+                "child {child} changed nothing: {}",
+                m.changes
+            );
+            let text = serde_saphyr::to_string(&m.scenario).unwrap();
+            crate::scenario::parse::parse("mutant.yaml", &text)
+                .unwrap_or_else(|e| panic!("child {child} ({}): {e}", m.changes));
+            assert!(m.scenario.swarm.is_none());
+            assert_eq!(m.scenario.expect.len(), 1, "faithful's `any` is dropped");
+            assert_eq!(mutate(&family, 7, child).unwrap().scenario, m.scenario);
+            kinds.insert(m.changes.split_whitespace().next().unwrap().to_string());
+        }
+        // Shifts, removals, added faults and redrawn knobs all occur.
+        assert_eq!(kinds.len(), 4, "{kinds:?}");
+    }
+}

@@ -284,3 +284,161 @@ impl Plan {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::farm::db::Record;
+
+    fn scenario(name: &str) -> Scenario {
+        let path = format!("{}/../scenarios/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+        crate::scenario::load(std::path::Path::new(&path)).unwrap()
+    }
+
+    fn files() -> Vec<(String, Scenario, String)> {
+        ["tunnel-drop", "swarm-tunnel"]
+            .into_iter()
+            .map(|n| (format!("{n}.yaml"), scenario(n), format!("fnv-{n}")))
+            .collect()
+    }
+
+    fn run(fnv: &str, variant: &str, seed: u64, cpu: f64, reached: &[&str]) -> Run {
+        Run {
+            session: "old".into(),
+            scenario: "x".into(),
+            file: "x.yaml".into(),
+            scenario_fnv: fnv.into(),
+            binary: "b".into(),
+            seed,
+            variant: variant.into(),
+            origin: Origin::Seed,
+            result: "pass".into(),
+            expected: true,
+            violations: vec![],
+            failure: None,
+            reached: reached.iter().map(|s| s.to_string()).collect(),
+            fault_points: BTreeMap::new(),
+            cpu_seconds: cpu,
+            trace_hash: String::new(),
+        }
+    }
+
+    fn empty_db() -> Db {
+        Db::open(std::path::Path::new("/nonexistent/orrery-farm-db.jsonl")).unwrap()
+    }
+
+    #[test]
+    fn shards_split_each_arms_seeds_and_uniform_stops_after_its_window() {
+        let mut seen = Vec::new();
+        for index in 0..2 {
+            let shard = Some(Shard { index, count: 2 });
+            let mut plan = Plan::new(
+                files(),
+                &empty_db(),
+                Policy::Uniform,
+                200,
+                shard,
+                Some(4),
+                "s",
+            );
+            while let Some((arm, seed)) = plan.next() {
+                seen.push((arm, seed));
+            }
+        }
+        seen.sort();
+        let mut whole = Vec::new();
+        let mut plan = Plan::new(
+            files(),
+            &empty_db(),
+            Policy::Uniform,
+            200,
+            None,
+            Some(4),
+            "s",
+        );
+        while let Some(next) = plan.next() {
+            whole.push(next);
+        }
+        whole.sort();
+        assert_eq!(seen, whole);
+        // 4 arms (two files × two variants), 4 seeds each, beyond each file's list.
+        assert_eq!(whole.len(), 16);
+        assert_eq!(
+            whole[0],
+            (0, 2),
+            "tunnel-drop lists seed 1: the farm starts at 2"
+        );
+        assert!(
+            whole.iter().any(|(a, s)| *a == 2 && *s == 21),
+            "swarm-tunnel lists 1–20"
+        );
+    }
+
+    #[test]
+    fn the_database_moves_seeds_on_and_prices_the_arms() {
+        let path = std::env::temp_dir().join(format!("orrery-policy-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut db = Db::open(&path).unwrap();
+        // tunnel-drop faithful ran seeds 2..=30 at 10 s each; the other arms cost 1 s.
+        for seed in 2..=30 {
+            db.append(Record::Run(run(
+                "fnv-tunnel-drop",
+                "faithful",
+                seed,
+                10.0,
+                &[],
+            )))
+            .unwrap();
+            db.append(Record::Run(run(
+                "fnv-tunnel-drop",
+                "hardened",
+                seed,
+                1.0,
+                &[],
+            )))
+            .unwrap();
+            db.append(Record::Run(run(
+                "fnv-swarm-tunnel",
+                "faithful",
+                seed + 20,
+                1.0,
+                &["write_retried"],
+            )))
+            .unwrap();
+            db.append(Record::Run(run(
+                "fnv-swarm-tunnel",
+                "hardened",
+                seed + 20,
+                1.0,
+                &[
+                    "tunnel_dropped_mid_write",
+                    "runtime_crashed_mid_write",
+                    "write_retried",
+                    "tunnel_reregistered",
+                ],
+            )))
+            .unwrap();
+        }
+        let mut plan = Plan::new(files(), &db, Policy::Adaptive, 200, None, None, "new");
+        assert_eq!(plan.arms[0].next_seed, 31, "after the database's last seed");
+        assert_eq!(
+            plan.floor(0),
+            100,
+            "ten times the median cost: half the floor"
+        );
+        assert_eq!(plan.floor(1), 200);
+        // swarm-tunnel's tunnel_dropped_mid_write was never reached in 29 runs: rare, weight 3.
+        assert_eq!(plan.weight(2), 3.0);
+        assert_eq!(
+            plan.weight(3),
+            1.0,
+            "hardened reached every declared condition"
+        );
+        assert_eq!(plan.weight(1), 1.0);
+        // Below the floors, the arm furthest below relative to its weight goes first: at 0
+        // runs every arm ties, and the first arm wins; then the others follow.
+        let (first, _) = plan.next().unwrap();
+        assert_eq!(first, 0);
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -193,3 +193,61 @@ fn a_farm_without_a_budget_says_how_to_give_one() {
     assert!(text(&out).contains("--budget 90m"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run that reaches a condition rarer than 1 % of its file's seeds becomes a parent: its
+/// mutants run at its seed, in hardened (the variant swarm-tunnel declares to pass), and are
+/// recorded as mutants. The database is primed with 100 earlier seeds that reached nothing,
+/// so whatever the farm's one new seed reaches is rare.
+#[test]
+fn a_rare_run_is_mutated_and_its_children_are_recorded() {
+    let dir = scratch("mutants");
+    let family = std::fs::read_to_string(scenario_path("swarm-tunnel.yaml")).unwrap();
+    std::fs::write(dir.join("st.yaml"), &family).unwrap();
+    let fnv = orrery_sim::report::scenario_fnv(&family);
+    let mut primed = String::new();
+    for seed in 1000..1100 {
+        primed.push_str(&serde_json::json!({"kind": "run", "session": "earlier", "scenario": "swarm-tunnel", "file": "st.yaml", "scenario_fnv": fnv, "binary": "b", "seed": seed, "variant": "hardened", "origin": "seed", "result": "pass", "expected": true, "violations": [], "failure": null, "reached": [], "fault_points": {}, "cpu_seconds": 0.3, "trace_hash": "h"}).to_string());
+        primed.push('\n');
+    }
+    std::fs::write(dir.join("db.jsonl"), primed).unwrap();
+    let out = orrery(
+        &dir,
+        &[
+            "farm",
+            "st.yaml",
+            "--policy",
+            "uniform",
+            "--seeds-per-arm",
+            "1",
+            "--db",
+            "db.jsonl",
+            "--report",
+            "report",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = std::fs::read_to_string(dir.join("db.jsonl")).unwrap();
+    let mutants: Vec<serde_json::Value> = db
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["origin"] == "mutant")
+        .collect();
+    assert_eq!(mutants.len(), 4, "four children of the rare run: {db}");
+    for m in &mutants {
+        assert_eq!(m["variant"], "hardened");
+        assert_eq!(
+            m["seed"], 1100,
+            "at the parent's seed (the first after the primed ones)"
+        );
+        assert_eq!(m["parent_seed"], 1100);
+        assert!(dir.join(m["file"].as_str().unwrap()).exists(), "{m}");
+        assert_eq!(
+            m["expected"], true,
+            "hardened holds in the mutated worlds: {m}"
+        );
+    }
+    let report = farm_json(&dir.join("report"));
+    assert_eq!(report["mutation"]["mutant_runs"], 4, "{report}");
+    assert_eq!(report["seed_runs"], 2, "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
