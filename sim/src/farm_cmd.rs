@@ -204,7 +204,7 @@ enum Task {
         origin: Origin,
     },
     /// A shrink of an unexpected failure.
-    Shrink { failed: db::Run, out: PathBuf },
+    Shrink { failed: Box<db::Run>, out: PathBuf },
 }
 
 struct Running {
@@ -286,7 +286,7 @@ impl Ticker {
     fn status(&self, runs: u64, text: &str) {
         match &self.bar {
             Some(bar) => bar.set_message(text.to_string()),
-            None if runs % 100 == 0 => eprintln!("orrery farm: {text}"),
+            None if runs.is_multiple_of(100) => eprintln!("orrery farm: {text}"),
             None => {}
         }
     }
@@ -449,7 +449,7 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                     running.push(Running {
                         child: spawn(&exe, &task_args)?,
                         task: Task::Shrink {
-                            failed: job.failed,
+                            failed: Box::new(job.failed),
                             out: job.out,
                         },
                         started: Instant::now(),
@@ -479,7 +479,7 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
             } else if plan_done {
                 break;
             } else {
-                match plan.next() {
+                match plan.next_run() {
                     Some((arm, seed)) => {
                         let a = &plan.arms[arm];
                         (arm, seed, a.variant, Origin::Seed, a.file.clone())

@@ -205,7 +205,7 @@ impl Plan {
 
     /// The next (arm, seed) to run, or None when every arm is done (uniform policy with a
     /// per-arm count). Takes the seed: the arm moves on.
-    pub fn next(&mut self) -> Option<(usize, u64)> {
+    pub fn next_run(&mut self) -> Option<(usize, u64)> {
         let open: Vec<usize> = (0..self.arms.len())
             .filter(|a| !self.exhausted(*a))
             .collect();
@@ -241,7 +241,7 @@ impl Plan {
         };
         loop {
             if self.exhausted(arm) {
-                return self.next();
+                return self.next_run();
             }
             let seed = self.arms[arm].next_seed;
             self.arms[arm].next_seed += 1;
@@ -341,7 +341,7 @@ mod tests {
                 Some(4),
                 "s",
             );
-            while let Some((arm, seed)) = plan.next() {
+            while let Some((arm, seed)) = plan.next_run() {
                 seen.push((arm, seed));
             }
         }
@@ -356,7 +356,7 @@ mod tests {
             Some(4),
             "s",
         );
-        while let Some(next) = plan.next() {
+        while let Some(next) = plan.next_run() {
             whole.push(next);
         }
         whole.sort();
@@ -437,7 +437,7 @@ mod tests {
         assert_eq!(plan.weight(1), 1.0);
         // Below the floors, the arm furthest below relative to its weight goes first: at 0
         // runs every arm ties, and the first arm wins; then the others follow.
-        let (first, _) = plan.next().unwrap();
+        let (first, _) = plan.next_run().unwrap();
         assert_eq!(first, 0);
         let _ = std::fs::remove_file(&path);
     }
