@@ -29,6 +29,9 @@ const MUTANTS_PER_PARENT: u32 = 4;
 /// Parents per (arm, rare feature) in one farm run: a feature found once is mutated a few
 /// times, not forever.
 const PARENTS_PER_FEATURE: usize = 3;
+/// How long a shrink running when the budget ends may go on before it is stopped (its
+/// failure stays recorded, with the command that shrinks it by hand).
+const SHRINK_GRACE: Duration = Duration::from_secs(15 * 60);
 /// Shrinks of one (scenario, variant, invariant) per farm run: the fourth failure of the same
 /// kind is recorded, not shrunk (each shrink is up to 400 runs).
 const SHRINKS_PER_FAILURE: usize = 3;
@@ -405,6 +408,7 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
     let mut launched = 0u64;
     let mut plan_done = false;
     let mut interrupted = false;
+    let mut budget_end: Option<Instant> = None;
     let mut worst = Exit::Expected;
     loop {
         let signals = sigint.load(Ordering::SeqCst);
@@ -427,6 +431,25 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
             || args.cpu_budget.is_some_and(|b| cpu >= b.as_secs_f64())
             || args.max_runs.is_some_and(|n| launched >= n);
         let launching = !interrupted && !out_of_budget;
+        if !launching {
+            // Failures waiting for a slot are recorded as not shrunk; a shrink running past
+            // the grace is stopped.
+            while let Some(job) = shrinks.pop_front() {
+                db.append(Record::Shrunk(not_shrunk(
+                    &job.failed,
+                    "the farm stopped before a slot was free (shrink it with the replay command's file and `orrery shrink`)",
+                )))
+                .map_err(|e| Fail::usage(e.to_string()))?;
+            }
+            let stop_at = budget_end.get_or_insert_with(Instant::now);
+            if stop_at.elapsed() >= SHRINK_GRACE {
+                for r in running.iter_mut() {
+                    if matches!(r.task, Task::Shrink { .. }) {
+                        let _ = r.child.kill();
+                    }
+                }
+            }
+        }
         while launching && running.len() < parallel {
             // A failure to shrink first, then a mutant while mutants are under their share,
             // then the policy's next seed.
@@ -703,6 +726,11 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
             Task::Shrink { failed, out } => {
                 let record = if code == Some(0) && out.exists() {
                     shrunk_record(&db, &failed, &out, &run_id)?
+                } else if code.is_none() {
+                    not_shrunk(
+                        &failed,
+                        "stopped (Ctrl-C, or the budget ended and its 15-minute grace ran out)",
+                    )
                 } else {
                     let why = stderr
                         .lines()
