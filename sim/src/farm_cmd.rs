@@ -181,7 +181,7 @@ fn binary_id() -> String {
 fn watch_sigint() -> Arc<AtomicU8> {
     let count = Arc::new(AtomicU8::new(0));
     let seen = count.clone();
-    std::thread::spawn(move || {
+    let watcher = move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -193,7 +193,8 @@ fn watch_sigint() -> Arc<AtomicU8> {
                 seen.fetch_add(1, Ordering::SeqCst);
             }
         });
-    });
+    };
+    std::thread::spawn(watcher); // determinism: real-env (the Ctrl-C watcher, no simulation)
     count
 }
 
@@ -475,7 +476,7 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                             failed: Box::new(job.failed),
                             out: job.out,
                         },
-                        started: Instant::now(),
+                        started: Instant::now(), // determinism: real-env (a child's wall time)
                     });
                     continue;
                 }
@@ -529,7 +530,7 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                     variant,
                     origin,
                 },
-                started: Instant::now(),
+                started: Instant::now(), // determinism: real-env (a child's wall time)
             });
             launched += 1;
         }
@@ -849,6 +850,15 @@ fn shrunk_record(db: &Db, failed: &db::Run, out: &Path, run_id: &str) -> Result<
         let header = format!(
             "# Found by orrery farm (run {run_id}): {} seed {} ({}) gave {} breaking {invariant},\n# not as declared. Shrunk automatically; replay: {replay}\n# It declares what it does today ({}: {declared}), so it can be committed as a known\n# limit; once the flaw is fixed, its `expect:` becomes pass.\n",
             failed.file, failed.seed, failed.variant, failed.result, failed.variant
+        );
+        // Named as its file, so its reports go to reports/<file stem>/ (make reports runs it).
+        let stem = out
+            .file_stem()
+            .map_or(String::new(), |s| s.to_string_lossy().into_owned());
+        let text = text.replacen(
+            &format!("\nname: {}\n", min.name),
+            &format!("\nname: {stem}\n"),
+            1,
         );
         std::fs::write(out, header + &text).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
     }

@@ -647,6 +647,14 @@ fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
+    // The regression scenarios (shrunk failures, known limits) are reported and gated too.
+    if let Ok(entries) = std::fs::read_dir(args.scenarios.join("regressions")) {
+        files.extend(
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml")),
+        );
+    }
     files.sort();
     let mut jobs = Vec::new();
     for file in files {

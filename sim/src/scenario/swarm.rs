@@ -371,19 +371,7 @@ pub fn concretize(scenario: &Scenario, seed: u64) -> Scenario {
         if total_weight == 0 {
             break;
         }
-        let mut ticket = rng.below(total_weight);
-        let kind = kept
-            .iter()
-            .find(|f| {
-                let weight = u64::from(f.weight.max(1));
-                if ticket < weight {
-                    true
-                } else {
-                    ticket -= weight;
-                    false
-                }
-            })
-            .expect("a ticket below the total weight picks a kind");
+        let kind = by_weight(&mut rng, &kept, total_weight);
         let start = between(&mut rng, swarm.window);
         let end = (start + between(&mut rng, kind.lasts)).min(scenario.duration);
         let (target, steps) = steps(&mut rng, kind, &concrete, start, end);
@@ -556,6 +544,23 @@ fn steps(
     (target, vec![on, off])
 }
 
+/// A fault kind drawn by weight (`total` is the kinds' weights summed, each at least 1).
+fn by_weight<'a>(rng: &mut Rng, kinds: &[&'a SwarmFault], total: u64) -> &'a SwarmFault {
+    let mut ticket = rng.below(total);
+    kinds
+        .iter()
+        .find(|f| {
+            let weight = u64::from(f.weight.max(1));
+            if ticket < weight {
+                true
+            } else {
+                ticket -= weight;
+                false
+            }
+        })
+        .expect("a ticket below the total weight picks a kind")
+}
+
 /// One more fault drawn from `family`'s swarm kinds (every kind, as if all were kept) into
 /// `concrete`'s world: the steps that inject it and heal it. The seed farm adds it to a
 /// parent's schedule when it mutates a run that reached a rare condition. Empty for a family
@@ -567,25 +572,9 @@ pub fn draw_fault(family: &Scenario, concrete: &Scenario, rng: &mut Rng) -> Vec<
     if swarm.faults.is_empty() {
         return Vec::new();
     }
-    let total: u64 = swarm
-        .faults
-        .iter()
-        .map(|f| u64::from(f.weight.max(1)))
-        .sum();
-    let mut ticket = rng.below(total);
-    let kind = swarm
-        .faults
-        .iter()
-        .find(|f| {
-            let weight = u64::from(f.weight.max(1));
-            if ticket < weight {
-                true
-            } else {
-                ticket -= weight;
-                false
-            }
-        })
-        .expect("a ticket below the total weight picks a kind");
+    let kinds: Vec<&SwarmFault> = swarm.faults.iter().collect();
+    let total: u64 = kinds.iter().map(|f| u64::from(f.weight.max(1))).sum();
+    let kind = by_weight(rng, &kinds, total);
     let start = between(rng, swarm.window);
     let end = (start + between(rng, kind.lasts)).min(concrete.duration);
     steps(rng, kind, concrete, start, end).1
