@@ -401,7 +401,7 @@ fn print_scenario(
     result: scenario::Outcome,
     file: &Path,
 ) -> Result<(), Fail> {
-    let mut concrete = scenario::swarm::concretize(scenario, seed);
+    let mut concrete = scenario::draw::concretize(scenario, seed);
     // `any` belongs to swarm families: the run variant's becomes what it did, others go.
     if concrete.expect.get(&variant) == Some(&scenario::Outcome::Any) {
         concrete.expect.insert(variant, result);

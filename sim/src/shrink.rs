@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::harness::runner;
 use crate::scenario::model::{FaultStep, Role};
-use crate::scenario::{self, swarm, Outcome, Scenario, Variant};
+use crate::scenario::{self, draw, Outcome, Scenario, Variant};
 
 /// Why a run cannot be shrunk.
 #[derive(Debug, thiserror::Error)]
@@ -262,7 +262,7 @@ pub fn shrink_with(
     judge: &mut dyn Judge,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Shrunk, ShrinkError> {
-    let mut best = swarm::concretize(scenario, seed);
+    let mut best = draw::concretize(scenario, seed);
     best.seeds = vec![seed];
     best.expect.retain(|_, e| *e != Outcome::Any);
     let first = judge.run(&[(&best, seed, variant)]).remove(0);

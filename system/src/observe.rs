@@ -188,7 +188,7 @@ events! {
     /// A fault point compiled into the system code fired (`env::buggify`).
     pub enum FaultPointEvent {
         /// The point fired here and now: the component takes its failure path.
-        "buggify.fired" => Fired { point: crate::env::Point },
+        "buggify.fired" => Fired { point: crate::core::buggify::Point },
     }
 }
 
@@ -338,6 +338,24 @@ events! {
     }
 }
 
+/// The resource reporter's watched kinds, defined here so that `observe` depends on no
+/// component (the reporter adds its methods in `runtime::resource_reporter`).
+/// A watched kind: one dependency of the Sensor, one resource of the EventSource.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceKind {
+    /// `argoproj.io/v1alpha1 Rollout` (rollout-reporter, all namespaces).
+    Rollout,
+    /// `apps/v1 ReplicaSet` (rollout-reporter, all namespaces).
+    ReplicaSet,
+    /// `argoproj.io/v1alpha1 AnalysisRun` (rollout-reporter, all namespaces).
+    AnalysisRun,
+    /// `argoproj.io/v1alpha1 Workflow` (workflow-reporter, the runtime's namespace).
+    Workflow,
+}
+
 events! {
     /// The resource event reporter (`runtime::resource_reporter`). Objects are
     /// `namespace/name`; `status` is the platform's last answer (0: none).
@@ -345,15 +363,28 @@ events! {
         /// The reporter started.
         "resources.start" => Start { host: String, variant: Variant },
         /// A watch failed (it retries with kube's backoff).
-        "resources.watch_error" => WatchError { kind: crate::runtime::resource_reporter::Kind, error: String },
+        "resources.watch_error" => WatchError { kind: ResourceKind, error: String },
         /// The platform accepted an object's state with a 2xx, after `attempts` POSTs.
-        "resources.delivered" => Delivered { kind: crate::runtime::resource_reporter::Kind, object: String, rv: u64, attempts: u32 },
+        "resources.delivered" => Delivered { kind: ResourceKind, object: String, rv: u64, attempts: u32 },
         /// An object's state will not reach the platform (see `why`).
-        "resources.lost" => Lost { kind: crate::runtime::resource_reporter::Kind, object: String, rv: u64, status: u16, why: LossReason },
+        "resources.lost" => Lost { kind: ResourceKind, object: String, rv: u64, status: u16, why: LossReason },
         /// hardened: a resync pass re-queued `queued` objects and `deleted` deletions the
         /// platform had missed.
         "resources.resync" => Resync { queued: u64, deleted: u64 },
     }
+}
+
+/// The ACR controller's observation vocabulary, defined here so that `observe` depends on no
+/// component (the controller adds its methods in `runtime::acr`).
+/// Where a change revision is written: the finished (or previous) operation's state, or
+/// the requested operation before any operation state exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AcrField {
+    /// `status.operationState.operation.sync.changeRevision`.
+    OperationState,
+    /// `operation.sync.changeRevision`.
+    Operation,
 }
 
 events! {
@@ -370,7 +401,7 @@ events! {
         "acr.late" => Late { app: String },
         /// A change revision was written into the app for the sync `previous..current`
         /// (`revision` empty: a stale value was removed).
-        "acr.patched" => Patched { app: String, field: crate::runtime::acr::Field, current: String, previous: String, revision: String },
+        "acr.patched" => Patched { app: String, field: AcrField, current: String, previous: String, revision: String },
         /// Computing or writing failed (faithful: the event is gone; hardened: retried).
         "acr.failed" => Failed { app: String, error: String },
         /// hardened: a resync pass queued `apps`.

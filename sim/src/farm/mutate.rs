@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use orrery_system::env::Rng;
 
-use crate::scenario::{swarm, Outcome, Scenario};
+use crate::scenario::{draw, Outcome, Scenario};
 
 /// A mutant and what changed.
 pub struct Mutant {
@@ -25,7 +25,7 @@ pub struct Mutant {
 /// `expect:` keeps only the variants the family declares to pass; None when there are none
 /// (nothing a mutant could be held to).
 pub fn mutate(family: &Scenario, seed: u64, child: u32) -> Option<Mutant> {
-    let parent = swarm::concretize(family, seed);
+    let parent = draw::concretize(family, seed);
     let mut rng = Rng::derive(seed, &format!("farm#mutant#{child}"));
     let mut scenario = parent.clone();
     scenario.expect.retain(|_, e| *e == Outcome::Pass);
@@ -56,7 +56,7 @@ pub fn mutate(family: &Scenario, seed: u64, child: u32) -> Option<Mutant> {
                 format!("without fault step {}", i + 1)
             }
             2 => {
-                let steps = swarm::draw_fault(family, &scenario, &mut rng);
+                let steps = draw::draw_fault(family, &scenario, &mut rng);
                 if steps.is_empty() {
                     continue;
                 }
@@ -66,7 +66,7 @@ pub fn mutate(family: &Scenario, seed: u64, child: u32) -> Option<Mutant> {
                 format!("one more fault at {at:?}")
             }
             3 => {
-                if !swarm::redraw_knobs(family, &mut scenario, &mut rng) {
+                if !draw::redraw_knobs(family, &mut scenario, &mut rng) {
                     continue;
                 }
                 "knobs redrawn".to_string()
@@ -99,7 +99,7 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         let family = crate::scenario::load(std::path::Path::new(&path)).unwrap();
-        let parent = swarm::concretize(&family, 7);
+        let parent = draw::concretize(&family, 7);
         let mut kinds = std::collections::BTreeSet::new();
         for child in 0..16 {
             let m = mutate(&family, 7, child).expect("hardened declares pass");

@@ -1347,7 +1347,7 @@ const STALENESS_SAMPLE_EVERY: Duration = Duration::from_secs(10);
 pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     // A swarm scenario runs the plain scenario its seed draws (the same one
     // `orrery run --print-scenario` writes).
-    let concrete = crate::scenario::swarm::concretize(scenario, seed);
+    let concrete = crate::scenario::draw::concretize(scenario, seed);
     let scenario = &concrete;
     let trace = Trace::default();
     let reporters = reporter_hosts(scenario);

@@ -287,7 +287,7 @@ pub fn build(
         repro: repro(path, seed, variant),
         exploration: Exploration {
             drawn: scenario.swarm.is_some().then(|| {
-                let c = crate::scenario::swarm::concretize(scenario, seed);
+                let c = crate::scenario::draw::concretize(scenario, seed);
                 Drawn {
                     apiserver: c.apiserver,
                     reporter: c.reporter,

@@ -1,5 +1,7 @@
 //! Scenarios: the YAML files in `scenarios/`, their model and their strict parser.
 
+pub mod condition;
+pub mod draw;
 pub mod duration;
 pub mod kinds;
 pub mod knobs;

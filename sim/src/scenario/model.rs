@@ -148,7 +148,7 @@ impl Outcome {
 #[serde(try_from = "ReachSyntax", into = "ReachSyntax")]
 pub struct Reach {
     /// The condition.
-    pub condition: crate::reach::Condition,
+    pub condition: super::condition::Condition,
     /// The variants whose sweeps must reach it (empty: every variant).
     pub variants: Vec<Variant>,
 }
@@ -172,7 +172,7 @@ enum ReachSyntax {
 }
 
 impl TryFrom<ReachSyntax> for Reach {
-    type Error = crate::reach::UnknownCondition;
+    type Error = super::condition::UnknownCondition;
 
     fn try_from(syntax: ReachSyntax) -> Result<Reach, Self::Error> {
         let (name, variants) = match syntax {

@@ -842,7 +842,7 @@ fn validate_swarm(
         }
         for (place, host) in named {
             let known = match host.strip_prefix("role:") {
-                Some(_) => !super::swarm::hosts_named(scenario, host).is_empty(),
+                Some(_) => !super::draw::hosts_named(scenario, host).is_empty(),
                 None => hosts.contains(&host),
             };
             v.check(

@@ -123,7 +123,7 @@ pub fn developers(vcluster: &str) -> String {
 
 /// Vcluster `vcluster`'s own API server: all its tenant (and its hosted runtime) sees.
 pub fn virtual_target(vcluster: &str) -> KubeTarget {
-    KubeTarget::new(format!("{vcluster}:{}", super::placement::APISERVER_PORT))
+    KubeTarget::new(format!("{vcluster}:{}", super::addresses::APISERVER_PORT))
 }
 
 /// What the tenant's hosted runtime and developers work on: its virtual cluster's
@@ -141,7 +141,7 @@ pub fn targets(vcluster: &str, host_apiserver: &str) -> (KubeTarget, KubeTarget)
     let virtual_cluster = virtual_target(vcluster);
     let mut host = KubeTarget::new(format!(
         "{host_apiserver}:{}",
-        super::placement::APISERVER_PORT
+        super::addresses::APISERVER_PORT
     ));
     host.namespace = host_namespace(vcluster);
     (virtual_cluster, host)

@@ -17,6 +17,7 @@
 //! - [`placement`]: which of the product's assemblies (runtime, control plane) each host
 //!   runs, and with what configuration.
 
+pub mod addresses;
 pub mod apiserver;
 pub mod argocd;
 pub mod database;

@@ -24,26 +24,10 @@ use super::tunnel::{runtimes_of, APP_PROXY_PORT, GATEWAY_PORT, TUNNEL_PORT};
 use crate::scenario::model::{Host, Install, Role};
 use crate::scenario::Scenario;
 
-/// Port of the simulated API server.
-pub const APISERVER_PORT: u16 = 6443;
-/// Port of the platform's events API.
-pub const PLATFORM_PORT: u16 = 8080;
-/// Port of the dedup cache.
-pub const CACHE_PORT: u16 = 6379;
-/// Token the simulated Argo CD server accepts.
-pub const ARGOCD_TOKEN: &str = "argocd-sim-token";
-/// The API token an existing Argo CD issued the runtime first (`argocd.install: existing`);
-/// each `rotate_token` issues the next (`argocd-token-2`, …).
-pub const EXISTING_ARGOCD_TOKEN: &str = "argocd-token-1";
-/// The Secret that holds an existing Argo CD's token for the runtime (key `token`), in the
-/// `argocd` namespace where the runtime is installed next to Argo CD.
-pub const ARGOCD_TOKEN_SECRET: &str = "argocd-token";
-/// Runtime token the simulated runtime's reporters present to the platform.
-pub const RUNTIME_TOKEN: &str = "rt-token-acme-runtime";
-/// The runtime the platform attributes [`RUNTIME_TOKEN`]'s events to (its read model's key).
-pub const RUNTIME_NAME: &str = "acme-runtime";
-/// The gateway's admin token in the simulated world.
-pub const ADMIN_TOKEN: &str = "sim-admin";
+pub use super::addresses::{
+    ADMIN_TOKEN, APISERVER_PORT, ARGOCD_TOKEN, ARGOCD_TOKEN_SECRET, CACHE_PORT,
+    EXISTING_ARGOCD_TOKEN, PLATFORM_PORT, RUNTIME_NAME, RUNTIME_TOKEN,
+};
 
 /// The first host that has `role`, or `absent` (the parser requires the ones that matter).
 pub fn host_of(scenario: &Scenario, role: Role) -> &str {

@@ -435,7 +435,7 @@ impl SeenApps {
         // Run time = Unix time − the run's epoch.
         let now_ms = env.elapsed().as_millis() as u64;
         let epoch = env.unix_millis().saturating_sub(now_ms);
-        let (server, namespace) = argocd::controller::destination_of(app);
+        let (server, namespace) = argocd::clusters::destination_of(app);
         let parent = app
             .metadata
             .labels

@@ -30,7 +30,7 @@ use orrery_system::observe::WorldEvent;
 use orrery_system::platform::permissions::{Attributes, Pattern, Permissions, Role, Rule};
 use orrery_system::platform::registry::Registry;
 
-use super::placement::PLATFORM_PORT;
+use super::addresses::PLATFORM_PORT;
 use super::tunnel::GATEWAY_PORT;
 use crate::scenario::model::Tenants;
 

@@ -276,7 +276,7 @@ async fn manage_token_secret(env: SharedEnv, client: kube::Client, secret: Token
     use k8s_openapi::api::core::v1::Secret;
     use k8s_openapi::ByteString;
     let secrets: Api<Secret> = Api::namespaced(client, NAMESPACE);
-    let name = crate::world::placement::ARGOCD_TOKEN_SECRET;
+    let name = crate::world::addresses::ARGOCD_TOKEN_SECRET;
     let mut written: Option<String> = None;
     loop {
         if let Some(token) = secret

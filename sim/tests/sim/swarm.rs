@@ -10,7 +10,7 @@ use orrery_system::env::Point;
 
 use orrery_sim::faults::Fault;
 use orrery_sim::harness::runner;
-use orrery_sim::scenario::{self, swarm, Variant};
+use orrery_sim::scenario::{self, draw, Variant};
 
 fn scenario_path(name: &str) -> String {
     format!("{}/../scenarios/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -65,10 +65,10 @@ fn seeds_draw_different_schedules_deterministically_and_switch_kinds_off() {
     let mut schedules = BTreeSet::new();
     let mut kinds_per_seed = Vec::new();
     for seed in 1..=40 {
-        let concrete = swarm::concretize(&family, seed);
+        let concrete = draw::concretize(&family, seed);
         assert_eq!(
             concrete,
-            swarm::concretize(&family, seed),
+            draw::concretize(&family, seed),
             "seed {seed} redraws the same"
         );
         assert!(concrete.swarm.is_none());
@@ -125,7 +125,7 @@ fn the_reporter_family_draws_knobs_scale_and_platform_faults_and_fault_points() 
     let (mut kinds, mut capacities, mut point_sets) =
         (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     for seed in 1..=40 {
-        let concrete = swarm::concretize(&family, seed);
+        let concrete = draw::concretize(&family, seed);
         let replicas = concrete.reporter.replicas.unwrap();
         assert!((1..=4).contains(&replicas), "seed {seed}: {replicas}");
         assert!((20..=300).contains(&concrete.reporter.queue_capacity));
@@ -172,7 +172,7 @@ fn the_reporter_family_draws_knobs_scale_and_platform_faults_and_fault_points() 
 #[test]
 fn a_scripted_scenario_is_its_own_concrete_scenario() {
     let scripted = scenario::load(Path::new(&scenario_path("watch-convergence.yaml"))).unwrap();
-    assert_eq!(swarm::concretize(&scripted, 7), scripted);
+    assert_eq!(draw::concretize(&scripted, 7), scripted);
 }
 
 // Every listed seed of a family (1..=N: 10 for swarm-watch and swarm-store, 20 for swarm-tunnel, 5
@@ -387,7 +387,7 @@ expect: {hardened: any}
     let family = scenario::parse::parse("t.yaml", &text).unwrap_or_else(|e| panic!("{e}"));
     let mut hit = BTreeSet::new();
     for seed in 1..=40 {
-        for step in swarm::concretize(&family, seed).faults {
+        for step in draw::concretize(&family, seed).faults {
             hit.extend(step.crash.clone());
             hit.extend(step.partition.map(|[a, _]| a));
         }

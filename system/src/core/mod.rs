@@ -1,6 +1,7 @@
 //! Types shared by the runtime and the platform, with no IO: wire formats, variants, and
 //! YAML read with positions.
 
+pub mod buggify;
 pub mod event;
 pub mod json;
 pub mod time;

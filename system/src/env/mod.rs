@@ -5,7 +5,6 @@
 //! OS; the simulated one (in `orrery-sim`) answers with turmoil and the scenario seed, so
 //! a run is a pure function of its seed.
 
-pub mod buggify;
 mod deadline;
 pub mod http;
 pub mod kube;
@@ -19,8 +18,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+pub use crate::core::buggify::{self, Point};
 pub use crate::observe::Observation;
-pub use buggify::Point;
 pub use deadline::DeadlineStream;
 pub use real::RealEnv;
 pub use rng::{fnv1a_64, Fnv1a64, FnvBuild, Rng};

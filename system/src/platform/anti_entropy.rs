@@ -26,15 +26,16 @@
 //! period and its route are **inferred** (orrery's design). faithful runs no such job.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::audit::{Actor, Outcome, Record};
-use super::gateway::Sources;
+pub use super::events::Listing;
+use super::sources::Sources;
+pub use super::sources::{JobTokens, USER};
 use crate::core::json::Pointer as _;
 use crate::env::SharedEnv;
 use crate::observe::PlatformEvent;
@@ -60,91 +61,8 @@ impl Default for Config {
     }
 }
 
-/// The tokens the job's passes hold, each good for one runtime's listing.
-#[derive(Debug, Default)]
-pub struct JobTokens {
-    tokens: Mutex<BTreeMap<String, JobGrant>>,
-}
-
-#[derive(Clone, Debug)]
-struct JobGrant {
-    account: String,
-    runtime: String,
-    expires_ms: u64,
-}
-
-impl JobTokens {
-    /// A fresh token letting its holder read `account`'s runtime `runtime`'s applications
-    /// until `ttl` from now.
-    pub fn mint(&self, env: &SharedEnv, account: &str, runtime: &str, ttl: Duration) -> String {
-        let token = format!(
-            "platform-job-{:016x}{:016x}",
-            env.random_u64(),
-            env.random_u64()
-        );
-        let expires_ms = env
-            .unix_millis()
-            .saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-        let mut tokens = self.tokens.lock().expect("job tokens lock");
-        // Tokens of passes that ended without revoking (a stopped task) go here.
-        let now = env.unix_millis();
-        tokens.retain(|_, grant| grant.expires_ms > now);
-        tokens.insert(
-            token.clone(),
-            JobGrant {
-                account: account.into(),
-                runtime: runtime.into(),
-                expires_ms,
-            },
-        );
-        token
-    }
-
-    /// Ends `token` before its time.
-    pub fn revoke(&self, token: &str) {
-        self.tokens.lock().expect("job tokens lock").remove(token);
-    }
-
-    /// The `GET /api/permissions` answer for `token` at `now_ms`, if it is a live job token.
-    pub fn answer(&self, token: &str, now_ms: u64) -> Option<Value> {
-        let grant = self
-            .tokens
-            .lock()
-            .expect("job tokens lock")
-            .get(token)
-            .filter(|g| now_ms < g.expires_ms)
-            .cloned()?;
-        Some(json!({
-            "user": USER,
-            "account": grant.account,
-            "allow": ["applications:read"],
-            "rules": [{"actions": ["applications:read"], "runtimes": [grant.runtime]}],
-            "expiresAt": grant.expires_ms,
-        }))
-    }
-}
-
 /// A pass's error for a runtime in tunnel mode whose tunnel is not open.
 pub const NO_TUNNEL: &str = "the runtime's tunnel is not open";
-
-/// The name the job's calls carry as their user.
-pub const USER: &str = "platform:anti-entropy";
-
-/// One runtime's listing: the Applications of `namespace` as of `resource_version`.
-#[derive(Debug, Default)]
-pub struct Listing {
-    /// The namespace listed: only an app of it that the listing lacks is gone (the
-    /// runtime's reporter may report apps of other namespaces, which this listing does not
-    /// cover). Empty: none known, so nothing is taken for gone.
-    pub namespace: String,
-    /// The listing's `resourceVersion` (every page's snapshot).
-    pub resource_version: u64,
-    /// Apps the app-proxy left out (the caller's permissions did not cover them): with
-    /// any, an app missing from the listing may still exist, so none is taken for gone.
-    pub omitted: u64,
-    /// Every Application listed, as the app-proxy answered it.
-    pub items: Vec<Value>,
-}
 
 /// What one pass did for one runtime.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -282,7 +200,7 @@ async fn list(
             .header("authorization", format!("Bearer {token}"))
             .body(crate::env::http::full(bytes::Bytes::new()))
             .map_err(|e| format!("GET {path}: {e}"))?;
-        let answer = super::gateway::deliver(env, sources, name, request).await;
+        let answer = super::sources::deliver(env, sources, name, request).await;
         let status = answer.status();
         let body = answer
             .into_body()

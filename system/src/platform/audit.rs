@@ -9,65 +9,9 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use serde::{Deserialize, Serialize};
-
+pub use super::store::records::{Actor, Entry, Outcome};
 use super::store::{Change, Journal};
 use crate::env::SharedEnv;
-
-/// Whether the request went through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// Handled (forwarded, registered); `status` is the answer the client got.
-    Allowed,
-    /// Refused before it reached anything: a missing or unknown token, another account's
-    /// runtime, a malformed path, a runtime's own refusal (401/403) passed back.
-    Denied,
-}
-
-/// Who made a request, as far as the gateway could tell.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Actor {
-    /// No credentials, or credentials the platform does not know.
-    Anonymous,
-    /// The platform's admin token.
-    Admin,
-    /// An account's user.
-    User {
-        /// The user's name.
-        name: String,
-    },
-    /// The platform itself: a periodic job of the cron executor.
-    Platform,
-}
-
-/// One audited request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    /// Position in the log, from 1.
-    pub seq: u64,
-    /// When, RFC 3339 UTC (simulated time in the simulator).
-    pub at: String,
-    /// Who.
-    pub actor: Actor,
-    /// The account the request acted in (the user's; for a registration, the registered
-    /// runtime's); empty when none is known.
-    pub account: String,
-    /// Method and normalised path (the raw path when it could not be normalised).
-    pub action: String,
-    /// The runtime the request was for, when it named one.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub runtime: String,
-    /// Allowed or denied.
-    pub outcome: Outcome,
-    /// The HTTP status the client got.
-    pub status: u16,
-    /// Why, for a denial (the error the client got); what else happened, for an allowed
-    /// request that did more than it says (a registration that rotated a token).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-}
 
 /// What a caller records; [`Audit::record`] numbers and timestamps it.
 #[derive(Clone, Debug)]

@@ -34,6 +34,8 @@
 
 pub mod path;
 
+pub use crate::platform::sources::Sources;
+
 use std::sync::Arc;
 
 use http::{Method, Request, Response, StatusCode, Uri};
@@ -43,10 +45,8 @@ use serde_json::{json, Value};
 
 use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
-use crate::platform::audit::{Actor, Audit, Outcome, Record};
+use crate::platform::audit::{Actor, Outcome, Record};
 use crate::platform::permissions::User;
-use crate::platform::registry::Registry;
-use crate::platform::tunnel::TunnelServer;
 use crate::tunnel::REQUEST_ID_HEADER;
 
 /// Largest registration body.
@@ -73,68 +73,6 @@ impl Gateway {
             sources: Arc::new(sources),
             schema: crate::platform::graphql::schema(),
         }
-    }
-}
-
-/// What the gateway and the GitOps API read and act through.
-pub struct Sources {
-    /// Runtime registry (issues tokens; knows each runtime's access mode and cluster).
-    pub registry: Arc<Registry>,
-    /// Live tunnels.
-    pub tunnels: Arc<TunnelServer>,
-    /// Users and their permissions.
-    pub permissions: Arc<crate::platform::permissions::Permissions>,
-    /// Where mutating requests and denials are recorded.
-    pub audit: Arc<Audit>,
-    /// What the runtime monitor shows about each runtime.
-    pub health: Arc<crate::platform::monitor::Monitor>,
-    /// The events path's read models, for the GitOps API (`None`: this process runs no
-    /// events path; the API then knows no applications).
-    pub events: Option<Arc<crate::platform::events::Platform>>,
-    /// Reaches runtimes in ingress mode.
-    pub ingress: crate::env::http::Client<Body>,
-    /// The promotion orchestrator's releases, for the GitOps API (empty when no
-    /// orchestrator runs in this process).
-    pub releases: crate::platform::promotions::Releases,
-    /// The anti-entropy job's short-lived tokens (known only at `GET /api/permissions`).
-    pub job_tokens: Arc<crate::platform::anti_entropy::JobTokens>,
-}
-
-/// Sends `request` (its path the runtime's own) to runtime `name`: through its tunnel, or
-/// to its ingress host for a runtime in ingress mode. A clear 502/503/504 when it cannot.
-pub(crate) async fn deliver(
-    env: &SharedEnv,
-    sources: &Sources,
-    name: &str,
-    request: Request<Body>,
-) -> Response<Body> {
-    let info = sources.registry.info(name);
-    if info.access_mode != crate::platform::registry::AccessMode::Ingress {
-        return sources.tunnels.forward(env, name, request).await;
-    }
-    let (mut parts, body) = request.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
-    let Ok(uri) = format!("http://{}{path}", info.ingress_host).parse::<Uri>() else {
-        return json(
-            StatusCode::BAD_GATEWAY,
-            &json!({"error": format!("runtime {name}'s ingress host {:?} is not a host:port", info.ingress_host)}),
-        );
-    };
-    parts.uri = uri;
-    match sources
-        .ingress
-        .request(Request::from_parts(parts, body))
-        .await
-    {
-        Ok(response) => response.map(|body| body.map_err(std::io::Error::other).boxed()),
-        Err(e) => json(
-            StatusCode::BAD_GATEWAY,
-            &json!({"error": format!("runtime {name}'s ingress {}: {e}", info.ingress_host)}),
-        ),
     }
 }
 
@@ -507,7 +445,7 @@ impl Gateway {
             );
             env.sleep(pause).await;
         }
-        let answer = deliver(env, &self.sources, name, forwarded).await;
+        let answer = crate::platform::sources::deliver(env, &self.sources, name, forwarded).await;
         let status = answer.status();
         // The runtime's own refusal (its app-proxy's permission check) is a denial too.
         let refused = matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);

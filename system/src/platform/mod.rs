@@ -34,6 +34,7 @@ pub mod monitor;
 pub mod permissions;
 pub mod promotions;
 pub mod registry;
+pub mod sources;
 pub mod store;
 pub mod tunnel;
 pub mod vcluster;

@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use serde::{Deserialize, Serialize};
-
+pub use super::store::records::{AccessMode, Info, Kind};
 use super::store::{token_digest, Change, Journal};
 use crate::env::SharedEnv;
 
@@ -25,45 +24,6 @@ impl Runtime {
     pub fn tunnel_name(&self) -> String {
         format!("{}-{}", self.account, self.runtime)
     }
-}
-
-/// Where a runtime's components run: the customer's cluster, or the platform's shared
-/// infrastructure (research §2: hybrid and hosted runtimes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// In the customer's cluster.
-    #[default]
-    Hybrid,
-    /// On the platform's infrastructure, one virtual cluster per tenant.
-    Hosted,
-}
-
-/// How the platform reaches a runtime (research §2: `global.runtime.ingress.enabled`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AccessMode {
-    /// Through the tunnel the runtime opens (the default).
-    #[default]
-    Tunnel,
-    /// Through the runtime's own ingress URL.
-    Ingress,
-}
-
-/// What the platform knows of a runtime besides its identity.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Info {
-    /// Hybrid or hosted.
-    pub kind: Kind,
-    /// Tunnel or ingress.
-    pub access_mode: AccessMode,
-    /// The runtime's version (its chart's `appVersion`), as it registered.
-    pub version: String,
-    /// The cluster it runs in (`in-cluster` unless told).
-    pub cluster: String,
-    /// Its ingress host (`host:port`), for [`AccessMode::Ingress`].
-    pub ingress_host: String,
 }
 
 /// Whether `text` is an ingress host the gateway may send to: `host:port`, the host made of

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
+use super::mergepatch::merge_patch;
 use super::resources::ResourceKind;
-use super::store::merge_patch;
 use orrery_system::core::json::Pointer as _;
 
 /// Field paths (two levels) an applied body sets.

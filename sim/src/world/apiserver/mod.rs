@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod error;
 pub mod http;
 pub mod jsonpatch;
+pub mod mergepatch;
 pub mod openapi;
 pub mod protobuf;
 pub mod resources;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::resources::ResourceKind;
@@ -220,25 +220,7 @@ fn default_fields(object: &mut Value, kind: &ResourceKind) {
     }
 }
 
-/// RFC 7386 JSON merge patch.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(patch_map) => {
-            if !target.is_object() {
-                *target = Value::Object(Map::new());
-            }
-            let target_map = target.as_object_mut().expect("made an object above");
-            for (key, value) in patch_map {
-                if value.is_null() {
-                    target_map.remove(key);
-                } else {
-                    merge_patch(target_map.entry(key.clone()).or_insert(Value::Null), value);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
+pub use super::mergepatch::merge_patch;
 
 pub use orrery_system::core::time::rfc3339;
 

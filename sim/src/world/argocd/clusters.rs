@@ -17,9 +17,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
+use serde_json::Value;
 
 /// The in-cluster destination (the cluster Argo CD runs in).
 pub const IN_CLUSTER: &str = "https://kubernetes.default.svc";
@@ -228,6 +229,35 @@ pub async fn check(env: SharedEnv, clusters: Clusters) {
         }
         env.sleep(PROBE_EVERY).await;
     }
+}
+
+// --- An Application's destination, as the controller and the AppProject checks read it. ---
+
+/// `spec.destination` as (server, namespace); no server means in-cluster.
+pub fn destination_of(app: &DynamicObject) -> (String, String) {
+    (
+        destination_server(app).to_string(),
+        destination_field(app, "namespace").to_string(),
+    )
+}
+
+/// The server of `app`'s destination (the in-cluster one when unset), borrowed: what
+/// the controller checks for every app it looks at.
+pub fn destination_server(app: &DynamicObject) -> &str {
+    match destination_field(app, "server") {
+        "" => IN_CLUSTER,
+        server => server,
+    }
+}
+
+/// `spec.destination[field]` as text ("" when absent).
+fn destination_field<'a>(app: &'a DynamicObject, field: &str) -> &'a str {
+    app.data
+        .get("spec")
+        .and_then(|s| s.get("destination"))
+        .and_then(|d| d.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 #[cfg(test)]

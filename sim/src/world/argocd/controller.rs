@@ -50,8 +50,11 @@ use orrery_system::env::kube::Shared;
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
+pub use super::clusters::destination_of;
+use super::clusters::destination_server;
 use super::clusters::{Clusters, Reach};
 use super::projects::{check, project_name, project_of, Projects};
+pub use super::touched::Touched;
 use super::{app_key, children_of, resources_of, source_of, HealthOverrides, NAMESPACE};
 use crate::world::apiserver::store::rfc3339;
 use crate::world::git::SharedGit;
@@ -236,33 +239,6 @@ fn compared_to(app: &DynamicObject) -> Value {
     json!({"source": field("source"), "destination": field("destination")})
 }
 
-/// `spec.destination` as (server, namespace); no server means in-cluster.
-pub fn destination_of(app: &DynamicObject) -> (String, String) {
-    (
-        destination_server(app).to_string(),
-        destination_field(app, "namespace").to_string(),
-    )
-}
-
-/// The server of `app`'s destination (the in-cluster one when unset), borrowed: what
-/// the controller checks for every app it looks at.
-fn destination_server(app: &DynamicObject) -> &str {
-    match destination_field(app, "server") {
-        "" => super::clusters::IN_CLUSTER,
-        server => server,
-    }
-}
-
-/// `spec.destination[field]` as text ("" when absent).
-fn destination_field<'a>(app: &'a DynamicObject, field: &str) -> &'a str {
-    app.data
-        .get("spec")
-        .and_then(|s| s.get("destination"))
-        .and_then(|d| d.get(field))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
 /// The status of an app Argo CD cannot compare (its destination is unreachable or not
 /// registered): sync and health `Unknown`, the condition set, every resource `Unknown`, no
 /// auto-sync; history and the last operation stay as they were.
@@ -373,26 +349,6 @@ impl<'s> Lookup<'s> {
         ns.clear();
         ns.push_str(namespace);
         self.store.get(&self.key)
-    }
-}
-
-/// Apps the controller's watch delivered since its last tick (shared with the watch task).
-#[derive(Clone, Debug, Default)]
-pub struct Touched(std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>);
-
-impl Touched {
-    /// Marks `app` for a look at the next tick.
-    pub fn touch(&self, app: &str) {
-        if !app.is_empty() {
-            self.0
-                .lock()
-                .expect("touched lock poisoned")
-                .insert(app.to_string());
-        }
-    }
-
-    fn take(&self) -> BTreeSet<String> {
-        std::mem::take(&mut self.0.lock().expect("touched lock poisoned"))
     }
 }
 

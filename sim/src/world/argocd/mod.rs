@@ -12,6 +12,7 @@ pub mod controller;
 pub mod projects;
 pub mod repo_server;
 pub mod server;
+pub mod touched;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -297,7 +298,7 @@ pub async fn run(
     let store = writer.as_reader();
     let backoff = orrery_system::env::kube::SeededBackoff::new(env.clone());
     // Every app the watch delivers is a candidate for the controller's next tick.
-    let touched = controller::Touched::default();
+    let touched = touched::Touched::default();
     let seen = touched.clone();
     let events = watcher(api, watcher::Config::default()).backoff(backoff);
     tokio::spawn(reflector::reflector(writer, events).for_each(move |event| {

@@ -317,7 +317,7 @@ pub async fn watch(
     namespace: String,
     projects: Projects,
     apps: Store<Shared<DynamicObject>>,
-    touched: super::controller::Touched,
+    touched: super::touched::Touched,
 ) {
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
@@ -421,7 +421,7 @@ pub fn check(app: &DynamicObject, project: Option<&Project>, home: &str) -> Resu
             format!("application repo {repo} is not permitted in project '{wanted}'"),
         ));
     }
-    let (server, dest_namespace) = super::controller::destination_of(app);
+    let (server, dest_namespace) = super::clusters::destination_of(app);
     if !project.permits_destination(&server, &field("/destination/name"), &dest_namespace) {
         return Err((
             "InvalidSpecError",

@@ -37,6 +37,22 @@ use crate::platform::store::{Change, Effect, Journal};
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use read_model::{AppState, ReadModel};
 
+/// One runtime's listing (the anti-entropy job's, [`crate::platform::anti_entropy`]): the Applications of `namespace` as of `resource_version`.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The namespace listed: only an app of it that the listing lacks is gone (the
+    /// runtime's reporter may report apps of other namespaces, which this listing does not
+    /// cover). Empty: none known, so nothing is taken for gone.
+    pub namespace: String,
+    /// The listing's `resourceVersion` (every page's snapshot).
+    pub resource_version: u64,
+    /// Apps the app-proxy left out (the caller's permissions did not cover them): with
+    /// any, an app missing from the listing may still exist, so none is taken for gone.
+    pub omitted: u64,
+    /// Every Application listed, as the app-proxy answered it.
+    pub items: Vec<serde_json::Value>,
+}
+
 /// Largest accepted (compressed) body: 5 MB, as the real gateway.
 pub const BODY_LIMIT_BYTES: usize = 5 * 1024 * 1024;
 /// Largest accepted decompressed body (a gzip bomb guard).
@@ -323,12 +339,7 @@ impl Platform {
     /// listed namespace it shows but the listing lacks, held at an older `resourceVersion`
     /// than the listing's, is sent as deleted at the listing's — as events on the bus, reporter-shaped,
     /// projected and journaled like any. Stops at a full bus (the next pass goes on).
-    pub fn reconcile(
-        &self,
-        env: &SharedEnv,
-        runtime: &str,
-        listing: &crate::platform::anti_entropy::Listing,
-    ) -> Reconciled {
+    pub fn reconcile(&self, env: &SharedEnv, runtime: &str, listing: &Listing) -> Reconciled {
         let timestamp = crate::core::time::rfc3339(env.unix_millis());
         let mut events: Vec<(Vec<u8>, bool)> = Vec::new();
         self.with_apps_of(runtime, |shown| {
@@ -1256,7 +1267,7 @@ mod tests {
         platform.put_app("other", "argocd/missing", state(1, "Synced", false));
         // An app of another namespace the runtime's reporter reported: not listed, not gone.
         platform.put_app("rt", "team-a/elsewhere", state(4, "Synced", false));
-        let listing = crate::platform::anti_entropy::Listing {
+        let listing = Listing {
             namespace: "argocd".into(),
             omitted: 0,
             resource_version: 20,
@@ -1306,7 +1317,7 @@ mod tests {
         assert_eq!((again.updated, again.tombstoned), (0, 0));
         // A listing that left apps out judges no deletion.
         platform.put_app("rt", "argocd/hidden", state(10, "Synced", false));
-        let partial = crate::platform::anti_entropy::Listing {
+        let partial = Listing {
             namespace: "argocd".into(),
             resource_version: 40,
             items: vec![],
@@ -1315,7 +1326,7 @@ mod tests {
         assert_eq!(platform.reconcile(&env, "rt", &partial).tombstoned, 0);
         // An app shown deleted at 20 that a later listing (at 50) still has at 12: the
         // deletion was wrong, and the app comes back, as of the listing's version.
-        let later = crate::platform::anti_entropy::Listing {
+        let later = Listing {
             namespace: "argocd".into(),
             resource_version: 50,
             items: vec![app("gone", 12, "Synced")],
@@ -1330,7 +1341,7 @@ mod tests {
         assert_eq!(gone.resource_version, 50);
         // But a deletion newer than the listing stands.
         platform.put_app("rt", "argocd/newer", state(60, "Synced", true));
-        let older = crate::platform::anti_entropy::Listing {
+        let older = Listing {
             namespace: "argocd".into(),
             resource_version: 55,
             items: vec![app("newer", 30, "Synced")],

@@ -31,8 +31,8 @@ use serde_json::{json, Value};
 use crate::env::http::Body;
 use crate::env::SharedEnv;
 use crate::platform::audit::{Actor, Outcome, Record};
-pub use crate::platform::gateway::Sources;
 use crate::platform::permissions::User;
+pub use crate::platform::sources::Sources;
 
 pub use model::{MutationRoot, QueryRoot};
 

@@ -1304,7 +1304,7 @@ async fn send(
         )
         .map_err(|e| error("BAD_USER_INPUT", StatusCode::BAD_REQUEST, e.to_string()))?;
     let response =
-        crate::platform::gateway::deliver(&scope.env, &scope.sources, &tunnel_name, request).await;
+        crate::platform::sources::deliver(&scope.env, &scope.sources, &tunnel_name, request).await;
     let status = response.status();
     let bytes = response
         .into_body()

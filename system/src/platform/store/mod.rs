@@ -17,6 +17,7 @@
 //! journal and nothing here runs.
 
 pub mod postgres;
+pub mod records;
 pub mod tls;
 
 use std::collections::VecDeque;
@@ -29,8 +30,7 @@ use tokio::sync::Notify;
 
 use crate::env::SharedEnv;
 
-use super::audit::Entry;
-use super::registry::Info;
+use records::{Entry, Info};
 
 /// One change to what the store keeps.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

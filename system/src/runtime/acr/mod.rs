@@ -36,6 +36,7 @@ use crate::core::Variant;
 use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;
 use crate::observe::AcrEvent;
+pub use crate::observe::AcrField as Field;
 pub use argocd::{ArgoCd, CallError, GitApi};
 
 /// The port the real controller listens on (`common.DefaultPortACRServer`; health only).
@@ -99,17 +100,6 @@ pub fn application_resource() -> ApiResource {
         "v1alpha1",
         "Application",
     ))
-}
-
-/// Where a change revision is written: the finished (or previous) operation's state, or
-/// the requested operation before any operation state exists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Field {
-    /// `status.operationState.operation.sync.changeRevision`.
-    OperationState,
-    /// `operation.sync.changeRevision`.
-    Operation,
 }
 
 impl Field {

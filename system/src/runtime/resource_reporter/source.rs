@@ -20,21 +20,8 @@ use tokio::sync::mpsc;
 
 use crate::env::kube::SeededBackoff;
 use crate::env::SharedEnv;
+pub use crate::observe::ResourceKind as Kind;
 use crate::observe::ResourceReporterEvent;
-
-/// A watched kind: one dependency of the Sensor, one resource of the EventSource.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// `argoproj.io/v1alpha1 Rollout` (rollout-reporter, all namespaces).
-    Rollout,
-    /// `apps/v1 ReplicaSet` (rollout-reporter, all namespaces).
-    ReplicaSet,
-    /// `argoproj.io/v1alpha1 AnalysisRun` (rollout-reporter, all namespaces).
-    AnalysisRun,
-    /// `argoproj.io/v1alpha1 Workflow` (workflow-reporter, the runtime's namespace).
-    Workflow,
-}
 
 impl Kind {
     /// Every kind, in the order the reporter starts their watches.
