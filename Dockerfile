@@ -15,7 +15,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p orrery-sim --bin orrery \
+    cargo build --release --locked --bin orrery \
     && cp target/release/orrery /usr/local/bin/orrery
 
 # Run stage: glibc and CA certificates only (distroless), as the non-root user 65532 the

@@ -1,4 +1,4 @@
-# orrery — three tiers, one command each (README, "The three tiers"):
+# orrery — three tiers, one command each (docs/testing.md):
 #   make test          Rust only: formatting, clippy, unit and simulation tests (every
 #                      scenario's declared verdict at every seed of its `seeds:` list,
 #                      determinism across processes and within one), the committed reports up
@@ -12,6 +12,7 @@
 #   make farm          the seed farm: BUDGET=90m of new seeds of every scenario file, release
 #                      build; results database .farm/results.jsonl, report reports/farm/,
 #                      failures shrunk into scenarios/regressions/
+#   make docs          the book (docs/) with mdBook, into target/book/ (mdbook built once)
 # .ci/run runs make test, then make conformance.
 # Also: make conformance-kind (kind or $KUBECONFIG), make conformance-apiserver,
 #       make conformance-argocd, make conformance-postgres, make browser-check,
@@ -20,24 +21,32 @@
 #       make profile (where one seed's time goes), make pgo (the fastest binary)
 
 CARGO  ?= cargo
-ORRERY := $(CARGO) run -q -p orrery-sim --bin orrery --
-## Freed memory stays with the process (README, Performance): .cargo/config.toml sets this for
+ORRERY := $(CARGO) run -q --bin orrery --
+## Freed memory stays with the process (docs/performance.md): .cargo/config.toml sets this for
 ## what cargo starts; exported here too for the binaries the targets below run directly.
 MIMALLOC_PURGE_DELAY ?= -1
 export MIMALLOC_PURGE_DELAY
-## Small pages for mimalloc's memory (README, Performance): the same, set alongside.
+## Small pages for mimalloc's memory (docs/performance.md): the same, set alongside.
 MIMALLOC_ALLOW_THP ?= 0
 export MIMALLOC_ALLOW_THP
 
-.PHONY: farm pgo all test test-linted cargo-test lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-kind nightly profile
+.PHONY: docs farm pgo all test test-linted cargo-test lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-kind nightly profile
 
 all: test
 
 help:
-	@sed -n '1,18p' Makefile
+	@sed -n '1,21p' Makefile
 
 build:
-	$(CARGO) build -p orrery-sim --bin orrery
+	$(CARGO) build --bin orrery
+
+## The book: docs/ built with mdBook into target/book/ (open target/book/index.html). mdBook
+## and mdbook-mermaid are built once from crates.io by scripts/mdbook.sh (~/.cache/orrery);
+## mdbook-mermaid writes the Mermaid scripts next to the book (git ignores them). The pages
+## read as they are on GitHub too; make test checks their links and command lines.
+docs:
+	scripts/mdbook.sh sh -c 'mdbook-mermaid install docs >/dev/null && mdbook build docs'
+	@echo "the book: target/book/index.html"
 
 ## The main job: regenerate every scenario's reports (perf figures go to reports/perf/, ignored by git).
 reports: build
@@ -120,15 +129,15 @@ sweep: build
 	@for f in scenarios/*.yaml; do $(ORRERY) sweep $$f --seeds $(SEEDS) || exit 1; done
 
 ## The seed farm (not part of make test): new seeds of every scenario file, both declared
-## variants, for BUDGET of wall time on every core, with a release build (README, "The seed
-## farm"). It remembers across runs (.farm/results.jsonl), shrinks every unexpected failure
+## variants, for BUDGET of wall time on every core, with a release build (docs/exploration.md,
+## "The seed farm"). It remembers across runs (.farm/results.jsonl), shrinks every unexpected failure
 ## into scenarios/regressions/ and writes reports/farm/. FARM_FLAGS adds flags, e.g.
 ## FARM_FLAGS="--cpu-budget 3h" or "--mutation 0". Exits non-zero when a run was not as
 ## declared (the report says which, with the replay command).
 BUDGET ?= 90m
 FARM_FLAGS ?=
 farm:
-	$(CARGO) build --release -p orrery-sim --bin orrery
+	$(CARGO) build --release --bin orrery
 	./target/release/orrery farm --budget $(BUDGET) $(FARM_FLAGS)
 
 ## The nightly exploration run (not part of make test): NIGHTLY_SEEDS of every swarm family,
@@ -141,7 +150,7 @@ PGO ?= 0
 NIGHTLY_BIN := $(if $(filter 1,$(PGO)),./target/pgo/orrery,./target/release/orrery)
 nightly:
 	@if [ "$(PGO)" = 1 ]; then [ -x $(NIGHTLY_BIN) ] || { echo "no $(NIGHTLY_BIN): run make pgo first"; exit 2; }; \
-	else $(CARGO) build --release -p orrery-sim --bin orrery; fi
+	else $(CARGO) build --release --bin orrery; fi
 	@mkdir -p reports/perf; fail=0; for f in scenarios/swarm-*.yaml; do \
 		name=$$(basename $$f .yaml); \
 		$(NIGHTLY_BIN) sweep $$f --seeds $(NIGHTLY_SEEDS) --perf reports/perf/nightly-$$name.json > reports/perf/nightly-$$name.log; \
@@ -162,7 +171,7 @@ pgo:
 ## apiserver against the real kube-apiserver (started by conformance/kube/run.sh: built once,
 ## ~8 min, needs Go), and what the simulator's own plumbing costs (orrery bench-sim).
 bench:
-	$(CARGO) build --release -p orrery-sim --bin orrery
+	$(CARGO) build --release --bin orrery
 	./target/release/orrery bench-sim --out reports/perf/sim.json
 	ORRERY_CONFORMANCE_OPTIONAL=1 conformance/frp/run.sh ./target/release/orrery bench --events 20000 --out reports/perf/bench.json
 	conformance/kube/run.sh ./target/release/orrery bench-apiserver --out reports/perf/apiserver.json
@@ -180,7 +189,7 @@ PROFILE_OUT := reports/perf/profile-$(SCENARIO)-$(VARIANT)
 ## RUSTFLAGS replaces .cargo/config.toml's flags, so tokio_unstable (turmoil seeds tokio's RNG) is repeated.
 profile:
 	@command -v perf >/dev/null || { echo "perf not found: apt-get install linux-perf"; exit 2; }
-	RUSTFLAGS="--cfg tokio_unstable -C force-frame-pointers=yes" $(CARGO) build --profile profiling -p orrery-sim --bin orrery
+	RUSTFLAGS="--cfg tokio_unstable -C force-frame-pointers=yes" $(CARGO) build --profile profiling --bin orrery
 	@mkdir -p reports/perf
 	MIMALLOC_PURGE_DELAY=-1 perf record -F 499 --call-graph fp -o $(PROFILE_OUT).data ./target/profiling/orrery run scenarios/$(SCENARIO).yaml --seed $(SEED) --variant $(VARIANT) > $(PROFILE_OUT).json
 	perf report -i $(PROFILE_OUT).data --no-children --percent-limit 0.3 --stdio -g none > $(PROFILE_OUT).txt 2>/dev/null
@@ -201,7 +210,7 @@ CONFORMANCE_TESTS := env MAKEFLAGS= $(CARGO) test -p orrery-conformance --test c
 ## the workspace is compiled again.
 conformance:
 	@[ -n "$(CLIPPY_DRIVER)" ] || { echo "clippy-driver not found: rustup component add clippy"; exit 1; }
-	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres browser-check lint-workflows lint-dockerfile
+	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres browser-check lint-workflows lint-dockerfile docs
 
 ## The suites (all but Argo CD's) against a real kube-apiserver + etcd run as local processes,
 ## built from source via Go modules (conformance/kube/go.mod pins the version), with a real
@@ -222,7 +231,7 @@ conformance-argocd:
 ## The control plane's store against a real PostgreSQL (Debian's package, started by
 ## conformance/postgres/run.sh on a free loopback port).
 conformance-postgres:
-	conformance/postgres/run.sh env MAKEFLAGS= $(CARGO) test -p orrery-sim --test sim -- --ignored --test-threads=1 postgres::
+	conformance/postgres/run.sh env MAKEFLAGS= $(CARGO) test -p orrery-cli --test cli -- --ignored --test-threads=1 postgres::
 
 ## The suites against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
 ## The Argo CD suite always runs against its own throwaway kube-apiserver (see

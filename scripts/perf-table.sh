@@ -8,7 +8,7 @@
 # NEW=path/to/orrery measures that binary as the "after" one instead of building the working
 # tree (e.g. NEW=target/pgo/orrery after scripts/pgo-build.sh).
 # The table also goes to reports/perf/compare.md (ignored by git; copy figures into the
-# README's performance section by hand).
+# performance page, docs/performance.md, by hand).
 #
 #   scripts/perf-table.sh BASE [scenario-name...]     e.g. scripts/perf-table.sh HEAD~3 queue-overflow
 set -euo pipefail
@@ -24,12 +24,12 @@ cleanup() { git worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm
 trap cleanup EXIT
 git worktree add -q --detach "$work/base" "$base"
 echo "building $base ($(git rev-parse --short "$base")) and the working tree, release..." >&2
-CARGO_TARGET_DIR="$root/target/perf-base" cargo build -q --release --manifest-path "$work/base/Cargo.toml" -p orrery-sim --bin orrery
+CARGO_TARGET_DIR="$root/target/perf-base" cargo build -q --release --manifest-path "$work/base/Cargo.toml" --bin orrery
 cp "$root/target/perf-base/release/orrery" "$work/old"
 if [ -n "${NEW:-}" ]; then
   cp "$NEW" "$work/new"
 else
-  cargo build -q --release -p orrery-sim --bin orrery
+  cargo build -q --release --bin orrery
   cp "$root/target/release/orrery" "$work/new"
 fi
 

@@ -36,7 +36,7 @@ mkdir -p "$out/profiles" "$out/training"
 
 echo "pgo-build: 1/3 instrumented build..." >&2
 RUSTFLAGS="$base_flags -Cprofile-generate=$out/profiles" \
-  cargo build -q --release --target-dir "$out/instrumented" -p orrery-sim --bin orrery
+  cargo build -q --release --target-dir "$out/instrumented" --bin orrery
 
 echo "pgo-build: 2/3 training: every scenario's gated runs (orrery reports)..." >&2
 # The allocator settings of every run cargo starts (.cargo/config.toml): freed memory kept,
@@ -47,7 +47,7 @@ MIMALLOC_PURGE_DELAY=-1 MIMALLOC_ALLOW_THP=0 LLVM_PROFILE_FILE="$out/profiles/or
 
 echo "pgo-build: 3/3 optimised build..." >&2
 RUSTFLAGS="$base_flags -Cprofile-use=$out/merged.profdata -Cllvm-args=-pgo-warn-missing-function=false" \
-  cargo build -q --release --target-dir "$out/optimized" -p orrery-sim --bin orrery
+  cargo build -q --release --target-dir "$out/optimized" --bin orrery
 cp "$out/optimized/release/orrery" "$out/orrery"
 
 # Same code, same traces: the reference scenario's first seed against its committed report.

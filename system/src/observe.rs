@@ -3,7 +3,7 @@
 //! One enum per component, composed into [`Observation`]. Emitters, checkers and metrics
 //! share these types, so a renamed or retyped field is a compile error in every reader,
 //! never a checker that silently passes. Each serialises as `{"kind": "<component>.<what>",
-//! "detail": {...}}` — the trace's JSON-lines format (see the README, "Trace format").
+//! "detail": {...}}` — the trace's JSON-lines format (docs/reference/trace-format.md).
 //!
 //! The simulated world's pieces (API server, Argo CD, workload, probe, the tunnel world's
 //! clients and app-proxy stand-in) report through the same environment seam, so their

@@ -118,7 +118,14 @@ async fn promotion_on_a_real_api_server(variant: Variant) {
         let repos = BTreeMap::from([(REPO.to_string(), dir.clone())]);
         async move {
             let env = Arc::new(RealEnv::new("git"));
-            drop(orrery_sim::real_git::serve(env, repos, &format!("127.0.0.1:{git_port}")).await)
+            drop(
+                orrery_cli::commands::serve::git::serve(
+                    env,
+                    repos,
+                    &format!("127.0.0.1:{git_port}"),
+                )
+                .await,
+            )
         }
     });
 

@@ -85,7 +85,7 @@ async fn changes_recorded_on_a_real_cluster_replay_in_the_simulator() {
         .await
         .unwrap();
     let (listed, ready) = tokio::sync::oneshot::channel();
-    let recording = tokio::spawn(orrery_sim::record::record(
+    let recording = tokio::spawn(orrery_cli::commands::record::recorder::record(
         cluster.client(),
         Duration::from_secs(8),
         false,

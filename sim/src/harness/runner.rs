@@ -70,7 +70,7 @@ pub struct RunOutcome {
     /// The world at the end (for figures that need it).
     pub state: FinalState,
     /// Every reach condition the run reached.
-    pub reached: Vec<crate::reach::Condition>,
+    pub reached: Vec<crate::explore::reach::Condition>,
     /// How often each fault point fired (those that did).
     pub fault_points: std::collections::BTreeMap<orrery_system::env::Point, u64>,
 }
@@ -1600,8 +1600,8 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
         .map(|i| checkers::build(i).expect("validated when parsed"))
         .collect();
     let violations = checkers::check(&mut checkers, &events, &state);
-    let reached = crate::reach::reached(scenario, &events);
-    let fault_points = crate::reach::fault_points(&events);
+    let reached = crate::explore::reach::reached(scenario, &events);
+    let fault_points = crate::explore::reach::fault_points(&events);
     let result = if harness_error.is_some() {
         Outcome::HarnessError
     } else if violations

@@ -162,9 +162,9 @@ pub struct Exploration {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drawn: Option<Drawn>,
     /// The reach conditions the scenario declares for this variant, and whether reached.
-    pub declared: Vec<(crate::reach::Condition, bool)>,
+    pub declared: Vec<(crate::explore::reach::Condition, bool)>,
     /// Every reach condition the run reached.
-    pub reached: Vec<crate::reach::Condition>,
+    pub reached: Vec<crate::explore::reach::Condition>,
     /// How often each fault point fired.
     pub fault_points: std::collections::BTreeMap<orrery_system::env::Point, u64>,
 }
@@ -212,7 +212,7 @@ pub fn expected(scenario: &Scenario, variant: Variant) -> Outcome {
 /// The command that reproduces a run.
 pub fn repro(path: &str, seed: u64, variant: Variant) -> String {
     format!(
-        "cargo run -q -p orrery-sim --bin orrery -- run {path} --seed {seed} --variant {}",
+        "cargo run -q --bin orrery -- run {path} --seed {seed} --variant {}",
         variant.as_str()
     )
 }

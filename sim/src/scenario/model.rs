@@ -85,7 +85,7 @@ pub struct Scenario {
     /// Invariants checked, with their parameters.
     pub invariants: Vec<Invariant>,
     /// Situations a sweep of this scenario must reach in at least one seed (see
-    /// [`crate::reach`]); `orrery sweep` exits 6 when one never was.
+    /// [`crate::explore::reach`]); `orrery sweep` exits 6 when one never was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reach: Vec<Reach>,
     /// The expected result per variant (`faithful`, `hardened`).

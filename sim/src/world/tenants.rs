@@ -273,7 +273,7 @@ pub async fn run_reporter(
     }
 }
 
-/// What an adversary tries; each is answered as the world expects (see the README's
+/// What an adversary tries; each is answered as the world expects (see docs/components/gateway.md's
 /// `tenant-isolation`), and `tenant_isolation` judges what came back.
 const KINDS: [&str; 13] = [
     "no_token",

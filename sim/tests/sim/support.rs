@@ -185,6 +185,7 @@ pub fn watch_ends(trace: &Trace, end: WatchEnd) -> usize {
 }
 
 /// A loopback port free at the time of asking (real-mode tests).
+#[allow(dead_code)] // used by the command line's tests (cli/tests), which share this file
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -194,6 +195,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Waits (on the wall clock: real-mode tests only) until `check` holds, failing after `within`.
+#[allow(dead_code)] // used by the command line's tests (cli/tests), which share this file
 pub fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + within; // determinism: real-env (real-mode test)
     while !check() {

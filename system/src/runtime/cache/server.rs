@@ -8,7 +8,7 @@
 //! `EXISTS`, `EXPIRE`/`PEXPIRE` (`NX`, `XX`, `GT`, `LT`), `TTL`, `PTTL`, `DBSIZE`, `SELECT`
 //! (16 databases), `FLUSHDB`, `FLUSHALL`, `AUTH` (no password configured), `CLIENT` (no
 //! subcommand, as 7.0 answers `CLIENT SETINFO`), `QUIT`. Anything else is answered as an
-//! unknown command, which a real server would not do for e.g. `INCR`; the README lists this.
+//! unknown command, which a real server would not do for e.g. `INCR`; docs/fidelity-gaps.md lists this.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,520 @@
+//! The documentation checked against the repository and the CLI: every relative link and
+//! anchor of every Markdown file resolves, every `orrery …` command line quoted in a code
+//! block parses with the current command line (and every one quoted in the text names a real
+//! command and real flags), the book's table of contents lists every page, and the README
+//! stays short.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use clap::error::ErrorKind;
+use clap::Parser;
+use orrery_cli::Cli;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the workspace root")
+}
+
+/// Every Markdown file the project writes by hand: not the generated reports, not build
+/// output.
+fn markdown_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.expect("dir entry").path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() {
+                if !matches!(
+                    name,
+                    "target" | "reports" | "node_modules" | ".git" | ".farm"
+                ) {
+                    walk(&path, out);
+                }
+            } else if name.ends_with(".md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root(), &mut out);
+    out
+}
+
+/// A Markdown file split into its prose (code blocks blanked) and its fenced code blocks
+/// (language, text).
+struct Page {
+    prose: String,
+    blocks: Vec<(String, String)>,
+}
+
+fn split(text: &str) -> Page {
+    let mut prose = String::new();
+    let mut blocks = Vec::new();
+    let mut fence: Option<(String, String, String)> = None; // (marker, lang, body)
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        match &mut fence {
+            Some((marker, _, body)) => {
+                if trimmed.starts_with(marker.as_str()) && trimmed.trim_end() == marker.as_str() {
+                    let (_, lang, body) = fence.take().expect("in a fence");
+                    blocks.push((lang, body));
+                } else {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+                prose.push('\n');
+            }
+            None => {
+                if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+                    let marker: String = trimmed
+                        .chars()
+                        .take_while(|c| *c == '`' || *c == '~')
+                        .collect();
+                    let lang = trimmed[marker.len()..].trim().to_string();
+                    fence = Some((marker, lang, String::new()));
+                    prose.push('\n');
+                } else {
+                    prose.push_str(line);
+                    prose.push('\n');
+                }
+            }
+        }
+    }
+    Page { prose, blocks }
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens.
+fn slug(heading: &str) -> String {
+    let mut text = heading.to_string();
+    // Links keep their text: [text](target) → text.
+    while let (Some(open), Some(mid)) = (text.find('['), text.find("](")) {
+        if mid < open {
+            break;
+        }
+        let Some(close) = text[mid..].find(')').map(|c| c + mid) else {
+            break;
+        };
+        text = format!(
+            "{}{}{}",
+            &text[..open],
+            &text[open + 1..mid],
+            &text[close + 1..]
+        );
+    }
+    text.trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            '-' | '_' => Some(c),
+            c if c.is_alphanumeric() => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors a Markdown page offers: its headings' (with GitHub's -1, -2 for repeats) and
+/// explicit `<a id="…">`/`<a name="…">`.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let page = split(text);
+    let mut out = BTreeSet::new();
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in page.prose.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('#') {
+            let title = trimmed.trim_start_matches('#');
+            if title.starts_with(' ') {
+                let base = slug(title);
+                let n = seen.entry(base.clone()).or_default();
+                out.insert(if *n == 0 {
+                    base.clone()
+                } else {
+                    format!("{base}-{n}")
+                });
+                *n += 1;
+            }
+        }
+        for key in ["<a id=\"", "<a name=\""] {
+            let mut rest = line;
+            while let Some(at) = rest.find(key) {
+                let after = &rest[at + key.len()..];
+                if let Some(end) = after.find('"') {
+                    out.insert(after[..end].to_string());
+                }
+                rest = after;
+            }
+        }
+    }
+    out
+}
+
+/// The targets of the prose's links: inline `[text](target)` and reference definitions.
+fn links(prose: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    // Inline code is not a link.
+    let mut text = String::new();
+    let mut in_code = false;
+    for c in prose.chars() {
+        if c == '`' {
+            in_code = !in_code;
+        }
+        text.push(if in_code { ' ' } else { c });
+    }
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let mut depth = 0usize;
+        let end = after
+            .char_indices()
+            .find(|&(_, c)| match c {
+                '(' => {
+                    depth += 1;
+                    false
+                }
+                ')' if depth == 0 => true,
+                ')' => {
+                    depth -= 1;
+                    false
+                }
+                _ => false,
+            })
+            .map_or(after.len(), |(i, _)| i);
+        let target = after[..end].split_whitespace().next().unwrap_or("");
+        out.push(target.trim_matches(['<', '>']).to_string());
+        rest = &after[end..];
+    }
+    for line in text.lines() {
+        let line = line.trim_start();
+        if line.starts_with('[') {
+            if let Some(at) = line.find("]: ") {
+                out.push(
+                    line[at + 3..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_and_anchor_resolves() {
+    let root = root();
+    let files = markdown_files();
+    assert!(
+        files.len() > 30,
+        "only {} Markdown files found",
+        files.len()
+    );
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read a Markdown file");
+        let page = split(&text);
+        for target in links(&page.prose) {
+            if target.is_empty()
+                || target.contains("://")
+                || target.starts_with("mailto:")
+                || target.starts_with("http")
+            {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().expect("a folder").join(path)
+            };
+            let shown = file
+                .strip_prefix(&root)
+                .unwrap_or(file)
+                .display()
+                .to_string();
+            if !resolved.exists() {
+                broken.push(format!("{shown}: {target}: no such file"));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                if resolved.extension().is_some_and(|e| e == "md") {
+                    let there = std::fs::read_to_string(&resolved).expect("read the target");
+                    if !anchors(&there).contains(anchor) {
+                        broken.push(format!("{shown}: {target}: no heading or anchor #{anchor}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 300,
+        "only {checked} links checked: is the scan broken?"
+    );
+    assert!(
+        broken.is_empty(),
+        "{} broken links:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}
+
+/// Splits a shell line into words (single and double quotes, backslash escapes).
+fn words(line: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut has = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                has = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err("unclosed '".into()),
+                    }
+                }
+            }
+            '"' => {
+                has = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => word.extend(chars.next()),
+                        Some(c) => word.push(c),
+                        None => return Err("unclosed \"".into()),
+                    }
+                }
+            }
+            '\\' => {
+                has = true;
+                word.extend(chars.next());
+            }
+            '#' if !has => break,
+            c if c.is_whitespace() => {
+                if has {
+                    out.push(std::mem::take(&mut word));
+                    has = false;
+                }
+            }
+            c => {
+                has = true;
+                word.push(c);
+            }
+        }
+    }
+    if has {
+        out.push(word);
+    }
+    Ok(out)
+}
+
+/// The arguments after `orrery` on a shell line that runs it (directly, through `cargo run
+/// … --bin orrery --`, or as a built binary), cut at the first pipe, redirection, `&&` or
+/// comment.
+fn orrery_args(line: &str) -> Option<Result<Vec<String>, String>> {
+    let line = line.trim().trim_start_matches("$ ");
+    let words = match words(line) {
+        Ok(w) => w,
+        Err(e) => return Some(Err(e)),
+    };
+    let start = if let Some(cargo) = words.iter().position(|w| w == "cargo") {
+        // cargo run … --bin orrery -- ARGS
+        let bin = words[cargo..]
+            .windows(2)
+            .position(|w| w[0] == "--bin" && w[1] == "orrery")?;
+        words[cargo + bin..].iter().position(|w| w == "--")? + cargo + bin + 1
+    } else {
+        let at = words.iter().position(|w| {
+            w == "orrery"
+                || w.ends_with("/orrery") && (w.starts_with("./") || w.starts_with("target/"))
+        })?;
+        // Only as the command itself, after environment assignments.
+        if !words[..at]
+            .iter()
+            .all(|w| w.contains('=') && !w.starts_with('-'))
+        {
+            return None;
+        }
+        at + 1
+    };
+    let args: Vec<String> = words[start..]
+        .iter()
+        .take_while(|w| {
+            !matches!(w.as_str(), "|" | "||" | "&&" | ";" | "&" | "#")
+                && !w.starts_with('>')
+                && !w.starts_with("2>")
+                && !w.starts_with('#')
+        })
+        .cloned()
+        .collect();
+    Some(Ok(args))
+}
+
+/// Every command line of a code block: continuation lines joined.
+fn block_lines(body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in body.lines() {
+        match line.trim_end().strip_suffix('\\') {
+            Some(part) => {
+                current.push_str(part);
+                current.push(' ');
+            }
+            None => {
+                current.push_str(line);
+                out.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+#[test]
+fn every_orrery_command_line_in_the_docs_parses_with_the_current_cli() {
+    let root = root();
+    let mut bad = Vec::new();
+    let mut parsed = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).expect("read a Markdown file");
+        let page = split(&text);
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let mut check = |line: &str, full: bool| {
+            let Some(args) = orrery_args(line) else {
+                return;
+            };
+            let args = match args {
+                Ok(a) => a,
+                Err(e) => {
+                    bad.push(format!("{shown}: {line}: {e}"));
+                    return;
+                }
+            };
+            parsed += 1;
+            let argv = std::iter::once("orrery".to_string()).chain(args);
+            if let Err(error) = Cli::try_parse_from(argv) {
+                let mention = !full
+                    && matches!(
+                        error.kind(),
+                        ErrorKind::MissingRequiredArgument
+                            | ErrorKind::MissingSubcommand
+                            | ErrorKind::ValueValidation
+                            | ErrorKind::InvalidValue
+                            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                    );
+                if !mention
+                    && !matches!(
+                        error.kind(),
+                        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+                    )
+                {
+                    let first = error.to_string();
+                    let first = first.lines().next().unwrap_or("");
+                    bad.push(format!("{shown}: `{}`: {first}", line.trim()));
+                }
+            }
+        };
+        for (lang, body) in &page.blocks {
+            if matches!(lang.as_str(), "sh" | "bash" | "shell" | "console" | "") {
+                for line in block_lines(body) {
+                    check(&line, true);
+                }
+            }
+        }
+        // Inline spans in the prose: a command named in passing may leave out what it needs
+        // or write a placeholder (ADDR, FILE) for a value, but its command and flags must exist.
+        for span in page.prose.split('`').skip(1).step_by(2) {
+            if span.starts_with("orrery ") || span.contains("--bin orrery -- ") {
+                check(span, false);
+            }
+        }
+    }
+    assert!(
+        parsed > 60,
+        "only {parsed} command lines found: is the scan broken?"
+    );
+    assert!(
+        bad.is_empty(),
+        "{} command lines the CLI refuses:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_checks_notice_what_they_guard() {
+    // A flag the CLI does not have, and a link to a missing heading.
+    let argv = ["orrery", "run", "scenarios/tunnel-drop.yaml", "--sed", "1"];
+    assert!(Cli::try_parse_from(argv).is_err());
+    assert_eq!(
+        orrery_args("cargo run -q --bin orrery -- run x.yaml --seed 1 | jq ."),
+        Some(Ok(vec![
+            "run".into(),
+            "x.yaml".into(),
+            "--seed".into(),
+            "1".into()
+        ]))
+    );
+    assert_eq!(
+        orrery_args("RUST_LOG=info orrery serve git --repo a=."),
+        Some(Ok(vec![
+            "serve".into(),
+            "git".into(),
+            "--repo".into(),
+            "a=.".into()
+        ]))
+    );
+    assert_eq!(orrery_args("echo orrery is great"), None);
+    assert!(!anchors("# The seed farm\n").contains("the-seed-farms"));
+    assert!(anchors("## Where make test's time goes\n").contains("where-make-tests-time-goes"));
+    assert!(anchors("# A\n# A\n").contains("a-1"));
+    assert_eq!(
+        links("see [the farm](exploration.md#the-seed-farm) and `[x](y)`"),
+        vec!["exploration.md#the-seed-farm"]
+    );
+}
+
+#[test]
+fn the_book_lists_every_page_and_the_readme_stays_short() {
+    let root = root();
+    let summary = std::fs::read_to_string(root.join("docs/SUMMARY.md")).expect("docs/SUMMARY.md");
+    let listed: BTreeSet<PathBuf> = links(&split(&summary).prose)
+        .iter()
+        .map(|t| root.join("docs").join(t.split('#').next().unwrap_or("")))
+        .collect();
+    let missing: Vec<String> = markdown_files()
+        .into_iter()
+        .filter(|f| f.starts_with(root.join("docs")) && !f.ends_with("SUMMARY.md"))
+        .filter(|f| !listed.contains(f))
+        .map(|f| f.strip_prefix(&root).unwrap_or(&f).display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "pages docs/SUMMARY.md does not list (mdBook would leave them out): {missing:?}"
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines; the rest belongs in docs/ (at most 250)"
+    );
+}
