@@ -1343,19 +1343,44 @@ const STALENESS_SAMPLE_EVERY: Duration = Duration::from_secs(10);
 ///
 /// The variant selects the design of components that have one (the application event
 /// reporter); the watch-convergence world has none, so there both variants run the same
-/// code and are expected to pass alike.
+/// code and are expected to pass alike. Four phases: the world is built, the simulation
+/// steps through the fault schedule, the final state is read off the world, and the
+/// checkers judge the trace and that state.
 pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     // A swarm scenario runs the plain scenario its seed draws (the same one
     // `orrery run --print-scenario` writes).
     let concrete = crate::scenario::draw::concretize(scenario, seed);
     let scenario = &concrete;
     let trace = Trace::default();
+    let world = build_world(scenario, variant, &trace);
+    let stepped = simulate(scenario, seed, variant, &world, &trace);
+    if std::env::var_os("ORRERY_DEBUG_TRACE").is_some() {
+        for e in trace.events() {
+            eprintln!("{}", e.line());
+        }
+    }
+    let events = trace.events();
+    let state = final_state(scenario, variant, &world, &events, stepped.end_ms);
+    let (result, violations) = judge(scenario, &events, &state, stepped.error.is_some());
+    let reached = crate::explore::reach::reached(scenario, &events);
+    let fault_points = crate::explore::reach::fault_points(&events);
+    RunOutcome {
+        result,
+        violations,
+        faults: stepped.faults,
+        trace,
+        sim_seconds: stepped.sim_seconds,
+        harness_error: stepped.error,
+        state,
+        reached,
+        fault_points,
+    }
+}
+
+/// The world of a run before its first step: the simulated dependencies, the control plane's
+/// state with the runtimes registered, and Git seeded with the workload.
+fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
     let reporters = reporter_hosts(scenario);
-    let resources = scenario
-        .topology
-        .hosts
-        .iter()
-        .any(|h| h.has(Role::Resources));
     let initial_replicas = scenario.reporter.replicas.unwrap_or(reporters.len() as u32);
     let platform = Platform::new(platform_events::Config {
         tokens: [(RUNTIME_TOKEN.to_string(), RUNTIME_NAME.to_string())]
@@ -1409,6 +1434,14 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             })
             .collect(),
     };
+    seed_world(scenario, &world);
+    world
+}
+
+/// What the world holds before the run starts, as an earlier life of the platform left it:
+/// the runtimes (tenants', hosted) registered with their users' grants, the promotion
+/// orchestrator's jobs, and every Git repository seeded with its workload.
+fn seed_world(scenario: &Scenario, world: &World) {
     if let Some(promotions) = &scenario.promotions {
         world.control_plane.permissions.grant_in(
             crate::world::promotions::ORCHESTRATOR_TOKEN,
@@ -1457,6 +1490,33 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     if let Some(restricted) = &scenario.restricted_sources {
         crate::world::restricted::seed_git(&world.git, restricted, SIM_EPOCH_UNIX_MS);
     }
+}
+
+/// What stepping the simulation left: the faults applied, the simulated time it reached,
+/// and the harness error that stopped it early (a host failed, a component panicked).
+struct Stepped {
+    faults: Vec<AppliedFault>,
+    sim_seconds: f64,
+    end_ms: u64,
+    error: Option<String>,
+}
+
+/// Steps the world for the scenario's duration and calm phase: hosts registered, faults and
+/// pod changes applied at their times, the calm phase started, staleness sampled.
+fn simulate(
+    scenario: &Scenario,
+    seed: u64,
+    variant: Variant,
+    world: &World,
+    trace: &Trace,
+) -> Stepped {
+    let reporters = reporter_hosts(scenario);
+    let resources = scenario
+        .topology
+        .hosts
+        .iter()
+        .any(|h| h.has(Role::Resources));
+    let initial_replicas = scenario.reporter.replicas.unwrap_or(reporters.len() as u32);
     let total = scenario.duration + scenario.calm;
     let mut faults = Vec::new();
     let mut sim = turmoil::Builder::new()
@@ -1477,11 +1537,11 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             trace_format: crate::trace::TRACE_FORMAT,
         },
     );
-    register_hosts(&mut sim, scenario, seed, variant, &world);
+    register_hosts(&mut sim, scenario, seed, variant, world);
     let mut down = Down::default();
     for host in reporters.iter().skip(initial_replicas as usize) {
         down.stopped.insert(host.clone());
-        stop_host(&mut sim, &world, host, HostChange::NotYetScaled);
+        stop_host(&mut sim, world, host, HostChange::NotYetScaled);
     }
     let mut schedule: Vec<&FaultStep> = scenario.faults.iter().collect();
     schedule.sort_by_key(|s| s.at);
@@ -1497,7 +1557,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
                 let mut harness = Harness {
                     sim: &mut sim,
                     scenario,
-                    world: &world,
+                    world,
                     down: &mut down,
                     pods: &mut pods,
                 };
@@ -1506,21 +1566,21 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
             }
             while pods.first().is_some_and(|(at, _)| *at <= sim.elapsed()) {
                 let (_, change) = pods.remove(0);
-                apply_pod_change(&mut sim, &world, &change, &mut down);
+                apply_pod_change(&mut sim, world, &change, &mut down);
             }
             if !calm_started && sim.elapsed() >= scenario.duration {
-                faults.push(start_calm(&mut sim, scenario, &world, &mut down));
+                faults.push(start_calm(&mut sim, scenario, world, &mut down));
                 calm_started = true;
             }
             if (!reporters.is_empty() || resources) && sim.elapsed() >= next_sample {
                 if !reporters.is_empty() {
-                    sample_staleness(&sim, &world, &mut last_sample, &mut app_views);
+                    sample_staleness(&sim, world, &mut last_sample, &mut app_views);
                 }
                 if resources && scenario.workload.rollouts.is_some() {
-                    sample_rollouts(&sim, &world);
+                    sample_rollouts(&sim, world);
                 }
                 if resources && scenario.workload.workflows.is_some() {
-                    sample_workflows(&sim, &world);
+                    sample_workflows(&sim, world);
                 }
                 next_sample += STALENESS_SAMPLE_EVERY;
             }
@@ -1543,14 +1603,24 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
                 .unwrap_or_default()
         )),
     };
-    if std::env::var_os("ORRERY_DEBUG_TRACE").is_some() {
-        for e in trace.events() {
-            eprintln!("{}", e.line());
-        }
+    Stepped {
+        faults,
+        sim_seconds,
+        end_ms,
+        error: harness_error,
     }
-    let events = trace.events();
-    let state = FinalState {
-        attributions: attributions(&events, &world.api, &world.git),
+}
+
+/// The truth the checkers compare the trace with, read off the world after the run.
+fn final_state(
+    scenario: &Scenario,
+    variant: Variant,
+    world: &World,
+    events: &[crate::trace::TraceEvent],
+    end_ms: u64,
+) -> FinalState {
+    FinalState {
+        attributions: attributions(events, &world.api, &world.git),
         apps: truth_of_apps(&world.api, &world.git),
         reported: world.platform.apps_of(RUNTIME_NAME),
         end_ms,
@@ -1593,16 +1663,24 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
                 truth
             })
             .collect(),
-    };
+    }
+}
+
+/// The checkers' verdict: every violation, and the result class (a harness error first,
+/// then any safety violation, then liveness).
+fn judge(
+    scenario: &Scenario,
+    events: &[crate::trace::TraceEvent],
+    state: &FinalState,
+    harness_failed: bool,
+) -> (Outcome, Vec<Violation>) {
     let mut checkers: Vec<_> = scenario
         .invariants
         .iter()
         .map(|i| checkers::build(i).expect("validated when parsed"))
         .collect();
-    let violations = checkers::check(&mut checkers, &events, &state);
-    let reached = crate::explore::reach::reached(scenario, &events);
-    let fault_points = crate::explore::reach::fault_points(&events);
-    let result = if harness_error.is_some() {
+    let violations = checkers::check(&mut checkers, events, state);
+    let result = if harness_failed {
         Outcome::HarnessError
     } else if violations
         .iter()
@@ -1614,17 +1692,7 @@ pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
     } else {
         Outcome::Pass
     };
-    RunOutcome {
-        result,
-        violations,
-        faults,
-        trace,
-        sim_seconds,
-        harness_error,
-        state,
-        reached,
-        fault_points,
-    }
+    (result, violations)
 }
 
 #[cfg(test)]
