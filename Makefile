@@ -45,7 +45,7 @@ build:
 ## mdbook-mermaid writes the Mermaid scripts next to the book (git ignores them). The pages
 ## read as they are on GitHub too; make test checks their links and command lines.
 docs:
-	scripts/mdbook.sh sh -c 'mdbook-mermaid install docs >/dev/null && mdbook build docs'
+	scripts/mdbook.sh sh -c 'mdbook-mermaid install docs >/dev/null 2>&1 && mdbook build docs'
 	@echo "the book: target/book/index.html"
 
 ## The main job: regenerate every scenario's reports (perf figures go to reports/perf/, ignored by git).
