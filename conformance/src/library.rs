@@ -113,6 +113,46 @@ pub fn scripts() -> Vec<Script> {
         Script::new("apply-without-field-manager-422", "apply without fieldManager is 422 Invalid on PatchOptions")
             .apply(&at(CM, "a"), cm("a", json!({}), json!({"k": "1"}))),
         // --- delete
+        Script::new("delete-with-finalizers", "DELETE of an object with finalizers marks it (200 with deletionTimestamp, grace period 0), a second DELETE changes nothing, and removing the last finalizer deletes it")
+            .post(CM, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "finalizers": ["example.com/hold", "example.com/other"]}}))
+            .delete(&at(CM, "a"))
+            .get(&at(CM, "a"))
+            .delete(&at(CM, "a"))
+            .merge_patch(&at(CM, "a"), json!({"metadata": {"finalizers": ["example.com/hold"]}}))
+            .merge_patch(&at(CM, "a"), json!({"metadata": {"finalizers": null}}))
+            .get(&at(CM, "a")),
+        Script::new("finalizers-custom-resource", "marking a custom resource for deletion bumps its generation; no finalizer may be added while it is being deleted (422), and an update cannot clear deletionTimestamp")
+            .post(APPS, json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "a", "finalizers": ["example.com/hold"]}, "spec": {"project": "default"}}))
+            .delete(&at(APPS, "a"))
+            .merge_patch(&at(APPS, "a"), json!({"metadata": {"finalizers": ["example.com/hold", "example.com/late"]}}))
+            .merge_patch(&at(APPS, "a"), json!({"metadata": {"deletionTimestamp": null}, "spec": {"project": "other"}}))
+            .merge_patch(&at(APPS, "a"), json!({"metadata": {"finalizers": []}}))
+            .get(&at(APPS, "a")),
+        Script::new("watch-finalized-deletion", "a deletion held by a finalizer is MODIFIED (deletionTimestamp) and then DELETED when the finalizer goes")
+            .post(CM, cm("seed", json!({}), json!({})))
+            .post(CM, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "finalizers": ["example.com/hold"]}}))
+            .delete(&at(CM, "a"))
+            .merge_patch(&at(CM, "a"), json!({"metadata": {"finalizers": null}}))
+            .watch(&format!("{CM}?resourceVersion={{rv:0}}")),
+        // --- dry run
+        Script::new("dry-run-writes-nothing", "every write verb with dryRun=All is validated and answered as the write would be, and stores nothing: no new resourceVersion, no watch event")
+            .post(CM, cm("seed", json!({}), json!({})))
+            .post(&format!("{CM}?dryRun=All"), cm("a", json!({}), json!({"k": "1"})))
+            .get(&at(CM, "a"))
+            .post(CM, cm("b", json!({}), json!({"k": "1"})))
+            .put(&format!("{}?dryRun=All", at(CM, "b")), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "2"}}))
+            .merge_patch(&format!("{}?dryRun=All", at(CM, "b")), json!({"data": {"k": "3"}}))
+            .apply(&format!("{}?dryRun=All&fieldManager=alice&force=true", at(CM, "b")), cm("b", json!({}), json!({"k": "4"})))
+            .delete(&format!("{}?dryRun=All", at(CM, "b")))
+            .get(&at(CM, "b"))
+            .watch(&format!("{CM}?resourceVersion={{rv:0}}")),
+        Script::new("dry-run-invalid", "dryRun=All still validates (409, 422, 404 as a real write), and a dryRun value other than All is 422 Invalid")
+            .post(CM, cm("a", json!({}), json!({})))
+            .post(&format!("{CM}?dryRun=All"), cm("a", json!({}), json!({})))
+            .post(&format!("{CM}?dryRun=All"), cm("Bad_Name!", json!({}), json!({})))
+            .delete(&format!("{}?dryRun=All", at(CM, "missing")))
+            .post(&format!("{CM}?dryRun=Yes"), cm("c", json!({}), json!({})))
+            .merge_patch(&format!("{}?dryRun=maybe", at(CM, "a")), json!({"data": {"k": "v"}})),
         Script::new("delete-then-get-404", "DELETE answers with a Success Status naming the object; a later GET and a second DELETE are 404")
             .post(CM, cm("a", json!({}), json!({})))
             .delete(&at(CM, "a"))

@@ -1765,7 +1765,7 @@ mod tests {
                 now,
             )
             .unwrap();
-        store.delete(&kind, "n", "b", now).unwrap();
+        store.delete(&kind, "n", "b", now, 0).unwrap();
         store
             .create(&kind, "n", app("a-a", "Unknown"), now, 0)
             .unwrap();

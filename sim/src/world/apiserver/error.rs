@@ -180,6 +180,22 @@ impl ApiError {
         }
     }
 
+    /// 422 for a `dryRun` value other than `All`, worded as kube-apiserver's options
+    /// validation (`options` is `CreateOptions`, `UpdateOptions`, `PatchOptions` or
+    /// `DeleteOptions`).
+    pub fn dry_run_unsupported(options: &str, value: &str) -> Self {
+        // The parameter is a list (`[]string`), so the value is printed as one.
+        let message = format!("Unsupported value: [{value:?}]: supported values: \"All\"");
+        let cause =
+            json!({"reason": "FieldValueNotSupported", "message": message, "field": "dryRun"});
+        ApiError {
+            code: 422,
+            reason: "Invalid",
+            message: format!("{options}.meta.k8s.io \"\" is invalid: dryRun: {message}"),
+            details: json!({"group": "meta.k8s.io", "kind": options, "causes": [cause]}),
+        }
+    }
+
     /// 403 Forbidden: `user` may not `verb` the resource (`subresource` such as `status`, if
     /// any) in `namespace` (`None`: cluster scope). Worded as kube-apiserver's RBAC
     /// authorizer words a request no rule allows.
@@ -365,6 +381,8 @@ fn field_reason(message: &str) -> &'static str {
         "FieldValueTooLong"
     } else if message.starts_with("Required value:") {
         "FieldValueRequired"
+    } else if message.starts_with("Forbidden:") {
+        "FieldValueForbidden"
     } else {
         "FieldValueInvalid"
     }

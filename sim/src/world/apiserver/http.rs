@@ -121,6 +121,17 @@ pub struct Handler {
     server: Arc<ApiServer>,
 }
 
+/// The options type a write method's query parameters belong to (`None`: not a write).
+fn options_of(method: &Method) -> Option<&'static str> {
+    match *method {
+        Method::POST => Some("CreateOptions"),
+        Method::PUT => Some("UpdateOptions"),
+        Method::PATCH => Some("PatchOptions"),
+        Method::DELETE => Some("DeleteOptions"),
+        _ => None,
+    }
+}
+
 /// A write's answer: the stored object's JSON, the bytes its watchers send too.
 fn written(status: StatusCode, written: &Written) -> Response<Body> {
     Response::builder()
@@ -321,6 +332,16 @@ impl Handler {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
+        let dry_run = match (
+            params.get("dryRun").map(String::as_str),
+            options_of(&method),
+        ) {
+            (None, _) | (Some(_), None) => false,
+            (Some("All"), Some(_)) => true,
+            (Some(other), Some(options)) => {
+                return Err(ApiError::dry_run_unsupported(options, other))
+            }
+        };
         let namespace = target.namespace.clone().unwrap_or_default();
         let now = self.env.elapsed();
         let unix_millis = self.env.unix_millis();
@@ -419,7 +440,7 @@ impl Handler {
                 }
                 let body = read_json(req, &content_type, &target.kind).await?;
                 check_body_namespace(&target, &body)?;
-                let created = self.write("create", &target, |store| {
+                let created = self.write("create", &target, dry_run, |store| {
                     store.create(&target.kind, &namespace, body, now, unix_millis)
                 })?;
                 Ok(written(StatusCode::CREATED, &created))
@@ -427,7 +448,7 @@ impl Handler {
             (&Method::PUT, Some(name)) => {
                 let body = read_json(req, &content_type, &target.kind).await?;
                 check_body_namespace(&target, &body)?;
-                let replaced = self.write("replace", &target, |store| {
+                let replaced = self.write("replace", &target, dry_run, |store| {
                     store.replace(&target.kind, &namespace, name, body, target.status, now)
                 })?;
                 Ok(written(StatusCode::OK, &replaced))
@@ -442,7 +463,7 @@ impl Handler {
                 let patched = match media.as_str() {
                     "application/merge-patch+json" => {
                         let patch = read_json(req, "application/json", &target.kind).await?;
-                        self.write("merge_patch", &target, |store| {
+                        self.write("merge_patch", &target, dry_run, |store| {
                             store.patch_merge(
                                 &target.kind,
                                 &namespace,
@@ -456,7 +477,7 @@ impl Handler {
                     "application/strategic-merge-patch+json" if !target.kind.custom => {
                         let patch = read_json(req, "application/json", &target.kind).await?;
                         let schema = openapi::schema_of(&target.kind);
-                        self.write("strategic_merge_patch", &target, |store| {
+                        self.write("strategic_merge_patch", &target, dry_run, |store| {
                             store.patch_with(
                                 &target.kind,
                                 &namespace,
@@ -482,7 +503,7 @@ impl Handler {
                             .store()
                             .get(&target.kind, &namespace, name)
                             .is_ok();
-                        let applied = self.write("apply", &target, |store| {
+                        let applied = self.write("apply", &target, dry_run, |store| {
                             store.apply(
                                 &target.kind,
                                 &namespace,
@@ -510,7 +531,7 @@ impl Handler {
                     }
                     "application/json-patch+json" => {
                         let patch = read_json(req, "application/json", &target.kind).await?;
-                        self.write("json_patch", &target, |store| {
+                        self.write("json_patch", &target, dry_run, |store| {
                             store.patch_with(
                                 &target.kind,
                                 &namespace,
@@ -539,9 +560,13 @@ impl Handler {
                 Ok(written(StatusCode::OK, &patched))
             }
             (&Method::DELETE, Some(name)) => {
-                let deleted = self.write("delete", &target, |store| {
-                    store.delete(&target.kind, &namespace, name, now)
+                let deleted = self.write("delete", &target, dry_run, |store| {
+                    store.delete(&target.kind, &namespace, name, now, unix_millis)
                 })?;
+                // An object its finalizers keep is answered as it now is (marked for deletion).
+                if super::store::has_finalizers(&deleted) {
+                    return Ok(written(StatusCode::OK, &deleted));
+                }
                 // kube-apiserver answers an immediate deletion with a `Status`, not the object.
                 Ok(json(
                     StatusCode::OK,
@@ -557,8 +582,12 @@ impl Handler {
         &self,
         verb: &str,
         target: &Target,
+        dry_run: bool,
         op: impl FnOnce(&mut super::Store) -> Result<Written, ApiError>,
     ) -> Result<Written, ApiError> {
+        if dry_run {
+            return self.dry_run(target, op);
+        }
         let window = self.server.knobs().compaction_window;
         let (result, rv, wrote) = {
             let mut store = self.server.store();
@@ -588,6 +617,45 @@ impl Handler {
             .into(),
         );
         Ok(object)
+    }
+
+    /// A write with `dryRun=All`: validated and answered as the write would be, against a
+    /// copy of the store that is then thrown away — no new resourceVersion, no watch event,
+    /// nothing in the trace. The answer carries the object's stored resourceVersion (none
+    /// for a create), as kube-apiserver's `DryRunnableStorage` answers.
+    fn dry_run(
+        &self,
+        target: &Target,
+        op: impl FnOnce(&mut super::Store) -> Result<Written, ApiError>,
+    ) -> Result<Written, ApiError> {
+        let mut scratch = self.server.store().clone();
+        let before = scratch.rv();
+        let result = op(&mut scratch);
+        self.server.store().skip_uids(scratch.uid_counter());
+        let answer = result?;
+        if scratch.rv() == before {
+            return Ok(answer); // nothing would be written: the stored object as it is
+        }
+        let mut object = (*answer.object).clone();
+        let stored = self.server.store().get(
+            &target.kind,
+            object["metadata"]["namespace"].as_str().unwrap_or(""),
+            object["metadata"]["name"].as_str().unwrap_or(""),
+        );
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            match stored
+                .ok()
+                .and_then(|s| s["metadata"].get("resourceVersion").cloned())
+            {
+                Some(rv) => {
+                    meta.insert("resourceVersion".into(), rv);
+                }
+                None => {
+                    meta.shift_remove("resourceVersion");
+                }
+            }
+        }
+        Ok(Written::of(std::sync::Arc::new(object)))
     }
 
     fn watch(

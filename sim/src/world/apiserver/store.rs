@@ -75,7 +75,8 @@ pub struct Written {
 }
 
 impl Written {
-    fn of(object: Arc<Value>) -> Written {
+    /// The answer for `object`, serialised once.
+    pub fn of(object: Arc<Value>) -> Written {
         let json = bytes::Bytes::from(serde_json::to_vec(&*object).expect("JSON values serialise"));
         Written { object, json }
     }
@@ -89,8 +90,9 @@ impl std::ops::Deref for Written {
     }
 }
 
-/// The storage of the simulated API server.
-#[derive(Debug, Default)]
+/// The storage of the simulated API server. Cloned only for a dry run (`dryRun=All`), which
+/// writes into the copy and throws it away.
+#[derive(Clone, Debug, Default)]
 pub struct Store {
     rv: u64,
     uid_counter: u64,
@@ -135,6 +137,13 @@ impl Filter {
             && self.labels.matches(object)
             && self.fields.matches(object)
     }
+}
+
+/// Whether `object` lists finalizers (the deletion waits for them).
+pub fn has_finalizers(object: &Value) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
 }
 
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
@@ -440,6 +449,9 @@ impl Store {
             meta.shift_remove("generation");
         }
         meta.shift_remove("resourceVersion");
+        // A new object is not being deleted (kube-apiserver's `BeforeCreate`).
+        meta.shift_remove("deletionTimestamp");
+        meta.shift_remove("deletionGracePeriodSeconds");
         default_fields(&mut object, kind);
         omit_empty(&mut object, kind);
         Ok(self.commit(kind, key, Some(object), now))
@@ -479,6 +491,18 @@ impl Store {
         map.insert("kind".into(), json!(kind.kind));
         if !map.get("metadata").is_some_and(Value::is_object) {
             map.insert("metadata".into(), json!({}));
+        }
+        // An update can never set, remove or change a deletion timestamp or grace period
+        // (kube-apiserver's `BeforeUpdate`).
+        for field in ["deletionTimestamp", "deletionGracePeriodSeconds"] {
+            match current["metadata"].get(field) {
+                Some(v) => next["metadata"][field] = v.clone(),
+                None => {
+                    next["metadata"]
+                        .as_object_mut()
+                        .map(|m| m.shift_remove(field));
+                }
+            }
         }
         for field in [
             "name",
@@ -560,6 +584,9 @@ impl Store {
         Self::check_precondition(kind, &current, &body)?;
         Self::prepare_update(kind, &current, &mut body, status_only);
         super::validation::metadata(kind, name, &body, false)?;
+        if Self::deletes_on_update(kind, name, &current, &body)? {
+            return Ok(self.delete_updated(kind, key, &current, body, now));
+        }
         if Self::unchanged(&current, &body) {
             return Ok(Written::of(Arc::new(current)));
         }
@@ -619,6 +646,9 @@ impl Store {
         }
         Self::prepare_update(kind, &current, &mut next, status_only);
         super::validation::metadata(kind, name, &next, false)?;
+        if Self::deletes_on_update(kind, name, &current, &next)? {
+            return Ok(self.delete_updated(kind, key, &current, next, now));
+        }
         if Self::unchanged(&current, &next) {
             return Ok(Written::of(current));
         }
@@ -657,19 +687,131 @@ impl Store {
             })
     }
 
-    /// DELETE: removes an object; the DELETED change carries the deletion's RV.
+    /// DELETE: removes an object; the DELETED change carries the deletion's RV. An object
+    /// with finalizers stays until an update empties them: the first delete marks it
+    /// (`deletionTimestamp` now, `deletionGracePeriodSeconds` 0, `generation` + 1 where it
+    /// has one: a MODIFIED event), later ones change nothing; the answer is the object then,
+    /// which is how the caller tells (kube-apiserver's `markAsDeleting` and
+    /// `updateForGracefulDeletionAndFinalizers`).
     pub fn delete(
         &mut self,
         kind: &ResourceKind,
         namespace: &str,
         name: &str,
         now: Duration,
+        unix_millis: u64,
     ) -> Result<Written, ApiError> {
         let key = Self::key(kind, namespace, name);
-        if !self.objects.contains_key(&key) {
+        let Some(current) = self.objects.get(&key).cloned() else {
             return Err(ApiError::not_found(kind, name));
+        };
+        if has_finalizers(&current) {
+            if current["metadata"].get("deletionTimestamp").is_some() {
+                return Ok(Written::of(current));
+            }
+            let mut next = (*current).clone();
+            let meta = next["metadata"]
+                .as_object_mut()
+                .expect("stored objects have metadata");
+            if let Some(generation) = meta.get("generation").and_then(Value::as_i64) {
+                if generation > 0 {
+                    meta.insert("generation".into(), json!(generation + 1));
+                }
+            }
+            meta.insert("deletionTimestamp".into(), json!(rfc3339(unix_millis)));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            return Ok(self.commit(kind, key, Some(next), now));
         }
         Ok(self.commit(kind, key, None, now))
+    }
+
+    /// Deletes the object an update emptied of finalizers. Watchers get DELETED with its last
+    /// stored body; the caller gets the update's result at the stored resourceVersion, as
+    /// kube-apiserver's `deleteWithoutFinalizers` answers.
+    fn delete_updated(
+        &mut self,
+        kind: &ResourceKind,
+        key: Key,
+        current: &Value,
+        mut updated: Value,
+        now: Duration,
+    ) -> Written {
+        self.commit(kind, key, None, now);
+        updated["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+        if let Some(meta) = updated["metadata"].as_object_mut() {
+            // An empty list is left out of the answer, as Go's `omitempty` leaves it.
+            if meta
+                .get("finalizers")
+                .is_some_and(|f| f.as_array().is_some_and(Vec::is_empty))
+            {
+                meta.shift_remove("finalizers");
+            }
+        }
+        Written::of(Arc::new(updated))
+    }
+
+    /// A dry run's copy of the store used `uids` of the counter: the store skips them, as a
+    /// real server never hands a dry run's uid to a later object.
+    pub fn skip_uids(&mut self, counter: u64) {
+        self.uid_counter = self.uid_counter.max(counter);
+    }
+
+    /// How many uids the store has handed out.
+    pub fn uid_counter(&self) -> u64 {
+        self.uid_counter
+    }
+
+    /// An update of an object being deleted: it may not add finalizers (422, worded as
+    /// kube-apiserver's `ValidateNoNewFinalizers`), and once it leaves none the object is
+    /// deleted instead of updated (`shouldDeleteDuringUpdate`): true.
+    fn deletes_on_update(
+        kind: &ResourceKind,
+        name: &str,
+        current: &Value,
+        next: &Value,
+    ) -> Result<bool, ApiError> {
+        if current["metadata"].get("deletionTimestamp").is_none() {
+            return Ok(false);
+        }
+        let finalizers = |object: &Value| -> Vec<String> {
+            object["metadata"]["finalizers"]
+                .as_array()
+                .map(|f| {
+                    f.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let before = finalizers(current);
+        let mut added: Vec<String> = finalizers(next)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        added.sort();
+        added.dedup();
+        if !added.is_empty() {
+            let listed: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+            let cause = (
+                "metadata.finalizers".to_string(),
+                format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    listed.join(", ")
+                ),
+            );
+            let mut error = ApiError::invalid_causes(kind, name, std::slice::from_ref(&cause));
+            if kind.custom {
+                // A custom resource's metadata is validated twice on update (the generic
+                // object-meta update check and the CRD strategy's); the real server lists
+                // the cause twice under one message.
+                if let Some(causes) = error.details["causes"].as_array_mut() {
+                    let again = causes[0].clone();
+                    causes.push(again);
+                }
+            }
+            return Err(error);
+        }
+        Ok(!has_finalizers(next))
     }
 
     /// Server-side apply (simplified, see [`super::apply`]).
@@ -718,6 +860,9 @@ impl Store {
                     return Ok(Written::of(current)); // an apply that changes nothing writes nothing, as upstream
                 }
                 super::validation::metadata(kind, name, &next, false)?;
+                if Self::deletes_on_update(kind, name, &current, &next)? {
+                    return Ok(self.delete_updated(kind, key, &current, next, now));
+                }
                 Ok(self.commit(kind, key, Some(next), now))
             }
         }
@@ -890,6 +1035,83 @@ mod tests {
         json!({"metadata": {"name": name}, "spec": {"project": "default"}})
     }
 
+    /// A delete waits for finalizers: it marks the object (MODIFIED, deletionTimestamp,
+    /// generation + 1), a second delete writes nothing, no update may add a finalizer, and
+    /// the update that removes the last one deletes the object (DELETED).
+    #[test]
+    fn finalizers_hold_a_deletion_until_the_last_is_removed() {
+        let mut store = Store::default();
+        let k = kind("applications");
+        let mut held = app("a");
+        held["metadata"]["finalizers"] = json!(["example.com/hold", "example.com/other"]);
+        store.create(&k, "ns", held, Duration::ZERO, 0).unwrap();
+        let marked = store.delete(&k, "ns", "a", Duration::ZERO, 1_000).unwrap();
+        assert_eq!(
+            marked["metadata"]["deletionTimestamp"],
+            json!("1970-01-01T00:00:01Z")
+        );
+        assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], json!(0));
+        assert_eq!(marked["metadata"]["generation"], json!(2));
+        let rv = store.rv();
+        let again = store.delete(&k, "ns", "a", Duration::ZERO, 5_000).unwrap();
+        assert_eq!(store.rv(), rv, "a second delete writes nothing");
+        assert_eq!(
+            again["metadata"]["deletionTimestamp"],
+            json!("1970-01-01T00:00:01Z")
+        );
+        // No new finalizer on an object being deleted; an update cannot clear the timestamp.
+        let refused = store
+            .patch_merge(&k, "ns", "a", &json!({"metadata": {"finalizers": ["example.com/hold", "example.com/other", "example.com/late"]}}), false, Duration::ZERO)
+            .unwrap_err();
+        assert_eq!(refused.code, 422);
+        assert!(refused.message.contains("no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/late\"}"), "{}", refused.message);
+        let kept = store
+            .patch_merge(&k, "ns", "a", &json!({"metadata": {"finalizers": ["example.com/hold"], "deletionTimestamp": null}}), false, Duration::ZERO)
+            .unwrap();
+        assert_eq!(
+            kept["metadata"]["deletionTimestamp"],
+            json!("1970-01-01T00:00:01Z")
+        );
+        let gone = store
+            .patch_merge(
+                &k,
+                "ns",
+                "a",
+                &json!({"metadata": {"finalizers": null}}),
+                false,
+                Duration::ZERO,
+            )
+            .unwrap();
+        assert!(
+            store.get(&k, "ns", "a").is_err(),
+            "the last finalizer's removal deletes it"
+        );
+        // The answer is the update's result at the last stored resourceVersion.
+        assert!(gone["metadata"].get("finalizers").is_none());
+        assert_eq!(
+            gone["metadata"]["resourceVersion"],
+            kept["metadata"]["resourceVersion"]
+        );
+        let (changes, _) = store.changes_after(0, &k.key()).unwrap();
+        let kinds: Vec<ChangeType> = changes.iter().map(|c| c.change).collect();
+        assert_eq!(
+            kinds,
+            [
+                ChangeType::Added,
+                ChangeType::Modified,
+                ChangeType::Modified,
+                ChangeType::Deleted
+            ]
+        );
+        // Without finalizers a delete is immediate, and a create drops deletion fields.
+        let mut marked = app("b");
+        marked["metadata"]["deletionTimestamp"] = json!("2000-01-01T00:00:00Z");
+        let created = store.create(&k, "ns", marked, Duration::ZERO, 0).unwrap();
+        assert!(created["metadata"].get("deletionTimestamp").is_none());
+        store.delete(&k, "ns", "b", Duration::ZERO, 0).unwrap();
+        assert!(store.get(&k, "ns", "b").is_err());
+    }
+
     #[test]
     fn a_write_answers_with_the_bytes_its_watchers_send() {
         let mut store = Store::default();
@@ -1055,7 +1277,7 @@ mod tests {
                 .unwrap();
         }
         let first = store.list(&k, &Filter::default(), Some(2), None).unwrap();
-        store.delete(&k, "ns", "c3", Duration::ZERO).unwrap();
+        store.delete(&k, "ns", "c3", Duration::ZERO, 0).unwrap();
         let second = store
             .list(
                 &k,
