@@ -106,6 +106,7 @@ const CM_B2: &str =
 const CM_SSA: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {y: \"1\"}\n";
 const APP: &str = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: app1}\nspec: {project: default}\nstatus: {sync: {status: Synced, revision: abc123}, health: {status: Healthy}}\n";
 const RS: &str = "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: rs}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: x}}\n  template:\n    metadata: {labels: {app: x}}\n    spec: {containers: [{name: c, image: 'nginx:1'}, {name: d, image: 'busybox:1'}]}\n";
+const CM_FIN: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: f, finalizers: [example.com/hold]}\ndata: {k: v}\n";
 const LEASE: &str = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: l}\nspec: {holderIdentity: pod-a, leaseDurationSeconds: 15}\n";
 
 /// The everyday commands, in order; each runs against both servers and the outputs are
@@ -168,6 +169,22 @@ const SCRIPT: &[Step] = &[
     run(&["get", "rs", "rs", "-o", "jsonpath={.spec.template.spec.containers[*].image}"]),
     piped(&["apply", "-f", "-"], LEASE),
     run(&["get", "leases"]),
+    // A server-side dry run stores nothing; `kubectl diff` asks the server what an apply
+    // would make (a dry-run patch) and prints the difference.
+    run(&["create", "configmap", "d", "--from-literal=k=v", "--dry-run=server", "-o", "yaml"]),
+    run(&["get", "configmap", "d"]),
+    piped(&["diff", "-f", "-"], CM_B1),
+    run(&["get", "configmap", "b", "-o", "jsonpath={.data}"]),
+    // A finalizer holds a deletion: the object stays, marked, until the finalizer goes;
+    // `kubectl wait --for=delete` returns when it does.
+    piped(&["apply", "-f", "-"], CM_FIN),
+    run(&["delete", "configmap", "f", "--wait=false"]),
+    run(&["get", "configmap", "f", "-o", "jsonpath={.metadata.finalizers} {.metadata.deletionGracePeriodSeconds}"]),
+    watching(
+        &["wait", "--for=delete", "configmap/f", "--timeout=30s"],
+        &[&["patch", "configmap", "f", "--type=merge", "-p", "{\"metadata\":{\"finalizers\":null}}"]],
+    ),
+    run(&["get", "configmap", "f"]),
     run(&["create", "configmap", "Bad_Name", "--from-literal=a=b"]),
     run(&["create", "configmap", "x", "--from-literal=a=b", "-n", "Bad_Namespace"]),
     run(&["label", "configmap", "a", "bad key=x"]),
@@ -263,7 +280,10 @@ fn kubectl(kubeconfig: &std::path::Path, namespace: &str, step: &Step) -> Output
 /// Maps what legitimately differs between two servers to placeholders: the namespace,
 /// ages, uids, resource versions, timestamps, and kubectl's client-side log prefixes.
 fn normalise(text: &str, namespace: &str) -> String {
-    let rules: [(&str, &str); 5] = [
+    let rules: [(&str, &str); 7] = [
+        // `kubectl diff`'s temporary directories, and the file times in its headers.
+        (r"/tmp/(LIVE|MERGED)-\d+", "/tmp/$1-<n>"),
+        (r"(?m)^(---|\+\+\+) (\S+)\s.*$", "$1 $2"),
         (
             r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
             "<uid>",
