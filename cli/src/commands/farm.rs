@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use orrery_sim::exit::Exit;
 use orrery_sim::explore::farm::db::{self, Db, Origin, Record};
 use orrery_sim::explore::farm::mutate;
-use orrery_sim::explore::farm::policy::{Plan, Policy, Shard};
+use orrery_sim::explore::farm::policy::{Arm, Plan, Policy, Shard};
 use orrery_sim::explore::farm::report;
 use orrery_sim::scenario::{self, Outcome, Scenario, Variant};
 
@@ -311,6 +311,44 @@ impl Ticker {
     }
 }
 
+/// A mutant waiting for a slot: its parent's arm and seed, its number, the variant it runs,
+/// its file, and what was changed.
+type Mutant = (usize, u64, u32, Variant, PathBuf, String);
+
+/// One farm run under way: what it runs with, what is running and waiting, what it counted.
+/// Its phases are methods: [`Farm::launch`] fills free slots, [`Farm::record_run`] and
+/// [`Farm::record_shrink`] take what a child left, [`Farm::wind_down`] handles the budget's
+/// end, [`Farm::finish`] writes the report.
+struct Farm<'a> {
+    args: &'a FarmArgs,
+    db: Db,
+    plan: Plan,
+    run_id: String,
+    binary: String,
+    exe: PathBuf,
+    mutants_dir: PathBuf,
+    budget_text: String,
+    shard: Option<String>,
+    parallel: usize,
+    sigint: Arc<AtomicU8>,
+    started: Instant,
+    ticker: Ticker,
+    running: Vec<Running>,
+    mutants: VecDeque<Mutant>,
+    shrinks: VecDeque<ShrinkJob>,
+    parents: std::collections::BTreeMap<(usize, String), usize>,
+    shrunk_kinds: std::collections::BTreeMap<(String, String, String), usize>,
+    runs: u64,
+    unexpected: u64,
+    cpu: f64,
+    mutant_cpu: f64,
+    launched: u64,
+    plan_done: bool,
+    interrupted: bool,
+    budget_end: Option<Instant>,
+    worst: Exit,
+}
+
 /// `orrery farm`: runs for the budget, shrinks what failed, writes the report.
 pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
     if args.budget.is_none()
@@ -336,7 +374,7 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
         }
         None => None,
     };
-    let mut db = Db::open(&args.db).map_err(|e| Fail::usage(e.to_string()))?;
+    let db = Db::open(&args.db).map_err(|e| Fail::usage(e.to_string()))?;
     if !db.skipped.is_empty() {
         eprintln!(
             "orrery farm: {}: skipped a torn last line (a farm killed while writing it)",
@@ -361,27 +399,12 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
     .flatten()
     .collect::<Vec<_>>()
     .join(", ");
-    let parallel = crate::common::parallelism(args.jobs);
-    let session = |phase: &str, wall: f64, runs: u64, interrupted: bool| {
-        Record::Session(db::Session {
-            session: run_id.clone(),
-            phase: phase.to_string(),
-            budget: budget_text.clone(),
-            shard: shard.map(|s| format!("{}/{}", s.index, s.count)),
-            jobs: parallel,
-            wall_seconds: (wall * 10.0).round() / 10.0,
-            runs,
-            interrupted,
-        })
-    };
-    db.append(session("start", 0.0, 0, false))
-        .map_err(|e| Fail::usage(e.to_string()))?;
     let policy = match args.policy {
         PolicyArg::Adaptive => Policy::Adaptive,
         PolicyArg::Uniform => Policy::Uniform,
     };
     let expects = expects(&files);
-    let mut plan = Plan::new(
+    let plan = Plan::new(
         files.clone(),
         &db,
         policy,
@@ -392,73 +415,179 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
     );
     let exe = std::env::current_exe()
         .map_err(|e| Fail::usage(format!("cannot find own executable: {e}")))?;
-    let binary = binary_id();
     let farm_dir = args
         .db
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let mutants_dir = farm_dir.join("mutants");
-    let sigint = watch_sigint();
-    let started = Instant::now(); // determinism: real-env (the farm's wall budget)
-    let ticker = Ticker::new();
-    let mut running: Vec<Running> = Vec::new();
-    let mut mutants: VecDeque<(usize, u64, u32, Variant, PathBuf, String)> = VecDeque::new();
-    let mut shrinks: VecDeque<ShrinkJob> = VecDeque::new();
-    let mut parents: std::collections::BTreeMap<(usize, String), usize> = Default::default();
-    let mut shrunk_kinds: std::collections::BTreeMap<(String, String, String), usize> =
-        Default::default();
-    let (mut runs, mut unexpected, mut cpu, mut mutant_cpu) = (0u64, 0u64, 0.0f64, 0.0f64);
-    let mut launched = 0u64;
-    let mut plan_done = false;
-    let mut interrupted = false;
-    let mut budget_end: Option<Instant> = None;
-    let mut worst = Exit::Expected;
-    loop {
-        let signals = sigint.load(Ordering::SeqCst);
-        if signals >= 1 && !interrupted {
-            interrupted = true;
-            ticker.say("orrery farm: SIGINT: no new runs; the running ones finish and are kept (Ctrl-C again to stop them)");
+    let mut farm = Farm {
+        args: &args,
+        db,
+        plan,
+        run_id,
+        binary: binary_id(),
+        exe,
+        mutants_dir: farm_dir.join("mutants"),
+        budget_text,
+        shard: shard.map(|s| format!("{}/{}", s.index, s.count)),
+        parallel: crate::common::parallelism(args.jobs),
+        sigint: watch_sigint(),
+        started: Instant::now(), // determinism: real-env (the farm's wall budget)
+        ticker: Ticker::new(),
+        running: Vec::new(),
+        mutants: VecDeque::new(),
+        shrinks: VecDeque::new(),
+        parents: Default::default(),
+        shrunk_kinds: Default::default(),
+        runs: 0,
+        unexpected: 0,
+        cpu: 0.0,
+        mutant_cpu: 0.0,
+        launched: 0,
+        plan_done: false,
+        interrupted: false,
+        budget_end: None,
+        worst: Exit::Expected,
+    };
+    farm.append(farm.session("start"))?;
+    farm.run()?;
+    farm.finish(&expects)
+}
+
+impl Farm<'_> {
+    fn append(&mut self, record: Record) -> Result<(), Fail> {
+        self.db
+            .append(record)
+            .map_err(|e| Fail::usage(e.to_string()))
+    }
+
+    /// The session record of `phase` (start or end) with what the run has done so far.
+    fn session(&self, phase: &str) -> Record {
+        Record::Session(db::Session {
+            session: self.run_id.clone(),
+            phase: phase.to_string(),
+            budget: self.budget_text.clone(),
+            shard: self.shard.clone(),
+            jobs: self.parallel,
+            wall_seconds: (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+            runs: self.runs,
+            interrupted: self.interrupted,
+        })
+    }
+
+    /// The loop: launch into free slots, wait for a child, record what it left; until the
+    /// budget ends (or Ctrl-C) and the last child is done.
+    fn run(&mut self) -> Result<(), Fail> {
+        loop {
+            let signals = self.on_signals();
+            let launching = !self.interrupted && !self.out_of_budget();
+            if launching {
+                self.launch()?;
+            } else {
+                self.wind_down()?;
+            }
+            if self.running.is_empty()
+                && (!launching
+                    || (self.plan_done && self.mutants.is_empty() && self.shrinks.is_empty()))
+            {
+                return Ok(());
+            }
+            let finished = self
+                .running
+                .iter_mut()
+                .position(|r| matches!(r.child.try_wait(), Ok(Some(_))));
+            let Some(i) = finished else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let Running {
+                child,
+                task,
+                started: began,
+            } = self.running.remove(i);
+            let (code, stdout, stderr) = output(child);
+            match task {
+                Task::Run {
+                    arm,
+                    seed,
+                    variant,
+                    origin,
+                } => {
+                    let line = stdout.lines().last().unwrap_or("");
+                    let Ok(line) = serde_json::from_str::<serde_json::Value>(line) else {
+                        if signals >= 2 {
+                            continue; // killed by the second Ctrl-C: nothing to keep
+                        }
+                        return Err(Fail::usage(format!(
+                            "{} / {} seed {seed}: the run printed no result line (exit {code:?}): {}",
+                            self.plan.arms[arm].scenario.name,
+                            variant.as_str(),
+                            stderr.trim()
+                        )));
+                    };
+                    self.record_run(arm, seed, variant, origin, &line, began)?;
+                }
+                Task::Shrink { failed, out } => self.record_shrink(*failed, out, code, &stderr)?,
+            }
+            self.status();
+        }
+    }
+
+    /// Ctrl-C once: no new runs, shrinks stopped; twice: every child stopped. The count.
+    fn on_signals(&mut self) -> u8 {
+        let signals = self.sigint.load(Ordering::SeqCst);
+        if signals >= 1 && !self.interrupted {
+            self.interrupted = true;
+            self.ticker.say("orrery farm: SIGINT: no new runs; the running ones finish and are kept (Ctrl-C again to stop them)");
             // Shrinks can take long: stop them now (their failures stay recorded).
-            for r in running.iter_mut() {
+            for r in self.running.iter_mut() {
                 if matches!(r.task, Task::Shrink { .. }) {
                     let _ = r.child.kill();
                 }
             }
         }
         if signals >= 2 {
-            for r in running.iter_mut() {
+            for r in self.running.iter_mut() {
                 let _ = r.child.kill();
             }
         }
-        let out_of_budget = args.budget.is_some_and(|b| started.elapsed() >= b)
-            || args.cpu_budget.is_some_and(|b| cpu >= b.as_secs_f64())
-            || args.max_runs.is_some_and(|n| launched >= n);
-        let launching = !interrupted && !out_of_budget;
-        if !launching {
-            // Failures waiting for a slot are recorded as not shrunk; a shrink running past
-            // the grace is stopped.
-            while let Some(job) = shrinks.pop_front() {
-                db.append(Record::Shrunk(not_shrunk(
-                    &job.failed,
-                    "the farm stopped before a slot was free (shrink it with the replay command's file and `orrery shrink`)",
-                )))
-                .map_err(|e| Fail::usage(e.to_string()))?;
-            }
-            let stop_at = budget_end.get_or_insert_with(Instant::now);
-            if stop_at.elapsed() >= SHRINK_GRACE {
-                for r in running.iter_mut() {
-                    if matches!(r.task, Task::Shrink { .. }) {
-                        let _ = r.child.kill();
-                    }
+        signals
+    }
+
+    fn out_of_budget(&self) -> bool {
+        let args = self.args;
+        args.budget.is_some_and(|b| self.started.elapsed() >= b)
+            || args.cpu_budget.is_some_and(|b| self.cpu >= b.as_secs_f64())
+            || args.max_runs.is_some_and(|n| self.launched >= n)
+    }
+
+    /// The budget has ended (or Ctrl-C): failures waiting for a slot are recorded as not
+    /// shrunk; a shrink running past the grace is stopped.
+    fn wind_down(&mut self) -> Result<(), Fail> {
+        while let Some(job) = self.shrinks.pop_front() {
+            self.append(Record::Shrunk(not_shrunk(
+                &job.failed,
+                "the farm stopped before a slot was free (shrink it with the replay command's file and `orrery shrink`)",
+            )))?;
+        }
+        let stop_at = self.budget_end.get_or_insert_with(Instant::now);
+        if stop_at.elapsed() >= SHRINK_GRACE {
+            for r in self.running.iter_mut() {
+                if matches!(r.task, Task::Shrink { .. }) {
+                    let _ = r.child.kill();
                 }
             }
         }
-        while launching && running.len() < parallel {
-            // A failure to shrink first, then a mutant while mutants are under their share,
-            // then the policy's next seed.
+        Ok(())
+    }
+
+    /// Fills free slots: a failure to shrink first, then a mutant while mutants are under
+    /// their share, then the policy's next seed.
+    fn launch(&mut self) -> Result<(), Fail> {
+        let args = self.args;
+        while self.running.len() < self.parallel {
             if !args.no_shrink {
-                if let Some(job) = shrinks.pop_front() {
+                if let Some(job) = self.shrinks.pop_front() {
                     std::fs::create_dir_all(&args.regressions)
                         .map_err(|e| Fail::usage(format!("{}: {e}", args.regressions.display())))?;
                     let task_args = vec![
@@ -473,8 +602,8 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                         "--jobs".into(),
                         "1".into(),
                     ];
-                    running.push(Running {
-                        child: spawn(&exe, &task_args)?,
+                    self.running.push(Running {
+                        child: spawn(&self.exe, &task_args)?,
                         task: Task::Shrink {
                             failed: Box::new(job.failed),
                             out: job.out,
@@ -485,11 +614,11 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                 }
             }
             // Once the policy has nothing left (a fixed plan), queued mutants still run.
-            let mutant_turn =
-                !mutants.is_empty() && (plan_done || mutant_cpu <= args.mutation * cpu.max(1.0));
+            let mutant_turn = !self.mutants.is_empty()
+                && (self.plan_done || self.mutant_cpu <= args.mutation * self.cpu.max(1.0));
             let (arm, seed, variant, origin, file) = if mutant_turn {
                 let (arm, seed, child, variant, path, changes) =
-                    mutants.pop_front().expect("not empty");
+                    self.mutants.pop_front().expect("not empty");
                 let file = path.display().to_string();
                 (
                     arm,
@@ -503,17 +632,17 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                     },
                     file,
                 )
-            } else if plan_done {
-                break;
+            } else if self.plan_done {
+                return Ok(());
             } else {
-                match plan.next_run() {
+                match self.plan.next_run() {
                     Some((arm, seed)) => {
-                        let a = &plan.arms[arm];
+                        let a = &self.plan.arms[arm];
                         (arm, seed, a.variant, Origin::Seed, a.file.clone())
                     }
                     None => {
-                        plan_done = true;
-                        break;
+                        self.plan_done = true;
+                        return Ok(());
                     }
                 }
             };
@@ -525,8 +654,8 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                 "--variant".into(),
                 variant.as_str().to_string(),
             ];
-            running.push(Running {
-                child: spawn(&exe, &task_args)?,
+            self.running.push(Running {
+                child: spawn(&self.exe, &task_args)?,
                 task: Task::Run {
                     arm,
                     seed,
@@ -535,274 +664,296 @@ pub fn cmd_farm(args: FarmArgs) -> Result<Exit, Fail> {
                 },
                 started: Instant::now(), // determinism: real-env (a child's wall time)
             });
-            launched += 1;
+            self.launched += 1;
         }
-        if running.is_empty()
-            && (!launching || (plan_done && mutants.is_empty() && shrinks.is_empty()))
-        {
-            break;
-        }
-        let mut finished = None;
-        for (i, r) in running.iter_mut().enumerate() {
-            if matches!(r.child.try_wait(), Ok(Some(_))) {
-                finished = Some(i);
-                break;
-            }
-        }
-        let Some(i) = finished else {
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        };
-        let Running {
-            child,
-            task,
-            started: began,
-        } = running.remove(i);
-        let (code, stdout, stderr) = output(child);
-        match task {
-            Task::Run {
-                arm,
-                seed,
-                variant,
-                origin,
-            } => {
-                let line = stdout.lines().last().unwrap_or("");
-                let Ok(line) = serde_json::from_str::<serde_json::Value>(line) else {
-                    if signals >= 2 {
-                        continue; // killed by the second Ctrl-C: nothing to keep
-                    }
-                    return Err(Fail::usage(format!(
-                        "{} / {} seed {seed}: the run printed no result line (exit {code:?}): {}",
-                        plan.arms[arm].scenario.name,
-                        variant.as_str(),
-                        stderr.trim()
-                    )));
-                };
-                let a = plan.arms[arm].clone();
-                let strings = |v: &serde_json::Value| -> Vec<String> {
-                    v.as_array()
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|x| x.as_str().map(str::to_string))
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                };
-                let run = db::Run {
-                    session: run_id.clone(),
-                    scenario: a.scenario.name.clone(),
-                    file: a.file.clone(),
-                    scenario_fnv: a.fnv.clone(),
-                    binary: binary.clone(),
-                    seed,
-                    variant: variant.as_str().to_string(),
-                    origin: origin.clone(),
-                    result: line["result"].as_str().unwrap_or("?").to_string(),
-                    expected: line["expected"].as_bool().unwrap_or(false),
-                    violations: strings(&line["violations"]),
-                    failure: line["failure"].as_str().map(str::to_string),
-                    reached: strings(&line["reached"]),
-                    fault_points: serde_json::from_value(line["fault_points"].clone())
-                        .unwrap_or_default(),
-                    cpu_seconds: line["wall_seconds"]
-                        .as_f64()
-                        .unwrap_or_else(|| began.elapsed().as_secs_f64()),
-                    trace_hash: line["trace_hash"].as_str().unwrap_or("").to_string(),
-                };
-                runs += 1;
-                cpu += run.cpu_seconds;
-                if origin != Origin::Seed {
-                    mutant_cpu += run.cpu_seconds;
-                } else {
-                    plan.record(arm, &run);
-                }
-                db.append(Record::Run(run.clone()))
-                    .map_err(|e| Fail::usage(e.to_string()))?;
-                if !run.expected {
-                    unexpected += 1;
-                    let result: Outcome =
-                        serde_json::from_value(line["result"].clone()).unwrap_or(Outcome::Pass);
-                    let declared = match &origin {
-                        Origin::Seed => orrery_sim::report::expected(&a.scenario, variant),
-                        Origin::Mutant { .. } => Outcome::Pass,
-                    };
-                    worst = worst.max(Exit::of(result, declared));
-                    ticker.say(&format!(
-                        "orrery farm: {} / {} seed {seed}{}: {} (declared {}){}",
-                        a.scenario.name,
-                        variant.as_str(),
-                        match &origin {
-                            Origin::Seed => String::new(),
-                            Origin::Mutant { child, .. } => format!(" mutant {child}"),
-                        },
-                        run.result,
-                        declared.as_str(),
-                        run.failure
-                            .as_deref()
-                            .map_or(String::new(), |f| format!(", breaking {f}"))
-                    ));
-                    if let Some(invariant) = run.failure.clone() {
-                        let kind = (a.fnv.clone(), run.variant.clone(), invariant);
-                        let count = shrunk_kinds.entry(kind).or_default();
-                        *count += 1;
-                        if *count <= SHRINKS_PER_FAILURE && !args.no_shrink {
-                            let name = match &origin {
-                                Origin::Seed => format!("{}-{seed}", a.scenario.name),
-                                Origin::Mutant { child, .. } => {
-                                    format!("{}-{seed}-m{child}", a.scenario.name)
-                                }
-                            };
-                            let name = match variant {
-                                Variant::Hardened => name,
-                                Variant::Faithful => format!("{name}-faithful"),
-                            };
-                            shrinks.push_back(ShrinkJob {
-                                file: run.repro_file().to_string(),
-                                out: args.regressions.join(format!("{name}.yaml")),
-                                failed: run.clone(),
-                            });
-                        } else {
-                            db.append(Record::Shrunk(not_shrunk(
-                                &run,
-                                if args.no_shrink {
-                                    "--no-shrink"
-                                } else {
-                                    "three of this kind were shrunk in this farm run already"
-                                },
-                            )))
-                            .map_err(|e| Fail::usage(e.to_string()))?;
-                        }
-                    }
-                }
-                // A rare run becomes a parent.
-                if origin == Origin::Seed && args.mutation > 0.0 {
-                    let variants = Plan::mutant_variants(&a.scenario);
-                    let fresh: Vec<String> = plan
-                        .rare(arm, &run)
-                        .into_iter()
-                        .filter(|f| {
-                            parents.get(&(arm, f.clone())).copied().unwrap_or(0)
-                                < PARENTS_PER_FEATURE
-                        })
-                        .collect();
-                    if !fresh.is_empty() && !variants.is_empty() {
-                        for f in &fresh {
-                            *parents.entry((arm, f.clone())).or_default() += 1;
-                        }
-                        std::fs::create_dir_all(&mutants_dir)
-                            .map_err(|e| Fail::usage(format!("{}: {e}", mutants_dir.display())))?;
-                        for child in 0..MUTANTS_PER_PARENT {
-                            let Some(m) = mutate::mutate(&a.scenario, seed, child) else {
-                                continue;
-                            };
-                            let path = mutants_dir
-                                .join(format!("{}-{seed}-m{child}.yaml", a.scenario.name));
-                            let yaml = serde_saphyr::to_string(&m.scenario)
-                                .map_err(|e| Fail::usage(format!("cannot render a mutant: {e}")))?;
-                            std::fs::write(
-                                &path,
-                                format!(
-                                    "# A mutant of {} seed {seed} (orrery farm, rare: {}): {}\n{yaml}",
-                                    a.file,
-                                    fresh.join(", "),
-                                    m.changes
-                                ),
-                            )
-                            .map_err(|e| Fail::usage(format!("{}: {e}", path.display())))?;
-                            // Mutant arms share their parent's arm index; the variant is
-                            // one the file declares to pass (the parent's, if it does).
-                            for v in &variants {
-                                if *v == variant {
-                                    mutants.push_back((
-                                        arm,
-                                        seed,
-                                        child,
-                                        *v,
-                                        path.clone(),
-                                        m.changes.clone(),
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            Task::Shrink { failed, out } => {
-                let record = if code == Some(0) && out.exists() {
-                    shrunk_record(&db, &failed, &out, &run_id)?
-                } else if code.is_none() {
-                    not_shrunk(
-                        &failed,
-                        "stopped (Ctrl-C, or the budget ended and its 15-minute grace ran out)",
-                    )
-                } else {
-                    let why = stderr
-                        .lines()
-                        .rev()
-                        .find(|l| !l.trim().is_empty())
-                        .unwrap_or(if interrupted {
-                            "interrupted"
-                        } else {
-                            "the shrink failed"
-                        })
-                        .to_string();
-                    not_shrunk(&failed, &why)
-                };
-                ticker.say(&format!(
-                    "orrery farm: {} / {} seed {}: {}",
-                    failed.scenario,
-                    failed.variant,
-                    failed.seed,
-                    match (&record.regression, record.known) {
-                        (_, true) => "known failure (same shape as an earlier one)".to_string(),
-                        (Some(path), _) => format!("shrunk into {path}"),
-                        (None, _) => format!("not shrunk: {}", record.note),
-                    }
-                ));
-                db.append(Record::Shrunk(record))
-                    .map_err(|e| Fail::usage(e.to_string()))?;
-            }
-        }
-        let elapsed = started.elapsed().as_secs_f64();
-        ticker.status(
-            runs,
-            &format!(
-                "{runs} runs ({:.0} CPU-s), {unexpected} not as declared, {} mutants queued, {:.0}/{} s",
-                cpu,
-                mutants.len(),
-                elapsed,
-                args.budget.map_or("—".to_string(), |b| b.as_secs().to_string())
-            ),
-        );
+        Ok(())
     }
-    ticker.finish();
-    db.append(session(
-        "end",
-        started.elapsed().as_secs_f64(),
+
+    /// Records a finished run; an unexpected failure is queued to be shrunk, a rare one
+    /// becomes a parent of mutants.
+    fn record_run(
+        &mut self,
+        arm: usize,
+        seed: u64,
+        variant: Variant,
+        origin: Origin,
+        line: &serde_json::Value,
+        began: Instant,
+    ) -> Result<(), Fail> {
+        let a = self.plan.arms[arm].clone();
+        let strings = |v: &serde_json::Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let run = db::Run {
+            session: self.run_id.clone(),
+            scenario: a.scenario.name.clone(),
+            file: a.file.clone(),
+            scenario_fnv: a.fnv.clone(),
+            binary: self.binary.clone(),
+            seed,
+            variant: variant.as_str().to_string(),
+            origin: origin.clone(),
+            result: line["result"].as_str().unwrap_or("?").to_string(),
+            expected: line["expected"].as_bool().unwrap_or(false),
+            violations: strings(&line["violations"]),
+            failure: line["failure"].as_str().map(str::to_string),
+            reached: strings(&line["reached"]),
+            fault_points: serde_json::from_value(line["fault_points"].clone()).unwrap_or_default(),
+            cpu_seconds: line["wall_seconds"]
+                .as_f64()
+                .unwrap_or_else(|| began.elapsed().as_secs_f64()),
+            trace_hash: line["trace_hash"].as_str().unwrap_or("").to_string(),
+        };
+        self.runs += 1;
+        self.cpu += run.cpu_seconds;
+        if origin != Origin::Seed {
+            self.mutant_cpu += run.cpu_seconds;
+        } else {
+            self.plan.record(arm, &run);
+        }
+        self.db
+            .append(Record::Run(run.clone()))
+            .map_err(|e| Fail::usage(e.to_string()))?;
+        if !run.expected {
+            self.on_unexpected(&a, seed, variant, &origin, &run, line)?;
+        }
+        if origin == Origin::Seed && self.args.mutation > 0.0 {
+            self.breed(arm, seed, variant, &a, &run)?;
+        }
+        Ok(())
+    }
+
+    /// An unexpected result: counted toward the exit code, told, and queued to be shrunk
+    /// (the first few of a kind; the rest recorded as not shrunk).
+    fn on_unexpected(
+        &mut self,
+        a: &Arm,
+        seed: u64,
+        variant: Variant,
+        origin: &Origin,
+        run: &db::Run,
+        line: &serde_json::Value,
+    ) -> Result<(), Fail> {
+        let args = self.args;
+        self.unexpected += 1;
+        let result: Outcome =
+            serde_json::from_value(line["result"].clone()).unwrap_or(Outcome::Pass);
+        let declared = match &origin {
+            Origin::Seed => orrery_sim::report::expected(&a.scenario, variant),
+            Origin::Mutant { .. } => Outcome::Pass,
+        };
+        self.worst = self.worst.max(Exit::of(result, declared));
+        self.ticker.say(&format!(
+            "orrery farm: {} / {} seed {seed}{}: {} (declared {}){}",
+            a.scenario.name,
+            variant.as_str(),
+            match &origin {
+                Origin::Seed => String::new(),
+                Origin::Mutant { child, .. } => format!(" mutant {child}"),
+            },
+            run.result,
+            declared.as_str(),
+            run.failure
+                .as_deref()
+                .map_or(String::new(), |f| format!(", breaking {f}"))
+        ));
+        if let Some(invariant) = run.failure.clone() {
+            let kind = (a.fnv.clone(), run.variant.clone(), invariant);
+            let count = self.shrunk_kinds.entry(kind).or_default();
+            *count += 1;
+            if *count <= SHRINKS_PER_FAILURE && !args.no_shrink {
+                let name = match &origin {
+                    Origin::Seed => format!("{}-{seed}", a.scenario.name),
+                    Origin::Mutant { child, .. } => {
+                        format!("{}-{seed}-m{child}", a.scenario.name)
+                    }
+                };
+                let name = match variant {
+                    Variant::Hardened => name,
+                    Variant::Faithful => format!("{name}-faithful"),
+                };
+                self.shrinks.push_back(ShrinkJob {
+                    file: run.repro_file().to_string(),
+                    out: args.regressions.join(format!("{name}.yaml")),
+                    failed: run.clone(),
+                });
+            } else {
+                self.db
+                    .append(Record::Shrunk(not_shrunk(
+                        run,
+                        if args.no_shrink {
+                            "--no-shrink"
+                        } else {
+                            "three of this kind were shrunk in this farm run already"
+                        },
+                    )))
+                    .map_err(|e| Fail::usage(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A run that reached a rare condition becomes a parent: its mutants are written and
+    /// queued (a few per rare feature and arm).
+    fn breed(
+        &mut self,
+        arm: usize,
+        seed: u64,
+        variant: Variant,
+        a: &Arm,
+        run: &db::Run,
+    ) -> Result<(), Fail> {
+        let variants = Plan::mutant_variants(&a.scenario);
+        let fresh: Vec<String> = self
+            .plan
+            .rare(arm, run)
+            .into_iter()
+            .filter(|f| {
+                self.parents.get(&(arm, f.clone())).copied().unwrap_or(0) < PARENTS_PER_FEATURE
+            })
+            .collect();
+        if !fresh.is_empty() && !variants.is_empty() {
+            for f in &fresh {
+                *self.parents.entry((arm, f.clone())).or_default() += 1;
+            }
+            std::fs::create_dir_all(&self.mutants_dir)
+                .map_err(|e| Fail::usage(format!("{}: {e}", self.mutants_dir.display())))?;
+            for child in 0..MUTANTS_PER_PARENT {
+                let Some(m) = mutate::mutate(&a.scenario, seed, child) else {
+                    continue;
+                };
+                let path = self
+                    .mutants_dir
+                    .join(format!("{}-{seed}-m{child}.yaml", a.scenario.name));
+                let yaml = serde_saphyr::to_string(&m.scenario)
+                    .map_err(|e| Fail::usage(format!("cannot render a mutant: {e}")))?;
+                std::fs::write(
+                    &path,
+                    format!(
+                        "# A mutant of {} seed {seed} (orrery farm, rare: {}): {}\n{yaml}",
+                        a.file,
+                        fresh.join(", "),
+                        m.changes
+                    ),
+                )
+                .map_err(|e| Fail::usage(format!("{}: {e}", path.display())))?;
+                // Mutant arms share their parent's arm index; the variant is
+                // one the file declares to pass (the parent's, if it does).
+                for v in &variants {
+                    if *v == variant {
+                        self.mutants.push_back((
+                            arm,
+                            seed,
+                            child,
+                            *v,
+                            path.clone(),
+                            m.changes.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records what a shrink left: the regression file it wrote, a known shape, or why not.
+    fn record_shrink(
+        &mut self,
+        failed: db::Run,
+        out: PathBuf,
+        code: Option<i32>,
+        stderr: &str,
+    ) -> Result<(), Fail> {
+        let record = if code == Some(0) && out.exists() {
+            shrunk_record(&self.db, &failed, &out, &self.run_id)?
+        } else if code.is_none() {
+            not_shrunk(
+                &failed,
+                "stopped (Ctrl-C, or the budget ended and its 15-minute grace ran out)",
+            )
+        } else {
+            let why = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or(if self.interrupted {
+                    "interrupted"
+                } else {
+                    "the shrink failed"
+                })
+                .to_string();
+            not_shrunk(&failed, &why)
+        };
+        self.ticker.say(&format!(
+            "orrery farm: {} / {} seed {}: {}",
+            failed.scenario,
+            failed.variant,
+            failed.seed,
+            match (&record.regression, record.known) {
+                (_, true) => "known failure (same shape as an earlier one)".to_string(),
+                (Some(path), _) => format!("shrunk into {path}"),
+                (None, _) => format!("not shrunk: {}", record.note),
+            }
+        ));
+        self.db
+            .append(Record::Shrunk(record))
+            .map_err(|e| Fail::usage(e.to_string()))?;
+        Ok(())
+    }
+
+    fn status(&self) {
+        let (args, runs, cpu, unexpected) = (self.args, self.runs, self.cpu, self.unexpected);
+        let mutants = &self.mutants;
+        let started = self.started;
+        let elapsed = started.elapsed().as_secs_f64();
+        self.ticker.status(
         runs,
-        interrupted,
-    ))
-    .map_err(|e| Fail::usage(e.to_string()))?;
-    let mut farm = report::build(&db, Some(&run_id), &expects)
-        .ok_or_else(|| Fail::usage("no farm run to report".to_string()))?;
-    farm.known_limits = report::known_limits(&args.regressions);
-    farm.write(&db, &args.report)
-        .map_err(|e| Fail::usage(format!("{}: {e}", args.report.display())))?;
-    println!(
-        "orrery farm: {} runs ({} seeds, {} mutants) in {:.0} s wall, {:.0} CPU-s; {} not as declared; report in {}",
-        farm.runs,
-        farm.seed_runs,
-        farm.runs - farm.seed_runs,
-        started.elapsed().as_secs_f64(),
-        farm.cpu_seconds,
-        farm.unexpected,
-        args.report.display()
+        &format!(
+            "{runs} runs ({:.0} CPU-s), {unexpected} not as declared, {} mutants queued, {:.0}/{} s",
+            cpu,
+            mutants.len(),
+            elapsed,
+            args.budget.map_or("—".to_string(), |b| b.as_secs().to_string())
+        ),
     );
-    Ok(if interrupted {
-        Exit::Expected.max(worst)
-    } else {
-        worst
-    })
+    }
+
+    /// The end: the session record, the report, and the exit code.
+    fn finish(
+        mut self,
+        expects: &std::collections::BTreeMap<(String, String), String>,
+    ) -> Result<Exit, Fail> {
+        let args = self.args;
+        self.ticker.finish();
+        let end = self.session("end");
+        self.append(end)?;
+        let mut farm = report::build(&self.db, Some(&self.run_id), expects)
+            .ok_or_else(|| Fail::usage("no farm run to report".to_string()))?;
+        farm.known_limits = report::known_limits(&args.regressions);
+        farm.write(&self.db, &args.report)
+            .map_err(|e| Fail::usage(format!("{}: {e}", args.report.display())))?;
+        println!(
+            "orrery farm: {} runs ({} seeds, {} mutants) in {:.0} s wall, {:.0} CPU-s; {} not as declared; report in {}",
+            farm.runs,
+            farm.seed_runs,
+            farm.runs - farm.seed_runs,
+            self.started.elapsed().as_secs_f64(),
+            farm.cpu_seconds,
+            farm.unexpected,
+            args.report.display()
+        );
+        Ok(if self.interrupted {
+            Exit::Expected.max(self.worst)
+        } else {
+            self.worst
+        })
+    }
 }
 
 fn not_shrunk(run: &db::Run, why: &str) -> db::Shrunk {
