@@ -210,6 +210,28 @@ impl Validator<'_> {
 
 fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError> {
     let v = Validator { path, spans };
+    validate_roles(&v, s)?;
+    validate_hosted(&v, s)?;
+    validate_invariants(&v, s)?;
+    validate_workload(&v, s)?;
+    validate_reporter(&v, s)?;
+    validate_argocd(&v, s)?;
+    validate_schedule(&v, s)?;
+    if let Some(swarm) = &s.swarm {
+        let reporters = s
+            .topology
+            .hosts
+            .iter()
+            .filter(|h| h.has(super::model::Role::Reporter))
+            .count() as u32;
+        let hosts: Vec<&str> = s.topology.hosts.iter().map(|h| h.name.as_str()).collect();
+        validate_swarm(&v, s, &hosts, reporters, swarm, s.duration)?;
+    }
+    Ok(())
+}
+
+/// Hosts are unique and every role, section and invariant has the hosts it needs.
+fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     let hosts_field = Field::root("topology").key("hosts");
     // The calm phase resets knobs to these, so a revoked resource could never converge.
     v.check(
@@ -369,6 +391,13 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &Field::root("invariants"),
         "vcluster_isolation needs at least one host with role vcluster",
     )?;
+    Ok(())
+}
+
+/// The hosted section's rates and sizes.
+fn validate_hosted(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let hosts_field = Field::root("topology").key("hosts");
+    let count = |role: Role| s.topology.hosts.iter().filter(|h| h.has(role)).count();
     if let Some(hosted) = &s.hosted {
         v.check(
             hosted.write_every >= std::time::Duration::from_millis(10),
@@ -432,6 +461,12 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             ),
         )?;
     }
+    Ok(())
+}
+
+/// Each invariant's hosts and settings.
+fn validate_invariants(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let count = |role: Role| s.topology.hosts.iter().filter(|h| h.has(role)).count();
     for (i, invariant) in s.invariants.iter().enumerate() {
         if matches!(
             invariant.name.as_str(),
@@ -486,6 +521,13 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             "a replayed workload cannot also be a monorepo or an app-of-apps",
         )?;
     }
+    Ok(())
+}
+
+/// The workload: a monorepo, the Rollouts and Workflows loads, and what they need.
+fn validate_workload(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let hosts_field = Field::root("topology").key("hosts");
+    let count = |role: Role| s.topology.hosts.iter().filter(|h| h.has(role)).count();
     if let Some(monorepo) = &s.workload.monorepo {
         let field = Field::root("workload").key("monorepo");
         v.check(
@@ -582,6 +624,13 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             ),
         )?;
     }
+    Ok(())
+}
+
+/// The reporters: replicas, rate limiter and the roles next to them.
+fn validate_reporter(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let hosts_field = Field::root("topology").key("hosts");
+    let count = |role: Role| s.topology.hosts.iter().filter(|h| h.has(role)).count();
     let reporters = count(Role::Reporter);
     v.check(
         reporters == 0 || (count(Role::Platform) == 1 && count(Role::Cache) == 1),
@@ -649,6 +698,11 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
         &Field::root("workload").key("repositories"),
         "at least one repository is needed",
     )?;
+    Ok(())
+}
+
+/// App-of-apps trees and the application namespaces.
+fn validate_argocd(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> {
     if let Some(tree) = &s.workload.app_of_apps {
         let field = Field::root("workload").key("app_of_apps");
         v.check(
@@ -682,6 +736,14 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             format!("`{namespace}` is not a namespace name other than argocd (DNS-1123 label)"),
         )?;
     }
+    Ok(())
+}
+
+/// The fault schedule, the invariants' settings, the declared results and fault points.
+fn validate_schedule(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> {
+    let count = |role: Role| s.topology.hosts.iter().filter(|h| h.has(role)).count();
+    let hosts: Vec<&str> = s.topology.hosts.iter().map(|h| h.name.as_str()).collect();
+    let reporters = count(Role::Reporter);
     for (i, step) in s.faults.iter().enumerate() {
         let clusters: Vec<&str> = s
             .topology
@@ -706,7 +768,7 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             .collect();
         let existing = s.argocd.install == super::model::Install::Existing;
         validate_step(
-            &v,
+            v,
             &hosts,
             (&caches, &clusters, (&argocds, existing)),
             reporters,
@@ -748,15 +810,6 @@ fn validate(path: &str, spans: &Spans, s: &Scenario) -> Result<(), ScenarioError
             &Field::root("buggify").key("probability"),
             "probability is a chance between 0 and 1",
         )?;
-    }
-    if let Some(swarm) = &s.swarm {
-        let reporters = s
-            .topology
-            .hosts
-            .iter()
-            .filter(|h| h.has(super::model::Role::Reporter))
-            .count() as u32;
-        validate_swarm(&v, s, &hosts, reporters, swarm, s.duration)?;
     }
     Ok(())
 }
