@@ -911,6 +911,54 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
     );
 }
 
+/// As `deploy/runtime` runs them: the event bus in a process of its own, and the resource
+/// reporter (faithful: publishing to that bus) in another, answering its pod's probes on
+/// `--resources-listen`.
+#[test]
+fn the_resource_reporter_and_the_event_bus_run_as_their_own_processes_with_a_health_endpoint() {
+    let [api, events, bus, health] = [(); 4].map(|()| free_port());
+    let addr = |port: u16| format!("127.0.0.1:{port}");
+    let _apiserver = orrery(&["apiserver", "--listen", &addr(api)]);
+    let _bus = orrery(&[
+        "serve",
+        "runtime",
+        "--components",
+        "event-bus",
+        "--event-bus",
+        &addr(bus),
+    ]);
+    eventually("the event bus listens", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(addr(bus)).is_ok()
+    });
+    let _reporter = orrery(&[
+        "serve",
+        "runtime",
+        "--components",
+        "resource-reporter",
+        "--apiserver",
+        &addr(api),
+        "--events-api",
+        &addr(events),
+        "--event-bus",
+        &addr(bus),
+        "--resources-listen",
+        &addr(health),
+        "--variant",
+        "faithful",
+        "--token",
+        "tok-1",
+    ]);
+    eventually(
+        "the resource reporter answers /healthz",
+        Duration::from_secs(20),
+        || {
+            http(health, "GET", "/healthz", "")
+                .is_some_and(|(status, body)| status == 200 && body == "ok")
+        },
+    );
+    assert_eq!(http(health, "GET", "/metrics", "").map(|r| r.0), Some(404));
+}
+
 #[test]
 fn serve_runtime_names_the_flag_a_listed_component_is_missing() {
     for (args, wanted) in [

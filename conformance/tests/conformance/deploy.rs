@@ -169,7 +169,14 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
     let runtime = rendered("deploy/runtime");
     for doc in control_plane.iter().chain(&runtime) {
         let what = format!("{} {}", doc["kind"], doc["metadata"]["name"]);
-        assert_eq!(doc["metadata"]["namespace"], namespace.as_str(), "{what}");
+        // Every namespaced object lands in the kustomization's namespace (the resource
+        // reporter's cluster-wide read grant is cluster-scoped).
+        if !matches!(
+            doc["kind"].as_str(),
+            Some("ClusterRole" | "ClusterRoleBinding")
+        ) {
+            assert_eq!(doc["metadata"]["namespace"], namespace.as_str(), "{what}");
+        }
         if !matches!(doc["kind"].as_str(), Some("Deployment" | "StatefulSet")) {
             continue;
         }
@@ -206,6 +213,8 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
         ("cap-app-proxy", "app-proxy"),
         ("event-reporter", "app-reporter"),
         ("sources-server", "source-server"),
+        ("resource-reporter", "resource-reporter"),
+        ("orrery-event-bus", "event-bus"),
     ] {
         assert!(
             args(workload).contains(&format!("--components={component}")),
@@ -213,6 +222,25 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
             args(workload)
         );
     }
+    // The faithful resource reporter publishes to the event bus's Service.
+    let bus_port = service_port(&runtime, "orrery-event-bus", "bus");
+    assert!(args("resource-reporter").contains(&format!("--event-bus=orrery-event-bus:{bus_port}")));
+    // The control plane keeps its state in the database whose URL its Secret holds.
+    let plane = control_plane
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the control plane's Deployment");
+    let database = container(plane)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "ORRERY_DATABASE_URL")
+        .cloned()
+        .expect("the control plane reads ORRERY_DATABASE_URL");
+    assert_eq!(
+        database["valueFrom"]["secretKeyRef"]["key"], "database-url",
+        "the database URL comes from the Secret, never from args"
+    );
     // The tunnel client hands everything to the router's Service (frpc's local_ip).
     let router_port = service_port(&runtime, "internal-router", "http");
     assert!(

@@ -444,6 +444,10 @@ pub struct RuntimeArgs {
     /// --events-api: faithful through the event bus at --event-bus, hardened directly.
     #[arg(long, requires = "events_api")]
     report_resources: bool,
+    /// Where the resource reporter answers `GET /healthz` (its pod's probes); default:
+    /// nowhere.
+    #[arg(long)]
+    resources_listen: Option<String>,
     /// The event bus the faithful resource reporter publishes to and its Sensor reads.
     #[arg(long, default_value = "127.0.0.1:4222")]
     event_bus: String,
@@ -1017,6 +1021,7 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
                 args.token.as_deref().unwrap_or_default(),
             );
             resources.bus_addr = args.event_bus.clone();
+            resources.health_addr = args.resources_listen.clone();
             resources.workflow_namespace = args.workflows_namespace.clone();
             config.resource_reporter = Some(resources);
         }

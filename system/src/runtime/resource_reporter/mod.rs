@@ -72,6 +72,9 @@ pub struct Config {
     pub retry_max: Duration,
     /// hardened: resync period. Default 60 s.
     pub resync_every: Duration,
+    /// Where to answer `GET /healthz` (a pod's probes, in real mode); `None`: nowhere, as
+    /// in the simulator, where nothing probes it.
+    pub health_addr: Option<String>,
 }
 
 impl Config {
@@ -95,6 +98,7 @@ impl Config {
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(30),
             resync_every: Duration::from_secs(60),
+            health_addr: None,
         }
     }
 
@@ -115,8 +119,49 @@ pub async fn run(env: SharedEnv, config: Config) {
         }
         .into(),
     );
-    match config.variant {
-        Variant::Faithful => faithful::run(env, config).await,
-        Variant::Hardened => hardened::run(env, config).await,
+    let reporter = async {
+        match config.variant {
+            Variant::Faithful => faithful::run(env.clone(), config.clone()).await,
+            Variant::Hardened => hardened::run(env.clone(), config.clone()).await,
+        }
+    };
+    match &config.health_addr {
+        None => reporter.await,
+        Some(addr) => {
+            let health = health(env.clone(), addr.clone());
+            tokio::select! {
+                () = reporter => {}
+                () = health => {}
+            }
+        }
     }
+}
+
+/// Answers `GET /healthz` with 200 while the reporter runs (anything else: 404). A listener
+/// that cannot be opened is logged as a watch error would be, and the reporter goes on.
+async fn health(env: SharedEnv, addr: String) {
+    use http::{Response, StatusCode};
+    let listener = match env.listen(&addr).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%addr, %error, "resource reporter: cannot serve /healthz");
+            return std::future::pending().await;
+        }
+    };
+    let served = crate::env::http::serve(listener, |req, _peer| async move {
+        let (status, body) = match req.uri().path() {
+            "/healthz" => (StatusCode::OK, "ok"),
+            _ => (StatusCode::NOT_FOUND, "not found"),
+        };
+        Response::builder()
+            .status(status)
+            .header("content-type", "text/plain")
+            .body(crate::env::http::full(body))
+            .expect("static response parts are valid")
+    })
+    .await;
+    if let Err(error) = served {
+        tracing::error!(%addr, %error, "resource reporter: /healthz stopped");
+    }
+    std::future::pending().await
 }
