@@ -42,7 +42,7 @@ pub(crate) fn cmd_run(args: RunArgs) -> Result<Exit, Fail> {
     let started = Instant::now(); // determinism: real-env (wall-clock perf figure only)
     let outcome = runner::run(&scenario, seed, variant);
     if std::env::var_os("ORRERY_TEST_NONDETERMINISM").is_some() {
-        // Test hook (tests/sim/cli.rs): makes each process's trace differ, to prove that
+        // Test hook (cli/tests/cli/cli.rs): makes each process's trace differ, to prove that
         // check-determinism notices and exits 5. Never set outside that test.
         outcome.trace.record_harness(
             std::time::Duration::ZERO,

@@ -7,7 +7,7 @@
 //! History is a DAG: `main` is the mainline every app follows, other branches fork from it
 //! and come back as merge commits. [`Git::rev_list_ancestry_path`] and [`Git::diff_tree`]
 //! answer as `git rev-list --ancestry-path A..B` and `git diff-tree --no-commit-id
-//! --name-only -r C` do (a merge or root commit lists no files); `sim/tests/sim/git.rs`
+//! --name-only -r C` do (a merge or root commit lists no files); `cli/tests/cli/git.rs`
 //! compares them with real `git` on the same history. Tree reads ([`Git::files_at`],
 //! [`Git::last_change`]) are answered for mainline commits, from a per-directory index.
 

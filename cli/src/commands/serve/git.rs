@@ -2,7 +2,7 @@
 //! (`orrery serve git --repo URL=DIR`), so the runtime's Git clients (the hardened ACR
 //! controller's first-sync lookup, the app-proxy's repositories and commits) run against
 //! real `git` history instead of [`super::git`]'s. Every answer comes from the `git` binary
-//! on the machine; `sim/tests/sim/git.rs` asks both providers the same questions about the
+//! on the machine; `cli/tests/cli/git.rs` asks both providers the same questions about the
 //! same history.
 //!
 //! | route | answer |
