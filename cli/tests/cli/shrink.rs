@@ -130,8 +130,21 @@ fn a_hardened_swarm_failure_shrinks_to_one_fault_and_replays_as_declared() {
     let dir = std::env::temp_dir().join(format!("orrery-shrink-swarm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let family = std::fs::read_to_string(scenario_path("swarm-resources.yaml")).unwrap();
-    let short_ttl = family.replace("ttl_seconds: 300}", "ttl_seconds: 30}");
-    assert_ne!(short_ttl, family);
+    // The family at the 30 s TTL of its declared known limit, with a smaller workload (4
+    // Rollouts, 1 Application) so the 20-odd candidate runs stay cheap: seed 4 breaks
+    // workflow_phases_reported in hardened either way.
+    let mut short_ttl = family.clone();
+    for (from, to) in [
+        ("ttl_seconds: 300}", "ttl_seconds: 30}"),
+        ("    count: 40\n", "    count: 4\n"),
+        (
+            "workload:\n",
+            "workload:\n  applications: 1\n  repositories: 1\n",
+        ),
+    ] {
+        assert_eq!(short_ttl.matches(from).count(), 1, "{from:?} in the family");
+        short_ttl = short_ttl.replace(from, to);
+    }
     let file = dir.join("resources-ttl30.yaml");
     std::fs::write(&file, short_ttl).unwrap();
     let orrery = env!("CARGO_BIN_EXE_orrery");
@@ -163,6 +176,11 @@ fn a_hardened_swarm_failure_shrinks_to_one_fault_and_replays_as_declared() {
         min.calm,
         std::time::Duration::from_secs(240),
         "calm left alone"
+    );
+    let rollouts = min.workload.rollouts.as_ref().map(|r| r.count);
+    assert!(
+        rollouts.is_some_and(|n| n < 4),
+        "the Rollouts count shrinks: {rollouts:?}\n{stdout}"
     );
     assert_eq!(
         min.expect.get(&Variant::Hardened),

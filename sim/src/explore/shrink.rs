@@ -4,8 +4,8 @@
 //! Starting from the plain scenario the seed ran (a swarm's draws made concrete), it tries,
 //! until none helps: dropping fault steps (halves, quarters, … single steps, as ddmin does),
 //! dropping fault points, bringing healing steps closer to the fault they heal (shorter
-//! faults), lowering the queue capacity, the number of applications and repositories,
-//! dropping surplus reporter and client hosts, and shortening the fault and calm phases. A
+//! faults), lowering the queue capacity, the number of applications, repositories and
+//! Rollouts, dropping surplus reporter and client hosts, and shortening the fault and calm phases. A
 //! candidate is kept when it is a valid scenario, the same seed and variant still break the
 //! target invariant and — when the scenario expects the other variant to pass — the other
 //! variant still holds it (so what is kept is the variant's flaw, not a world in which the
@@ -494,6 +494,21 @@ fn lower_counts(search: &mut Search<'_>, best: &mut Scenario) {
             1,
         );
     }
+    // Rollouts are the workload's only where a controller runs them.
+    if has(best, Role::Workload) && has(best, Role::Rollouts) && best.workload.rollouts.is_some() {
+        halve(
+            search,
+            best,
+            "rollouts",
+            rollouts_count,
+            |s, n| {
+                if let Some(load) = s.workload.rollouts.as_mut() {
+                    load.count = n;
+                }
+            },
+            1,
+        );
+    }
     if has(best, Role::Runtime) {
         halve(
             search,
@@ -504,6 +519,11 @@ fn lower_counts(search: &mut Search<'_>, best: &mut Scenario) {
             1,
         );
     }
+}
+
+/// The Rollouts the workload creates (0 without a Rollouts load).
+fn rollouts_count(s: &Scenario) -> usize {
+    s.workload.rollouts.as_ref().map_or(0, |r| r.count)
 }
 
 /// Drops reporter and client hosts beyond the first, last first.
@@ -571,7 +591,7 @@ fn shorten_phases(search: &mut Search<'_>, best: &mut Scenario) {
 fn changes(before: &Scenario, after: &Scenario) -> Vec<String> {
     let points = |s: &Scenario| s.buggify.as_ref().map_or(0, |b| b.points.len());
     let hosts = |s: &Scenario, role: Role| s.topology.hosts.iter().filter(|h| h.has(role)).count();
-    let figures: [(&str, String, String); 9] = [
+    let figures: [(&str, String, String); 10] = [
         (
             "fault steps",
             before.faults.len().to_string(),
@@ -591,6 +611,11 @@ fn changes(before: &Scenario, after: &Scenario) -> Vec<String> {
             "repositories",
             before.workload.repositories.to_string(),
             after.workload.repositories.to_string(),
+        ),
+        (
+            "rollouts",
+            rollouts_count(before).to_string(),
+            rollouts_count(after).to_string(),
         ),
         (
             "queue capacity",
