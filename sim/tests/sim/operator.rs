@@ -425,3 +425,68 @@ fn a_terminated_task_is_not_promoted() {
         );
     }
 }
+
+/// A Helm chart's values file as charts write them: `## @param` comments, a comment after
+/// the tag, quoted and plain strings, blank lines.
+const HELM_VALUES: &str = "## @section Common parameters
+replicaCount: 2
+
+## Shop image
+## @param image.tag Shop image tag (immutable tags are recommended)
+image:
+  registry: docker.io
+  repository: 'acme/shop'
+  tag: v1   # the release's version; promotions change it
+  pullPolicy: IfNotPresent
+
+podAnnotations: {}
+";
+
+/// A promotion into a Helm values file (YAML) commits the file byte for byte as it was but
+/// for the promoted value's text — comments, key order, quoting and blank lines survive — in
+/// both variants (issue 51; Kargo's `yaml-update` promises the same). Before, a YAML file
+/// failed the step with `UnsupportedFile`.
+#[test]
+fn a_helm_values_file_is_promoted_in_place_keeping_every_other_byte() {
+    const VALUES: &str = "envs/staging/values.yaml";
+    for variant in [Variant::Faithful, Variant::Hardened] {
+        let mut p = promotion_world(variant, 1);
+        p.git.lock().commit(
+            REPO,
+            "dev",
+            "helm values",
+            0,
+            BTreeMap::from([(VALUES.to_string(), HELM_VALUES.to_string())]),
+        );
+        p.submit(vec![task(
+            "release-2-staging",
+            json!([{"promoteAppWithCommit": {"targetApplication": "shop-staging",
+                "promotionValues": {"values.yaml": {"$.image.tag": "1.10", "$.replicaCount": 3}},
+                "commitMessage": "promote shop 1.10 to staging"}}]),
+        )]);
+        let ended = p.run_until(Duration::from_secs(120), |p| {
+            p.phase("release-2-staging") == "Succeeded" || p.phase("release-2-staging") == "Failed"
+        });
+        let status = p.status("release-2-staging");
+        assert!(
+            ended && status["phase"] == "Succeeded",
+            "{variant:?}: {status}"
+        );
+        let committed = p
+            .git
+            .lock()
+            .file_at(REPO, "main", VALUES)
+            .flatten()
+            .expect("the values file is on main");
+        // "1.10" is quoted: plain, a YAML reader would take it for the number 1.1.
+        let expected = HELM_VALUES
+            .replace("replicaCount: 2\n", "replicaCount: 3\n")
+            .replace("  tag: v1   #", "  tag: \"1.10\"   #");
+        assert_eq!(committed, expected, "{variant:?}");
+        assert_eq!(
+            p.promotion_commits("release-2-staging", 0),
+            1,
+            "{variant:?}"
+        );
+    }
+}

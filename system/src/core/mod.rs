@@ -7,5 +7,6 @@ pub mod json;
 pub mod time;
 pub mod variant;
 pub mod yaml;
+pub mod yaml_edit;
 
 pub use variant::Variant;

@@ -11,6 +11,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
 use super::clients::{transient, App, ArgoCd, CallError, Git};
+use super::doc::Doc;
 use super::task::{self, Phase, Step, Values};
 use super::{promotion_task_resource, workflow_resource, Config};
 use crate::core::json::Pointer as _;
@@ -439,7 +440,7 @@ impl Operator {
                 for (file, paths) in properties {
                     let mut values = serde_json::Map::new();
                     for path in paths {
-                        match task::get(&docs[file], path) {
+                        match task::get(docs[file].value(), path) {
                             Some(value) => {
                                 values.insert(path.clone(), value);
                             }
@@ -455,7 +456,7 @@ impl Operator {
                 }
                 let version = version
                     .as_ref()
-                    .and_then(|(file, path)| task::get(&docs[file], path))
+                    .and_then(|(file, path)| task::get(docs[file].value(), path))
                     .unwrap_or(Value::Null);
                 Outcome::Done(json!({"promotionValues": found, "version": version}))
             }
@@ -477,28 +478,21 @@ impl Operator {
         }
     }
 
-    /// A JSON file of `app` at `rev` and its blob; `None` when it does not exist.
+    /// A promotion file of `app` at `rev` (JSON, or YAML edited in place) and its blob;
+    /// `None` when it does not exist.
     async fn read_doc(
         &self,
         app: &App,
         file: &str,
         rev: &str,
-    ) -> Result<Option<(Value, String)>, Outcome> {
+    ) -> Result<Option<(Doc, String)>, Outcome> {
         let path = app.file(file);
         match self.git.contents(&app.repo, &path, rev).await {
-            // [limitation] YAML files are refused rather than rewritten: a round trip through
-            // JSON values would re-type scalars (`tag: 1.10` would become `1.1`).
-            Ok(Some(_)) if path.ends_with(".yaml") || path.ends_with(".yml") => {
-                Err(Outcome::Failed(
-                    "UnsupportedFile",
-                    format!("{path}: YAML promotion files are not supported yet (JSON only)"),
-                ))
-            }
-            Ok(Some(found)) => match serde_json::from_str::<Value>(&found.content) {
+            Ok(Some(found)) => match Doc::parse(&path, &found.content) {
                 Ok(doc) => Ok(Some((doc, found.blob))),
                 Err(e) => Err(Outcome::Failed(
                     "InvalidFile",
-                    format!("{path} at {rev}: not JSON: {e}"),
+                    format!("{path} at {rev}: {e}"),
                 )),
             },
             Ok(None) => Ok(None),
@@ -528,10 +522,11 @@ impl Operator {
             if read.is_none() && branch != "main" {
                 read = self.read_doc(app, file, "main").await?;
             }
-            let (mut doc, blob) = read.unwrap_or((json!({}), String::new()));
+            let (mut doc, blob) = read.unwrap_or((Doc::empty(&path), String::new()));
             let mut changed = false;
             for (json_path, value) in paths {
-                changed |= task::set(&mut doc, json_path, value)
+                changed |= doc
+                    .set(json_path, value)
                     .map_err(|e| Outcome::Failed("InvalidFile", format!("{path}: {e}")))?;
             }
             if hardened && !changed {
@@ -548,7 +543,7 @@ impl Operator {
                 commits.push(json!({"sha": existing, "path": path, "deduplicated": deduplicated}));
                 continue;
             }
-            let content = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
+            let content = doc.render();
             // hardened writes only over the blob it read (GitHub's create-or-update
             // precondition): a concurrent writer's commit turns ours into a 409 and a re-read.
             let expected = hardened.then_some(blob.as_str());

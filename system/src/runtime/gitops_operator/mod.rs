@@ -20,12 +20,13 @@
 //! | leadership | a Lease (`LEADER_ELECT`), client-go's 15 s / 10 s / 2 s; on loss controller-runtime exits (here: the work stops and the replica is a candidate again) | the same |
 //!
 //! Known simplifications: the operator commits through the Git provider's API directly
-//! (the real one has the app-proxy's URL, `AP_URL`); promotion files are JSON (a YAML file
-//! fails the step, `UnsupportedFile`: rewriting it through JSON values would re-type its
-//! scalars) and values are set by dotted JSON paths; `MAX_CONCURRENT_RELEASES` bounds the
-//! tasks reconciled per pass.
+//! (the real one has the app-proxy's URL, `AP_URL`); promotion files are JSON, rewritten
+//! whole, or YAML (Helm values files), edited in place so comments, key order and quoting
+//! survive (`doc`); values are set by dotted JSON paths; `MAX_CONCURRENT_RELEASES` bounds
+//! the tasks reconciled per pass.
 
 mod clients;
+mod doc;
 mod engine;
 mod faithful;
 mod hardened;
