@@ -305,8 +305,9 @@ fn split_key(rest: &str) -> Option<(String, usize)> {
             loop {
                 match *bytes.get(i)? {
                     b'\\' => {
+                        let escape = rest.get(i..i + 2)?;
                         let escaped: String =
-                            serde_json::from_str(&format!("\"{}\"", &rest[i..i + 2])).ok()?;
+                            serde_json::from_str(&format!("\"{escape}\"")).ok()?;
                         key.push_str(&escaped);
                         i += 2;
                     }

@@ -280,3 +280,66 @@ fn plain_strings_are_quoted_only_when_a_reader_would_retype_them() {
         assert!(!plain_safe(quoted), "{quoted:?}");
     }
 }
+
+/// Bad input never panics: every prefix of the values file, and the file with awkward text
+/// spliced in at every line start, either refuses the edit (text untouched) or makes one that
+/// reads back as set.
+#[test]
+fn truncated_and_mangled_files_are_refused_or_edited_never_a_panic() {
+    let inserts = [
+        "\"\\",
+        "'",
+        "\"k\\u00e9\": 1\n",
+        "- ",
+        ": ",
+        "? x\n",
+        "a: |\n",
+        "&a ",
+        "*a\n",
+        "\t",
+        "é: \"\\é\"\n",
+        "{",
+        "#",
+        "---\n",
+        "image: ",
+    ];
+    let mut texts: Vec<String> = VALUES
+        .char_indices()
+        .map(|(i, _)| VALUES[..i].to_string())
+        .collect();
+    for (at, _) in VALUES.match_indices('\n') {
+        for insert in inserts {
+            texts.push(format!("{}{insert}{}", &VALUES[..=at], &VALUES[at + 1..]));
+        }
+    }
+    let paths = [
+        "image.tag",
+        "replicaCount",
+        "image.new.key",
+        "name",
+        "resources.cpu",
+    ];
+    for text in &texts {
+        let Ok(doc) = YamlDoc::parse(text) else {
+            continue;
+        };
+        for path in paths {
+            let mut copy = doc.clone();
+            match copy.set(&keys(path), &json!("1.2")) {
+                Ok(_) => assert_eq!(
+                    lookup(copy.value(), &keys(path)),
+                    Some(&json!("1.2")),
+                    "{path} in {text:?}"
+                ),
+                Err(_) => assert_eq!(copy.text(), text.as_str()),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_key_line_cut_inside_an_escape_is_not_a_key() {
+    assert_eq!(split_key("\"\\"), None);
+    assert_eq!(split_key("\"\\é\": 1"), None);
+    assert_eq!(split_key("\"a\\tb\": 1"), Some(("a\tb".to_string(), 7)));
+}
