@@ -5,8 +5,8 @@
 //! until none helps: dropping fault steps (halves, quarters, … single steps, as ddmin does),
 //! dropping fault points, bringing healing steps closer to the fault they heal (shorter
 //! faults), lowering the queue capacity, the number of applications, repositories and
-//! Rollouts, dropping surplus reporter and client hosts, and shortening the fault and calm phases. A
-//! candidate is kept when it is a valid scenario, the same seed and variant still break the
+//! Rollouts, dropping surplus reporter and client hosts, and shortening the fault and calm
+//! phases. A candidate is kept when it is a valid scenario, the same seed and variant still break the
 //! target invariant and — when the scenario expects the other variant to pass — the other
 //! variant still holds it (so what is kept is the variant's flaw, not a world in which the
 //! invariant cannot hold, such as a calm phase too short to drain a backlog). Every

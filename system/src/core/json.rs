@@ -1,4 +1,4 @@
-//! JSON Pointer lookups that do not allocate.
+//! JSON Pointer lookups that do not allocate, and paths of object keys read and written.
 //!
 //! `serde_json::Value::pointer` builds two `String`s for every token of the path (to undo
 //! `~1` and `~0`), and the reporters, the simulated API server's selectors and the harness
@@ -35,6 +35,33 @@ impl Pointer for Value {
                 _ => None,
             })
     }
+}
+
+/// The value at a path of object keys (`["image", "tag"]`), if any.
+pub fn get_keys<'a>(doc: &'a Value, keys: &[String]) -> Option<&'a Value> {
+    keys.iter().try_fold(doc, |at, key| at.get(key))
+}
+
+/// Sets a path of object keys to `value`, creating objects where the path finds null or
+/// nothing; whether it changed. `Err(i)`: the value at `keys[..i]` is not an object. Shared
+/// by the promotion files' JSON paths and the in-place YAML editor's expected result.
+pub fn set_keys(doc: &mut Value, keys: &[String], value: &Value) -> Result<bool, usize> {
+    let mut at = doc;
+    for (i, key) in keys.iter().enumerate() {
+        if at.is_null() {
+            *at = Value::Object(serde_json::Map::new());
+        }
+        let Value::Object(map) = at else {
+            return Err(i);
+        };
+        if i + 1 == keys.len() {
+            let changed = map.get(key) != Some(value);
+            map.insert(key.clone(), value.clone());
+            return Ok(changed);
+        }
+        at = map.entry(key.clone()).or_insert(Value::Null);
+    }
+    Ok(false)
 }
 
 /// A token with `~1` and `~0` undone, in serde_json's order; borrowed when it has no `~`.

@@ -13,6 +13,8 @@
 
 use serde_json::Value;
 
+use super::json::{get_keys, set_keys};
+
 /// Why a YAML document cannot be read or edited in place.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum YamlEditError {
@@ -96,12 +98,14 @@ impl YamlDoc {
         if keys.is_empty() {
             return Err(not_editable(&path, "an empty key path"));
         }
-        if lookup(&self.value, keys) == Some(value) {
+        if get_keys(&self.value, keys) == Some(value) {
             return Ok(false);
         }
         let text = self.edited(keys, value, &path)?;
         let mut expected = self.value.clone();
-        insert(&mut expected, keys, value).map_err(|what| not_editable(&path, &what))?;
+        set_keys(&mut expected, keys, value).map_err(|i| {
+            not_editable(&path, &format!("{} is not a mapping", keys[..i].join(".")))
+        })?;
         match read(&text) {
             Ok(reread) if reread == expected => {
                 self.text = text;
@@ -226,29 +230,6 @@ fn read(text: &str) -> Result<Value, YamlEditError> {
     })
 }
 
-fn lookup<'a>(doc: &'a Value, keys: &[String]) -> Option<&'a Value> {
-    keys.iter().try_fold(doc, |at, key| at.get(key))
-}
-
-/// `doc` with `keys` set to `value`, creating mappings on the way.
-fn insert(doc: &mut Value, keys: &[String], value: &Value) -> Result<(), String> {
-    let mut at = doc;
-    for (i, key) in keys.iter().enumerate() {
-        if at.is_null() {
-            *at = Value::Object(serde_json::Map::new());
-        }
-        let Value::Object(map) = at else {
-            return Err(format!("{} is not a mapping", keys[..i].join(".")));
-        };
-        if i + 1 == keys.len() {
-            map.insert(key.clone(), value.clone());
-            return Ok(());
-        }
-        at = map.entry(key.clone()).or_insert(Value::Null);
-    }
-    Ok(())
-}
-
 /// The lines of `text`, each with its ending; lines inside a block scalar (`key: |`) are not
 /// content.
 fn lines(text: &str) -> Vec<Line<'_>> {
@@ -299,46 +280,15 @@ fn opens_block_scalar(rest: &str) -> bool {
 fn split_key(rest: &str) -> Option<(String, usize)> {
     let bytes = rest.as_bytes();
     let (key, after) = match bytes.first()? {
+        // A double-quoted key with JSON's escapes (YAML's own, such as `\x41`, are not
+        // taken for keys).
         b'"' => {
-            let mut i = 1;
-            let mut key = String::new();
-            loop {
-                match *bytes.get(i)? {
-                    b'\\' => {
-                        let escape = rest.get(i..i + 2)?;
-                        let escaped: String =
-                            serde_json::from_str(&format!("\"{escape}\"")).ok()?;
-                        key.push_str(&escaped);
-                        i += 2;
-                    }
-                    b'"' => break,
-                    _ => {
-                        let c = rest[i..].chars().next()?;
-                        key.push(c);
-                        i += c.len_utf8();
-                    }
-                }
-            }
-            (key, i + 1)
+            let end = quoted_len(rest)?;
+            (serde_json::from_str(&rest[..end]).ok()?, end)
         }
         b'\'' => {
-            let mut i = 1;
-            let mut key = String::new();
-            loop {
-                match *bytes.get(i)? {
-                    b'\'' if bytes.get(i + 1) == Some(&b'\'') => {
-                        key.push('\'');
-                        i += 2;
-                    }
-                    b'\'' => break,
-                    _ => {
-                        let c = rest[i..].chars().next()?;
-                        key.push(c);
-                        i += c.len_utf8();
-                    }
-                }
-            }
-            (key, i + 1)
+            let end = quoted_len(rest)?;
+            (rest[1..end - 1].replace("''", "'"), end)
         }
         b'-' | b'[' | b'{' | b'#' | b'?' | b'&' | b'*' | b'!' | b'|' | b'>' | b'%' | b'@'
         | b'`' => return None,
@@ -415,31 +365,7 @@ fn value_len(value: &str) -> usize {
     let bytes = value.as_bytes();
     match bytes.first() {
         None | Some(b'#') => 0,
-        Some(b'"') => {
-            let mut i = 1;
-            while i < bytes.len() {
-                match bytes[i] {
-                    b'\\' => i += 2,
-                    b'"' => return i + 1,
-                    _ => i += 1,
-                }
-            }
-            value.len()
-        }
-        Some(b'\'') => {
-            let mut i = 1;
-            while i < bytes.len() {
-                if bytes[i] == b'\'' {
-                    if bytes.get(i + 1) == Some(&b'\'') {
-                        i += 2;
-                        continue;
-                    }
-                    return i + 1;
-                }
-                i += 1;
-            }
-            value.len()
-        }
+        Some(b'"' | b'\'') => quoted_len(value).unwrap_or(value.len()),
         _ => {
             let end = (1..bytes.len())
                 .find(|i| bytes[*i] == b'#' && matches!(bytes[i - 1], b' ' | b'\t'))
@@ -447,6 +373,23 @@ fn value_len(value: &str) -> usize {
             value[..end].trim_end().len()
         }
     }
+}
+
+/// The length of the quoted scalar `text` starts with (`"…"` with `\` escapes, or `'…'`
+/// with `''`), quotes included; `None` when it does not end on this line.
+fn quoted_len(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let quote = *bytes.first()?;
+    let mut i = 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if quote == b'"' => i += 2,
+            b'\'' if quote == b'\'' && bytes.get(i + 1) == Some(&b'\'') => i += 2,
+            b if b == quote => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 /// The line after the last line of the entry at `line` (whose key is at `indent`).

@@ -166,26 +166,37 @@ fn values_that_cannot_be_edited_in_place_are_refused_with_their_path() {
         assert_eq!(copy.text(), VALUES, "a refused edit leaves the text alone");
         error
     };
-    assert_eq!(
-        refused("podAnnotations.checksum", json!("abc")),
-        "podAnnotations: is written in flow style or as one value; only block mappings are edited in place"
-    );
-    assert_eq!(
-        refused("serverBlock", json!("server {}")),
-        "serverBlock: is a block scalar (| or >); not edited in place"
-    );
-    assert_eq!(
-        refused("replicaCount.max", json!(3)),
-        "replicaCount: is written in flow style or as one value; only block mappings are edited in place"
-    );
-    assert_eq!(
-        refused("image", json!("nginx")),
-        "image: is a mapping or a list, not one value"
-    );
-    assert_eq!(
-        refused("global.imagePullSecrets", json!("x")),
-        "global.imagePullSecrets: is written in flow style; not edited in place"
-    );
+    let flow_or_one =
+        "is written in flow style or as one value; only block mappings are edited in place";
+    for (path, value, refused_at, why) in [
+        (
+            "podAnnotations.checksum",
+            json!("abc"),
+            "podAnnotations",
+            flow_or_one,
+        ),
+        (
+            "serverBlock",
+            json!("server {}"),
+            "serverBlock",
+            "is a block scalar (| or >); not edited in place",
+        ),
+        ("replicaCount.max", json!(3), "replicaCount", flow_or_one),
+        (
+            "image",
+            json!("nginx"),
+            "image",
+            "is a mapping or a list, not one value",
+        ),
+        (
+            "global.imagePullSecrets",
+            json!("x"),
+            "global.imagePullSecrets",
+            "is written in flow style; not edited in place",
+        ),
+    ] {
+        assert_eq!(refused(path, value), format!("{refused_at}: {why}"));
+    }
     let listed = "hosts:\n  - name: a\n    tag: v1\n";
     let error = YamlDoc::parse(listed)
         .unwrap()
@@ -327,7 +338,7 @@ fn truncated_and_mangled_files_are_refused_or_edited_never_a_panic() {
             let mut copy = doc.clone();
             match copy.set(&keys(path), &json!("1.2")) {
                 Ok(_) => assert_eq!(
-                    lookup(copy.value(), &keys(path)),
+                    get_keys(copy.value(), &keys(path)),
                     Some(&json!("1.2")),
                     "{path} in {text:?}"
                 ),

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::core::json::Pointer as _;
-use serde_json::{Map, Value};
+use crate::core::json::{self, Pointer as _};
+use serde_json::Value;
 
 /// A task's phase (`status.phase`), as the CRD enumerates it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -329,35 +329,18 @@ pub fn json_path(path: &str) -> Result<Vec<String>, String> {
 
 /// The value at `path` in `doc`, if any.
 pub fn get(doc: &Value, path: &str) -> Option<Value> {
-    let mut at = doc;
-    for key in json_path(path).ok()? {
-        at = at.get(&key)?;
-    }
-    Some(at.clone())
+    json::get_keys(doc, &json_path(path).ok()?).cloned()
 }
 
 /// Sets `path` in `doc` to `value`, creating objects on the way; whether it changed.
 pub fn set(doc: &mut Value, path: &str, value: &Value) -> Result<bool, String> {
     let keys = json_path(path)?;
-    let mut at = doc;
-    for (i, key) in keys.iter().enumerate() {
-        if at.is_null() {
-            *at = Value::Object(Map::new());
-        }
-        let Value::Object(map) = at else {
-            return Err(format!(
-                "JSON path {path:?}: {} is not an object",
-                keys[..i].join(".")
-            ));
-        };
-        if i + 1 == keys.len() {
-            let changed = map.get(key) != Some(value);
-            map.insert(key.clone(), value.clone());
-            return Ok(changed);
-        }
-        at = map.entry(key.clone()).or_insert(Value::Null);
-    }
-    Ok(false)
+    json::set_keys(doc, &keys, value).map_err(|i| {
+        format!(
+            "JSON path {path:?}: {} is not an object",
+            keys[..i].join(".")
+        )
+    })
 }
 
 #[cfg(test)]
