@@ -81,10 +81,11 @@ cargo-test:
 
 ## The reports' HTML view in headless Chromium (Debian's package, installed by
 ## scripts/chromium.sh): every page the index links, every chart and every link on them loads.
-## Reads the committed reports/ (make test proves them up to date).
+## Reads the committed reports/ (make test proves them up to date). Its log goes to
+## target/browser-check.log (made if missing: with CARGO_TARGET_DIR set, make test makes no target/).
 BROWSER_TEST := browser::every_chart_and_link_of_the_html_reports_loads_in_headless_chromium
 browser-check:
-	@scripts/chromium.sh env MAKEFLAGS= sh -c '$(CARGO) test -q -p orrery-sim --test sim -- --ignored --exact --nocapture $(BROWSER_TEST) > target/browser-check.log 2>&1; status=$$?; cat target/browser-check.log; [ $$status -eq 0 ] && grep -q "test result: ok. 1 passed" target/browser-check.log || { echo "browser-check: $(BROWSER_TEST) did not run and pass"; exit 1; }'
+	@scripts/chromium.sh env MAKEFLAGS= sh -c 'mkdir -p target && $(CARGO) test -q -p orrery-sim --test sim -- --ignored --exact --nocapture $(BROWSER_TEST) > target/browser-check.log 2>&1; status=$$?; cat target/browser-check.log; [ $$status -eq 0 ] && grep -q "test result: ok. 1 passed" target/browser-check.log || { echo "browser-check: $(BROWSER_TEST) did not run and pass"; exit 1; }'
 
 ## The GitHub Actions workflows, linted by actionlint (built once from its Go module).
 lint-workflows:
