@@ -371,6 +371,11 @@ events! {
         /// hardened: a resync pass re-queued `queued` objects and `deleted` deletions the
         /// platform had missed.
         "resources.resync" => Resync { queued: u64, deleted: u64 },
+        /// hardened: the reporter removed its finalizer from a Workflow being deleted, once
+        /// the Workflow's last state reached the platform (or was refused for good); `held`:
+        /// the reporter first saw it already being deleted, so the finalizer kept a state
+        /// that would otherwise have been lost.
+        "resources.released" => Released { object: String, held: bool, attempts: u32 },
     }
 }
 

@@ -117,11 +117,11 @@ fn orrery_shrink_writes_a_min_file_next_to_the_scenario_that_replays_the_failure
     assert!(stderr.contains("breaks no invariant"), "{stderr}");
 }
 
-/// A hardened failure of a swarm family shrinks too. swarm-resources with its Workflows
-/// TTL-deleted after 30 s (not the family's 300 s) breaks `workflow_phases_reported` in
-/// hardened at seed 4: a Workflow finished and was deleted while the resource reporter was
-/// down, and without finalizers nothing holds it for the reporter (the known limit its page
-/// states). The shrink keeps that failure — safety violation, that invariant first — in a
+/// A hardened failure of a swarm family shrinks too. swarm-resources over an Argo Workflows
+/// the runtime does not configure (`runtime_defaults: false`: no Workflow carries hardened's
+/// finalizer) breaks `workflow_phases_reported` in hardened at seed 4: a Workflow finished
+/// and was deleted while the resource reporter was down, and nothing held it for the
+/// reporter (the limit of that install, on the reporter's page). The shrink keeps that failure — safety violation, that invariant first — in a
 /// world with one fault, leaves the calm phase alone (faithful is `any`, so no variant
 /// witnesses that a shorter one still lets a run converge), and the file replays as it
 /// declares. Candidates run as two child processes at a time.
@@ -130,12 +130,16 @@ fn a_hardened_swarm_failure_shrinks_to_one_fault_and_replays_as_declared() {
     let dir = std::env::temp_dir().join(format!("orrery-shrink-swarm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let family = std::fs::read_to_string(scenario_path("swarm-resources.yaml")).unwrap();
-    // The family at the 30 s TTL of its declared known limit, with a smaller workload (4
-    // Rollouts, 1 Application) so the 20-odd candidate runs stay cheap: seed 4 breaks
-    // workflow_phases_reported in hardened either way.
+    // The family over an existing Argo Workflows the runtime does not configure (so no
+    // Workflow carries hardened's finalizer: its limit in that install), with a smaller
+    // workload (4 Rollouts, 1 Application) so the 20-odd candidate runs stay cheap: seed 4
+    // breaks workflow_phases_reported in hardened either way.
     let mut short_ttl = family.clone();
     for (from, to) in [
-        ("ttl_seconds: 300}", "ttl_seconds: 30}"),
+        (
+            "ttl_seconds: 30}",
+            "ttl_seconds: 30, runtime_defaults: false}",
+        ),
         ("    count: 40\n", "    count: 4\n"),
         (
             "workload:\n",

@@ -31,6 +31,7 @@
 //! | `trigger_gave_up` | faithful: the Sensor's attempts for an event all failed and it was acked anyway |
 //! | `accepted_as_final` | faithful: the Sensor took a 400/401/404 as the end of an event |
 //! | `resources_resynced` | hardened: the resource reporter's resync re-sent or deleted something |
+//! | `workflow_held_by_finalizer` | hardened: a Workflow deleted while the resource reporter was away was kept by its finalizer until its last state was delivered |
 //! | `acr_restarted` | an ACR controller host was stopped and started again |
 //! | `acr_event_dropped` | faithful: the ACR controller's channel was full and an app's event was dropped |
 //! | `acr_operation_missed` | faithful: an event's sync operation had finished by its turn, so that sync's change revision was never computed |
@@ -273,6 +274,12 @@ impl Condition {
             Condition::AcceptedAsFinal => lost(events, LossReason::AcceptedAsFinal),
             Condition::ResourcesResynced => events.iter().any(|e| {
                 matches!(e.resources(), Some(ResourceReporterEvent::Resync { queued, deleted }) if queued + deleted > 0)
+            }),
+            Condition::WorkflowHeldByFinalizer => events.iter().any(|e| {
+                matches!(
+                    e.resources(),
+                    Some(ResourceReporterEvent::Released { held: true, .. })
+                )
             }),
             Condition::AcrRestarted => restarted(scenario, events, Role::Acr),
             Condition::AcrEventDropped => events
@@ -962,6 +969,11 @@ expect: {hardened: pass}
                 vec![resync(1_000, 0, 0), resync(2_000, 0, 1)],
             ),
             (
+                WorkflowHeldByFinalizer,
+                vec![released(1_000, false)],
+                vec![released(1_000, false), released(2_000, true)],
+            ),
+            (
                 AcrRestarted,
                 vec![
                     stop(1_000, "acr"),
@@ -1570,6 +1582,18 @@ expect: {hardened: pass}
             at_ms,
             "resources",
             ResourceReporterEvent::Resync { queued, deleted },
+        )
+    }
+
+    fn released(at_ms: u64, held: bool) -> TraceEvent {
+        at(
+            at_ms,
+            "resources",
+            ResourceReporterEvent::Released {
+                object: "workflows/wf-00001".into(),
+                held,
+                attempts: 1,
+            },
         )
     }
 

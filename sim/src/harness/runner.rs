@@ -180,7 +180,7 @@ fn register_hosts(
         // Each restart of the host boots with fresh (deterministic) randomness.
         let boots = Boots::default();
         let trace = world.trace.clone();
-        let pieces = world_pieces(scenario, host, &target, world);
+        let pieces = world_pieces(scenario, host, &target, world, variant);
         let runtime = placement::runtime(scenario, host, variant);
         // A hosted runtime's reporter (on a vcluster host) is its runtime's only replica.
         let replica = host.has(Role::Reporter);
@@ -377,6 +377,7 @@ fn world_pieces(
     host: &Host,
     target: &KubeTarget,
     world: &World,
+    variant: Variant,
 ) -> Vec<Piece> {
     let mut pieces: Vec<Piece> = Vec::new();
     if host.has(Role::Apiserver) {
@@ -477,8 +478,14 @@ fn world_pieces(
     }
     if host.has(Role::Workflows) {
         let (target, jobs) = (target.clone(), world.jobs.clone());
+        let finalizers = placement::workflow_finalizers(scenario, variant);
         pieces.push(Box::new(move |env| {
-            Box::pin(workflows::run(env, target.clone(), jobs.clone()))
+            Box::pin(workflows::run(
+                env,
+                target.clone(),
+                jobs.clone(),
+                finalizers.clone(),
+            ))
         }));
     }
     if host.has(Role::Workload) {

@@ -79,6 +79,9 @@ conditions! {
     AcceptedAsFinal = "accepted_as_final",
     /// The hardened resource reporter's resync re-sent or deleted something.
     ResourcesResynced = "resources_resynced",
+    /// hardened: the resource reporter's finalizer held a Workflow deleted while the
+    /// reporter was away until its last state was delivered.
+    WorkflowHeldByFinalizer = "workflow_held_by_finalizer",
     /// An ACR controller host was stopped and started again.
     AcrRestarted = "acr_restarted",
     /// The faithful ACR controller's channel was full for an app's event.

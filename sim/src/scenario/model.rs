@@ -683,6 +683,10 @@ pub struct WorkflowsLoad {
     pub max_step_seconds: u64,
     /// `ttlStrategy.secondsAfterCompletion`. Default 120; 0: no TTL.
     pub ttl_seconds: u64,
+    /// Argo Workflows is the runtime chart's own, so its `workflowDefaults` carry what the
+    /// runtime sets (hardened: the resource reporter's finalizer). Default true; false: an
+    /// existing Argo Workflows the runtime does not configure.
+    pub runtime_defaults: bool,
 }
 
 impl Default for WorkflowsLoad {
@@ -695,6 +699,7 @@ impl Default for WorkflowsLoad {
             retry_limit: 1,
             max_step_seconds: 20,
             ttl_seconds: 120,
+            runtime_defaults: true,
         }
     }
 }

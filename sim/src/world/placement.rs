@@ -304,6 +304,29 @@ fn resource_reporter(scenario: &Scenario, variant: Variant) -> resource_reporter
     config
 }
 
+/// The Workflows controller's `workflowDefaults.metadata.finalizers`: the runtime's chart
+/// installs Argo Workflows, and with a hardened resource reporter watching Workflows its
+/// defaults carry the reporter's finalizer ([`resource_reporter::workflow_finalizers`]) —
+/// unless the scenario says Argo Workflows is an existing install the runtime does not
+/// configure (`workload.workflows.runtime_defaults: false`).
+pub fn workflow_finalizers(scenario: &Scenario, variant: Variant) -> Vec<String> {
+    let reported = scenario
+        .topology
+        .hosts
+        .iter()
+        .any(|h| h.has(Role::Resources));
+    let configured = scenario
+        .workload
+        .workflows
+        .as_ref()
+        .is_none_or(|w| w.runtime_defaults);
+    if reported && configured {
+        resource_reporter::workflow_finalizers(variant)
+    } else {
+        Vec::new()
+    }
+}
+
 /// The ACR controller's configuration: Applications in `argocd`, the world's Argo CD and the
 /// token the runtime was installed with (an existing Argo CD's first token).
 fn acr_controller(scenario: &Scenario, variant: Variant) -> acr::Config {

@@ -71,7 +71,12 @@ fn promotion_world(variant: Variant, replicas: usize) -> Promotion {
     let (trace, host_jobs) = (w.trace.clone(), jobs.clone());
     w.sim.host("workflows", move || {
         let env = SimEnv::shared("workflows", SEED, trace.clone());
-        let run = workflows::run(env, KubeTarget::new("apiserver:6443"), host_jobs.clone());
+        let run = workflows::run(
+            env,
+            KubeTarget::new("apiserver:6443"),
+            host_jobs.clone(),
+            Vec::new(),
+        );
         async move {
             run.await;
             Ok(())

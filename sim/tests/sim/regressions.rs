@@ -18,7 +18,7 @@ fn every_regression_scenario_replays_as_it_declares() {
     files.sort();
     assert!(
         !files.is_empty(),
-        "the known limit swarm-resources-4 is filed"
+        "the regression swarm-resources-4 is filed"
     );
     let mut wrong = Vec::new();
     for file in &files {

@@ -41,7 +41,12 @@ fn workflows_succeed_fail_stop_and_are_collected() {
     let (trace, host_jobs) = (w.trace.clone(), jobs.clone());
     w.sim.host("workflows", move || {
         let env = SimEnv::shared("workflows", SEED, trace.clone());
-        let run = workflows::run(env, KubeTarget::new("apiserver:6443"), host_jobs.clone());
+        let run = workflows::run(
+            env,
+            KubeTarget::new("apiserver:6443"),
+            host_jobs.clone(),
+            Vec::new(),
+        );
         async move {
             run.await;
             Ok(())
@@ -113,6 +118,61 @@ fn workflows_succeed_fail_stop_and_are_collected() {
             "deleted 30 s after it succeeded"
         );
         assert!(api.get_opt("broken").await?.is_some(), "no TTL: kept");
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}
+
+/// `workflowDefaults.metadata.finalizers`: the controller writes them with a Workflow's first
+/// status, so its TTL deletion only marks it (Terminating, final phase kept) until the holder
+/// removes its finalizer — and the controller does not delete it again meanwhile.
+#[test]
+fn workflow_defaults_finalizers_hold_a_ttl_deletion_until_their_holder_lets_go() {
+    const HOLD: &str = "codefresh.io/resource-reporter";
+    let mut w = world(Knobs::default());
+    let (trace, host_jobs) = (w.trace.clone(), Jobs::default());
+    w.sim.host("workflows", move || {
+        let env = SimEnv::shared("workflows", SEED, trace.clone());
+        let run = workflows::run(
+            env,
+            KubeTarget::new("apiserver:6443"),
+            host_jobs.clone(),
+            vec![HOLD.to_string()],
+        );
+        async move {
+            run.await;
+            Ok(())
+        }
+    });
+    let trace = w.trace.clone();
+    w.sim.client("client", async move {
+        let (env, client) = kube("client", &trace, Duration::from_secs(30));
+        let api: Api<DynamicObject> = Api::namespaced_with(client, "ci", &workflow_resource());
+        let ttl = json!({"ttlStrategy": {"secondsAfterCompletion": 10}});
+        api.create(&PostParams::default(), &workflow("held", "ci", ttl))
+            .await?;
+        env.sleep(Duration::from_secs(3)).await;
+        let running = api.get("held").await?;
+        assert_eq!(running.data["status"]["phase"], "Running");
+        assert_eq!(running.metadata.finalizers, Some(vec![HOLD.to_string()]));
+        env.sleep(Duration::from_secs(30)).await;
+        let held = api.get("held").await?;
+        assert_eq!(held.data["status"]["phase"], "Succeeded");
+        assert!(held.metadata.deletion_timestamp.is_some(), "TTL-deleted");
+        let rv = held.metadata.resource_version.clone();
+        env.sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            api.get("held").await?.metadata.resource_version,
+            rv,
+            "nothing writes a Workflow that is only waiting for its finalizer"
+        );
+        api.patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": []}})),
+        )
+        .await?;
+        assert!(api.get_opt("held").await?.is_none(), "gone once let go");
         Ok(())
     });
     w.sim.run().unwrap();

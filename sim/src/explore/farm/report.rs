@@ -132,7 +132,7 @@ pub struct FarmReport {
 }
 
 /// The regression scenarios in `dir` and what each declares, e.g.
-/// `("scenarios/regressions/swarm-resources-4.yaml", "hardened: safety_violation")`.
+/// `("scenarios/regressions/swarm-resources-4.yaml", "faithful: safety_violation, hardened: pass")`.
 pub fn known_limits(dir: &Path) -> Vec<(String, String)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();

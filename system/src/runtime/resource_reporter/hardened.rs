@@ -11,17 +11,19 @@
 //! | a deletion looks like an update (no `type`) | the watch event `type` is sent, so a deletion ends the object |
 //! | backlog grows with the event rate | one pending entry per object (latest state wins) |
 //! | a gap (restart, 410) leaves stale state | relist diff; a periodic resync re-sends what the platform lacks and deletes what the cluster lost |
+//! | a Workflow finished and TTL-deleted while the reporter is away is never seen | the runtime's Argo Workflows writes [`WORKFLOW_FINALIZER`](super::WORKFLOW_FINALIZER) on every Workflow; the reporter removes it once the Workflow's last state is delivered ([`release`]) |
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use http_body_util::{BodyExt, Full};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
 
 use super::source::{self, Change, EventType, Informer, Kind, ObjectKey};
 use super::trigger::{Answer, Poster};
-use super::Config;
+use super::{Config, WORKFLOW_FINALIZER};
 use crate::core::json::Pointer as _;
 use crate::env::SharedEnv;
 use crate::observe::{LossReason, ResourceReporterEvent};
@@ -116,6 +118,8 @@ struct Shared {
     pending: Mutex<Pending>,
     wake: Notify,
     poster: Poster,
+    /// Removes the finalizer from Workflows being deleted.
+    kube: kube::Client,
     /// Reads the platform's read model (one client, its connections reused).
     http: crate::env::http::Client<Full<bytes::Bytes>>,
 }
@@ -136,6 +140,7 @@ pub async fn run(env: SharedEnv, config: Config) {
         pending: Mutex::new(Pending::default()),
         wake: Notify::new(),
         poster,
+        kube: client.clone(),
         http: crate::env::http::client(env.clone(), config.trigger_timeout),
     });
     let mut tasks = tokio::task::JoinSet::new();
@@ -219,6 +224,7 @@ async fn deliver(shared: &Shared, mut change: Change) {
                 .expect("pending lock poisoned")
                 .done(&change, delivered);
             shared.wake.notify_waiters();
+            release(shared, &change).await;
             return;
         }
         let pause = env.random_between(backoff / 2, backoff);
@@ -233,6 +239,88 @@ async fn deliver(shared: &Shared, mut change: Change) {
             change = newer;
             attempts = 0;
         }
+    }
+}
+
+/// After the state of a Workflow being deleted reached the platform (or was refused for
+/// good: holding it longer cannot help), removes this reporter's finalizer so the deletion
+/// completes — a merge patch with the resourceVersion as precondition, so a finalizer
+/// another controller added meanwhile is never dropped. Retried with capped backoff until
+/// the finalizer is gone or the object is; anything else needs nothing.
+async fn release(shared: &Shared, change: &Change) {
+    let holds = |object: &Value| {
+        object
+            .at("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|f| f == WORKFLOW_FINALIZER))
+    };
+    let object = &change.object;
+    if change.key.kind != Kind::Workflow
+        || change.event_type == EventType::Delete
+        || object.at("/metadata/deletionTimestamp").is_none()
+        || !holds(object)
+    {
+        return;
+    }
+    let env = &shared.env;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        shared.kube.clone(),
+        &change.key.namespace,
+        &Kind::Workflow.resource(),
+    );
+    let name = &change.key.name;
+    // The first attempt patches the state just delivered; later ones read the object again.
+    let mut current: Option<Value> = Some((**object).clone());
+    let mut backoff = shared.config.retry_initial;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let seen = match current.take() {
+            Some(seen) => Ok(seen),
+            None => api
+                .get(name)
+                .await
+                .map(|o| serde_json::to_value(o).unwrap_or_default()),
+        };
+        let done = match seen {
+            Err(kube::Error::Api(status)) if status.code == 404 => return,
+            Err(_) => false,
+            Ok(seen) if !holds(&seen) => return,
+            Ok(seen) => {
+                let rest: Vec<&Value> = seen
+                    .at("/metadata/finalizers")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|f| *f != WORKFLOW_FINALIZER)
+                    .collect();
+                let patch = json!({"metadata": {
+                    "resourceVersion": seen.at("/metadata/resourceVersion"),
+                    "finalizers": rest,
+                }});
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(status)) if status.code == 404 => true,
+                    Err(_) => false,
+                }
+            }
+        };
+        if done {
+            env.observe(
+                ResourceReporterEvent::Released {
+                    object: change.key.object(),
+                    held: change.event_type == EventType::Add,
+                    attempts,
+                }
+                .into(),
+            );
+            return;
+        }
+        env.sleep(env.random_between(backoff / 2, backoff)).await;
+        backoff = (backoff * 2).min(shared.config.retry_max);
     }
 }
 

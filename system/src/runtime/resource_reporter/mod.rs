@@ -9,6 +9,7 @@
 //! | delivery | 3 back-to-back attempts; `[200,201,204,400,401,404]` end them; acked either way | retried with capped backoff until 2xx; only 400, 413 and 422 are final |
 //! | ordering | per dependency, in bus order; a restarted Sensor re-sends what it had taken | one POST in flight per object; newer state replaces waiting older state |
 //! | deletion | sent as the object's last state (no type) | `type: DELETE`; deletions missed during a gap found from the platform's read model |
+//! | Workflow deleted while the reporter is away (TTL) | its final phase is never seen | held by the reporter's finalizer (Argo Workflows' `workflowDefaults`) until its state is delivered |
 //! | memory | unbounded informer backlog while publishing blocks | one pending entry per object |
 //!
 //! Modules: [`source`] (informer semantics over kube-rs watches), [`bus`] (the EventBus
@@ -28,6 +29,22 @@ use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;
 use crate::observe::ResourceReporterEvent;
 pub use source::Kind;
+
+/// The finalizer hardened holds on Workflows until their last state reached the platform:
+/// a Workflow TTL-deleted while the reporter is down stays (Terminating) until it is back.
+pub const WORKFLOW_FINALIZER: &str = "codefresh.io/resource-reporter";
+
+/// What the runtime's chart puts in Argo Workflows' `workflowDefaults.metadata.finalizers`
+/// for this reporter: hardened's finalizer; faithful (Argo Events) holds nothing. Why a
+/// finalizer: the Kubernetes contract that a deletion waits until each finalizer is removed
+/// (kubernetes.io, "Finalizers"); that the reporter should hold one is our design
+/// (**inferred**, issue 51), not Codefresh's.
+pub fn workflow_finalizers(variant: Variant) -> Vec<String> {
+    match variant {
+        Variant::Faithful => Vec::new(),
+        Variant::Hardened => vec![WORKFLOW_FINALIZER.to_string()],
+    }
+}
 
 /// The port the EventBus listens on (NATS's client port).
 pub const BUS_PORT: u16 = 4222;
