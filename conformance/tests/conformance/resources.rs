@@ -188,7 +188,37 @@ async fn suite(variant: Variant) {
                     other => Err(format!("deleted: {other:?}")),
                 },
             )
-            .await
+            .await;
+            // A finished Workflow carrying the reporter's finalizer (as the runtime's Argo
+            // Workflows writes it) and then deleted: the real server only marks it; the
+            // reporter delivers that state and lets go, and the server deletes it.
+            let mut held = DynamicObject::new("held", &Kind::Workflow.resource()).within(&ns);
+            held.metadata.finalizers = Some(vec![resource_reporter::WORKFLOW_FINALIZER.into()]);
+            held.data = json!({"spec": {"entrypoint": "main", "templates": [{"name": "main", "container": {"image": "alpine"}}]}, "status": {"phase": "Failed", "progress": "0/1"}});
+            workflows
+                .create(&pp, &held)
+                .await
+                .expect("create a held Workflow");
+            workflows
+                .delete("held", &DeleteParams::default())
+                .await
+                .expect("delete the held Workflow");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while workflows.get_opt("held").await.expect("get held").is_some() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the reporter never removed its finalizer from the deleted Workflow"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let shown = platform.workflows();
+            let shown = shown
+                .get(&key("held"))
+                .expect("the platform got the held Workflow");
+            assert_eq!(
+                shown.fields.phase, "Failed",
+                "its final phase, delivered first"
+            );
         }
         Variant::Faithful => {
             // The informer's DELETE reaches the Sensor, which sends the last state without

@@ -80,6 +80,7 @@ async fn the_workflows_stand_in_runs_fails_stops_and_collects_workflows_on_a_rea
         env,
         KubeTarget::real(config, &namespace),
         jobs,
+        Vec::new(),
     ));
     let api: Api<DynamicObject> =
         Api::namespaced_with(cluster.client(), &namespace, &workflow_resource());
