@@ -107,6 +107,8 @@ const CM_SSA: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata
 const APP: &str = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: app1}\nspec: {project: default}\nstatus: {sync: {status: Synced, revision: abc123}, health: {status: Healthy}}\n";
 const RS: &str = "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: rs}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: x}}\n  template:\n    metadata: {labels: {app: x}}\n    spec: {containers: [{name: c, image: 'nginx:1'}, {name: d, image: 'busybox:1'}]}\n";
 const CM_FIN: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: f, finalizers: [example.com/hold]}\ndata: {k: v}\n";
+const ROLLOUT: &str =
+    "apiVersion: argoproj.io/v1alpha1\nkind: Rollout\nmetadata: {name: web}\nspec: {replicas: 2}\n";
 const LEASE: &str = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: l}\nspec: {holderIdentity: pod-a, leaseDurationSeconds: 15}\n";
 
 /// The everyday commands, in order; each runs against both servers and the outputs are
@@ -167,6 +169,15 @@ const SCRIPT: &[Step] = &[
     run(&["get", "replicasets", "-o", "wide"]),
     run(&["patch", "replicaset", "rs", "-p", "{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"nginx:2\"}]}}}}"]),
     run(&["get", "rs", "rs", "-o", "jsonpath={.spec.template.spec.containers[*].image}"]),
+    // The Rollout's scale subresource (its CRD declares it): what `kubectl scale` and an
+    // HPA use; a precondition on the current replicas refuses; a type without it is refused.
+    piped(&["apply", "-f", "-"], ROLLOUT),
+    run(&["scale", "rollout", "web", "--replicas=3"]),
+    run(&["get", "rollout", "web", "-o", "jsonpath={.spec.replicas} {.metadata.generation}"]),
+    run(&["scale", "rollout", "web", "--current-replicas=2", "--replicas=4"]),
+    run(&["scale", "rollout", "web", "--current-replicas=3", "--replicas=0"]),
+    run(&["get", "rollout", "web", "-o", "jsonpath={.spec.replicas}"]),
+    run(&["scale", "application", "app1", "--replicas=2"]),
     piped(&["apply", "-f", "-"], LEASE),
     run(&["get", "leases"]),
     // A server-side dry run stores nothing; `kubectl diff` asks the server what an apply
@@ -464,7 +475,7 @@ const NOT_COVERED: &[&str] = &[
     "Namespaces are implicit: every valid name exists and is Active (creating in an invalid one is 404, as there); `kubectl get namespace x` prints no status or age, and `create namespace` is not served.",
     "In a strategic merge patch, `$setElementOrder` places the listed elements first instead of interleaving them with the others.",
     "Built-in defaulting is Secret's only (`type: Opaque`, `stringData` folded into `data`); a ReplicaSet's pod template is stored as sent, so its `-o yaml` lacks the real server's defaults.",
-    "Discovery lists only served subresources (`status`; no `scale`) and no `storageVersionHash`.",
+    "Discovery lists only served subresources (`status`, and `scale` for Rollouts: a ReplicaSet's `scale` is not served) and no `storageVersionHash`.",
 ];
 
 fn render(rows: &[(String, String)]) -> String {

@@ -24,6 +24,9 @@ pub struct ResourceKind {
     /// With a status subresource, the main endpoint ignores `status` and `/status` writes
     /// it without bumping `metadata.generation`.
     pub status_subresource: bool,
+    /// A CRD's `scale` subresource (`/scale` reads and writes an `autoscaling/v1 Scale`);
+    /// `None`: not served (the built-in ReplicaSet's is not modelled).
+    pub scale: Option<Arc<ScalePaths>>,
     /// Custom resources answer 422 to a PUT without `metadata.resourceVersion`.
     pub custom: bool,
     /// Whether objects carry `metadata.generation` (custom resources and workload types do;
@@ -31,6 +34,33 @@ pub struct ResourceKind {
     pub has_generation: bool,
     /// What discovery and `kubectl get` show of the type (shared: kinds are cloned per request).
     pub details: Arc<Details>,
+}
+
+/// Where a custom resource keeps what its `scale` subresource shows (the CRD's
+/// `subresources.scale`), as field paths: `.spec.replicas` → `["spec", "replicas"]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `specReplicasPath`: what `spec.replicas` of the Scale reads and writes.
+    pub spec_replicas: Vec<String>,
+    /// `statusReplicasPath`: what `status.replicas` reads (0 when absent).
+    pub status_replicas: Vec<String>,
+    /// `labelSelectorPath`: what `status.selector` reads, if set.
+    pub label_selector: Option<Vec<String>>,
+}
+
+impl ScalePaths {
+    /// Reads a CRD's `subresources.scale`; `None` when a path is missing or not `.a.b`.
+    fn of(scale: &serde_json::Value) -> Option<ScalePaths> {
+        let path = |key: &str| -> Option<Vec<String>> {
+            let text = scale.get(key)?.as_str()?.strip_prefix('.')?;
+            Some(text.split('.').map(str::to_string).collect())
+        };
+        Some(ScalePaths {
+            spec_replicas: path("specReplicasPath")?,
+            status_replicas: path("statusReplicasPath")?,
+            label_selector: path("labelSelectorPath"),
+        })
+    }
 }
 
 /// The parts of a type only clients' discovery and table printing read.
@@ -102,6 +132,7 @@ impl ResourceKind {
             plural: plural.into(),
             namespaced: true,
             status_subresource: status,
+            scale: None,
             custom: false,
             has_generation,
         }
@@ -223,6 +254,16 @@ pub fn registry() -> Vec<ResourceKind> {
                 .as_ref()
                 .and_then(|s| s.get("status"))
                 .is_some();
+            let scale = version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.get("scale"))
+                .map(|s| {
+                    ScalePaths::of(s).unwrap_or_else(|| {
+                        panic!("{path}: subresources.scale needs specReplicasPath and statusReplicasPath as .a.b paths")
+                    })
+                })
+                .map(Arc::new);
             kinds.push(ResourceKind {
                 details: Arc::new(Details {
                     singular: crd
@@ -241,6 +282,7 @@ pub fn registry() -> Vec<ResourceKind> {
                 plural: crd.spec.names.plural.clone(),
                 namespaced: crd.spec.scope == "Namespaced",
                 status_subresource: status,
+                scale,
                 custom: true,
                 has_generation: true,
             });
@@ -279,6 +321,14 @@ mod tests {
             !find("analysisruns").status_subresource,
             "AnalysisRun has no subresources"
         );
+        let scale = find("rollouts").scale.expect("Rollout serves /scale");
+        assert_eq!(scale.spec_replicas, ["spec", "replicas"]);
+        assert_eq!(scale.status_replicas, ["status", "HPAReplicas"]);
+        assert_eq!(
+            scale.label_selector.as_deref(),
+            Some(&["status".to_string(), "selector".to_string()][..])
+        );
+        assert!(find("applications").scale.is_none());
         assert_eq!(find("analysisruns").api_version(), "argoproj.io/v1alpha1");
         assert_eq!(find("applications").api_version(), "argoproj.io/v1alpha1");
         assert_eq!(find("configmaps").api_version(), "v1");

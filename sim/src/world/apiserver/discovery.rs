@@ -3,8 +3,8 @@
 //! for `/api` and one for `/apis`, what kubectl asks for first) and legacy (`/api`,
 //! `/apis`, `/apis/<group>`, and one `APIResourceList` per group version). Shapes and
 //! field order follow the real server's answers; `storageVersionHash` is left out (no
-//! client here reads it) and only served subresources are listed, so a ReplicaSet or
-//! Rollout has no `scale` here.
+//! client here reads it) and only served subresources are listed: a Rollout's `scale` (its
+//! CRD declares it) is, a ReplicaSet's is not.
 
 use serde_json::{json, Value};
 
@@ -147,12 +147,24 @@ fn aggregated_resource(kind: &ResourceKind) -> Value {
     if !kind.details.categories.is_empty() {
         resource["categories"] = json!(kind.details.categories);
     }
+    // apiextensions-apiserver's discovery controller: status, then scale.
+    let mut subresources = Vec::new();
     if kind.status_subresource {
-        resource["subresources"] = json!([{
+        subresources.push(json!({
             "subresource": "status",
             "responseKind": response_kind,
             "verbs": ["get", "patch", "update"],
-        }]);
+        }));
+    }
+    if kind.scale.is_some() {
+        subresources.push(json!({
+            "subresource": "scale",
+            "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if !subresources.is_empty() {
+        resource["subresources"] = json!(subresources);
     }
     resource
 }
@@ -247,6 +259,18 @@ pub fn resource_list(kinds: &[ResourceKind], group: &str, version: &str) -> Opti
             resource["categories"] = json!(kind.details.categories);
         }
         resources.push(resource);
+        // Sorted by name, as the discovery controller sorts them: `x/scale` before `x/status`.
+        if kind.scale.is_some() {
+            resources.push(json!({
+                "name": format!("{}/scale", kind.plural),
+                "singularName": "",
+                "namespaced": kind.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if kind.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", kind.plural),
@@ -307,6 +331,11 @@ mod tests {
             .unwrap();
         assert_eq!(rollouts["responseKind"]["group"], "argoproj.io");
         assert_eq!(rollouts["subresources"][0]["subresource"], "status");
+        assert_eq!(rollouts["subresources"][1]["subresource"], "scale");
+        assert_eq!(
+            rollouts["subresources"][1]["responseKind"],
+            json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+        );
         assert!(wants_aggregated(
             "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
         ));

@@ -70,7 +70,11 @@ fn authorize(
         return Ok(());
     }
     let user = impersonated.as_deref().unwrap_or(ADMIN_USER);
-    let subresource = target.status.then_some("status");
+    let subresource = if target.scale {
+        Some("scale")
+    } else {
+        target.status.then_some("status")
+    };
     Err(ApiError::forbidden(
         &target.kind,
         subresource,
@@ -112,6 +116,8 @@ struct Target {
     namespace: Option<String>,
     name: Option<String>,
     status: bool,
+    /// `…/<name>/scale` of a type whose CRD declares it.
+    scale: bool,
 }
 
 /// Handles requests for one server; cheap to clone per connection.
@@ -176,11 +182,17 @@ impl Handler {
             .find(|k| k.group == group && k.version == version && k.plural == plural)
             .cloned()
             .ok_or_else(|| ApiError::no_such_path(path))?;
+        let scale = sub == Some("scale") && kind.scale.is_some() && name.is_some();
         let status = match sub {
             None => false,
+            Some("scale") if scale => false,
             Some("status") if kind.status_subresource => true,
             // kube-apiserver answers a missing subresource of a named object as if the object were missing.
             Some("status") => {
+                return Err(ApiError::not_found(&kind, name.as_deref().unwrap_or("")))
+            }
+            // A custom resource's undeclared subresource (scale without the CRD's): the same.
+            Some(_) if kind.custom && name.is_some() => {
                 return Err(ApiError::not_found(&kind, name.as_deref().unwrap_or("")))
             }
             Some(other) => return Err(ApiError::no_such_path(&format!("{plural}/{other}"))),
@@ -195,6 +207,7 @@ impl Handler {
             namespace,
             name,
             status,
+            scale,
         })
     }
 
@@ -347,6 +360,11 @@ impl Handler {
         let unix_millis = self.env.unix_millis();
         if !answers_json(&header(&req, "accept")) {
             return Err(ApiError::not_acceptable());
+        }
+        if target.scale {
+            return self
+                .scale(req, &target, &method, &content_type, dry_run, now)
+                .await;
         }
         // `kubectl get` asks for a server-side table; other clients for the objects.
         let as_table = (method == Method::GET && table::wanted(&header(&req, "accept")))
@@ -575,6 +593,51 @@ impl Handler {
             }
             (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
         }
+    }
+
+    /// `GET`, `PUT` or `PATCH` of a custom resource's `/scale` ([`super::scale`]): the
+    /// Scale is read from the object; a write updates the object's replicas path.
+    async fn scale(
+        &self,
+        req: Request<Incoming>,
+        target: &Target,
+        method: &Method,
+        content_type: &str,
+        dry_run: bool,
+        now: Duration,
+    ) -> Result<Response<Body>, ApiError> {
+        let (Some(paths), Some(name)) = (target.kind.scale.clone(), target.name.as_deref()) else {
+            return Err(ApiError::not_found(&target.kind, ""));
+        };
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let current = self.server.store().get(&target.kind, &namespace, name)?;
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        let written = match *method {
+            Method::GET => return Ok(json(StatusCode::OK, &super::scale::of(&current, &paths))),
+            Method::PUT => read_json(req, content_type, &super::scale::kind()).await?,
+            Method::PATCH => {
+                let patch = read_json(req, "application/json", &super::scale::kind()).await?;
+                let mut scale = super::scale::of(&current, &paths);
+                match media {
+                    // A Scale has no lists: a strategic merge patch is a merge patch.
+                    "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                        super::mergepatch::merge_patch(&mut scale, &patch)
+                    }
+                    "application/json-patch+json" => super::jsonpatch::apply(&mut scale, &patch)?,
+                    other => return Err(ApiError::unsupported_media_type(other)),
+                }
+                scale
+            }
+            ref other => return Err(ApiError::method_not_allowed(other.as_str())),
+        };
+        let patch = super::scale::update(&target.kind, name, &written, &paths)?;
+        let updated = self.write("scale", target, dry_run, |store| {
+            store.patch_merge(&target.kind, &namespace, name, &patch, false, now)
+        })?;
+        Ok(json(
+            StatusCode::OK,
+            &super::scale::of(&updated.object, &paths),
+        ))
     }
 
     /// Runs a write under the store lock, compacts, wakes watches and records it.

@@ -22,6 +22,7 @@ pub mod mergepatch;
 pub mod openapi;
 pub mod protobuf;
 pub mod resources;
+pub mod scale;
 pub mod selector;
 pub mod store;
 pub mod strategic;
