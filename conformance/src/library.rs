@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::script::Script;
 
 const CM: &str = "/api/v1/namespaces/{ns}/configmaps";
+const EVENTS: &str = "/api/v1/namespaces/{ns}/events";
 const APPS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/applications";
 const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/rollouts";
 const ANALYSIS_RUNS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/analysisruns";
@@ -267,6 +268,16 @@ pub fn scripts() -> Vec<Script> {
             .post(APPS, app("a", json!({"project": "default"})))
             .get(&format!("{}/scale", at(APPS, "a")))
             .get(&format!("{}/scale", at(ROLLOUTS, "missing"))),
+        Script::new("events-core-v1", "core/v1 Events: a created Event carries the typed object's defaults (source {}, null timestamps, empty reporting fields; zero count and empty strings left out); listed by involvedObject, source, type and reason field selectors (any other field 400); its involved object's namespace must be its own, and one without a namespace lives in default (422 otherwise)")
+            .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "a.1"}, "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}", "apiVersion": "v1"}, "reason": "Tested", "message": "  hello  ", "type": "Normal", "source": {"component": "tester", "host": "h1"}, "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:01:00Z", "count": 3}))
+            .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "b.1"}, "involvedObject": {"kind": "Secret", "name": "s", "namespace": "{ns}"}, "count": 0, "message": ""}))
+            .get(&format!("{EVENTS}?fieldSelector=involvedObject.kind%3DConfigMap,involvedObject.name%3Da"))
+            .get(&format!("{EVENTS}?fieldSelector=source%3Dtester,type%3DNormal,reason%3DTested"))
+            .get(&format!("{EVENTS}?fieldSelector=reason!%3DTested"))
+            .get(&format!("{EVENTS}?fieldSelector=involvedObject.bogus%3Da"))
+            .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "c.1"}, "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "other"}}))
+            .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "d.1"}, "involvedObject": {"kind": "ConfigMap", "name": "a"}}))
+            .merge_patch(&at(EVENTS, "a.1"), json!({"count": 4, "lastTimestamp": "2026-01-01T00:02:00Z"})),
         Script::new("analysisrun-status-with-the-object", "an AnalysisRun has no subresources: its status is written with the object, and /status is 404")
             .post(ANALYSIS_RUNS, json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisRun", "metadata": {"name": "canary-1"}, "spec": {"metrics": [{"name": "success-rate"}]}}))
             .put(&at(ANALYSIS_RUNS, "canary-1"), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisRun", "metadata": {"name": "canary-1", "resourceVersion": "{rv:0}"}, "spec": {"metrics": [{"name": "success-rate"}]}, "status": {"phase": "Running"}}))

@@ -66,7 +66,7 @@ async fn openapi_drift(cluster: &Cluster) -> Vec<String> {
 struct Step {
     /// Arguments after `kubectl -n <namespace>`.
     args: &'static [&'static str],
-    /// Standard input (`apply -f -`).
+    /// Standard input (`apply -f -`); `{ns}` in it is the script's namespace.
     stdin: Option<&'static str>,
     /// For a watch (`get -w`): the commands run while it watches, a second after it starts.
     meanwhile: &'static [&'static [&'static str]],
@@ -109,6 +109,8 @@ const RS: &str = "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: rs}\ns
 const CM_FIN: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: f, finalizers: [example.com/hold]}\ndata: {k: v}\n";
 const ROLLOUT: &str =
     "apiVersion: argoproj.io/v1alpha1\nkind: Rollout\nmetadata: {name: web}\nspec: {replicas: 2}\n";
+const EVENT: &str = "apiVersion: v1\nkind: Event\nmetadata: {name: a.1}\ninvolvedObject: {kind: ConfigMap, name: a, namespace: '{ns}', apiVersion: v1}\nreason: Tested\nmessage: '  hello there  '\ntype: Normal\nsource: {component: tester, host: h1}\nfirstTimestamp: '2026-01-01T00:00:00Z'\nlastTimestamp: '2026-01-01T00:01:00Z'\ncount: 3\n";
+const EVENT_BARE: &str = "apiVersion: v1\nkind: Event\nmetadata: {name: a.2}\ninvolvedObject: {kind: ConfigMap, name: a}\n";
 const LEASE: &str = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: l}\nspec: {holderIdentity: pod-a, leaseDurationSeconds: 15}\n";
 
 /// The everyday commands, in order; each runs against both servers and the outputs are
@@ -121,6 +123,16 @@ const SCRIPT: &[Step] = &[
     run(&["get", "configmap", "a", "-o", "yaml"]),
     run(&["get", "secrets"]),
     run(&["get", "secret", "s", "-o", "jsonpath={.type} {.data.k}"]),
+    // core/v1 Events: created (one without its involved object's namespace is refused),
+    // listed as the server's table (plain and wide), by field, by kubectl's own `events`
+    // view, and by the describer, which selects a ConfigMap's by its uid.
+    piped(&["create", "-f", "-"], EVENT),
+    piped(&["create", "-f", "-"], EVENT_BARE),
+    run(&["get", "events"]),
+    run(&["get", "events", "-o", "wide"]),
+    run(&["get", "events", "--field-selector", "reason=Tested", "-o", "name"]),
+    run(&["events"]),
+    run(&["describe", "configmap", "a"]),
     run(&["label", "configmap", "a", "tier=web"]),
     run(&["annotate", "configmap", "a", "note=hi"]),
     run(&["get", "configmaps", "-l", "tier=web", "-o", "name"]),
@@ -272,7 +284,12 @@ fn kubectl(kubeconfig: &std::path::Path, namespace: &str, step: &Step) -> Output
         .unwrap_or_else(|e| panic!("{program}: {e} (make conformance-apiserver builds kubectl)"));
     let mut stdin = child.stdin.take().expect("piped");
     stdin
-        .write_all(step.stdin.unwrap_or("").as_bytes())
+        .write_all(
+            step.stdin
+                .unwrap_or("")
+                .replace("{ns}", namespace)
+                .as_bytes(),
+        )
         .expect("kubectl reads its input");
     drop(stdin);
     let out = child.wait_with_output().expect("kubectl runs");

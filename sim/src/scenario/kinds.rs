@@ -235,12 +235,14 @@ struct CrdVersion {
     printer_columns: Vec<PrinterColumn>,
 }
 
-/// All resource types: core `ConfigMap`, `Secret`, `apps/v1 ReplicaSet`, `Lease`, and the fixture CRDs.
+/// All resource types: core `ConfigMap`, `Secret`, `Event`, `apps/v1 ReplicaSet`, `Lease`,
+/// and the fixture CRDs.
 pub fn registry() -> Vec<ResourceKind> {
     let mut kinds = vec![
         ResourceKind::builtin("", "v1", "ConfigMap", "configmaps", false, false)
             .named(&["cm"], &[]),
         ResourceKind::builtin("", "v1", "Secret", "secrets", false, false),
+        ResourceKind::builtin("", "v1", "Event", "events", false, false).named(&["ev"], &[]),
         ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true, true)
             .named(&["rs"], &["all"]),
         ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false, false),

@@ -779,7 +779,12 @@ fn filter(target: &Target, params: &BTreeMap<String, String>) -> Result<Filter, 
                 .unwrap_or(""),
         )
         .map_err(|e| ApiError::bad_request(&e))?,
-        fields: FieldSelector::parse(
+        fields: FieldSelector::parse_for(
+            if target.kind.custom {
+                ""
+            } else {
+                &target.kind.kind
+            },
             params
                 .get("fieldSelector")
                 .map(String::as_str)

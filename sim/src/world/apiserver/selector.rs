@@ -27,9 +27,33 @@ impl LabelSelector {
     }
 }
 
-/// A parsed field selector over `metadata.name` / `metadata.namespace`.
+/// A parsed field selector: (JSON pointer of the field, `=` or `!=`, value) per term.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
+
+/// The fields a type can be selected by beyond `metadata.name` and `metadata.namespace`,
+/// with where each is read (kube-apiserver's `ToSelectableFields`): a core/v1 Event's.
+fn selectable(kind: &str) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        "Event" => &[
+            ("involvedObject.kind", "/involvedObject/kind"),
+            ("involvedObject.namespace", "/involvedObject/namespace"),
+            ("involvedObject.name", "/involvedObject/name"),
+            ("involvedObject.uid", "/involvedObject/uid"),
+            ("involvedObject.apiVersion", "/involvedObject/apiVersion"),
+            (
+                "involvedObject.resourceVersion",
+                "/involvedObject/resourceVersion",
+            ),
+            ("involvedObject.fieldPath", "/involvedObject/fieldPath"),
+            ("reason", "/reason"),
+            ("reportingComponent", "/reportingComponent"),
+            ("source", "/source/component"),
+            ("type", "/type"),
+        ],
+        _ => &[],
+    }
+}
 
 impl FieldSelector {
     /// Whether the selector selects everything.
@@ -149,6 +173,13 @@ impl FieldSelector {
     /// Parses `metadata.name=x,metadata.namespace!=y`; other fields are refused like the real
     /// server refuses them for custom resources.
     pub fn parse(text: &str) -> Result<Self, String> {
+        Self::parse_for("", text)
+    }
+
+    /// Parses a selector over the fields a `kind` is selectable by: `metadata.name`,
+    /// `metadata.namespace` and the type's own ([`selectable`]); any other field is 400
+    /// `field label not supported: <field>`, as there.
+    pub fn parse_for(kind: &str, text: &str) -> Result<Self, String> {
         let mut terms = Vec::new();
         for part in split_top_level(text) {
             let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
@@ -161,22 +192,23 @@ impl FieldSelector {
                 return Err(format!("invalid selector: {part:?}; can't understand it"));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" {
-                return Err(format!("field label not supported: {field}"));
-            }
-            terms.push((field.to_string(), equal, value.trim().to_string()));
+            let pointer = match field {
+                "metadata.name" => "/metadata/name",
+                "metadata.namespace" => "/metadata/namespace",
+                other => selectable(kind)
+                    .iter()
+                    .find(|(name, _)| *name == other)
+                    .map(|(_, pointer)| *pointer)
+                    .ok_or_else(|| format!("field label not supported: {field}"))?,
+            };
+            terms.push((pointer.to_string(), equal, value.trim().to_string()));
         }
         Ok(FieldSelector(terms))
     }
 
-    /// Whether an object's name/namespace satisfy every term.
+    /// Whether an object's fields satisfy every term (a missing field reads as empty).
     pub fn matches(&self, object: &Value) -> bool {
-        self.0.iter().all(|(field, equal, value)| {
-            let pointer = if field == "metadata.name" {
-                "/metadata/name"
-            } else {
-                "/metadata/namespace"
-            };
+        self.0.iter().all(|(pointer, equal, value)| {
             let actual = object.at(pointer).and_then(Value::as_str).unwrap_or("");
             (actual == value) == *equal
         })
@@ -230,5 +262,29 @@ mod tests {
         assert!(!FieldSelector::parse("metadata.namespace!=ns")
             .unwrap()
             .matches(&o));
+    }
+
+    #[test]
+    fn events_are_selectable_by_their_involved_object_and_source() {
+        let event = json!({"metadata": {"name": "a.1"}, "involvedObject": {"kind": "ConfigMap", "name": "a"},
+                           "source": {"component": "tester"}, "reason": "Tested"});
+        let select = |text: &str| {
+            FieldSelector::parse_for("Event", text)
+                .unwrap()
+                .matches(&event)
+        };
+        assert!(select(
+            "involvedObject.kind=ConfigMap,involvedObject.name=a"
+        ));
+        assert!(select("source=tester,reason=Tested,involvedObject.uid="));
+        assert!(!select("involvedObject.name=b"));
+        assert_eq!(
+            FieldSelector::parse_for("Event", "involvedObject.bogus=a").unwrap_err(),
+            "field label not supported: involvedObject.bogus"
+        );
+        assert!(
+            FieldSelector::parse_for("ConfigMap", "reason=x").is_err(),
+            "only an Event has them"
+        );
     }
 }

@@ -202,6 +202,9 @@ fn omit_empty(object: &mut Value, kind: &ResourceKind) {
 /// defaults to `Opaque`.
 fn default_fields(object: &mut Value, kind: &ResourceKind) {
     use base64::Engine;
+    if !kind.custom && kind.kind == "Event" {
+        return event_fields(object);
+    }
     if kind.custom || kind.kind != "Secret" {
         return;
     }
@@ -226,6 +229,35 @@ fn default_fields(object: &mut Value, kind: &ResourceKind) {
         .is_none_or(str::is_empty)
     {
         map.insert("type".into(), json!("Opaque"));
+    }
+}
+
+/// A core/v1 Event as the typed object serialises: `source`, the three timestamps and the
+/// reporting fields always there (null or empty), `count`, `reason`, `message`, `type` and
+/// `action` left out when zero or empty (`omitempty`).
+fn event_fields(object: &mut Value) {
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    for (field, default) in [
+        ("source", json!({})),
+        ("firstTimestamp", Value::Null),
+        ("lastTimestamp", Value::Null),
+        ("eventTime", Value::Null),
+        ("reportingComponent", json!("")),
+        ("reportingInstance", json!("")),
+    ] {
+        if !map.contains_key(field) {
+            map.insert(field.into(), default);
+        }
+    }
+    for field in ["reason", "message", "type", "action"] {
+        if map.get(field).is_some_and(|v| v == "" || v.is_null()) {
+            map.shift_remove(field);
+        }
+    }
+    if map.get("count").is_some_and(|v| v == 0 || v.is_null()) {
+        map.shift_remove("count");
     }
 }
 
@@ -418,6 +450,7 @@ impl Store {
         };
         // Validation comes before storage: an invalid name is 422 even if it exists.
         super::validation::metadata(kind, &name, &object, true)?;
+        super::validation::event(kind, &name, namespace, &object)?;
         let key = Self::key(kind, namespace, &name);
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(kind, &name));
@@ -584,6 +617,7 @@ impl Store {
         Self::check_precondition(kind, &current, &body)?;
         Self::prepare_update(kind, &current, &mut body, status_only);
         super::validation::metadata(kind, name, &body, false)?;
+        super::validation::event(kind, name, namespace, &body)?;
         if Self::deletes_on_update(kind, name, &current, &body)? {
             return Ok(self.delete_updated(kind, key, &current, body, now));
         }
@@ -646,6 +680,7 @@ impl Store {
         }
         Self::prepare_update(kind, &current, &mut next, status_only);
         super::validation::metadata(kind, name, &next, false)?;
+        super::validation::event(kind, name, namespace, &next)?;
         if Self::deletes_on_update(kind, name, &current, &next)? {
             return Ok(self.delete_updated(kind, key, &current, next, now));
         }
@@ -860,6 +895,7 @@ impl Store {
                     return Ok(Written::of(current)); // an apply that changes nothing writes nothing, as upstream
                 }
                 super::validation::metadata(kind, name, &next, false)?;
+                super::validation::event(kind, name, namespace, &next)?;
                 if Self::deletes_on_update(kind, name, &current, &next)? {
                     return Ok(self.delete_updated(kind, key, &current, next, now));
                 }

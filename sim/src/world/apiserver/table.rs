@@ -81,6 +81,9 @@ fn crd_columns(kind: &ResourceKind) -> Vec<PrinterColumn> {
 
 /// The column definitions of `kind`'s table.
 pub fn columns(kind: &ResourceKind) -> Vec<Value> {
+    if !kind.custom && kind.kind == "Event" {
+        return event_columns();
+    }
     let mut columns = vec![name_column()];
     if kind.custom {
         for c in crd_columns(kind) {
@@ -276,8 +279,86 @@ fn container_field(object: &Value, field: &str) -> String {
         .join(",")
 }
 
+/// A core/v1 Event's columns (kube-apiserver's `eventColumnDefinitions`): no leading name
+/// and no age; the name last, shown with `-o wide`.
+fn event_columns() -> Vec<Value> {
+    vec![
+        column("Last Seen", "string", "", "The time at which the most recent occurrence of this event was recorded.", 0),
+        column("Type", "string", "", "Type of this event (Normal, Warning), new types could be added in the future", 0),
+        column("Reason", "string", "", "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.", 0),
+        column("Object", "string", "", "The object that this event is about.", 0),
+        column("Subobject", "string", "", "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2]. For example, if the object reference is to a container within a pod, this would take on a value like: \"spec.containers{name}\" (where \"name\" refers to the name of the container that triggered the event) or if no container name is specified \"spec.containers[2]\" (container with index 2 in this pod). This syntax is chosen only to have some well-defined way of referencing a part of an object.", 1),
+        column("Source", "string", "", "The component reporting this event. Should be a short machine understandable string.", 1),
+        column("Message", "string", "", "A human-readable description of the status of this operation.", 0),
+        column("First Seen", "string", "", "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)", 1),
+        column("Count", "string", "", "The number of times this event has occurred.", 1),
+        column("Name", "string", "name", "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names", 1),
+    ]
+}
+
+/// A core/v1 Event's cells (kube-apiserver's `printEvent`): first and last seen (the event
+/// time when there is no first timestamp; a series' last observation and count when there
+/// is one; `<unknown>` without any), `kind/name` in lower case, the source as
+/// `component, host` (the reporting controller and instance when the source is empty), the
+/// message trimmed, the count (at least 1).
+fn event_cells(object: &Value, now_millis: u64) -> Vec<Value> {
+    let text = |pointer: &str| object.at(pointer).and_then(Value::as_str).unwrap_or("");
+    fn set(v: Option<&Value>) -> Option<&Value> {
+        v.filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+    }
+    let first = set(object.get("firstTimestamp"))
+        .or_else(|| set(object.get("eventTime")))
+        .cloned();
+    let first = age(first.as_ref(), now_millis);
+    let mut last = match set(object.get("lastTimestamp")) {
+        Some(at) => age(Some(at), now_millis),
+        None => first.clone(),
+    };
+    let mut count = object.get("count").and_then(Value::as_i64).unwrap_or(0);
+    if let Some(series) = object.get("series").filter(|s| s.is_object()) {
+        last = age(series.get("lastObservedTime"), now_millis);
+        count = series.get("count").and_then(Value::as_i64).unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
+    let kind = text("/involvedObject/kind").to_lowercase();
+    let target = match text("/involvedObject/name") {
+        "" => kind,
+        name => format!("{kind}/{name}"),
+    };
+    let or = |a: &str, b: &str| {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            a.to_string()
+        }
+    };
+    let component = or(text("/source/component"), text("/reportingComponent"));
+    let instance = or(text("/source/host"), text("/reportingInstance"));
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        last,
+        json!(text("/type")),
+        json!(text("/reason")),
+        json!(target),
+        json!(text("/involvedObject/fieldPath")),
+        json!(source),
+        json!(text("/message").trim()),
+        first,
+        json!(count),
+        object["metadata"]["name"].clone(),
+    ]
+}
+
 /// The cells of `object`'s row.
 pub fn cells(kind: &ResourceKind, object: &Value, now_millis: u64) -> Vec<Value> {
+    if !kind.custom && kind.kind == "Event" {
+        return event_cells(object, now_millis);
+    }
     let metadata = &object["metadata"];
     let mut cells = vec![metadata["name"].clone()];
     let created = metadata.get("creationTimestamp");

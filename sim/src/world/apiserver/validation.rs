@@ -164,6 +164,42 @@ pub fn metadata(
     }
 }
 
+/// A core/v1 Event's own rule (`legacyValidateEvent`, for an Event without `eventTime`): its
+/// involved object's namespace is its own — or, when the involved object has none, the
+/// Event lives in `default` (or no namespace). Events with `eventTime` (the events.k8s.io
+/// shape) are not validated further here.
+pub fn event(
+    kind: &ResourceKind,
+    name: &str,
+    namespace: &str,
+    object: &Value,
+) -> Result<(), ApiError> {
+    if kind.custom || kind.kind != "Event" || !object["eventTime"].is_null() {
+        return Ok(());
+    }
+    let involved = object
+        .at("/involvedObject/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let matches = if involved.is_empty() {
+        namespace.is_empty() || namespace == "default"
+    } else {
+        involved == namespace
+    };
+    if matches {
+        return Ok(());
+    }
+    let quoted = serde_json::to_string(involved).unwrap_or_default();
+    Err(ApiError::invalid_causes(
+        kind,
+        name,
+        &[(
+            "involvedObject.namespace".into(),
+            format!("Invalid value: {quoted}: does not match event.namespace"),
+        )],
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
