@@ -182,7 +182,7 @@ async fn worker(shared: Arc<Shared>) {
 
 /// Delivers the latest state of one object: retried with capped backoff; a newer state
 /// that arrives meanwhile is sent instead.
-async fn deliver(shared: &Shared, mut change: Change) {
+async fn deliver(shared: &Arc<Shared>, mut change: Change) {
     let env = &shared.env;
     let mut backoff = shared.config.retry_initial;
     let mut attempts = 0;
@@ -224,7 +224,11 @@ async fn deliver(shared: &Shared, mut change: Change) {
                 .expect("pending lock poisoned")
                 .done(&change, delivered);
             shared.wake.notify_waiters();
-            release(shared, &change).await;
+            // In a task of its own: a worker never waits on the API server (a partition from
+            // it would otherwise stall every delivery behind the finalizers to remove).
+            if being_deleted_and_held(&change) {
+                tokio::spawn(release(shared.clone(), change));
+            }
             return;
         }
         let pause = env.random_between(backoff / 2, backoff);
@@ -242,26 +246,29 @@ async fn deliver(shared: &Shared, mut change: Change) {
     }
 }
 
+/// Whether `object` carries this reporter's finalizer.
+fn holds(object: &Value) -> bool {
+    object
+        .at("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|f| f == WORKFLOW_FINALIZER))
+}
+
+/// Whether `change` is the state of a Workflow being deleted that this reporter holds.
+fn being_deleted_and_held(change: &Change) -> bool {
+    change.key.kind == Kind::Workflow
+        && change.event_type != EventType::Delete
+        && change.object.at("/metadata/deletionTimestamp").is_some()
+        && holds(&change.object)
+}
+
 /// After the state of a Workflow being deleted reached the platform (or was refused for
 /// good: holding it longer cannot help), removes this reporter's finalizer so the deletion
 /// completes — a merge patch with the resourceVersion as precondition, so a finalizer
 /// another controller added meanwhile is never dropped. Retried with capped backoff until
 /// the finalizer is gone or the object is; anything else needs nothing.
-async fn release(shared: &Shared, change: &Change) {
-    let holds = |object: &Value| {
-        object
-            .at("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| f.iter().any(|f| f == WORKFLOW_FINALIZER))
-    };
+async fn release(shared: Arc<Shared>, change: Change) {
     let object = &change.object;
-    if change.key.kind != Kind::Workflow
-        || change.event_type == EventType::Delete
-        || object.at("/metadata/deletionTimestamp").is_none()
-        || !holds(object)
-    {
-        return;
-    }
     let env = &shared.env;
     let api: Api<DynamicObject> = Api::namespaced_with(
         shared.kube.clone(),
