@@ -464,6 +464,46 @@ mod tests {
     }
 
     #[test]
+    fn an_events_row_reads_as_kube_apiservers_print_event() {
+        let events = kind("events");
+        assert_eq!(columns(&events).len(), 10, "no leading name and no age");
+        let now = parse_rfc3339("2026-01-01T00:11:00Z").unwrap();
+        let event = json!({
+            "metadata": {"name": "a.1"},
+            "involvedObject": {"kind": "ConfigMap", "name": "a"},
+            "reason": "Tested", "message": "  hello there  ", "type": "Normal",
+            "source": {"component": "tester", "host": "h1"},
+            "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:01:00Z",
+            "count": 3,
+        });
+        assert_eq!(
+            cells(&events, &event, now),
+            vec![
+                json!("10m"),
+                json!("Normal"),
+                json!("Tested"),
+                json!("configmap/a"),
+                json!(""),
+                json!("tester, h1"),
+                json!("hello there"),
+                json!("11m"),
+                json!(3),
+                json!("a.1")
+            ]
+        );
+        // Nothing but its involved object: unknown times, a count of one; the reporting
+        // controller stands in for an empty source.
+        let bare = json!({"metadata": {"name": "a.2"}, "involvedObject": {"kind": "ConfigMap", "name": "a"},
+                          "source": {}, "firstTimestamp": null, "lastTimestamp": null,
+                          "reportingComponent": "ctrl", "reportingInstance": ""});
+        let row = cells(&events, &bare, now);
+        assert_eq!(row[0], "<unknown>");
+        assert_eq!(row[5], "ctrl");
+        assert_eq!(row[7], "<unknown>");
+        assert_eq!(row[8], 1);
+    }
+
+    #[test]
     fn ages_read_as_kubectl_prints_them() {
         let s = 1000;
         assert_eq!(human_duration(0), "0s");
