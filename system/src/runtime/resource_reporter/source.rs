@@ -7,6 +7,10 @@
 //! one `DELETE`, and after a relist (a 410, a broken watch) the objects missing from the new
 //! list are deleted, as the informer's `Replace` does. A fresh start knows nothing, so the
 //! first list is an `ADD` for every object — the burst after every restart.
+//!
+//! No filter: the chart's EventSources list `eventTypes: [ADD, UPDATE, DELETE]` with
+//! `filter: {createdBy: null}` and its Sensors' dependencies none (gitops-runtime-helm,
+//! `event-reporters/*/_event-source.yaml`, `_sensor.yaml`; docs/components/resource-reporter.md).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
