@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use orrery_system::core::json::{get_keys, set_keys};
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
@@ -35,13 +36,9 @@ pub fn kind() -> ResourceKind {
     }
 }
 
-fn at<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter().try_fold(object, |value, key| value.get(key))
-}
-
 /// The Scale of `object`.
 pub fn of(object: &Value, paths: &ScalePaths) -> Value {
-    let number = |path: &[String]| at(object, path).and_then(Value::as_i64).unwrap_or(0);
+    let number = |path: &[String]| get_keys(object, path).and_then(Value::as_i64).unwrap_or(0);
     let mut metadata = Map::new();
     for field in [
         "name",
@@ -64,7 +61,7 @@ pub fn of(object: &Value, paths: &ScalePaths) -> Value {
     if let Some(selector) = paths
         .label_selector
         .as_deref()
-        .and_then(|path| at(object, path))
+        .and_then(|path| get_keys(object, path))
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
     {
@@ -106,10 +103,9 @@ pub fn update(
             )],
         ));
     }
-    let mut patch = json!(replicas);
-    for key in paths.spec_replicas.iter().rev() {
-        patch = json!({ key: patch });
-    }
+    let mut patch = json!({});
+    set_keys(&mut patch, &paths.spec_replicas, &json!(replicas))
+        .expect("an empty object takes any path of keys");
     if let Some(rv) = scale["metadata"]["resourceVersion"]
         .as_str()
         .filter(|rv| !rv.is_empty())

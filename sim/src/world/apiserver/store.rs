@@ -449,8 +449,7 @@ impl Store {
             },
         };
         // Validation comes before storage: an invalid name is 422 even if it exists.
-        super::validation::metadata(kind, &name, &object, true)?;
-        super::validation::event(kind, &name, namespace, &object)?;
+        super::validation::write(kind, &name, namespace, &object, true)?;
         let key = Self::key(kind, namespace, &name);
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(kind, &name));
@@ -616,8 +615,7 @@ impl Store {
         }
         Self::check_precondition(kind, &current, &body)?;
         Self::prepare_update(kind, &current, &mut body, status_only);
-        super::validation::metadata(kind, name, &body, false)?;
-        super::validation::event(kind, name, namespace, &body)?;
+        super::validation::write(kind, name, namespace, &body, false)?;
         if Self::deletes_on_update(kind, name, &current, &body)? {
             return Ok(self.delete_updated(kind, key, &current, body, now));
         }
@@ -679,8 +677,7 @@ impl Store {
             ));
         }
         Self::prepare_update(kind, &current, &mut next, status_only);
-        super::validation::metadata(kind, name, &next, false)?;
-        super::validation::event(kind, name, namespace, &next)?;
+        super::validation::write(kind, name, namespace, &next, false)?;
         if Self::deletes_on_update(kind, name, &current, &next)? {
             return Ok(self.delete_updated(kind, key, &current, next, now));
         }
@@ -894,8 +891,7 @@ impl Store {
                 if next == *current {
                     return Ok(Written::of(current)); // an apply that changes nothing writes nothing, as upstream
                 }
-                super::validation::metadata(kind, name, &next, false)?;
-                super::validation::event(kind, name, namespace, &next)?;
+                super::validation::write(kind, name, namespace, &next, false)?;
                 if Self::deletes_on_update(kind, name, &current, &next)? {
                     return Ok(self.delete_updated(kind, key, &current, next, now));
                 }

@@ -164,16 +164,24 @@ pub fn metadata(
     }
 }
 
-/// A core/v1 Event's own rule (`legacyValidateEvent`, for an Event without `eventTime`): its
-/// involved object's namespace is its own — or, when the involved object has none, the
-/// Event lives in `default` (or no namespace). Events with `eventTime` (the events.k8s.io
-/// shape) are not validated further here.
-pub fn event(
+/// Everything a write is validated for before it is stored: the metadata, and a type's own
+/// rules (an Event's).
+pub fn write(
     kind: &ResourceKind,
     name: &str,
     namespace: &str,
     object: &Value,
+    check_name: bool,
 ) -> Result<(), ApiError> {
+    metadata(kind, name, object, check_name)?;
+    event(kind, name, namespace, object)
+}
+
+/// A core/v1 Event's own rule (`legacyValidateEvent`, for an Event without `eventTime`): its
+/// involved object's namespace is its own — or, when the involved object has none, the
+/// Event lives in `default` (or no namespace). Events with `eventTime` (the events.k8s.io
+/// shape) are not validated further here.
+fn event(kind: &ResourceKind, name: &str, namespace: &str, object: &Value) -> Result<(), ApiError> {
     if kind.custom || kind.kind != "Event" || !object["eventTime"].is_null() {
         return Ok(());
     }

@@ -214,7 +214,6 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs, finalizers: Vec
             let labels: BTreeMap<String, String> = labels.into_iter().collect();
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
             let deleting = object.metadata.deletion_timestamp.is_some();
-            let held = object.metadata.finalizers.clone().unwrap_or_default();
             match operate::operate(&id, &name, spec, status, &labels, &jobs, now_ms) {
                 operate::Step::Unchanged => {}
                 // Deleted already and held by a finalizer: nothing more to ask.
@@ -231,10 +230,11 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs, finalizers: Vec
                     let mut body = json!({"metadata": {"labels": labels}, "status": status});
                     // workflowDefaults' finalizers, with the first status (a merge patch
                     // replaces the list: the ones it has are kept).
+                    let held = object.metadata.finalizers.as_deref().unwrap_or_default();
                     let missing: Vec<&String> =
                         finalizers.iter().filter(|f| !held.contains(f)).collect();
                     if !missing.is_empty() && !deleting {
-                        let mut all = held.clone();
+                        let mut all = held.to_vec();
                         all.extend(missing.into_iter().cloned());
                         body["metadata"]["finalizers"] = json!(all);
                     }
