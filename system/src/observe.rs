@@ -137,8 +137,10 @@ events! {
         /// An application event was projected into the read model.
         /// (`seq`: the bus's sequence number of the event, as acknowledged.)
         "platform.event" => Event { app: String, rv: String, deleted: bool, applied: Projection, seq: u64 },
-        /// A resource event (an object an application manages) was projected.
-        "platform.resource_event" => ResourceEvent { resource: String, seq: u64 },
+        /// A resource event (an object an application manages) was projected (`history_id`:
+        /// the id of the app's latest history entry — its deployment — the event was built
+        /// from, whose revision the platform now shows for the resource).
+        "platform.resource_event" => ResourceEvent { resource: String, seq: u64, history_id: i64 },
         /// A resource event was not projected: an event with the same idempotency key
         /// (`key`) already was (a retried copy, which could carry an older state).
         "platform.duplicate_key" => DuplicateKey { resource: String, key: String, seq: u64 },

@@ -12,6 +12,7 @@
 //! | `tunnel_recovers` | liveness | after a repair, a restart or the calm phase, a request succeeds through the tunnel within 30 s (judged from the clients' side: a dead but unnoticed tunnel is not back) |
 //! | `platform_shows_rollouts` | safety | after the calm phase the platform shows every Rollout's phase, step and ReplicaSet replicas as the API server has them (see `resources`) |
 //! | `platform_never_older` | safety | the platform never moves a cluster-stream object to an older resourceVersion |
+//! | `platform_resources_never_older` | safety | the platform never shows a resource of an app from an older deployment of the app (history id) than it showed it from before (see `platform`) |
 //! | `workflow_phases_reported` | safety | every Workflow that finished is shown by the platform with its final phase at the end |
 //! | `promotion_commit_once` | safety | one promotion commit per environment per release: no PromotionTask step wrote a file in two commits (any branch; see `promotions`) |
 //! | `promotion_ordered` | safety | no environment receives a release's promotion commit before every environment it depends on verified the release |
@@ -231,6 +232,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "no_stale_read_errors" => Box::new(platform::NoStaleReadErrors),
         "platform_shows_rollouts" => Box::new(resources::PlatformShowsRollouts),
         "platform_never_older" => Box::new(resources::PlatformNeverOlder::default()),
+        "platform_resources_never_older" => Box::new(platform::ResourcesNeverOlder::default()),
         "workflow_phases_reported" => Box::new(resources::WorkflowPhasesReported::default()),
         "change_revision_correct" => Box::new(acr::ChangeRevisionCorrect::default()),
         "promotion_commit_once" => Box::new(promotions::PromotionCommitOnce),

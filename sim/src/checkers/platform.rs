@@ -1,5 +1,6 @@
 //! `platform_converges`: after the calm phase the platform shows every app as the API
-//! server has it.
+//! server has it. `platform_resources_never_older`: it never shows an app's resources from
+//! an older deployment than it showed them from before.
 
 use std::collections::BTreeMap;
 
@@ -199,5 +200,78 @@ impl Checker for NoStaleReadErrors {
             state,
             json!({"apps_with_read_errors": shown.len(), "examples": shown.iter().take(5).collect::<Vec<_>>()}),
         ))
+    }
+}
+
+/// `platform_resources_never_older`: the deployment (the app's history id) each resource
+/// of an app was last shown from, keyed by the resource's `<app ns>/<app>/…` key.
+///
+/// The platform orders app events by resourceVersion and ignores older ones, but a resource
+/// event carries no version it could order by: the newest report wins
+/// (`read_model::ReadModel::apply_resource`). So a runtime that reports an app's older
+/// state — its reporter relisted from an API server cache behind the store
+/// (kubernetes#59848) — moves the app's resources back to an older deployment on the
+/// platform, although the app event itself is ignored as stale.
+#[derive(Default)]
+pub struct ResourcesNeverOlder {
+    shown: BTreeMap<String, i64>,
+}
+
+impl ResourcesNeverOlder {
+    /// The app name inside a resource key (`<app ns>/<app>/<group>/<kind>/<ns>/<name>`).
+    fn app_of(resource: &str) -> &str {
+        resource.split('/').nth(1).unwrap_or("")
+    }
+}
+
+impl Checker for ResourcesNeverOlder {
+    fn name(&self) -> &'static str {
+        "platform_resources_never_older"
+    }
+
+    fn on_event(&mut self, event: &crate::trace::TraceEvent) -> Option<Violation> {
+        use orrery_system::observe::{PlatformEvent, Projection};
+        match event.platform()? {
+            // An app shown deleted ends its history: one created again under its name
+            // starts from history id 0. (The event names the app without its namespace,
+            // so an app of that name in any namespace is forgotten; inferred harmless.)
+            PlatformEvent::Event {
+                app,
+                deleted: true,
+                applied: Projection::Updated,
+                ..
+            } => {
+                self.shown
+                    .retain(|key, _| Self::app_of(key) != app.as_str());
+                None
+            }
+            PlatformEvent::ResourceEvent {
+                resource,
+                history_id,
+                ..
+            } => {
+                let last = self.shown.entry(resource.clone()).or_insert(*history_id);
+                if *history_id < *last {
+                    return Some(Violation {
+                        invariant: "platform_resources_never_older".into(),
+                        class: Class::Safety,
+                        at_ms: event.at_ms,
+                        host: event.host.clone(),
+                        details: json!({
+                            "resource": resource,
+                            "shown_history_id": *last,
+                            "then_history_id": *history_id,
+                        }),
+                    });
+                }
+                *last = *history_id;
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn at_end(&mut self, _state: &FinalState) -> Option<Violation> {
+        None
     }
 }

@@ -654,6 +654,66 @@ fn platform_never_older_fires_when_an_older_version_is_applied_after_a_newer_one
     assert_eq!(found[0].details["shown_rv"], 7);
 }
 
+fn resource_event(ms: u64, app: &str, history_id: i64) -> TraceEvent {
+    at(
+        ms,
+        "platform",
+        orrery_system::observe::PlatformEvent::ResourceEvent {
+            resource: format!("argocd/{app}/apps/Deployment/shop/{app}"),
+            seq: ms,
+            history_id,
+        },
+    )
+}
+
+fn app_event(ms: u64, app: &str, deleted: bool) -> TraceEvent {
+    at(
+        ms,
+        "platform",
+        orrery_system::observe::PlatformEvent::Event {
+            app: app.into(),
+            rv: ms.to_string(),
+            deleted,
+            applied: orrery_system::observe::Projection::Updated,
+            seq: ms,
+        },
+    )
+}
+
+#[test]
+fn platform_resources_never_older_fires_when_a_resource_goes_back_to_an_older_deployment() {
+    let state = FinalState::default();
+    let name = "platform_resources_never_older";
+    // The same deployment reported again (a health change), then a newer one: fine.
+    let forward = [
+        resource_event(1, "a", 3),
+        resource_event(2, "a", 3),
+        resource_event(3, "a", 4),
+    ];
+    assert!(violations(name, &forward, &state).is_empty());
+    // Other apps' histories are their own.
+    let apart = [resource_event(1, "a", 4), resource_event(2, "b", 1)];
+    assert!(violations(name, &apart, &state).is_empty());
+    // An app deleted and created again under its name starts from history id 0.
+    let recreated = [
+        resource_event(1, "a", 4),
+        app_event(2, "a", true),
+        resource_event(3, "a", 0),
+    ];
+    assert!(violations(name, &recreated, &state).is_empty());
+    // The app's resources shown from deployment 4, then from deployment 2.
+    let older = [
+        resource_event(1, "a", 4),
+        app_event(2, "a", false),
+        resource_event(3, "a", 2),
+    ];
+    let found = violations(name, &older, &state);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].at_ms, 3);
+    assert_eq!(found[0].details["shown_history_id"], 4);
+    assert_eq!(found[0].details["then_history_id"], 2);
+}
+
 #[test]
 fn workflow_phases_reported_fires_when_a_finished_workflow_is_not_shown_finished() {
     use orrery_system::platform::events::cluster::{Fields, WorkflowView};
@@ -1414,6 +1474,7 @@ fn no_acknowledged_event_lost_fires_on_an_acknowledged_event_never_projected() {
             orrery_system::observe::PlatformEvent::ResourceEvent {
                 resource: "argocd/a/apps/Deployment/shop/web".into(),
                 seq: 3,
+                history_id: 1,
             },
         ),
         acknowledged(4_000, 4),

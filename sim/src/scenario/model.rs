@@ -1176,7 +1176,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 28] = [
+pub const KNOWN_INVARIANTS: [&str; 29] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1189,6 +1189,7 @@ pub const KNOWN_INVARIANTS: [&str; 28] = [
     "no_stale_read_errors",
     "platform_shows_rollouts",
     "platform_never_older",
+    "platform_resources_never_older",
     "workflow_phases_reported",
     "change_revision_correct",
     "no_spurious_change",

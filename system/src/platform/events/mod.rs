@@ -854,7 +854,14 @@ fn project(
                 },
             );
         let object = format!("resource:{key}");
-        env.observe(PlatformEvent::ResourceEvent { resource: key, seq }.into());
+        env.observe(
+            PlatformEvent::ResourceEvent {
+                resource: key,
+                seq,
+                history_id: source.history_id,
+            }
+            .into(),
+        );
         return (object, Effect::Supersedes);
     }
     let name = metadata.name.as_str();

@@ -399,6 +399,24 @@ impl Replica {
     }
 }
 
+/// How a replica's informer lists. faithful: as client-go's reflector, whose first list asks
+/// for `resourceVersion=0`, unpaginated, which the API server may answer from a watch cache
+/// behind the store — after a restart against an HA control plane the reporter can see,
+/// and report, apps older than it reported before its crash (kubernetes#59848). (kube-rs
+/// also relists at `0` after an expired watch, where client-go asks for its last seen
+/// version: see docs/fidelity-gaps.md.) hardened: kube-rs's default, a paginated quorum
+/// read, which is never behind a write the reporter saw.
+fn list_semantic(variant: Variant) -> watcher::Config {
+    match variant {
+        // kube-core drops resourceVersion=0 from a paginated list: list unpaginated.
+        Variant::Faithful => watcher::Config {
+            page_size: None,
+            ..watcher::Config::default().any_semantic()
+        },
+        Variant::Hardened => watcher::Config::default(),
+    }
+}
+
 /// Runs one reporter replica until its host stops or this future is dropped (which stops
 /// every task of the replica).
 pub async fn run(env: SharedEnv, config: Config) {
@@ -446,7 +464,7 @@ pub async fn run(env: SharedEnv, config: Config) {
     let mut tasks = tokio::task::JoinSet::new();
     let watched = replica.clone();
     let backoff = SeededBackoff::new(env.clone());
-    let events = watcher(api, watcher::Config::default()).backoff(backoff);
+    let events = watcher(api, list_semantic(replica.config.variant)).backoff(backoff);
     tasks.spawn(reflector::reflector(writer, events).for_each(move |event| {
         match event {
             // The initial list reaches the real informer as OnAdd; later changes as OnUpdate.
