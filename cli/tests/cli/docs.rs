@@ -518,3 +518,181 @@ fn the_book_lists_every_page_and_the_readme_stays_short() {
         "README.md has {lines} lines; the rest belongs in docs/ (at most 250)"
     );
 }
+
+// ---- The fidelity gap list: docs/fidelity-gaps.yaml rendered into docs/fidelity-gaps.md ----
+
+/// docs/fidelity-gaps.yaml: the one list of known fidelity gaps.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GapList {
+    /// The page's opening paragraphs (Markdown).
+    intro: String,
+    sections: Vec<GapSection>,
+}
+
+/// One stand-in (or group of them) and its gaps.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GapSection {
+    title: String,
+    /// Where the stand-in lives and what checks it (Markdown), before its gaps.
+    #[serde(default)]
+    intro: Option<String>,
+    gaps: Vec<Gap>,
+}
+
+/// One known gap.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Gap {
+    /// A stable kebab-case name.
+    id: String,
+    /// The code the gap is about: `path` (from the repository root) or `path: text`, where the
+    /// file must still hold `text` — so a gap whose code moved or went away fails the check.
+    code: Vec<String>,
+    /// What is true today (Markdown).
+    text: String,
+}
+
+/// The page, rendered from the list.
+fn render_gaps(list: &GapList) -> String {
+    let mut page = String::from(
+        "# Fidelity gaps\n\n<!-- Rendered from fidelity-gaps.yaml (see its header): edit that file, not this page. -->\n\n",
+    );
+    page.push_str(list.intro.trim_end());
+    page.push('\n');
+    for section in &list.sections {
+        page.push_str(&format!("\n## {}\n\n", section.title));
+        if let Some(intro) = &section.intro {
+            page.push_str(intro.trim_end());
+            page.push_str("\n\n");
+        }
+        for gap in &section.gaps {
+            let mut lines = gap.text.trim_end().lines();
+            page.push_str(&format!("- {}\n", lines.next().unwrap_or("")));
+            for line in lines {
+                if line.is_empty() {
+                    page.push('\n');
+                } else {
+                    page.push_str(&format!("  {line}\n"));
+                }
+            }
+            let refs: Vec<String> = gap
+                .code
+                .iter()
+                .map(|r| {
+                    let (path, text) = r.split_once(": ").unwrap_or((r.as_str(), ""));
+                    let link = format!("[`{path}`](../{path})");
+                    if text.is_empty() {
+                        link
+                    } else {
+                        format!("{link} (`{text}`)")
+                    }
+                })
+                .collect();
+            page.push_str(&format!(
+                "  <sub>`{}` · {}</sub>\n",
+                gap.id,
+                refs.join(", ")
+            ));
+        }
+    }
+    page
+}
+
+/// Why a gap list is not sound: duplicate or malformed ids, stale code references.
+fn gap_list_problems(list: &GapList, root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut ids = BTreeSet::new();
+    for gap in list.sections.iter().flat_map(|s| &s.gaps) {
+        let kebab = !gap.id.is_empty()
+            && gap
+                .id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !kebab {
+            problems.push(format!("gap id {:?} is not kebab-case", gap.id));
+        }
+        if !ids.insert(gap.id.as_str()) {
+            problems.push(format!("gap id {:?} is used twice", gap.id));
+        }
+        if gap.code.is_empty() {
+            problems.push(format!("gap {}: no code reference", gap.id));
+        }
+        for reference in &gap.code {
+            let (path, text) = reference
+                .split_once(": ")
+                .unwrap_or((reference.as_str(), ""));
+            let file = root.join(path);
+            if !file.exists() {
+                problems.push(format!("gap {}: {path} does not exist", gap.id));
+            } else if !text.is_empty() {
+                let held = std::fs::read_to_string(&file).unwrap_or_default();
+                if !held.contains(text) {
+                    problems.push(format!("gap {}: {path} no longer holds {text:?}", gap.id));
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn fidelity_gaps_page_is_rendered_from_its_list_and_every_code_reference_holds() {
+    let root = root();
+    let data = root.join("docs/fidelity-gaps.yaml");
+    let text = std::fs::read_to_string(&data).expect("docs/fidelity-gaps.yaml");
+    let list: GapList = orrery_system::core::yaml::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "docs/fidelity-gaps.yaml:{}:{}: {}{}",
+            e.line, e.column, e.field, e.message
+        )
+    });
+    let problems = gap_list_problems(&list, &root);
+    assert!(
+        problems.is_empty(),
+        "docs/fidelity-gaps.yaml:\n{}",
+        problems.join("\n")
+    );
+    let page = root.join("docs/fidelity-gaps.md");
+    let rendered = render_gaps(&list);
+    if std::env::var("ORRERY_RECORD").is_ok_and(|v| v == "1") {
+        std::fs::write(&page, &rendered).expect("write docs/fidelity-gaps.md");
+    }
+    let held = std::fs::read_to_string(&page).expect("docs/fidelity-gaps.md");
+    assert!(
+        held == rendered,
+        "docs/fidelity-gaps.md is not the rendering of docs/fidelity-gaps.yaml: edit the YAML, then \
+         ORRERY_RECORD=1 cargo test -p orrery-cli --test cli docs::fidelity_gaps"
+    );
+}
+
+#[test]
+fn the_gap_list_check_notices_stale_references_and_twice_used_ids() {
+    let root = root();
+    let gap = |id: &str, code: &str| Gap {
+        id: id.into(),
+        code: vec![code.into()],
+        text: "x".into(),
+    };
+    let list = GapList {
+        intro: String::new(),
+        sections: vec![GapSection {
+            title: "t".into(),
+            intro: None,
+            gaps: vec![
+                gap("held", "Makefile: make test"),
+                gap("gone", "sim/src/no_such_file.rs"),
+                gap("moved", "Makefile: a text the Makefile does not hold"),
+                gap("held", "Makefile"),
+                gap("Not_Kebab", "Makefile"),
+            ],
+        }],
+    };
+    let problems = gap_list_problems(&list, &root);
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    assert!(problems[0].contains("no_such_file.rs does not exist"));
+    assert!(problems[1].contains("no longer holds"));
+    assert!(problems[2].contains("used twice"));
+    assert!(problems[3].contains("not kebab-case"));
+}

@@ -172,3 +172,26 @@ expect: {faithful: liveness_timeout}
     assert_eq!(result, Outcome::LivenessTimeout, "{names:?}");
     assert_eq!(names, ["no_app_stuck_unknown"]);
 }
+
+#[test]
+fn platform_resources_never_older_fires_only_with_the_lagging_cache_in_reporter_stale_list() {
+    // The committed scenario, faithful: the reporter's resourceVersion=0 relist after its
+    // restart reads a cache 60 revisions behind and moves resources back to older
+    // deployments. With the cache not lagging, the same restart (Redis emptied too) holds
+    // the invariant: the stale list is the cause, not the restart.
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/reporter-stale-list.yaml"
+    );
+    let yaml = std::fs::read_to_string(path).expect("scenarios/reporter-stale-list.yaml");
+    assert!(
+        yaml.contains("stale_list_lag: 60"),
+        "the scenario's lag moved"
+    );
+    let (result, names) = violated(&yaml, Variant::Faithful);
+    assert_eq!(result, Outcome::SafetyViolation);
+    assert_eq!(names, vec!["platform_resources_never_older".to_string()]);
+    let without_lag = yaml.replace("stale_list_lag: 60", "stale_list_lag: 0");
+    let (result, names) = violated(&without_lag, Variant::Faithful);
+    assert_eq!((result, names), (Outcome::Pass, vec![]));
+}
