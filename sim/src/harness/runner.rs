@@ -1354,13 +1354,28 @@ const STALENESS_SAMPLE_EVERY: Duration = Duration::from_secs(10);
 /// steps through the fault schedule, the final state is read off the world, and the
 /// checkers judge the trace and that state.
 pub fn run(scenario: &Scenario, seed: u64, variant: Variant) -> RunOutcome {
+    run_driven(scenario, seed, variant, Drive::default())
+}
+
+/// How a run is driven, besides its scenario, seed and variant.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Drive {
+    /// Real time slept before each simulation step. A run's trace must not change with it:
+    /// code that reads the wall clock — directly or inside a library, as h2's expiry of
+    /// locally reset streams did — traces differently when the run is slow, as it is on a
+    /// loaded machine. The determinism tests drive runs slowly to find such code.
+    pub real_delay_per_step: Duration,
+}
+
+/// [`run`], driven as `drive` says.
+pub fn run_driven(scenario: &Scenario, seed: u64, variant: Variant, drive: Drive) -> RunOutcome {
     // A swarm scenario runs the plain scenario its seed draws (the same one
     // `orrery run --print-scenario` writes).
     let concrete = crate::scenario::draw::concretize(scenario, seed);
     let scenario = &concrete;
     let trace = Trace::default();
     let world = build_world(scenario, variant, &trace);
-    let stepped = simulate(scenario, seed, variant, &world, &trace);
+    let stepped = simulate(scenario, seed, variant, &world, &trace, drive);
     if std::env::var_os("ORRERY_DEBUG_TRACE").is_some() {
         for e in trace.events() {
             eprintln!("{}", e.line());
@@ -1516,6 +1531,7 @@ fn simulate(
     variant: Variant,
     world: &World,
     trace: &Trace,
+    drive: Drive,
 ) -> Stepped {
     let reporters = reporter_hosts(scenario);
     let resources = scenario
@@ -1590,6 +1606,9 @@ fn simulate(
                     sample_workflows(&sim, world);
                 }
                 next_sample += STALENESS_SAMPLE_EVERY;
+            }
+            if !drive.real_delay_per_step.is_zero() {
+                std::thread::sleep(drive.real_delay_per_step); // determinism: the slow-run test's own delay
             }
             sim.step().map_err(|e| format!("a host failed: {e}"))?;
         }

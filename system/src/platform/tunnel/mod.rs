@@ -442,6 +442,11 @@ async fn registration(
         .keep_alive_interval(server.config.keepalive)
         .keep_alive_timeout(server.config.keepalive_timeout)
         .keep_alive_while_idle(true)
+        // h2 forgets a stream it reset after this long of *real* time (`std::time::Instant`;
+        // default 1 s): a slow run would then answer a late frame on it differently. Kept an
+        // hour, the reset streams are bounded by their count (h2's
+        // `max_concurrent_reset_streams`), which the run decides, not the clock.
+        .reset_stream_duration(Duration::from_secs(3600))
         .handshake::<_, Body>(TokioIo::new(WsIo::with_env(ws, env.clone())))
         .await;
     let (send, h2) = match handshake {
