@@ -987,6 +987,123 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         ));
     }
 
+    // 8. Resource kinds: a project that refuses Services (namespaceResourceBlacklist) and an
+    // auto-synced app whose path holds a Deployment and a Service. Each attempt fails
+    // validation before applying anything (the Service's result SyncFailed), the Service is
+    // Unknown, nothing is deployed, and the automated sync is retried with backoff —
+    // 8b. so once the project permits Services, a retry deploys the app.
+    let kinds = format!("{app}-kinds");
+    let kinds_controller = tokio::spawn(deployment_controller(
+        client.clone(),
+        kinds.clone(),
+        mode.clone(),
+    ));
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": kinds}})).expect("a Namespace");
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap_or_else(|e| panic!("create namespace {kinds}: {e}"));
+    commit(
+        &mut real,
+        &mut sim,
+        "an app with a Service",
+        BTreeMap::from([
+            (
+                format!("apps/{kinds}/deployment.yaml"),
+                deployment(&kinds, "kinds:v1"),
+            ),
+            (format!("apps/{kinds}/service.yaml"), service(&kinds)),
+        ]),
+    );
+    let kinds_project = format!("orrery-kinds-{}", std::process::id());
+    for side in [&real, &sim] {
+        let projects: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &side_namespace(side),
+            &argocd::projects::app_project_resource(),
+        );
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+            "metadata": {"name": kinds_project, "namespace": side_namespace(side)},
+            "spec": {
+                "sourceRepos": [side.repo_url],
+                "destinations": [{"server": IN_CLUSTER, "namespace": kinds}],
+                "namespaceResourceBlacklist": [{"group": "", "kind": "Service"}],
+            },
+        }))
+        .expect("an AppProject");
+        projects
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("{}: create the project: {e}", side.name));
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": kinds, "namespace": side_namespace(side)},
+            "spec": {
+                "project": kinds_project,
+                "source": {"repoURL": side.repo_url, "path": format!("apps/{kinds}"), "targetRevision": "main"},
+                "destination": {"server": IN_CLUSTER, "namespace": kinds},
+                "syncPolicy": {"automated": {}},
+            }
+        }))
+        .expect("an Application");
+        side.apps
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("{}: create {kinds}: {e}", side.name));
+    }
+    let service_status = |want: &'static str| {
+        move |view: &Value| {
+            view["status"]["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["kind"] == "Service" && r["status"] == want)
+        }
+    };
+    let mut views = Vec::new();
+    for side in [&real, &sim] {
+        views.push(sync_failed(side, &kinds, service_status("Unknown")).await);
+    }
+    kinds_row(
+        &mut rows,
+        &mut unsettled,
+        "8. a kind the project refuses: every attempt fails, nothing deployed",
+        views,
+    );
+    // 8b. The project permits Services again; a refresh compares anew.
+    for side in [&real, &sim] {
+        let projects: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &side_namespace(side),
+            &argocd::projects::app_project_resource(),
+        );
+        projects
+            .patch(
+                &kinds_project,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"namespaceResourceBlacklist": null}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: widen the project: {e}", side.name));
+    }
+    let expected = synced("commit-4", &["commit-4"], "Healthy");
+    let mut views = Vec::new();
+    for side in [&real, &sim] {
+        views.push(settle(side, &kinds, &expected).await);
+    }
+    kinds_row(
+        &mut rows,
+        &mut unsettled,
+        "8b. the project permits the kind: a retry deploys the app",
+        views,
+    );
+    for side in [&real, &sim] {
+        drop(side.apps.delete(&kinds, &DeleteParams::default()).await);
+    }
+    kinds_controller.abort();
+
     controller.abort();
     stand_in.abort();
     drop(std::fs::remove_dir_all(&dir));
@@ -1070,6 +1187,98 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         rows.len(),
         steps.len() + 1
     );
+}
+
+/// Waits until `app`'s automated sync failed an attempt (an operation Failed, or Running
+/// with a retry scheduled) and `ready` holds of its view; the view: the status as the
+/// reporters read it, the operation's phase, message (the retry's number and time cut) and
+/// results, the conditions' messages, all normalised (commit SHAs inside messages too).
+async fn sync_failed(
+    side: &Side,
+    app: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Result<Value, String> {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let object = side.apps.get_opt(app).await.ok().flatten();
+        let raw = object
+            .map(|o| serde_json::to_value(o).unwrap_or(Value::Null))
+            .unwrap_or(Value::Null);
+        let status = &raw["status"];
+        let text = |s: &str| -> String {
+            let mut s = s.to_string();
+            for (i, sha) in side.shas.iter().enumerate() {
+                s = s.replace(sha, &format!("commit-{}", i + 1));
+            }
+            s
+        };
+        let mut conditions: Vec<Value> = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!({"type": c["type"], "message": text(c["message"].as_str().unwrap_or(""))}))
+            .collect();
+        conditions.sort_by_key(|c| c.to_string());
+        let mut results: Vec<Value> = status
+            .pointer("/operationState/syncResult/resources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|r| json!({"kind": r["kind"], "name": r["name"], "status": r["status"], "message": r["message"]}))
+            .collect();
+        results.sort_by_key(|r| r.to_string());
+        let message = status
+            .pointer("/operationState/message")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        // "… Retrying attempt #3 at 7:02PM." — the number and time depend on the moment.
+        let message = match message.split_once(". Retrying attempt #") {
+            Some((head, _)) => format!("{head}. Retrying attempt"),
+            None => message.to_string(),
+        };
+        let view = json!({
+            "status": status_view(side, &raw),
+            "operation": {
+                "phase": status.pointer("/operationState/phase"),
+                "message": message,
+                "results": results,
+            },
+            "conditions": conditions,
+        });
+        let failed = view["operation"]["phase"] == "Failed"
+            || (view["operation"]["phase"] == "Running" && message.ends_with("Retrying attempt"));
+        if failed && ready(&view) {
+            return Ok(view);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{}: {app}'s failed sync not shown within {SETTLE:?}: {view}",
+                side.name
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// One resource-kinds checkpoint's row: the two sides' views compared (or why one is
+/// missing).
+fn kinds_row(
+    rows: &mut Vec<Row>,
+    unsettled: &mut Vec<String>,
+    at: &str,
+    views: Vec<Result<Value, String>>,
+) {
+    let mut found = Vec::new();
+    match (&views[0], &views[1]) {
+        (Ok(a), Ok(b)) => diff("status", "", a, b, &mut found),
+        _ => {
+            for e in views.iter().filter_map(|v| v.as_ref().err()) {
+                unsettled.push(format!("{at}: {e}"));
+            }
+            return;
+        }
+    }
+    rows.push((at.into(), "resource kinds".into(), found));
 }
 
 /// Waits until Argo CD refuses `app` for its project (a project condition on it, and sync

@@ -53,11 +53,12 @@ use orrery_system::observe::WorldEvent;
 pub use super::clusters::destination_of;
 use super::clusters::destination_server;
 use super::clusters::{Clusters, Reach};
-use super::projects::{check, project_name, project_of, Projects};
+use super::projects::{check, project_name, project_of, Projects, DEFAULT};
 pub use super::touched::Touched;
 use super::{app_key, children_of, resources_of, source_of, HealthOverrides, NAMESPACE};
 use crate::world::apiserver::store::rfc3339;
 use crate::world::git::SharedGit;
+use orrery_system::core::time::parse_rfc3339;
 
 /// Controller settings.
 #[derive(Clone, Debug)]
@@ -155,6 +156,16 @@ fn desired_status(
         .unwrap_or("")
         .to_string();
     let head_files = git.files_at(repo, &head_sha, path)?;
+    let desired = resources_of(&head_files, &name);
+    // Kinds the project refuses (`IsGroupKindPermitted`; every resource here is namespaced):
+    // the comparison marks them Unknown and an automated sync fails before applying anything.
+    let refused: Vec<&super::Resource> = match &project {
+        Some(p) => desired
+            .iter()
+            .filter(|r| !p.permits_kind(r.group, r.kind, true))
+            .collect(),
+        None => Vec::new(),
+    };
     let in_sync = !synced_revision.is_empty()
         && git
             .last_change(repo, &synced_revision, path)
@@ -166,9 +177,77 @@ fn desired_status(
     }
     let now = rfc3339(unix_ms);
     let mut start = None;
+    let mut sync_error = None;
+    let attempt = Attempt::of(&status, &head_sha);
     if in_sync {
         next["sync"] =
             json!({"status": "Synced", "revision": head_sha, "comparedTo": compared_to(app)});
+    } else if automated && attempt.spent {
+        // alreadyAttemptedSync: a revision whose automated sync failed (retries spent) is not
+        // tried again — not even after the project permits the kind — and says why.
+        let message = status
+            .at("/operationState/message")
+            .and_then(Value::as_str)
+            .unwrap_or(FAILED_VALIDATION);
+        sync_error = Some(format!(
+            "Failed last sync attempt to [{head_sha}]: {message}"
+        ));
+        next["sync"] =
+            json!({"status": "OutOfSync", "revision": head_sha, "comparedTo": compared_to(app)});
+    } else if automated && attempt.waiting(unix_ms) {
+        // A retry is scheduled: the operation waits as it is.
+        next["sync"] =
+            json!({"status": "OutOfSync", "revision": head_sha, "comparedTo": compared_to(app)});
+    } else if automated && !refused.is_empty() {
+        // gitops-engine validates every task before applying any: a kind the project refuses
+        // fails the whole attempt ("one or more synchronization tasks are not valid"). An
+        // automated sync is retried 5 times, 5 s × 2ⁿ apart (at most 3 min; argo-cd
+        // `autoSync`'s `RetryStrategy{Limit: 5}`, `NextRetryAt`), then fails.
+        let project_name = project.as_ref().map(|p| p.name.as_str()).unwrap_or(DEFAULT);
+        let results: Vec<Value> = refused
+            .iter()
+            .map(|r| {
+                json!({
+                    "group": r.group, "version": r.version, "kind": r.kind,
+                    "namespace": r.namespace, "name": r.name, "status": "SyncFailed",
+                    "message": format!("resource {}:{} is not permitted in project {project_name}", r.group, r.kind),
+                })
+            })
+            .collect();
+        let retries = attempt.retries;
+        let (phase, message) = if retries < SYNC_RETRY_LIMIT {
+            let at = unix_ms + retry_wait_ms(retries);
+            (
+                "Running",
+                format!(
+                    "{FAILED_VALIDATION}. Retrying attempt #{} at {}.",
+                    retries + 1,
+                    kitchen(at)
+                ),
+            )
+        } else {
+            (
+                "Failed",
+                format!("{FAILED_VALIDATION} (retried {retries} times)."),
+            )
+        };
+        next["operationState"] = json!({
+            "operation": {"sync": {"revision": head.sha}, "initiatedBy": {"automated": true}, "retry": {"limit": SYNC_RETRY_LIMIT}},
+            "phase": phase,
+            "message": message,
+            "retryCount": if phase == "Running" { retries + 1 } else { retries },
+            "startedAt": status.at("/operationState/startedAt").filter(|_| retries > 0).cloned().unwrap_or(json!(now)),
+            "finishedAt": now,
+            "syncResult": {"revision": head.sha, "source": {"repoURL": repo, "path": path}, "resources": results},
+        });
+        if phase == "Failed" {
+            // [simplified] Argo CD says so at the next refresh; here at once.
+            sync_error = Some(format!(
+                "Failed last sync attempt to [{head_sha}]: {message}"
+            ));
+        }
+        next["sync"] =
+            json!({"status": "OutOfSync", "revision": head_sha, "comparedTo": compared_to(app)});
     } else if automated && !config.sync_duration.is_zero() {
         next["sync"] =
             json!({"status": "OutOfSync", "revision": head_sha, "comparedTo": compared_to(app)});
@@ -199,33 +278,76 @@ fn desired_status(
         next["sync"] =
             json!({"status": "OutOfSync", "revision": head.sha, "comparedTo": compared_to(app)});
     }
-    let health_status = health.get(&name);
+    // Nothing deployed because every sync so far failed validation: the resources are
+    // missing. ([limitation] Other apps before their first sync keep the workload's health:
+    // see docs/fidelity-gaps.md.)
+    let failing = !refused.is_empty() || attempt.spent || attempt.retry_at.is_some();
+    let deployed = !failing
+        || next
+            .get("history")
+            .and_then(Value::as_array)
+            .is_some_and(|h| !h.is_empty());
+    let health_status = if deployed {
+        health.get(&name)
+    } else {
+        "Missing".to_string()
+    };
     let sync_status = next["sync"]["status"].clone();
     next["health"] = json!({"status": health_status});
     next["resources"] = Value::Array(
-        resources_of(&head_files, &name)
-            .into_iter()
+        desired
+            .iter()
             .map(|r| {
                 // The workload's health is its Deployment's; a Service is Healthy on its own
                 // (Argo CD's per-resource health, compared by the Argo CD conformance suite).
                 let health = if r.kind == "Service" { "Healthy" } else { health_status.as_str() };
-                json!({"group": r.group, "version": r.version, "kind": r.kind, "namespace": r.namespace, "name": r.name, "status": sync_status, "health": {"status": health}})
+                let status = if refused.iter().any(|x| std::ptr::eq(*x, r)) {
+                    json!("Unknown")
+                } else {
+                    sync_status.clone()
+                };
+                let mut resource = json!({"group": r.group, "version": r.version, "kind": r.kind, "namespace": r.namespace, "name": r.name, "status": status, "health": {"status": health}});
+                if !deployed {
+                    // A resource that is not there has no health.
+                    resource.as_object_mut().map(|o| o.remove("health"));
+                }
+                resource
             })
             .collect(),
     );
     next["summary"] = json!({"images": [format!("registry.example/{name}:{}", &head.sha[..7])]});
-    // The destination answers again: the comparison conditions go.
-    if let Some(conditions) = next.get_mut("conditions").and_then(Value::as_array_mut) {
-        conditions.retain(|c| {
-            !matches!(
-                c["type"].as_str(),
-                Some("ComparisonError" | "InvalidSpecError" | "UnknownError")
-            )
-        });
-        if conditions.is_empty() {
-            // The status is written as a merge patch: null removes the field.
+    // The destination answers again: the comparison conditions go; auto-sync's SyncError is
+    // the one this refresh found, if any (Argo CD replaces it at every refresh).
+    let mut conditions: Vec<Value> = next
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| {
+        !matches!(
+            c["type"].as_str(),
+            Some("ComparisonError" | "InvalidSpecError" | "UnknownError" | "SyncError")
+        )
+    });
+    if let Some(message) = sync_error {
+        let since = status
+            .get("conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "SyncError" && c["message"] == message.as_str())
+            .map(|c| c["lastTransitionTime"].clone())
+            .unwrap_or_else(|| json!(now));
+        conditions
+            .push(json!({"type": "SyncError", "message": message, "lastTransitionTime": since}));
+    }
+    if conditions.is_empty() {
+        // The status is written as a merge patch: null removes the field.
+        if next.get("conditions").is_some() {
             next["conditions"] = Value::Null;
         }
+    } else {
+        next["conditions"] = Value::Array(conditions);
     }
     Some((next, start))
 }
@@ -277,6 +399,80 @@ fn uncomparable(app: &DynamicObject, kind: &str, message: &str, unix_ms: u64) ->
     next["conditions"] = Value::Array(conditions);
     next
 }
+
+/// The last automated sync of the head revision, where it failed validation: how many
+/// times it was retried, whether a retry waits, and whether the retries are spent.
+struct Attempt {
+    /// Retries made so far (`operationState.retryCount`).
+    retries: u64,
+    /// The next retry is due at this Unix time (ms), if one is scheduled.
+    retry_at: Option<u64>,
+    /// The sync failed for good: auto-sync does not try this revision again
+    /// (`alreadyAttemptedSync`).
+    spent: bool,
+}
+
+impl Attempt {
+    fn of(status: &Value, revision: &str) -> Attempt {
+        let state = |pointer: &str| status.at(pointer).and_then(Value::as_str);
+        let same = state("/operationState/syncResult/revision") == Some(revision);
+        let retries = status
+            .at("/operationState/retryCount")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let retry_at = (same && state("/operationState/phase") == Some("Running") && retries > 0)
+            .then(|| state("/operationState/finishedAt").and_then(parse_rfc3339))
+            .flatten()
+            .map(|finished| finished + retry_wait_ms(retries - 1));
+        Attempt {
+            retries: if retry_at.is_some() { retries } else { 0 },
+            retry_at,
+            spent: same && state("/operationState/phase") == Some("Failed"),
+        }
+    }
+
+    /// Whether a retry is scheduled and not due yet at `unix_ms`.
+    fn waiting(&self, unix_ms: u64) -> bool {
+        self.retry_at.is_some_and(|at| unix_ms < at)
+    }
+}
+
+/// Remembers when the retry a refresh's `patch` scheduled for `key` is due, if it scheduled one.
+fn schedule_retry(memory: &mut Memory, key: &str, patch: &Value) {
+    let status = &patch["status"];
+    let Some(revision) = status
+        .at("/operationState/syncResult/revision")
+        .and_then(Value::as_str)
+    else {
+        return;
+    };
+    if let Some(at) = Attempt::of(status, revision).retry_at {
+        memory.retries.insert(key.to_string(), at);
+    }
+}
+
+/// Retries of a failed automated sync (argo-cd `autoSync`: `RetryStrategy{Limit: 5}`).
+const SYNC_RETRY_LIMIT: u64 = 5;
+
+/// How long after a failed attempt the next retry runs, when `retries` were made before it:
+/// 5 s × 2^retries, at most 3 min (argo-cd `DefaultSyncRetry*`, `NextRetryAt`).
+fn retry_wait_ms(retries: u64) -> u64 {
+    (5_000u64 << retries.min(10)).min(180_000)
+}
+
+/// A time as Go's `time.Kitchen` prints it ("3:04PM"), in UTC.
+fn kitchen(unix_ms: u64) -> String {
+    let minutes = (unix_ms / 60_000) % (24 * 60);
+    let (hour, minute) = (minutes / 60, minutes % 60);
+    let h12 = match hour % 12 {
+        0 => 12,
+        h => h,
+    };
+    format!("{h12}:{minute:02}{}", if hour < 12 { "AM" } else { "PM" })
+}
+
+/// gitops-engine's message for an operation whose tasks failed validation.
+const FAILED_VALIDATION: &str = "one or more synchronization tasks are not valid";
 
 /// Status writes in flight at once (Argo CD's status processors default to 20).
 const STATUS_PARALLELISM: usize = 16;
@@ -366,6 +562,9 @@ struct Memory {
     pending: BTreeSet<String>,
     /// Sync operations in progress: app → when it started.
     operations: BTreeMap<String, Duration>,
+    /// Automated syncs that failed validation and wait for a retry: app → when it is due
+    /// (Unix ms).
+    retries: BTreeMap<String, u64>,
     /// Token bucket (thousandths of a token).
     tokens_milli: u64,
     last_fill: Duration,
@@ -645,6 +844,17 @@ async fn tick(
     let mut apps = Lookup::new(store);
     let mut candidates = std::mem::take(&mut memory.pending);
     candidates.extend(touched.take());
+    // Retries that are due are looked at now, whatever else changed.
+    let due: BTreeSet<String> = memory
+        .retries
+        .iter()
+        .filter(|(_, at)| **at <= unix_ms)
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in &due {
+        memory.retries.remove(key);
+    }
+    candidates.extend(due.iter().cloned());
     // Health is the workload's, by app name: the app of that name in each managed namespace.
     for name in health.take_changed() {
         for namespace in std::iter::once(&config.namespace).chain(&config.application_namespaces) {
@@ -741,7 +951,7 @@ async fn tick(
                 };
                 newer || k.health != i.health || k.cluster != i.cluster || k.project != i.project
             }
-        };
+        } || due.contains(&key);
         if !urgent {
             continue;
         }
@@ -751,6 +961,7 @@ async fn tick(
         }
         if let Some(patch) = full_refresh(&app, git, health, clusters, config, &stamps, unix_ms) {
             planned.insert(key.clone());
+            schedule_retry(memory, &key, &patch);
             let (children, incomplete, refused) =
                 plan_children(&app, &patch, git, store, config, memory);
             plans.push(Plan {
@@ -830,6 +1041,7 @@ async fn tick(
             full_refresh(&app, git, health, clusters, config, &stamps, unix_ms)
         };
         if let Some(patch) = patch {
+            schedule_retry(memory, &key, &patch);
             let (children, incomplete, refused) =
                 plan_children(&app, &patch, git, store, config, memory);
             plans.push(Plan {
@@ -1004,6 +1216,15 @@ fn plan_children(
         .at("/status/resources")
         .or_else(|| app.data.at("/status/resources"))
         .unwrap_or(&Value::Null);
+    // A sync that failed validation applied nothing: no child is created.
+    let failed = patch
+        .at("/status/conditions")
+        .or_else(|| app.data.at("/status/conditions"))
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "SyncError"));
+    if failed {
+        return (Vec::new(), false, Vec::new());
+    }
     let (mut children, refused) = missing_children(app, resources, git, store, config);
     let mut granted = 0;
     while granted < children.len() && memory.take() {
@@ -1064,4 +1285,38 @@ fn resolved_head<'g>(
         return git.commit_by_sha(repo, last);
     }
     git.head(repo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_automated_sync_is_retried_five_times_with_argo_cds_backoff() {
+        // 5 s × 2ⁿ, at most 3 min: 5, 10, 20, 40, 80 s.
+        let waits: Vec<u64> = (0..SYNC_RETRY_LIMIT).map(retry_wait_ms).collect();
+        assert_eq!(waits, vec![5_000, 10_000, 20_000, 40_000, 80_000]);
+        assert_eq!(retry_wait_ms(7), 180_000);
+        // Go's time.Kitchen.
+        assert_eq!(kitchen(0), "12:00AM");
+        assert_eq!(kitchen((19 * 60 + 2) * 60_000 + 59_000), "7:02PM");
+        assert_eq!(kitchen(12 * 3_600_000), "12:00PM");
+        // A retry scheduled after the second failed attempt is due 10 s after it.
+        let finished = 1_700_000_000_000u64;
+        let status = json!({"operationState": {
+            "phase": "Running", "retryCount": 2, "finishedAt": rfc3339(finished),
+            "syncResult": {"revision": "abc"},
+        }});
+        let attempt = Attempt::of(&status, "abc");
+        assert_eq!(attempt.retries, 2);
+        assert_eq!(attempt.retry_at, Some(finished + 10_000));
+        assert!(attempt.waiting(finished + 9_999) && !attempt.waiting(finished + 10_000));
+        assert!(!attempt.spent);
+        // Another revision is a new sync; a Failed one has spent its retries.
+        assert_eq!(Attempt::of(&status, "def").retry_at, None);
+        let failed =
+            json!({"operationState": {"phase": "Failed", "syncResult": {"revision": "abc"}}});
+        assert!(Attempt::of(&failed, "abc").spent);
+        assert!(!Attempt::of(&failed, "def").spent);
+    }
 }

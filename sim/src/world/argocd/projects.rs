@@ -30,8 +30,17 @@
 //! ([`super::controller::Config::projects`] off, the worlds written before projects) every
 //! app is in an unrestricted `default` project, namespaces included.
 //!
-//! [limitation] Resource kind allow- and deny-lists (`clusterResourceWhitelist`, …) are not
-//! enforced; destinations by cluster `name` match by name only; `sourceNamespaces` regular
+//! Resource kinds are checked as v3.2's `IsGroupKindPermitted` does: a namespaced kind is
+//! permitted when `namespaceResourceWhitelist` is absent or names it and
+//! `namespaceResourceBlacklist` does not; a cluster-scoped kind only when
+//! `clusterResourceWhitelist` names it and `clusterResourceBlacklist` does not (the built-in
+//! `default` project whitelists `*`/`*`). Entries match group and kind as Go's
+//! `filepath.Match` globs. A kind the project refuses makes the comparison mark that
+//! resource `Unknown` and an automated sync fail before it applies anything (see
+//! [`super::controller`]).
+//!
+//! [limitation] destinations by cluster `name` match by name only; `[…]` character classes
+//! in resource list entries are not modelled; `sourceNamespaces` regular
 //! expressions (`/…/`) and SSH repository URLs' normalisation are not modelled; a child
 //! Application manifest without `metadata.namespace` is created in Argo CD's namespace
 //! (Argo CD: the parent's destination namespace).
@@ -72,6 +81,40 @@ pub struct Project {
     pub destinations: Vec<Destination>,
     /// `spec.sourceNamespaces`.
     pub source_namespaces: Vec<String>,
+    /// `spec.namespaceResourceWhitelist` (`None`: absent, every namespaced kind).
+    pub namespace_whitelist: Option<Vec<GroupKind>>,
+    /// `spec.namespaceResourceBlacklist`.
+    pub namespace_blacklist: Vec<GroupKind>,
+    /// `spec.clusterResourceWhitelist` (empty: no cluster-scoped kind).
+    pub cluster_whitelist: Vec<GroupKind>,
+    /// `spec.clusterResourceBlacklist`.
+    pub cluster_blacklist: Vec<GroupKind>,
+}
+
+/// One entry of an AppProject's resource lists: group and kind patterns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupKind {
+    /// Group pattern (`""`: the core group).
+    pub group: String,
+    /// Kind pattern.
+    pub kind: String,
+}
+
+impl GroupKind {
+    /// Every group and kind (`*`/`*`).
+    fn any() -> GroupKind {
+        GroupKind {
+            group: "*".into(),
+            kind: "*".into(),
+        }
+    }
+}
+
+/// argo-cd's `isResourceInList`: whether an entry's kind and group patterns match
+/// (`filepath.Match`: `*` any run without `/`, which group and kind names never hold).
+fn in_list(list: &[GroupKind], group: &str, kind: &str) -> bool {
+    list.iter()
+        .any(|e| glob(&e.kind, kind, Some('/')) && glob(&e.group, group, Some('/')))
 }
 
 impl Project {
@@ -91,6 +134,11 @@ impl Project {
             } else {
                 vec!["*".into()]
             },
+            namespace_whitelist: None,
+            namespace_blacklist: Vec::new(),
+            // Argo CD creates its `default` project with every cluster-scoped kind.
+            cluster_whitelist: vec![GroupKind::any()],
+            cluster_blacklist: Vec::new(),
         }
     }
 
@@ -119,12 +167,45 @@ impl Project {
                 }
             })
             .collect();
+        // A list field: `None` when absent (or not a list), its group/kind entries else.
+        let kinds = |field: &str| -> Option<Vec<GroupKind>> {
+            let list = spec.and_then(|s| s.get(field)).and_then(Value::as_array)?;
+            Some(
+                list.iter()
+                    .map(|e| {
+                        let text = |f: &str| e.get(f).and_then(Value::as_str).unwrap_or("");
+                        GroupKind {
+                            group: text("group").into(),
+                            kind: text("kind").into(),
+                        }
+                    })
+                    .collect(),
+            )
+        };
         Project {
             name: object.metadata.name.clone().unwrap_or_default(),
             source_repos: strings("sourceRepos"),
             destinations,
             source_namespaces: strings("sourceNamespaces"),
+            namespace_whitelist: kinds("namespaceResourceWhitelist"),
+            namespace_blacklist: kinds("namespaceResourceBlacklist").unwrap_or_default(),
+            cluster_whitelist: kinds("clusterResourceWhitelist").unwrap_or_default(),
+            cluster_blacklist: kinds("clusterResourceBlacklist").unwrap_or_default(),
         }
+    }
+
+    /// argo-cd v3.2's `IsGroupKindPermitted`: whether the project lets an app deploy a
+    /// resource of `group`/`kind` (`namespaced` or cluster-scoped).
+    pub fn permits_kind(&self, group: &str, kind: &str, namespaced: bool) -> bool {
+        if namespaced {
+            let white = match &self.namespace_whitelist {
+                None => true,
+                Some(list) => in_list(list, group, kind),
+            };
+            return white && !in_list(&self.namespace_blacklist, group, kind);
+        }
+        in_list(&self.cluster_whitelist, group, kind)
+            && !in_list(&self.cluster_blacklist, group, kind)
     }
 
     /// Whether Applications in `namespace` may use the project (`home` is Argo CD's own
@@ -501,6 +582,47 @@ mod tests {
             }});
             p
         })
+    }
+
+    fn lists(spec: Value) -> Project {
+        Project::of(&{
+            let mut p = DynamicObject::new("p", &app_project_resource());
+            p.data = json!({ "spec": spec });
+            p
+        })
+    }
+
+    #[test]
+    fn resource_kinds_are_permitted_as_argo_cds_is_group_kind_permitted() {
+        // No lists: every namespaced kind, no cluster-scoped one (an AppProject's default).
+        let open = lists(json!({}));
+        assert!(open.permits_kind("apps", "Deployment", true));
+        assert!(!open.permits_kind("", "Namespace", false));
+        // The built-in default project: cluster-scoped kinds too.
+        assert!(Project::builtin(true).permits_kind("", "Namespace", false));
+        // A namespaced deny list; group and kind are globs, the core group is "".
+        let no_services =
+            lists(json!({"namespaceResourceBlacklist": [{"group": "", "kind": "Service"}]}));
+        assert!(!no_services.permits_kind("", "Service", true));
+        assert!(no_services.permits_kind("apps", "Deployment", true));
+        assert!(no_services.permits_kind("example.com", "Service", true));
+        // An allow list names what may be deployed, and an empty one nothing.
+        let only_apps =
+            lists(json!({"namespaceResourceWhitelist": [{"group": "apps", "kind": "*"}]}));
+        assert!(only_apps.permits_kind("apps", "Deployment", true));
+        assert!(!only_apps.permits_kind("", "Service", true));
+        let nothing = lists(json!({"namespaceResourceWhitelist": []}));
+        assert!(!nothing.permits_kind("apps", "Deployment", true));
+        // The deny list wins over the allow list; cluster lists judge cluster-scoped kinds only.
+        let both = lists(json!({
+            "namespaceResourceWhitelist": [{"group": "*", "kind": "*"}],
+            "namespaceResourceBlacklist": [{"group": "argoproj.io", "kind": "App*"}],
+            "clusterResourceWhitelist": [{"group": "", "kind": "Namespace"}],
+        }));
+        assert!(!both.permits_kind("argoproj.io", "Application", true));
+        assert!(both.permits_kind("argoproj.io", "Rollout", true));
+        assert!(both.permits_kind("", "Namespace", false));
+        assert!(!both.permits_kind("rbac.authorization.k8s.io", "ClusterRole", false));
     }
 
     fn spec(repo: &str, namespace: &str) -> Value {
