@@ -162,13 +162,17 @@ fn runs_on_threads_of_one_process_trace_as_sequential_runs_and_the_committed_rep
 /// `std::time::Instant`), so when a run was slow the platform's HTTP/2 client met the
 /// runtime's late answer on a forgotten stream and answered it differently. The platform now
 /// keeps reset streams for an hour (bounded by their count, which the seed decides). Each run
-/// here sleeps 200 µs of real time before every step (about ten seconds asleep, little CPU).
+/// here sleeps 200 µs of real time before every step (about ten seconds asleep each, little
+/// CPU).
 #[test]
 fn a_run_slowed_in_real_time_traces_as_a_fast_one() {
     let slow = runner::Drive {
         real_delay_per_step: std::time::Duration::from_micros(200),
     };
-    for (name, seed, variant) in [("swarm-tunnel", 1, Variant::Faithful)] {
+    for (name, seed, variant) in [
+        ("swarm-tunnel", 1, Variant::Faithful),
+        ("swarm-tunnel", 2, Variant::Faithful),
+    ] {
         let scenario = load(name);
         let fast = runner::run(&scenario, seed, variant).trace.hash();
         let slowed = runner::run_driven(&scenario, seed, variant, slow)
