@@ -29,6 +29,9 @@ pub struct Job {
     pub seed: u64,
     /// Report directory, if the run writes one.
     pub out: Option<PathBuf>,
+    /// Real time the run sleeps before each simulation step, in microseconds (`run
+    /// --real-delay-us`; 0: none).
+    pub real_delay_us: u64,
 }
 
 /// What a finished child said: its result line and its exit class.
@@ -49,6 +52,9 @@ fn spawn(exe: &PathBuf, job: &Job) -> Result<Child, Fail> {
         "--variant",
         job.variant.as_str(),
     ]);
+    if job.real_delay_us > 0 {
+        command.args(["--real-delay-us", &job.real_delay_us.to_string()]);
+    }
     if let Some(dir) = &job.out {
         command.arg("--out").arg(dir);
     }
@@ -221,6 +227,7 @@ impl orrery_sim::explore::shrink::Judge for ProcessJudge {
                 variant: *variant,
                 seed: *seed,
                 out: None,
+                real_delay_us: 0,
             });
         }
         // A child that could not run (no result line) judges as a pass: the search then

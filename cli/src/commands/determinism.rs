@@ -1,5 +1,6 @@
 //! `orrery check-determinism`: one seed run twice in separate processes, trace hashes
-//! compared.
+//! compared; with `--slow`, the second run sleeps real time before each step, so a trace
+//! that read the wall clock shows.
 
 use std::path::PathBuf;
 
@@ -22,6 +23,11 @@ pub struct DeterminismArgs {
     /// Variant to run.
     #[arg(long, value_enum, default_value = "hardened")]
     variant: VariantArg,
+    /// Run the second process slowed by this many microseconds of real time before each
+    /// simulation step (200 is a good start): a trace that changes then reads the wall clock
+    /// somewhere, as a loaded machine would show.
+    #[arg(long, value_name = "MICROS")]
+    slow: Option<u64>,
 }
 
 pub(crate) fn cmd_check_determinism(args: DeterminismArgs) -> Result<Exit, Fail> {
@@ -35,18 +41,28 @@ pub(crate) fn cmd_check_determinism(args: DeterminismArgs) -> Result<Exit, Fail>
         variant,
         seed,
         out: None,
+        real_delay_us: 0,
     };
-    let twice = [job.clone(), job];
+    let slow = args.slow.unwrap_or(0);
+    let twice = [
+        job.clone(),
+        Job {
+            real_delay_us: slow,
+            ..job
+        },
+    ];
     let results = jobs::run(&twice, 1, |_, _| {})?;
     let hashes: Vec<String> = results
         .iter()
         .map(|r| r.line["trace_hash"].as_str().unwrap_or("").to_string())
         .collect();
     let same = hashes[0] == hashes[1] && !hashes[0].is_empty();
-    println!(
-        "{}",
-        serde_json::json!({"scenario": scenario.name, "variant": variant.as_str(), "seed": seed, "result": if same { "pass" } else { "nondeterminism" }, "trace_hashes": hashes})
-    );
+    let mut line = serde_json::json!({"scenario": scenario.name, "variant": variant.as_str(), "seed": seed, "result": if same { "pass" } else { "nondeterminism" }, "trace_hashes": hashes});
+    if slow > 0 {
+        // The second hash is the slowed run's.
+        line["slowed_us"] = serde_json::json!(slow);
+    }
+    println!("{line}");
     Ok(if same {
         Exit::Expected
     } else {

@@ -57,6 +57,7 @@ pub(crate) fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
                 scenario: scenario.clone(),
                 variant,
                 out,
+                real_delay_us: 0,
             });
             // Every other listed seed runs too: its declared verdict must hold there. A swarm
             // family's give its seeds.{json,md} (results, failure rate by invariant, reach
@@ -68,6 +69,7 @@ pub(crate) fn cmd_reports(args: ReportsArgs) -> Result<Exit, Fail> {
                     scenario: scenario.clone(),
                     variant,
                     out: None,
+                    real_delay_us: 0,
                 });
             }
         }

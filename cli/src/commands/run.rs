@@ -32,6 +32,11 @@ pub struct RunArgs {
     /// hash. An `any` expectation becomes this run's result.
     #[arg(long, value_name = "FILE")]
     print_scenario: Option<PathBuf>,
+    /// Sleep this many microseconds of real time before each simulation step. The trace must
+    /// not change: code that reads the wall clock (directly or inside a library) traces
+    /// differently when a run is slow (`check-determinism --slow`).
+    #[arg(long, value_name = "MICROS", default_value_t = 0)]
+    real_delay_us: u64,
 }
 
 pub(crate) fn cmd_run(args: RunArgs) -> Result<Exit, Fail> {
@@ -40,7 +45,10 @@ pub(crate) fn cmd_run(args: RunArgs) -> Result<Exit, Fail> {
     let seed = args.seed.unwrap_or(scenario.seeds[0]);
     let variant = Variant::from(args.variant);
     let started = Instant::now(); // determinism: real-env (wall-clock perf figure only)
-    let outcome = runner::run(&scenario, seed, variant);
+    let drive = runner::Drive {
+        real_delay_per_step: std::time::Duration::from_micros(args.real_delay_us),
+    };
+    let outcome = runner::run_driven(&scenario, seed, variant, drive);
     if std::env::var_os("ORRERY_TEST_NONDETERMINISM").is_some() {
         // Test hook (cli/tests/cli/cli.rs): makes each process's trace differ, to prove that
         // check-determinism notices and exits 5. Never set outside that test.

@@ -165,6 +165,14 @@ fn each_result_class_exits_with_its_own_code() {
         .unwrap();
     assert_eq!(code(&nondeterministic), 5, "{}", text(&nondeterministic));
     assert_eq!(code(&orrery(&["check-determinism", &pass])), 0);
+    // --slow: the second process sleeps real time before each step (run --real-delay-us);
+    // the probe world reads no wall clock, so the hashes agree, and the line says so.
+    let slowed = orrery(&["check-determinism", &pass, "--slow", "50"]);
+    assert_eq!(code(&slowed), 0, "{}", text(&slowed));
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&slowed.stdout).trim()).unwrap();
+    assert_eq!(line["slowed_us"], 50, "{line}");
+    assert_eq!(line["trace_hashes"][0], line["trace_hashes"][1], "{line}");
 }
 
 #[test]

@@ -80,6 +80,7 @@ pub(crate) fn cmd_sweep(args: SweepArgs) -> Result<Exit, Fail> {
             variant,
             seed,
             out: None,
+            real_delay_us: 0,
         })
         .collect();
     let mut results_file = match &args.results {
