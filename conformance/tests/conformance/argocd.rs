@@ -923,24 +923,16 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
     // project that does not exist are refused with Argo CD's condition.
     let project = format!("orrery-{}", std::process::id());
     for side in [&real, &sim] {
-        let projects: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &side_namespace(side),
-            &argocd::projects::app_project_resource(),
-        );
-        let object: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
-            "metadata": {"name": project, "namespace": side_namespace(side)},
-            "spec": {
+        create_project(
+            &client,
+            side,
+            &project,
+            json!({
                 "sourceRepos": [side.repo_url],
                 "destinations": [{"server": IN_CLUSTER, "namespace": app}],
-            },
-        }))
-        .expect("an AppProject");
-        projects
-            .create(&PostParams::default(), &object)
-            .await
-            .unwrap_or_else(|e| panic!("{}: create the project: {e}", side.name));
+            }),
+        )
+        .await;
     }
     let absent = format!("absent-{}", std::process::id());
     let cases = [
@@ -1018,25 +1010,17 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
     );
     let kinds_project = format!("orrery-kinds-{}", std::process::id());
     for side in [&real, &sim] {
-        let projects: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &side_namespace(side),
-            &argocd::projects::app_project_resource(),
-        );
-        let object: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
-            "metadata": {"name": kinds_project, "namespace": side_namespace(side)},
-            "spec": {
+        create_project(
+            &client,
+            side,
+            &kinds_project,
+            json!({
                 "sourceRepos": [side.repo_url],
                 "destinations": [{"server": IN_CLUSTER, "namespace": kinds}],
                 "namespaceResourceBlacklist": [{"group": "", "kind": "Service"}],
-            },
-        }))
-        .expect("an AppProject");
-        projects
-            .create(&PostParams::default(), &object)
-            .await
-            .unwrap_or_else(|e| panic!("{}: create the project: {e}", side.name));
+            }),
+        )
+        .await;
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
             "metadata": {"name": kinds, "namespace": side_namespace(side)},
@@ -1187,6 +1171,25 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         rows.len(),
         steps.len() + 1
     );
+}
+
+/// Creates the AppProject `name` with `spec` in `side`'s Argo CD namespace.
+async fn create_project(client: &kube::Client, side: &Side, name: &str, spec: Value) {
+    let projects: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &side_namespace(side),
+        &argocd::projects::app_project_resource(),
+    );
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+        "metadata": {"name": name, "namespace": side_namespace(side)},
+        "spec": spec,
+    }))
+    .expect("an AppProject");
+    projects
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("{}: create the project {name}: {e}", side.name));
 }
 
 /// Waits until `app`'s automated sync failed an attempt (an operation Failed, or Running

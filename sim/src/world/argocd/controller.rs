@@ -318,17 +318,15 @@ fn desired_status(
     next["summary"] = json!({"images": [format!("registry.example/{name}:{}", &head.sha[..7])]});
     // The destination answers again: the comparison conditions go; auto-sync's SyncError is
     // the one this refresh found, if any (Argo CD replaces it at every refresh).
-    let mut conditions: Vec<Value> = next
-        .get("conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    conditions.retain(|c| {
-        !matches!(
-            c["type"].as_str(),
-            Some("ComparisonError" | "InvalidSpecError" | "UnknownError" | "SyncError")
-        )
-    });
+    let mut conditions = conditions_but(
+        &next,
+        &[
+            "ComparisonError",
+            "InvalidSpecError",
+            "UnknownError",
+            "SyncError",
+        ],
+    );
     if let Some(message) = sync_error {
         let since = status
             .get("conditions")
@@ -383,17 +381,10 @@ fn uncomparable(app: &DynamicObject, kind: &str, message: &str, unix_ms: u64) ->
             resource["health"] = json!({"status": "Unknown"});
         }
     }
-    let mut conditions: Vec<Value> = next
-        .get("conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    conditions.retain(|c| {
-        !matches!(
-            c["type"].as_str(),
-            Some("ComparisonError" | "InvalidSpecError" | "UnknownError")
-        )
-    });
+    let mut conditions = conditions_but(
+        &next,
+        &["ComparisonError", "InvalidSpecError", "UnknownError"],
+    );
     conditions
         .push(json!({"type": kind, "message": message, "lastTransitionTime": rfc3339(unix_ms)}));
     next["conditions"] = Value::Array(conditions);
@@ -473,6 +464,17 @@ fn kitchen(unix_ms: u64) -> String {
 
 /// gitops-engine's message for an operation whose tasks failed validation.
 const FAILED_VALIDATION: &str = "one or more synchronization tasks are not valid";
+
+/// A status's conditions without those of the `types` a refresh decides anew.
+fn conditions_but(status: &Value, types: &[&str]) -> Vec<Value> {
+    let mut conditions: Vec<Value> = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| !c["type"].as_str().is_some_and(|t| types.contains(&t)));
+    conditions
+}
 
 /// Status writes in flight at once (Argo CD's status processors default to 20).
 const STATUS_PARALLELISM: usize = 16;
