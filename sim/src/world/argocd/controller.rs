@@ -287,6 +287,15 @@ fn desired_status(
             .get("history")
             .and_then(Value::as_array)
             .is_some_and(|h| !h.is_empty());
+    // A retry that succeeded: its failed attempts' fields go (the status is written as a merge
+    // patch, which keeps what it does not name).
+    if next.at("/operationState/phase").and_then(Value::as_str) == Some("Succeeded")
+        && status.at("/operationState/retryCount").is_some()
+    {
+        next["operationState"]["retryCount"] = Value::Null;
+        next["operationState"]["operation"]["retry"] = Value::Null;
+        next["operationState"]["syncResult"]["resources"] = Value::Null;
+    }
     let health_status = if deployed {
         health.get(&name)
     } else {
@@ -1218,13 +1227,18 @@ fn plan_children(
         .at("/status/resources")
         .or_else(|| app.data.at("/status/resources"))
         .unwrap_or(&Value::Null);
-    // A sync that failed validation applied nothing: no child is created.
-    let failed = patch
-        .at("/status/conditions")
-        .or_else(|| app.data.at("/status/conditions"))
-        .and_then(Value::as_array)
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "SyncError"));
-    if failed {
+    // A sync that failed validation (retrying or spent) applied nothing: no child is created.
+    let status = patch
+        .at("/status/operationState")
+        .and(patch.get("status"))
+        .or_else(|| app.data.get("status"))
+        .unwrap_or(&Value::Null);
+    let revision = status
+        .at("/operationState/syncResult/revision")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let attempt = Attempt::of(status, revision);
+    if attempt.spent || attempt.retry_at.is_some() {
         return (Vec::new(), false, Vec::new());
     }
     let (mut children, refused) = missing_children(app, resources, git, store, config);
