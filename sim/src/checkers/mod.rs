@@ -168,6 +168,9 @@ pub struct FinalState {
         std::collections::BTreeMap<String, orrery_system::platform::events::read_model::AppState>,
     /// Simulated milliseconds at the end of the run.
     pub end_ms: u64,
+    /// What the components asked of the world, counted beside the trace: Argo CD's
+    /// requests by route, watch lines and bytes, the platform's event posts and reads.
+    pub cost: std::collections::BTreeMap<String, u64>,
     /// Destination servers whose registration an `unregister` fault removed.
     pub unregistered: std::collections::BTreeSet<String>,
     /// Every Rollout in the API server, sorted by key.

@@ -98,6 +98,10 @@ impl Histogram {
     }
 }
 
+/// The counter of application changes: every write the API server stored to an
+/// Application (create, update, patch, delete), what the per-change cost figures divide by.
+pub const APPLICATION_CHANGES: &str = "apiserver.application_writes";
+
 /// All figures of a run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Metrics {
@@ -225,7 +229,12 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         let second = event.at_ms / 1000;
         let mut count = |name: String| *counters.entry(name).or_default() += 1;
         match &event.entry {
-            Entry::Observed(Observation::World(WorldEvent::ApiWrite { verb, .. })) => {
+            Entry::Observed(Observation::World(WorldEvent::ApiWrite {
+                verb, resource, ..
+            })) => {
+                if resource == "applications" {
+                    count(APPLICATION_CHANGES.into());
+                }
                 count(format!("apiserver.writes.{verb}"))
             }
             Entry::Observed(Observation::World(WorldEvent::WatchEnded { end, .. })) => {
@@ -391,6 +400,8 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
             Histogram::from_ms(platform_lags),
         );
     }
+    // What the components asked of the world (counted beside the trace).
+    counters.extend(state.cost.iter().map(|(name, n)| (name.clone(), *n)));
     let mut series_kinds = BTreeMap::new();
     tunnel_figures(
         events,

@@ -122,6 +122,8 @@ struct World {
     calm: Arc<AtomicBool>,
     trace: Trace,
     platform: Arc<Platform>,
+    /// Requests Argo CD answered, by route (the reports' cost figures; not traced).
+    cost: Arc<crate::world::cost::Cost>,
     /// The replica count a reporter pod reads when it starts (`EVENT_REPORTER_REPLICAS`).
     reporter_replicas: Arc<Mutex<u32>>,
     /// The platform's databases (registry, permissions, events read model): they survive a
@@ -422,6 +424,7 @@ fn world_pieces(
                 argocd::projects::Projects::default()
             },
             calm: Some(world.calm.clone()),
+            cost: Some(world.cost.clone()),
             ..Default::default()
         };
         let (git, health) = (world.git.clone(), world.health.clone());
@@ -633,6 +636,7 @@ fn world_pieces(
             let own = crate::world::hosted::runtime_target(&host.name, target.read_idle);
             let config = argocd::controller::Config {
                 calm: Some(world.calm.clone()),
+                cost: Some(world.cost.clone()),
                 ..Default::default()
             };
             let (git, health) = (tenant.git.clone(), tenant.health.clone());
@@ -1426,6 +1430,7 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
         trace: trace.clone(),
         platform: platform.clone(),
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
+        cost: Arc::default(),
         caches: Arc::default(),
         bus: Default::default(),
         unregister: Arc::default(),
@@ -1650,6 +1655,12 @@ fn final_state(
         apps: truth_of_apps(&world.api, &world.git),
         reported: world.platform.apps_of(RUNTIME_NAME),
         end_ms,
+        cost: {
+            let mut counters = world.cost.counters();
+            counters.extend(world.api.cost().counters());
+            counters.extend(world.platform.traffic().counters());
+            counters
+        },
         unregistered: world
             .unregister
             .lock()

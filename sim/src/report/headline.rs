@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 47] = [
+pub const FIGURES: [(&str, &str); 52] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -27,6 +27,26 @@ pub const FIGURES: [(&str, &str); 47] = [
         "longest window an app had no live owner",
     ),
     ("apps_ever_orphaned", "apps ever without a live owner"),
+    (
+        "argocd_requests_per_change",
+        "requests to Argo CD's API per application change",
+    ),
+    (
+        "argocd_requests_per_app_event",
+        "requests to Argo CD's API per app event delivered",
+    ),
+    (
+        "platform_bytes_per_change",
+        "bytes posted to the platform per application change",
+    ),
+    (
+        "platform_read_bytes_per_change",
+        "bytes read from the platform per application change",
+    ),
+    (
+        "watch_lines_per_change",
+        "watch lines per application change",
+    ),
     (
         "requests_2xx_pct",
         "requests answered 2xx through the tunnel",
@@ -207,6 +227,26 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         );
         put("apps_ever_orphaned", Some(json!(o.apps_ever_orphaned)));
     }
+    for (name, value) in per_change(metrics) {
+        put(name, Some(json!(value)));
+    }
+    // The same requests per app event delivered: a variant that drops changes (faithful)
+    // asks nothing for them, so per change alone flatters it.
+    let sent_app = metrics
+        .counters
+        .get("reporter.events_sent.app")
+        .copied()
+        .unwrap_or(0);
+    let asked: u64 = metrics
+        .counters
+        .iter()
+        .filter(|(k, _)| k.starts_with("argocd.requests."))
+        .map(|(_, v)| *v)
+        .sum();
+    if sent_app > 0 && asked > 0 {
+        let per_event = (asked as f64 * 100.0 / sent_app as f64).round() / 100.0;
+        put("argocd_requests_per_app_event", Some(json!(per_event)));
+    }
     let requests: u64 = metrics
         .counters
         .iter()
@@ -369,6 +409,38 @@ pub fn format(name: &str, value: &Value) -> String {
     }
 }
 
+/// The per-change cost figures (issue 54): what the runtime asked of Argo CD, sent to and
+/// read from the platform, and what the API server's watches carried, per application
+/// change (a stored write to an Application), to two decimals. Present only where apps
+/// changed and the run has what the figure counts (reporters, a platform).
+pub fn per_change(metrics: &Metrics) -> Vec<(&'static str, f64)> {
+    let counters = &metrics.counters;
+    let changes = counters
+        .get(crate::harness::metrics::APPLICATION_CHANGES)
+        .copied()
+        .unwrap_or(0);
+    if changes == 0 {
+        return Vec::new();
+    }
+    let sum = |prefix: &str| -> u64 {
+        counters
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| *v)
+            .sum()
+    };
+    [
+        ("argocd_requests_per_change", sum("argocd.requests.")),
+        ("platform_bytes_per_change", sum("platform.event_bytes")),
+        ("platform_read_bytes_per_change", sum("platform.read_bytes")),
+        ("watch_lines_per_change", sum("apiserver.watch_lines")),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(name, n)| (name, (n as f64 * 100.0 / changes as f64).round() / 100.0))
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,5 +478,36 @@ mod tests {
         assert_eq!(format("x", &json!(3)), "3");
         assert_eq!(format("x", &json!(4.0)), "4", "a count across seeds");
         assert_eq!(format("x", &json!(2.5)), "2.5");
+    }
+
+    #[test]
+    fn cost_figures_divide_by_the_application_changes_and_need_some() {
+        let mut metrics = Metrics::default();
+        metrics
+            .counters
+            .insert("argocd.requests.manifests".into(), 5);
+        metrics
+            .counters
+            .insert("argocd.requests.resource".into(), 2);
+        metrics.counters.insert("apiserver.watch_lines".into(), 9);
+        assert!(per_change(&metrics).is_empty(), "no application changed");
+        metrics
+            .counters
+            .insert(crate::harness::metrics::APPLICATION_CHANGES.into(), 3);
+        let figures = of(&metrics);
+        assert_eq!(figures["argocd_requests_per_change"], json!(2.33));
+        assert_eq!(figures["watch_lines_per_change"], json!(3.0));
+        assert!(
+            !figures.contains_key("platform_bytes_per_change"),
+            "nothing posted to a platform"
+        );
+        assert!(
+            !figures.contains_key("argocd_requests_per_app_event"),
+            "no reporter"
+        );
+        metrics
+            .counters
+            .insert("reporter.events_sent.app".into(), 2);
+        assert_eq!(of(&metrics)["argocd_requests_per_app_event"], json!(3.5));
     }
 }

@@ -351,6 +351,9 @@ pub fn charts(reports: &[VariantReport]) -> Vec<Chart> {
             .render(),
         });
     }
+    if let Some(chart) = cost_chart(reports) {
+        charts.push(chart);
+    }
     let histograms = names(reports, |m| m.histograms.keys());
     for name in histograms {
         let Some(first) = reports.iter().find_map(|r| r.metrics.histograms.get(name)) else {
@@ -382,6 +385,66 @@ pub fn charts(reports: &[VariantReport]) -> Vec<Chart> {
         });
     }
     charts
+}
+
+/// The per-change cost figures charted, with their bucket labels.
+pub const COST_FIGURES: [(&str, &str); 4] = [
+    ("argocd_requests_per_change", "Argo CD requests"),
+    ("platform_bytes_per_change", "bytes posted"),
+    ("platform_read_bytes_per_change", "bytes read"),
+    ("watch_lines_per_change", "watch lines"),
+];
+
+/// What the runtime asks of its neighbours per application change, each variant as a share
+/// of faithful's (faithful = 100): the figures differ by orders of magnitude, and the
+/// efficiency targets are ratios. Only where faithful has the figure and reporters ran.
+fn cost_chart(reports: &[VariantReport]) -> Option<Chart> {
+    let faithful = reports.iter().find(|r| r.variant == "faithful")?;
+    let base = |name: &str| {
+        faithful
+            .headline
+            .get(name)
+            .and_then(serde_json::Value::as_f64)
+            .filter(|v| *v > 0.0)
+    };
+    if base("argocd_requests_per_change").is_none() && base("platform_bytes_per_change").is_none() {
+        return None;
+    }
+    let figures: Vec<(&str, &str)> = COST_FIGURES
+        .into_iter()
+        .filter(|(name, _)| base(name).is_some())
+        .collect();
+    let bars = reports
+        .iter()
+        .map(|r| {
+            let shares = figures
+                .iter()
+                .map(|(name, _)| {
+                    let value = r
+                        .headline
+                        .get(*name)
+                        .and_then(serde_json::Value::as_f64)
+                        .unwrap_or(0.0);
+                    (value * 100.0 / base(name).unwrap_or(1.0)).round() as usize
+                })
+                .collect();
+            (r.variant.as_str(), shares)
+        })
+        .collect();
+    let title = "Cost per application change (faithful = 100)";
+    let svg = BarChart {
+        title,
+        histogram: "cost_per_change",
+        buckets: figures.iter().map(|(_, label)| *label).collect(),
+        bars,
+        joins: "(faithful = 100):",
+    }
+    .render();
+    Some(Chart {
+        file: "cost_per_change.svg".into(),
+        title: title.into(),
+        svg,
+    })
 }
 
 /// The names any variant's metrics have under `keys` (counters, histograms), sorted, once each.

@@ -3,6 +3,8 @@
 //! - [`apiserver`]: the Kubernetes API server.
 //! - [`argocd`]: Argo CD's application controller and server.
 //! - [`git`]: the Git provider.
+//! - [`cost`]: what the components ask of the world (requests, watch lines), counted
+//!   beside the trace.
 //! - [`database`]: the platform's database (registry and audit log), whose crashes keep
 //!   what it committed.
 //! - [`workload`]: commits, app churn, health flaps and refreshes, drawn from the seed.
@@ -20,6 +22,7 @@
 pub mod addresses;
 pub mod apiserver;
 pub mod argocd;
+pub mod cost;
 pub mod database;
 pub mod git;
 pub mod hosted;

@@ -141,6 +141,22 @@ fn hardened_reporters_deliver_every_app_and_the_events_api_refuses_bad_requests_
         assert!(body.as_object().unwrap().values().all(|a| a["sync_status"] == "Synced"), "{body}");
         let (updated, _, _) = check_platform.projection_counts();
         assert!(updated >= names.len() as u64);
+        // A replica's share (hardened's resync): the two members' shares are the whole,
+        // each app in one, as rendezvous hashing owns it.
+        let mut shares = Vec::new();
+        for member in ["reporter-0", "reporter-1"] {
+            let url = format!("http://platform:8080/2.0/api/apps?member={member}&members=reporter-0,reporter-1");
+            let (code, share, _) = call(&env, "GET", &url, &[("authorization", TOKEN)], vec![]).await;
+            assert_eq!(code, 200);
+            for key in share.as_object().unwrap().keys() {
+                let name = key.split_once('/').unwrap().1;
+                let members = ["reporter-0".to_string(), "reporter-1".to_string()];
+                assert_eq!(app_reporter::shard::rendezvous_owner(name, &members), Some(member), "{key}");
+            }
+            shares.push(share.as_object().unwrap().len());
+        }
+        assert_eq!(shares.iter().sum::<usize>(), names.len(), "{shares:?}");
+        assert!(shares.iter().all(|n| *n > 0), "both members own some of {} apps: {shares:?}", names.len());
 
         let (code, body, _) = call(&env, "POST", "http://platform:8080/2.0/api/events", &[("authorization", "stolen")], b"{}".to_vec()).await;
         assert_eq!(code, 401, "unknown token");

@@ -195,6 +195,27 @@ fn every_scenario_has_a_side_by_side_page_whose_charts_draw_its_reports_points()
                     .replace("&gt;", ">")
                     .replace("&lt;", "<")
                     .replace("&amp;", "&");
+                if histogram == "cost_per_change" {
+                    // A share of faithful's figure: the report's headline figures, divided.
+                    let (figure, _) = orrery_sim::report::page::COST_FIGURES
+                        .into_iter()
+                        .find(|(_, label)| *label == bucket)
+                        .unwrap_or_else(|| panic!("{name}/{file}: no cost figure {bucket}"));
+                    let value = |v: &str| variants[v]["headline"][figure].as_f64().unwrap_or(0.0);
+                    let share = (value(variant) * 100.0 / value("faithful")).round() as u64;
+                    assert!(
+                        element.contains(&format!("<title>{variant}: {share} (faithful = 100): ")),
+                        "{name}/{file} {variant} {bucket}: the bar's share is the report's"
+                    );
+                    let height: f64 = attribute(element, "height").unwrap().parse().unwrap();
+                    let want = 204.0 * share as f64 / y_max as f64;
+                    assert!(
+                        (height - want).abs() < 0.06,
+                        "{name}/{file} {variant} {bucket}"
+                    );
+                    bars += 1;
+                    continue;
+                }
                 let buckets = variants[variant]["metrics"]["histograms"][histogram]["buckets"]
                     .as_array()
                     .unwrap_or_else(|| panic!("{name}/{file}: {variant} has no {histogram}"));
@@ -216,7 +237,18 @@ fn every_scenario_has_a_side_by_side_page_whose_charts_draw_its_reports_points()
                 bars += 1;
             }
         }
-        // Every charted series and every histogram of either variant has its chart.
+        // Every charted series and every histogram of either variant has its chart, and the
+        // cost figures theirs where faithful has them.
+        if let Some(faithful) = variants.get("faithful") {
+            let costed = ["argocd_requests_per_change", "platform_bytes_per_change"]
+                .iter()
+                .any(|f| faithful["headline"][f].as_f64().is_some_and(|v| v > 0.0));
+            assert_eq!(
+                costed,
+                charts.iter().any(|c| c.ends_with("cost_per_change.svg")),
+                "{name}: the cost figures are charted where faithful has them"
+            );
+        }
         for (variant, report) in &variants {
             for (series, _) in orrery_sim::report::page::CHARTED_SERIES {
                 let has = report["metrics"]["series"][series]

@@ -12,6 +12,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use orrery_sim::env::SimEnv;
 use orrery_sim::world::apiserver::Knobs;
 use orrery_sim::world::argocd::{self, application_resource, HealthOverrides, NAMESPACE};
+use orrery_sim::world::cost::Cost;
 use orrery_sim::world::git::SharedGit;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
@@ -77,6 +78,21 @@ fn world_with(
     std::sync::Arc<Platform>,
     Store,
 ) {
+    world_counted(variant, limit, None)
+}
+
+/// [`world_with`], Argo CD counting the requests it answers into `cost`.
+fn world_counted(
+    variant: Variant,
+    limit: Option<RateLimit>,
+    cost: Option<std::sync::Arc<Cost>>,
+) -> (
+    World,
+    SharedGit,
+    HealthOverrides,
+    std::sync::Arc<Platform>,
+    Store,
+) {
     let mut w = world(Knobs::default());
     let git = SharedGit::default();
     git.lock().commit(REPO, "Dev <d@x>", "v1", 0, files(1));
@@ -91,6 +107,7 @@ fn world_with(
     });
     let config = argocd::controller::Config {
         reconcile_every: Duration::from_secs(5),
+        cost,
         ..Default::default()
     };
     w.argocd(&git, &health, config, "argo");
@@ -227,6 +244,94 @@ fn one_app_event_and_one_event_per_changed_resource_and_reconcile_stamps_send_no
         Ok(())
     });
     w.sim.run().unwrap();
+}
+
+/// What one app's life cost and left on the platform: Argo CD's requests by route, the
+/// events delivered, and the platform's app and resource states.
+struct Asked {
+    requests: BTreeMap<String, u64>,
+    sent: (u64, u64),
+    shown: String,
+}
+
+/// One app created and synced, four health flaps, a commit to another app's path (a new
+/// `sync.revision`) and one to its own (a new deployment), under `variant`.
+fn asked_of_argocd(variant: Variant) -> Asked {
+    let cost = std::sync::Arc::new(Cost::default());
+    let (mut w, git, health, platform, _) = world_counted(variant, None, Some(cost.clone()));
+    let trace = w.trace.clone();
+    let outcome = std::sync::Arc::new(std::sync::Mutex::new((0, 0)));
+    let sent_at_end = outcome.clone();
+    w.sim.client("client", async move {
+        let (env, client) = kube("client", &trace, Duration::from_secs(60));
+        create_app(&env, client).await?;
+        env.sleep(Duration::from_secs(10)).await;
+        for state in ["Degraded", "Healthy", "Degraded", "Healthy"] {
+            health.set("a", state);
+            env.sleep(Duration::from_secs(6)).await;
+        }
+        let other = BTreeMap::from([("apps/b/x.yaml".to_string(), "x".to_string())]);
+        git.lock().commit(REPO, "Dev <d@x>", "other", 0, other);
+        env.sleep(Duration::from_secs(8)).await;
+        git.lock().commit(REPO, "Dev <d@x>", "v2", 0, files(2));
+        env.sleep(Duration::from_secs(12)).await;
+        *sent_at_end.lock().unwrap() =
+            (sent(env.clone(), "app").await, sent(env, "resource").await);
+        Ok(())
+    });
+    w.sim.run().unwrap();
+    let sent = *outcome.lock().unwrap();
+    Asked {
+        requests: cost.counters(),
+        sent,
+        shown: {
+            // The hardened replica's lease writes move resourceVersions: the rest must match.
+            let mut apps = platform.apps_of("acme");
+            apps.values_mut().for_each(|a| a.resource_version = 0);
+            format!("{apps:?} {:?}", platform.resources_of("acme"))
+        },
+    }
+}
+
+#[test]
+fn hardened_asks_argo_cd_for_what_cannot_have_changed_once_and_shows_the_same() {
+    let faithful = asked_of_argocd(Variant::Faithful);
+    let hardened = asked_of_argocd(Variant::Hardened);
+    let asked = |a: &Asked, route: &str| {
+        a.requests
+            .get(&format!("argocd.requests.{route}"))
+            .copied()
+            .unwrap_or(0)
+    };
+    // The same events and the same picture on the platform.
+    assert_eq!(hardened.sent, faithful.sent);
+    assert!(faithful.sent.0 >= 6, "{:?}", faithful.sent);
+    assert_eq!(hardened.shown, faithful.shown);
+    // faithful asks for the tree, the manifests and the metadata on every app event.
+    assert_eq!(asked(&faithful, "resource-tree"), faithful.sent.0);
+    assert!(asked(&faithful, "manifests") >= 2 * faithful.sent.0 - 1);
+    assert!(asked(&faithful, "revision-metadata") >= faithful.sent.0 - 1);
+    // hardened: the tree only while something is not Healthy (the new app, still
+    // Progressing, and the two Degraded spells); manifests once per deployed revision (the
+    // answer serves both the desired state and the app versions); metadata once per
+    // commit deployed.
+    assert!(
+        asked(&hardened, "resource-tree") <= 3,
+        "{:?}",
+        hardened.requests
+    );
+    assert!(
+        asked(&hardened, "manifests") <= 2,
+        "{:?}",
+        hardened.requests
+    );
+    assert!(
+        asked(&hardened, "revision-metadata") <= 2,
+        "{:?}",
+        hardened.requests
+    );
+    // The live resources are read as often: each resource event needs its live state.
+    assert_eq!(asked(&hardened, "resource"), asked(&faithful, "resource"));
 }
 
 /// What the platform shows after five health flaps under a 2-events-per-10-minutes limit.

@@ -44,6 +44,8 @@ pub struct ApiServer {
     knobs: Mutex<Knobs>,
     kinds: Vec<ResourceKind>,
     rv_sender: tokio::sync::watch::Sender<u64>,
+    /// The lines and bytes its watches sent (beside the trace: the cost figures).
+    cost: crate::world::cost::Cost,
 }
 
 impl ApiServer {
@@ -54,7 +56,13 @@ impl ApiServer {
             knobs: Mutex::new(knobs),
             kinds: resources::registry(),
             rv_sender: tokio::sync::watch::Sender::new(0),
+            cost: Default::default(),
         })
+    }
+
+    /// What its watches sent, counted beside the trace.
+    pub fn cost(&self) -> &crate::world::cost::Cost {
+        &self.cost
     }
 
     /// Locks the store (never held across an await).

@@ -154,6 +154,7 @@ impl Stream {
                 .await;
             return Err(End::Cut);
         }
+        self.server.cost().watch_line(bytes.len());
         if knobs.drop_slow_watchers {
             return match self.tx.try_send(Ok(bytes)) {
                 Ok(()) => Ok(()),

@@ -91,6 +91,9 @@ pub struct Config {
     /// time are skipped, so the world can quiesce and end-of-run checks compare a settled
     /// state (refreshes that change something still happen).
     pub calm: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Where the server counts the requests it answers, by route (the reports' cost
+    /// figures); none: not counted.
+    pub cost: Option<std::sync::Arc<crate::world::cost::Cost>>,
 }
 
 impl Config {
@@ -115,6 +118,7 @@ impl Default for Config {
             sync_duration: Duration::ZERO,
             projects: Projects::default(),
             calm: None,
+            cost: None,
         }
     }
 }

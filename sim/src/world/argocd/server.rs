@@ -125,6 +125,21 @@ fn app_versions(files: &BTreeMap<String, String>, app_path: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The route a request path asks for, as the cost figures name it.
+fn route(path: &str) -> &'static str {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["api", "v1", "application", "changeRevision"] => "change-revision",
+        ["api", "v1", "applications", _] => "application",
+        ["api", "v1", "applications", _, "resource-tree"] => "resource-tree",
+        ["api", "v1", "applications", _, "manifests"] => "manifests",
+        ["api", "v1", "applications", _, "files"] => "files",
+        ["api", "v1", "applications", _, "revisions", _, "metadata"] => "revision-metadata",
+        ["api", "v1", "applications", _, "resource"] => "resource",
+        _ => "other",
+    }
+}
+
 fn error(code: StatusCode, grpc: u8, message: String) -> Response<Body> {
     json(
         code,
@@ -262,6 +277,9 @@ impl Server {
 
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        if let Some(cost) = &self.config.cost {
+            cost.argocd_request(route(req.uri().path()));
+        }
         let authorised = req
             .headers()
             .get("authorization")

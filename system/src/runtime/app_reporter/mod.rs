@@ -27,6 +27,7 @@
 pub mod argocd;
 pub mod dedup;
 mod membership;
+pub mod memo;
 pub use membership::release_lease;
 pub mod process;
 pub mod queue;
@@ -499,7 +500,7 @@ pub async fn run(env: SharedEnv, config: Config) {
             let (replica, processor, client) = (replica.clone(), processor.clone(), client.clone());
             tasks.spawn(async move {
                 let token = token::load(&replica, client.clone(), &secret).await;
-                processor.argocd().set_token(&token);
+                processor.token_rotated(&token);
                 replica.env.observe(
                     ReporterEvent::TokenLoaded {
                         replica: replica.me.clone(),

@@ -12,6 +12,7 @@
 //! here: hardened sends resource events `resource_concurrency` at a time with idempotency
 //! keys, and reports skipped resources as a failure so the app is processed again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,6 +31,7 @@ use base64::prelude::{Engine as _, BASE64_STANDARD};
 
 use super::argocd::{AppRef, ArgoCd, ReadError};
 use super::dedup::{self, AppDecision, AppFingerprint, WatchType};
+use super::memo::{self, Memo};
 use super::Config;
 
 /// Argo CD's default instance label (`application.instanceLabelKey`).
@@ -97,7 +99,17 @@ pub struct Processor {
     sources: Option<ArgoCd>,
     cache: cache::Client,
     config: Config,
+    /// hardened: manifests per (app, source, revision), asked for once ([`memo`]).
+    manifests: Memo,
+    /// hardened: commit metadata per (repository, revision), asked for once.
+    metadata: Memo,
 }
+
+/// hardened: manifests answers kept per replica (oldest evicted): two a change at most, and
+/// a replica owns a fifth of queue-overflow's 10,000 apps.
+const MANIFESTS_KEPT: usize = 4_096;
+/// hardened: commits' metadata kept per replica (small answers).
+const METADATA_KEPT: usize = 16_384;
 
 /// What the hardened resync reads of one app in the platform's read model (the fields of
 /// `platform::events::read_model::AppState` it compares; the rest is skipped unparsed).
@@ -326,6 +338,28 @@ fn desired_for(manifests: &[Value], res: &Value) -> Option<(String, Value)> {
     })
 }
 
+/// Whether every resource in the app's status is Healthy or has no health (a ConfigMap):
+/// then the resource tree holds no unhealthy node for the real reporter's health errors to
+/// find. Argo CD's app health is the worst of these resources' (gitops-engine
+/// `health.IsWorse` over `status.resources`), and a resource's health is computed from its
+/// children (a Deployment's from its ReplicaSets' and Pods' counts) [inferred: a child can
+/// be unhealthy under a Healthy parent only while the parent's own checks still pass].
+fn all_healthy(status: &Value) -> bool {
+    status["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|r| {
+            r.at("/health/status")
+                .is_none_or(|h| h.as_str() == Some("Healthy"))
+        })
+}
+
+/// What the app's manifests are made from: `spec.source` and `spec.sources`.
+fn source_spec(app: &Value) -> Value {
+    json!([app.at("/spec/source"), app.at("/spec/sources")])
+}
+
 /// One app's facts gathered from Argo CD before any event is built.
 struct Gathered {
     manifests: Vec<Value>,
@@ -338,6 +372,9 @@ struct Gathered {
     /// A Git detail could not be read (app versions, or a revision's metadata).
     details_missing: bool,
     errors: Vec<EventError>,
+    /// hardened: why the desired manifests could not be read, carried by the resource
+    /// events (they are read after the app event went out).
+    desired_errors: Vec<EventError>,
 }
 
 /// `Revisions` when set, else `[Revision]` (`getRevisions`; the single one may be empty).
@@ -423,7 +460,85 @@ impl Processor {
             cache: cache::Client::new(env.clone(), &config.cache_addr, config.request_timeout),
             env,
             config: config.clone(),
+            manifests: Memo::new(MANIFESTS_KEPT),
+            metadata: Memo::new(METADATA_KEPT),
         }
+    }
+
+    /// A new Argo CD token: calls carry it from now on, and the answers kept from the old
+    /// one are forgotten (the token may belong to another Argo CD).
+    pub fn token_rotated(&self, token: &str) {
+        self.argocd.set_token(token);
+        self.manifests.clear();
+        self.metadata.clear();
+    }
+
+    /// hardened: the desired manifests of a resource event, at the revision the app's status
+    /// was compared with (`status.sync.revision`; the latest target before it has one).
+    async fn desired(
+        &self,
+        app: &AppRef,
+        app_object: &Value,
+        status: &Value,
+    ) -> Result<Vec<Value>, ReadError> {
+        let revision = text(status, "/sync/revision");
+        let answer = if revision.is_empty() {
+            Arc::new(self.argocd.manifests(app, None).await?)
+        } else {
+            self.manifests_at(
+                ("argocd", &self.argocd),
+                app,
+                &source_spec(app_object),
+                &revision,
+            )
+            .await?
+        };
+        Ok(answer["manifests"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// hardened: the app's manifests at `revision` from `side` (`"argocd"` or `"sources"`),
+    /// asked for once per (app, source, revision).
+    async fn manifests_at(
+        &self,
+        side: (&str, &ArgoCd),
+        app: &AppRef,
+        source: &Value,
+        revision: &str,
+    ) -> Result<Arc<Value>, ReadError> {
+        let app_key = dedup::app_key(&app.namespace, &app.name);
+        let key = format!(
+            "{}|{}",
+            memo::manifests_key(&app_key, source, revision),
+            side.0
+        );
+        if let Some(kept) = self.manifests.get(&key) {
+            return Ok(kept);
+        }
+        let answer = Arc::new(side.1.manifests(app, Some(revision)).await?);
+        self.manifests.put(key, answer.clone());
+        Ok(answer)
+    }
+
+    /// The metadata of `revision` of the app's repository: asked for once per (repository,
+    /// revision) by hardened, every time by faithful.
+    async fn revision_metadata(
+        &self,
+        side: &ArgoCd,
+        app: &AppRef,
+        repo_url: &str,
+        revision: &str,
+        variant: Variant,
+    ) -> Result<Value, ReadError> {
+        if variant == Variant::Faithful || repo_url.is_empty() {
+            return side.revision_metadata(app, revision, 0).await;
+        }
+        let key = memo::metadata_key(repo_url, revision);
+        if let Some(kept) = self.metadata.get(&key) {
+            return Ok((*kept).clone());
+        }
+        let answer = side.revision_metadata(app, revision, 0).await?;
+        self.metadata.put(key, Arc::new(answer.clone()));
+        Ok(answer)
     }
 
     fn read_error(&self, e: &ReadError, reference: Value) -> EventError {
@@ -454,24 +569,34 @@ impl Processor {
             revisions_metadata: None,
             details_missing: false,
             errors: Vec::new(),
+            desired_errors: Vec::new(),
         };
         if deleted {
             return Ok(gathered); // Argo CD no longer knows the app: nothing to read
         }
         let reference = json!({"kind": "Application", "name": app.name});
-        match self.argocd.resource_tree(app).await {
-            Err(e) if e.is_deadline() => return Err(e),
-            Err(e) => gathered.errors.push(self.read_error(&e, reference.clone())),
-            Ok(_) => {}
-        }
-        match self.argocd.manifests(app, None).await {
-            Ok(answer) => {
-                gathered.manifests = answer["manifests"].as_array().cloned().unwrap_or_default()
+        let hardened = variant == Variant::Hardened;
+        // The tree is where the real reporter finds unhealthy nodes' errors: hardened asks
+        // only when something in the app is not Healthy.
+        if !hardened || !all_healthy(status) {
+            match self.argocd.resource_tree(app).await {
+                Err(e) if e.is_deadline() => return Err(e),
+                Err(e) => gathered.errors.push(self.read_error(&e, reference.clone())),
+                Ok(_) => {}
             }
-            Err(e) if e.is_deadline() => return Err(e),
-            Err(e) => {
-                gathered.manifests_failed = true;
-                gathered.errors.push(self.read_error(&e, reference.clone()));
+        }
+        // The desired manifests: hardened reads them when a resource event needs them
+        // ([`Self::desired`]), at the revision the status was compared with.
+        if !hardened {
+            match self.argocd.manifests(app, None).await {
+                Ok(answer) => {
+                    gathered.manifests = answer["manifests"].as_array().cloned().unwrap_or_default()
+                }
+                Err(e) if e.is_deadline() => return Err(e),
+                Err(e) => {
+                    gathered.manifests_failed = true;
+                    gathered.errors.push(self.read_error(&e, reference.clone()));
+                }
             }
         }
         // App versions and revision metadata: from the source server when there is one. A
@@ -480,7 +605,24 @@ impl Processor {
         let git_side = self.sources.as_ref().unwrap_or(&self.argocd);
         let sync_revision = text(status, "/operationState/syncResult/revision");
         if !sync_revision.is_empty() {
-            match git_side.manifests(app, Some(&sync_revision)).await {
+            let answer = if hardened {
+                let side = (
+                    if self.sources.is_some() {
+                        "sources"
+                    } else {
+                        "argocd"
+                    },
+                    git_side,
+                );
+                self.manifests_at(side, app, &source_spec(app_object), &sync_revision)
+                    .await
+            } else {
+                git_side
+                    .manifests(app, Some(&sync_revision))
+                    .await
+                    .map(Arc::new)
+            };
+            match answer {
                 Ok(answer) => gathered.app_versions = answer["applicationVersions"].clone(),
                 Err(e) if e.is_deadline() => return Err(e),
                 Err(e) => gathered.details_missing |= !e.is_permanent(),
@@ -494,6 +636,7 @@ impl Processor {
             || status["history"].as_array().is_some_and(|h| !h.is_empty());
         if has_revision {
             let helm = !text(app_object, "/spec/source/chart").is_empty();
+            let repo_url = text(app_object, "/spec/source/repoURL");
             let mut lists = Vec::new();
             for mut revisions in [sync_revisions(app_object), change_revisions(app_object)] {
                 if variant == Variant::Hardened {
@@ -506,7 +649,10 @@ impl Processor {
                         list.push(json!({"revision": revision}));
                         continue;
                     }
-                    match git_side.revision_metadata(app, revision, 0).await {
+                    match self
+                        .revision_metadata(git_side, app, &repo_url, revision, variant)
+                        .await
+                    {
                         Ok(meta) => list.push(json!({"revision": revision, "metadata": meta})),
                         Err(e) if e.is_deadline() => return Err(e),
                         Err(e) => {
@@ -565,6 +711,10 @@ impl Processor {
         let name = app.metadata.name.clone().unwrap_or_default();
         let key = dedup::app_key(&namespace, &name);
         let fingerprint = AppFingerprint::of(app);
+        if variant == Variant::Hardened && memo::hard_refresh(app) {
+            // Argo CD regenerates the app's manifests: so does the reporter.
+            self.manifests.forget(&format!("{key}|"));
+        }
         // Fault point: the lookup fails, as a Redis timeout would; the event goes out anyway.
         let cached = if force || deleted || self.env.buggify(Point::ReporterCacheReadFails) {
             None
@@ -730,6 +880,18 @@ impl Processor {
             }
             pending.push((res, res_key, digest));
         }
+        let mut gathered = gathered;
+        if variant == Variant::Hardened && !pending.is_empty() && !being_deleted {
+            match self.desired(&reference, &app_json, status).await {
+                Ok(manifests) => gathered.manifests = manifests,
+                Err(e) if e.is_deadline() => return Outcome::Aborted(tally),
+                Err(e) => {
+                    gathered.manifests_failed = true;
+                    let what = json!({"kind": "Application", "name": name});
+                    gathered.desired_errors.push(self.read_error(&e, what));
+                }
+            }
+        }
         let concurrency = match variant {
             Variant::Faithful => 1,
             Variant::Hardened => self.config.resource_concurrency.max(1),
@@ -825,7 +987,7 @@ impl Processor {
         source.sync_status = text(res, "/status");
         source.health_status = text(res, "/health/status");
         source.health_message = text(res, "/health/message");
-        let mut errors = Vec::new();
+        let mut errors = gathered.desired_errors.clone();
         let desired = if being_deleted {
             None
         } else {
@@ -917,11 +1079,26 @@ impl Processor {
     /// The platform's read model (`GET /2.0/api/apps`): `namespace/name` → reported state.
     pub async fn platform_apps(
         &self,
+        shard: Option<(&str, &[String])>,
     ) -> Result<std::collections::BTreeMap<String, ReportedApp>, String> {
-        let request = Request::get(format!("http://{}/2.0/api/apps", self.config.platform_addr))
-            .header("authorization", self.config.runtime_token.clone())
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| e.to_string())?;
+        // hardened: only the apps `member` owns among `members` (the platform applies the
+        // same rendezvous hashing), not the whole runtime's.
+        let query = shard
+            .map(|(member, members)| {
+                format!(
+                    "?member={}&members={}",
+                    crate::env::http::query_escape(member),
+                    crate::env::http::query_escape(&members.join(","))
+                )
+            })
+            .unwrap_or_default();
+        let request = Request::get(format!(
+            "http://{}/2.0/api/apps{query}",
+            self.config.platform_addr
+        ))
+        .header("authorization", self.config.runtime_token.clone())
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| e.to_string())?;
         let response =
             tokio::time::timeout(self.config.request_timeout, self.http.request(request))
                 .await

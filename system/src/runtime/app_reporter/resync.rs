@@ -22,13 +22,17 @@ use crate::observe::ReporterEvent;
 pub async fn run(replica: Arc<Replica>, processor: Arc<Processor>, client: kube::Client) {
     loop {
         replica.env.sleep(replica.config.resync_every).await;
+        // The platform answers with this replica's share at the membership it has now.
+        let members = replica.ownership().members;
         let read = if replica
             .env
             .buggify(crate::env::Point::ReporterResyncReadFails)
         {
             Err("GET /2.0/api/apps: connection reset (fault point)".to_string())
         } else {
-            processor.platform_apps().await
+            processor
+                .platform_apps(Some((replica.me.as_str(), &members)))
+                .await
         };
         let Ok(reported) = read else {
             replica.env.observe(

@@ -109,7 +109,7 @@ pub(super) async fn follow(
         if token == processor.argocd().token() {
             continue;
         }
-        processor.argocd().set_token(&token);
+        processor.token_rotated(&token);
         let requeued = replica.requeue_owned();
         replica.env.observe(
             ReporterEvent::TokenLoaded {
