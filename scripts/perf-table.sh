@@ -8,7 +8,8 @@
 # (requests to Argo CD and bytes posted to the platform per application change, where the
 # run has them), and whether the two trace hashes agree.
 # NEW=path/to/orrery measures that binary as the "after" one instead of building the working
-# tree (e.g. NEW=target/pgo/orrery after scripts/pgo-build.sh).
+# tree (e.g. NEW=target/pgo/orrery after scripts/pgo-build.sh); OLD=path/to/orrery, one
+# already built from BASE, as the "before" one.
 # The table also goes to reports/perf/compare.md (ignored by git; copy figures into the
 # performance page, docs/performance.md, by hand).
 #
@@ -25,11 +26,15 @@ work=$(mktemp -d)
 cleanup() { git worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 git worktree add -q --detach "$work/base" "$base"
-echo "building $base ($(git rev-parse --short "$base")) and the working tree, release..." >&2
-# One target directory for both builds: the dependencies are compiled once (the same
-# crates at the same versions), only the workspace's crates twice.
-CARGO_TARGET_DIR="$root/target" cargo build -q --release --manifest-path "$work/base/Cargo.toml" --bin orrery
-cp "$root/target/release/orrery" "$work/old"
+if [ -n "${OLD:-}" ]; then
+  cp "$OLD" "$work/old"
+else
+  echo "building $base ($(git rev-parse --short "$base")) and the working tree, release..." >&2
+  # One target directory for both builds: the dependencies are compiled once (the same
+  # crates at the same versions), only the workspace's crates twice.
+  CARGO_TARGET_DIR="$root/target" cargo build -q --release --manifest-path "$work/base/Cargo.toml" --bin orrery
+  cp "$root/target/release/orrery" "$work/old"
+fi
 if [ -n "${NEW:-}" ]; then
   cp "$NEW" "$work/new"
 else

@@ -237,22 +237,12 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         .get("reporter.events_sent.app")
         .copied()
         .unwrap_or(0);
-    let asked: u64 = metrics
-        .counters
-        .iter()
-        .filter(|(k, _)| k.starts_with("argocd.requests."))
-        .map(|(_, v)| *v)
-        .sum();
+    let asked = sum_of(&metrics.counters, "argocd.requests.");
     if sent_app > 0 && asked > 0 {
         let per_event = (asked as f64 * 100.0 / sent_app as f64).round() / 100.0;
         put("argocd_requests_per_app_event", Some(json!(per_event)));
     }
-    let requests: u64 = metrics
-        .counters
-        .iter()
-        .filter(|(k, _)| k.starts_with("client.requests."))
-        .map(|(_, v)| *v)
-        .sum();
+    let requests = sum_of(&metrics.counters, "client.requests.");
     if requests > 0 {
         let ok = metrics
             .counters
@@ -409,6 +399,15 @@ pub fn format(name: &str, value: &Value) -> String {
     }
 }
 
+/// The sum of the counters whose names start with `prefix`.
+fn sum_of(counters: &BTreeMap<String, u64>, prefix: &str) -> u64 {
+    counters
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| *v)
+        .sum()
+}
+
 /// The per-change cost figures (issue 54): what the runtime asked of Argo CD, sent to and
 /// read from the platform, and what the API server's watches carried, per application
 /// change (a stored write to an Application), to two decimals. Present only where apps
@@ -422,13 +421,7 @@ pub fn per_change(metrics: &Metrics) -> Vec<(&'static str, f64)> {
     if changes == 0 {
         return Vec::new();
     }
-    let sum = |prefix: &str| -> u64 {
-        counters
-            .iter()
-            .filter(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| *v)
-            .sum()
-    };
+    let sum = |prefix: &str| sum_of(counters, prefix);
     [
         ("argocd_requests_per_change", sum("argocd.requests.")),
         ("platform_bytes_per_change", sum("platform.event_bytes")),

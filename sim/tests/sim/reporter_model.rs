@@ -68,31 +68,25 @@ async fn metric(env: &SharedEnv, name: &str, labels: &str) -> u64 {
 
 /// Argo CD, the platform, a cache and one reporter replica; returns the sim, the shared
 /// Git, the health overrides, the platform and the cache's memory.
-fn world_with(
-    variant: Variant,
-    limit: Option<RateLimit>,
-) -> (
+fn world_with(variant: Variant, limit: Option<RateLimit>) -> Parts {
+    world_counted(variant, limit, None)
+}
+
+/// The sim, the shared Git, the health overrides, the platform and the cache's memory.
+type Parts = (
     World,
     SharedGit,
     HealthOverrides,
     std::sync::Arc<Platform>,
     Store,
-) {
-    world_counted(variant, limit, None)
-}
+);
 
 /// [`world_with`], Argo CD counting the requests it answers into `cost`.
 fn world_counted(
     variant: Variant,
     limit: Option<RateLimit>,
     cost: Option<std::sync::Arc<Cost>>,
-) -> (
-    World,
-    SharedGit,
-    HealthOverrides,
-    std::sync::Arc<Platform>,
-    Store,
-) {
+) -> Parts {
     let mut w = world(Knobs::default());
     let git = SharedGit::default();
     git.lock().commit(REPO, "Dev <d@x>", "v1", 0, files(1));
