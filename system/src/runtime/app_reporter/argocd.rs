@@ -45,6 +45,12 @@ impl ReadError {
         matches!(self, ReadError::Deadline { .. })
     }
 
+    /// True when Argo CD refused the reporter's token (401 or 403).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, ReadError::Failed { message, .. }
+            if message.starts_with("401 ") || message.starts_with("403 "))
+    }
+
     /// True when asking again cannot help: the thing does not exist (404) or the request
     /// was refused as malformed or unprocessable (400, 422).
     pub fn is_permanent(&self) -> bool {

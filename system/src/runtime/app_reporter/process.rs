@@ -625,7 +625,14 @@ impl Processor {
             match answer {
                 Ok(answer) => gathered.app_versions = answer["applicationVersions"].clone(),
                 Err(e) if e.is_deadline() => return Err(e),
-                Err(e) => gathered.details_missing |= !e.is_permanent(),
+                Err(e) => {
+                    gathered.details_missing |= !e.is_permanent();
+                    // hardened reads little else for an app event: a refused token must
+                    // still show on the platform.
+                    if hardened && e.is_refused() {
+                        gathered.errors.push(self.read_error(&e, reference.clone()));
+                    }
+                }
             }
         }
         // `getApplicationRevisionsMetadata`: every sync revision's and every change
@@ -658,6 +665,9 @@ impl Processor {
                         Err(e) => {
                             failed = true;
                             gathered.details_missing |= !e.is_permanent();
+                            if variant == Variant::Hardened && e.is_refused() {
+                                gathered.errors.push(self.read_error(&e, reference.clone()));
+                            }
                             break;
                         }
                     }
