@@ -30,7 +30,7 @@ export MIMALLOC_PURGE_DELAY
 MIMALLOC_ALLOW_THP ?= 0
 export MIMALLOC_ALLOW_THP
 
-.PHONY: docs farm pgo all test test-linted cargo-test lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-kind nightly profile
+.PHONY: docs farm pgo all test test-linted cargo-test reports-fresh lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-kind nightly profile
 
 all: test
 
@@ -68,11 +68,20 @@ test:
 # make test's steps, run with the lints on (see above): one build of every target (the orrery
 # binary with the tests' crates, in one build graph), then side by side the tests, the
 # cross-process determinism check and the reports (each step's output printed whole when it
-# ends: --output-sync), and only then reports/ compared with the commit.
+# ends: --output-sync), and only then reports/ compared with the commit. The reports are
+# regenerated into a copy of reports/ and moved in once the tests are done: several tests
+# read the committed reports, and a page half rewritten beside them failed them.
+FRESH_REPORTS := target/reports-fresh
 test-linted:
 	$(CARGO) test --workspace --no-run
-	$(MAKE) --no-print-directory -j3 --output-sync=target cargo-test determinism reports
+	$(MAKE) --no-print-directory -j3 --output-sync=target cargo-test determinism reports-fresh
+	rm -rf reports && mv $(FRESH_REPORTS) reports
 	$(MAKE) --no-print-directory reports-committed
+
+# make reports into a copy of reports/ (what it keeps and what it replaces are as in place).
+reports-fresh: build
+	rm -rf $(FRESH_REPORTS) && mkdir -p $(dir $(FRESH_REPORTS)) && cp -r reports $(FRESH_REPORTS)
+	$(ORRERY) reports --scenarios scenarios --out $(FRESH_REPORTS)
 
 # The unit and simulation tests (already built by test-linted's first step). MAKEFLAGS is
 # cleared: cargo would otherwise look for make's jobserver, which this recipe does not pass.

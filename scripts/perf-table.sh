@@ -10,8 +10,9 @@
 # NEW=path/to/orrery measures that binary as the "after" one instead of building the working
 # tree (e.g. NEW=target/pgo/orrery after scripts/pgo-build.sh); OLD=path/to/orrery, one
 # already built from BASE, as the "before" one.
-# The table also goes to reports/perf/compare.md (ignored by git; copy figures into the
-# performance page, docs/performance.md, by hand).
+# The table also goes to reports/perf/compare.md (ignored by git), and the after-side's
+# columns, as the README's Performance table has them, to reports/perf/readme-table.md
+# (paste it into the README with the date, the revision and the machine).
 #
 #   scripts/perf-table.sh BASE [scenario-name...]     e.g. scripts/perf-table.sh HEAD~3 queue-overflow
 set -euo pipefail
@@ -105,4 +106,14 @@ for name in "${names[@]}"; do
 done
 mkdir -p reports/perf
 { echo "Before: \`$base\` ($(git rev-parse --short "$base")); after: ${NEW:-the working tree}. Release builds, seed 1, one run at a time, $(nproc) cores."; echo; cat "$table"; } > reports/perf/compare.md
+# The README's table: the after binary's figures, the before binary's wall time beside them.
+awk -F' [|] ' 'NR > 2 {
+  sub(/^[|] /, "", $1)
+  printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $4, $7, $9, $10, $11, $3
+}' "$table" > "$work/readme-rows"
+{
+  echo "| scenario | variant | wall s/seed | sim s per wall s | peak RSS MB | Argo CD requests per app change | bytes posted per app change | wall s/seed at \`$base\` |"
+  echo "|---|---|---|---|---|---|---|---|"
+  cat "$work/readme-rows"
+} > reports/perf/readme-table.md
 cat reports/perf/compare.md

@@ -227,6 +227,14 @@ impl TraceEvent {
         }
     }
 
+    /// The Codefresh Runner's event (platform side, agent, engine stand-in), if this is one.
+    pub fn runner(&self) -> Option<&orrery_system::observe::RunnerEvent> {
+        match &self.entry {
+            Entry::Observed(Observation::Runner(e)) => Some(e),
+            _ => None,
+        }
+    }
+
     /// The source server's event, if this is one.
     pub fn sources(&self) -> Option<&orrery_system::observe::SourcesEvent> {
         match &self.entry {

@@ -471,6 +471,35 @@ events! {
 }
 
 events! {
+    /// The Codefresh Runner: the platform's builds and agent task queue
+    /// (`platform::runner`), the agent (`runtime::runner`) and the engine stand-in. Builds are
+    /// `b<n>`, tasks `t<n>`.
+    pub enum RunnerEvent {
+        /// An agent started.
+        "runner.start" => Start { host: String, variant: Variant },
+        /// The platform moved a build to `status` (`reason`: why, when not its steps).
+        "runner.build" => Build { build: String, status: String, reason: String },
+        /// The platform handed a task out (`delivery`: 1 the first time, 2 the second…).
+        "runner.handout" => Handout { agent: String, task: String, kind: String, object: String, delivery: u32 },
+        /// The platform took a task's status (`accepted`: false when refused, `detail` why).
+        "runner.report" => Report { agent: String, task: String, outcome: String, retriable: bool, accepted: bool, detail: String },
+        /// A task was not done before its `expireAt`.
+        "runner.expired" => Expired { task: String },
+        /// An agent's poll ended: `tasks` handed to it, or `error`.
+        "runner.poll" => Poll { host: String, tasks: u64, error: String },
+        /// An agent executed a task against the Kubernetes API: `outcome` is `Success` or
+        /// `Error`; hardened's `deduplicated` is a task it had already done (not executed again).
+        "runner.exec" => Exec { host: String, task: String, kind: String, object: String, outcome: String, retriable: bool, detail: String, deduplicated: bool },
+        /// An agent's status report ended: `delivered` false when it got no 2xx (`detail`).
+        "runner.ack" => Ack { host: String, task: String, delivered: bool, attempt: u32, detail: String },
+        /// The engine stand-in of a build started, or ended with `exit_code`.
+        "runner.engine" => Engine { build: String, started: bool, exit_code: i32 },
+        /// The kubelet's readiness probe of an agent's `/health` (`ok`: a 2xx within 1 s).
+        "runner.probe" => Probe { agent: String, ok: bool },
+    }
+}
+
+events! {
     /// A Git webhook EventSource (`runtime::webhook_source`).
     pub enum WebhookEvent {
         /// A delivery of a configured event type was accepted (`after` is a push's new head).
@@ -515,6 +544,8 @@ pub enum Observation {
     Operator(OperatorEvent),
     /// From the platform's promotion orchestrator.
     Promotion(PromotionEvent),
+    /// From the Codefresh Runner (platform side, agent, engine stand-in).
+    Runner(RunnerEvent),
     /// From the tunnel client or server.
     Tunnel(TunnelEvent),
     /// From the platform's events path.
@@ -538,6 +569,7 @@ impl Observation {
             Observation::Sources(e) => e.kind(),
             Observation::Operator(e) => e.kind(),
             Observation::Promotion(e) => e.kind(),
+            Observation::Runner(e) => e.kind(),
             Observation::Tunnel(e) => e.kind(),
             Observation::Platform(e) => e.kind(),
             Observation::Kube(e) => e.kind(),
@@ -579,6 +611,12 @@ impl From<AcrEvent> for Observation {
 impl From<PromotionEvent> for Observation {
     fn from(event: PromotionEvent) -> Self {
         Observation::Promotion(event)
+    }
+}
+
+impl From<RunnerEvent> for Observation {
+    fn from(event: RunnerEvent) -> Self {
+        Observation::Runner(event)
     }
 }
 

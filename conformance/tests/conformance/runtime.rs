@@ -446,6 +446,7 @@ async fn the_app_proxy_terminates_a_real_workflow() {
         }),
         events: None,
         promotions: None,
+        runner: None,
         monitor: None,
         cron: None,
         anti_entropy: None,

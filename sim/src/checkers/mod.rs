@@ -28,6 +28,10 @@
 //! | `no_acknowledged_event_lost` | safety | every event the events API answered 2xx for at least 30 s before the end was projected by the event handler, whatever crashed in between (see `durability`) |
 //! | `no_acknowledged_write_lost` | safety | every registration the platform answered is in its database at the end: the last token answered is the one held, a token a later answered registration replaced is revoked, and each answered registration is in the audit log (see `store`) |
 //! | `vcluster_isolation` | safety | after the calm phase, in every hosted runtime's virtual cluster, what a pod of each ConfigMap's or Secret's namespace mounts under its name on the shared host cluster is that object's own copy with its content, and the vcluster's host namespace holds no copy of a gone or foreign object (see `hosted`) |
+//! | `runner_build_outcome` | safety | no Runner build fails on a creation task whose object had been created for it (a repeated task's `AlreadyExists` reported as an error; see `runner`) |
+//! | `runner_builds_finish` | liveness | at the end every Runner build has ended (success, failure, error, terminated) |
+//! | `runner_no_orphans` | liveness | at the end no Pod or PersistentVolumeClaim of an ended Runner build is left in the cluster |
+//! | `runner_stall_detected` | safety | a Runner agent that has not polled the platform successfully for 60 s is not reported ready by its readiness probe |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
 //! # Typed events
@@ -69,6 +73,7 @@ mod platform;
 pub mod promotions;
 pub mod resources;
 pub mod restricted;
+pub mod runner;
 pub mod sources;
 pub mod store;
 pub mod tenants;
@@ -191,6 +196,8 @@ pub struct FinalState {
     pub database: Option<DatabaseTruth>,
     /// Each hosted runtime's virtual cluster and its host namespace (`role: vcluster`).
     pub hosted: Vec<hosted::VclusterTruth>,
+    /// The Runner's builds and what they left in the cluster (with a `runner:` section).
+    pub runner: Option<runner::RunnerTruth>,
 }
 
 impl FinalState {
@@ -252,6 +259,10 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "no_spurious_change" => Box::new(acr::NoSpuriousChange),
         "app_version_reported" => Box::new(sources::AppVersionReported),
         "change_revision_reported" => Box::new(sources::ChangeRevisionReported),
+        "runner_build_outcome" => Box::new(runner::BuildOutcome::default()),
+        "runner_builds_finish" => Box::new(runner::BuildsFinish),
+        "runner_no_orphans" => Box::new(runner::NoOrphans),
+        "runner_stall_detected" => Box::new(runner::StallDetected::default()),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

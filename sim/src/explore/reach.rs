@@ -56,6 +56,8 @@
 //! | `vcluster_conflict` | a hosted runtime's vcluster syncer found another object's copy at an object's host name (faithful deleted it, hardened refused to touch it) |
 //! | `vcluster_failed_then_synced` | a vcluster syncer's reconcile of an object failed (its host cluster unreachable, a conflict on write) and a later one synced that object |
 //! | `hosted_runtime_restarted_then_reported` | a hosted runtime's vcluster host was stopped and started again, and its reporter then sent app events to the platform |
+//! | `runner_task_redelivered` | the platform handed a Runner task out a second time (no status had come for it) |
+//! | `runner_ack_lost` | a Runner agent's status report got no answer it could use (lost, refused, timed out) |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -63,8 +65,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use orrery_system::env::Point;
 use orrery_system::observe::{
     AcrEvent, FaultPointEvent, LossReason, Observation, OperatorEvent, PlatformEvent, Projection,
-    PromotionEvent, ReporterEvent, ResourceReporterEvent, SourcesEvent, TunnelEvent, WatchEnd,
-    WorldEvent,
+    PromotionEvent, ReporterEvent, ResourceReporterEvent, RunnerEvent, SourcesEvent, TunnelEvent,
+    WatchEnd, WorldEvent,
 };
 
 use crate::faults::Fault;
@@ -469,6 +471,12 @@ impl Condition {
                     _ => false,
                 })
             }
+            Condition::RunnerTaskRedelivered => events.iter().any(|e| {
+                matches!(e.runner(), Some(RunnerEvent::Handout { delivery, .. }) if *delivery > 1)
+            }),
+            Condition::RunnerAckLost => events.iter().any(|e| {
+                matches!(e.runner(), Some(RunnerEvent::Ack { delivered: false, .. }))
+            }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -1288,7 +1296,49 @@ expect: {hardened: pass}
                     sent(4_000, "acme"),
                 ],
             ),
+            (
+                RunnerTaskRedelivered,
+                vec![handout(1_000, "t000001", 1), handout(2_000, "t000002", 1)],
+                vec![handout(1_000, "t000001", 1), handout(61_000, "t000001", 2)],
+            ),
+            (
+                RunnerAckLost,
+                vec![ack(1_000, "t000001", true)],
+                vec![ack(1_000, "t000001", false), ack(3_000, "t000001", true)],
+            ),
         ]
+    }
+
+    fn handout(at_ms: u64, task: &str, delivery: u32) -> TraceEvent {
+        at(
+            at_ms,
+            "platform",
+            RunnerEvent::Handout {
+                agent: "runner".into(),
+                task: task.into(),
+                kind: "CreatePod".into(),
+                object: "engine-b00001".into(),
+                delivery,
+            },
+        )
+    }
+
+    fn ack(at_ms: u64, task: &str, delivered: bool) -> TraceEvent {
+        at(
+            at_ms,
+            "runner",
+            RunnerEvent::Ack {
+                host: "runner".into(),
+                task: task.into(),
+                delivered,
+                attempt: 1,
+                detail: if delivered {
+                    String::new()
+                } else {
+                    "502 Bad Gateway".into()
+                },
+            },
+        )
     }
 
     fn sent(at_ms: u64, replica: &str) -> TraceEvent {

@@ -412,6 +412,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     );
     change_revision_figures(events, state, &mut counters, &mut histograms);
     promotion_figures(events, state, &mut counters, &mut histograms);
+    runner_figures(events, state, &mut counters, &mut histograms);
     restricted_figures(events, &mut counters, &mut histograms);
     health_figures(events, &mut counters, &mut histograms);
     bus_figures(events, &mut counters);
@@ -431,6 +432,84 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         series_kinds,
         ownership,
     }
+}
+
+/// The Runner's builds by how they ended, the tasks executed again or deduplicated, the
+/// objects left behind, and a task's round trip (handed out → its status accepted).
+fn runner_figures(
+    events: &[TraceEvent],
+    state: &crate::checkers::FinalState,
+    counters: &mut BTreeMap<String, u64>,
+    histograms: &mut BTreeMap<String, Histogram>,
+) {
+    use orrery_system::observe::RunnerEvent;
+    let Some(truth) = &state.runner else {
+        return;
+    };
+    counters.insert("runner.builds".into(), truth.builds.len() as u64);
+    for build in &truth.builds {
+        let status = if build.status.is_final() {
+            build.status.as_str()
+        } else {
+            "unfinished"
+        };
+        *counters
+            .entry(format!("runner.builds.{status}"))
+            .or_default() += 1;
+    }
+    counters.insert(
+        "runner.orphans".into(),
+        truth
+            .objects
+            .iter()
+            .filter(|(_, _, b)| {
+                truth
+                    .builds
+                    .iter()
+                    .any(|build| &build.id == b && build.status.is_final())
+            })
+            .count() as u64,
+    );
+    let mut executed: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut deduplicated = 0;
+    let mut handed: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut round_trips = Vec::new();
+    for event in events {
+        match event.runner() {
+            Some(RunnerEvent::Exec {
+                task,
+                deduplicated: false,
+                ..
+            }) => {
+                *executed.entry(task).or_default() += 1;
+            }
+            Some(RunnerEvent::Exec {
+                deduplicated: true, ..
+            }) => deduplicated += 1,
+            Some(RunnerEvent::Handout { task, .. }) => {
+                handed.entry(task).or_insert(event.at_ms);
+            }
+            Some(RunnerEvent::Report {
+                task,
+                accepted: true,
+                ..
+            }) => {
+                if let Some(at) = handed.remove(task.as_str()) {
+                    round_trips.push(event.at_ms.saturating_sub(at));
+                }
+            }
+            _ => {}
+        }
+    }
+    counters.insert(
+        "runner.tasks_executed_again".into(),
+        executed.values().map(|n| n.saturating_sub(1)).sum(),
+    );
+    counters.insert("runner.tasks_deduplicated".into(), deduplicated);
+    histograms.insert(
+        "runner.task_round_trip".into(),
+        Histogram::from_ms(round_trips),
+    );
 }
 
 /// Promotion figures (with a `promotions:` section):

@@ -129,6 +129,9 @@ struct World {
     /// The platform's databases (registry, permissions, events read model): they survive a
     /// restart of the hosts that serve them.
     control_plane: ControlPlaneState,
+    /// How many builds the Runner's trigger made (it goes on where it stopped after a
+    /// restart).
+    runner_builds_made: Arc<std::sync::atomic::AtomicU32>,
     /// The memory of each cache host's current boot (a crash loses it; `flush` empties it).
     caches: Arc<Mutex<BTreeMap<String, cache::Store>>>,
     /// Cluster hosts whose registration an `unregister` fault removed.
@@ -401,8 +404,9 @@ fn world_pieces(
     if host.has(Role::Cluster) {
         // A destination cluster: its own API server; a restart boots it empty.
         let knobs = scenario.apiserver.clone();
+        let cost = world.cost.clone();
         pieces.push(Box::new(move |env| {
-            let api = ApiServer::new(knobs.clone());
+            let api = ApiServer::counted(knobs.clone(), cost.clone());
             Box::pin(async move {
                 if let Err(error) = apiserver::run(env, api, "0.0.0.0:6443").await {
                     tracing::error!(%error, "destination cluster's API server stopped");
@@ -466,6 +470,27 @@ fn world_pieces(
                     tracing::error!(%error, "simulated Git provider stopped");
                 }
             })
+        }));
+    }
+    if host.has(Role::Apiserver) && scenario.runner.is_some() {
+        let scenario = scenario.clone();
+        pieces.push(Box::new(move |env| {
+            Box::pin(crate::world::runner::probe(env, scenario.clone()))
+        }));
+    }
+    if host.has(Role::Platform) && scenario.runner.is_some() {
+        let (scenario, made, calm) = (
+            scenario.clone(),
+            world.runner_builds_made.clone(),
+            world.calm.clone(),
+        );
+        pieces.push(Box::new(move |env| {
+            Box::pin(crate::world::runner::trigger(
+                env,
+                scenario.clone(),
+                made.clone(),
+                calm.clone(),
+            ))
         }));
     }
     if host.has(Role::Rollouts) {
@@ -832,6 +857,14 @@ impl Target for Harness<'_> {
                 .map(|status| (status, reject.percent));
         }
         self.world.platform.set_knobs(knobs);
+        if let (Some(silent), Some(builds)) =
+            (change.runner_silent, &self.world.control_plane.runner)
+        {
+            builds.set_knobs(orrery_system::platform::runner::Knobs {
+                silent,
+                ..builds.knobs()
+            });
+        }
     }
 
     fn scale(&mut self, replicas: u32, every: Duration) {
@@ -903,6 +936,9 @@ fn start_calm(
         tenant.api.set_knobs(scenario.apiserver.clone());
     }
     world.platform.set_knobs(platform_knobs(scenario));
+    if let Some(builds) = &world.control_plane.runner {
+        builds.set_knobs(Default::default());
+    }
     world.git.lock().serving = Default::default();
     world.calm.store(true, Ordering::SeqCst);
     let detail = json!({"restarted": restarted, "links_repaired": true, "knobs_reset": true, "workload_stopped": true});
@@ -1117,6 +1153,38 @@ fn attributions(
 
 /// The API server's Rollouts with their ReplicaSets' replicas (empty when Rollouts are not
 /// served).
+/// The Runner's builds, and the Pods and claims of builds left in the cluster.
+fn runner_truth(
+    builds: &orrery_system::platform::runner::Builds,
+    api: &ApiServer,
+) -> checkers::runner::RunnerTruth {
+    let mut objects = Vec::new();
+    let store = api.store();
+    for plural in ["pods", "persistentvolumeclaims"] {
+        let Some(kind) = api.kind(plural).cloned() else {
+            continue;
+        };
+        store.visit(&kind, |o| {
+            let metadata = o.get("metadata");
+            let build = metadata
+                .and_then(|m| m.get("labels"))
+                .and_then(|l| l.get(orrery_system::core::runner::BUILD_LABEL))
+                .and_then(Value::as_str);
+            if let Some(build) = build {
+                objects.push((
+                    kind.kind.clone(),
+                    text(metadata, "name").to_string(),
+                    build.to_string(),
+                ));
+            }
+        });
+    }
+    checkers::runner::RunnerTruth {
+        builds: builds.lock().builds().cloned().collect(),
+        objects,
+    }
+}
+
 fn rollout_truth(api: &ApiServer) -> Vec<checkers::resources::RolloutTruth> {
     let (Some(rollouts), Some(sets)) = (
         api.kind("rollouts").cloned(),
@@ -1422,15 +1490,16 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
         Install::Bundled => argocd::Tokens::from(ARGOCD_TOKEN),
         Install::Existing => argocd::Tokens::from(EXISTING_ARGOCD_TOKEN),
     };
+    let cost = Arc::<crate::world::cost::Cost>::default();
     let world = World {
-        api: ApiServer::new(scenario.apiserver.clone()),
+        api: ApiServer::counted(scenario.apiserver.clone(), cost.clone()),
         git: SharedGit::default(),
         health: HealthOverrides::default(),
         calm: Arc::new(AtomicBool::new(false)),
         trace: trace.clone(),
         platform: platform.clone(),
         reporter_replicas: Arc::new(Mutex::new(initial_replicas)),
-        cost: Arc::default(),
+        cost: cost.clone(),
         caches: Arc::default(),
         bus: Default::default(),
         unregister: Arc::default(),
@@ -1439,8 +1508,13 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
             .then(|| workload::TokenSecret::new(argocd_tokens.current())),
         control_plane: ControlPlaneState {
             events: Some(platform),
+            runner: scenario
+                .runner
+                .as_ref()
+                .map(|r| crate::world::runner::builds(scenario, r)),
             ..Default::default()
         },
+        runner_builds_made: Arc::default(),
         verdicts: rollouts::Verdicts::default(),
         jobs: workflows::Jobs::default(),
         database: scenario
@@ -1453,7 +1527,7 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
             .into_iter()
             .map(|host| {
                 let tenant = crate::world::hosted::Tenant {
-                    api: ApiServer::new(scenario.apiserver.clone()),
+                    api: ApiServer::counted(scenario.apiserver.clone(), cost.clone()),
                     git: SharedGit::default(),
                     health: HealthOverrides::default(),
                 };
@@ -1657,7 +1731,6 @@ fn final_state(
         end_ms,
         cost: {
             let mut counters = world.cost.counters();
-            counters.extend(world.api.cost().counters());
             counters.extend(world.platform.traffic().counters());
             counters
         },
@@ -1672,6 +1745,11 @@ fn final_state(
         reported_rollouts: world.platform.rollouts(),
         reported_workflows: world.platform.workflows(),
         promotions: promotion_truth(scenario, &world.git, &world.control_plane),
+        runner: world
+            .control_plane
+            .runner
+            .as_ref()
+            .map(|builds| runner_truth(builds, &world.api)),
         audit: match &world.database {
             // What the database committed: an answered denial must be there.
             Some(database) => database.snapshot().audit,

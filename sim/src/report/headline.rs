@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 52] = [
+pub const FIGURES: [(&str, &str); 57] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -176,6 +176,26 @@ pub const FIGURES: [(&str, &str); 52] = [
         "hosted_runtime_stale_apps",
         "hosted runtimes' apps the platform shows otherwise, or shows though gone",
     ),
+    (
+        "runner_builds_succeeded",
+        "Runner builds that ended as their steps did",
+    ),
+    (
+        "runner_builds_errored",
+        "Runner builds the platform failed (error or terminated)",
+    ),
+    (
+        "runner_tasks_executed_again",
+        "Runner tasks an agent executed a second time",
+    ),
+    (
+        "runner_orphans_at_end",
+        "pods and volume claims of ended builds left at the end",
+    ),
+    (
+        "runner_task_round_trip_p99_ms",
+        "Runner task handed out → its status accepted, p99",
+    ),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -276,6 +296,33 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         "apps_without_version",
         counter("platform.apps_without_version"),
     );
+    if metrics.counters.contains_key("runner.builds") {
+        let n = |name: &str| metrics.counters.get(name).copied().unwrap_or(0);
+        put(
+            "runner_builds_succeeded",
+            Some(json!(
+                n("runner.builds.success") + n("runner.builds.failure")
+            )),
+        );
+        put(
+            "runner_builds_errored",
+            Some(json!(
+                n("runner.builds.error") + n("runner.builds.terminated")
+            )),
+        );
+        put(
+            "runner_tasks_executed_again",
+            counter("runner.tasks_executed_again"),
+        );
+        put("runner_orphans_at_end", counter("runner.orphans"));
+        put(
+            "runner_task_round_trip_p99_ms",
+            metrics
+                .histograms
+                .get("runner.task_round_trip")
+                .map(|h| json!(h.p99)),
+        );
+    }
     if metrics.counters.contains_key("promotion.duplicate_commits") {
         put(
             "releases_succeeded",

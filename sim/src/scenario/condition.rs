@@ -152,6 +152,10 @@ conditions! {
     /// A hosted runtime's vcluster host was stopped and started again, and its reporter then
     /// sent app events to the platform.
     HostedRuntimeRestartedThenReported = "hosted_runtime_restarted_then_reported",
+    /// The platform handed a Runner task out again (its status had not come).
+    RunnerTaskRedelivered = "runner_task_redelivered",
+    /// A Runner agent's status report got no answer it could use.
+    RunnerAckLost = "runner_ack_lost",
 }
 
 impl fmt::Display for Condition {

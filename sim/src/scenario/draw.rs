@@ -278,6 +278,7 @@ fn steps(
             api_latency: ranges.api_latency.map(|r| between(rng, r)),
             handler_delay: ranges.handler_delay.map(|r| between(rng, r)),
             reject: None,
+            runner_silent: None,
         };
         on.platform = Some(pick_change(rng));
         off.platform = Some(PlatformChange {
@@ -286,6 +287,7 @@ fn steps(
                 .handler_delay
                 .map(|_| scenario.platform.handler_delay),
             reject: None,
+            runner_silent: None,
         });
         "platform knobs".to_string()
     } else {

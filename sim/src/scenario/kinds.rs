@@ -235,14 +235,26 @@ struct CrdVersion {
     printer_columns: Vec<PrinterColumn>,
 }
 
-/// All resource types: core `ConfigMap`, `Secret`, `Event`, `apps/v1 ReplicaSet`, `Lease`,
-/// and the fixture CRDs.
+/// All resource types: core `ConfigMap`, `Secret`, `Event`, `Pod` and
+/// `PersistentVolumeClaim` (the Runner's builds; no kubelet or volume binding runs them),
+/// `apps/v1 ReplicaSet`, `Lease`, and the fixture CRDs.
 pub fn registry() -> Vec<ResourceKind> {
     let mut kinds = vec![
         ResourceKind::builtin("", "v1", "ConfigMap", "configmaps", false, false)
             .named(&["cm"], &[]),
         ResourceKind::builtin("", "v1", "Secret", "secrets", false, false),
         ResourceKind::builtin("", "v1", "Event", "events", false, false).named(&["ev"], &[]),
+        // Pods carry metadata.generation since Kubernetes 1.33 (pod generation tracking).
+        ResourceKind::builtin("", "v1", "Pod", "pods", true, true).named(&["po"], &["all"]),
+        ResourceKind::builtin(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+            false,
+        )
+        .named(&["pvc"], &[]),
         ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true, true)
             .named(&["rs"], &["all"]),
         ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false, false),

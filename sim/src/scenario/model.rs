@@ -66,6 +66,11 @@ pub struct Scenario {
     /// cluster on the shared host cluster. Default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosted: Option<Hosted>,
+    /// The Codefresh Runner (`world::runner`): builds made through the builds API of the
+    /// `role: platform` host, run by the agent on the `role: runner` host in the `role:
+    /// apiserver` host's cluster, where a stand-in runs their engine pods. Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<Runner>,
     /// Timed faults, applied between simulation steps.
     #[serde(default)]
     pub faults: Vec<FaultStep>,
@@ -310,6 +315,10 @@ pub enum Role {
     /// it starts, and is restarted when it stops (a crash of either loses only what was not
     /// committed).
     Database,
+    /// The Codefresh Runner's agent (`runtime::runner`, with a `runner:` section), polling
+    /// the `role: platform` host for its builds' tasks and creating their pods and volume
+    /// claims in the `role: apiserver` host's cluster.
+    Runner,
     /// A hosted runtime's virtual cluster (`world::hosted`, with a `hosted:` section): its
     /// own API server (port 6443; its store outlives the host's crashes, as etcd on a
     /// volume), the tenant writing ConfigMaps and Secrets into it, and the control plane's
@@ -963,6 +972,57 @@ impl Default for Tenants {
     }
 }
 
+/// The Codefresh Runner's load and link (`runner:`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Runner {
+    /// Builds made during the fault phase, one every `every` from its start. Default 20.
+    pub builds: u32,
+    /// Time between two builds. Default 5 s.
+    #[serde(with = "super::duration")]
+    pub every: Duration,
+    /// Each build's steps, run by the engine stand-in. Default one 20 s step exiting 0.
+    pub steps: Vec<RunnerStep>,
+    /// Percent of the agent's requests the link in front of the platform answers 502
+    /// before the platform saw them, during the fault phase. Default 0.
+    pub lost_requests: u8,
+    /// Percent of the agent's requests handled by the platform whose answer the link loses
+    /// (502), during the fault phase. Default 0.
+    pub lost_answers: u8,
+    /// The platform hands a task out again when its status has not come this long after
+    /// (the redelivery rule is not public, `runner-research.md` §6.1). Default 60 s.
+    #[serde(with = "super::duration")]
+    pub redeliver_after: Duration,
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Runner {
+            builds: 20,
+            every: Duration::from_secs(5),
+            steps: vec![RunnerStep {
+                duration: Duration::from_secs(20),
+                exit_code: 0,
+            }],
+            lost_requests: 0,
+            lost_answers: 0,
+            redeliver_after: Duration::from_secs(60),
+        }
+    }
+}
+
+/// One step of the Runner's pipeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerStep {
+    /// How long it runs.
+    #[serde(with = "super::duration")]
+    pub duration: Duration,
+    /// How it exits. Default 0.
+    #[serde(default)]
+    pub exit_code: i32,
+}
+
 /// Hosted runtimes' virtual clusters (`hosted:`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -1044,6 +1104,12 @@ pub struct PlatformChange {
     /// ends it; the calm phase ends it too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reject: Option<Reject>,
+    /// The link in front of the Runner's agent API goes silent (`true`): it takes requests
+    /// and never answers nor closes them, as a proxy or NAT that lost the connection's other
+    /// side; `false` ends it for new requests (one already taken stays unanswered). The
+    /// calm phase ends it too. Needs a `runner:` section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_silent: Option<bool>,
 }
 
 /// Answers the events API gives instead of handling a POST.
@@ -1176,7 +1242,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 29] = [
+pub const KNOWN_INVARIANTS: [&str; 33] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1206,6 +1272,10 @@ pub const KNOWN_INVARIANTS: [&str; 29] = [
     "tenant_isolation",
     "vcluster_isolation",
     "hosted_runtimes_converge",
+    "runner_build_outcome",
+    "runner_builds_finish",
+    "runner_no_orphans",
+    "runner_stall_detected",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

@@ -281,6 +281,46 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
         "a resources host needs exactly one host with role apiserver, one with role platform and one with role eventbus (faithful publishes to it; hardened leaves it idle)",
     )?;
     v.check(
+        s.runner.is_none()
+            || (count(Role::Runner) == 1
+                && count(Role::Platform) == 1
+                && count(Role::Apiserver) == 1),
+        &Field::root("runner"),
+        "the runner needs one host with role runner (its agent), one with role platform (its builds API) and one with role apiserver (the cluster its builds run in)",
+    )?;
+    v.check(
+        count(Role::Runner) == 0 || s.runner.is_some(),
+        &hosts_field,
+        "a runner host needs a `runner:` section (its builds)",
+    )?;
+    if let Some(runner) = &s.runner {
+        let field = Field::root("runner");
+        for (ok, key, why) in [
+            (
+                runner.lost_requests <= 100,
+                "lost_requests",
+                "lost_requests is a percentage (0-100)",
+            ),
+            (
+                runner.lost_answers <= 100,
+                "lost_answers",
+                "lost_answers is a percentage (0-100)",
+            ),
+            (
+                !runner.every.is_zero(),
+                "every",
+                "every must be longer than 0 s",
+            ),
+            (
+                !runner.redeliver_after.is_zero(),
+                "redeliver_after",
+                "redeliver_after must be longer than 0 s",
+            ),
+        ] {
+            v.check(ok, &field.key(key), why)?;
+        }
+    }
+    v.check(
         count(Role::Acr) == 0 || (count(Role::Apiserver) == 1 && count(Role::Argocd) == 1),
         &hosts_field,
         "an acr host needs exactly one host with role apiserver and one with role argocd",
@@ -614,6 +654,7 @@ fn validate_workload(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioErro
         Role::Git,
         Role::Appproxy,
         Role::Promotions,
+        Role::Runner,
     ] {
         v.check(
             count(role) <= 1,

@@ -12,6 +12,8 @@
 //! - [`promotions`]: a Product's apps and releases, and its orchestrator's configuration.
 //! - [`restricted`]: tenants' Restricted Git Sources and repositories, and a monitor of
 //!   what Argo CD deployed and refused.
+//! - [`runner`]: the Codefresh Runner's builds: the platform's queue, the agent, the engine
+//!   stand-in and the trigger that makes builds.
 //! - [`tunnel`]: the tunnel world's app-proxy stand-in and clients.
 //! - [`hosted`]: hosted runtimes' virtual clusters (their API servers and tenants) on the
 //!   shared host cluster.
@@ -31,6 +33,7 @@ pub mod probe;
 pub mod promotions;
 pub mod restricted;
 pub mod rollouts;
+pub mod runner;
 pub mod tenants;
 pub mod tunnel;
 pub mod workflows;

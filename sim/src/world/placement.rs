@@ -71,6 +71,15 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         let pinned = scenario.reporter.variant.unwrap_or(variant);
         config.app_reporter = Some(reporter(scenario, pinned));
     }
+    if scenario.runner.is_some() {
+        if host.has(Role::Runner) {
+            config.runner = Some(super::runner::agent(scenario, variant));
+        }
+        // The builds' engine pods run in the cluster.
+        if host.has(Role::Apiserver) {
+            config.engine = Some(super::runner::engine(scenario));
+        }
+    }
     if host.has(Role::Eventbus) {
         config.event_bus = Some(format!("0.0.0.0:{BUS_PORT}"));
     }
@@ -184,6 +193,8 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         && config.resource_reporter.is_none()
         && config.acr.is_none()
         && config.operator.is_none()
+        && config.runner.is_none()
+        && config.engine.is_none()
         && config.app_proxy.is_none()
         && config.source_server.is_none();
     (!empty).then_some(config)
@@ -198,6 +209,9 @@ pub fn control_plane(
     let mut config = ControlPlaneConfig::default();
     if host.has(Role::Platform) {
         config.events = Some(format!("0.0.0.0:{PLATFORM_PORT}"));
+        if scenario.runner.is_some() {
+            config.runner = Some(format!("0.0.0.0:{}", super::runner::API_PORT));
+        }
     }
     if host.has(Role::Gateway) {
         let mut tunnel = tunnel_server::Config::new(variant);
@@ -273,6 +287,7 @@ pub fn control_plane(
             ));
     }
     (config.events.is_some()
+        || config.runner.is_some()
         || config.tunnel.is_some()
         || config.promotions.is_some()
         || !config.vclusters.is_empty())

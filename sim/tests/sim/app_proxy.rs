@@ -161,6 +161,7 @@ fn the_app_proxy_lists_commits_and_terminates_workflows_for_authorised_users_onl
         }),
         events: None,
         promotions: None,
+        runner: None,
         monitor: None,
         cron: None,
         anti_entropy: None,

@@ -28,6 +28,8 @@ const RUNS: &[(&str, u64, Variant)] = &[
     ("swarm-store", 3, Variant::Hardened),
     ("promotion-failover", 1, Variant::Hardened),
     ("hosted-tenants", 2, Variant::Faithful),
+    ("runner-poll-loss", 1, Variant::Faithful),
+    ("runner-poll-loss", 2, Variant::Hardened),
 ];
 
 fn repo(path: &str) -> String {

@@ -63,6 +63,7 @@ fn step() -> impl Strategy<Value = FaultStep> {
                 api_latency: Some(Duration::from_millis(ms)),
                 handler_delay: None,
                 reject: None,
+                runner_silent: None,
             }),
             ..FaultStep::default()
         }),

@@ -119,6 +119,7 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
         }),
         events: None,
         promotions: None,
+        runner: None,
         monitor: None,
         cron: None,
         anti_entropy: None,

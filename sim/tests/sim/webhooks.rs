@@ -110,6 +110,7 @@ fn a_git_push_reaches_the_event_bus_through_the_tunnel_and_through_the_ingress()
         }),
         events: None,
         promotions: None,
+        runner: None,
         monitor: None,
         cron: None,
         anti_entropy: None,

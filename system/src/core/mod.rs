@@ -4,6 +4,7 @@
 pub mod buggify;
 pub mod event;
 pub mod json;
+pub mod runner;
 pub mod time;
 pub mod variant;
 pub mod yaml;

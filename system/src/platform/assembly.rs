@@ -61,6 +61,9 @@ pub struct ControlPlaneConfig {
     pub events: Option<String>,
     /// The promotion orchestrator (one Product).
     pub promotions: Option<promotions::Config>,
+    /// The Runner's builds and agent API, listening on this address (needs
+    /// [`ControlPlaneState::runner`]).
+    pub runner: Option<String>,
     /// The runtime monitor (needs the tunnel server).
     pub monitor: Option<monitor::Config>,
     /// The cron executor (the platform's periodic jobs).
@@ -93,6 +96,8 @@ pub struct ControlPlaneState {
     pub events: Option<Arc<Platform>>,
     /// The promotion orchestrator's read model of releases.
     pub releases: promotions::Releases,
+    /// The Runner's builds and agent task queue.
+    pub runner: Option<Arc<super::runner::Builds>>,
 }
 
 /// Why the control plane stopped on its own.
@@ -273,6 +278,14 @@ pub async fn run(
         let listener = bind(&env, "events API", addr).await?;
         let serve = events::serve(env.clone(), platform, listener);
         services.spawn(async move { ("events API", serve.await) });
+    }
+    if let Some(addr) = &config.runner {
+        let builds = state.runner.clone().ok_or(Error::Config(
+            "the runner API needs ControlPlaneState::runner",
+        ))?;
+        let listener = bind(&env, "runner API", addr).await?;
+        let serve = super::runner::serve(env.clone(), builds, listener);
+        services.spawn(async move { ("runner API", serve.await) });
     }
     if let Some(cron) = config.cron.clone() {
         let stores = super::cron::Stores {

@@ -14,6 +14,8 @@
 //!   model missed sent again).
 //! - [`promotions`]: the promotion orchestrator (releases through a Product's flow, each
 //!   environment a PromotionTask on its runtime) and its read model.
+//! - [`runner`]: the Codefresh Runner's platform side: builds, the agent task queue the
+//!   agents poll, the engine's reports and the platform's build limits.
 //! - [`registry`], [`permissions`]: runtimes, their tokens, kinds and access modes; accounts'
 //!   users, teams and rules (RBAC plus ABAC, deny by default).
 //! - [`store`]: what a process must not lose, committed to PostgreSQL in real mode.
@@ -34,6 +36,7 @@ pub mod monitor;
 pub mod permissions;
 pub mod promotions;
 pub mod registry;
+pub mod runner;
 pub mod sources;
 pub mod store;
 pub mod tunnel;

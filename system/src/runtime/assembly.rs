@@ -77,6 +77,10 @@ pub struct RuntimeConfig {
     pub source_server: Option<source_server::Config>,
     /// The GitOps operator (one replica; replicas elect a leader through a Lease).
     pub operator: Option<gitops_operator::Config>,
+    /// The Codefresh Runner's agent (one replica).
+    pub runner: Option<super::runner::Config>,
+    /// The stand-in for the engine pods of the runner's builds.
+    pub engine: Option<super::runner::engine::Config>,
     /// Who restarts a tunnel client that exits (faithful: a failed first login ends it, as
     /// it ends frpc). `None` in real mode: the client gives up, the process exits and the
     /// real kubelet restarts the pod. The simulator has no kubelet, so its world passes
@@ -189,6 +193,12 @@ pub async fn run(
     }
     if let Some(operator) = config.operator.clone() {
         servers.spawn(gitops_operator::run(env.clone(), operator));
+    }
+    if let Some(agent) = config.runner.clone() {
+        servers.spawn(super::runner::run(env.clone(), agent));
+    }
+    if let Some(engine) = config.engine.clone() {
+        servers.spawn(super::runner::engine::run(env.clone(), engine));
     }
     if let Some(sources) = config.source_server.clone() {
         let sources_env = env.clone();

@@ -26,6 +26,7 @@ pub mod gitops_operator;
 pub mod heartbeat;
 pub mod resource_reporter;
 pub mod router;
+pub mod runner;
 pub mod source_server;
 pub mod tunnel_client;
 pub mod upstream;

@@ -215,6 +215,7 @@ fn tunnel_bench(
             gateway: Some(GatewayConfig { listen: gateway_addr.clone(), admin_token: "bench-admin".into() }),
             events: None,
             promotions: None,
+            runner: None,
             monitor: None,
             cron: None,
             anti_entropy: None,

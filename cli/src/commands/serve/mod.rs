@@ -785,6 +785,8 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         }),
         events: args.events,
         promotions,
+        // `orrery serve control-plane` does not serve the Runner's builds API yet.
+        runner: None,
         monitor: args
             .monitor
             .then(|| orrery_system::platform::monitor::Config {

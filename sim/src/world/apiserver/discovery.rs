@@ -313,7 +313,16 @@ mod tests {
             .iter()
             .map(|r| r["resource"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["configmaps", "events", "secrets"]);
+        assert_eq!(
+            names,
+            [
+                "configmaps",
+                "events",
+                "persistentvolumeclaims",
+                "pods",
+                "secrets"
+            ]
+        );
         assert_eq!(core_resources[0]["shortNames"], json!(["cm"]));
         assert_eq!(core["items"][0]["metadata"], json!({}));
         let apis = aggregated(&kinds, false);

@@ -44,19 +44,26 @@ pub struct ApiServer {
     knobs: Mutex<Knobs>,
     kinds: Vec<ResourceKind>,
     rv_sender: tokio::sync::watch::Sender<u64>,
-    /// The lines and bytes its watches sent (beside the trace: the cost figures).
-    cost: crate::world::cost::Cost,
+    /// The lines and bytes its watches sent (beside the trace: the cost figures), counted
+    /// into the run's one [`Cost`](crate::world::cost::Cost).
+    cost: Arc<crate::world::cost::Cost>,
 }
 
 impl ApiServer {
     /// A server with an empty store and the given knobs, serving [`resources::registry`].
     pub fn new(knobs: Knobs) -> Arc<Self> {
+        Self::counted(knobs, Arc::default())
+    }
+
+    /// A server like [`ApiServer::new`] whose watch lines count into `cost`, the run's
+    /// (so every cluster of a world adds to one set of cost figures).
+    pub fn counted(knobs: Knobs, cost: Arc<crate::world::cost::Cost>) -> Arc<Self> {
         Arc::new(ApiServer {
             store: Mutex::new(Store::default()),
             knobs: Mutex::new(knobs),
             kinds: resources::registry(),
             rv_sender: tokio::sync::watch::Sender::new(0),
-            cost: Default::default(),
+            cost,
         })
     }
 

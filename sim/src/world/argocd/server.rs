@@ -125,10 +125,9 @@ fn app_versions(files: &BTreeMap<String, String>, app_path: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// The route a request path asks for, as the cost figures name it.
-fn route(path: &str) -> &'static str {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match segments.as_slice() {
+/// The route a request path's segments ask for, as the cost figures name it.
+fn route(segments: &[&str]) -> &'static str {
+    match segments {
         ["api", "v1", "application", "changeRevision"] => "change-revision",
         ["api", "v1", "applications", _] => "application",
         ["api", "v1", "applications", _, "resource-tree"] => "resource-tree",
@@ -277,8 +276,10 @@ impl Server {
 
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         if let Some(cost) = &self.config.cost {
-            cost.argocd_request(route(req.uri().path()));
+            cost.argocd_request(route(&segments));
         }
         let authorised = req
             .headers()
@@ -294,11 +295,9 @@ impl Server {
             );
         }
         let params = orrery_system::env::http::query(req.uri());
-        let path = req.uri().path().to_string();
         if path == "/api/v1/application/changeRevision" {
             return self.change_revision(&params).await;
         }
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let ["api", "v1", "applications", name, rest @ ..] = segments.as_slice() else {
             return error(StatusCode::NOT_FOUND, 5, format!("unknown route {path}"));
         };

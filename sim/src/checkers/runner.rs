@@ -1,0 +1,397 @@
+//! The Codefresh Runner's invariants (issue 52), judged from the trace and, at the end,
+//! from the platform's builds and the objects left in the cluster:
+//!
+//! - `runner_build_outcome` (safety): no build fails on a task whose effect is in the
+//!   cluster — a creation reported failed although its object was created for the build
+//!   (the agent ran the task again after its first status was lost, met `AlreadyExists`
+//!   and reported that as an error, `runner-research.md` §1.6-1.7).
+//! - `runner_builds_finish` (liveness): at the end every build has ended (success,
+//!   failure, error or terminated).
+//! - `runner_no_orphans` (liveness): at the end no Pod or PersistentVolumeClaim of an
+//!   ended build is left in the cluster (§4 rows 5 and 18).
+//! - `runner_stall_detected` (safety): an agent that has not polled the platform
+//!   successfully for [`STALL_BOUND_MS`] is not reported ready by its readiness probe — a
+//!   stalled agent whose `/health` still answers 200 is never restarted (§1.8, §4 row 4).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use orrery_system::observe::{RunnerEvent, WorldEvent};
+use orrery_system::platform::runner::Build;
+
+use super::{Checker, Class, FinalState, Violation};
+use crate::trace::TraceEvent;
+
+/// How long an agent may go without a successful poll and still be reported ready: two
+/// readiness periods past hardened's 30 s, with slack for a poll in flight.
+pub const STALL_BOUND_MS: u64 = 60_000;
+
+/// What the Runner's end-state checkers judge.
+#[derive(Clone, Debug, Default)]
+pub struct RunnerTruth {
+    /// The platform's builds, oldest first.
+    pub builds: Vec<Build>,
+    /// The builds' objects left in the cluster: (kind, name, build).
+    pub objects: Vec<(String, String, String)>,
+}
+
+/// `runner_build_outcome`.
+#[derive(Default)]
+pub struct BuildOutcome {
+    /// Pods and claims created so far (`pods/<name>`, `persistentvolumeclaims/<name>`).
+    created: BTreeSet<String>,
+}
+
+impl Checker for BuildOutcome {
+    fn name(&self) -> &'static str {
+        "runner_build_outcome"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        if let Some(WorldEvent::ApiWrite {
+            verb,
+            resource,
+            name,
+            ..
+        }) = event.world()
+        {
+            if verb == "create" && (resource == "pods" || resource == "persistentvolumeclaims") {
+                self.created.insert(format!("{resource}/{name}"));
+            }
+            return None;
+        }
+        let Some(RunnerEvent::Build {
+            build,
+            status,
+            reason,
+        }) = event.runner()
+        else {
+            return None;
+        };
+        if status != "error" {
+            return None;
+        }
+        // The platform's reason for a failed creation: "<TaskType> <object>: <why>".
+        let (task, rest) = reason.split_once(' ')?;
+        let (object, why) = rest.split_once(": ")?;
+        let resource = match task {
+            "CreatePod" => "pods",
+            "CreatePvc" => "persistentvolumeclaims",
+            _ => return None,
+        };
+        if !self.created.contains(&format!("{resource}/{object}")) {
+            return None;
+        }
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: event.at_ms,
+            host: event.host.clone(),
+            details: json!({
+                "reason": format!(
+                    "build {build} failed on {task} {object} ({why}), but {object} had been created for it"
+                ),
+                "build": build,
+                "task": task,
+                "object": object,
+            }),
+        })
+    }
+
+    fn at_end(&mut self, _state: &FinalState) -> Option<Violation> {
+        None
+    }
+}
+
+/// `runner_stall_detected`.
+#[derive(Default)]
+pub struct StallDetected {
+    /// Agent → when it last polled successfully (or started).
+    last_poll: BTreeMap<String, u64>,
+}
+
+impl Checker for StallDetected {
+    fn name(&self) -> &'static str {
+        "runner_stall_detected"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        match event.runner()? {
+            RunnerEvent::Start { host, .. } => {
+                self.last_poll.insert(host.clone(), event.at_ms);
+            }
+            RunnerEvent::Poll { host, error, .. } if error.is_empty() => {
+                self.last_poll.insert(host.clone(), event.at_ms);
+            }
+            RunnerEvent::Probe { agent, ok: true } => {
+                let last = *self.last_poll.get(agent)?;
+                let silent = event.at_ms.saturating_sub(last);
+                if silent > STALL_BOUND_MS {
+                    return Some(Violation {
+                        invariant: self.name().into(),
+                        class: Class::Safety,
+                        at_ms: event.at_ms,
+                        host: agent.clone(),
+                        details: json!({
+                            "reason": format!(
+                                "agent {agent} has not polled the platform for {} s and its readiness probe still passes",
+                                silent / 1000
+                            ),
+                            "last_poll_ms": last,
+                        }),
+                    });
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn at_end(&mut self, _state: &FinalState) -> Option<Violation> {
+        None
+    }
+}
+
+/// `runner_builds_finish`.
+pub struct BuildsFinish;
+
+impl Checker for BuildsFinish {
+    fn name(&self) -> &'static str {
+        "runner_builds_finish"
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let truth = state.runner.as_ref()?;
+        let open: Vec<&Build> = truth
+            .builds
+            .iter()
+            .filter(|b| !b.status.is_final())
+            .collect();
+        let first = open.first()?;
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Liveness,
+            at_ms: state.end_ms,
+            host: "platform".into(),
+            details: json!({
+                "reason": format!(
+                    "{} of {} builds never ended; {} is still {}",
+                    open.len(),
+                    truth.builds.len(),
+                    first.id,
+                    first.status.as_str()
+                ),
+                "open": open.iter().map(|b| &b.id).collect::<Vec<_>>(),
+            }),
+        })
+    }
+}
+
+/// `runner_no_orphans`.
+pub struct NoOrphans;
+
+impl Checker for NoOrphans {
+    fn name(&self) -> &'static str {
+        "runner_no_orphans"
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let truth = state.runner.as_ref()?;
+        let ended: BTreeSet<&str> = truth
+            .builds
+            .iter()
+            .filter(|b| b.status.is_final())
+            .map(|b| b.id.as_str())
+            .collect();
+        let orphans: Vec<_> = truth
+            .objects
+            .iter()
+            .filter(|(_, _, build)| ended.contains(build.as_str()))
+            .collect();
+        let (kind, name, build) = orphans.first()?;
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Liveness,
+            at_ms: state.end_ms,
+            host: "apiserver".into(),
+            details: json!({
+                "reason": format!(
+                    "{} objects of ended builds are left in the cluster; {kind} {name} of {build}",
+                    orphans.len()
+                ),
+                "orphans": orphans.iter().map(|(k, n, _)| format!("{k}/{n}")).collect::<Vec<_>>(),
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use orrery_system::platform::runner::Status;
+
+    use super::*;
+
+    fn build(id: &str, status: Status) -> Build {
+        Build {
+            id: id.into(),
+            pipeline: "p".into(),
+            agent: "runner".into(),
+            steps: Vec::new(),
+            status,
+            reason: None,
+            created_ms: 0,
+            engine_seen_ms: None,
+            finished_ms: None,
+            cleanup_queued: status.is_final(),
+        }
+    }
+
+    fn created(at_ms: u64, resource: &str, name: &str) -> TraceEvent {
+        TraceEvent::observed(
+            at_ms,
+            "apiserver",
+            WorldEvent::ApiWrite {
+                verb: "create".into(),
+                resource: resource.into(),
+                name: name.into(),
+                rv: "1".into(),
+            },
+        )
+    }
+
+    fn ended(at_ms: u64, build: &str, status: &str, reason: &str) -> TraceEvent {
+        TraceEvent::observed(
+            at_ms,
+            "platform",
+            RunnerEvent::Build {
+                build: build.into(),
+                status: status.into(),
+                reason: reason.into(),
+            },
+        )
+    }
+
+    fn first(checker: &mut dyn Checker, events: &[TraceEvent]) -> Option<Violation> {
+        events.iter().find_map(|e| checker.on_event(e))
+    }
+
+    #[test]
+    fn a_build_failed_on_an_object_it_had_created_breaks_the_outcome_invariant() {
+        let events = [
+            created(1_000, "pods", "engine-b00001"),
+            ended(
+                61_000,
+                "b00001",
+                "error",
+                "CreatePod engine-b00001: AlreadyExists",
+            ),
+        ];
+        let v = first(&mut BuildOutcome::default(), &events).expect("fires");
+        assert_eq!((v.class, v.at_ms), (Class::Safety, 61_000));
+        assert_eq!(v.details["object"], "engine-b00001");
+        // A creation that really failed, a claim of another name, a timeout: no violation.
+        let fine = [
+            created(1_000, "persistentvolumeclaims", "pvc-dind-b00002"),
+            ended(
+                2_000,
+                "b00001",
+                "error",
+                "CreatePod engine-b00001: 403 Forbidden: no",
+            ),
+            ended(
+                3_000,
+                "b00002",
+                "error",
+                "CreatePvc pvc-dind-b00003: AlreadyExists",
+            ),
+            ended(4_000, "b00003", "terminated", "engine inactive"),
+            ended(5_000, "b00004", "failure", ""),
+        ];
+        assert!(first(&mut BuildOutcome::default(), &fine).is_none());
+    }
+
+    fn runner(at_ms: u64, event: RunnerEvent) -> TraceEvent {
+        TraceEvent::observed(at_ms, "runner", event)
+    }
+
+    fn poll(at_ms: u64, error: &str) -> TraceEvent {
+        runner(
+            at_ms,
+            RunnerEvent::Poll {
+                host: "runner".into(),
+                tasks: 0,
+                error: error.into(),
+            },
+        )
+    }
+
+    fn probe(at_ms: u64, ok: bool) -> TraceEvent {
+        runner(
+            at_ms,
+            RunnerEvent::Probe {
+                agent: "runner".into(),
+                ok,
+            },
+        )
+    }
+
+    #[test]
+    fn a_stalled_agent_must_not_be_reported_ready() {
+        let stalled = [poll(3_000, ""), probe(60_000, true), probe(65_000, true)];
+        let v = first(&mut StallDetected::default(), &stalled).expect("fires");
+        assert_eq!((v.class, v.at_ms), (Class::Safety, 65_000));
+        // Failing polls reported unready; a restart starts the clock again; polls resume.
+        let fine = [
+            poll(3_000, ""),
+            poll(40_000, "502 Bad Gateway"),
+            probe(70_000, false),
+            runner(
+                80_000,
+                RunnerEvent::Start {
+                    host: "runner".into(),
+                    variant: orrery_system::core::Variant::Hardened,
+                },
+            ),
+            probe(85_000, true),
+            poll(140_000, ""),
+            probe(141_000, true),
+        ];
+        assert!(first(&mut StallDetected::default(), &fine).is_none());
+    }
+
+    #[test]
+    fn builds_must_end_and_leave_nothing_behind() {
+        let state = |builds: Vec<Build>, objects: Vec<(&str, &str, &str)>| FinalState {
+            end_ms: 300_000,
+            runner: Some(RunnerTruth {
+                builds,
+                objects: objects
+                    .into_iter()
+                    .map(|(k, n, b)| (k.to_string(), n.to_string(), b.to_string()))
+                    .collect(),
+            }),
+            ..FinalState::default()
+        };
+        let running = state(
+            vec![
+                build("b00001", Status::Success),
+                build("b00002", Status::Running),
+            ],
+            vec![("Pod", "engine-b00002", "b00002")],
+        );
+        let v = BuildsFinish.at_end(&running).expect("an open build");
+        assert_eq!(v.details["open"], json!(["b00002"]));
+        // The running build's own pods are not orphans.
+        assert!(NoOrphans.at_end(&running).is_none());
+        let left = state(
+            vec![build("b00001", Status::Error)],
+            vec![("Pod", "dind-b00001", "b00001")],
+        );
+        assert!(BuildsFinish.at_end(&left).is_none());
+        let v = NoOrphans.at_end(&left).expect("an orphan");
+        assert_eq!(v.details["orphans"], json!(["Pod/dind-b00001"]));
+        assert!(BuildsFinish.at_end(&FinalState::default()).is_none());
+        assert!(NoOrphans.at_end(&FinalState::default()).is_none());
+    }
+}

@@ -1,0 +1,191 @@
+//! The Codefresh Runner's world (`runner:`): the platform's builds and task queue on the
+//! `role: platform` host (port [`API_PORT`]), the agent on the `role: runner` host, the
+//! engine stand-in on the `role: apiserver` host (the cluster its pods run in), and a
+//! trigger on the platform host that makes `builds` builds during the fault phase.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use orrery_system::core::Variant;
+use orrery_system::env::kube::KubeTarget;
+use orrery_system::env::SharedEnv;
+use orrery_system::platform::runner::{Builds, Knobs, Settings, Step};
+use orrery_system::runtime::runner::{self as agent, engine};
+use serde_json::json;
+
+use super::addresses::APISERVER_PORT;
+use crate::scenario::model::{Role, Runner};
+use crate::scenario::Scenario;
+
+/// Port of the platform's builds and agent API.
+pub const API_PORT: u16 = 8086;
+/// The agent's token (`CODEFRESH_TOKEN`).
+pub const AGENT_TOKEN: &str = "runner-agent-token";
+/// The token builds are made with (a user's API key).
+pub const TRIGGER_TOKEN: &str = "runner-trigger-token";
+/// The namespace the builds' pods and claims go to (the runtime's).
+pub const NAMESPACE: &str = "codefresh";
+/// The one pipeline.
+pub const PIPELINE: &str = "demo/build";
+/// The agent's `/health` port (venona's `PORT`).
+pub const HEALTH_PORT: u16 = 8080;
+
+/// The first host with `role` (the parser requires one of each this world uses).
+fn host_of(scenario: &Scenario, role: Role) -> &str {
+    scenario
+        .topology
+        .hosts
+        .iter()
+        .find(|h| h.has(role))
+        .map_or("absent", |h| h.name.as_str())
+}
+
+/// The agent's id: its host's name.
+pub fn agent_id(scenario: &Scenario) -> String {
+    host_of(scenario, Role::Runner).to_string()
+}
+
+/// The platform's builds and queue for the world's one agent; they outlive the platform
+/// host's restarts (its databases). The link starts with the fault phase's losses.
+pub fn builds(scenario: &Scenario, runner: &Runner) -> Arc<Builds> {
+    let settings = Settings {
+        redeliver_after: runner.redeliver_after,
+        namespace: NAMESPACE.into(),
+        re_name: "sim/codefresh".into(),
+        ..Settings::default()
+    };
+    let agents = [(AGENT_TOKEN.to_string(), agent_id(scenario))]
+        .into_iter()
+        .collect();
+    let builds = Builds::new(settings, agents, TRIGGER_TOKEN);
+    builds.set_knobs(fault_knobs(runner));
+    builds
+}
+
+/// The link's losses during the fault phase (the calm phase has none).
+pub fn fault_knobs(runner: &Runner) -> Knobs {
+    Knobs {
+        lost_requests: runner.lost_requests,
+        lost_answers: runner.lost_answers,
+        silent: false,
+    }
+}
+
+fn cluster(scenario: &Scenario) -> KubeTarget {
+    let mut target = KubeTarget::new(format!(
+        "{}:{APISERVER_PORT}",
+        host_of(scenario, Role::Apiserver)
+    ));
+    target.namespace = NAMESPACE.into();
+    target
+}
+
+fn platform_api(scenario: &Scenario) -> String {
+    format!("{}:{API_PORT}", host_of(scenario, Role::Platform))
+}
+
+/// The agent on `role: runner`.
+pub fn agent(scenario: &Scenario, variant: Variant) -> agent::Config {
+    let mut config = agent::Config::new(
+        variant,
+        &agent_id(scenario),
+        AGENT_TOKEN,
+        &platform_api(scenario),
+        cluster(scenario),
+    );
+    config.listen = Some(format!("0.0.0.0:{HEALTH_PORT}"));
+    config
+}
+
+/// The engine stand-in on the cluster's host.
+pub fn engine(scenario: &Scenario) -> engine::Config {
+    engine::Config {
+        apiserver: cluster(scenario),
+        platform_api: platform_api(scenario),
+        token: AGENT_TOKEN.into(),
+    }
+}
+
+/// The readiness probe's period and timeout (the chart's: 5 s, and Kubernetes' default 1 s).
+pub const PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a probe waits for its answer.
+pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The kubelet's readiness probe of the agent (`GET /health` every 5 s, chart values
+/// L124-129), traced: what Kubernetes — and whoever watches the pod — is told about the
+/// agent. It runs on the cluster's host.
+pub async fn probe(env: SharedEnv, scenario: Scenario) {
+    use http_body_util::BodyExt;
+    let agent = agent_id(&scenario);
+    let url = format!("http://{agent}:{HEALTH_PORT}/health");
+    let http = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
+        env.clone(),
+        PROBE_TIMEOUT,
+    );
+    loop {
+        env.sleep(PROBE_EVERY).await;
+        let request = http::Request::get(&url)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .expect("a probe request is valid");
+        let answer = async {
+            let response = http.request(request).await.ok()?;
+            let ok = response.status().is_success();
+            response.into_body().collect().await.ok()?;
+            Some(ok)
+        };
+        let ok = tokio::select! {
+            biased;
+            ok = answer => ok.unwrap_or(false),
+            () = env.sleep(PROBE_TIMEOUT) => false,
+        };
+        env.observe(
+            orrery_system::observe::RunnerEvent::Probe {
+                agent: agent.clone(),
+                ok,
+            }
+            .into(),
+        );
+    }
+}
+
+/// Makes the scenario's builds, one every `every`, until `runner.builds` were made or the
+/// calm phase starts; `made` counts across the host's restarts, so a restart goes on where
+/// it stopped. A refused or lost request is tried again at the next slot.
+pub async fn trigger(
+    env: SharedEnv,
+    scenario: Scenario,
+    made: Arc<AtomicU32>,
+    calm: Arc<AtomicBool>,
+) {
+    let Some(runner) = scenario.runner.clone() else {
+        return;
+    };
+    let steps: Vec<Step> = runner
+        .steps
+        .iter()
+        .map(|s| Step {
+            millis: s.duration.as_millis() as u64,
+            exit_code: s.exit_code,
+        })
+        .collect();
+    let client = orrery_system::runtime::upstream::Client::new(
+        env.clone(),
+        &platform_api(&scenario),
+        std::time::Duration::from_secs(10),
+    );
+    let body = json!({"pipeline": PIPELINE, "agent": agent_id(&scenario), "steps": steps});
+    while made.load(Ordering::SeqCst) < runner.builds && !calm.load(Ordering::SeqCst) {
+        env.sleep(runner.every).await;
+        let answer = client
+            .send(
+                http::Method::POST,
+                "/api/builds".into(),
+                Some(TRIGGER_TOKEN),
+                Some(&body),
+            )
+            .await;
+        if answer.is_ok() {
+            made.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The Codefresh Runner's wire format, shared by the platform's agent task queue
+//! (`platform::runner`) and the agent (`runtime::runner`): the tasks `GET
+//! /api/agent/{id}/tasks` answers and the status `POST …/tasks/{taskId}/statuses` reports
+//! (venona ≥ 2.0, `pkg/task/task.go` L26-87; `runner-research.md` §1.3).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a task asks the agent to do (`task.go` L26-32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TaskType {
+    /// Create the build's dind volume claim.
+    CreatePvc,
+    /// Create one of the build's pods (dind or engine).
+    CreatePod,
+    /// Delete one of the build's pods.
+    DeletePod,
+    /// Delete the build's volume claim.
+    DeletePvc,
+    /// An agent task (`proxy`): not a workflow's.
+    AgentTask,
+}
+
+impl TaskType {
+    /// The order the agent runs one workflow's tasks in (`SortByType`, `task.go` L120-130):
+    /// creations before deletions, the volume claim before the pods that mount it.
+    pub fn rank(self) -> u8 {
+        match self {
+            TaskType::CreatePvc => 0,
+            TaskType::CreatePod => 1,
+            TaskType::DeletePod => 2,
+            TaskType::DeletePvc => 3,
+            TaskType::AgentTask => 4,
+        }
+    }
+
+    /// True for the types that create an object (their duplicate meets `AlreadyExists`).
+    pub fn creates(self) -> bool {
+        matches!(self, TaskType::CreatePvc | TaskType::CreatePod)
+    }
+}
+
+/// A task's metadata (`task.go` L61-67).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    /// When the platform made it (RFC 3339); batches run oldest first.
+    pub created_at: String,
+    /// The runtime environment's name: the agent looks its runtime up by it.
+    pub re_name: String,
+    /// The build the task belongs to (its tasks are one batch per poll).
+    pub workflow_id: String,
+    /// The platform's revision of the task's status; the ack sends this plus one.
+    pub current_status_revision: u64,
+    /// Whether the platform waits for the agent's status (`waitForStatusReport`).
+    pub should_report_status: bool,
+}
+
+/// One task (`task.go` L50-58). `spec` is the object to create (a Pod or a
+/// PersistentVolumeClaim, as JSON) or `{name, namespace}` of the object to delete.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// The task's id.
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// What to do.
+    #[serde(rename = "type")]
+    pub kind: TaskType,
+    /// Whose it is.
+    pub metadata: Metadata,
+    /// The object, or which object.
+    pub spec: Value,
+}
+
+impl Task {
+    /// The name of the object the task creates or deletes.
+    pub fn object_name(&self) -> &str {
+        self.spec
+            .pointer("/metadata/name")
+            .or_else(|| self.spec.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+}
+
+/// The result a status reports (`task.go` L34-37).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The task took effect.
+    Success,
+    /// It did not (`isRetriable` says whether asking again can help).
+    Error,
+}
+
+/// The body of `POST /api/agent/{id}/tasks/{taskId}/statuses` (`task.go` L81-87).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    /// What happened.
+    pub status: Outcome,
+    /// When (RFC 3339).
+    pub occurred_at: String,
+    /// The task's `currentStatusRevision` plus one (queue.go L190-193).
+    pub status_revision: u64,
+    /// Whether the platform may hand the task out again.
+    pub is_retriable: bool,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The names of a build's objects (venona's metrics regex and venona#77: `engine-<id>`,
+/// `dind-<id>`, `pvc-dind-<id>`).
+pub fn engine_pod(build: &str) -> String {
+    format!("engine-{build}")
+}
+
+/// The build's Docker daemon pod.
+pub fn dind_pod(build: &str) -> String {
+    format!("dind-{build}")
+}
+
+/// The build's volume claim.
+pub fn dind_pvc(build: &str) -> String {
+    format!("pvc-dind-{build}")
+}
+
+/// The label every object of a build carries (the hardened agent's sweeper selects by it;
+/// the name is orrery's, **inferred**).
+pub const BUILD_LABEL: &str = "codefresh.io/build";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_reads_and_writes_venonas_field_names() {
+        let text = r#"{"_id":"t1","type":"CreatePod","metadata":{"createdAt":"2026-01-01T00:00:00Z","reName":"re","workflowId":"b1","currentStatusRevision":2,"shouldReportStatus":true},"spec":{"metadata":{"name":"engine-b1"}}}"#;
+        let task: Task = serde_json::from_str(text).unwrap();
+        assert_eq!(task.kind, TaskType::CreatePod);
+        assert_eq!(task.metadata.current_status_revision, 2);
+        assert_eq!(task.object_name(), "engine-b1");
+        assert_eq!(serde_json::to_string(&task).unwrap(), text);
+        let status = TaskStatus {
+            status: Outcome::Error,
+            occurred_at: "t".into(),
+            status_revision: 3,
+            is_retriable: false,
+            reason: Some("exists".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            serde_json::json!({"status":"Error","occurredAt":"t","statusRevision":3,"isRetriable":false,"reason":"exists"})
+        );
+    }
+
+    #[test]
+    fn creations_run_before_deletions_and_the_claim_before_its_pods() {
+        let mut kinds = [
+            TaskType::DeletePvc,
+            TaskType::CreatePod,
+            TaskType::DeletePod,
+            TaskType::CreatePvc,
+        ];
+        kinds.sort_by_key(|k| k.rank());
+        assert_eq!(
+            kinds,
+            [
+                TaskType::CreatePvc,
+                TaskType::CreatePod,
+                TaskType::DeletePod,
+                TaskType::DeletePvc
+            ]
+        );
+    }
+}

@@ -1,0 +1,371 @@
+//! The platform's side of the Codefresh Runner (cfapi's builds and agent routes; closed
+//! source, `runner-research.md` §5): a build is made through the builds API, elected to an
+//! agent's runtime at once, and turned into tasks the agent polls for, executes against its
+//! cluster and reports on; the engine of a build reports its start and its end.
+//!
+//! - [`queue`]: the builds and the task queue (pure state, the modelling choices).
+//! - [`serve`]: the HTTP API and the platform's timers.
+//!
+//! | route | who | answer |
+//! |---|---|---|
+//! | `GET /api/agent/{id}/tasks?waitForStatusReport=true` | agent (raw token) | its due tasks |
+//! | `POST /api/agent/{id}/tasks/{taskId}/statuses` | agent | 200, 404 unknown task, 409 stale `statusRevision` |
+//! | `PUT /api/agent/{id}/status` | agent (heartbeat) | 200 |
+//! | `POST /api/builds` `{pipeline, agent, steps}` | trigger (admin token) | `{id}` |
+//! | `GET /api/builds/{id}` | trigger, agent | the build |
+//! | `POST /api/builds/{id}/engine` `{exitCode}` | engine (the agent's token, **inferred**) | 200; `null` while running |
+//!
+//! The agent routes and paths are venona's (`pkg/codefresh/codefresh.go` L83-133); the
+//! builds and engine routes are orrery's (the real ones are not public: the engine reports
+//! through Firebase and cfapi, §2.3 step 7).
+
+pub mod queue;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use crate::core::runner::TaskStatus;
+use crate::env::http::{json, Body};
+use crate::env::SharedEnv;
+use crate::observe::RunnerEvent;
+pub use queue::{Build, Queue, Settings, Status, Step};
+
+/// How often the platform applies its limits.
+pub const TICK: Duration = Duration::from_secs(1);
+
+/// What can go wrong on the link in front of the agent routes, set by the simulator's
+/// faults: a load balancer answering 502 (`lost_requests` percent never reach the API,
+/// `lost_answers` percent are handled and their answer lost), or a link gone silent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Knobs {
+    /// Percent of agent requests answered 502 before the platform saw them.
+    pub lost_requests: u8,
+    /// Percent of agent requests answered 502 after the platform handled them.
+    pub lost_answers: u8,
+    /// Agent requests taken now are never answered nor closed (a proxy whose other side
+    /// vanished): the caller waits as long as its own deadline lets it.
+    pub silent: bool,
+}
+
+/// The builds, the task queue and who may call: what outlives a process (the platform's
+/// databases).
+pub struct Builds {
+    queue: Mutex<Queue>,
+    knobs: Mutex<Knobs>,
+    /// Agent token → agent id.
+    agents: BTreeMap<String, String>,
+    /// The token that may make builds.
+    trigger_token: String,
+}
+
+impl Builds {
+    /// Builds for the agents of `agents` (token → id), made with `trigger_token`.
+    pub fn new(
+        settings: Settings,
+        agents: BTreeMap<String, String>,
+        trigger_token: &str,
+    ) -> Arc<Self> {
+        Arc::new(Builds {
+            queue: Mutex::new(Queue::new(settings)),
+            knobs: Mutex::default(),
+            agents,
+            trigger_token: trigger_token.into(),
+        })
+    }
+
+    /// The queue (never held across an await).
+    pub fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().expect("runner queue lock poisoned")
+    }
+
+    /// The link's faults now.
+    pub fn knobs(&self) -> Knobs {
+        *self.knobs.lock().expect("runner knobs lock poisoned")
+    }
+
+    /// Sets the link's faults.
+    pub fn set_knobs(&self, knobs: Knobs) {
+        *self.knobs.lock().expect("runner knobs lock poisoned") = knobs;
+    }
+
+    fn agent_of(&self, req: &Request<Incoming>) -> Option<&str> {
+        let token = req.headers().get("authorization")?.to_str().ok()?;
+        self.agents.get(token).map(String::as_str)
+    }
+
+    fn is_trigger(&self, req: &Request<Incoming>) -> bool {
+        req.headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.strip_prefix("Bearer ").unwrap_or(v) == self.trigger_token)
+    }
+}
+
+fn trace(env: &SharedEnv, changes: &queue::Changes) {
+    for (build, status, reason) in &changes.builds {
+        env.observe(
+            RunnerEvent::Build {
+                build: build.clone(),
+                status: status.as_str().into(),
+                reason: reason.clone().unwrap_or_default(),
+            }
+            .into(),
+        );
+    }
+    for task in &changes.expired {
+        env.observe(RunnerEvent::Expired { task: task.clone() }.into());
+    }
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> http::Response<Body> {
+    json(status, &json!({"message": message.into()}))
+}
+
+fn lost() -> http::Response<Body> {
+    error(StatusCode::BAD_GATEWAY, "bad gateway")
+}
+
+/// Reads a JSON body of at most 1 MiB.
+async fn body(req: Request<Incoming>) -> Result<Value, String> {
+    let bytes = http_body_util::Limited::new(req.into_body(), 1 << 20)
+        .collect()
+        .await
+        .map_err(|e| format!("cannot read the body: {e}"))?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| format!("the body is not JSON: {e}"))
+}
+
+/// Whether a drawn percentage falls under `percent`.
+fn draw(env: &SharedEnv, percent: u8) -> bool {
+    percent > 0 && env.random_u64() % 100 < u64::from(percent)
+}
+
+async fn handle(
+    env: SharedEnv,
+    builds: Arc<Builds>,
+    req: Request<Incoming>,
+) -> http::Response<Body> {
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let method = req.method().clone();
+    match segments.as_slice() {
+        ["api", "agent", id, rest @ ..] => {
+            let (id, rest) = (id.to_string(), rest.join("/"));
+            let Some(agent) = builds.agent_of(&req).map(str::to_string) else {
+                return error(StatusCode::UNAUTHORIZED, "unknown agent token");
+            };
+            if agent != id {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    format!("the token is not agent {id}'s"),
+                );
+            }
+            let knobs = builds.knobs();
+            if knobs.silent {
+                return std::future::pending().await;
+            }
+            if draw(&env, knobs.lost_requests) {
+                return lost();
+            }
+            let answer = agent_route(&env, &builds, &agent, &method, &rest, req).await;
+            if draw(&env, knobs.lost_answers) {
+                return lost();
+            }
+            answer
+        }
+        ["api", "builds"] if method == http::Method::POST => {
+            if !builds.is_trigger(&req) {
+                return error(StatusCode::UNAUTHORIZED, "a build needs the trigger token");
+            }
+            let body = match body(req).await {
+                Ok(body) => body,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let (Some(pipeline), Some(agent)) = (
+                body.get("pipeline").and_then(Value::as_str),
+                body.get("agent").and_then(Value::as_str),
+            ) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "a build needs `pipeline` and `agent`",
+                );
+            };
+            if !builds.agents.values().any(|a| a == agent) {
+                return error(StatusCode::NOT_FOUND, format!("no agent {agent}"));
+            }
+            let steps: Vec<Step> = match serde_json::from_value(
+                body.get("steps").cloned().unwrap_or_else(|| json!([])),
+            ) {
+                Ok(steps) => steps,
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("`steps`: {e}")),
+            };
+            let id = builds
+                .lock()
+                .create_build(pipeline, agent, steps, env.unix_millis());
+            env.observe(
+                RunnerEvent::Build {
+                    build: id.clone(),
+                    status: Status::Elected.as_str().into(),
+                    reason: String::new(),
+                }
+                .into(),
+            );
+            json(StatusCode::CREATED, &json!({"id": id}))
+        }
+        ["api", "builds", id] if method == http::Method::GET => {
+            if !builds.is_trigger(&req) && builds.agent_of(&req).is_none() {
+                return error(StatusCode::UNAUTHORIZED, "unknown token");
+            }
+            match builds.lock().build(id) {
+                Some(build) => json(StatusCode::OK, build),
+                None => error(StatusCode::NOT_FOUND, format!("no build {id}")),
+            }
+        }
+        ["api", "builds", id, "engine"] if method == http::Method::POST => {
+            let id = id.to_string();
+            if builds.agent_of(&req).is_none() {
+                return error(StatusCode::UNAUTHORIZED, "unknown token");
+            }
+            let body = match body(req).await {
+                Ok(body) => body,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let exit_code = match body.get("exitCode") {
+                None | Some(Value::Null) => None,
+                Some(code) => match code.as_i64().and_then(|c| i32::try_from(c).ok()) {
+                    Some(code) => Some(code),
+                    None => return error(StatusCode::BAD_REQUEST, "`exitCode` is not an integer"),
+                },
+            };
+            let changes = builds
+                .lock()
+                .engine_report(&id, exit_code, env.unix_millis());
+            match changes {
+                Some(changes) => {
+                    trace(&env, &changes);
+                    json(StatusCode::OK, &json!({}))
+                }
+                None => error(StatusCode::CONFLICT, format!("build {id} is not running")),
+            }
+        }
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!("{method} {path}: no such route"),
+        ),
+    }
+}
+
+/// The agent's own routes (`rest` after `/api/agent/{id}/`).
+async fn agent_route(
+    env: &SharedEnv,
+    builds: &Builds,
+    agent: &str,
+    method: &http::Method,
+    rest: &str,
+    req: Request<Incoming>,
+) -> http::Response<Body> {
+    let parts: Vec<&str> = rest.split('/').collect();
+    match (method.as_str(), parts.as_slice()) {
+        ("GET", ["tasks"]) => {
+            let polled = builds.lock().poll(agent, env.unix_millis());
+            let mut tasks = Vec::with_capacity(polled.len());
+            for (task, delivery) in polled {
+                env.observe(
+                    RunnerEvent::Handout {
+                        agent: agent.into(),
+                        task: task.id.clone(),
+                        kind: format!("{:?}", task.kind),
+                        object: task.object_name().into(),
+                        delivery,
+                    }
+                    .into(),
+                );
+                tasks.push(task);
+            }
+            json(StatusCode::OK, &tasks)
+        }
+        ("POST", ["tasks", task, "statuses"]) => {
+            let task = task.to_string();
+            let status: TaskStatus = match body(req).await.and_then(|v| {
+                serde_json::from_value(v).map_err(|e| format!("not a task status: {e}"))
+            }) {
+                Ok(status) => status,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let result = builds
+                .lock()
+                .report(agent, &task, &status, env.unix_millis());
+            let (accepted, detail) = match &result {
+                Ok(_) => (true, String::new()),
+                Err(e) => (false, e.to_string()),
+            };
+            env.observe(
+                RunnerEvent::Report {
+                    agent: agent.into(),
+                    task,
+                    outcome: format!("{:?}", status.status),
+                    retriable: status.is_retriable,
+                    accepted,
+                    detail,
+                }
+                .into(),
+            );
+            match result {
+                Ok(changes) => {
+                    trace(env, &changes);
+                    json(StatusCode::OK, &json!({}))
+                }
+                Err(e @ queue::ReportError::NotFound(_)) => {
+                    error(StatusCode::NOT_FOUND, e.to_string())
+                }
+                Err(e @ queue::ReportError::Conflict { .. }) => {
+                    error(StatusCode::CONFLICT, e.to_string())
+                }
+            }
+        }
+        ("PUT", ["status"]) => {
+            builds.lock().heartbeat(agent, env.unix_millis());
+            json(StatusCode::OK, &json!({}))
+        }
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!("{method} /api/agent/{agent}/{rest}: no such route"),
+        ),
+    }
+}
+
+/// Serves the builds and agent API on `listener` and applies the platform's limits every
+/// [`TICK`], until the listener fails.
+pub async fn serve(
+    env: SharedEnv,
+    builds: Arc<Builds>,
+    listener: Box<dyn crate::env::Listener>,
+) -> std::io::Result<()> {
+    let (tick_env, tick_builds) = (env.clone(), builds.clone());
+    let ticker = tokio::spawn(async move {
+        loop {
+            tick_env.sleep(TICK).await;
+            let changes = tick_builds.lock().tick(tick_env.unix_millis());
+            trace(&tick_env, &changes);
+        }
+    });
+    let _ticker = AbortOnDrop(ticker);
+    crate::env::http::serve(listener, move |req, _peer| {
+        handle(env.clone(), builds.clone(), req)
+    })
+    .await
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

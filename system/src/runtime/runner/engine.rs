@@ -1,0 +1,211 @@
+//! A stand-in for a build's engine pod and the kubelet that runs it (the engine,
+//! `codefresh/engine`, is not public; §2.3 steps 6-8): once a build's engine and dind pods
+//! exist, it reports the build started, runs its steps (their times and exit codes come
+//! from the build), reports every 30 s while a step runs (task-logger's health check, §2.3
+//! step 7), and reports the last step's end with the build's exit code. A pod deleted while
+//! its build runs stops it. How the engine reports is **inferred**: the real one writes to
+//! Firebase and cfapi; here one platform route takes it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use serde_json::{json, Value};
+
+use crate::core::runner::BUILD_LABEL;
+use crate::env::kube::KubeTarget;
+use crate::env::SharedEnv;
+use crate::observe::RunnerEvent;
+use crate::platform::runner::Step;
+
+/// How often the pods are listed.
+pub const LIST_EVERY: Duration = Duration::from_secs(1);
+/// How often a running engine reports (task-logger's health-check interval).
+pub const REPORT_EVERY: Duration = Duration::from_secs(30);
+/// A report that fails is sent again after this.
+pub const RETRY_EVERY: Duration = Duration::from_secs(5);
+
+/// The stand-in's settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The cluster the agent creates the pods in (its namespace is watched).
+    pub apiserver: KubeTarget,
+    /// The platform's builds API, `host:port`.
+    pub platform_api: String,
+    /// The token the engine reports with.
+    pub token: String,
+}
+
+/// Runs engines for the builds whose pods appear, until the process stops.
+pub async fn run(env: SharedEnv, config: Config) {
+    let client = crate::env::kube::client(env.clone(), &config.apiserver);
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        &config.apiserver.namespace,
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods"),
+    );
+    let http = crate::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(20));
+    let mut running: BTreeMap<String, tokio::task::JoinHandle<()>> = BTreeMap::new();
+    loop {
+        env.sleep(LIST_EVERY).await;
+        let Ok(list) = pods.list(&ListParams::default()).await else {
+            continue;
+        };
+        let mut engines = BTreeMap::new();
+        let mut dinds = BTreeMap::new();
+        for pod in &list.items {
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            let (Some(build), Some(role)) =
+                (labels.get(BUILD_LABEL), labels.get("codefresh.io/role"))
+            else {
+                continue;
+            };
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            match role.as_str() {
+                "engine" => engines.insert(build.clone(), ()),
+                "dind" => dinds.insert(build.clone(), ()),
+                _ => None,
+            };
+        }
+        // A deleted engine pod stops its build.
+        running.retain(|build, task| {
+            let keep = engines.contains_key(build);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for build in engines.keys() {
+            if running.contains_key(build) || !dinds.contains_key(build) {
+                continue;
+            }
+            let engine = Engine {
+                env: env.clone(),
+                http: http.clone(),
+                config: config.clone(),
+                build: build.clone(),
+            };
+            running.insert(build.clone(), tokio::spawn(engine.run()));
+        }
+    }
+}
+
+struct Engine {
+    env: SharedEnv,
+    http: crate::env::http::Client<Full<Bytes>>,
+    config: Config,
+    build: String,
+}
+
+impl Engine {
+    async fn run(self) {
+        if !self.report(None).await {
+            return;
+        }
+        self.env.observe(
+            RunnerEvent::Engine {
+                build: self.build.clone(),
+                started: true,
+                exit_code: 0,
+            }
+            .into(),
+        );
+        let steps = loop {
+            match self.steps().await {
+                Some(steps) => break steps,
+                None => self.env.sleep(RETRY_EVERY).await,
+            }
+        };
+        let mut exit_code = 0;
+        for step in steps {
+            let mut left = Duration::from_millis(step.millis);
+            while !left.is_zero() {
+                let slice = left.min(REPORT_EVERY);
+                self.env.sleep(slice).await;
+                left -= slice;
+                if !left.is_zero() && !self.report(None).await {
+                    return;
+                }
+            }
+            if step.exit_code != 0 {
+                exit_code = step.exit_code;
+                break;
+            }
+        }
+        if self.report(Some(exit_code)).await {
+            self.env.observe(
+                RunnerEvent::Engine {
+                    build: self.build.clone(),
+                    started: false,
+                    exit_code,
+                }
+                .into(),
+            );
+        }
+    }
+
+    /// The build's steps, from the platform.
+    async fn steps(&self) -> Option<Vec<Step>> {
+        let answer = self
+            .call(Method::GET, &format!("/api/builds/{}", self.build), None)
+            .await
+            .ok()?;
+        serde_json::from_value(answer.get("steps")?.clone()).ok()
+    }
+
+    /// Reports to the platform until it answers: `false` when the build is not running
+    /// there any more (409), so the engine stops.
+    async fn report(&self, exit_code: Option<i32>) -> bool {
+        let path = format!("/api/builds/{}/engine", self.build);
+        let body = json!({"exitCode": exit_code});
+        loop {
+            match self.call(Method::POST, &path, Some(&body)).await {
+                Ok(_) => return true,
+                Err(Some(409)) => return false,
+                Err(_) => self.env.sleep(RETRY_EVERY).await,
+            }
+        }
+    }
+
+    /// One call: the JSON answer of a 2xx, else the status (`None`: no answer).
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, Option<u16>> {
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", self.config.platform_api))
+            .header("authorization", self.config.token.as_str())
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(
+                body.map(Value::to_string).unwrap_or_default(),
+            )))
+            .map_err(|_| None)?;
+        let exchange = async {
+            let response = self.http.request(request).await.map_err(|_| None)?;
+            let status = response.status();
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|_| None)?
+                .to_bytes();
+            if !status.is_success() {
+                return Err(Some(status.as_u16()));
+            }
+            Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        };
+        tokio::select! {
+            biased;
+            result = exchange => result,
+            () = self.env.sleep(Duration::from_secs(10)) => Err(None),
+        }
+    }
+}
