@@ -26,7 +26,7 @@ type Batch = Vec<Task>;
 
 /// Why a call to the platform got no answer it could use.
 #[derive(Debug)]
-enum CallError {
+pub(super) enum CallError {
     /// No answer within the deadline.
     Deadline,
     /// The connection failed.
@@ -422,50 +422,69 @@ impl Agent {
         self.env.elapsed().saturating_sub(last) < self.config.unhealthy_after
     }
 
-    /// One call to the platform with the raw agent token: the answer's body on a 2xx.
-    /// faithful waits as long as it takes; hardened gives up after `request_timeout`.
+    /// One call to the platform: faithful waits as long as it takes, hardened gives up after
+    /// `request_timeout`.
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Bytes, CallError> {
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("http://{}{path}", self.config.platform_api))
-            .header("authorization", self.config.token.as_str())
-            .header("content-type", "application/json")
-            .header("user-agent", "cf-classic-runner/2.0.10")
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        let deadline = self.hardened().then_some(self.config.request_timeout);
+        let to = (
+            self.config.platform_api.as_str(),
+            self.config.token.as_str(),
+        );
+        call(&self.env, &self.http, to, method, path, body, deadline).await
+    }
+}
+
+/// One call to the platform's builds or agent API with the agent's token, raw in
+/// `Authorization` as venona sends it (`codefresh.go` L179-185): the answer's body on a 2xx,
+/// any status of 400 or more an error (`codefresh.Error`); given up after `deadline` of the
+/// environment's time (`None`: never). The agent and the engine stand-in both call so.
+pub(super) async fn call(
+    env: &SharedEnv,
+    http: &crate::env::http::Client<Full<Bytes>>,
+    (addr, token): (&str, &str),
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+    deadline: Option<Duration>,
+) -> Result<Bytes, CallError> {
+    let request = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("authorization", token)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .map_err(|e| CallError::Transport(e.to_string()))?;
+    let exchange = async {
+        let response = http
+            .request(request)
+            .await
             .map_err(|e| CallError::Transport(e.to_string()))?;
-        let exchange = async {
-            let response = self
-                .http
-                .request(request)
-                .await
-                .map_err(|e| CallError::Transport(e.to_string()))?;
-            let status = response.status();
-            let bytes = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| CallError::Transport(e.to_string()))?
-                .to_bytes();
-            if status.as_u16() >= 400 {
-                return Err(CallError::Status(
-                    status,
-                    String::from_utf8_lossy(&bytes).into_owned(),
-                ));
-            }
-            Ok(bytes)
-        };
-        if !self.hardened() {
-            return exchange.await;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| CallError::Transport(e.to_string()))?
+            .to_bytes();
+        if status.as_u16() >= 400 {
+            return Err(CallError::Status(
+                status,
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ));
         }
-        tokio::select! {
-            biased;
-            result = exchange => result,
-            () = self.env.sleep(self.config.request_timeout) => Err(CallError::Deadline),
-        }
+        Ok(bytes)
+    };
+    let Some(deadline) = deadline else {
+        return exchange.await;
+    };
+    tokio::select! {
+        biased;
+        result = exchange => result,
+        () = env.sleep(deadline) => Err(CallError::Deadline),
     }
 }

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
+use http::Method;
+use http_body_util::Full;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{json, Value};
 
@@ -172,40 +172,24 @@ impl Engine {
         }
     }
 
-    /// One call: the JSON answer of a 2xx, else the status (`None`: no answer).
+    /// One call (10 s at most): the JSON answer of a 2xx, else the status (`None`: no
+    /// answer).
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, Option<u16>> {
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("http://{}{path}", self.config.platform_api))
-            .header("authorization", self.config.token.as_str())
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(
-                body.map(Value::to_string).unwrap_or_default(),
-            )))
-            .map_err(|_| None)?;
-        let exchange = async {
-            let response = self.http.request(request).await.map_err(|_| None)?;
-            let status = response.status();
-            let bytes = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|_| None)?
-                .to_bytes();
-            if !status.is_success() {
-                return Err(Some(status.as_u16()));
-            }
-            Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-        };
-        tokio::select! {
-            biased;
-            result = exchange => result,
-            () = self.env.sleep(Duration::from_secs(10)) => Err(None),
+        let body = body.map(|b| b.to_string().into_bytes());
+        let to = (
+            self.config.platform_api.as_str(),
+            self.config.token.as_str(),
+        );
+        let deadline = Some(Duration::from_secs(10));
+        match super::agent::call(&self.env, &self.http, to, method, path, body, deadline).await {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null)),
+            Err(super::agent::CallError::Status(status, _)) => Err(Some(status.as_u16())),
+            Err(_) => Err(None),
         }
     }
 }
