@@ -1198,8 +1198,8 @@ async fn accept(
     Ok((decode(&runtime, gzip, &body)?, (body, gzip)))
 }
 
-/// Ends a service's tasks with it.
-struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);
+/// Ends a service's tasks with it (the events path's, the Runner API's ticker).
+pub(crate) struct AbortOnDrop<const N: usize>(pub(crate) [tokio::task::JoinHandle<()>; N]);
 
 impl<const N: usize> Drop for AbortOnDrop<N> {
     fn drop(&mut self) {

@@ -355,17 +355,9 @@ pub async fn serve(
             trace(&tick_env, &changes);
         }
     });
-    let _ticker = AbortOnDrop(ticker);
+    let _ticker = super::events::AbortOnDrop([ticker]);
     crate::env::http::serve(listener, move |req, _peer| {
         handle(env.clone(), builds.clone(), req)
     })
     .await
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
