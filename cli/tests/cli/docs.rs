@@ -696,3 +696,79 @@ fn the_gap_list_check_notices_stale_references_and_twice_used_ids() {
     assert!(problems[2].contains("used twice"));
     assert!(problems[3].contains("not kebab-case"));
 }
+
+/// Every `deploy/` file's YAML files, recursively, sorted.
+fn deploy_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            deploy_files(&path, found);
+        } else if path.extension().is_some_and(|x| x == "yaml") {
+            found.push(path);
+        }
+    }
+}
+
+/// Every workload under `deploy/` runs a command line this CLI takes: its `args`, with the
+/// `$(VAR)`s the pod's environment fills in, parse (an option the manifest gives through an
+/// environment variable, such as `AGENT_ID`, may be missing here). A renamed flag fails here,
+/// in `make test`, rather than as a crash-looping pod.
+#[test]
+fn the_deploy_manifests_run_command_lines_the_cli_parses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    deploy_files(&root.join("deploy"), &mut files);
+    let value = |name: &str| match name {
+        "VARIANT" => "hardened",
+        "SEEDS" => "1..10",
+        "BUDGET" => "5m",
+        "SHARD" => "0",
+        _ => "x",
+    };
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for doc in docs {
+            let Some(containers) = doc["spec"]["template"]["spec"]["containers"].as_array() else {
+                continue;
+            };
+            for container in containers {
+                let Some(args) = container["args"].as_array() else {
+                    continue;
+                };
+                let args = args.iter().map(|a| {
+                    let mut arg = a.as_str().unwrap().to_string();
+                    while let Some(start) = arg.find("$(") {
+                        let end = start + arg[start..].find(')').unwrap();
+                        let filled = value(&arg[start + 2..end]);
+                        arg.replace_range(start..=end, filled);
+                    }
+                    arg
+                });
+                let argv: Vec<String> = std::iter::once("orrery".to_string()).chain(args).collect();
+                if let Err(error) = Cli::try_parse_from(&argv) {
+                    assert_eq!(
+                        error.kind(),
+                        ErrorKind::MissingRequiredArgument,
+                        "{}: {argv:?}: {error}",
+                        file.display()
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 12,
+        "only {checked} workloads found under deploy/"
+    );
+    // The check can fail: a flag the CLI does not have.
+    let bad = ["orrery", "serve", "runner", "--agent", "a"];
+    assert!(Cli::try_parse_from(bad).is_err());
+}

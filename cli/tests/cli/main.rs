@@ -10,6 +10,7 @@ mod git;
 mod house;
 mod postgres;
 mod real_mode;
+mod runner;
 mod scenarios;
 mod shrink;
 // Shared with the simulator's tests (one file, two binaries); this one uses part of it.

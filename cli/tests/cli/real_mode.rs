@@ -53,7 +53,7 @@ impl Drop for Process {
     }
 }
 
-fn orrery(args: &[&str]) -> Process {
+pub(crate) fn orrery(args: &[&str]) -> Process {
     Process(
         std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
             .args(args)

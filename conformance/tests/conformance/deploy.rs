@@ -167,7 +167,8 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
     let (_cluster, namespace) = prepared("orrery".into()).await;
     let control_plane = rendered("deploy/control-plane");
     let runtime = rendered("deploy/runtime");
-    for doc in control_plane.iter().chain(&runtime) {
+    let runner = rendered("deploy/runner");
+    for doc in control_plane.iter().chain(&runtime).chain(&runner) {
         let what = format!("{} {}", doc["kind"], doc["metadata"]["name"]);
         // Every namespaced object lands in the kustomization's namespace (the resource
         // reporter's cluster-wide read grant is cluster-scoped).
@@ -304,10 +305,34 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
         );
         assert_eq!(setting(&runtime, key), wanted, "{key}");
     }
+    // The Runner's agent runs `serve runner` against the control plane's runner port, may
+    // make and delete pods and claims, and nothing else.
+    let agent = runner
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the runner's Deployment");
+    let agent_args: Vec<String> = serde_json::from_value(container(agent)["args"].clone()).unwrap();
+    assert_eq!(agent_args[..2], ["serve", "runner"], "{agent_args:?}");
+    assert_eq!(
+        setting(&runner, "CODEFRESH_HOST"),
+        format!(
+            "orrery-control-plane:{}",
+            service_port(&control_plane, "orrery-control-plane", "runner")
+        )
+    );
+    let grants = runner
+        .iter()
+        .find(|d| d["kind"] == "Role")
+        .expect("the runner's Role");
+    assert_eq!(
+        grants["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims"], "verbs": ["get", "list", "watch", "create", "delete"]}])
+    );
     // kubectl apply --dry-run=server: the real server validates and defaults every object.
     for (dir, docs) in [
         ("deploy/control-plane", &control_plane),
         ("deploy/runtime", &runtime),
+        ("deploy/runner", &runner),
     ] {
         let (ok, out, err) = kubectl(&["apply", "--dry-run=server", "-k", dir, "-o", "name"]);
         assert!(ok, "kubectl apply --dry-run=server -k {dir}: {err}");

@@ -15,6 +15,7 @@ mod redis;
 mod replay;
 mod resources;
 mod rollouts;
+mod runner;
 mod runtime;
 mod sources;
 mod support;

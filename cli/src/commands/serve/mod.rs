@@ -45,6 +45,10 @@ pub enum Serve {
     /// orrery's key-value cache on its own (the runtime's Redis stand-in): a store that
     /// outlives runtime restarts, e.g. for `serve runtime --durable-requests`.
     Cache(CacheArgs),
+    /// The Codefresh Runner's agent (venona): polls --platform-api for its build tasks and
+    /// creates and deletes their PVCs and pods in --namespace of --apiserver or the
+    /// KUBECONFIG cluster; with --engine also the engine stand-in that runs the builds.
+    Runner(RunnerArgs),
     /// Local Git repositories behind the Git provider's HTTP API (`GET /api/repos`,
     /// `GET /api/commits?repo=&sha=&paths=`, `POST /api/commits`), answered by `git`:
     /// point the app-proxy (`--git`) and the ACR controller at real history.
@@ -205,6 +209,56 @@ pub struct ControlPlaneArgs {
     /// `key=value` and `key` terms, comma-separated).
     #[arg(long, requires = "vcluster")]
     vcluster_selector: Option<String>,
+    /// Also serve the Codefresh Runner's builds and agent API on this address
+    /// (`POST /api/builds` with --admin-token; the agents' `GET /api/agent/ID/tasks`, …;
+    /// see docs/components/runner.md).
+    #[arg(long)]
+    runner: Option<String>,
+    /// With --runner: the agents that may poll, ID=TOKEN,… (each agent's `serve runner
+    /// --agent-id ID --token TOKEN`); without it no agent can poll and no build be made.
+    #[arg(
+        long,
+        env = "ORRERY_RUNNER_AGENTS",
+        hide_env_values = true,
+        requires = "runner"
+    )]
+    runner_agents: Option<String>,
+    /// With --runner: the namespace the builds' PVCs and pods are made in (the agents'
+    /// --namespace).
+    #[arg(long, default_value = "codefresh", requires = "runner")]
+    runner_namespace: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `orrery serve runner`.
+#[derive(Args)]
+pub struct RunnerArgs {
+    /// This agent's id (`AGENT_ID`): the platform hands it the tasks of builds elected to it.
+    #[arg(long, env = "AGENT_ID")]
+    agent_id: String,
+    /// This agent's token (`CODEFRESH_TOKEN`): one of the control plane's --runner-agents.
+    #[arg(long, env = "CODEFRESH_TOKEN", hide_env_values = true)]
+    token: String,
+    /// The platform's builds and agent API, host:port (`serve control-plane --runner`).
+    #[arg(long, env = "CODEFRESH_HOST")]
+    platform_api: String,
+    /// A plain-HTTP Kubernetes API server (e.g. `orrery apiserver`); default: the
+    /// KUBECONFIG cluster.
+    #[arg(long)]
+    apiserver: Option<String>,
+    /// The namespace the builds' objects are made in (the control plane's
+    /// --runner-namespace); the engine stand-in watches it.
+    #[arg(long, default_value = "codefresh")]
+    namespace: String,
+    /// Where `/health` is answered (venona's `PORT`; the pod's readiness probe).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Also run the engine stand-in: it runs each build whose engine and dind pods exist
+    /// (steps from the build) and reports to the platform — for a cluster where nothing runs
+    /// the engine image (an API server without kubelets, as in the conformance suite).
+    #[arg(long)]
+    engine: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -544,6 +598,7 @@ pub fn run(what: Serve) -> Result<Exit, Fail> {
         Serve::ControlPlane(args) => control_plane(args),
         Serve::Runtime(args) => runtime(args),
         Serve::Cache(args) => cache(args),
+        Serve::Runner(args) => runner(args),
         Serve::Git(args) => git(args),
     }
     .map(|()| Exit::Expected)
@@ -573,6 +628,27 @@ fn preregister(
         tokens.insert(token.to_string(), format!("{account}-{runtime}"));
     }
     Ok(tokens)
+}
+
+/// `--runner-agents ID=TOKEN,…` as token → agent id.
+fn runner_agents(list: &str) -> Result<std::collections::BTreeMap<String, String>, Fail> {
+    let mut agents = std::collections::BTreeMap::new();
+    for entry in list.split(',').filter(|e| !e.is_empty()) {
+        let Some((id, token)) = entry
+            .split_once('=')
+            .filter(|(id, token)| !id.is_empty() && !token.is_empty())
+        else {
+            return Err(Fail::usage(format!(
+                "--runner-agents: {entry:?} is not <agent-id>=<token>"
+            )));
+        };
+        if agents.insert(token.to_string(), id.to_string()).is_some() {
+            return Err(Fail::usage(format!(
+                "--runner-agents: agent {id:?}'s token is another agent's too"
+            )));
+        }
+    }
+    Ok(agents)
 }
 
 /// `serve runtime`'s account and runtime name: `--name ACCOUNT-RUNTIME` after
@@ -734,6 +810,21 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
             Some(config)
         }
     };
+    if args.runner.is_some() {
+        let agents = runner_agents(args.runner_agents.as_deref().unwrap_or_default())?;
+        if agents.is_empty() {
+            tracing::warn!("--runner without --runner-agents: no agent can poll for tasks");
+        }
+        let settings = orrery_system::platform::runner::Settings {
+            namespace: args.runner_namespace.clone(),
+            ..Default::default()
+        };
+        state.runner = Some(orrery_system::platform::runner::Builds::new(
+            settings,
+            agents,
+            &args.admin_token,
+        ));
+    }
     let mut tunnel = tunnel::Config::new(variant);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         tunnel.tls = Some(
@@ -785,8 +876,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         }),
         events: args.events,
         promotions,
-        // `orrery serve control-plane` does not serve the Runner's builds API yet.
-        runner: None,
+        runner: args.runner.clone(),
         monitor: args
             .monitor
             .then(|| orrery_system::platform::monitor::Config {
@@ -1064,6 +1154,48 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
                 runtime_assembly::Error::TunnelGaveUp { .. } => Fail(e.to_string(), Exit::Mismatch),
                 _ => Fail::usage(e.to_string()),
             })
+    })
+}
+
+/// The Runner's agent (and with `--engine` the engine stand-in), from the runtime assembly.
+fn runner(args: RunnerArgs) -> Result<(), Fail> {
+    init_logging(args.common.log_format);
+    let variant = Variant::from(args.common.variant);
+    block_on(async move {
+        let mut kube = kube_target(args.apiserver.clone(), &args.namespace).await?;
+        kube.namespace = args.namespace.clone();
+        let mut agent = orrery_system::runtime::runner::Config::new(
+            variant,
+            &args.agent_id,
+            &args.token,
+            &args.platform_api,
+            kube.clone(),
+        );
+        agent.listen = Some(args.listen.clone());
+        let config = RuntimeConfig {
+            runner: Some(agent),
+            engine: args
+                .engine
+                .then(|| orrery_system::runtime::runner::engine::Config {
+                    apiserver: kube,
+                    platform_api: args.platform_api.clone(),
+                    token: args.token.clone(),
+                }),
+            ..Default::default()
+        };
+        tracing::info!(
+            variant = variant.as_str(),
+            engine = args.engine,
+            "orrery runner {}: tasks from {}, objects in namespace {}, /health on {}",
+            args.agent_id,
+            args.platform_api,
+            args.namespace,
+            args.listen
+        );
+        let env = logged_env(&args.agent_id);
+        runtime_assembly::run(env, config, shutdown_signal())
+            .await
+            .map_err(|e| Fail::usage(e.to_string()))
     })
 }
 

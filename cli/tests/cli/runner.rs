@@ -1,0 +1,189 @@
+//! The Codefresh Runner in real mode, as a user runs it: `orrery serve control-plane
+//! --runner` serves the builds and agent API, `orrery serve runner --engine` polls it and
+//! makes each build's claim and pods in `orrery apiserver` over loopback. (The same against
+//! a real kube-apiserver is the conformance suite's `runner` module.)
+
+use std::time::Duration;
+
+use crate::real_mode::{http_as, orrery, Process};
+use crate::support::{eventually, free_port};
+
+const AGENT: &str = "agent-1";
+const AGENT_TOKEN: &str = "agent-token-1";
+const ADMIN: &str = "adm";
+
+/// The API server, a control plane with the Runner's API and one agent of `variant`:
+/// (apiserver port, runner API port, agent health port, the processes).
+fn world(variant: &str) -> (u16, u16, u16, Vec<Process>) {
+    let (api, runner, health, tunnel, gateway) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let at = |port: u16| format!("127.0.0.1:{port}");
+    let apiserver = orrery(&["apiserver", "--listen", &at(api)]);
+    let platform = orrery(&[
+        "serve",
+        "control-plane",
+        "--admin-token",
+        ADMIN,
+        "--tunnel",
+        &at(tunnel),
+        "--api",
+        &at(gateway),
+        "--runner",
+        &at(runner),
+        "--runner-agents",
+        &format!("{AGENT}={AGENT_TOKEN}"),
+        "--variant",
+        variant,
+    ]);
+    eventually("the API server answers", Duration::from_secs(20), || {
+        http_as(api, "GET", "/healthz", "", "").is_some()
+    });
+    eventually("the runner API answers", Duration::from_secs(20), || {
+        http_as(runner, "GET", "/api/builds/none", "", ADMIN).is_some_and(|(s, _)| s == 404)
+    });
+    (api, runner, health, vec![apiserver, platform])
+}
+
+fn agent(variant: &str, api: u16, runner: u16, health: u16) -> Process {
+    orrery(&[
+        "serve",
+        "runner",
+        "--agent-id",
+        AGENT,
+        "--token",
+        AGENT_TOKEN,
+        "--platform-api",
+        &format!("127.0.0.1:{runner}"),
+        "--apiserver",
+        &format!("127.0.0.1:{api}"),
+        "--namespace",
+        "codefresh",
+        "--listen",
+        &format!("127.0.0.1:{health}"),
+        "--engine",
+        "--variant",
+        variant,
+    ])
+}
+
+/// A build of two one-second steps: its id.
+fn make_build(runner: u16) -> String {
+    let body = r#"{"pipeline":"demo/build","agent":"agent-1","steps":[{"millis":1000,"exit_code":0},{"millis":1000,"exit_code":0}]}"#;
+    let (status, answer) = http_as(runner, "POST", "/api/builds", body, ADMIN).expect("POST");
+    assert_eq!(status, 201, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    answer["id"].as_str().unwrap().to_string()
+}
+
+fn build_status(runner: u16, id: &str) -> (String, String) {
+    let (_, body) =
+        http_as(runner, "GET", &format!("/api/builds/{id}"), "", ADMIN).unwrap_or_default();
+    let build: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    (
+        build["status"].as_str().unwrap_or_default().to_string(),
+        build["reason"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// The names of the pods and claims in namespace `codefresh`.
+fn objects(api: u16) -> Vec<String> {
+    let mut names = Vec::new();
+    for plural in ["pods", "persistentvolumeclaims"] {
+        let path = format!("/api/v1/namespaces/codefresh/{plural}");
+        let (_, body) = http_as(api, "GET", &path, "", "").expect("list");
+        let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+        for item in list["items"].as_array().unwrap() {
+            names.push(item["metadata"]["name"].as_str().unwrap().to_string());
+        }
+    }
+    names.sort();
+    names
+}
+
+#[test]
+fn serve_runner_runs_a_build_on_the_api_server_and_removes_its_pods_and_claim() {
+    let (api, runner, health, _world) = world("hardened");
+    let _agent = agent("hardened", api, runner, health);
+    let id = make_build(runner);
+    assert_eq!(id, "b00001");
+    eventually(
+        "the engine and dind pods and the claim are made",
+        Duration::from_secs(30),
+        || objects(api) == ["dind-b00001", "engine-b00001", "pvc-dind-b00001"],
+    );
+    eventually("the build succeeds", Duration::from_secs(40), || {
+        build_status(runner, &id).0 == "success"
+    });
+    eventually(
+        "the finished build's pods and claim are deleted",
+        Duration::from_secs(30),
+        || objects(api).is_empty(),
+    );
+    let (status, _) = http_as(health, "GET", "/health", "", "").expect("/health");
+    assert_eq!(status, 200, "an agent that polls is healthy");
+    // An unknown agent token is refused, by name.
+    let (status, body) =
+        http_as(runner, "GET", "/api/agent/agent-1/tasks", "", "not-a-token").unwrap();
+    assert_eq!(status, 401, "{body}");
+}
+
+/// A claim of the build's name already there (left by an earlier agent): faithful reports
+/// the API server's `AlreadyExists` as a non-retriable error and the build fails (venona's
+/// `NewK8sError`, runner-research.md §1.6); hardened takes it as done.
+#[test]
+fn a_claim_already_there_fails_the_faithful_build_and_not_the_hardened_one() {
+    for (variant, ends) in [("faithful", "error"), ("hardened", "success")] {
+        let (api, runner, health, _world) = world(variant);
+        let claim = r#"{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"pvc-dind-b00001","namespace":"codefresh"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}"#;
+        let (status, body) = http_as(
+            api,
+            "POST",
+            "/api/v1/namespaces/codefresh/persistentvolumeclaims",
+            claim,
+            "",
+        )
+        .unwrap();
+        assert_eq!(status, 201, "{body}");
+        let _agent = agent(variant, api, runner, health);
+        let id = make_build(runner);
+        eventually(
+            &format!("{variant}: the build ends {ends}"),
+            Duration::from_secs(40),
+            || build_status(runner, &id).0 == ends,
+        );
+        if ends == "error" {
+            let reason = build_status(runner, &id).1;
+            assert!(reason.contains("pvc-dind-b00001"), "{reason}");
+        }
+    }
+}
+
+#[test]
+fn serve_control_plane_refuses_a_malformed_runner_agent_list() {
+    for (list, says) in [
+        ("agent-1", "is not <agent-id>=<token>"),
+        ("a=t,b=t", "token is another agent's too"),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+            .args([
+                "serve",
+                "control-plane",
+                "--admin-token",
+                "adm",
+                "--runner",
+                "127.0.0.1:0",
+                "--runner-agents",
+                list,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{list}: {stderr}");
+        assert!(stderr.contains(says), "{list}: {stderr}");
+    }
+}
