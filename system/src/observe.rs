@@ -496,6 +496,9 @@ events! {
         "runner.engine" => Engine { build: String, started: bool, exit_code: i32 },
         /// The kubelet's readiness probe of an agent's `/health` (`ok`: a 2xx within 1 s).
         "runner.probe" => Probe { agent: String, ok: bool },
+        /// hardened: an agent's sweeper deleted `object` (`Kind/name`), left in the cluster by
+        /// `build`, which the platform says ended (`outcome`: `Success` or why not).
+        "runner.swept" => Swept { host: String, object: String, build: String, outcome: String },
     }
 }
 

@@ -109,8 +109,33 @@ fn objects(api: u16) -> Vec<String> {
 fn serve_runner_runs_a_build_on_the_api_server_and_removes_its_pods_and_claim() {
     let (api, runner, health, _world) = world("hardened");
     let _agent = agent("hardened", api, runner, health);
+    // One build at a time: the second waits until the first ended.
+    let (status, body) = http_as(
+        runner,
+        "PUT",
+        "/api/pipelines/demo/build",
+        r#"{"concurrency":1}"#,
+        ADMIN,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http_as(
+        runner,
+        "PUT",
+        "/api/pipelines/demo/build",
+        r#"{"concurrency":"one"}"#,
+        ADMIN,
+    )
+    .unwrap();
+    assert_eq!(
+        status, 400,
+        "a malformed pipeline is refused by name: {body}"
+    );
+    assert!(body.contains("not a pipeline"), "{body}");
     let id = make_build(runner);
     assert_eq!(id, "b00001");
+    let next = make_build(runner);
+    assert_eq!(build_status(runner, &next).0, "pending");
     eventually(
         "the engine and dind pods and the claim are made",
         Duration::from_secs(30),
@@ -120,7 +145,12 @@ fn serve_runner_runs_a_build_on_the_api_server_and_removes_its_pods_and_claim() 
         build_status(runner, &id).0 == "success"
     });
     eventually(
-        "the finished build's pods and claim are deleted",
+        "the waiting build is admitted and succeeds",
+        Duration::from_secs(40),
+        || build_status(runner, &next).0 == "success",
+    );
+    eventually(
+        "the finished builds' pods and claims are deleted",
         Duration::from_secs(30),
         || objects(api).is_empty(),
     );

@@ -83,6 +83,7 @@ async fn suite(variant: Variant) {
     let builds = Builds::new(
         Settings {
             namespace: ns.clone(),
+            variant,
             ..Settings::default()
         },
         [(TOKEN.to_string(), AGENT.to_string())]

@@ -12,6 +12,9 @@
 //! - `runner_stall_detected` (safety): an agent that has not polled the platform
 //!   successfully for [`STALL_BOUND_MS`] is not reported ready by its readiness probe — a
 //!   stalled agent whose `/health` still answers 200 is never restarted (§1.8, §4 row 4).
+//! - `runner_concurrency_limit` (safety): at no moment were more builds of the pipeline
+//!   admitted (elected and not yet ended) than its concurrency limit — judged from each
+//!   build's admission and end times against the scenario's limit (§4 row 8).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -34,6 +37,60 @@ pub struct RunnerTruth {
     pub builds: Vec<Build>,
     /// The builds' objects left in the cluster: (kind, name, build).
     pub objects: Vec<(String, String, String)>,
+    /// The pipeline's concurrency limit, as the scenario sets it.
+    pub limit: Option<u32>,
+}
+
+/// `runner_concurrency_limit`.
+pub struct ConcurrencyLimit;
+
+impl Checker for ConcurrencyLimit {
+    fn name(&self) -> &'static str {
+        "runner_concurrency_limit"
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let truth = state.runner.as_ref()?;
+        let limit = truth.limit?;
+        // Admissions (+1) and ends (-1) per pipeline in time order; an end at the same
+        // moment as an admission frees its place first.
+        let mut moments: BTreeMap<&str, Vec<(u64, i32, &str)>> = BTreeMap::new();
+        for build in &truth.builds {
+            let Some(admitted) = build.admitted_ms else {
+                continue;
+            };
+            let list = moments.entry(build.pipeline.as_str()).or_default();
+            list.push((admitted, 1, build.id.as_str()));
+            if let Some(ended) = build.finished_ms {
+                list.push((ended, -1, build.id.as_str()));
+            }
+        }
+        for (pipeline, mut list) in moments {
+            list.sort();
+            let mut admitted = 0i32;
+            for (at_ms, change, build) in list {
+                admitted += change;
+                if change > 0 && admitted > limit as i32 {
+                    return Some(Violation {
+                        invariant: self.name().into(),
+                        class: Class::Safety,
+                        at_ms,
+                        host: "platform".into(),
+                        details: json!({
+                            "reason": format!(
+                                "{admitted} builds of pipeline {pipeline} were admitted at once (its limit is {limit}) when {build} was"
+                            ),
+                            "pipeline": pipeline,
+                            "build": build,
+                            "admitted": admitted,
+                            "limit": limit,
+                        }),
+                    });
+                }
+            }
+        }
+        None
+    }
 }
 
 /// `runner_build_outcome`.
@@ -236,11 +293,13 @@ mod tests {
         Build {
             id: id.into(),
             pipeline: "p".into(),
+            branch: "main".into(),
             agent: "runner".into(),
             steps: Vec::new(),
             status,
             reason: None,
             created_ms: 0,
+            admitted_ms: None,
             engine_seen_ms: None,
             finished_ms: None,
             cleanup_queued: status.is_final(),
@@ -365,6 +424,7 @@ mod tests {
         let state = |builds: Vec<Build>, objects: Vec<(&str, &str, &str)>| FinalState {
             end_ms: 300_000,
             runner: Some(RunnerTruth {
+                limit: None,
                 builds,
                 objects: objects
                     .into_iter()
@@ -393,5 +453,42 @@ mod tests {
         assert_eq!(v.details["orphans"], json!(["Pod/dind-b00001"]));
         assert!(BuildsFinish.at_end(&FinalState::default()).is_none());
         assert!(NoOrphans.at_end(&FinalState::default()).is_none());
+    }
+
+    #[test]
+    fn more_builds_admitted_at_once_than_the_limit_breaks_it() {
+        let admitted = |id: &str, from: u64, to: Option<u64>| Build {
+            admitted_ms: Some(from),
+            finished_ms: to,
+            ..build(id, Status::Success)
+        };
+        let state = |limit, builds| FinalState {
+            runner: Some(RunnerTruth {
+                builds,
+                objects: Vec::new(),
+                limit,
+            }),
+            ..FinalState::default()
+        };
+        // One after the other (an end and the next admission at the same moment): within 1.
+        let serial = vec![
+            admitted("b1", 0, Some(10)),
+            admitted("b2", 10, Some(20)),
+            Build {
+                admitted_ms: None,
+                ..build("b3", Status::Pending)
+            },
+        ];
+        assert!(ConcurrencyLimit.at_end(&state(Some(1), serial)).is_none());
+        let overlapping = vec![admitted("b1", 0, Some(10)), admitted("b2", 5, None)];
+        let v = ConcurrencyLimit
+            .at_end(&state(Some(1), overlapping.clone()))
+            .expect("fires");
+        assert_eq!((v.class, v.at_ms), (Class::Safety, 5));
+        assert_eq!(v.details["build"], "b2");
+        assert!(ConcurrencyLimit
+            .at_end(&state(Some(2), overlapping.clone()))
+            .is_none());
+        assert!(ConcurrencyLimit.at_end(&state(None, overlapping)).is_none());
     }
 }

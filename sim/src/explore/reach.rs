@@ -58,6 +58,8 @@
 //! | `hosted_runtime_restarted_then_reported` | a hosted runtime's vcluster host was stopped and started again, and its reporter then sent app events to the platform |
 //! | `runner_task_redelivered` | the platform handed a Runner task out a second time (no status had come for it) |
 //! | `runner_ack_lost` | a Runner agent's status report got no answer it could use (lost, refused, timed out) |
+//! | `runner_build_pending` | a Runner build waited for admission: its pipeline was at its concurrency limit |
+//! | `runner_policy_terminated` | a Runner build was terminated by its pipeline's policy (a newer build of its branch) |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -476,6 +478,13 @@ impl Condition {
             }),
             Condition::RunnerAckLost => events.iter().any(|e| {
                 matches!(e.runner(), Some(RunnerEvent::Ack { delivered: false, .. }))
+            }),
+            Condition::RunnerBuildPending => events.iter().any(|e| {
+                matches!(e.runner(), Some(RunnerEvent::Build { status, .. }) if status == "pending")
+            }),
+            Condition::RunnerPolicyTerminated => events.iter().any(|e| {
+                matches!(e.runner(), Some(RunnerEvent::Build { status, reason, .. })
+                    if status == "terminated" && reason.starts_with("terminated by the pipeline's policy"))
             }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
@@ -1306,6 +1315,24 @@ expect: {hardened: pass}
                 vec![ack(1_000, "t000001", true)],
                 vec![ack(1_000, "t000001", false), ack(3_000, "t000001", true)],
             ),
+            (
+                RunnerBuildPending,
+                vec![build(1_000, "elected", "")],
+                vec![build(1_000, "elected", ""), build(1_000, "pending", "")],
+            ),
+            (
+                RunnerPolicyTerminated,
+                vec![build(
+                    1_000,
+                    "terminated",
+                    "engine inactive longer than TIME_ENGINE_INACTIVE_UNTIL_TERMINATION",
+                )],
+                vec![build(
+                    1_000,
+                    "terminated",
+                    "terminated by the pipeline's policy: build b00002 of branch main started",
+                )],
+            ),
         ]
     }
 
@@ -1319,6 +1346,18 @@ expect: {hardened: pass}
                 kind: "CreatePod".into(),
                 object: "engine-b00001".into(),
                 delivery,
+            },
+        )
+    }
+
+    fn build(at_ms: u64, status: &str, reason: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "platform",
+            RunnerEvent::Build {
+                build: "b00001".into(),
+                status: status.into(),
+                reason: reason.into(),
             },
         )
     }

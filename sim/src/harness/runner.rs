@@ -1157,6 +1157,7 @@ fn attributions(
 fn runner_truth(
     builds: &orrery_system::platform::runner::Builds,
     api: &ApiServer,
+    scenario: &Scenario,
 ) -> checkers::runner::RunnerTruth {
     let mut objects = Vec::new();
     let store = api.store();
@@ -1182,6 +1183,7 @@ fn runner_truth(
     checkers::runner::RunnerTruth {
         builds: builds.lock().builds().cloned().collect(),
         objects,
+        limit: scenario.runner.as_ref().and_then(|r| r.concurrency),
     }
 }
 
@@ -1511,7 +1513,7 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
             runner: scenario
                 .runner
                 .as_ref()
-                .map(|r| crate::world::runner::builds(scenario, r)),
+                .map(|r| crate::world::runner::builds(scenario, r, variant)),
             ..Default::default()
         },
         runner_builds_made: Arc::default(),
@@ -1749,7 +1751,7 @@ fn final_state(
             .control_plane
             .runner
             .as_ref()
-            .map(|builds| runner_truth(builds, &world.api)),
+            .map(|builds| runner_truth(builds, &world.api, scenario)),
         audit: match &world.database {
             // What the database committed: an answered denial must be there.
             Some(database) => database.snapshot().audit,

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 57] = [
+pub const FIGURES: [(&str, &str); 58] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -196,6 +196,10 @@ pub const FIGURES: [(&str, &str); 57] = [
         "runner_task_round_trip_p99_ms",
         "Runner task handed out → its status accepted, p99",
     ),
+    (
+        "runner_peak_admitted",
+        "most Runner builds of the pipeline admitted at once",
+    ),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -315,6 +319,7 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
             counter("runner.tasks_executed_again"),
         );
         put("runner_orphans_at_end", counter("runner.orphans"));
+        put("runner_peak_admitted", counter("runner.peak_admitted"));
         put(
             "runner_task_round_trip_p99_ms",
             metrics

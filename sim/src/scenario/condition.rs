@@ -156,6 +156,10 @@ conditions! {
     RunnerTaskRedelivered = "runner_task_redelivered",
     /// A Runner agent's status report got no answer it could use.
     RunnerAckLost = "runner_ack_lost",
+    /// A Runner build waited for admission (its pipeline was at its concurrency limit).
+    RunnerBuildPending = "runner_build_pending",
+    /// A Runner build was terminated by its pipeline's policy (a newer build of its branch).
+    RunnerPolicyTerminated = "runner_policy_terminated",
 }
 
 impl fmt::Display for Condition {

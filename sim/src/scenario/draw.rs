@@ -187,6 +187,28 @@ fn draw_knobs(rng: &mut Rng, knobs: &SwarmKnobs, concrete: &mut Scenario) {
         draw(rng, t.execute_delay, &mut concrete.tunnel.execute_delay);
         draw(rng, t.retry_after, &mut concrete.tunnel.retry_after);
     }
+    if let (Some(r), Some(runner)) = (&knobs.runner, concrete.runner.as_mut()) {
+        if let Some(range) = r.concurrency {
+            runner.concurrency = Some(between_u32(rng, range));
+        }
+        if let Some(range) = r.burst {
+            runner.burst = between_u32(rng, range).max(1);
+        }
+        if r.step.is_some() {
+            let mut length = runner.steps.first().map(|s| s.duration).unwrap_or_default();
+            draw(rng, r.step, &mut length);
+            runner.steps = vec![crate::scenario::model::RunnerStep {
+                duration: length,
+                exit_code: 0,
+            }];
+        }
+        if let Some(range) = r.lost_requests {
+            runner.lost_requests = between_u32(rng, range).min(100) as u8;
+        }
+        if let Some(range) = r.lost_answers {
+            runner.lost_answers = between_u32(rng, range).min(100) as u8;
+        }
+    }
 }
 
 /// The reporter replica count a run starts with.

@@ -993,6 +993,15 @@ pub struct Runner {
     /// (the redelivery rule is not public, `runner-research.md` §6.1). Default 60 s.
     #[serde(with = "super::duration")]
     pub redeliver_after: Duration,
+    /// The pipeline's concurrency limit (`pipelines.md`: builds admitted at once; 0 is
+    /// maintenance mode). Default: unlimited.
+    pub concurrency: Option<u32>,
+    /// The pipeline's policy "terminate previous builds from the same branch". Default false.
+    pub terminate_previous: bool,
+    /// Builds made at the same moment at each slot (a push that triggers several). Default 1.
+    pub burst: u32,
+    /// Branches the builds cycle through (`branch-0`, `branch-1`, …). Default 1.
+    pub branches: u32,
 }
 
 impl Default for Runner {
@@ -1007,6 +1016,10 @@ impl Default for Runner {
             lost_requests: 0,
             lost_answers: 0,
             redeliver_after: Duration::from_secs(60),
+            concurrency: None,
+            terminate_previous: false,
+            burst: 1,
+            branches: 1,
         }
     }
 }
@@ -1242,7 +1255,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 33] = [
+pub const KNOWN_INVARIANTS: [&str; 34] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1275,6 +1288,7 @@ pub const KNOWN_INVARIANTS: [&str; 33] = [
     "runner_build_outcome",
     "runner_builds_finish",
     "runner_no_orphans",
+    "runner_concurrency_limit",
     "runner_stall_detected",
 ];
 

@@ -316,6 +316,12 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "redeliver_after",
                 "redeliver_after must be longer than 0 s",
             ),
+            (runner.burst >= 1, "burst", "burst must be at least 1"),
+            (
+                runner.branches >= 1,
+                "branches",
+                "branches must be at least 1",
+            ),
         ] {
             v.check(ok, &field.key(key), why)?;
         }

@@ -176,6 +176,30 @@ pub struct SwarmKnobs {
     /// Tunnel traffic and timing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<TunnelRanges>,
+    /// The Runner's pipeline and the link in front of its agent API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<RunnerRanges>,
+}
+
+/// Ranges of the Runner's knobs (`runner:`), drawn once per seed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerRanges {
+    /// Range of the pipeline's concurrency limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<[u32; 2]>,
+    /// Range of the builds made at once per slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<[u32; 2]>,
+    /// Range of each build's one step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<[Span; 2]>,
+    /// Range of the percent of agent requests lost before the platform (fault phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_requests: Option<[u32; 2]>,
+    /// Range of the percent of agent answers lost (fault phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_answers: Option<[u32; 2]>,
 }
 
 impl SwarmKnobs {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
-use orrery_system::platform::runner::{Builds, Knobs, Settings, Step};
+use orrery_system::platform::runner::{Builds, Knobs, Pipeline, Settings, Step};
 use orrery_system::runtime::runner::{self as agent, engine};
 use serde_json::json;
 
@@ -45,21 +45,32 @@ pub fn agent_id(scenario: &Scenario) -> String {
     host_of(scenario, Role::Runner).to_string()
 }
 
-/// The platform's builds and queue for the world's one agent; they outlive the platform
-/// host's restarts (its databases). The link starts with the fault phase's losses.
-pub fn builds(scenario: &Scenario, runner: &Runner) -> Arc<Builds> {
+/// The platform's builds and queue for the world's one agent and its one pipeline; they
+/// outlive the platform host's restarts (its databases). The link starts with the fault
+/// phase's losses.
+pub fn builds(scenario: &Scenario, runner: &Runner, variant: Variant) -> Arc<Builds> {
     let settings = Settings {
         redeliver_after: runner.redeliver_after,
         namespace: NAMESPACE.into(),
         re_name: "sim/codefresh".into(),
+        variant,
         ..Settings::default()
     };
     let agents = [(AGENT_TOKEN.to_string(), agent_id(scenario))]
         .into_iter()
         .collect();
     let builds = Builds::new(settings, agents, TRIGGER_TOKEN);
+    builds.lock().set_pipeline(PIPELINE, pipeline(runner));
     builds.set_knobs(fault_knobs(runner));
     builds
+}
+
+/// The pipeline's admission settings.
+pub fn pipeline(runner: &Runner) -> Pipeline {
+    Pipeline {
+        concurrency: runner.concurrency,
+        terminate_previous_on_branch: runner.terminate_previous,
+    }
 }
 
 /// The link's losses during the fault phase (the calm phase has none).
@@ -148,9 +159,10 @@ pub async fn probe(env: SharedEnv, scenario: Scenario) {
     }
 }
 
-/// Makes the scenario's builds, one every `every`, until `runner.builds` were made or the
-/// calm phase starts; `made` counts across the host's restarts, so a restart goes on where
-/// it stopped. A refused or lost request is tried again at the next slot.
+/// Makes the scenario's builds, `burst` at once every `every` (their branches cycling
+/// through `branches`), until `runner.builds` were made or the calm phase starts; `made`
+/// counts across the host's restarts, so a restart goes on where it stopped. A refused or
+/// lost request is tried again at the next slot.
 pub async fn trigger(
     env: SharedEnv,
     scenario: Scenario,
@@ -173,19 +185,37 @@ pub async fn trigger(
         &platform_api(&scenario),
         std::time::Duration::from_secs(10),
     );
-    let body = json!({"pipeline": PIPELINE, "agent": agent_id(&scenario), "steps": steps});
+    let agent = agent_id(&scenario);
     while made.load(Ordering::SeqCst) < runner.builds && !calm.load(Ordering::SeqCst) {
         env.sleep(runner.every).await;
-        let answer = client
-            .send(
-                http::Method::POST,
-                "/api/builds".into(),
-                Some(TRIGGER_TOKEN),
-                Some(&body),
-            )
-            .await;
-        if answer.is_ok() {
-            made.fetch_add(1, Ordering::SeqCst);
-        }
+        let first = made.load(Ordering::SeqCst);
+        let burst = runner.burst.min(runner.builds - first);
+        let sends = (first..first + burst).map(|n| {
+            let body = match runner.branches {
+                // One branch: the body the first slice sent (traces unchanged).
+                1 => json!({"pipeline": PIPELINE, "agent": agent, "steps": steps}),
+                branches => json!({
+                    "pipeline": PIPELINE,
+                    "agent": agent,
+                    "branch": format!("branch-{}", n % branches),
+                    "steps": steps,
+                }),
+            };
+            let client = &client;
+            async move {
+                client
+                    .send(
+                        http::Method::POST,
+                        "/api/builds".into(),
+                        Some(TRIGGER_TOKEN),
+                        Some(&body),
+                    )
+                    .await
+                    .is_ok()
+            }
+        });
+        let sent = futures::future::join_all(sends).await;
+        let accepted = sent.into_iter().filter(|ok| *ok).count() as u32;
+        made.fetch_add(accepted, Ordering::SeqCst);
     }
 }

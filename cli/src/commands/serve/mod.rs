@@ -817,6 +817,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         }
         let settings = orrery_system::platform::runner::Settings {
             namespace: args.runner_namespace.clone(),
+            variant,
             ..Default::default()
         };
         state.runner = Some(orrery_system::platform::runner::Builds::new(

@@ -11,7 +11,9 @@
 //! | `GET /api/agent/{id}/tasks?waitForStatusReport=true` | agent (raw token) | its due tasks |
 //! | `POST /api/agent/{id}/tasks/{taskId}/statuses` | agent | 200, 404 unknown task, 409 stale `statusRevision` |
 //! | `PUT /api/agent/{id}/status` | agent (heartbeat) | 200 |
-//! | `POST /api/builds` `{pipeline, agent, steps}` | trigger (admin token) | `{id}` |
+//! | `POST /api/builds` `{pipeline, agent, branch, steps}` | trigger (admin token) | `{id}`, admitted or pending |
+//! | `PUT /api/pipelines/{name}` `{concurrency, terminatePreviousOnBranch}` | trigger | the pipeline's admission settings |
+//! | `GET /api/pipelines/{name}` | trigger | them |
 //! | `GET /api/builds/{id}` | trigger, agent | the build |
 //! | `POST /api/builds/{id}/engine` `{exitCode}` | engine (the agent's token, **inferred**) | 200; `null` while running |
 //!
@@ -34,7 +36,7 @@ use crate::core::runner::TaskStatus;
 use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
 use crate::observe::RunnerEvent;
-pub use queue::{Build, Queue, Settings, Status, Step};
+pub use queue::{Build, NewBuild, Pipeline, Queue, Settings, Status, Step};
 
 /// How often the platform applies its limits.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -199,24 +201,65 @@ async fn handle(
             if !builds.agents.values().any(|a| a == agent) {
                 return error(StatusCode::NOT_FOUND, format!("no agent {agent}"));
             }
+            let branch = match body.get("branch") {
+                None | Some(Value::Null) => "main",
+                Some(Value::String(branch)) if !branch.is_empty() => branch.as_str(),
+                Some(_) => return error(StatusCode::BAD_REQUEST, "`branch` is not a branch name"),
+            };
             let steps: Vec<Step> = match serde_json::from_value(
                 body.get("steps").cloned().unwrap_or_else(|| json!([])),
             ) {
                 Ok(steps) => steps,
                 Err(e) => return error(StatusCode::BAD_REQUEST, format!("`steps`: {e}")),
             };
-            let id = builds
-                .lock()
-                .create_build(pipeline, agent, steps, env.unix_millis());
-            env.observe(
-                RunnerEvent::Build {
-                    build: id.clone(),
-                    status: Status::Elected.as_str().into(),
-                    reason: String::new(),
+            let request = NewBuild {
+                pipeline: pipeline.into(),
+                agent: agent.into(),
+                branch: branch.into(),
+                steps,
+            };
+            // faithful checks the limit, waits for its read and elects on what it read
+            // (queue.rs: admission); hardened checks and elects at once. Without a limit
+            // there is nothing to read.
+            let (settings, limited) = {
+                let queue = builds.lock();
+                let limited = queue.pipeline(pipeline).concurrency.is_some();
+                (queue.settings().clone(), limited)
+            };
+            let seen = match (settings.variant, limited) {
+                (crate::core::Variant::Faithful, true) => {
+                    let seen = builds.lock().admitted(pipeline);
+                    env.sleep(settings.admission_read).await;
+                    Some(seen)
                 }
-                .into(),
-            );
+                _ => None,
+            };
+            let (id, changes) = builds.lock().make_build(request, seen, env.unix_millis());
+            trace(&env, &changes);
             json(StatusCode::CREATED, &json!({"id": id}))
+        }
+        ["api", "pipelines", name @ ..] if !name.is_empty() => {
+            if !builds.is_trigger(&req) {
+                return error(StatusCode::UNAUTHORIZED, "pipelines need the trigger token");
+            }
+            let name = name.join("/");
+            match method {
+                http::Method::GET => json(StatusCode::OK, &builds.lock().pipeline(&name)),
+                http::Method::PUT => {
+                    let pipeline: Pipeline = match body(req).await.and_then(|v| {
+                        serde_json::from_value(v).map_err(|e| format!("not a pipeline: {e}"))
+                    }) {
+                        Ok(pipeline) => pipeline,
+                        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                    };
+                    builds.lock().set_pipeline(&name, pipeline.clone());
+                    json(StatusCode::OK, &pipeline)
+                }
+                _ => error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{method} /api/pipelines/{name}: GET or PUT"),
+                ),
+            }
         }
         ["api", "builds", id] if method == http::Method::GET => {
             if !builds.is_trigger(&req) && builds.agent_of(&req).is_none() {

@@ -17,16 +17,30 @@
 //!   pvc-dind-<id>` (§2.3 step 8, [INFERENCE]);
 //! - the platform's limits (§2.4): elected at most 900 s, no engine report for 300 s
 //!   terminates the build, a task not done within [`Settings::expire_after`] expires (the
-//!   `expireAt` TTL index, §1.3).
+//!   `expireAt` TTL index, §1.3);
+//! - **admission** (`pipelines.md` L237-322, §5): a pipeline's concurrency limit admits a
+//!   build (elects it) or keeps it `pending` until an admitted build of the pipeline ends
+//!   (oldest first); 0 is maintenance mode. The check is made by the caller with
+//!   [`Queue::admitted`] and handed to [`Queue::make_build`]: faithful reads the count, waits
+//!   for its database ([`Settings::admission_read`]) and then elects on what it read — builds
+//!   made at the same moment all pass a limit one of them fills (§4 row 8, "pipeline
+//!   concurrency limit ignored periodically"; the check-then-act mechanism is
+//!   [INFERENCE]); hardened checks and elects in one step;
+//! - **termination policy** "terminate previous builds from the same branch": a new build
+//!   terminates the branch's builds that have not ended. faithful then deletes only the
+//!   engine pod, so the dind pod and its claim stay (§4 row 5, "builds terminated because
+//!   of pipeline policy leave running `dind` pods"; which objects stay is [INFERENCE]);
+//!   hardened deletes all three, as on every other end.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::core::runner::{self, Metadata, Outcome, Task, TaskStatus, TaskType};
 use crate::core::time::rfc3339;
+use crate::core::Variant;
 
 /// `MAXIMUM_RETRY_ATTEMPTS_ALLOWED` (§2.4), applied to a task handed out again after a
 /// retriable error ([INFERENCE]: the real limit counts a build's retries).
@@ -48,6 +62,11 @@ pub struct Settings {
     pub namespace: String,
     /// The runtime environment's name (`reName`).
     pub re_name: String,
+    /// Which platform runs: how admission and a policy termination behave.
+    pub variant: Variant,
+    /// faithful: how long the admission check's read takes before it elects on what it
+    /// read ([INFERENCE]: a database round trip).
+    pub admission_read: Duration,
 }
 
 impl Default for Settings {
@@ -59,6 +78,8 @@ impl Default for Settings {
             expire_after: Duration::from_secs(3600),
             namespace: "codefresh".into(),
             re_name: "runtime".into(),
+            variant: Variant::Hardened,
+            admission_read: Duration::from_millis(50),
         }
     }
 }
@@ -67,6 +88,8 @@ impl Default for Settings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// Waiting for admission: its pipeline is at its concurrency limit.
+    Pending,
     /// Given to a runtime; its pods are being made.
     Elected,
     /// The engine reported it started.
@@ -84,12 +107,13 @@ pub enum Status {
 impl Status {
     /// True once the build ended.
     pub fn is_final(self) -> bool {
-        !matches!(self, Status::Elected | Status::Running)
+        !matches!(self, Status::Pending | Status::Elected | Status::Running)
     }
 
     /// The name in the API and the trace.
     pub fn as_str(self) -> &'static str {
         match self {
+            Status::Pending => "pending",
             Status::Elected => "elected",
             Status::Running => "running",
             Status::Success => "success",
@@ -109,6 +133,39 @@ pub struct Step {
     pub exit_code: i32,
 }
 
+/// A pipeline's admission settings (`pipelines.md` L237-322): what a build of it waits for
+/// and what it ends.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Pipeline {
+    /// Builds admitted at once (`None`: unlimited; 0: maintenance mode, none is admitted).
+    pub concurrency: Option<u32>,
+    /// A new build terminates the builds of its branch that have not ended.
+    pub terminate_previous_on_branch: bool,
+}
+
+/// What a trigger asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewBuild {
+    /// The pipeline.
+    pub pipeline: String,
+    /// The agent whose runtime runs it.
+    pub agent: String,
+    /// The branch it builds.
+    pub branch: String,
+    /// What the engine runs.
+    pub steps: Vec<Step>,
+}
+
+/// How a build's objects are removed when it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cleanup {
+    /// Its engine pod, dind pod and claim.
+    All,
+    /// Its engine pod only (faithful's policy termination, §4 row 5).
+    EngineOnly,
+}
+
 /// One build.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Build {
@@ -116,6 +173,8 @@ pub struct Build {
     pub id: String,
     /// Its pipeline.
     pub pipeline: String,
+    /// The branch it builds.
+    pub branch: String,
     /// The agent whose runtime runs it.
     pub agent: String,
     /// What the engine runs.
@@ -126,6 +185,8 @@ pub struct Build {
     pub reason: Option<String>,
     /// When it was made (Unix ms).
     pub created_ms: u64,
+    /// When it was admitted (elected; Unix ms).
+    pub admitted_ms: Option<u64>,
     /// When the engine last reported (Unix ms).
     pub engine_seen_ms: Option<u64>,
     /// When it ended (Unix ms).
@@ -205,6 +266,7 @@ pub struct Queue {
     builds: BTreeMap<String, Build>,
     tasks: BTreeMap<String, Queued>,
     heartbeats: BTreeMap<String, u64>,
+    pipelines: BTreeMap<String, Pipeline>,
     made_builds: u64,
     made_tasks: u64,
 }
@@ -243,8 +305,27 @@ impl Queue {
         &self.heartbeats
     }
 
-    /// A new build of `pipeline` on `agent`'s runtime, elected at once: its id. Its
-    /// creation tasks are queued.
+    /// A pipeline's settings (a pipeline not set has no limit and no policy).
+    pub fn set_pipeline(&mut self, name: &str, pipeline: Pipeline) {
+        self.pipelines.insert(name.into(), pipeline);
+    }
+
+    /// `name`'s settings.
+    pub fn pipeline(&self, name: &str) -> Pipeline {
+        self.pipelines.get(name).cloned().unwrap_or_default()
+    }
+
+    /// How many builds of `pipeline` are admitted and have not ended: what admission checks
+    /// against its limit.
+    pub fn admitted(&self, pipeline: &str) -> u32 {
+        self.builds
+            .values()
+            .filter(|b| b.pipeline == pipeline && b.admitted_ms.is_some() && !b.status.is_final())
+            .count() as u32
+    }
+
+    /// A new build of `pipeline` on `agent`'s runtime on branch `main`, with no stale
+    /// admission read: its id.
     pub fn create_build(
         &mut self,
         pipeline: &str,
@@ -252,38 +333,128 @@ impl Queue {
         steps: Vec<Step>,
         now_ms: u64,
     ) -> String {
+        let request = NewBuild {
+            pipeline: pipeline.into(),
+            agent: agent.into(),
+            branch: "main".into(),
+            steps,
+        };
+        self.make_build(request, None, now_ms).0
+    }
+
+    /// A new build: its pipeline's policy terminates the branch's earlier builds, then it is
+    /// admitted against the limit — with `seen` builds admitted if the caller read that
+    /// earlier (faithful's check-then-act), else with the count now — and elected (its
+    /// creation tasks queued) or kept pending. Its id, and what changed.
+    pub fn make_build(
+        &mut self,
+        request: NewBuild,
+        seen: Option<u32>,
+        now_ms: u64,
+    ) -> (String, Changes) {
         self.made_builds += 1;
         let id = format!("b{:05}", self.made_builds);
+        let mut changes = Changes::default();
+        let pipeline = self.pipeline(&request.pipeline);
+        if pipeline.terminate_previous_on_branch {
+            let previous: Vec<String> = self
+                .builds
+                .values()
+                .filter(|b| {
+                    b.pipeline == request.pipeline
+                        && b.branch == request.branch
+                        && !b.status.is_final()
+                })
+                .map(|b| b.id.clone())
+                .collect();
+            let cleanup = match self.settings.variant {
+                Variant::Faithful => Cleanup::EngineOnly,
+                Variant::Hardened => Cleanup::All,
+            };
+            for build in previous {
+                let reason = format!(
+                    "terminated by the pipeline's policy: build {id} of branch {} started",
+                    request.branch
+                );
+                self.end(
+                    &build,
+                    Status::Terminated,
+                    Some(reason),
+                    now_ms,
+                    cleanup,
+                    &mut changes,
+                );
+            }
+        }
+        let admitted = seen.unwrap_or_else(|| self.admitted(&request.pipeline));
+        let admit = pipeline.concurrency.is_none_or(|limit| admitted < limit);
         self.builds.insert(
             id.clone(),
             Build {
                 id: id.clone(),
-                pipeline: pipeline.into(),
-                agent: agent.into(),
-                steps,
-                status: Status::Elected,
+                pipeline: request.pipeline,
+                agent: request.agent,
+                branch: request.branch,
+                steps: request.steps,
+                status: Status::Pending,
                 reason: None,
                 created_ms: now_ms,
+                admitted_ms: None,
                 engine_seen_ms: None,
                 finished_ms: None,
                 cleanup_queued: false,
             },
         );
+        if admit {
+            self.elect(&id, now_ms, &mut changes);
+        } else {
+            changes.builds.push((id.clone(), Status::Pending, None));
+        }
+        (id, changes)
+    }
+
+    /// Elects `build`: admitted now, its claim and pods asked for.
+    fn elect(&mut self, build: &str, now_ms: u64, changes: &mut Changes) {
+        let Some(entry) = self.builds.get_mut(build) else {
+            return;
+        };
+        entry.status = Status::Elected;
+        entry.admitted_ms = Some(now_ms);
+        let agent = entry.agent.clone();
+        changes.builds.push((build.into(), Status::Elected, None));
         let ns = self.settings.namespace.clone();
         for (kind, spec) in [
-            (TaskType::CreatePvc, pvc(&id, &ns)),
+            (TaskType::CreatePvc, pvc(build, &ns)),
             (
                 TaskType::CreatePod,
-                pod(&runner::dind_pod(&id), &id, &ns, "dind"),
+                pod(&runner::dind_pod(build), build, &ns, "dind"),
             ),
             (
                 TaskType::CreatePod,
-                pod(&runner::engine_pod(&id), &id, &ns, "engine"),
+                pod(&runner::engine_pod(build), build, &ns, "engine"),
             ),
         ] {
-            self.enqueue(&id, agent, kind, spec, now_ms);
+            self.enqueue(build, &agent, kind, spec, now_ms);
         }
-        id
+    }
+
+    /// Admits `pipeline`'s pending builds, oldest first, while it is under its limit.
+    fn admit_pending(&mut self, pipeline: &str, now_ms: u64, changes: &mut Changes) {
+        let limit = self.pipeline(pipeline).concurrency;
+        loop {
+            if limit.is_some_and(|l| self.admitted(pipeline) >= l) {
+                return;
+            }
+            let Some(next) = self
+                .builds
+                .values()
+                .find(|b| b.pipeline == pipeline && b.status == Status::Pending)
+                .map(|b| b.id.clone())
+            else {
+                return;
+            };
+            self.elect(&next, now_ms, changes);
+        }
     }
 
     fn enqueue(&mut self, build: &str, agent: &str, kind: TaskType, spec: Value, now_ms: u64) {
@@ -433,11 +604,13 @@ impl Queue {
             .builds
             .values()
             .filter_map(|b| match b.status {
-                Status::Elected if now_ms >= b.created_ms + elected => Some((
-                    b.id.clone(),
-                    Status::Error,
-                    "elected longer than MAXIMUM_ELECTED_STATE_AGE_ALLOWED".to_string(),
-                )),
+                Status::Elected if now_ms >= b.admitted_ms.unwrap_or(b.created_ms) + elected => {
+                    Some((
+                        b.id.clone(),
+                        Status::Error,
+                        "elected longer than MAXIMUM_ELECTED_STATE_AGE_ALLOWED".to_string(),
+                    ))
+                }
                 Status::Running if now_ms >= b.engine_seen_ms.unwrap_or(b.created_ms) + silent => {
                     Some((
                         b.id.clone(),
@@ -463,13 +636,27 @@ impl Queue {
         changes
     }
 
-    /// Ends `build` with `status` and queues its cleanup (once).
+    /// Ends `build` with `status` and removes all its objects.
     fn finish(
         &mut self,
         build: &str,
         status: Status,
         reason: Option<String>,
         now_ms: u64,
+        changes: &mut Changes,
+    ) {
+        self.end(build, status, reason, now_ms, Cleanup::All, changes);
+    }
+
+    /// Ends `build` with `status`, queues the removal of its objects (once, if it was
+    /// admitted) and admits its pipeline's next pending builds.
+    fn end(
+        &mut self,
+        build: &str,
+        status: Status,
+        reason: Option<String>,
+        now_ms: u64,
+        cleanup: Cleanup,
         changes: &mut Changes,
     ) {
         let Some(entry) = self.builds.get_mut(build) else {
@@ -482,25 +669,31 @@ impl Queue {
         entry.reason = reason.clone();
         entry.finished_ms = Some(now_ms);
         changes.builds.push((build.into(), status, reason));
-        if entry.cleanup_queued {
-            return;
+        let pipeline = entry.pipeline.clone();
+        if entry.admitted_ms.is_some() && !entry.cleanup_queued {
+            entry.cleanup_queued = true;
+            let agent = entry.agent.clone();
+            let ns = self.settings.namespace.clone();
+            let objects: &[(TaskType, String)] = &[
+                (TaskType::DeletePod, runner::engine_pod(build)),
+                (TaskType::DeletePod, runner::dind_pod(build)),
+                (TaskType::DeletePvc, runner::dind_pvc(build)),
+            ];
+            let objects = match cleanup {
+                Cleanup::All => objects,
+                Cleanup::EngineOnly => &objects[..1],
+            };
+            for (kind, name) in objects {
+                self.enqueue(
+                    build,
+                    &agent,
+                    *kind,
+                    json!({"name": name, "namespace": ns}),
+                    now_ms,
+                );
+            }
         }
-        entry.cleanup_queued = true;
-        let agent = entry.agent.clone();
-        let ns = self.settings.namespace.clone();
-        for (kind, name) in [
-            (TaskType::DeletePod, runner::engine_pod(build)),
-            (TaskType::DeletePod, runner::dind_pod(build)),
-            (TaskType::DeletePvc, runner::dind_pvc(build)),
-        ] {
-            self.enqueue(
-                build,
-                &agent,
-                kind,
-                json!({"name": name, "namespace": ns}),
-                now_ms,
-            );
-        }
+        self.admit_pending(&pipeline, now_ms, changes);
     }
 }
 
@@ -675,5 +868,115 @@ mod tests {
         assert_eq!(changes.builds[0].1, Status::Error);
         let changes = q.tick(3_600_000);
         assert_eq!(changes.expired.len(), 6, "the creations were never done");
+    }
+
+    fn request(branch: &str) -> NewBuild {
+        NewBuild {
+            pipeline: "p".into(),
+            agent: "agent".into(),
+            branch: branch.into(),
+            steps: steps(),
+        }
+    }
+
+    fn limited(variant: Variant, pipeline: Pipeline) -> Queue {
+        let mut q = Queue::new(Settings {
+            variant,
+            ..Settings::default()
+        });
+        q.set_pipeline("p", pipeline);
+        q
+    }
+
+    #[test]
+    fn a_pipeline_at_its_limit_keeps_a_build_pending_until_an_admitted_one_ends() {
+        let mut q = limited(
+            Variant::Hardened,
+            Pipeline {
+                concurrency: Some(1),
+                ..Pipeline::default()
+            },
+        );
+        let (first, _) = q.make_build(request("main"), None, 0);
+        let (second, changes) = q.make_build(request("main"), None, 1);
+        assert_eq!(changes.builds, [(second.clone(), Status::Pending, None)]);
+        assert_eq!(q.admitted("p"), 1);
+        assert_eq!(
+            q.poll("agent", 2).len(),
+            3,
+            "only the admitted build's tasks"
+        );
+        let changes = q.engine_report(&first, Some(0), 3).unwrap();
+        assert_eq!(
+            changes.builds,
+            [
+                (first.clone(), Status::Success, None),
+                (second.clone(), Status::Elected, None)
+            ]
+        );
+        assert_eq!(q.build(&second).unwrap().admitted_ms, Some(3));
+        // Maintenance mode admits nothing.
+        q.set_pipeline(
+            "p",
+            Pipeline {
+                concurrency: Some(0),
+                ..Pipeline::default()
+            },
+        );
+        let (third, _) = q.make_build(request("main"), None, 4);
+        assert_eq!(q.build(&third).unwrap().status, Status::Pending);
+    }
+
+    #[test]
+    fn an_admission_on_a_stale_read_passes_the_limit() {
+        let mut q = limited(
+            Variant::Faithful,
+            Pipeline {
+                concurrency: Some(1),
+                ..Pipeline::default()
+            },
+        );
+        // Both checks read 0 before either elected.
+        let seen = q.admitted("p");
+        q.make_build(request("main"), Some(seen), 0);
+        q.make_build(request("main"), Some(seen), 0);
+        assert_eq!(q.admitted("p"), 2, "faithful's check-then-act");
+        let (late, _) = q.make_build(request("main"), None, 1);
+        assert_eq!(q.build(&late).unwrap().status, Status::Pending);
+    }
+
+    #[test]
+    fn a_policy_termination_leaves_the_dind_pod_and_claim_only_in_faithful() {
+        for (variant, deletions) in [(Variant::Faithful, 1), (Variant::Hardened, 3)] {
+            let mut q = limited(
+                variant,
+                Pipeline {
+                    terminate_previous_on_branch: true,
+                    ..Pipeline::default()
+                },
+            );
+            let (first, _) = q.make_build(request("main"), None, 0);
+            let (other, _) = q.make_build(request("dev"), None, 0);
+            q.poll("agent", 0);
+            let (second, changes) = q.make_build(request("main"), None, 1);
+            let ended = changes.builds[0].clone();
+            assert_eq!(
+                (ended.0, ended.1),
+                (first.clone(), Status::Terminated),
+                "{variant:?}"
+            );
+            assert!(ended.2.unwrap().contains(&second));
+            assert!(
+                !q.build(&other).unwrap().status.is_final(),
+                "another branch's build runs on"
+            );
+            let cleanup: Vec<_> = tasks_of(q.poll("agent", 2))
+                .into_iter()
+                .filter(|t| t.metadata.workflow_id == first)
+                .map(|t| t.object_name().to_string())
+                .collect();
+            assert_eq!(cleanup.len(), deletions, "{variant:?}: {cleanup:?}");
+            assert_eq!(cleanup[0], format!("engine-{first}"));
+        }
     }
 }

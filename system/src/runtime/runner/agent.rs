@@ -109,6 +109,9 @@ impl Agent {
         if let Some(addr) = self.config.listen.clone() {
             tasks.spawn(self.clone().health(addr));
         }
+        if self.hardened() {
+            tasks.spawn(self.clone().sweeper());
+        }
         self.poll_loop(tx).await;
     }
 
@@ -384,6 +387,92 @@ impl Agent {
             let me = self.clone();
             tokio::spawn(async move { me.heartbeat().await });
         }
+    }
+
+    /// hardened: every [`super::SWEEP_EVERY`], deletes the labelled pods and claims of builds
+    /// the platform says ended. The real agent cannot (its RBAC has no list, §4 row 5), so a
+    /// policy-terminated build's dind pod, or a claim whose creation was handed out again
+    /// after its build's cleanup ran (row 1), stays for good.
+    async fn sweeper(self: Arc<Self>) {
+        use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+        let ns = self.config.apiserver.namespace.clone();
+        loop {
+            self.env.sleep(super::SWEEP_EVERY).await;
+            let mut found: Vec<(&str, String, String)> = Vec::new();
+            for kind in ["Pod", "PersistentVolumeClaim"] {
+                let resource = exec::resource(kind).expect("both kinds are known");
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.kube.clone(), &ns, &resource);
+                let Ok(list) = api
+                    .list(&ListParams::default().labels(crate::core::runner::BUILD_LABEL))
+                    .await
+                else {
+                    continue;
+                };
+                for object in list.items {
+                    let build = object
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(crate::core::runner::BUILD_LABEL))
+                        .cloned();
+                    if let (Some(name), Some(build)) = (object.metadata.name, build) {
+                        if object.metadata.deletion_timestamp.is_none() {
+                            found.push((kind, name, build));
+                        }
+                    }
+                }
+            }
+            let mut ended: BTreeMap<String, bool> = BTreeMap::new();
+            for (kind, name, build) in found {
+                let over = match ended.get(&build) {
+                    Some(over) => *over,
+                    None => {
+                        let over = self.build_ended(&build).await;
+                        ended.insert(build.clone(), over);
+                        over
+                    }
+                };
+                if !over {
+                    continue;
+                }
+                let resource = exec::resource(kind).expect("both kinds are known");
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.kube.clone(), &ns, &resource);
+                let outcome = match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => "Success".to_string(),
+                    Err(kube::Error::Api(e)) if e.code == 404 => "Success".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                self.env.observe(
+                    RunnerEvent::Swept {
+                        host: self.host(),
+                        object: format!("{kind}/{name}"),
+                        build,
+                        outcome,
+                    }
+                    .into(),
+                );
+            }
+        }
+    }
+
+    /// Whether the platform says `build` ended (an unknown build or no answer: not known to
+    /// have ended, so its objects stay).
+    async fn build_ended(&self, build: &str) -> bool {
+        let Ok(bytes) = self
+            .call(Method::GET, &format!("/api/builds/{build}"), None)
+            .await
+        else {
+            return false;
+        };
+        let status = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("status").and_then(|s| s.as_str()).map(str::to_string));
+        matches!(
+            status.as_deref(),
+            Some("success" | "failure" | "error" | "terminated")
+        )
     }
 
     /// `/health`: faithful always 200; hardened 503 once no poll succeeded for

@@ -25,7 +25,7 @@ pub enum Result {
     },
 }
 
-fn resource(kind: &str) -> Option<ApiResource> {
+pub(crate) fn resource(kind: &str) -> Option<ApiResource> {
     let gvk = |k: &str| GroupVersionKind::gvk("", "v1", k);
     match kind {
         "Pod" => Some(ApiResource::from_gvk_with_plural(&gvk("Pod"), "pods")),

@@ -17,6 +17,7 @@
 //! | a status report that fails | logged only (queue.go L202-205) | retried with backoff until the platform has it (a 409 means it has a newer one) |
 //! | `/health` | always 200 (`server.go` L66-69) | 503 once no poll succeeded for [`Config::unhealthy_after`] |
 //! | one workflow's tasks | serialised in this process only (`activeWorkflows`, §1.5) | the same, and a task in flight is not queued twice |
+//! | a pod or claim of an ended build left behind (a policy termination, §4 row 5; a creation handed out again after its build's deletion, row 1) | stays: the chart's RBAC gives the agent no list (§4 row 5) | the sweeper lists labelled pods and claims every [`SWEEP_EVERY`] and deletes those of builds the platform says ended |
 //!
 //! What is inferred: that the platform hands out an unreported task again (§6.1, a parameter
 //! of `platform::runner`); agent tasks (`proxy`) are not modelled yet (dropped, as unknown
@@ -43,6 +44,8 @@ pub const WORKFLOW_BUFFER_SIZE: usize = 1000;
 /// How long a handler waits before putting back a batch whose workflow is busy (queue.go
 /// L122-140).
 pub const BUSY_WORKFLOW_PAUSE: Duration = Duration::from_millis(100);
+/// hardened: how often the sweeper looks for objects of ended builds.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// Go's zero `http.Client` has no timeout; a year stands for it (no run is that long).
 pub const NO_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
