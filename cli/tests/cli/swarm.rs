@@ -263,6 +263,11 @@ fn swarm_store_meets_its_expectations_and_reaches_its_conditions() {
 }
 
 #[test]
+fn swarm_runner_meets_its_expectations_and_reaches_its_conditions() {
+    family_reports_meet_their_expectations_and_reach_their_conditions("swarm-runner.yaml");
+}
+
+#[test]
 fn swarm_anti_entropy_meets_its_expectations_and_reaches_its_conditions() {
     family_reports_meet_their_expectations_and_reach_their_conditions("swarm-anti-entropy.yaml");
 }

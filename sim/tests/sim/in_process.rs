@@ -14,7 +14,7 @@ use orrery_sim::harness::runner;
 use orrery_sim::scenario::{self, Scenario, Variant};
 
 /// Scenarios whose hosts crash, restart or scale, with tunnels, watches, stores and the
-/// reporter: ten different scenarios (the cheap seeds of each).
+/// reporter: twelve different scenarios (the cheap seeds of each).
 const RUNS: &[(&str, u64, Variant)] = &[
     ("tunnel-drop", 1, Variant::Faithful),
     ("swarm-tunnel", 1, Variant::Faithful),
@@ -30,6 +30,7 @@ const RUNS: &[(&str, u64, Variant)] = &[
     ("hosted-tenants", 2, Variant::Faithful),
     ("runner-poll-loss", 1, Variant::Faithful),
     ("runner-poll-loss", 2, Variant::Hardened),
+    ("swarm-runner", 2, Variant::Hardened),
 ];
 
 fn repo(path: &str) -> String {
