@@ -60,7 +60,8 @@ pub fn builds(scenario: &Scenario, runner: &Runner, variant: Variant) -> Arc<Bui
         .into_iter()
         .collect();
     let builds = Builds::new(settings, agents, TRIGGER_TOKEN);
-    builds.lock().set_pipeline(PIPELINE, pipeline(runner));
+    // No build exists yet: nothing to admit, nothing to trace.
+    let _ = builds.lock().set_pipeline(PIPELINE, pipeline(runner), 0);
     builds.set_knobs(fault_knobs(runner));
     builds
 }

@@ -216,12 +216,7 @@ pub struct ControlPlaneArgs {
     runner: Option<String>,
     /// With --runner: the agents that may poll, ID=TOKEN,… (each agent's `serve runner
     /// --agent-id ID --token TOKEN`); without it no agent can poll and no build be made.
-    #[arg(
-        long,
-        env = "ORRERY_RUNNER_AGENTS",
-        hide_env_values = true,
-        requires = "runner"
-    )]
+    #[arg(long, env = "ORRERY_RUNNER_AGENTS", hide_env_values = true)]
     runner_agents: Option<String>,
     /// With --runner: the namespace the builds' PVCs and pods are made in (the agents'
     /// --namespace).

@@ -252,7 +252,11 @@ async fn handle(
                         Ok(pipeline) => pipeline,
                         Err(e) => return error(StatusCode::BAD_REQUEST, e),
                     };
-                    builds.lock().set_pipeline(&name, pipeline.clone());
+                    let changes =
+                        builds
+                            .lock()
+                            .set_pipeline(&name, pipeline.clone(), env.unix_millis());
+                    trace(&env, &changes);
                     json(StatusCode::OK, &pipeline)
                 }
                 _ => error(

@@ -305,9 +305,13 @@ impl Queue {
         &self.heartbeats
     }
 
-    /// A pipeline's settings (a pipeline not set has no limit and no policy).
-    pub fn set_pipeline(&mut self, name: &str, pipeline: Pipeline) {
+    /// A pipeline's settings (a pipeline not set has no limit and no policy); a raised
+    /// limit admits its waiting builds at once, oldest first.
+    pub fn set_pipeline(&mut self, name: &str, pipeline: Pipeline, now_ms: u64) -> Changes {
         self.pipelines.insert(name.into(), pipeline);
+        let mut changes = Changes::default();
+        self.admit_pending(name, now_ms, &mut changes);
+        changes
     }
 
     /// `name`'s settings.
@@ -342,10 +346,12 @@ impl Queue {
         self.make_build(request, None, now_ms).0
     }
 
-    /// A new build: its pipeline's policy terminates the branch's earlier builds, then it is
-    /// admitted against the limit — with `seen` builds admitted if the caller read that
-    /// earlier (faithful's check-then-act), else with the count now — and elected (its
-    /// creation tasks queued) or kept pending. Its id, and what changed.
+    /// A new build: its pipeline's policy terminates the branch's earlier builds (pending
+    /// ones included), then it joins the pipeline's queue. With `seen`, the number of
+    /// admitted builds the caller read earlier (faithful's check-then-act), it is elected
+    /// when that read left room, whatever the count is now; then the queue admits its
+    /// waiting builds, oldest first, while the pipeline is under its limit. Its id, and what
+    /// changed.
     pub fn make_build(
         &mut self,
         request: NewBuild,
@@ -371,6 +377,8 @@ impl Queue {
                 Variant::Faithful => Cleanup::EngineOnly,
                 Variant::Hardened => Cleanup::All,
             };
+            // All end before any waiting build is admitted: none of them is elected only to
+            // be terminated.
             for build in previous {
                 let reason = format!(
                     "terminated by the pipeline's policy: build {id} of branch {} started",
@@ -386,8 +394,8 @@ impl Queue {
                 );
             }
         }
-        let admitted = seen.unwrap_or_else(|| self.admitted(&request.pipeline));
-        let admit = pipeline.concurrency.is_none_or(|limit| admitted < limit);
+        let name = request.pipeline.clone();
+        let stale_room = seen.is_some_and(|seen| pipeline.concurrency.is_none_or(|l| seen < l));
         self.builds.insert(
             id.clone(),
             Build {
@@ -405,9 +413,11 @@ impl Queue {
                 cleanup_queued: false,
             },
         );
-        if admit {
+        if stale_room {
             self.elect(&id, now_ms, &mut changes);
-        } else {
+        }
+        self.admit_pending(&name, now_ms, &mut changes);
+        if self.builds[&id].status == Status::Pending {
             changes.builds.push((id.clone(), Status::Pending, None));
         }
         (id, changes)
@@ -568,7 +578,8 @@ impl Queue {
         now_ms: u64,
     ) -> Option<Changes> {
         let entry = self.builds.get_mut(build)?;
-        if entry.status.is_final() {
+        // A build that ended, or was never admitted, has no engine.
+        if entry.status.is_final() || entry.status == Status::Pending {
             return None;
         }
         entry.engine_seen_ms = Some(now_ms);
@@ -636,7 +647,8 @@ impl Queue {
         changes
     }
 
-    /// Ends `build` with `status` and removes all its objects.
+    /// Ends `build` with `status`, removes all its objects and admits its pipeline's next
+    /// waiting builds.
     fn finish(
         &mut self,
         build: &str,
@@ -646,10 +658,13 @@ impl Queue {
         changes: &mut Changes,
     ) {
         self.end(build, status, reason, now_ms, Cleanup::All, changes);
+        if let Some(pipeline) = self.builds.get(build).map(|b| b.pipeline.clone()) {
+            self.admit_pending(&pipeline, now_ms, changes);
+        }
     }
 
-    /// Ends `build` with `status`, queues the removal of its objects (once, if it was
-    /// admitted) and admits its pipeline's next pending builds.
+    /// Ends `build` with `status` and queues the removal of its objects (once, if it was
+    /// admitted); the caller admits what its end made room for.
     fn end(
         &mut self,
         build: &str,
@@ -669,7 +684,6 @@ impl Queue {
         entry.reason = reason.clone();
         entry.finished_ms = Some(now_ms);
         changes.builds.push((build.into(), status, reason));
-        let pipeline = entry.pipeline.clone();
         if entry.admitted_ms.is_some() && !entry.cleanup_queued {
             entry.cleanup_queued = true;
             let agent = entry.agent.clone();
@@ -693,7 +707,6 @@ impl Queue {
                 );
             }
         }
-        self.admit_pending(&pipeline, now_ms, changes);
     }
 }
 
@@ -884,7 +897,7 @@ mod tests {
             variant,
             ..Settings::default()
         });
-        q.set_pipeline("p", pipeline);
+        q.set_pipeline("p", pipeline, 0);
         q
     }
 
@@ -915,16 +928,23 @@ mod tests {
             ]
         );
         assert_eq!(q.build(&second).unwrap().admitted_ms, Some(3));
-        // Maintenance mode admits nothing.
+        // Maintenance mode admits nothing; leaving it admits the waiting builds at once.
         q.set_pipeline(
             "p",
             Pipeline {
                 concurrency: Some(0),
                 ..Pipeline::default()
             },
+            4,
         );
         let (third, _) = q.make_build(request("main"), None, 4);
         assert_eq!(q.build(&third).unwrap().status, Status::Pending);
+        assert!(
+            q.engine_report(&third, Some(0), 5).is_none(),
+            "a waiting build has no engine"
+        );
+        let changes = q.set_pipeline("p", Pipeline::default(), 6);
+        assert_eq!(changes.builds, [(third.clone(), Status::Elected, None)]);
     }
 
     #[test]
@@ -943,6 +963,66 @@ mod tests {
         assert_eq!(q.admitted("p"), 2, "faithful's check-then-act");
         let (late, _) = q.make_build(request("main"), None, 1);
         assert_eq!(q.build(&late).unwrap().status, Status::Pending);
+        // A stale read that saw no room does not strand a build once there is room.
+        let mut q = limited(
+            Variant::Faithful,
+            Pipeline {
+                concurrency: Some(1),
+                terminate_previous_on_branch: true,
+            },
+        );
+        let (first, _) = q.make_build(request("main"), None, 0);
+        let seen = q.admitted("p");
+        assert_eq!(seen, 1);
+        // The policy ends the first build: the read was stale, the slot is free.
+        let (second, changes) = q.make_build(request("main"), Some(seen), 1);
+        assert_eq!(q.build(&first).unwrap().status, Status::Terminated);
+        assert_eq!(
+            q.build(&second).unwrap().status,
+            Status::Elected,
+            "{changes:?}"
+        );
+    }
+
+    #[test]
+    fn the_branch_policy_does_not_elect_a_waiting_build_it_then_terminates() {
+        let mut q = limited(
+            Variant::Hardened,
+            Pipeline {
+                concurrency: Some(1),
+                terminate_previous_on_branch: true,
+            },
+        );
+        let (first, _) = q.make_build(request("main"), None, 0);
+        let (other, _) = q.make_build(request("dev"), None, 0);
+        assert_eq!(q.build(&other).unwrap().status, Status::Pending);
+        let (third, changes) = q.make_build(request("main"), None, 1);
+        // first ends; the oldest waiting build (dev's) takes the slot; third waits.
+        assert_eq!(
+            changes
+                .builds
+                .iter()
+                .map(|(b, s, _)| (b.as_str(), *s))
+                .collect::<Vec<_>>(),
+            [
+                (first.as_str(), Status::Terminated),
+                (other.as_str(), Status::Elected),
+                (third.as_str(), Status::Pending)
+            ]
+        );
+        let (fourth, changes) = q.make_build(request("main"), None, 2);
+        assert_eq!(
+            changes
+                .builds
+                .iter()
+                .map(|(b, s, _)| (b.as_str(), *s))
+                .collect::<Vec<_>>(),
+            [
+                (third.as_str(), Status::Terminated),
+                (fourth.as_str(), Status::Pending)
+            ],
+            "a waiting build of the branch is terminated without ever being elected"
+        );
     }
 
     #[test]
