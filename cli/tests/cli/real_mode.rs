@@ -116,7 +116,7 @@ pub(crate) fn http_as(
 }
 
 /// One HTTP/1.1 exchange with extra header lines (each ending in `\r\n`).
-fn exchange(
+pub(crate) fn exchange(
     port: u16,
     method: &str,
     path: &str,

@@ -154,6 +154,31 @@ fn serve_runner_runs_a_build_on_the_api_server_and_removes_its_pods_and_claim() 
         Duration::from_secs(30),
         || objects(api).is_empty(),
     );
+    // A webhook delivery starts a build; its redelivery (same id) is answered with it.
+    let hook = r#"{"pipeline":"demo/build","agent":"agent-1","steps":[]}"#;
+    let (status, body) = http_as(runner, "POST", "/api/webhooks", hook, ADMIN).unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("x-github-delivery"), "{body}");
+    let deliver = || {
+        crate::real_mode::exchange(
+            runner,
+            "POST",
+            "/api/webhooks",
+            hook,
+            &format!("authorization: Bearer {ADMIN}\r\nx-github-delivery: 72d3162e\r\n"),
+        )
+        .unwrap()
+    };
+    let (status, first) = deliver();
+    assert_eq!(status, 201, "{first}");
+    let (status, again) = deliver();
+    assert_eq!(status, 200, "{again}");
+    let id = |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap()["id"].clone();
+    assert_eq!(
+        id(&first),
+        id(&again),
+        "the redelivery names the first delivery's build"
+    );
     let (status, _) = http_as(health, "GET", "/health", "", "").expect("/health");
     assert_eq!(status, 200, "an agent that polls is healthy");
     // An unknown agent token is refused, by name.

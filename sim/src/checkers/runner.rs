@@ -12,6 +12,8 @@
 //! - `runner_stall_detected` (safety): an agent that has not polled the platform
 //!   successfully for [`STALL_BOUND_MS`] is not reported ready by its readiness probe — a
 //!   stalled agent whose `/health` still answers 200 is never restarted (§1.8, §4 row 4).
+//! - `runner_trigger_once` (safety): at the end no webhook delivery id started more than
+//!   one build — a provider's redelivery of one event is not a new event (§4 row 9).
 //! - `runner_concurrency_limit` (safety): at no moment were more builds of the pipeline
 //!   admitted (elected and not yet ended) than its concurrency limit — judged from each
 //!   build's admission and end times against the scenario's limit (§4 row 8).
@@ -39,6 +41,46 @@ pub struct RunnerTruth {
     pub objects: Vec<(String, String, String)>,
     /// The pipeline's concurrency limit, as the scenario sets it.
     pub limit: Option<u32>,
+    /// The builds' clock at the run's start (Unix ms): their times minus this are run times.
+    pub started_ms: u64,
+}
+
+/// `runner_trigger_once`.
+pub struct TriggerOnce;
+
+impl Checker for TriggerOnce {
+    fn name(&self) -> &'static str {
+        "runner_trigger_once"
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let truth = state.runner.as_ref()?;
+        let mut started: BTreeMap<&str, Vec<&Build>> = BTreeMap::new();
+        for build in &truth.builds {
+            if let Some(delivery) = &build.delivery {
+                started.entry(delivery.as_str()).or_default().push(build);
+            }
+        }
+        let duplicated: Vec<(&str, Vec<&Build>)> =
+            started.into_iter().filter(|(_, b)| b.len() > 1).collect();
+        let (delivery, builds) = duplicated.first()?;
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: builds[1].created_ms.saturating_sub(truth.started_ms),
+            host: "platform".into(),
+            details: json!({
+                "reason": format!(
+                    "webhook delivery {delivery} started {} builds ({}); {} deliveries started more than one",
+                    builds.len(),
+                    builds.iter().map(|b| b.id.as_str()).collect::<Vec<_>>().join(", "),
+                    duplicated.len()
+                ),
+                "delivery": delivery,
+                "builds": builds.iter().map(|b| &b.id).collect::<Vec<_>>(),
+            }),
+        })
+    }
 }
 
 /// `runner_concurrency_limit`.
@@ -74,7 +116,7 @@ impl Checker for ConcurrencyLimit {
                     return Some(Violation {
                         invariant: self.name().into(),
                         class: Class::Safety,
-                        at_ms,
+                        at_ms: at_ms.saturating_sub(truth.started_ms),
                         host: "platform".into(),
                         details: json!({
                             "reason": format!(
@@ -294,6 +336,7 @@ mod tests {
             id: id.into(),
             pipeline: "p".into(),
             branch: "main".into(),
+            delivery: None,
             agent: "runner".into(),
             steps: Vec::new(),
             status,
@@ -425,6 +468,7 @@ mod tests {
             end_ms: 300_000,
             runner: Some(RunnerTruth {
                 limit: None,
+                started_ms: 0,
                 builds,
                 objects: objects
                     .into_iter()
@@ -467,6 +511,7 @@ mod tests {
                 builds,
                 objects: Vec::new(),
                 limit,
+                started_ms: 0,
             }),
             ..FinalState::default()
         };
@@ -490,5 +535,33 @@ mod tests {
             .at_end(&state(Some(2), overlapping.clone()))
             .is_none());
         assert!(ConcurrencyLimit.at_end(&state(None, overlapping)).is_none());
+    }
+
+    #[test]
+    fn a_delivery_that_started_two_builds_breaks_trigger_once() {
+        let of = |id: &str, delivery: Option<&str>, at: u64| Build {
+            delivery: delivery.map(str::to_string),
+            created_ms: 1_000_000 + at,
+            ..build(id, Status::Success)
+        };
+        let state = |builds| FinalState {
+            runner: Some(RunnerTruth {
+                builds,
+                objects: Vec::new(),
+                limit: None,
+                started_ms: 1_000_000,
+            }),
+            ..FinalState::default()
+        };
+        let once = vec![
+            of("b1", Some("d1"), 0),
+            of("b2", Some("d2"), 5),
+            of("b3", None, 6),
+        ];
+        assert!(TriggerOnce.at_end(&state(once)).is_none());
+        let twice = vec![of("b1", Some("d1"), 0), of("b2", Some("d1"), 10_000)];
+        let v = TriggerOnce.at_end(&state(twice)).expect("fires");
+        assert_eq!((v.class, v.at_ms), (Class::Safety, 10_000));
+        assert_eq!(v.details["builds"], json!(["b1", "b2"]));
     }
 }

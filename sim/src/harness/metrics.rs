@@ -487,6 +487,17 @@ fn runner_figures(
         peak = peak.max(now);
     }
     counters.insert("runner.peak_admitted".into(), peak as u64);
+    // Builds beyond the first that one webhook delivery started.
+    let mut per_delivery: BTreeMap<&str, u64> = BTreeMap::new();
+    for build in &truth.builds {
+        if let Some(delivery) = &build.delivery {
+            *per_delivery.entry(delivery.as_str()).or_default() += 1;
+        }
+    }
+    counters.insert(
+        "runner.duplicate_builds".into(),
+        per_delivery.values().map(|n| n - 1).sum(),
+    );
     let mut executed: BTreeMap<&str, u64> = BTreeMap::new();
     let mut deduplicated = 0;
     let mut handed: BTreeMap<&str, u64> = BTreeMap::new();

@@ -1184,6 +1184,7 @@ fn runner_truth(
         builds: builds.lock().builds().cloned().collect(),
         objects,
         limit: scenario.runner.as_ref().and_then(|r| r.concurrency),
+        started_ms: SIM_EPOCH_UNIX_MS,
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 58] = [
+pub const FIGURES: [(&str, &str); 59] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -200,6 +200,10 @@ pub const FIGURES: [(&str, &str); 58] = [
         "runner_peak_admitted",
         "most Runner builds of the pipeline admitted at once",
     ),
+    (
+        "runner_duplicate_builds",
+        "Runner builds beyond the first that one webhook delivery started",
+    ),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -320,6 +324,10 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         );
         put("runner_orphans_at_end", counter("runner.orphans"));
         put("runner_peak_admitted", counter("runner.peak_admitted"));
+        put(
+            "runner_duplicate_builds",
+            counter("runner.duplicate_builds"),
+        );
         put(
             "runner_task_round_trip_p99_ms",
             metrics

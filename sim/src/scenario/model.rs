@@ -1002,6 +1002,35 @@ pub struct Runner {
     pub burst: u32,
     /// Branches the builds cycle through (`branch-0`, `branch-1`, …). Default 1.
     pub branches: u32,
+    /// Builds are asked for by Git webhook deliveries (hermes) instead of the builds API.
+    /// Default: the builds API.
+    pub webhook: Option<WebhookTrigger>,
+}
+
+/// A Git provider delivering webhooks to hermes (`runner.webhook`): each build is one
+/// delivery, sent again with the same id when its answer does not come in time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookTrigger {
+    /// How long the provider waits for an answer. Default 10 s (GitHub's).
+    #[serde(with = "super::duration")]
+    pub timeout: Duration,
+    /// Deliveries of one event at most. Default 3.
+    pub attempts: u32,
+    /// How long hermes takes to answer (resolving the trigger, asking for the build).
+    /// Default 0 s.
+    #[serde(with = "super::duration")]
+    pub delay: Duration,
+}
+
+impl Default for WebhookTrigger {
+    fn default() -> Self {
+        WebhookTrigger {
+            timeout: Duration::from_secs(10),
+            attempts: 3,
+            delay: Duration::ZERO,
+        }
+    }
 }
 
 impl Default for Runner {
@@ -1020,6 +1049,7 @@ impl Default for Runner {
             terminate_previous: false,
             burst: 1,
             branches: 1,
+            webhook: None,
         }
     }
 }
@@ -1255,7 +1285,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 34] = [
+pub const KNOWN_INVARIANTS: [&str; 35] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1289,6 +1319,7 @@ pub const KNOWN_INVARIANTS: [&str; 34] = [
     "runner_builds_finish",
     "runner_no_orphans",
     "runner_concurrency_limit",
+    "runner_trigger_once",
     "runner_stall_detected",
 ];
 

@@ -322,6 +322,16 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "branches",
                 "branches must be at least 1",
             ),
+            (
+                runner.webhook.as_ref().is_none_or(|w| w.attempts >= 1),
+                "webhook",
+                "webhook.attempts must be at least 1",
+            ),
+            (
+                runner.webhook.as_ref().is_none_or(|w| !w.timeout.is_zero()),
+                "webhook",
+                "webhook.timeout must be longer than 0 s",
+            ),
         ] {
             v.check(ok, &field.key(key), why)?;
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
-use orrery_system::platform::runner::{Builds, Knobs, Pipeline, Settings, Step};
+use orrery_system::platform::runner::{Builds, Knobs, Pipeline, Settings, Step, DELIVERY_HEADER};
 use orrery_system::runtime::runner::{self as agent, engine};
 use serde_json::json;
 
@@ -54,6 +54,10 @@ pub fn builds(scenario: &Scenario, runner: &Runner, variant: Variant) -> Arc<Bui
         namespace: NAMESPACE.into(),
         re_name: "sim/codefresh".into(),
         variant,
+        webhook_delay: runner
+            .webhook
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |w| w.delay),
         ..Settings::default()
     };
     let agents = [(AGENT_TOKEN.to_string(), agent_id(scenario))]
@@ -187,6 +191,8 @@ pub async fn trigger(
         std::time::Duration::from_secs(10),
     );
     let agent = agent_id(&scenario);
+    // A Git provider's deliveries: each waits `timeout` for its answer.
+    let api = platform_api(&scenario);
     while made.load(Ordering::SeqCst) < runner.builds && !calm.load(Ordering::SeqCst) {
         env.sleep(runner.every).await;
         let first = made.load(Ordering::SeqCst);
@@ -202,17 +208,46 @@ pub async fn trigger(
                     "steps": steps,
                 }),
             };
-            let client = &client;
+            let (client, env, api, webhook) = (&client, &env, &api, &runner.webhook);
             async move {
-                client
-                    .send(
-                        http::Method::POST,
-                        "/api/builds".into(),
-                        Some(TRIGGER_TOKEN),
-                        Some(&body),
-                    )
-                    .await
-                    .is_ok()
+                let Some(webhook) = webhook.clone() else {
+                    return client
+                        .send(
+                            http::Method::POST,
+                            "/api/builds".into(),
+                            Some(TRIGGER_TOKEN),
+                            Some(&body),
+                        )
+                        .await
+                        .is_ok();
+                };
+                // One push event: the provider delivers it, and delivers it again with the
+                // same id when no answer comes within its timeout, until answered or out of
+                // attempts — on its own time: the next events do not wait for it. The event
+                // counts as sent either way.
+                let provider = orrery_system::runtime::upstream::Client::new(
+                    env.clone(),
+                    api,
+                    webhook.timeout,
+                );
+                let delivery = format!("delivery-{n:05}");
+                tokio::spawn(async move {
+                    for _ in 0..webhook.attempts {
+                        let answer = provider
+                            .send_with(
+                                http::Method::POST,
+                                "/api/webhooks".into(),
+                                Some(TRIGGER_TOKEN),
+                                &[(DELIVERY_HEADER, delivery.as_str())],
+                                Some(&body),
+                            )
+                            .await;
+                        if answer.is_ok() {
+                            break;
+                        }
+                    }
+                });
+                true
             }
         });
         let sent = futures::future::join_all(sends).await;

@@ -115,6 +115,18 @@ impl Client {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> Result<Value, CallError> {
+        self.send_with(method, path, token, &[], body).await
+    }
+
+    /// As [`Client::send`], with more request headers (a webhook's delivery id).
+    pub async fn send_with(
+        &self,
+        method: http::Method,
+        path: String,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Value, CallError> {
         let failed = |message: String| CallError::Failed {
             method: method.clone(),
             path: path.clone(),
@@ -125,6 +137,9 @@ impl Client {
             .uri(format!("http://{}{path}", self.addr));
         if let Some(token) = token {
             request = request.header("authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let payload = match body {
             Some(body) => {

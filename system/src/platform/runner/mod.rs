@@ -12,6 +12,7 @@
 //! | `POST /api/agent/{id}/tasks/{taskId}/statuses` | agent | 200, 404 unknown task, 409 stale `statusRevision` |
 //! | `PUT /api/agent/{id}/status` | agent (heartbeat) | 200 |
 //! | `POST /api/builds` `{pipeline, agent, branch, steps}` | trigger (admin token) | `{id}`, admitted or pending |
+//! | `POST /api/webhooks` (header `X-GitHub-Delivery`), the same body | trigger (hermes) | `{id}` after [`Settings::webhook_delay`]; hardened answers a delivery seen before with its build |
 //! | `PUT /api/pipelines/{name}` `{concurrency, terminatePreviousOnBranch}` | trigger | the pipeline's admission settings |
 //! | `GET /api/pipelines/{name}` | trigger | them |
 //! | `GET /api/builds/{id}` | trigger, agent | the build |
@@ -37,6 +38,9 @@ use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
 use crate::observe::RunnerEvent;
 pub use queue::{Build, NewBuild, Pipeline, Queue, Settings, Status, Step};
+
+/// The header a Git webhook delivery carries its id in (GitHub's; a redelivery keeps it).
+pub const DELIVERY_HEADER: &str = "x-github-delivery";
 
 /// How often the platform applies its limits.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -185,58 +189,67 @@ async fn handle(
             if !builds.is_trigger(&req) {
                 return error(StatusCode::UNAUTHORIZED, "a build needs the trigger token");
             }
-            let body = match body(req).await {
-                Ok(body) => body,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            let request = match build_request(&builds, req, None).await {
+                Ok(request) => request,
+                Err(refused) => return refused,
             };
-            let (Some(pipeline), Some(agent)) = (
-                body.get("pipeline").and_then(Value::as_str),
-                body.get("agent").and_then(Value::as_str),
-            ) else {
+            let id = admit(&env, &builds, request).await;
+            json(StatusCode::CREATED, &json!({"id": id}))
+        }
+        ["api", "webhooks"] if method == http::Method::POST => {
+            if !builds.is_trigger(&req) {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "a webhook needs the trigger token",
+                );
+            }
+            let Some(delivery) = req
+                .headers()
+                .get(DELIVERY_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+            else {
                 return error(
                     StatusCode::BAD_REQUEST,
-                    "a build needs `pipeline` and `agent`",
+                    format!("a webhook delivery needs its `{DELIVERY_HEADER}` header"),
                 );
             };
-            if !builds.agents.values().any(|a| a == agent) {
-                return error(StatusCode::NOT_FOUND, format!("no agent {agent}"));
-            }
-            let branch = match body.get("branch") {
-                None | Some(Value::Null) => "main",
-                Some(Value::String(branch)) if !branch.is_empty() => branch.as_str(),
-                Some(_) => return error(StatusCode::BAD_REQUEST, "`branch` is not a branch name"),
+            let request = match build_request(&builds, req, Some(delivery.clone())).await {
+                Ok(request) => request,
+                Err(refused) => return refused,
             };
-            let steps: Vec<Step> = match serde_json::from_value(
-                body.get("steps").cloned().unwrap_or_else(|| json!([])),
-            ) {
-                Ok(steps) => steps,
-                Err(e) => return error(StatusCode::BAD_REQUEST, format!("`steps`: {e}")),
-            };
-            let request = NewBuild {
-                pipeline: pipeline.into(),
-                agent: agent.into(),
-                branch: branch.into(),
-                steps,
-            };
-            // faithful checks the limit, waits for its read and elects on what it read
-            // (queue.rs: admission); hardened checks and elects at once. Without a limit
-            // there is nothing to read.
-            let (settings, limited) = {
-                let queue = builds.lock();
-                let limited = queue.pipeline(pipeline).concurrency.is_some();
-                (queue.settings().clone(), limited)
-            };
-            let seen = match (settings.variant, limited) {
-                (crate::core::Variant::Faithful, true) => {
-                    let seen = builds.lock().admitted(pipeline);
-                    env.sleep(settings.admission_read).await;
-                    Some(seen)
+            let settings = builds.lock().settings().clone();
+            if settings.variant == crate::core::Variant::Hardened {
+                if let Err(build) = builds.lock().claim_delivery(&delivery) {
+                    // Delivered before: the build it asked for (or is asking for) stands.
+                    return json(
+                        StatusCode::OK,
+                        &json!({"id": build, "delivery": delivery, "duplicate": true}),
+                    );
                 }
-                _ => None,
+            }
+            // hermes resolves the trigger and asks cfapi for the build (§5); the provider
+            // waits for this answer, and redelivers when it does not come in time. The work
+            // goes on when the provider hangs up (Go's handler is not cancelled with its
+            // connection, and runPipeline's client has no timeout).
+            let work = {
+                let (env, builds) = (env.clone(), builds.clone());
+                tokio::spawn(async move {
+                    env.sleep(settings.webhook_delay).await;
+                    admit(&env, &builds, request).await
+                })
             };
-            let (id, changes) = builds.lock().make_build(request, seen, env.unix_millis());
-            trace(&env, &changes);
-            json(StatusCode::CREATED, &json!({"id": id}))
+            match work.await {
+                Ok(id) => json(
+                    StatusCode::CREATED,
+                    &json!({"id": id, "delivery": delivery}),
+                ),
+                Err(e) => error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the build was not made: {e}"),
+                ),
+            }
         }
         ["api", "pipelines", name @ ..] if !name.is_empty() => {
             if !builds.is_trigger(&req) {
@@ -306,6 +319,72 @@ async fn handle(
             format!("{method} {path}: no such route"),
         ),
     }
+}
+
+/// A trigger's body as a build request: `pipeline` and `agent` (one of the agents),
+/// `branch` (default `main`), `steps`; or the answer refusing it, naming what is wrong.
+async fn build_request(
+    builds: &Builds,
+    req: Request<Incoming>,
+    delivery: Option<String>,
+) -> Result<NewBuild, http::Response<Body>> {
+    let body = body(req)
+        .await
+        .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+    let (Some(pipeline), Some(agent)) = (
+        body.get("pipeline").and_then(Value::as_str),
+        body.get("agent").and_then(Value::as_str),
+    ) else {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "a build needs `pipeline` and `agent`",
+        ));
+    };
+    if !builds.agents.values().any(|a| a == agent) {
+        return Err(error(StatusCode::NOT_FOUND, format!("no agent {agent}")));
+    }
+    let branch = match body.get("branch") {
+        None | Some(Value::Null) => "main",
+        Some(Value::String(branch)) if !branch.is_empty() => branch.as_str(),
+        Some(_) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "`branch` is not a branch name",
+            ))
+        }
+    };
+    let steps: Vec<Step> =
+        serde_json::from_value(body.get("steps").cloned().unwrap_or_else(|| json!([])))
+            .map_err(|e| error(StatusCode::BAD_REQUEST, format!("`steps`: {e}")))?;
+    Ok(NewBuild {
+        pipeline: pipeline.into(),
+        agent: agent.into(),
+        branch: branch.into(),
+        steps,
+        delivery,
+    })
+}
+
+/// Makes the build `request` asks for through admission: faithful checks the limit, waits
+/// for its read and elects on what it read (queue.rs: admission); hardened checks and
+/// elects at once. Without a limit there is nothing to read. Its id.
+async fn admit(env: &SharedEnv, builds: &Builds, request: NewBuild) -> String {
+    let (settings, limited) = {
+        let queue = builds.lock();
+        let limited = queue.pipeline(&request.pipeline).concurrency.is_some();
+        (queue.settings().clone(), limited)
+    };
+    let seen = match (settings.variant, limited) {
+        (crate::core::Variant::Faithful, true) => {
+            let seen = builds.lock().admitted(&request.pipeline);
+            env.sleep(settings.admission_read).await;
+            Some(seen)
+        }
+        _ => None,
+    };
+    let (id, changes) = builds.lock().make_build(request, seen, env.unix_millis());
+    trace(env, &changes);
+    id
 }
 
 /// The agent's own routes (`rest` after `/api/agent/{id}/`).

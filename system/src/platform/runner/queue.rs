@@ -67,6 +67,9 @@ pub struct Settings {
     /// faithful: how long the admission check's read takes before it elects on what it
     /// read ([INFERENCE]: a database round trip).
     pub admission_read: Duration,
+    /// How long hermes takes from a webhook delivery to the build it asks for (resolving the
+    /// trigger, then cfapi's `runPipeline`, §5): the provider waits that long for its answer.
+    pub webhook_delay: Duration,
 }
 
 impl Default for Settings {
@@ -80,6 +83,7 @@ impl Default for Settings {
             re_name: "runtime".into(),
             variant: Variant::Hardened,
             admission_read: Duration::from_millis(50),
+            webhook_delay: Duration::ZERO,
         }
     }
 }
@@ -155,6 +159,8 @@ pub struct NewBuild {
     pub branch: String,
     /// What the engine runs.
     pub steps: Vec<Step>,
+    /// The Git webhook delivery that asked for it (`X-GitHub-Delivery`), if one did.
+    pub delivery: Option<String>,
 }
 
 /// How a build's objects are removed when it ends.
@@ -175,6 +181,8 @@ pub struct Build {
     pub pipeline: String,
     /// The branch it builds.
     pub branch: String,
+    /// The webhook delivery that asked for it, if one did.
+    pub delivery: Option<String>,
     /// The agent whose runtime runs it.
     pub agent: String,
     /// What the engine runs.
@@ -267,6 +275,8 @@ pub struct Queue {
     tasks: BTreeMap<String, Queued>,
     heartbeats: BTreeMap<String, u64>,
     pipelines: BTreeMap<String, Pipeline>,
+    /// hardened: webhook delivery id → its build (`None` while it is being made).
+    deliveries: BTreeMap<String, Option<String>>,
     made_builds: u64,
     made_tasks: u64,
 }
@@ -342,6 +352,7 @@ impl Queue {
             agent: agent.into(),
             branch: "main".into(),
             steps,
+            delivery: None,
         };
         self.make_build(request, None, now_ms).0
     }
@@ -403,6 +414,7 @@ impl Queue {
                 pipeline: request.pipeline,
                 agent: request.agent,
                 branch: request.branch,
+                delivery: request.delivery.clone(),
                 steps: request.steps,
                 status: Status::Pending,
                 reason: None,
@@ -420,7 +432,25 @@ impl Queue {
         if self.builds[&id].status == Status::Pending {
             changes.builds.push((id.clone(), Status::Pending, None));
         }
+        if let Some(delivery) = request.delivery {
+            if let Some(slot) = self.deliveries.get_mut(&delivery) {
+                *slot = Some(id.clone());
+            }
+        }
         (id, changes)
+    }
+
+    /// hardened: takes webhook delivery `delivery` — `Ok` the first time (its build is
+    /// made next and recorded), else `Err` with the build it already asked for (`None`
+    /// while that build is still being made). hermes keeps no such key (§4 row 9).
+    pub fn claim_delivery(&mut self, delivery: &str) -> Result<(), Option<String>> {
+        match self.deliveries.get(delivery) {
+            Some(build) => Err(build.clone()),
+            None => {
+                self.deliveries.insert(delivery.into(), None);
+                Ok(())
+            }
+        }
     }
 
     /// Elects `build`: admitted now, its claim and pods asked for.
@@ -889,6 +919,7 @@ mod tests {
             agent: "agent".into(),
             branch: branch.into(),
             steps: steps(),
+            delivery: None,
         }
     }
 
@@ -1058,5 +1089,23 @@ mod tests {
             assert_eq!(cleanup.len(), deletions, "{variant:?}: {cleanup:?}");
             assert_eq!(cleanup[0], format!("engine-{first}"));
         }
+    }
+
+    #[test]
+    fn a_delivery_is_claimed_once_and_answers_with_its_build_after() {
+        let mut q = limited(Variant::Hardened, Pipeline::default());
+        assert_eq!(q.claim_delivery("d1"), Ok(()));
+        assert_eq!(q.claim_delivery("d1"), Err(None), "in flight");
+        let (id, _) = q.make_build(
+            NewBuild {
+                delivery: Some("d1".into()),
+                ..request("main")
+            },
+            None,
+            0,
+        );
+        assert_eq!(q.claim_delivery("d1"), Err(Some(id.clone())));
+        assert_eq!(q.build(&id).unwrap().delivery.as_deref(), Some("d1"));
+        assert_eq!(q.claim_delivery("d2"), Ok(()));
     }
 }
