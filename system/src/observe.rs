@@ -499,6 +499,12 @@ events! {
         /// hardened: an agent's sweeper deleted `object` (`Kind/name`), left in the cluster by
         /// `build`, which the platform says ended (`outcome`: `Success` or why not).
         "runner.swept" => Swept { host: String, object: String, build: String, outcome: String },
+        /// A cronus replica fired a cron trigger's tick scheduled at `scheduled_ms` (Unix ms):
+        /// `outcome` is `build <id>`, `duplicate of <id>`, `missed` (hardened: past its
+        /// catch-up window, reported) or the error (faithful only logs it).
+        "runner.tick" => Tick { host: String, trigger: String, scheduled_ms: u64, outcome: String },
+        /// hardened: a cronus replica took (`leader`) or lost the lease that lets it fire.
+        "runner.cron_leader" => CronLeader { host: String, leader: bool },
     }
 }
 

@@ -5,6 +5,7 @@
 //!
 //! - [`queue`]: the builds and the task queue (pure state, the modelling choices).
 //! - [`serve`]: the HTTP API and the platform's timers.
+//! - [`cronus`]: the cron event provider, firing cron triggers' ticks at hermes.
 //!
 //! | route | who | answer |
 //! |---|---|---|
@@ -13,6 +14,9 @@
 //! | `PUT /api/agent/{id}/status` | agent (heartbeat) | 200 |
 //! | `POST /api/builds` `{pipeline, agent, branch, steps}` | trigger (admin token) | `{id}`, admitted or pending |
 //! | `POST /api/webhooks` (header `X-GitHub-Delivery`), the same body | trigger (hermes) | `{id}` after [`Settings::webhook_delay`]; hardened answers a delivery seen before with its build |
+//! | `PUT /api/cron/{name}` `{everyMs}`, `GET /api/cron/{name}` | cronus (hardened) | the trigger's ledger: period, registration, last tick handled |
+//! | `POST /api/cron/{name}/ticks` `{scheduledMs, missed?}` + the build body | cronus (hermes `run/<eventURI>`) | `{id}`; hardened answers a tick seen before with its build; `missed: true` records the tick as missed |
+//! | `POST /api/cronus/lease` `{holder, ttlMs}` | cronus (hardened) | `{leader, holder, untilMs}` |
 //! | `PUT /api/pipelines/{name}` `{concurrency, terminatePreviousOnBranch}` | trigger | the pipeline's admission settings |
 //! | `GET /api/pipelines/{name}` | trigger | them |
 //! | `GET /api/builds/{id}` | trigger, agent | the build |
@@ -22,6 +26,7 @@
 //! builds and engine routes are orrery's (the real ones are not public: the engine reports
 //! through Firebase and cfapi, §2.3 step 7).
 
+pub mod cronus;
 pub mod queue;
 
 use std::collections::BTreeMap;
@@ -37,7 +42,9 @@ use crate::core::runner::TaskStatus;
 use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
 use crate::observe::RunnerEvent;
-pub use queue::{Build, NewBuild, Pipeline, Queue, Settings, Status, Step};
+pub use queue::{
+    Build, CronTrigger, Lease, NewBuild, Pipeline, Queue, Settings, Status, Step, Tick,
+};
 
 /// The header a Git webhook delivery carries its id in (GitHub's; a redelivery keeps it).
 pub const DELIVERY_HEADER: &str = "x-github-delivery";
@@ -189,7 +196,7 @@ async fn handle(
             if !builds.is_trigger(&req) {
                 return error(StatusCode::UNAUTHORIZED, "a build needs the trigger token");
             }
-            let request = match build_request(&builds, req, None).await {
+            let request = match build_request(&builds, req, None, None).await {
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
@@ -215,41 +222,113 @@ async fn handle(
                     format!("a webhook delivery needs its `{DELIVERY_HEADER}` header"),
                 );
             };
-            let request = match build_request(&builds, req, Some(delivery.clone())).await {
+            let request = match build_request(&builds, req, Some(delivery.clone()), None).await {
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
-            let settings = builds.lock().settings().clone();
-            if settings.variant == crate::core::Variant::Hardened {
-                if let Err(build) = builds.lock().claim_delivery(&delivery) {
-                    // Delivered before: the build it asked for (or is asking for) stands.
-                    return json(
-                        StatusCode::OK,
-                        &json!({"id": build, "delivery": delivery, "duplicate": true}),
-                    );
-                }
+            run_event(
+                &env,
+                &builds,
+                &delivery,
+                request,
+                json!({"delivery": delivery}),
+            )
+            .await
+        }
+        ["api", "cronus", "lease"] if method == http::Method::POST => {
+            if !builds.is_trigger(&req) {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "the lease needs the trigger token",
+                );
             }
-            // hermes resolves the trigger and asks cfapi for the build (§5); the provider
-            // waits for this answer, and redelivers when it does not come in time. The work
-            // goes on when the provider hangs up (Go's handler is not cancelled with its
-            // connection, and runPipeline's client has no timeout).
-            let work = {
-                let (env, builds) = (env.clone(), builds.clone());
-                tokio::spawn(async move {
-                    env.sleep(settings.webhook_delay).await;
-                    admit(&env, &builds, request).await
-                })
+            let body = match body(req).await {
+                Ok(body) => body,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
-            match work.await {
-                Ok(id) => json(
-                    StatusCode::CREATED,
-                    &json!({"id": id, "delivery": delivery}),
-                ),
-                Err(e) => error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("the build was not made: {e}"),
+            let (Some(holder), Some(ttl)) = (
+                body.get("holder")
+                    .and_then(Value::as_str)
+                    .filter(|h| !h.is_empty()),
+                body.get("ttlMs").and_then(Value::as_u64).filter(|t| *t > 0),
+            ) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "a lease request needs `holder` (a name) and `ttlMs` (above 0)",
+                );
+            };
+            let lease =
+                builds
+                    .lock()
+                    .take_lease(holder, Duration::from_millis(ttl), env.unix_millis());
+            json(StatusCode::OK, &lease)
+        }
+        ["api", "cron", name] => {
+            if !builds.is_trigger(&req) {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "cron triggers need the trigger token",
+                );
+            }
+            let name = name.to_string();
+            match method {
+                http::Method::GET => match builds.lock().cron(&name) {
+                    Some(cron) => json(StatusCode::OK, cron),
+                    None => error(StatusCode::NOT_FOUND, format!("no cron trigger {name}")),
+                },
+                http::Method::PUT => {
+                    let every = match body(req).await.and_then(|v| {
+                        v.get("everyMs")
+                            .and_then(Value::as_u64)
+                            .filter(|ms| *ms > 0)
+                            .ok_or_else(|| "a cron trigger needs `everyMs` (above 0)".to_string())
+                    }) {
+                        Ok(every) => every,
+                        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                    };
+                    let mut queue = builds.lock();
+                    let cron = queue
+                        .register_cron(&name, Duration::from_millis(every), env.unix_millis())
+                        .clone();
+                    json(StatusCode::OK, &cron)
+                }
+                _ => error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{method} /api/cron/{name}: GET or PUT"),
                 ),
             }
+        }
+        ["api", "cron", name, "ticks"] if method == http::Method::POST => {
+            if !builds.is_trigger(&req) {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "a cron tick needs the trigger token",
+                );
+            }
+            let name = name.to_string();
+            let body = match body(req).await {
+                Ok(body) => body,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let Some(scheduled_ms) = body.get("scheduledMs").and_then(Value::as_u64) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "a cron tick needs `scheduledMs` (the Unix ms it was due)",
+                );
+            };
+            let tick = queue::Tick {
+                trigger: name,
+                scheduled_ms,
+            };
+            if body.get("missed").and_then(Value::as_bool) == Some(true) {
+                builds.lock().report_missed(tick.clone());
+                return json(StatusCode::OK, &json!({"missed": true, "tick": tick}));
+            }
+            let request = match parse_build(&builds, &body, None, Some(tick.clone())) {
+                Ok(request) => request,
+                Err(refused) => return refused,
+            };
+            run_event(&env, &builds, &tick.key(), request, json!({"tick": tick})).await
         }
         ["api", "pipelines", name @ ..] if !name.is_empty() => {
             if !builds.is_trigger(&req) {
@@ -327,10 +406,21 @@ async fn build_request(
     builds: &Builds,
     req: Request<Incoming>,
     delivery: Option<String>,
+    tick: Option<queue::Tick>,
 ) -> Result<NewBuild, http::Response<Body>> {
     let body = body(req)
         .await
         .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+    parse_build(builds, &body, delivery, tick)
+}
+
+/// [`build_request`] on a body already read.
+fn parse_build(
+    builds: &Builds,
+    body: &Value,
+    delivery: Option<String>,
+    tick: Option<queue::Tick>,
+) -> Result<NewBuild, http::Response<Body>> {
     let (Some(pipeline), Some(agent)) = (
         body.get("pipeline").and_then(Value::as_str),
         body.get("agent").and_then(Value::as_str),
@@ -362,7 +452,47 @@ async fn build_request(
         branch: branch.into(),
         steps,
         delivery,
+        tick,
     })
+}
+
+/// hermes running one event (a webhook delivery, a cron tick) keyed by `key`: hardened
+/// answers an event seen before with its build; otherwise hermes resolves the trigger and
+/// asks cfapi for the build (§5) after [`Settings::webhook_delay`]. The caller waits for
+/// this answer and may give up and send again; the work goes on when it hangs up (Go's
+/// handler is not cancelled with its connection, and runPipeline's client has no timeout).
+async fn run_event(
+    env: &SharedEnv,
+    builds: &Arc<Builds>,
+    key: &str,
+    request: NewBuild,
+    mut answer: Value,
+) -> http::Response<Body> {
+    let settings = builds.lock().settings().clone();
+    if settings.variant == crate::core::Variant::Hardened {
+        if let Err(build) = builds.lock().claim_delivery(key) {
+            answer["id"] = json!(build);
+            answer["duplicate"] = json!(true);
+            return json(StatusCode::OK, &answer);
+        }
+    }
+    let work = {
+        let (env, builds) = (env.clone(), builds.clone());
+        tokio::spawn(async move {
+            env.sleep(settings.webhook_delay).await;
+            admit(&env, &builds, request).await
+        })
+    };
+    match work.await {
+        Ok(id) => {
+            answer["id"] = json!(id);
+            json(StatusCode::CREATED, &answer)
+        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the build was not made: {e}"),
+        ),
+    }
 }
 
 /// Makes the build `request` asks for through admission: faithful checks the limit, waits

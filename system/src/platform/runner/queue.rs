@@ -30,7 +30,12 @@
 //!   terminates the branch's builds that have not ended. faithful then deletes only the
 //!   engine pod, so the dind pod and its claim stay (§4 row 5, "builds terminated because
 //!   of pipeline policy leave running `dind` pods"; which objects stay is [INFERENCE]);
-//!   hardened deletes all three, as on every other end.
+//!   hardened deletes all three, as on every other end;
+//! - **cron ledger** (hardened's fix of §4 row 10, [INFERENCE] as design): per cron trigger
+//!   its period, when it was registered and the last tick run or reported missed, so a
+//!   leader that takes over catches up; and one lease the cronus replicas share (who fires).
+//!   A tick's build carries its [`Tick`]; hardened claims `cron:<trigger>@<ms>` as it claims
+//!   a delivery id, so a tick fired twice still starts one build.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -161,6 +166,58 @@ pub struct NewBuild {
     pub steps: Vec<Step>,
     /// The Git webhook delivery that asked for it (`X-GitHub-Delivery`), if one did.
     pub delivery: Option<String>,
+    /// The cron tick that asked for it, if one did.
+    pub tick: Option<Tick>,
+}
+
+/// One tick of a cron trigger (cronus → hermes `run/<eventURI>`, §5): which trigger, and
+/// the time it was scheduled for (Unix ms, UTC) — the same for every replica that fires it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tick {
+    /// The trigger's name.
+    pub trigger: String,
+    /// When it was due (Unix ms).
+    pub scheduled_ms: u64,
+}
+
+impl Tick {
+    /// The key hardened dedupes a tick by (the trigger's URI and the scheduled time, §7).
+    pub fn key(&self) -> String {
+        format!("cron:{}@{}", self.trigger, self.scheduled_ms)
+    }
+}
+
+/// A cron trigger as the platform's ledger keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CronTrigger {
+    /// Its period (ms).
+    pub every_ms: u64,
+    /// When it was registered (Unix ms): its first tick is the first multiple of the period
+    /// after this.
+    pub created_ms: u64,
+    /// The latest tick run or reported missed (Unix ms), if any.
+    pub last_ms: Option<u64>,
+}
+
+impl CronTrigger {
+    /// The time ticks after which are still owed: the last tick handled, else registration.
+    pub fn handled_until(&self) -> u64 {
+        self.last_ms.unwrap_or(self.created_ms)
+    }
+}
+
+/// Who holds the cronus lease, and until when (Unix ms).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// Whether the asker holds it now.
+    pub leader: bool,
+    /// Its holder.
+    pub holder: String,
+    /// When it lapses unless renewed.
+    pub until_ms: u64,
 }
 
 /// How a build's objects are removed when it ends.
@@ -183,6 +240,8 @@ pub struct Build {
     pub branch: String,
     /// The webhook delivery that asked for it, if one did.
     pub delivery: Option<String>,
+    /// The cron tick that asked for it, if one did.
+    pub tick: Option<Tick>,
     /// The agent whose runtime runs it.
     pub agent: String,
     /// What the engine runs.
@@ -275,8 +334,14 @@ pub struct Queue {
     tasks: BTreeMap<String, Queued>,
     heartbeats: BTreeMap<String, u64>,
     pipelines: BTreeMap<String, Pipeline>,
-    /// hardened: webhook delivery id → its build (`None` while it is being made).
+    /// hardened: webhook delivery id or tick key → its build (`None` while it is being made).
     deliveries: BTreeMap<String, Option<String>>,
+    /// Cron triggers by name.
+    crons: BTreeMap<String, CronTrigger>,
+    /// Ticks reported missed (past the catch-up window), in report order.
+    missed: Vec<Tick>,
+    /// The cronus lease: holder and until when (Unix ms).
+    lease: Option<(String, u64)>,
     made_builds: u64,
     made_tasks: u64,
 }
@@ -353,6 +418,7 @@ impl Queue {
             branch: "main".into(),
             steps,
             delivery: None,
+            tick: None,
         };
         self.make_build(request, None, now_ms).0
     }
@@ -415,6 +481,7 @@ impl Queue {
                 agent: request.agent,
                 branch: request.branch,
                 delivery: request.delivery.clone(),
+                tick: request.tick.clone(),
                 steps: request.steps,
                 status: Status::Pending,
                 reason: None,
@@ -432,10 +499,14 @@ impl Queue {
         if self.builds[&id].status == Status::Pending {
             changes.builds.push((id.clone(), Status::Pending, None));
         }
-        if let Some(delivery) = request.delivery {
-            if let Some(slot) = self.deliveries.get_mut(&delivery) {
-                *slot = Some(id.clone());
-            }
+        let key = request
+            .delivery
+            .or_else(|| request.tick.as_ref().map(Tick::key));
+        if let Some(slot) = key.and_then(|key| self.deliveries.get_mut(&key)) {
+            *slot = Some(id.clone());
+        }
+        if let Some(tick) = &request.tick {
+            self.handled(tick);
         }
         (id, changes)
     }
@@ -450,6 +521,69 @@ impl Queue {
                 self.deliveries.insert(delivery.into(), None);
                 Ok(())
             }
+        }
+    }
+
+    /// Registers cron trigger `name` with period `every` (its registration time is kept when
+    /// it exists): its ledger entry.
+    pub fn register_cron(&mut self, name: &str, every: Duration, now_ms: u64) -> &CronTrigger {
+        let every_ms = every.as_millis() as u64;
+        let entry = self.crons.entry(name.into()).or_insert(CronTrigger {
+            every_ms,
+            created_ms: now_ms,
+            last_ms: None,
+        });
+        entry.every_ms = every_ms;
+        entry
+    }
+
+    /// Cron trigger `name`'s ledger entry.
+    pub fn cron(&self, name: &str) -> Option<&CronTrigger> {
+        self.crons.get(name)
+    }
+
+    /// Every cron trigger, by name.
+    pub fn crons(&self) -> &BTreeMap<String, CronTrigger> {
+        &self.crons
+    }
+
+    /// Records that `tick` was reported missed (past its catch-up window); a second report
+    /// of the same tick is not recorded again.
+    pub fn report_missed(&mut self, tick: Tick) {
+        self.handled(&tick);
+        if !self.missed.contains(&tick) {
+            self.missed.push(tick);
+        }
+    }
+
+    /// Ticks reported missed, in report order.
+    pub fn missed(&self) -> &[Tick] {
+        &self.missed
+    }
+
+    fn handled(&mut self, tick: &Tick) {
+        if let Some(cron) = self.crons.get_mut(&tick.trigger) {
+            cron.last_ms = Some(
+                cron.last_ms
+                    .map_or(tick.scheduled_ms, |l| l.max(tick.scheduled_ms)),
+            );
+        }
+    }
+
+    /// `holder` asks for the cronus lease for `ttl`: granted when free, lapsed or its own.
+    pub fn take_lease(&mut self, holder: &str, ttl: Duration, now_ms: u64) -> Lease {
+        let free = match &self.lease {
+            None => true,
+            Some((current, until)) => current == holder || *until <= now_ms,
+        };
+        if free {
+            self.lease = Some((holder.into(), now_ms + ttl.as_millis() as u64));
+        }
+        let (current, until_ms) = self.lease.clone().expect("the lease was just set");
+        Lease {
+            leader: current == holder,
+            holder: current,
+            until_ms,
         }
     }
 
@@ -920,6 +1054,7 @@ mod tests {
             branch: branch.into(),
             steps: steps(),
             delivery: None,
+            tick: None,
         }
     }
 
@@ -1099,6 +1234,7 @@ mod tests {
         let (id, _) = q.make_build(
             NewBuild {
                 delivery: Some("d1".into()),
+                tick: None,
                 ..request("main")
             },
             None,
@@ -1107,5 +1243,66 @@ mod tests {
         assert_eq!(q.claim_delivery("d1"), Err(Some(id.clone())));
         assert_eq!(q.build(&id).unwrap().delivery.as_deref(), Some("d1"));
         assert_eq!(q.claim_delivery("d2"), Ok(()));
+    }
+
+    #[test]
+    fn the_cron_ledger_remembers_the_last_tick_handled_and_a_hardened_tick_is_claimed_once() {
+        let mut q = Queue::new(Settings::default());
+        let cron = q
+            .register_cron("nightly", Duration::from_secs(60), 1_000)
+            .clone();
+        assert_eq!(cron.handled_until(), 1_000);
+        // Registering again keeps when it was first registered.
+        assert_eq!(
+            q.register_cron("nightly", Duration::from_secs(60), 9_000)
+                .created_ms,
+            1_000
+        );
+        let tick = Tick {
+            trigger: "nightly".into(),
+            scheduled_ms: 60_000,
+        };
+        assert_eq!(q.claim_delivery(&tick.key()), Ok(()));
+        let (id, _) = q.make_build(
+            NewBuild {
+                tick: Some(tick.clone()),
+                ..request("main")
+            },
+            None,
+            60_000,
+        );
+        assert_eq!(q.claim_delivery(&tick.key()), Err(Some(id.clone())));
+        assert_eq!(q.build(&id).unwrap().tick, Some(tick));
+        assert_eq!(q.cron("nightly").unwrap().handled_until(), 60_000);
+        let missed = Tick {
+            trigger: "nightly".into(),
+            scheduled_ms: 120_000,
+        };
+        q.report_missed(missed.clone());
+        q.report_missed(missed.clone());
+        assert_eq!(q.missed(), [missed]);
+        assert_eq!(q.cron("nightly").unwrap().last_ms, Some(120_000));
+    }
+
+    #[test]
+    fn the_cronus_lease_has_one_holder_until_it_lapses() {
+        let mut q = Queue::new(Settings::default());
+        let ttl = Duration::from_secs(15);
+        assert!(q.take_lease("cronus-0", ttl, 0).leader);
+        let refused = q.take_lease("cronus-1", ttl, 5_000);
+        assert!(!refused.leader);
+        assert_eq!(
+            (refused.holder.as_str(), refused.until_ms),
+            ("cronus-0", 15_000)
+        );
+        assert!(
+            q.take_lease("cronus-0", ttl, 10_000).leader,
+            "the holder renews"
+        );
+        assert!(!q.take_lease("cronus-1", ttl, 24_999).leader);
+        assert!(
+            q.take_lease("cronus-1", ttl, 25_000).leader,
+            "a lapsed lease is free"
+        );
     }
 }
