@@ -326,7 +326,7 @@ async fn handle(
             }
             let request = match parse_build(&builds, &body, None, Some(tick.clone())) {
                 Ok(request) => request,
-                Err(refused) => return refused,
+                Err((status, e)) => return error(status, e),
             };
             run_event(&env, &builds, &tick.key(), request, json!({"tick": tick})).await
         }
@@ -411,7 +411,7 @@ async fn build_request(
     let body = body(req)
         .await
         .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
-    parse_build(builds, &body, delivery, tick)
+    parse_build(builds, &body, delivery, tick).map_err(|(status, e)| error(status, e))
 }
 
 /// [`build_request`] on a body already read.
@@ -420,32 +420,32 @@ fn parse_build(
     body: &Value,
     delivery: Option<String>,
     tick: Option<queue::Tick>,
-) -> Result<NewBuild, http::Response<Body>> {
+) -> Result<NewBuild, (StatusCode, String)> {
     let (Some(pipeline), Some(agent)) = (
         body.get("pipeline").and_then(Value::as_str),
         body.get("agent").and_then(Value::as_str),
     ) else {
-        return Err(error(
+        return Err((
             StatusCode::BAD_REQUEST,
-            "a build needs `pipeline` and `agent`",
+            "a build needs `pipeline` and `agent`".into(),
         ));
     };
     if !builds.agents.values().any(|a| a == agent) {
-        return Err(error(StatusCode::NOT_FOUND, format!("no agent {agent}")));
+        return Err((StatusCode::NOT_FOUND, format!("no agent {agent}")));
     }
     let branch = match body.get("branch") {
         None | Some(Value::Null) => "main",
         Some(Value::String(branch)) if !branch.is_empty() => branch.as_str(),
         Some(_) => {
-            return Err(error(
+            return Err((
                 StatusCode::BAD_REQUEST,
-                "`branch` is not a branch name",
+                "`branch` is not a branch name".into(),
             ))
         }
     };
     let steps: Vec<Step> =
         serde_json::from_value(body.get("steps").cloned().unwrap_or_else(|| json!([])))
-            .map_err(|e| error(StatusCode::BAD_REQUEST, format!("`steps`: {e}")))?;
+            .map_err(|e| (StatusCode::BAD_REQUEST, format!("`steps`: {e}")))?;
     Ok(NewBuild {
         pipeline: pipeline.into(),
         agent: agent.into(),
