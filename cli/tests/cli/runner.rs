@@ -242,3 +242,122 @@ fn serve_control_plane_refuses_a_malformed_runner_agent_list() {
         assert!(stderr.contains(says), "{list}: {stderr}");
     }
 }
+
+/// A cronus replica of `variant` ticking every second.
+fn cronus(variant: &str, replica: &str, runner: u16) -> Process {
+    orrery(&[
+        "serve",
+        "cronus",
+        "--replica",
+        replica,
+        "--platform-api",
+        &format!("127.0.0.1:{runner}"),
+        "--token",
+        ADMIN,
+        "--trigger",
+        "every-second=1s:demo/build@agent-1",
+        "--min-every",
+        "1s",
+        "--lease-ttl",
+        "1500ms",
+        "--variant",
+        variant,
+    ])
+}
+
+/// The scheduled time (Unix ms) of each build a cron tick started, in build order.
+fn tick_builds(runner: u16) -> Vec<u64> {
+    let mut ticks = Vec::new();
+    for n in 1.. {
+        let (status, body) =
+            http_as(runner, "GET", &format!("/api/builds/b{n:05}"), "", ADMIN).unwrap();
+        if status == 404 {
+            break;
+        }
+        let build: serde_json::Value = serde_json::from_str(&body).unwrap();
+        ticks.push(build["tick"]["scheduledMs"].as_u64().expect("a cron build"));
+    }
+    ticks
+}
+
+/// Two cronus replicas (cronus' HA, which its README forbids): faithful ones each fire
+/// every tick, so a tick starts two builds (runner-research.md §4 row 10); hardened ones
+/// share a lease and hermes keys each tick, so every tick starts one build — and when the
+/// first replica is stopped the other goes on without a gap.
+#[test]
+fn serve_cronus_replicas_start_one_build_a_tick_only_when_hardened() {
+    let (_, runner, _, _world) = world("faithful");
+    let replicas = [
+        cronus("faithful", "cronus-0", runner),
+        cronus("faithful", "cronus-1", runner),
+    ];
+    eventually(
+        "faithful: a tick starts two builds",
+        Duration::from_secs(30),
+        || {
+            let ticks = tick_builds(runner);
+            ticks
+                .iter()
+                .any(|t| ticks.iter().filter(|u| *u == t).count() == 2)
+        },
+    );
+    drop(replicas);
+
+    let (_, runner, _, _world) = world("hardened");
+    let first = cronus("hardened", "cronus-0", runner);
+    let _second = cronus("hardened", "cronus-1", runner);
+    eventually("hardened: three ticks ran", Duration::from_secs(30), || {
+        tick_builds(runner).len() >= 3
+    });
+    drop(first);
+    let before = tick_builds(runner).len();
+    eventually(
+        "hardened: the ticks go on after a replica stopped",
+        Duration::from_secs(30),
+        || tick_builds(runner).len() >= before + 4,
+    );
+    let ticks = tick_builds(runner);
+    let mut sorted = ticks.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        ticks.len(),
+        "a tick started two builds: {ticks:?}"
+    );
+    assert!(
+        sorted.windows(2).all(|w| w[1] - w[0] == 1_000),
+        "a tick was skipped: {sorted:?}"
+    );
+}
+
+#[test]
+fn serve_cronus_refuses_a_malformed_trigger_and_a_period_under_the_minimum() {
+    for (args, says) in [
+        (
+            &["--trigger", "nightly"][..],
+            "expected NAME=EVERY:PIPELINE@AGENT",
+        ),
+        (&["--trigger", "n/x=1h:p@a"][..], "must be letters, digits"),
+        (&["--trigger", "n=soon:p@a"][..], "--trigger \"soon\""),
+        (&["--trigger", "n=30s:p@a"][..], "under the minimum"),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+            .args([
+                "serve",
+                "cronus",
+                "--replica",
+                "c",
+                "--platform-api",
+                "127.0.0.1:9",
+                "--token",
+                "t",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

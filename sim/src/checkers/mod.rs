@@ -32,6 +32,7 @@
 //! | `runner_builds_finish` | liveness | at the end every Runner build has ended (success, failure, error, terminated) |
 //! | `runner_no_orphans` | liveness | at the end no Pod or PersistentVolumeClaim of an ended Runner build is left in the cluster |
 //! | `runner_trigger_once` | safety | no webhook delivery id started more than one Runner build (a provider's redelivery is not a new event) |
+//! | `runner_cron_once` | safety | every cron tick due before the calm phase started exactly one Runner build or was reported missed (see `runner`) |
 //! | `runner_concurrency_limit` | safety | no more builds of a pipeline were admitted at once than its concurrency limit |
 //! | `runner_stall_detected` | safety | a Runner agent that has not polled the platform successfully for 60 s is not reported ready by its readiness probe |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
@@ -267,6 +268,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "runner_stall_detected" => Box::new(runner::StallDetected::default()),
         "runner_concurrency_limit" => Box::new(runner::ConcurrencyLimit),
         "runner_trigger_once" => Box::new(runner::TriggerOnce),
+        "runner_cron_once" => Box::new(runner::CronOnce),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

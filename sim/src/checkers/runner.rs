@@ -17,13 +17,16 @@
 //! - `runner_concurrency_limit` (safety): at no moment were more builds of the pipeline
 //!   admitted (elected and not yet ended) than its concurrency limit — judged from each
 //!   build's admission and end times against the scenario's limit (§4 row 8).
+//! - `runner_cron_once` (safety): every tick of a cron trigger due before the calm phase
+//!   started exactly one build, or was reported missed; no tick started two (§4 row 10:
+//!   cronus replicas in HA each fire it; a tick due while cronus is down is lost silently).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
 use orrery_system::observe::{RunnerEvent, WorldEvent};
-use orrery_system::platform::runner::Build;
+use orrery_system::platform::runner::{Build, CronTrigger, Tick};
 
 use super::{Checker, Class, FinalState, Violation};
 use crate::trace::TraceEvent;
@@ -43,6 +46,127 @@ pub struct RunnerTruth {
     pub limit: Option<u32>,
     /// The builds' clock at the run's start (Unix ms): their times minus this are run times.
     pub started_ms: u64,
+    /// The cron triggers' ledger, by name.
+    pub crons: BTreeMap<String, CronTrigger>,
+    /// Ticks reported missed.
+    pub missed: Vec<Tick>,
+    /// When the calm phase started (Unix ms): ticks due until then are owed.
+    pub calm_ms: u64,
+}
+
+/// What became of one cron tick.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TickAccount<'a> {
+    /// The tick.
+    pub tick: Tick,
+    /// Due before the calm phase (owed a build or a missed report).
+    pub owed: bool,
+    /// The builds it started.
+    pub builds: Vec<&'a Build>,
+    /// Reported missed.
+    pub missed: bool,
+}
+
+/// Every cron tick due before the calm phase, and every tick that started a build, with
+/// what became of it, by trigger and time: what `runner_cron_once` judges and the report
+/// counts.
+pub fn cron_accounts(truth: &RunnerTruth) -> Vec<TickAccount<'_>> {
+    let mut accounts: BTreeMap<Tick, TickAccount<'_>> = BTreeMap::new();
+    let account = |tick: Tick| TickAccount {
+        tick,
+        owed: false,
+        builds: Vec::new(),
+        missed: false,
+    };
+    for (name, cron) in &truth.crons {
+        let every = cron.every_ms.max(1);
+        let mut scheduled = (cron.created_ms / every + 1) * every;
+        while scheduled <= truth.calm_ms {
+            let tick = Tick {
+                trigger: name.clone(),
+                scheduled_ms: scheduled,
+            };
+            accounts
+                .entry(tick.clone())
+                .or_insert_with(|| account(tick))
+                .owed = true;
+            scheduled += every;
+        }
+    }
+    for build in &truth.builds {
+        if let Some(tick) = &build.tick {
+            accounts
+                .entry(tick.clone())
+                .or_insert_with(|| account(tick.clone()))
+                .builds
+                .push(build);
+        }
+    }
+    for tick in &truth.missed {
+        accounts
+            .entry(tick.clone())
+            .or_insert_with(|| account(tick.clone()))
+            .missed = true;
+    }
+    accounts.into_values().collect()
+}
+
+/// `runner_cron_once`.
+pub struct CronOnce;
+
+impl Checker for CronOnce {
+    fn name(&self) -> &'static str {
+        "runner_cron_once"
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let truth = state.runner.as_ref()?;
+        let accounts = cron_accounts(truth);
+        let at = |ms: u64| ms.saturating_sub(truth.started_ms);
+        let duplicated: Vec<&TickAccount<'_>> =
+            accounts.iter().filter(|a| a.builds.len() > 1).collect();
+        let lost: Vec<&TickAccount<'_>> = accounts
+            .iter()
+            .filter(|a| a.owed && a.builds.is_empty() && !a.missed)
+            .collect();
+        let (first, reason) = if let Some(first) = duplicated.first() {
+            let reason = format!(
+                "the tick of cron trigger {} due at {} ms started {} builds ({}); {} ticks started more than one",
+                first.tick.trigger,
+                at(first.tick.scheduled_ms),
+                first.builds.len(),
+                first.builds.iter().map(|b| b.id.as_str()).collect::<Vec<_>>().join(", "),
+                duplicated.len()
+            );
+            (first, reason)
+        } else {
+            let first = lost.first()?;
+            let reason = format!(
+                "the tick of cron trigger {} due at {} ms was neither run nor reported missed; {} ticks were lost",
+                first.tick.trigger,
+                at(first.tick.scheduled_ms),
+                lost.len()
+            );
+            (first, reason)
+        };
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: first
+                .builds
+                .get(1)
+                .map_or(at(first.tick.scheduled_ms), |b| at(b.created_ms)),
+            host: "platform".into(),
+            details: json!({
+                "reason": reason,
+                "trigger": first.tick.trigger,
+                "scheduled_ms": at(first.tick.scheduled_ms),
+                "builds": first.builds.iter().map(|b| &b.id).collect::<Vec<_>>(),
+                "duplicated_ticks": duplicated.len(),
+                "lost_ticks": lost.len(),
+            }),
+        })
+    }
 }
 
 /// `runner_trigger_once`.
@@ -337,6 +461,7 @@ mod tests {
             pipeline: "p".into(),
             branch: "main".into(),
             delivery: None,
+            tick: None,
             agent: "runner".into(),
             steps: Vec::new(),
             status,
@@ -474,6 +599,7 @@ mod tests {
                     .into_iter()
                     .map(|(k, n, b)| (k.to_string(), n.to_string(), b.to_string()))
                     .collect(),
+                ..RunnerTruth::default()
             }),
             ..FinalState::default()
         };
@@ -512,6 +638,7 @@ mod tests {
                 objects: Vec::new(),
                 limit,
                 started_ms: 0,
+                ..RunnerTruth::default()
             }),
             ..FinalState::default()
         };
@@ -550,6 +677,7 @@ mod tests {
                 objects: Vec::new(),
                 limit: None,
                 started_ms: 1_000_000,
+                ..RunnerTruth::default()
             }),
             ..FinalState::default()
         };
@@ -563,5 +691,78 @@ mod tests {
         let v = TriggerOnce.at_end(&state(twice)).expect("fires");
         assert_eq!((v.class, v.at_ms), (Class::Safety, 10_000));
         assert_eq!(v.details["builds"], json!(["b1", "b2"]));
+    }
+
+    #[test]
+    fn a_cron_tick_run_twice_or_lost_without_a_word_breaks_cron_once() {
+        let of = |id: &str, scheduled_ms: Option<u64>| Build {
+            tick: scheduled_ms.map(|scheduled_ms| Tick {
+                trigger: "cron-0".into(),
+                scheduled_ms,
+            }),
+            created_ms: scheduled_ms.unwrap_or(0) + 5,
+            ..build(id, Status::Success)
+        };
+        let state = |builds: Vec<Build>, missed: Vec<u64>| FinalState {
+            runner: Some(RunnerTruth {
+                builds,
+                crons: [(
+                    "cron-0".to_string(),
+                    CronTrigger {
+                        every_ms: 60_000,
+                        created_ms: 1_000_000,
+                        last_ms: None,
+                    },
+                )]
+                .into_iter()
+                .collect(),
+                missed: missed
+                    .into_iter()
+                    .map(|scheduled_ms| Tick {
+                        trigger: "cron-0".into(),
+                        scheduled_ms,
+                    })
+                    .collect(),
+                // Ticks owed: 1,020,000, 1,080,000 and 1,140,000.
+                calm_ms: 1_140_000,
+                started_ms: 1_000_000,
+                ..RunnerTruth::default()
+            }),
+            ..FinalState::default()
+        };
+        // Each tick once, or the last one reported missed: kept.
+        let once = state(
+            vec![of("b1", Some(1_020_000)), of("b2", Some(1_080_000))],
+            vec![1_140_000],
+        );
+        assert!(
+            CronOnce.at_end(&once).is_none(),
+            "{:?}",
+            CronOnce.at_end(&once)
+        );
+        // A tick after the calm phase started is not owed, and a build from elsewhere is no tick.
+        let mut late = once.clone();
+        late.runner.as_mut().unwrap().builds.push(of("b3", None));
+        assert!(CronOnce.at_end(&late).is_none());
+        // Two replicas fired the second tick.
+        let twice = state(
+            vec![
+                of("b1", Some(1_020_000)),
+                of("b2", Some(1_080_000)),
+                of("b3", Some(1_080_000)),
+            ],
+            vec![1_140_000],
+        );
+        let violation = CronOnce.at_end(&twice).expect("a tick ran twice");
+        assert_eq!(violation.details["builds"], json!(["b2", "b3"]));
+        assert_eq!(violation.details["scheduled_ms"], json!(80_000));
+        // The last tick was neither run nor reported.
+        let lost = state(
+            vec![of("b1", Some(1_020_000)), of("b2", Some(1_080_000))],
+            vec![],
+        );
+        let violation = CronOnce.at_end(&lost).expect("a tick was lost");
+        assert_eq!(violation.details["lost_ticks"], json!(1));
+        assert_eq!(violation.at_ms, 140_000);
     }
 }

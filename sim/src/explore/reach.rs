@@ -60,6 +60,7 @@
 //! | `runner_ack_lost` | a Runner agent's status report got no answer it could use (lost, refused, timed out) |
 //! | `runner_build_pending` | a Runner build waited for admission: its pipeline was at its concurrency limit |
 //! | `runner_policy_terminated` | a Runner build was terminated by its pipeline's policy (a newer build of its branch) |
+//! | `runner_cron_replica_down` | a cronus replica fired a cron tick while another cronus replica was down |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -486,6 +487,18 @@ impl Condition {
                 matches!(e.runner(), Some(RunnerEvent::Build { status, reason, .. })
                     if status == "terminated" && reason.starts_with("terminated by the pipeline's policy"))
             }),
+            Condition::RunnerCronReplicaDown => {
+                let replicas = hosts(scenario, Role::Cron);
+                let down = downtimes(events);
+                events.iter().any(|e| match e.runner() {
+                    Some(RunnerEvent::Tick { host, outcome, .. }) if !outcome.starts_with("error") => {
+                        replicas.iter().any(|r| {
+                            *r != host.as_str() && down.get(r).is_some_and(|d| is_down(d, e.at_ms))
+                        })
+                    }
+                    _ => false,
+                })
+            }
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -620,7 +633,11 @@ topology:
     - {name: acr, role: acr}
     - {name: sources, role: sources}
     - {name: acme, role: vcluster}
+    - {name: runner, role: runner}
+    - {name: cronus-0, role: cron}
+    - {name: cronus-1, role: cron}
 hosted: {applications: 1}
+runner: {cron: {}}
 argocd: {application_namespaces: [team-a]}
 duration: 10s
 calm: 10s
@@ -1333,7 +1350,39 @@ expect: {hardened: pass}
                     "terminated by the pipeline's policy: build b00002 of branch main started",
                 )],
             ),
+            (
+                RunnerCronReplicaDown,
+                // Fired while the other replica was up, and an error while it was down.
+                vec![
+                    tick(60_000, "cronus-0", "build b00001"),
+                    stop(100_000, "cronus-1"),
+                    tick(
+                        120_000,
+                        "cronus-0",
+                        "error: POST /api/cron/cron-0/ticks: 502",
+                    ),
+                    start(150_000, "cronus-1"),
+                    tick(180_000, "cronus-0", "build b00002"),
+                ],
+                vec![
+                    stop(100_000, "cronus-1"),
+                    tick(120_000, "cronus-0", "build b00002"),
+                ],
+            ),
         ]
+    }
+
+    fn tick(at_ms: u64, host: &str, outcome: &str) -> TraceEvent {
+        at(
+            at_ms,
+            host,
+            RunnerEvent::Tick {
+                host: host.into(),
+                trigger: "cron-0".into(),
+                scheduled_ms: at_ms,
+                outcome: outcome.into(),
+            },
+        )
     }
 
     fn handout(at_ms: u64, task: &str, delivery: u32) -> TraceEvent {

@@ -498,6 +498,22 @@ fn runner_figures(
         "runner.duplicate_builds".into(),
         per_delivery.values().map(|n| n - 1).sum(),
     );
+    if !truth.crons.is_empty() {
+        let accounts = crate::checkers::runner::cron_accounts(truth);
+        let count = |f: &dyn Fn(&crate::checkers::runner::TickAccount<'_>) -> u64| {
+            accounts.iter().map(f).sum::<u64>()
+        };
+        counters.insert("runner.cron.due".into(), count(&|a| u64::from(a.owed)));
+        counters.insert(
+            "runner.cron.duplicate_builds".into(),
+            count(&|a| (a.builds.len() as u64).saturating_sub(1)),
+        );
+        counters.insert(
+            "runner.cron.lost".into(),
+            count(&|a| u64::from(a.owed && a.builds.is_empty() && !a.missed)),
+        );
+        counters.insert("runner.cron.missed".into(), count(&|a| u64::from(a.missed)));
+    }
     let mut executed: BTreeMap<&str, u64> = BTreeMap::new();
     let mut deduplicated = 0;
     let mut handed: BTreeMap<&str, u64> = BTreeMap::new();

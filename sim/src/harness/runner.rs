@@ -493,6 +493,20 @@ fn world_pieces(
             ))
         }));
     }
+    if host.has(Role::Cron) {
+        if let Some(config) = crate::world::runner::cronus(scenario, variant, &host.name) {
+            pieces.push(Box::new(move |env| {
+                let config = config.clone();
+                Box::pin(async move {
+                    if let Err(error) =
+                        orrery_system::platform::runner::cronus::run(env, config).await
+                    {
+                        tracing::error!(%error, "cronus stopped");
+                    }
+                })
+            }));
+        }
+    }
     if host.has(Role::Rollouts) {
         let (target, verdicts) = (target.clone(), world.verdicts.clone());
         pieces.push(Box::new(move |env| {
@@ -1180,11 +1194,15 @@ fn runner_truth(
             }
         });
     }
+    let queue = builds.lock();
     checkers::runner::RunnerTruth {
-        builds: builds.lock().builds().cloned().collect(),
+        builds: queue.builds().cloned().collect(),
         objects,
         limit: scenario.runner.as_ref().and_then(|r| r.concurrency),
         started_ms: SIM_EPOCH_UNIX_MS,
+        crons: queue.crons().clone(),
+        missed: queue.missed().to_vec(),
+        calm_ms: SIM_EPOCH_UNIX_MS + scenario.duration.as_millis() as u64,
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 59] = [
+pub const FIGURES: [(&str, &str); 63] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -204,6 +204,22 @@ pub const FIGURES: [(&str, &str); 59] = [
         "runner_duplicate_builds",
         "Runner builds beyond the first that one webhook delivery started",
     ),
+    (
+        "runner_cron_ticks_due",
+        "cron ticks due before the calm phase",
+    ),
+    (
+        "runner_cron_duplicate_builds",
+        "Runner builds beyond the first that one cron tick started",
+    ),
+    (
+        "runner_cron_lost_ticks",
+        "cron ticks due that started no build and were not reported missed",
+    ),
+    (
+        "runner_cron_missed_ticks",
+        "cron ticks reported missed (past the catch-up window)",
+    ),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -328,6 +344,13 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
             "runner_duplicate_builds",
             counter("runner.duplicate_builds"),
         );
+        put("runner_cron_ticks_due", counter("runner.cron.due"));
+        put(
+            "runner_cron_duplicate_builds",
+            counter("runner.cron.duplicate_builds"),
+        );
+        put("runner_cron_lost_ticks", counter("runner.cron.lost"));
+        put("runner_cron_missed_ticks", counter("runner.cron.missed"));
         put(
             "runner_task_round_trip_p99_ms",
             metrics

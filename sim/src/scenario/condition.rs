@@ -160,6 +160,8 @@ conditions! {
     RunnerBuildPending = "runner_build_pending",
     /// A Runner build was terminated by its pipeline's policy (a newer build of its branch).
     RunnerPolicyTerminated = "runner_policy_terminated",
+    /// A cronus replica fired a cron tick while another cronus replica was down.
+    RunnerCronReplicaDown = "runner_cron_replica_down",
 }
 
 impl fmt::Display for Condition {

@@ -319,6 +319,10 @@ pub enum Role {
     /// the `role: platform` host for its builds' tasks and creating their pods and volume
     /// claims in the `role: apiserver` host's cluster.
     Runner,
+    /// One cronus replica (`platform::runner::cronus`, with a `runner.cron` section): it fires
+    /// the cron triggers' ticks at the `role: platform` host's hermes; several hosts are an HA
+    /// deployment.
+    Cron,
     /// A hosted runtime's virtual cluster (`world::hosted`, with a `hosted:` section): its
     /// own API server (port 6443; its store outlives the host's crashes, as etcd on a
     /// volume), the tenant writing ConfigMaps and Secrets into it, and the control plane's
@@ -1005,6 +1009,35 @@ pub struct Runner {
     /// Builds are asked for by Git webhook deliveries (hermes) instead of the builds API.
     /// Default: the builds API.
     pub webhook: Option<WebhookTrigger>,
+    /// Cron triggers fired by the `role: cron` hosts (cronus replicas), each tick a build.
+    /// Default: none.
+    pub cron: Option<CronTriggers>,
+}
+
+/// The cron triggers of `runner.cron`: `cron-0`, `cron-1`, … each a build of the pipeline
+/// every `every`, on multiples of it since the Unix epoch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CronTriggers {
+    /// Time between two ticks; at least 60 s (cronus' `LIMIT`). Default 60 s.
+    #[serde(with = "super::duration")]
+    pub every: Duration,
+    /// How many triggers. Default 1.
+    pub triggers: u32,
+    /// hardened: a tick found owed later than this after it was due is reported missed
+    /// instead of run. Default 10 min.
+    #[serde(with = "super::duration")]
+    pub catch_up: Duration,
+}
+
+impl Default for CronTriggers {
+    fn default() -> Self {
+        CronTriggers {
+            every: Duration::from_secs(60),
+            triggers: 1,
+            catch_up: Duration::from_secs(600),
+        }
+    }
 }
 
 /// A Git provider delivering webhooks to hermes (`runner.webhook`): each build is one
@@ -1050,6 +1083,7 @@ impl Default for Runner {
             burst: 1,
             branches: 1,
             webhook: None,
+            cron: None,
         }
     }
 }
@@ -1285,7 +1319,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 35] = [
+pub const KNOWN_INVARIANTS: [&str; 36] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1320,6 +1354,7 @@ pub const KNOWN_INVARIANTS: [&str; 35] = [
     "runner_no_orphans",
     "runner_concurrency_limit",
     "runner_trigger_once",
+    "runner_cron_once",
     "runner_stall_detected",
 ];
 

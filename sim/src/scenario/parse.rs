@@ -293,6 +293,17 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
         &hosts_field,
         "a runner host needs a `runner:` section (its builds)",
     )?;
+    let crons = s.runner.as_ref().and_then(|r| r.cron.as_ref());
+    v.check(
+        crons.is_none() || count(Role::Cron) >= 1,
+        &Field::root("runner").key("cron"),
+        "cron triggers need at least one host with role cron (a cronus replica)",
+    )?;
+    v.check(
+        count(Role::Cron) == 0 || crons.is_some(),
+        &hosts_field,
+        "a cron host needs a `runner.cron` section (its triggers)",
+    )?;
     if let Some(runner) = &s.runner {
         let field = Field::root("runner");
         for (ok, key, why) in [
@@ -331,6 +342,19 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 runner.webhook.as_ref().is_none_or(|w| !w.timeout.is_zero()),
                 "webhook",
                 "webhook.timeout must be longer than 0 s",
+            ),
+            (
+                runner
+                    .cron
+                    .as_ref()
+                    .is_none_or(|c| c.every >= std::time::Duration::from_secs(60)),
+                "cron",
+                "cron.every must be at least 60 s (cronus' minimum period, its LIMIT)",
+            ),
+            (
+                runner.cron.as_ref().is_none_or(|c| c.triggers >= 1),
+                "cron",
+                "cron.triggers must be at least 1",
             ),
         ] {
             v.check(ok, &field.key(key), why)?;

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::SharedEnv;
-use orrery_system::platform::runner::{Builds, Knobs, Pipeline, Settings, Step, DELIVERY_HEADER};
+use orrery_system::platform::runner::{
+    cronus, Builds, Knobs, Pipeline, Settings, Step, DELIVERY_HEADER,
+};
 use orrery_system::runtime::runner::{self as agent, engine};
 use serde_json::json;
 
@@ -66,6 +68,13 @@ pub fn builds(scenario: &Scenario, runner: &Runner, variant: Variant) -> Arc<Bui
     let builds = Builds::new(settings, agents, TRIGGER_TOKEN);
     // No build exists yet: nothing to admit, nothing to trace.
     let _ = builds.lock().set_pipeline(PIPELINE, pipeline(runner), 0);
+    // The cron triggers exist from the run's start (made with the pipeline, before any
+    // cronus replica runs): ticks after it are owed.
+    for trigger in cron_triggers(scenario, runner) {
+        builds
+            .lock()
+            .register_cron(&trigger.name, trigger.every, crate::env::SIM_EPOCH_UNIX_MS);
+    }
     builds.set_knobs(fault_knobs(runner));
     builds
 }
@@ -111,6 +120,43 @@ pub fn agent(scenario: &Scenario, variant: Variant) -> agent::Config {
     );
     config.listen = Some(format!("0.0.0.0:{HEALTH_PORT}"));
     config
+}
+
+/// The build body each build of the scenario asks for (`branch` only with several).
+fn steps(runner: &Runner) -> Vec<Step> {
+    runner
+        .steps
+        .iter()
+        .map(|s| Step {
+            millis: s.duration.as_millis() as u64,
+            exit_code: s.exit_code,
+        })
+        .collect()
+}
+
+/// The scenario's cron triggers (`cron-<n>`), each asking for a build of the pipeline.
+pub fn cron_triggers(scenario: &Scenario, runner: &Runner) -> Vec<cronus::Trigger> {
+    let Some(cron) = &runner.cron else {
+        return Vec::new();
+    };
+    let body = json!({"pipeline": PIPELINE, "agent": agent_id(scenario), "steps": steps(runner)});
+    (0..cron.triggers)
+        .map(|n| cronus::Trigger {
+            name: format!("cron-{n}"),
+            every: cron.every,
+            build: body.clone(),
+        })
+        .collect()
+}
+
+/// The cronus replica on `host` (a `role: cron` host).
+pub fn cronus(scenario: &Scenario, variant: Variant, host: &str) -> Option<cronus::Config> {
+    let runner = scenario.runner.as_ref()?;
+    let cron = runner.cron.as_ref()?;
+    let mut config = cronus::Config::new(variant, host, &platform_api(scenario), TRIGGER_TOKEN);
+    config.triggers = cron_triggers(scenario, runner);
+    config.catch_up = cron.catch_up;
+    Some(config)
 }
 
 /// The engine stand-in on the cluster's host.
@@ -177,14 +223,7 @@ pub async fn trigger(
     let Some(runner) = scenario.runner.clone() else {
         return;
     };
-    let steps: Vec<Step> = runner
-        .steps
-        .iter()
-        .map(|s| Step {
-            millis: s.duration.as_millis() as u64,
-            exit_code: s.exit_code,
-        })
-        .collect();
+    let steps = steps(&runner);
     let client = orrery_system::runtime::upstream::Client::new(
         env.clone(),
         &platform_api(&scenario),

@@ -49,6 +49,11 @@ pub enum Serve {
     /// creates and deletes their PVCs and pods in --namespace of --apiserver or the
     /// KUBECONFIG cluster; with --engine also the engine stand-in that runs the builds.
     Runner(RunnerArgs),
+    /// One cronus replica: fires its cron triggers' ticks at --platform-api (`serve
+    /// control-plane --runner`), each tick a build of the trigger's pipeline. Run several
+    /// for HA: faithful replicas each fire every tick (cronus' flaw), hardened ones share a
+    /// lease and catch up ticks owed after a downtime.
+    Cronus(CronusArgs),
     /// Local Git repositories behind the Git provider's HTTP API (`GET /api/repos`,
     /// `GET /api/commits?repo=&sha=&paths=`, `POST /api/commits`), answered by `git`:
     /// point the app-proxy (`--git`) and the ACR controller at real history.
@@ -256,6 +261,73 @@ pub struct RunnerArgs {
     engine: bool,
     #[command(flatten)]
     common: Common,
+}
+
+/// `orrery serve cronus`.
+#[derive(Args)]
+pub struct CronusArgs {
+    /// This replica's name (its pod's name): the lease holder's.
+    #[arg(long, env = "POD_NAME")]
+    replica: String,
+    /// The platform's builds API, host:port (`serve control-plane --runner`).
+    #[arg(long, env = "CODEFRESH_HOST")]
+    platform_api: String,
+    /// The token builds are made with (the control plane's --admin-token).
+    #[arg(long, env = "ORRERY_ADMIN_TOKEN", hide_env_values = true)]
+    token: String,
+    /// A cron trigger: NAME=EVERY:PIPELINE@AGENT (`nightly=1h:demo/build@agent-1`), a
+    /// build of PIPELINE on AGENT's runtime at every multiple of EVERY since the Unix epoch
+    /// (UTC). Repeat for more.
+    #[arg(long = "trigger", required = true)]
+    triggers: Vec<String>,
+    /// The shortest period accepted (cronus' LIMIT).
+    #[arg(long, default_value = "60s")]
+    min_every: String,
+    /// hardened: a tick found owed later than this after it was due is reported missed
+    /// instead of run.
+    #[arg(long, default_value = "10m")]
+    catch_up: String,
+    /// hardened: the lease's term (renewed every third of it).
+    #[arg(long, default_value = "15s")]
+    lease_ttl: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// A duration flag (`90s`, `10m`, `1h`), or a usage error naming the flag.
+fn duration_flag(flag: &str, text: &str) -> Result<std::time::Duration, Fail> {
+    orrery_sim::scenario::duration::parse(text)
+        .map_err(|e| Fail::usage(format!("--{flag} {text:?}: {e}")))
+}
+
+/// `--trigger NAME=EVERY:PIPELINE@AGENT` as a cron trigger.
+fn cron_trigger(flag: &str) -> Result<orrery_system::platform::runner::cronus::Trigger, Fail> {
+    let usage = || {
+        Fail::usage(format!(
+            "--trigger {flag:?}: expected NAME=EVERY:PIPELINE@AGENT (e.g. nightly=1h:demo/build@agent-1)"
+        ))
+    };
+    let (name, rest) = flag.split_once('=').ok_or_else(usage)?;
+    let (every, rest) = rest.split_once(':').ok_or_else(usage)?;
+    let (pipeline, agent) = rest.rsplit_once('@').ok_or_else(usage)?;
+    let named = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    if !named(name) {
+        return Err(Fail::usage(format!(
+            "--trigger {flag:?}: the name {name:?} must be letters, digits, '-', '_' or '.' (it is a path segment)"
+        )));
+    }
+    if pipeline.is_empty() || agent.is_empty() {
+        return Err(usage());
+    }
+    Ok(orrery_system::platform::runner::cronus::Trigger {
+        name: name.into(),
+        every: duration_flag("trigger", every)?,
+        build: serde_json::json!({"pipeline": pipeline, "agent": agent}),
+    })
 }
 
 /// The `--vcluster NAME=KUBECONFIG` flags as syncer configs (the host cluster from
@@ -594,6 +666,7 @@ pub fn run(what: Serve) -> Result<Exit, Fail> {
         Serve::Runtime(args) => runtime(args),
         Serve::Cache(args) => cache(args),
         Serve::Runner(args) => runner(args),
+        Serve::Cronus(args) => cronus(args),
         Serve::Git(args) => git(args),
     }
     .map(|()| Exit::Expected)
@@ -1192,6 +1265,46 @@ fn runner(args: RunnerArgs) -> Result<(), Fail> {
         runtime_assembly::run(env, config, shutdown_signal())
             .await
             .map_err(|e| Fail::usage(e.to_string()))
+    })
+}
+
+fn cronus(args: CronusArgs) -> Result<(), Fail> {
+    init_logging(args.common.log_format);
+    let variant = Variant::from(args.common.variant);
+    let mut config = orrery_system::platform::runner::cronus::Config::new(
+        variant,
+        &args.replica,
+        &args.platform_api,
+        &args.token,
+    );
+    config.triggers = args
+        .triggers
+        .iter()
+        .map(|t| cron_trigger(t))
+        .collect::<Result<_, _>>()?;
+    config.min_every = duration_flag("min-every", &args.min_every)?;
+    config.catch_up = duration_flag("catch-up", &args.catch_up)?;
+    config.lease_ttl = duration_flag("lease-ttl", &args.lease_ttl)?;
+    if config.lease_ttl < std::time::Duration::from_millis(3) {
+        return Err(Fail::usage(
+            "--lease-ttl must be at least 3 ms (it is renewed every third of it)",
+        ));
+    }
+    block_on(async move {
+        tracing::info!(
+            variant = variant.as_str(),
+            "orrery cronus {}: {} triggers, ticks to {}",
+            args.replica,
+            config.triggers.len(),
+            args.platform_api
+        );
+        let env = logged_env(&args.replica);
+        tokio::select! {
+            ran = orrery_system::platform::runner::cronus::run(env, config) => {
+                ran.map_err(|e| Fail::usage(e.to_string()))
+            }
+            () = shutdown_signal() => Ok(()),
+        }
     })
 }
 
