@@ -296,6 +296,12 @@ async fn fire_owed(
                 .send(http::Method::POST, path, Some(&config.token), Some(&body))
                 .await
             {
+                // Claimed by an earlier call whose build is still being made: not handled
+                // until it is (the next round asks again).
+                Ok(answer) if !missed && answer.get("id").is_some_and(Value::is_null) => {
+                    observe(env, config, &trigger.name, scheduled, "in flight".into());
+                    return;
+                }
                 Ok(answer) => {
                     let outcome = if missed {
                         "missed".to_string()

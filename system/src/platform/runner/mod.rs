@@ -470,7 +470,8 @@ async fn run_event(
 ) -> http::Response<Body> {
     let settings = builds.lock().settings().clone();
     if settings.variant == crate::core::Variant::Hardened {
-        if let Err(build) = builds.lock().claim_delivery(key) {
+        let claimed = builds.lock().claim_delivery(key, env.unix_millis());
+        if let Err(build) = claimed {
             answer["id"] = json!(build);
             answer["duplicate"] = json!(true);
             return json(StatusCode::OK, &answer);

@@ -51,6 +51,11 @@ use crate::core::Variant;
 /// retriable error ([INFERENCE]: the real limit counts a build's retries).
 pub const MAXIMUM_RETRY_ATTEMPTS_ALLOWED: u32 = 20;
 
+/// hardened: how long a claimed delivery id or tick may wait for its build before it is
+/// taken to have died with its hermes ([INFERENCE]: orrery's design; hermes answers in
+/// seconds).
+pub const CLAIM_TTL: Duration = Duration::from_secs(60);
+
 /// The platform's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -334,8 +339,9 @@ pub struct Queue {
     tasks: BTreeMap<String, Queued>,
     heartbeats: BTreeMap<String, u64>,
     pipelines: BTreeMap<String, Pipeline>,
-    /// hardened: webhook delivery id or tick key → its build (`None` while it is being made).
-    deliveries: BTreeMap<String, Option<String>>,
+    /// hardened: webhook delivery id or tick key → its build (`None` while it is being made)
+    /// and when it was claimed (Unix ms).
+    deliveries: BTreeMap<String, (Option<String>, u64)>,
     /// Cron triggers by name.
     crons: BTreeMap<String, CronTrigger>,
     /// Ticks reported missed (past the catch-up window), in report order.
@@ -503,7 +509,7 @@ impl Queue {
             .delivery
             .or_else(|| request.tick.as_ref().map(Tick::key));
         if let Some(slot) = key.and_then(|key| self.deliveries.get_mut(&key)) {
-            *slot = Some(id.clone());
+            slot.0 = Some(id.clone());
         }
         if let Some(tick) = &request.tick {
             self.handled(tick);
@@ -513,12 +519,15 @@ impl Queue {
 
     /// hardened: takes webhook delivery `delivery` — `Ok` the first time (its build is
     /// made next and recorded), else `Err` with the build it already asked for (`None`
-    /// while that build is still being made). hermes keeps no such key (§4 row 9).
-    pub fn claim_delivery(&mut self, delivery: &str) -> Result<(), Option<String>> {
+    /// while that build is still being made). A claim whose build has not come
+    /// [`CLAIM_TTL`] after it was taken died with the hermes that took it (a crash between
+    /// the claim and the build): it is taken again. hermes keeps no such key (§4 row 9).
+    pub fn claim_delivery(&mut self, delivery: &str, now_ms: u64) -> Result<(), Option<String>> {
         match self.deliveries.get(delivery) {
-            Some(build) => Err(build.clone()),
-            None => {
-                self.deliveries.insert(delivery.into(), None);
+            Some((Some(build), _)) => Err(Some(build.clone())),
+            Some((None, at_ms)) if now_ms < at_ms + CLAIM_TTL.as_millis() as u64 => Err(None),
+            _ => {
+                self.deliveries.insert(delivery.into(), (None, now_ms));
                 Ok(())
             }
         }
@@ -1229,8 +1238,8 @@ mod tests {
     #[test]
     fn a_delivery_is_claimed_once_and_answers_with_its_build_after() {
         let mut q = limited(Variant::Hardened, Pipeline::default());
-        assert_eq!(q.claim_delivery("d1"), Ok(()));
-        assert_eq!(q.claim_delivery("d1"), Err(None), "in flight");
+        assert_eq!(q.claim_delivery("d1", 0), Ok(()));
+        assert_eq!(q.claim_delivery("d1", 59_999), Err(None), "in flight");
         let (id, _) = q.make_build(
             NewBuild {
                 delivery: Some("d1".into()),
@@ -1240,9 +1249,12 @@ mod tests {
             None,
             0,
         );
-        assert_eq!(q.claim_delivery("d1"), Err(Some(id.clone())));
+        assert_eq!(q.claim_delivery("d1", 600_000), Err(Some(id.clone())));
         assert_eq!(q.build(&id).unwrap().delivery.as_deref(), Some("d1"));
-        assert_eq!(q.claim_delivery("d2"), Ok(()));
+        assert_eq!(q.claim_delivery("d2", 0), Ok(()));
+        // A claim whose build never came (its hermes died) is taken again after the TTL.
+        assert_eq!(q.claim_delivery("d2", 59_999), Err(None));
+        assert_eq!(q.claim_delivery("d2", 60_000), Ok(()));
     }
 
     #[test]
@@ -1262,7 +1274,7 @@ mod tests {
             trigger: "nightly".into(),
             scheduled_ms: 60_000,
         };
-        assert_eq!(q.claim_delivery(&tick.key()), Ok(()));
+        assert_eq!(q.claim_delivery(&tick.key(), 60_000), Ok(()));
         let (id, _) = q.make_build(
             NewBuild {
                 tick: Some(tick.clone()),
@@ -1271,7 +1283,7 @@ mod tests {
             None,
             60_000,
         );
-        assert_eq!(q.claim_delivery(&tick.key()), Err(Some(id.clone())));
+        assert_eq!(q.claim_delivery(&tick.key(), 60_000), Err(Some(id.clone())));
         assert_eq!(q.build(&id).unwrap().tick, Some(tick));
         assert_eq!(q.cron("nightly").unwrap().handled_until(), 60_000);
         let missed = Tick {
