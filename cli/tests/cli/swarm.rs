@@ -268,6 +268,11 @@ fn swarm_runner_meets_its_expectations_and_reaches_its_conditions() {
 }
 
 #[test]
+fn swarm_cron_meets_its_expectations_and_reaches_its_conditions() {
+    family_reports_meet_their_expectations_and_reach_their_conditions("swarm-cron.yaml");
+}
+
+#[test]
 fn swarm_anti_entropy_meets_its_expectations_and_reaches_its_conditions() {
     family_reports_meet_their_expectations_and_reach_their_conditions("swarm-anti-entropy.yaml");
 }

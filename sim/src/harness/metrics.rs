@@ -413,6 +413,7 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
     change_revision_figures(events, state, &mut counters, &mut histograms);
     promotion_figures(events, state, &mut counters, &mut histograms);
     runner_figures(events, state, &mut counters, &mut histograms);
+    runner_series(events, state, &mut series);
     restricted_figures(events, &mut counters, &mut histograms);
     health_figures(events, &mut counters, &mut histograms);
     bus_figures(events, &mut counters);
@@ -431,6 +432,130 @@ pub fn compute(events: &[TraceEvent], state: &crate::checkers::FinalState) -> Me
         series,
         series_kinds,
         ownership,
+    }
+}
+
+/// A level over time from intervals `[from, to)` (ms; `to` [`OPEN`] when it lasts past the
+/// run): how many cover each moment, a point (second, level) at each second the level
+/// changed in (its last value there).
+fn levels(intervals: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut changes: Vec<(u64, i64)> = Vec::new();
+    for &(from, to) in intervals.iter().filter(|(from, to)| from < to) {
+        changes.push((from, 1));
+        if to != OPEN {
+            changes.push((to, -1));
+        }
+    }
+    changes.sort_unstable();
+    let mut points: Vec<(u64, u64)> = vec![(0, 0)];
+    let mut level = 0i64;
+    for (at_ms, change) in changes {
+        level += change;
+        let second = at_ms / 1000;
+        match points.last_mut() {
+            Some(last) if last.0 == second => last.1 = level as u64,
+            _ => points.push((second, level as u64)),
+        }
+    }
+    points.dedup_by(|b, a| a.1 == b.1);
+    points
+}
+
+/// The Runner over time: builds admitted and running, builds waiting for admission, builds
+/// beyond the first that one trigger event started (so far), and pods and claims of ended
+/// builds still in the cluster.
+/// The end of an interval still open when the run ended.
+const OPEN: u64 = u64::MAX;
+
+fn runner_series(
+    events: &[TraceEvent],
+    state: &crate::checkers::FinalState,
+    series: &mut BTreeMap<String, Vec<(u64, u64)>>,
+) {
+    let Some(truth) = &state.runner else {
+        return;
+    };
+    let end = OPEN;
+    let at = |unix_ms: u64| unix_ms.saturating_sub(truth.started_ms);
+    let running: Vec<(u64, u64)> = truth
+        .builds
+        .iter()
+        .filter_map(|b| Some((at(b.admitted_ms?), b.finished_ms.map_or(end, at))))
+        .collect();
+    let pending: Vec<(u64, u64)> = truth
+        .builds
+        .iter()
+        .map(|b| {
+            let left = b.admitted_ms.or(b.finished_ms).map_or(end, at);
+            (at(b.created_ms), left)
+        })
+        .collect();
+    // The second and later builds of one delivery id or cron tick, in creation order.
+    let mut seen = std::collections::BTreeSet::new();
+    let duplicates: Vec<(u64, u64)> = truth
+        .builds
+        .iter()
+        .filter_map(|b| {
+            let key = b
+                .delivery
+                .clone()
+                .or_else(|| b.tick.as_ref().map(|t| t.key()))?;
+            (!seen.insert(key)).then_some((at(b.created_ms), OPEN))
+        })
+        .collect();
+    // Each build object's life, then the part of it after its build ended.
+    let finished: BTreeMap<&str, u64> = truth
+        .builds
+        .iter()
+        .filter_map(|b| Some((b.id.as_str(), at(b.finished_ms?))))
+        .collect();
+    let mut alive: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut orphaned = Vec::new();
+    fn build_of(name: &str) -> Option<&str> {
+        ["pvc-dind-", "dind-", "engine-"]
+            .iter()
+            .find_map(|prefix| name.strip_prefix(prefix))
+    }
+    let mut orphan = |name: &str, from: u64, to: u64| {
+        if let Some(ended) = build_of(name).and_then(|b| finished.get(b)) {
+            orphaned.push((from.max(*ended), to));
+        }
+    };
+    for event in events {
+        let Some(WorldEvent::ApiWrite {
+            verb,
+            resource,
+            name,
+            ..
+        }) = event.world()
+        else {
+            continue;
+        };
+        if resource != "pods" && resource != "persistentvolumeclaims" {
+            continue;
+        }
+        match verb.as_str() {
+            "create" => {
+                alive.entry(name).or_insert(event.at_ms);
+            }
+            "delete" => {
+                if let Some(from) = alive.remove(name.as_str()) {
+                    orphan(name, from, event.at_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (name, from) in alive {
+        orphan(name, from, end);
+    }
+    for (name, intervals) in [
+        ("runner_builds_running", running),
+        ("runner_builds_pending", pending),
+        ("runner_duplicate_builds_so_far", duplicates),
+        ("runner_orphans", orphaned),
+    ] {
+        series.insert(name.into(), levels(&intervals));
     }
 }
 
@@ -1331,6 +1456,16 @@ fn tunnel_figures(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_level_counts_the_intervals_covering_each_second_and_an_open_one_never_closes() {
+        // Two overlapping builds, one still open at the end, and an empty interval.
+        let points = levels(&[(1_500, 4_000), (2_200, OPEN), (5_000, 5_000)]);
+        assert_eq!(points, vec![(0, 0), (1, 1), (2, 2), (4, 1)]);
+        // Changes within one second keep its last level.
+        assert_eq!(levels(&[(1_100, 1_900)]), vec![(0, 0)]);
+        assert_eq!(levels(&[]), vec![(0, 0)]);
+    }
 
     #[test]
     fn percentiles_use_nearest_rank() {

@@ -220,7 +220,7 @@ pub struct Chart {
 
 /// The series charted, in page order: (series name, title); a series with points in either
 /// variant gets its chart.
-pub const CHARTED_SERIES: [(&str, &str); 7] = [
+pub const CHARTED_SERIES: [(&str, &str); 11] = [
     ("stale_apps", "Apps the platform shows stale or missing"),
     ("stale_rollouts", "Rollouts the platform shows stale"),
     (
@@ -242,6 +242,22 @@ pub const CHARTED_SERIES: [(&str, &str); 7] = [
     (
         "registrations_per_s",
         "Tunnel registrations at the server per second",
+    ),
+    (
+        "runner_builds_running",
+        "Runner builds admitted and not ended",
+    ),
+    (
+        "runner_builds_pending",
+        "Runner builds waiting for admission",
+    ),
+    (
+        "runner_duplicate_builds_so_far",
+        "Runner builds beyond the first of one webhook delivery or cron tick, so far",
+    ),
+    (
+        "runner_orphans",
+        "Pods and volume claims of ended Runner builds in the cluster",
     ),
 ];
 

@@ -31,6 +31,8 @@ const RUNS: &[(&str, u64, Variant)] = &[
     ("runner-poll-loss", 1, Variant::Faithful),
     ("runner-poll-loss", 2, Variant::Hardened),
     ("swarm-runner", 2, Variant::Hardened),
+    ("cron-failover", 1, Variant::Faithful),
+    ("swarm-cron", 2, Variant::Hardened),
 ];
 
 fn repo(path: &str) -> String {
