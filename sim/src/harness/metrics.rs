@@ -679,6 +679,17 @@ fn runner_figures(
         "runner.task_round_trip".into(),
         Histogram::from_ms(round_trips),
     );
+    // Made → admitted (elected), for the builds that were.
+    histograms.insert(
+        "runner.admission_latency".into(),
+        Histogram::from_ms(
+            truth
+                .builds
+                .iter()
+                .filter_map(|b| Some(b.admitted_ms?.saturating_sub(b.created_ms)))
+                .collect(),
+        ),
+    );
 }
 
 /// Promotion figures (with a `promotions:` section):

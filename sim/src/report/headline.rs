@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 63] = [
+pub const FIGURES: [(&str, &str); 64] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -197,6 +197,10 @@ pub const FIGURES: [(&str, &str); 63] = [
         "Runner task handed out → its status accepted, p99",
     ),
     (
+        "runner_admission_latency_p99_ms",
+        "Runner build made → admitted, p99",
+    ),
+    (
         "runner_peak_admitted",
         "most Runner builds of the pipeline admitted at once",
     ),
@@ -351,6 +355,13 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         );
         put("runner_cron_lost_ticks", counter("runner.cron.lost"));
         put("runner_cron_missed_ticks", counter("runner.cron.missed"));
+        put(
+            "runner_admission_latency_p99_ms",
+            metrics
+                .histograms
+                .get("runner.admission_latency")
+                .map(|h| json!(h.p99)),
+        );
         put(
             "runner_task_round_trip_p99_ms",
             metrics

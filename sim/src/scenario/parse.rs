@@ -282,11 +282,11 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
     )?;
     v.check(
         s.runner.is_none()
-            || (count(Role::Runner) == 1
+            || (count(Role::Runner) >= 1
                 && count(Role::Platform) == 1
                 && count(Role::Apiserver) == 1),
         &Field::root("runner"),
-        "the runner needs one host with role runner (its agent), one with role platform (its builds API) and one with role apiserver (the cluster its builds run in)",
+        "the runner needs at least one host with role runner (its agents), one with role platform (its builds API) and one with role apiserver (the cluster its builds run in)",
     )?;
     v.check(
         count(Role::Runner) == 0 || s.runner.is_some(),
@@ -694,7 +694,6 @@ fn validate_workload(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioErro
         Role::Git,
         Role::Appproxy,
         Role::Promotions,
-        Role::Runner,
     ] {
         v.check(
             count(role) <= 1,

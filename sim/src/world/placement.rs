@@ -73,7 +73,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
     }
     if scenario.runner.is_some() {
         if host.has(Role::Runner) {
-            config.runner = Some(super::runner::agent(scenario, variant));
+            config.runner = Some(super::runner::agent(scenario, variant, &host.name));
         }
         // The builds' engine pods run in the cluster.
         if host.has(Role::Apiserver) {

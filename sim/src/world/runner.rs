@@ -42,9 +42,29 @@ fn host_of(scenario: &Scenario, role: Role) -> &str {
         .map_or("absent", |h| h.name.as_str())
 }
 
-/// The agent's id: its host's name.
+/// The first agent's id: its host's name.
 pub fn agent_id(scenario: &Scenario) -> String {
     host_of(scenario, Role::Runner).to_string()
+}
+
+/// Every agent's id (its host's name), in topology order: builds go to them in turn.
+pub fn agent_ids(scenario: &Scenario) -> Vec<String> {
+    scenario
+        .topology
+        .hosts
+        .iter()
+        .filter(|h| h.has(Role::Runner))
+        .map(|h| h.name.clone())
+        .collect()
+}
+
+/// Agent `id`'s token: [`AGENT_TOKEN`] for the first, `<AGENT_TOKEN>-<id>` for the others.
+pub fn agent_token(scenario: &Scenario, id: &str) -> String {
+    if id == agent_id(scenario) {
+        AGENT_TOKEN.into()
+    } else {
+        format!("{AGENT_TOKEN}-{id}")
+    }
 }
 
 /// The platform's builds and queue for the world's one agent and its one pipeline; they
@@ -62,8 +82,9 @@ pub fn builds(scenario: &Scenario, runner: &Runner, variant: Variant) -> Arc<Bui
             .map_or(std::time::Duration::ZERO, |w| w.delay),
         ..Settings::default()
     };
-    let agents = [(AGENT_TOKEN.to_string(), agent_id(scenario))]
+    let agents = agent_ids(scenario)
         .into_iter()
+        .map(|id| (agent_token(scenario, &id), id))
         .collect();
     let builds = Builds::new(settings, agents, TRIGGER_TOKEN);
     // No build exists yet: nothing to admit, nothing to trace.
@@ -109,12 +130,12 @@ fn platform_api(scenario: &Scenario) -> String {
     format!("{}:{API_PORT}", host_of(scenario, Role::Platform))
 }
 
-/// The agent on `role: runner`.
-pub fn agent(scenario: &Scenario, variant: Variant) -> agent::Config {
+/// The agent on `host` (a `role: runner` host).
+pub fn agent(scenario: &Scenario, variant: Variant, host: &str) -> agent::Config {
     let mut config = agent::Config::new(
         variant,
-        &agent_id(scenario),
-        AGENT_TOKEN,
+        host,
+        &agent_token(scenario, host),
         &platform_api(scenario),
         cluster(scenario),
     );
@@ -177,8 +198,15 @@ pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1)
 /// L124-129), traced: what Kubernetes — and whoever watches the pod — is told about the
 /// agent. It runs on the cluster's host.
 pub async fn probe(env: SharedEnv, scenario: Scenario) {
+    for agent in agent_ids(&scenario).into_iter().skip(1) {
+        tokio::spawn(probe_one(env.clone(), agent));
+    }
+    probe_one(env, agent_id(&scenario)).await;
+}
+
+/// The readiness probe of one agent.
+async fn probe_one(env: SharedEnv, agent: String) {
     use http_body_util::BodyExt;
-    let agent = agent_id(&scenario);
     let url = format!("http://{agent}:{HEALTH_PORT}/health");
     let http = orrery_system::env::http::client::<http_body_util::Full<bytes::Bytes>>(
         env.clone(),
@@ -229,7 +257,7 @@ pub async fn trigger(
         &platform_api(&scenario),
         std::time::Duration::from_secs(10),
     );
-    let agent = agent_id(&scenario);
+    let agents = agent_ids(&scenario);
     // A Git provider's deliveries: each waits `timeout` for its answer.
     let api = platform_api(&scenario);
     while made.load(Ordering::SeqCst) < runner.builds && !calm.load(Ordering::SeqCst) {
@@ -237,6 +265,8 @@ pub async fn trigger(
         let first = made.load(Ordering::SeqCst);
         let burst = runner.burst.min(runner.builds - first);
         let sends = (first..first + burst).map(|n| {
+            // Builds go to the agents in turn (one agent: always it).
+            let agent = &agents[n as usize % agents.len()];
             let body = match runner.branches {
                 // One branch: the body the first slice sent (traces unchanged).
                 1 => json!({"pipeline": PIPELINE, "agent": agent, "steps": steps}),
