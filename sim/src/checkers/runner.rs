@@ -123,19 +123,23 @@ impl Checker for CronOnce {
         let truth = state.runner.as_ref()?;
         let accounts = cron_accounts(truth);
         let at = |ms: u64| ms.saturating_sub(truth.started_ms);
-        let duplicated: Vec<&TickAccount<'_>> =
-            accounts.iter().filter(|a| a.builds.len() > 1).collect();
+        // Two builds, or a build and a missed report: the tick was handled twice.
+        let duplicated: Vec<&TickAccount<'_>> = accounts
+            .iter()
+            .filter(|a| a.builds.len() + usize::from(a.missed) > 1)
+            .collect();
         let lost: Vec<&TickAccount<'_>> = accounts
             .iter()
             .filter(|a| a.owed && a.builds.is_empty() && !a.missed)
             .collect();
         let (first, reason) = if let Some(first) = duplicated.first() {
             let reason = format!(
-                "the tick of cron trigger {} due at {} ms started {} builds ({}); {} ticks started more than one",
+                "the tick of cron trigger {} due at {} ms started {} builds ({}){}; {} ticks were handled more than once",
                 first.tick.trigger,
                 at(first.tick.scheduled_ms),
                 first.builds.len(),
                 first.builds.iter().map(|b| b.id.as_str()).collect::<Vec<_>>().join(", "),
+                if first.missed { " and was reported missed" } else { "" },
                 duplicated.len()
             );
             (first, reason)

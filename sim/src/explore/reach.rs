@@ -491,7 +491,9 @@ impl Condition {
                 let replicas = hosts(scenario, Role::Cron);
                 let down = downtimes(events);
                 events.iter().any(|e| match e.runner() {
-                    Some(RunnerEvent::Tick { host, outcome, .. }) if !outcome.starts_with("error") => {
+                    Some(RunnerEvent::Tick { host, outcome, .. })
+                        if outcome.starts_with("build ") || outcome.starts_with("duplicate of") =>
+                    {
                         replicas.iter().any(|r| {
                             *r != host.as_str() && down.get(r).is_some_and(|d| is_down(d, e.at_ms))
                         })
@@ -640,7 +642,7 @@ hosted: {applications: 1}
 runner: {cron: {}}
 argocd: {application_namespaces: [team-a]}
 duration: 10s
-calm: 10s
+calm: 60s
 invariants: [{name: platform_converges}]
 expect: {hardened: pass}
 ",

@@ -356,6 +356,22 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "cron",
                 "cron.triggers must be at least 1",
             ),
+            (
+                runner
+                    .webhook
+                    .as_ref()
+                    .is_none_or(|w| w.delay < orrery_system::platform::runner::queue::CLAIM_TTL),
+                "webhook",
+                "webhook.delay must be under 60 s: hardened takes a delivery claimed longer ago than that, with no build yet, for one whose hermes died",
+            ),
+            (
+                runner.cron.is_none()
+                    || s.calm
+                        >= std::time::Duration::from_secs(60)
+                            + runner.webhook.as_ref().map_or(std::time::Duration::ZERO, |w| w.delay),
+                "cron",
+                "with cron triggers the calm phase must last at least 60 s (plus webhook.delay): a tick due as it starts is owed, and a new cronus leader needs up to its 15 s lease and a 10 s call to fire it",
+            ),
         ] {
             v.check(ok, &field.key(key), why)?;
         }

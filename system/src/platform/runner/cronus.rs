@@ -124,9 +124,13 @@ pub async fn run(env: SharedEnv, config: Config) -> Result<(), Error> {
     Ok(())
 }
 
-/// The first tick of a period of `every_ms` strictly after `after_ms`.
+/// The first tick of a period of `every_ms` strictly after `after_ms` (`u64::MAX` past the
+/// end of time).
 fn next_tick(every_ms: u64, after_ms: u64) -> u64 {
-    (after_ms / every_ms + 1) * every_ms
+    (after_ms / every_ms.max(1))
+        .checked_add(1)
+        .and_then(|n| n.checked_mul(every_ms.max(1)))
+        .unwrap_or(u64::MAX)
 }
 
 fn every_ms(trigger: &Trigger) -> u64 {
@@ -179,7 +183,11 @@ async fn faithful(env: SharedEnv, config: Config, client: Client) {
             .min()
             .expect("cronus has triggers");
         env.sleep(Duration::from_millis(at - now)).await;
-        for trigger in config.triggers.iter().filter(|t| at % every_ms(t) == 0) {
+        for trigger in config
+            .triggers
+            .iter()
+            .filter(|t| at.is_multiple_of(every_ms(t)))
+        {
             let (env, client, config) = (env.clone(), client.clone(), config.clone());
             let body = tick_body(trigger, at, false);
             let path = format!("/api/cron/{}/ticks", trigger.name);
@@ -253,7 +261,8 @@ async fn hardened(env: SharedEnv, config: Config, client: Client) {
 }
 
 /// Fires (or reports missed) every tick owed now, trigger by trigger, oldest first, while
-/// the lease lasts; stops at the first unanswered call (the next round tries again).
+/// the lease lasts; a trigger whose call was not answered waits for the next round, the
+/// others go on.
 async fn fire_owed(
     env: &SharedEnv,
     config: &Config,
@@ -296,24 +305,24 @@ async fn fire_owed(
                 .send(http::Method::POST, path, Some(&config.token), Some(&body))
                 .await
             {
+                Ok(answer) if answer.get("missed").and_then(Value::as_bool) == Some(true) => {
+                    observe(env, config, &trigger.name, scheduled, "missed".into());
+                    handled.insert(trigger.name.clone(), scheduled);
+                }
                 // Claimed by an earlier call whose build is still being made: not handled
-                // until it is (the next round asks again).
-                Ok(answer) if !missed && answer.get("id").is_some_and(Value::is_null) => {
+                // until it is (the next round asks again). The trigger's later ticks wait
+                // (they go in order); the other triggers do not.
+                Ok(answer) if answer.get("id").is_some_and(Value::is_null) => {
                     observe(env, config, &trigger.name, scheduled, "in flight".into());
-                    return;
+                    break;
                 }
                 Ok(answer) => {
-                    let outcome = if missed {
-                        "missed".to_string()
-                    } else {
-                        outcome(&answer)
-                    };
-                    observe(env, config, &trigger.name, scheduled, outcome);
+                    observe(env, config, &trigger.name, scheduled, outcome(&answer));
                     handled.insert(trigger.name.clone(), scheduled);
                 }
                 Err(e) => {
                     observe(env, config, &trigger.name, scheduled, format!("error: {e}"));
-                    return;
+                    break;
                 }
             }
         }
@@ -329,6 +338,7 @@ mod tests {
         assert_eq!(next_tick(60_000, 0), 60_000);
         assert_eq!(next_tick(60_000, 59_999), 60_000);
         assert_eq!(next_tick(60_000, 60_000), 120_000);
+        assert_eq!(next_tick(60_000, u64::MAX - 1), u64::MAX);
     }
 
     #[test]

@@ -49,6 +49,13 @@ pub use queue::{
 /// The header a Git webhook delivery carries its id in (GitHub's; a redelivery keeps it).
 pub const DELIVERY_HEADER: &str = "x-github-delivery";
 
+/// The longest cronus lease the platform grants (10 min).
+pub const MAX_LEASE_MS: u64 = 600_000;
+
+/// How far ahead of the platform's clock a tick may be scheduled (clock skew between
+/// cronus and the platform) before it is refused.
+pub const TICK_SLACK: Duration = Duration::from_secs(5);
+
 /// How often the platform applies its limits.
 pub const TICK: Duration = Duration::from_secs(1);
 
@@ -263,6 +270,10 @@ async fn handle(
                     .take_lease(holder, Duration::from_millis(ttl), env.unix_millis());
             json(StatusCode::OK, &lease)
         }
+        ["api", "cron", "", ..] => error(
+            StatusCode::BAD_REQUEST,
+            "a cron trigger needs a name: /api/cron/{name}",
+        ),
         ["api", "cron", name] => {
             if !builds.is_trigger(&req) {
                 return error(
@@ -320,9 +331,30 @@ async fn handle(
                 trigger: name,
                 scheduled_ms,
             };
+            let now = env.unix_millis();
+            if let Some(cron) = builds.lock().cron(&tick.trigger) {
+                if !tick.fits(cron, now, TICK_SLACK.as_millis() as u64) {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "`scheduledMs` {scheduled_ms} is not a tick of cron trigger {}: ticks are multiples of {} ms, none later than now ({now}) plus {} ms",
+                            tick.trigger,
+                            cron.every_ms,
+                            TICK_SLACK.as_millis()
+                        ),
+                    );
+                }
+            }
             if body.get("missed").and_then(Value::as_bool) == Some(true) {
-                builds.lock().report_missed(tick.clone());
-                return json(StatusCode::OK, &json!({"missed": true, "tick": tick}));
+                let reported = builds.lock().report_missed(tick.clone(), now);
+                return match reported {
+                    Ok(()) => json(StatusCode::OK, &json!({"missed": true, "tick": tick})),
+                    // It was run (or is being run): not missed.
+                    Err(build) => json(
+                        StatusCode::OK,
+                        &json!({"id": build, "duplicate": true, "tick": tick}),
+                    ),
+                };
             }
             let request = match parse_build(&builds, &body, None, Some(tick.clone())) {
                 Ok(request) => request,

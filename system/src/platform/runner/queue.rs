@@ -175,6 +175,11 @@ pub struct NewBuild {
     pub tick: Option<Tick>,
 }
 
+/// The key hardened dedupes a webhook delivery by (apart from the ticks' keys).
+pub fn delivery_key(delivery: &str) -> String {
+    format!("webhook:{delivery}")
+}
+
 /// One tick of a cron trigger (cronus → hermes `run/<eventURI>`, §5): which trigger, and
 /// the time it was scheduled for (Unix ms, UTC) — the same for every replica that fires it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -190,6 +195,14 @@ impl Tick {
     /// The key hardened dedupes a tick by (the trigger's URI and the scheduled time, §7).
     pub fn key(&self) -> String {
         format!("cron:{}@{}", self.trigger, self.scheduled_ms)
+    }
+
+    /// Whether this tick can be one of `cron`'s: on its schedule and not later than
+    /// `slack_ms` after `now_ms` (a tick from the future would move the ledger past ticks
+    /// still owed).
+    pub fn fits(&self, cron: &CronTrigger, now_ms: u64, slack_ms: u64) -> bool {
+        self.scheduled_ms.is_multiple_of(cron.every_ms.max(1))
+            && self.scheduled_ms <= now_ms.saturating_add(slack_ms)
     }
 }
 
@@ -507,6 +520,8 @@ impl Queue {
         }
         let key = request
             .delivery
+            .as_deref()
+            .map(delivery_key)
             .or_else(|| request.tick.as_ref().map(Tick::key));
         if let Some(slot) = key.and_then(|key| self.deliveries.get_mut(&key)) {
             slot.0 = Some(id.clone());
@@ -525,7 +540,9 @@ impl Queue {
     pub fn claim_delivery(&mut self, delivery: &str, now_ms: u64) -> Result<(), Option<String>> {
         match self.deliveries.get(delivery) {
             Some((Some(build), _)) => Err(Some(build.clone())),
-            Some((None, at_ms)) if now_ms < at_ms + CLAIM_TTL.as_millis() as u64 => Err(None),
+            Some((None, at_ms)) if now_ms < at_ms.saturating_add(CLAIM_TTL.as_millis() as u64) => {
+                Err(None)
+            }
             _ => {
                 self.deliveries.insert(delivery.into(), (None, now_ms));
                 Ok(())
@@ -557,12 +574,21 @@ impl Queue {
     }
 
     /// Records that `tick` was reported missed (past its catch-up window); a second report
-    /// of the same tick is not recorded again.
-    pub fn report_missed(&mut self, tick: Tick) {
+    /// of the same tick is not recorded again. A tick already claimed (its build made or
+    /// being made) was not missed: `Err` with its build (`None` while being made).
+    pub fn report_missed(&mut self, tick: Tick, now_ms: u64) -> Result<(), Option<String>> {
+        match self.deliveries.get(&tick.key()) {
+            Some((Some(build), _)) => return Err(Some(build.clone())),
+            Some((None, at_ms)) if now_ms < at_ms.saturating_add(CLAIM_TTL.as_millis() as u64) => {
+                return Err(None)
+            }
+            _ => {}
+        }
         self.handled(&tick);
         if !self.missed.contains(&tick) {
             self.missed.push(tick);
         }
+        Ok(())
     }
 
     /// Ticks reported missed, in report order.
@@ -586,7 +612,7 @@ impl Queue {
             Some((current, until)) => current == holder || *until <= now_ms,
         };
         if free {
-            self.lease = Some((holder.into(), now_ms + ttl.as_millis() as u64));
+            self.lease = Some((holder.into(), now_ms.saturating_add(ttl.as_millis() as u64)));
         }
         let (current, until_ms) = self.lease.clone().expect("the lease was just set");
         Lease {
@@ -1238,8 +1264,9 @@ mod tests {
     #[test]
     fn a_delivery_is_claimed_once_and_answers_with_its_build_after() {
         let mut q = limited(Variant::Hardened, Pipeline::default());
-        assert_eq!(q.claim_delivery("d1", 0), Ok(()));
-        assert_eq!(q.claim_delivery("d1", 59_999), Err(None), "in flight");
+        let (d1, d2) = (delivery_key("d1"), delivery_key("d2"));
+        assert_eq!(q.claim_delivery(&d1, 0), Ok(()));
+        assert_eq!(q.claim_delivery(&d1, 59_999), Err(None), "in flight");
         let (id, _) = q.make_build(
             NewBuild {
                 delivery: Some("d1".into()),
@@ -1249,12 +1276,12 @@ mod tests {
             None,
             0,
         );
-        assert_eq!(q.claim_delivery("d1", 600_000), Err(Some(id.clone())));
+        assert_eq!(q.claim_delivery(&d1, 600_000), Err(Some(id.clone())));
         assert_eq!(q.build(&id).unwrap().delivery.as_deref(), Some("d1"));
-        assert_eq!(q.claim_delivery("d2", 0), Ok(()));
+        assert_eq!(q.claim_delivery(&d2, 0), Ok(()));
         // A claim whose build never came (its hermes died) is taken again after the TTL.
-        assert_eq!(q.claim_delivery("d2", 59_999), Err(None));
-        assert_eq!(q.claim_delivery("d2", 60_000), Ok(()));
+        assert_eq!(q.claim_delivery(&d2, 59_999), Err(None));
+        assert_eq!(q.claim_delivery(&d2, 60_000), Ok(()));
     }
 
     #[test]
@@ -1290,9 +1317,16 @@ mod tests {
             trigger: "nightly".into(),
             scheduled_ms: 120_000,
         };
-        q.report_missed(missed.clone());
-        q.report_missed(missed.clone());
+        assert_eq!(q.report_missed(missed.clone(), 130_000), Ok(()));
+        assert_eq!(q.report_missed(missed.clone(), 130_000), Ok(()));
         assert_eq!(q.missed(), [missed]);
+        // A tick whose build was made was not missed.
+        let ran = Tick {
+            trigger: "nightly".into(),
+            scheduled_ms: 60_000,
+        };
+        assert_eq!(q.report_missed(ran, 900_000), Err(Some(id.clone())));
+        assert_eq!(q.missed().len(), 1);
         assert_eq!(q.cron("nightly").unwrap().last_ms, Some(120_000));
     }
 
