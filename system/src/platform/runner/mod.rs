@@ -236,7 +236,7 @@ async fn handle(
             run_event(
                 &env,
                 &builds,
-                &delivery,
+                &queue::delivery_key(&delivery),
                 request,
                 json!({"delivery": delivery}),
             )
