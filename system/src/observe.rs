@@ -503,6 +503,13 @@ events! {
         /// `outcome` is `build <id>`, `duplicate of <id>`, `missed` (hardened: past its
         /// catch-up window, reported) or the error (faithful only logs it).
         "runner.tick" => Tick { host: String, trigger: String, scheduled_ms: u64, outcome: String },
+        /// The dind volume provisioner or cleaner acted on `volume` (`action`: `created`,
+        /// `reused` for `claim`; `marked` for deletion, its directory `removed`, `kept`
+        /// (hardened: unmarked, a claim holds it), `deleted`); `claim`: the live claim
+        /// holding it, if any.
+        "runner.volume" => Volume { volume: String, claim: String, action: String },
+        /// A running build's dind volume directory was gone: its steps lost their data.
+        "runner.volume_lost" => VolumeLost { build: String, volume: String },
         /// hardened: a cronus replica took (`leader`) or lost the lease that lets it fire.
         "runner.cron_leader" => CronLeader { host: String, leader: bool },
     }

@@ -20,7 +20,7 @@ use orrery_system::platform::assembly::{
 };
 use orrery_system::platform::runner::{Builds, Settings, Status, Step};
 use orrery_system::runtime::assembly::RuntimeConfig;
-use orrery_system::runtime::runner::{self as agent, engine};
+use orrery_system::runtime::runner::{self as agent, engine, volumes};
 use serde_json::json;
 
 use crate::support::{free_port, prepared, real_target, start_runtime};
@@ -72,57 +72,96 @@ async fn until<T, F: std::future::Future<Output = Option<T>>>(
     }
 }
 
-async fn suite(variant: Variant) {
-    let (cluster, ns) = prepared(format!(
-        "orrery-runner-{}-{}",
-        std::process::id(),
-        variant.as_str()
-    ))
-    .await;
-    let port = free_port();
-    let builds = Builds::new(
-        Settings {
-            namespace: ns.clone(),
-            variant,
-            ..Settings::default()
-        },
-        [(TOKEN.to_string(), AGENT.to_string())]
-            .into_iter()
-            .collect(),
-        "trigger",
-    );
-    let state = ControlPlaneState {
-        runner: Some(builds.clone()),
-        ..Default::default()
-    };
-    let config = ControlPlaneConfig {
-        runner: Some(format!("127.0.0.1:{port}")),
-        ..Default::default()
-    };
-    let platform = tokio::spawn(async move {
-        let env = Arc::new(RealEnv::new("platform"));
-        drop(control_plane::run(env, config, state, std::future::pending()).await)
-    });
-    let target = real_target(&ns).await;
-    let api = format!("127.0.0.1:{port}");
-    let runtime = start_runtime(
-        AGENT,
-        RuntimeConfig {
-            runner: Some(agent::Config::new(
+/// What a suite runs: the platform's builds API on loopback, and the agent with the engine
+/// stand-in (and, given `volumes`, the dind volume provisioner and cleaner: the node's
+/// settings on the real cluster's target) in a fresh namespace `orrery-<prefix>-…`.
+struct World {
+    cluster: orrery_conformance::cluster::Cluster,
+    ns: String,
+    builds: Arc<Builds>,
+    platform: tokio::task::JoinHandle<()>,
+    runtime: tokio::task::JoinHandle<()>,
+}
+
+impl World {
+    async fn start(
+        variant: Variant,
+        prefix: &str,
+        volumes: Option<fn(Variant, orrery_system::env::kube::KubeTarget) -> volumes::Config>,
+    ) -> World {
+        let (cluster, ns) = prepared(format!(
+            "orrery-{prefix}-{}-{}",
+            std::process::id(),
+            variant.as_str()
+        ))
+        .await;
+        let port = free_port();
+        let builds = Builds::new(
+            Settings {
+                namespace: ns.clone(),
                 variant,
-                AGENT,
-                TOKEN,
-                &api,
-                target.clone(),
-            )),
-            engine: Some(engine::Config {
-                apiserver: target,
-                platform_api: api,
-                token: TOKEN.into(),
-            }),
+                ..Settings::default()
+            },
+            [(TOKEN.to_string(), AGENT.to_string())]
+                .into_iter()
+                .collect(),
+            "trigger",
+        );
+        let state = ControlPlaneState {
+            runner: Some(builds.clone()),
             ..Default::default()
-        },
-    );
+        };
+        let config = ControlPlaneConfig {
+            runner: Some(format!("127.0.0.1:{port}")),
+            ..Default::default()
+        };
+        let platform = tokio::spawn(async move {
+            let env = Arc::new(RealEnv::new("platform"));
+            drop(control_plane::run(env, config, state, std::future::pending()).await)
+        });
+        let target = real_target(&ns).await;
+        let api = format!("127.0.0.1:{port}");
+        let runtime = start_runtime(
+            AGENT,
+            RuntimeConfig {
+                runner: Some(agent::Config::new(
+                    variant,
+                    AGENT,
+                    TOKEN,
+                    &api,
+                    target.clone(),
+                )),
+                engine: Some(engine::Config {
+                    apiserver: target.clone(),
+                    platform_api: api,
+                    token: TOKEN.into(),
+                    volumes: volumes.is_some(),
+                }),
+                volumes: volumes.map(|node| node(variant, target)),
+                ..Default::default()
+            },
+        );
+        World {
+            cluster,
+            ns,
+            builds,
+            platform,
+            runtime,
+        }
+    }
+
+    async fn stop(self) {
+        self.runtime.abort();
+        self.platform.abort();
+        if let Err(e) = self.cluster.cleanup(&self.ns).await {
+            eprintln!("warning: cleanup of {}: {e}", self.ns);
+        }
+    }
+}
+
+async fn suite(variant: Variant) {
+    let world = World::start(variant, "runner", None).await;
+    let (cluster, ns, builds) = (&world.cluster, world.ns.clone(), world.builds.clone());
     let client = cluster.client();
     let pods: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &resource("Pod", "pods"));
@@ -231,12 +270,7 @@ async fn suite(variant: Variant) {
     .await;
     assert_eq!(ended, expected, "{variant:?}: {reason}");
     assert!(reason.contains(says), "{variant:?}: {reason}");
-
-    runtime.abort();
-    platform.abort();
-    if let Err(e) = cluster.cleanup(&ns).await {
-        eprintln!("warning: cleanup of {ns}: {e}");
-    }
+    world.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,4 +283,124 @@ async fn the_faithful_runner_agent_makes_and_deletes_build_pods_on_a_real_api_se
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn the_hardened_runner_agent_makes_and_deletes_build_pods_on_a_real_api_server() {
     suite(Variant::Hardened).await;
+}
+
+/// The dind volume provisioner and the local volumes cleaner (`runtime::runner::volumes`)
+/// against the real kube-apiserver, on a node of 16 GiB that one build's volume fills (the
+/// cleaner's loop and its `rm -rf` delay shortened to seconds). The build's claim is bound
+/// to a PersistentVolume the real server accepts (a local volume with its node affinity;
+/// the claim's `spec.volumeName` set once, its status `Bound`). faithful's cleaner marks
+/// the volume the running build holds and removes its directory under it, so the build
+/// fails (runner-research.md §4 row 12, inferred); hardened's leaves it, the build
+/// succeeds, and once the claim is gone the released volume is marked and deleted. The suite
+/// plays the pvc-protection and pv-protection controllers (their finalizers).
+async fn volumes_suite(variant: Variant) {
+    let node = |variant, target| {
+        let mut node = volumes::Config::new(variant, target, 16);
+        node.sleep_interval = Duration::from_secs(2);
+        node.delete_by_rm_after = Duration::from_secs(4);
+        node
+    };
+    let world = World::start(variant, "volumes", Some(node)).await;
+    let (cluster, ns, builds) = (&world.cluster, world.ns.clone(), world.builds.clone());
+    let client = cluster.client();
+    let claims: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &resource("PersistentVolumeClaim", "persistentvolumeclaims"),
+    );
+    let pvs: Api<DynamicObject> = Api::all_with(client, &volumes::volume_resource());
+    let steps = vec![Step {
+        millis: 15_000,
+        exit_code: 0,
+    }];
+    let build = builds
+        .lock()
+        .create_build("demo/build", AGENT, steps, crate::support::unix_ms());
+    let claim = format!("pvc-dind-{build}");
+    let volume = until("the build's claim is bound to a volume", || async {
+        let object = claims.get_opt(&claim).await.ok()??;
+        let name = object.data["spec"]["volumeName"].as_str()?.to_string();
+        (object.data["status"]["phase"] == "Bound").then_some(name)
+    })
+    .await;
+    let pv = pvs.get(&volume).await.expect("the bound volume");
+    assert_eq!(pv.data["spec"]["claimRef"]["name"], claim.as_str());
+    assert_eq!(pv.data["spec"]["claimRef"]["namespace"], ns);
+    let status = |id: &str| builds.lock().build(id).map(|b| b.status);
+    let ended = until("the build ends", || async {
+        status(&build).filter(|s| s.is_final())
+    })
+    .await;
+    let annotations = pvs
+        .get_opt(&volume)
+        .await
+        .expect("read the volume")
+        .and_then(|v| v.metadata.annotations)
+        .unwrap_or_default();
+    match variant {
+        Variant::Faithful => {
+            assert_eq!(ended, Status::Failure, "its volume was removed under it");
+            assert!(
+                annotations.contains_key(volumes::REMOVED),
+                "the directory was removed while the claim held it: {annotations:?}"
+            );
+        }
+        Variant::Hardened => {
+            assert_eq!(ended, Status::Success);
+            assert!(
+                !annotations.contains_key(volumes::REMOVED),
+                "{annotations:?}"
+            );
+        }
+    }
+    // The claim waits for pvc-protection's finalizer, which the suite removes as the
+    // controller manager would; the released volume, marked, is then deleted.
+    until("the claim is being deleted", || async {
+        let object = claims.get_opt(&claim).await.ok()??;
+        object.metadata.deletion_timestamp.map(|_| ())
+    })
+    .await;
+    claims
+        .patch(
+            &claim,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("remove the pvc-protection finalizer");
+    // The provisioner deletes it; kube-apiserver keeps it for the pv-protection controller's
+    // finalizer, which the suite removes too.
+    until("the released volume is being deleted", || async {
+        let object = pvs.get_opt(&volume).await.ok()??;
+        object.metadata.deletion_timestamp.map(|_| ())
+    })
+    .await;
+    pvs.patch(
+        &volume,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("remove the pv-protection finalizer");
+    until("the released volume is deleted", || async {
+        pvs.get_opt(&volume)
+            .await
+            .ok()
+            .and_then(|v| v.is_none().then_some(()))
+    })
+    .await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn the_faithful_volume_cleaner_removes_a_running_builds_volume_on_a_real_api_server() {
+    volumes_suite(Variant::Faithful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn the_hardened_volume_cleaner_keeps_a_running_builds_volume_on_a_real_api_server() {
+    volumes_suite(Variant::Hardened).await;
 }

@@ -34,6 +34,7 @@
 //! | `runner_trigger_once` | safety | no webhook delivery id started more than one Runner build (a provider's redelivery is not a new event) |
 //! | `runner_cron_once` | safety | every cron tick due before the calm phase started exactly one Runner build or was reported missed (see `runner`) |
 //! | `runner_concurrency_limit` | safety | no more builds of a pipeline were admitted at once than its concurrency limit |
+//! | `runner_volume_kept` | safety | no dind volume's directory was removed while a Runner build's claim held it (the local volumes cleaner chose a volume in use; see `runner`) |
 //! | `runner_stall_detected` | safety | a Runner agent that has not polled the platform successfully for 60 s is not reported ready by its readiness probe |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
 //!
@@ -269,6 +270,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "runner_concurrency_limit" => Box::new(runner::ConcurrencyLimit),
         "runner_trigger_once" => Box::new(runner::TriggerOnce),
         "runner_cron_once" => Box::new(runner::CronOnce),
+        "runner_volume_kept" => Box::new(runner::VolumeKept),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

@@ -17,6 +17,10 @@
 //! - `runner_concurrency_limit` (safety): at no moment were more builds of the pipeline
 //!   admitted (elected and not yet ended) than its concurrency limit — judged from each
 //!   build's admission and end times against the scenario's limit (§4 row 8).
+//! - `runner_volume_kept` (safety): no dind volume's directory was removed while a build's
+//!   claim held it — the local volumes cleaner marks the least recently used volume with no
+//!   in-use check, and a long build's volume, used last at its start, is the oldest (§4 row
+//!   12, **inferred**).
 //! - `runner_cron_once` (safety): every tick of a cron trigger due before the calm phase
 //!   started exactly one build, or was reported missed; no tick started two (§4 row 10:
 //!   cronus replicas in HA each fire it; a tick due while cronus is down is lost silently).
@@ -331,6 +335,46 @@ impl Checker for BuildOutcome {
     }
 }
 
+/// `runner_volume_kept`.
+pub struct VolumeKept;
+
+impl Checker for VolumeKept {
+    fn name(&self) -> &'static str {
+        "runner_volume_kept"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        let Some(RunnerEvent::Volume {
+            volume,
+            claim,
+            action,
+        }) = event.runner()
+        else {
+            return None;
+        };
+        if action != "removed" || claim.is_empty() {
+            return None;
+        }
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: event.at_ms,
+            host: event.host.clone(),
+            details: json!({
+                "reason": format!(
+                    "the local volumes cleaner removed {volume}'s directory while claim {claim} held it"
+                ),
+                "volume": volume,
+                "claim": claim,
+            }),
+        })
+    }
+
+    fn at_end(&mut self, _state: &FinalState) -> Option<Violation> {
+        None
+    }
+}
+
 /// `runner_stall_detected`.
 #[derive(Default)]
 pub struct StallDetected {
@@ -565,6 +609,39 @@ mod tests {
                 ok,
             },
         )
+    }
+
+    #[test]
+    fn a_volume_directory_removed_under_a_live_claim_breaks_volume_kept() {
+        let volume = |at_ms: u64, claim: &str, action: &str| {
+            runner(
+                at_ms,
+                RunnerEvent::Volume {
+                    volume: "vol-dind-b00001".into(),
+                    claim: claim.into(),
+                    action: action.into(),
+                },
+            )
+        };
+        // hardened: marked once released, then deleted — or unmarked when a claim holds it.
+        let kept = [
+            volume(1_000, "pvc-dind-b00001", "created"),
+            volume(60_000, "", "marked"),
+            volume(61_000, "", "deleted"),
+            volume(120_000, "pvc-dind-b00002", "kept"),
+            volume(130_000, "", "removed"),
+        ];
+        assert!(first(&mut VolumeKept, &kept).is_none());
+        // faithful: the directory removed while the build's claim holds it.
+        let removed = [
+            volume(1_000, "pvc-dind-b00001", "created"),
+            volume(60_000, "pvc-dind-b00001", "marked"),
+            volume(960_000, "pvc-dind-b00001", "removed"),
+        ];
+        let violation = first(&mut VolumeKept, &removed).expect("fires");
+        assert_eq!(violation.invariant, "runner_volume_kept");
+        assert_eq!(violation.at_ms, 960_000);
+        assert_eq!(violation.details["claim"], "pvc-dind-b00001");
     }
 
     #[test]

@@ -61,6 +61,7 @@
 //! | `runner_build_pending` | a Runner build waited for admission: its pipeline was at its concurrency limit |
 //! | `runner_policy_terminated` | a Runner build was terminated by its pipeline's policy (a newer build of its branch) |
 //! | `runner_cron_replica_down` | a cronus replica fired a cron tick while another cronus replica was down |
+//! | `runner_disk_pressure` | the local volumes cleaner marked a Runner build's dind volume for deletion (the node's volumes filled its threshold) |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -501,6 +502,9 @@ impl Condition {
                     _ => false,
                 })
             }
+            Condition::RunnerDiskPressure => events.iter().any(|e| {
+                matches!(e.runner(), Some(RunnerEvent::Volume { action, .. }) if action == "marked")
+            }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
             Condition::ResyncRepaired => events.iter().any(|e| {
@@ -1371,7 +1375,29 @@ expect: {hardened: pass}
                     tick(120_000, "cronus-0", "build b00002"),
                 ],
             ),
+            (
+                RunnerDiskPressure,
+                // Volumes made, reused and deleted, none marked.
+                vec![
+                    volume(1_000, "created"),
+                    volume(2_000, "reused"),
+                    volume(3_000, "deleted"),
+                ],
+                vec![volume(1_000, "created"), volume(60_000, "marked")],
+            ),
         ]
+    }
+
+    fn volume(at_ms: u64, action: &str) -> TraceEvent {
+        at(
+            at_ms,
+            "apiserver",
+            RunnerEvent::Volume {
+                volume: "vol-1".into(),
+                claim: "pvc-dind-b00001".into(),
+                action: action.into(),
+            },
+        )
     }
 
     fn tick(at_ms: u64, host: &str, outcome: &str) -> TraceEvent {

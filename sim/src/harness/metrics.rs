@@ -643,8 +643,19 @@ fn runner_figures(
     let mut deduplicated = 0;
     let mut handed: BTreeMap<&str, u64> = BTreeMap::new();
     let mut round_trips = Vec::new();
+    let mut volumes: BTreeMap<String, u64> = BTreeMap::new();
     for event in events {
         match event.runner() {
+            Some(RunnerEvent::Volume { claim, action, .. }) => {
+                let key = match action.as_str() {
+                    "removed" if !claim.is_empty() => "removed_in_use",
+                    other => other,
+                };
+                *volumes.entry(format!("runner.volumes.{key}")).or_default() += 1;
+            }
+            Some(RunnerEvent::VolumeLost { .. }) => {
+                *volumes.entry("runner.volumes.lost".into()).or_default() += 1;
+            }
             Some(RunnerEvent::Exec {
                 task,
                 deduplicated: false,
@@ -675,6 +686,14 @@ fn runner_figures(
         executed.values().map(|n| n.saturating_sub(1)).sum(),
     );
     counters.insert("runner.tasks_deduplicated".into(), deduplicated);
+    // With the volume provisioner: every figure, zero included.
+    if !volumes.is_empty() {
+        for key in ["created", "reused", "marked", "removed_in_use", "lost"] {
+            let key = format!("runner.volumes.{key}");
+            let n = volumes.get(&key).copied().unwrap_or(0);
+            counters.insert(key, n);
+        }
+    }
     histograms.insert(
         "runner.task_round_trip".into(),
         Histogram::from_ms(round_trips),

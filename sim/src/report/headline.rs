@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 64] = [
+pub const FIGURES: [(&str, &str); 68] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -224,6 +224,22 @@ pub const FIGURES: [(&str, &str); 64] = [
         "runner_cron_missed_ticks",
         "cron ticks reported missed (past the catch-up window)",
     ),
+    (
+        "runner_volumes_created",
+        "dind volumes the provisioner created",
+    ),
+    (
+        "runner_volumes_reused",
+        "builds whose claim was bound to a volume an earlier build left (its cache)",
+    ),
+    (
+        "runner_volumes_marked",
+        "dind volumes the local volumes cleaner marked for deletion",
+    ),
+    (
+        "runner_volumes_removed_in_use",
+        "dind volume directories removed while a build's claim held them",
+    ),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -355,6 +371,13 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         );
         put("runner_cron_lost_ticks", counter("runner.cron.lost"));
         put("runner_cron_missed_ticks", counter("runner.cron.missed"));
+        put("runner_volumes_created", counter("runner.volumes.created"));
+        put("runner_volumes_reused", counter("runner.volumes.reused"));
+        put("runner_volumes_marked", counter("runner.volumes.marked"));
+        put(
+            "runner_volumes_removed_in_use",
+            counter("runner.volumes.removed_in_use"),
+        );
         put(
             "runner_admission_latency_p99_ms",
             metrics

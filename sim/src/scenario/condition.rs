@@ -162,6 +162,9 @@ conditions! {
     RunnerPolicyTerminated = "runner_policy_terminated",
     /// A cronus replica fired a cron tick while another cronus replica was down.
     RunnerCronReplicaDown = "runner_cron_replica_down",
+    /// The local volumes cleaner marked a Runner build volume for deletion (the node's
+    /// volumes filled its threshold).
+    RunnerDiskPressure = "runner_disk_pressure",
 }
 
 impl fmt::Display for Condition {

@@ -138,6 +138,12 @@ impl ResourceKind {
         }
     }
 
+    /// The type not in a namespace (`PersistentVolume`).
+    fn cluster_scoped(mut self) -> Self {
+        self.namespaced = false;
+        self
+    }
+
     /// The type with kubectl's short names and categories for it.
     fn named(mut self, short_names: &[&str], categories: &[&str]) -> Self {
         let details = Arc::make_mut(&mut self.details);
@@ -235,8 +241,9 @@ struct CrdVersion {
     printer_columns: Vec<PrinterColumn>,
 }
 
-/// All resource types: core `ConfigMap`, `Secret`, `Event`, `Pod` and
-/// `PersistentVolumeClaim` (the Runner's builds; no kubelet or volume binding runs them),
+/// All resource types: core `ConfigMap`, `Secret`, `Event`, `Pod`,
+/// `PersistentVolumeClaim` (the Runner's builds; no kubelet runs them) and the cluster-scoped
+/// `PersistentVolume` (bound by the dind volume provisioner, not by a controller manager),
 /// `apps/v1 ReplicaSet`, `Lease`, and the fixture CRDs.
 pub fn registry() -> Vec<ResourceKind> {
     let mut kinds = vec![
@@ -255,6 +262,17 @@ pub fn registry() -> Vec<ResourceKind> {
             false,
         )
         .named(&["pvc"], &[]),
+        // The dind volume provisioner's volumes (`runtime::runner::volumes`).
+        ResourceKind::builtin(
+            "",
+            "v1",
+            "PersistentVolume",
+            "persistentvolumes",
+            true,
+            false,
+        )
+        .named(&["pv"], &[])
+        .cluster_scoped(),
         ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true, true)
             .named(&["rs"], &["all"]),
         ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false, false),

@@ -1012,6 +1012,28 @@ pub struct Runner {
     /// Cron triggers fired by the `role: cron` hosts (cronus replicas), each tick a build.
     /// Default: none.
     pub cron: Option<CronTriggers>,
+    /// The dind volume provisioner and the local volumes cleaner run in the cluster, and
+    /// builds wait for their claims to be bound. Default: none (claims are not bound).
+    pub volumes: Option<RunnerVolumes>,
+}
+
+/// `runner.volumes`: the node the builds' dind volumes live on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnerVolumes {
+    /// The size of the node's volume directory, in GiB; each volume takes 16. Default 80.
+    pub node_gib: u64,
+    /// The cleaner's `KB_USAGE_THRESHOLD`, percent. Default 80.
+    pub threshold_pct: u64,
+}
+
+impl Default for RunnerVolumes {
+    fn default() -> Self {
+        RunnerVolumes {
+            node_gib: 80,
+            threshold_pct: 80,
+        }
+    }
 }
 
 /// The cron triggers of `runner.cron`: `cron-0`, `cron-1`, … each a build of the pipeline
@@ -1084,6 +1106,7 @@ impl Default for Runner {
             branches: 1,
             webhook: None,
             cron: None,
+            volumes: None,
         }
     }
 }
@@ -1319,7 +1342,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 36] = [
+pub const KNOWN_INVARIANTS: [&str; 37] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1356,6 +1379,7 @@ pub const KNOWN_INVARIANTS: [&str; 36] = [
     "runner_trigger_once",
     "runner_cron_once",
     "runner_stall_detected",
+    "runner_volume_kept",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

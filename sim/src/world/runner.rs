@@ -12,7 +12,7 @@ use orrery_system::env::SharedEnv;
 use orrery_system::platform::runner::{
     cronus, Builds, Knobs, Pipeline, Settings, Step, DELIVERY_HEADER,
 };
-use orrery_system::runtime::runner::{self as agent, engine};
+use orrery_system::runtime::runner::{self as agent, engine, volumes};
 use serde_json::json;
 
 use super::addresses::APISERVER_PORT;
@@ -186,7 +186,20 @@ pub fn engine(scenario: &Scenario) -> engine::Config {
         apiserver: cluster(scenario),
         platform_api: platform_api(scenario),
         token: AGENT_TOKEN.into(),
+        volumes: scenario
+            .runner
+            .as_ref()
+            .is_some_and(|r| r.volumes.is_some()),
     }
+}
+
+/// The dind volume provisioner and cleaner on the cluster's host, when `runner.volumes` is
+/// set.
+pub fn volumes(scenario: &Scenario, variant: Variant) -> Option<volumes::Config> {
+    let node = scenario.runner.as_ref()?.volumes.as_ref()?;
+    let mut config = volumes::Config::new(variant, cluster(scenario), node.node_gib);
+    config.threshold_pct = node.threshold_pct;
+    Some(config)
 }
 
 /// The readiness probe's period and timeout (the chart's: 5 s, and Kubernetes' default 1 s).

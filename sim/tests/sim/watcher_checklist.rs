@@ -591,3 +591,27 @@ fn watcher_backoff_doubles_to_its_cap_ignores_reset_and_starts_over_only_after_a
     });
     w.sim.run().unwrap();
 }
+
+/// PersistentVolumes are cluster-scoped, as in kube-apiserver: created, read, patched,
+/// listed and deleted without a namespace (the dind volume provisioner's objects).
+#[test]
+fn persistent_volumes_are_served_without_a_namespace() {
+    let mut w = world(Knobs::default());
+    let trace = w.trace.clone();
+    w.sim.client("probe", async move {
+        let (_env, client) = kube("probe", &trace, IDLE);
+        let pv = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "PersistentVolume"), "persistentvolumes");
+        let pvs: Api<DynamicObject> = Api::all_with(client, &pv);
+        let volume: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "vol-1", "labels": {"a": "b"}}, "spec": {"capacity": {"storage": "16Gi"}}}))?;
+        let created = pvs.create(&PostParams::default(), &volume).await?;
+        assert_eq!(created.metadata.namespace, None, "no namespace on a cluster-scoped object");
+        pvs.patch("vol-1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"claimRef": {"namespace": "ns", "name": "c"}}}))).await?;
+        assert_eq!(pvs.get("vol-1").await?.data["spec"]["claimRef"]["name"], "c");
+        let listed = pvs.list(&ListParams::default().labels("a=b")).await?;
+        assert_eq!(listed.items.len(), 1);
+        pvs.delete("vol-1", &DeleteParams::default()).await?;
+        assert_eq!(code(pvs.get("vol-1").await), 404);
+        Ok(())
+    });
+    w.sim.run().unwrap();
+}

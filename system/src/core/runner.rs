@@ -125,6 +125,38 @@ pub fn dind_pvc(build: &str) -> String {
     format!("pvc-dind-{build}")
 }
 
+/// The account the builds run for (one per platform here): the reuse selector's
+/// `io.codefresh.accountName`.
+pub const ACCOUNT: &str = "orrery";
+
+/// The runtime's dind storage class, whose claims the dind volume provisioner
+/// (`codefresh.io/dind-volume-provisioner-runner-<ns>`, `runner-research.md` §2.1) binds;
+/// the class's name, `dind-local-volumes-runner-<ns>`, is **inferred** (the research names
+/// only the provisioner).
+pub fn dind_storage_class(namespace: &str) -> String {
+    format!("dind-local-volumes-runner-{namespace}")
+}
+
+/// `value` as a label value: at most 63 of `[A-Za-z0-9._-]`, starting and ending
+/// alphanumeric; any other character becomes `.` (`demo/build` → `demo.build`). The real
+/// platform labels with the pipeline's id, a hex string; here pipelines have names.
+pub fn label_value(value: &str) -> String {
+    let mapped: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '.'
+            }
+        })
+        .take(63)
+        .collect();
+    mapped
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
 /// The label every object of a build carries (the hardened agent's sweeper selects by it;
 /// the name is orrery's, **inferred**).
 pub const BUILD_LABEL: &str = "codefresh.io/build";
@@ -132,6 +164,13 @@ pub const BUILD_LABEL: &str = "codefresh.io/build";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_values_are_what_the_api_server_accepts() {
+        assert_eq!(label_value("demo/build"), "demo.build");
+        assert_eq!(label_value("/a b/"), "a.b");
+        assert_eq!(label_value(&"x".repeat(80)).len(), 63);
+    }
 
     #[test]
     fn a_task_reads_and_writes_venonas_field_names() {

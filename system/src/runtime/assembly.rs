@@ -81,6 +81,8 @@ pub struct RuntimeConfig {
     pub runner: Option<super::runner::Config>,
     /// The stand-in for the engine pods of the runner's builds.
     pub engine: Option<super::runner::engine::Config>,
+    /// The dind volume provisioner and the local volumes cleaner of the runner's builds.
+    pub volumes: Option<super::runner::volumes::Config>,
     /// Who restarts a tunnel client that exits (faithful: a failed first login ends it, as
     /// it ends frpc). `None` in real mode: the client gives up, the process exits and the
     /// real kubelet restarts the pod. The simulator has no kubelet, so its world passes
@@ -199,6 +201,9 @@ pub async fn run(
     }
     if let Some(engine) = config.engine.clone() {
         servers.spawn(super::runner::engine::run(env.clone(), engine));
+    }
+    if let Some(volumes) = config.volumes.clone() {
+        servers.spawn(super::runner::volumes::run(env.clone(), volumes));
     }
     if let Some(sources) = config.source_server.clone() {
         let sources_env = env.clone();

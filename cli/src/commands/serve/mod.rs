@@ -259,6 +259,12 @@ pub struct RunnerArgs {
     /// the engine image (an API server without kubelets, as in the conformance suite).
     #[arg(long)]
     engine: bool,
+    /// Also run the dind volume provisioner and the local volumes cleaner for a node whose
+    /// volume directory holds this many GiB (each build's volume takes 16): claims are
+    /// bound to PersistentVolumes, reused across builds, and the cleaner frees the node at
+    /// 80 %. With --engine, builds wait for their claims to be bound.
+    #[arg(long, value_name = "GIB")]
+    volumes_node_gib: Option<u64>,
     #[command(flatten)]
     common: Common,
 }
@@ -1246,10 +1252,14 @@ fn runner(args: RunnerArgs) -> Result<(), Fail> {
             engine: args
                 .engine
                 .then(|| orrery_system::runtime::runner::engine::Config {
-                    apiserver: kube,
+                    apiserver: kube.clone(),
                     platform_api: args.platform_api.clone(),
                     token: args.token.clone(),
+                    volumes: args.volumes_node_gib.is_some(),
                 }),
+            volumes: args.volumes_node_gib.map(|gib| {
+                orrery_system::runtime::runner::volumes::Config::new(variant, kube, gib)
+            }),
             ..Default::default()
         };
         tracing::info!(

@@ -319,6 +319,7 @@ mod tests {
                 "configmaps",
                 "events",
                 "persistentvolumeclaims",
+                "persistentvolumes",
                 "pods",
                 "secrets"
             ]

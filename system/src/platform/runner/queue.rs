@@ -632,8 +632,9 @@ impl Queue {
         let agent = entry.agent.clone();
         changes.builds.push((build.into(), Status::Elected, None));
         let ns = self.settings.namespace.clone();
+        let pipeline = entry.pipeline.clone();
         for (kind, spec) in [
-            (TaskType::CreatePvc, pvc(build, &ns)),
+            (TaskType::CreatePvc, pvc(build, &pipeline, &ns)),
             (
                 TaskType::CreatePod,
                 pod(&runner::dind_pod(build), build, &ns, "dind"),
@@ -928,18 +929,26 @@ fn pod(name: &str, build: &str, namespace: &str, role: &str) -> Value {
     })
 }
 
-/// A build's dind volume claim (16Gi, the chart's default, §3).
-fn pvc(build: &str, namespace: &str) -> Value {
+/// A build's dind volume claim (16Gi, the chart's default, §3), of the runtime's dind storage
+/// class, labelled with what the default reuse selector and sort order read
+/// (`codefresh-app`, `io.codefresh.accountName`, `pipeline_id`: §2.5).
+fn pvc(build: &str, pipeline: &str, namespace: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {
             "name": runner::dind_pvc(build),
             "namespace": namespace,
-            "labels": {runner::BUILD_LABEL: build},
+            "labels": {
+                runner::BUILD_LABEL: build,
+                "codefresh-app": "dind",
+                "io.codefresh.accountName": runner::ACCOUNT,
+                "pipeline_id": runner::label_value(pipeline),
+            },
         },
         "spec": {
             "accessModes": ["ReadWriteOnce"],
+            "storageClassName": runner::dind_storage_class(namespace),
             "resources": {"requests": {"storage": "16Gi"}},
         },
     })

@@ -37,13 +37,18 @@ pub struct Config {
     pub platform_api: String,
     /// The token the engine reports with.
     pub token: String,
+    /// The builds' claims are bound by the dind volume provisioner ([`super::volumes`]): a
+    /// build starts once its claim is bound, writes its volume's `last_used` at start and at
+    /// its end, and fails if the volume's directory is removed while it runs. `false`: no
+    /// provisioner runs and claims are not waited for.
+    pub volumes: bool,
 }
 
 /// Runs engines for the builds whose pods appear, until the process stops.
 pub async fn run(env: SharedEnv, config: Config) {
     let client = crate::env::kube::client(env.clone(), &config.apiserver);
     let pods: Api<DynamicObject> = Api::namespaced_with(
-        client,
+        client.clone(),
         &config.apiserver.namespace,
         &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods"),
     );
@@ -86,6 +91,7 @@ pub async fn run(env: SharedEnv, config: Config) {
             }
             let engine = Engine {
                 env: env.clone(),
+                client: client.clone(),
                 http: http.clone(),
                 config: config.clone(),
                 build: build.clone(),
@@ -97,6 +103,7 @@ pub async fn run(env: SharedEnv, config: Config) {
 
 struct Engine {
     env: SharedEnv,
+    client: kube::Client,
     http: crate::env::http::Client<Full<Bytes>>,
     config: Config,
     build: String,
@@ -104,6 +111,19 @@ struct Engine {
 
 impl Engine {
     async fn run(self) {
+        let volume = if self.config.volumes {
+            // The dind pod waits for its claim to be bound.
+            let claim = crate::core::runner::dind_pvc(&self.build);
+            loop {
+                let ns = &self.config.apiserver.namespace;
+                match super::volumes::touch(&self.env, &self.client, ns, &claim).await {
+                    Some(volume) => break Some(volume),
+                    None => self.env.sleep(LIST_EVERY).await,
+                }
+            }
+        } else {
+            None
+        };
         if !self.report(None).await {
             return;
         }
@@ -128,13 +148,40 @@ impl Engine {
                 let slice = left.min(REPORT_EVERY);
                 self.env.sleep(slice).await;
                 left -= slice;
+                if let Some(volume) = &volume {
+                    if super::volumes::intact(&self.client, volume).await == Some(false) {
+                        self.env.observe(
+                            RunnerEvent::VolumeLost {
+                                build: self.build.clone(),
+                                volume: volume.clone(),
+                            }
+                            .into(),
+                        );
+                        // Docker's data root is gone under the step: it fails.
+                        exit_code = 1;
+                        break;
+                    }
+                }
                 if !left.is_zero() && !self.report(None).await {
                     return;
                 }
             }
+            if exit_code != 0 {
+                break;
+            }
             if step.exit_code != 0 {
                 exit_code = step.exit_code;
                 break;
+            }
+        }
+        if let Some(volume) = &volume {
+            let ns = &self.config.apiserver.namespace;
+            let claim = crate::core::runner::dind_pvc(&self.build);
+            if super::volumes::touch(&self.env, &self.client, ns, &claim)
+                .await
+                .is_none()
+            {
+                tracing::debug!(%volume, "last_used not written at the build's end");
             }
         }
         if self.report(Some(exit_code)).await {

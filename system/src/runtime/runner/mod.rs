@@ -7,6 +7,8 @@
 //! - [`exec`]: one task against the Kubernetes API, and how its error is classified.
 //! - [`engine`]: a stand-in for the engine pods (and the kubelet that runs them): it runs a
 //!   build's steps and reports to the platform.
+//! - [`volumes`]: the dind volume provisioner (binds each build's claim, reusing a volume a
+//!   finished build left) and the local volumes cleaner (`dind-lv-monitor`).
 //!
 //! | | faithful (venona 2.0.10) | hardened |
 //! |---|---|---|
@@ -26,6 +28,7 @@
 pub mod agent;
 pub mod engine;
 pub mod exec;
+pub mod volumes;
 
 use std::time::Duration;
 
