@@ -372,6 +372,19 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "cron",
                 "with cron triggers the calm phase must last at least 60 s (plus webhook.delay): a tick due as it starts is owed, and a new cronus leader needs up to its 15 s lease and a 10 s call to fire it",
             ),
+            (
+                runner.volumes.as_ref().is_none_or(|v| v.node_gib >= 16),
+                "volumes",
+                "volumes.node_gib must be at least 16 (one build's 16Gi volume)",
+            ),
+            (
+                runner
+                    .volumes
+                    .as_ref()
+                    .is_none_or(|v| (1..=100).contains(&v.threshold_pct)),
+                "volumes",
+                "volumes.threshold_pct is a percentage (1-100)",
+            ),
         ] {
             v.check(ok, &field.key(key), why)?;
         }
@@ -1305,6 +1318,44 @@ expect:
         let s = parse("t.yaml", GOOD).unwrap();
         assert_eq!(s.seeds, vec![1]);
         assert_eq!(s.workload.applications, 50);
+    }
+
+    #[test]
+    fn runner_volumes_refuse_a_node_smaller_than_a_volume_and_a_threshold_past_100() {
+        let scenario = |volumes: &str| {
+            format!(
+                "name: v
+description: d
+topology:
+  hosts:
+    - {{name: apiserver, role: apiserver}}
+    - {{name: platform, role: platform}}
+    - {{name: runner, role: runner}}
+runner:
+  volumes: {volumes}
+duration: 10s
+calm: 10s
+invariants:
+  - name: runner_volume_kept
+expect:
+  faithful: pass
+"
+            )
+        };
+        let ok = parse("v.yaml", &scenario("{node_gib: 48}")).unwrap();
+        let volumes = ok.runner.unwrap().volumes.unwrap();
+        assert_eq!((volumes.node_gib, volumes.threshold_pct), (48, 80));
+        let err = parse("v.yaml", &scenario("{node_gib: 8}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("volumes.node_gib must be at least 16"),
+            "{err}"
+        );
+        let err = parse("v.yaml", &scenario("{threshold_pct: 120}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("threshold_pct is a percentage"), "{err}");
     }
 
     #[test]
