@@ -97,10 +97,7 @@ pub fn volume_resource() -> ApiResource {
 }
 
 fn claim_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("", "v1", "PersistentVolumeClaim"),
-        "persistentvolumeclaims",
-    )
+    super::exec::resource("PersistentVolumeClaim").expect("a kind the agent's tasks make")
 }
 
 /// Runs the provisioner and the cleaner until the process stops.
