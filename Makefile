@@ -56,35 +56,41 @@ reports: build
 ## workspace's own crates (what `cargo clippy` runs, with the same `-D warnings`), while the
 ## dependencies are compiled once by plain rustc, instead of a second time in check mode for
 ## a separate `cargo clippy` (that saved about 4 of make test's minutes on 2 cores).
-## CLIPPY_ARGS is how cargo-clippy hands its arguments to clippy-driver.
-CLIPPY_DRIVER := $(shell rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
-LINTED := RUSTC_WORKSPACE_WRAPPER=$(CLIPPY_DRIVER) CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+## The wrapper (scripts/rustc-wrapper.sh) also compiles the libraries' own unit-test builds
+## unoptimised: their tests run in a second, and optimising them was a fifth of the cold
+## compile. scripts/linted.sh sets both up; run one suite through it to share this build
+## (docs/testing.md, the inner loop).
+LINTED := scripts/linted.sh
 
 test:
-	@[ -n "$(CLIPPY_DRIVER)" ] || { echo "clippy-driver not found: rustup component add clippy"; exit 1; }
 	$(CARGO) fmt --all --check
 	$(LINTED) $(MAKE) --no-print-directory test-linted
 
-# make test's steps, run with the lints on (see above): one build of every target (the orrery
-# binary with the tests' crates, in one build graph), then side by side the tests, the
-# cross-process determinism check and the reports (each step's output printed whole when it
-# ends: --output-sync), and only then reports/ compared with the commit. The reports are
-# regenerated into a copy of reports/ and moved in once the tests are done: several tests
-# read the committed reports, and a page half rewritten beside them failed them.
+# make test's steps, run with the lints on (see above): the orrery binary first, then side by
+# side cargo test (which compiles the test targets, sharing the libraries just built, and
+# runs them), the cross-process determinism check and the reports (each step's output printed
+# whole when it ends: --output-sync), and only then reports/ compared with the commit. The
+# reports start while the tests still compile, so the two cores stay busy through the tail of
+# the build; they run the binary directly ($(BUILT)), since a `cargo run` would wait for
+# cargo's lock on the build directory. The reports are regenerated into a copy of reports/
+# and moved in once the tests are done: several tests read the committed reports, and a page
+# half rewritten beside them failed them.
 FRESH_REPORTS := target/reports-fresh
+BUILT := $(or $(CARGO_TARGET_DIR),target)/debug/orrery
 test-linted:
-	$(CARGO) test --workspace --no-run
-	$(MAKE) --no-print-directory -j3 --output-sync=target cargo-test determinism reports-fresh
+	$(CARGO) build --bin orrery
+	$(MAKE) --no-print-directory -j3 --output-sync=target ORRERY=$(BUILT) BUILT_ALREADY=1 cargo-test determinism reports-fresh
 	rm -rf reports && mv $(FRESH_REPORTS) reports
 	$(MAKE) --no-print-directory reports-committed
 
 # make reports into a copy of reports/ (what it keeps and what it replaces are as in place).
-reports-fresh: build
+reports-fresh: $(if $(BUILT_ALREADY),,build)
 	rm -rf $(FRESH_REPORTS) && mkdir -p $(dir $(FRESH_REPORTS)) && cp -r reports $(FRESH_REPORTS)
 	$(ORRERY) reports --scenarios scenarios --out $(FRESH_REPORTS)
 
-# The unit and simulation tests (already built by test-linted's first step). MAKEFLAGS is
-# cleared: cargo would otherwise look for make's jobserver, which this recipe does not pass.
+# The unit and simulation tests, compiled (beside the libraries test-linted's first step
+# built) and run. MAKEFLAGS is cleared: cargo would otherwise look for make's jobserver,
+# which this recipe does not pass.
 cargo-test:
 	MAKEFLAGS= $(CARGO) test --workspace
 
@@ -115,7 +121,7 @@ lint:
 ## Kubernetes world, the Argo CD world with Git and the reporter, and the tunnel world with
 ## its WebSocket and HTTP/2 stack). Every scenario's first seed is proven across processes
 ## (and builds) by the reports check too: its trace hash must equal the committed one.
-determinism: build
+determinism: $(if $(BUILT_ALREADY),,build)
 	$(ORRERY) check-determinism scenarios/watch-convergence.yaml --seed 7
 	$(ORRERY) check-determinism scenarios/tunnel-drop.yaml --seed 3 --variant faithful
 	$(ORRERY) check-determinism scenarios/tunnel-drop.yaml --seed 3 --variant hardened
@@ -219,7 +225,6 @@ CONFORMANCE_TESTS := env MAKEFLAGS= $(CARGO) test -p orrery-conformance --test c
 ## Built with make test's lints on (the same compiler wrapper), so after make test nothing of
 ## the workspace is compiled again.
 conformance:
-	@[ -n "$(CLIPPY_DRIVER)" ] || { echo "clippy-driver not found: rustup component add clippy"; exit 1; }
 	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres browser-check lint-workflows lint-dockerfile docs
 
 ## The suites (all but Argo CD's) against a real kube-apiserver + etcd run as local processes,
