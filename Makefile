@@ -56,9 +56,9 @@ reports: build
 ## workspace's own crates (what `cargo clippy` runs, with the same `-D warnings`), while the
 ## dependencies are compiled once by plain rustc, instead of a second time in check mode for
 ## a separate `cargo clippy` (that saved about 4 of make test's minutes on 2 cores).
-## The wrapper (scripts/rustc-wrapper.sh) also compiles the libraries' own unit-test builds
-## unoptimised: their tests run in a second, and optimising them was a fifth of the cold
-## compile. scripts/linted.sh sets both up; run one suite through it to share this build
+## The wrapper (scripts/rustc-wrapper.sh) also compiles the test builds unoptimised: the
+## simulations run in the libraries, which stay optimised, and optimising the tests' own code
+## was about a quarter of the workspace's compile. scripts/linted.sh sets both up; run one suite through it to share this build
 ## (docs/testing.md, the inner loop).
 LINTED := scripts/linted.sh
 
