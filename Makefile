@@ -58,8 +58,8 @@ reports: build
 ## a separate `cargo clippy` (that saved about 4 of make test's minutes on 2 cores).
 ## The wrapper (scripts/rustc-wrapper.sh) also compiles the test builds unoptimised: the
 ## simulations run in the libraries, which stay optimised, and optimising the tests' own code
-## was about a quarter of the workspace's compile. scripts/linted.sh sets both up; run one suite through it to share this build
-## (docs/testing.md, the inner loop).
+## was about a quarter of the workspace's compile. scripts/linted.sh sets both up: run one
+## suite through it to share this build (docs/testing.md, the inner loop).
 LINTED := scripts/linted.sh
 
 test:

@@ -2,11 +2,13 @@
 # Runs a command with make test's compiler settings, so that it shares make test's build
 # instead of recompiling the workspace (cargo rebuilds a crate whose compiler wrapper changed):
 #
-#   scripts/linted.sh cargo test -p orrery-sim --test sim tunnel::
+#   scripts/linted.sh cargo test --workspace --test sim tunnel::
+#
+# (--workspace, not -p: cargo resolves the dependencies' features per selection.)
 #
 # The settings: scripts/rustc-wrapper.sh as the workspace's compiler wrapper (clippy's lints
-# ride on the build; the libraries' unit-test builds are unoptimised) and clippy's warnings as
-# errors (CLIPPY_ARGS is how cargo-clippy hands its arguments to clippy-driver).
+# ride on the build; the test builds are unoptimised) and clippy's warnings as errors
+# (CLIPPY_ARGS is how cargo-clippy hands its arguments to clippy-driver).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 CLIPPY_DRIVER=${CLIPPY_DRIVER:-$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)}
