@@ -140,10 +140,15 @@ fn options_of(method: &Method) -> Option<&'static str> {
 
 /// A write's answer: the stored object's JSON, the bytes its watchers send too.
 fn written(status: StatusCode, written: &Written) -> Response<Body> {
+    json_text(status, written.json.clone())
+}
+
+/// A JSON answer whose text is already made.
+fn json_text(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(full(written.json.clone()))
+        .body(full(text))
         .expect("static response parts are valid")
 }
 
@@ -420,25 +425,28 @@ impl Handler {
                     ));
                 }
                 // Items of built-in lists carry no apiVersion/kind (typed Go lists); custom
-                // resource lists are unstructured and keep them. Written straight from the
-                // stored objects: no copy of each item per list.
-                let list = ListBody {
-                    api_version: target.kind.api_version(),
-                    kind: format!("{}List", target.kind.kind),
-                    metadata,
-                    items: page
-                        .items
-                        .iter()
-                        .map(|item| ListItem {
-                            object: item,
-                            typed: !target.kind.custom,
-                        })
-                        .collect(),
-                };
-                Ok(json(StatusCode::OK, &list))
+                // resource lists are unstructured and keep them. Each item's text is the
+                // object's own, made once while it lives (`encoded`), not again per list.
+                let mut encoded = self.server.encoded();
+                let items: Vec<Bytes> = page
+                    .items
+                    .iter()
+                    .map(|item| encoded.text(item, !target.kind.custom))
+                    .collect();
+                drop(encoded);
+                let list = list_body(
+                    &target.kind.api_version(),
+                    &format!("{}List", target.kind.kind),
+                    &metadata,
+                    &items,
+                );
+                Ok(json_text(StatusCode::OK, list))
             }
             (&Method::GET, Some(name)) => {
-                let object = self.server.store().get(&target.kind, &namespace, name)?;
+                let object = self
+                    .server
+                    .store()
+                    .get_shared(&target.kind, &namespace, name)?;
                 match as_table {
                     Some(include) => {
                         let metadata =
@@ -449,7 +457,10 @@ impl Handler {
                             &table::table(&target.kind, metadata, vec![row], true),
                         ))
                     }
-                    None => Ok(json(StatusCode::OK, &object)),
+                    None => {
+                        let text = self.server.encoded().text(&object, false);
+                        Ok(json_text(StatusCode::OK, text))
+                    }
                 }
             }
             (&Method::POST, None) => {
@@ -858,43 +869,77 @@ async fn read_yaml(req: Request<Incoming>) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::bad_request(&format!("the apply body is not valid YAML: {e}")))
 }
 
-/// A list response, fields in the real server's order.
-#[derive(serde::Serialize)]
-struct ListBody<'a> {
-    #[serde(rename = "apiVersion")]
-    api_version: String,
-    kind: String,
-    metadata: Value,
-    items: Vec<ListItem<'a>>,
-}
-
-/// A stored object as a list item: in a typed (built-in) list, without its apiVersion and
-/// kind, as a Go list of typed objects serialises them.
-struct ListItem<'a> {
-    object: &'a Value,
-    typed: bool,
-}
-
-impl serde::Serialize for ListItem<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        match (self.typed, self.object.as_object()) {
-            (true, Some(fields)) => {
-                let kept = |(key, _): &(&String, &Value)| key != &"apiVersion" && key != &"kind";
-                let mut map = serializer.serialize_map(Some(fields.iter().filter(kept).count()))?;
-                for (key, value) in fields.iter().filter(kept) {
-                    map.serialize_entry(key, value)?;
-                }
-                map.end()
-            }
-            _ => self.object.serialize(serializer),
+/// A list response, fields in the real server's order, around its items' texts: byte for
+/// byte what `serde_json` writes for `{"apiVersion", "kind", "metadata", "items"}`.
+fn list_body(api_version: &str, kind: &str, metadata: &Value, items: &[Bytes]) -> Vec<u8> {
+    let size = items.iter().map(|i| i.len() + 1).sum::<usize>() + 256;
+    let mut body = Vec::with_capacity(size);
+    body.extend_from_slice(b"{\"apiVersion\":");
+    write_json(&mut body, api_version);
+    body.extend_from_slice(b",\"kind\":");
+    write_json(&mut body, kind);
+    body.extend_from_slice(b",\"metadata\":");
+    write_json(&mut body, metadata);
+    body.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
         }
+        body.extend_from_slice(item);
     }
+    body.extend_from_slice(b"]}");
+    body
+}
+
+fn write_json(into: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
+    serde_json::to_writer(into, value).expect("JSON values serialise");
 }
 
 #[cfg(test)]
 mod tests {
     use super::answers_json;
+
+    #[test]
+    fn a_list_body_is_what_serde_json_writes_for_the_list() {
+        use super::super::encoded::TypedItem;
+        use serde_json::json;
+        let items = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "\u{e9}\"\n"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}),
+        ];
+        let metadata = json!({"resourceVersion": "12", "continue": ""});
+        for typed in [false, true] {
+            let texts: Vec<bytes::Bytes> = items
+                .iter()
+                .map(|i| {
+                    let text = if typed {
+                        serde_json::to_vec(&TypedItem(i))
+                    } else {
+                        serde_json::to_vec(i)
+                    };
+                    bytes::Bytes::from(text.unwrap())
+                })
+                .collect();
+            let listed: Vec<serde_json::Value> = texts
+                .iter()
+                .map(|t| serde_json::from_slice(t).unwrap())
+                .collect();
+            let expected = serde_json::to_vec(&json!({
+                "apiVersion": "v1", "kind": "ConfigMapList", "metadata": metadata, "items": listed,
+            }))
+            .unwrap();
+            let body = super::list_body("v1", "ConfigMapList", &metadata, &texts);
+            assert_eq!(
+                String::from_utf8(body).unwrap(),
+                String::from_utf8(expected).unwrap()
+            );
+        }
+        let empty = super::list_body("v1", "ConfigMapList", &metadata, &[]);
+        assert_eq!(
+            &empty[..],
+            &br#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"12","continue":""},"items":[]}"#[..]
+        );
+    }
 
     #[test]
     fn only_clients_that_take_json_are_answered() {

@@ -15,6 +15,7 @@
 
 pub mod apply;
 pub mod discovery;
+pub mod encoded;
 pub mod error;
 pub mod http;
 pub mod jsonpatch;
@@ -47,6 +48,8 @@ pub struct ApiServer {
     /// The lines and bytes its watches sent (beside the trace: the cost figures), counted
     /// into the run's one [`Cost`](crate::world::cost::Cost).
     cost: Arc<crate::world::cost::Cost>,
+    /// Listed objects' JSON texts, made once per object (the answers are the same bytes).
+    encoded: Mutex<encoded::Encoded>,
 }
 
 impl ApiServer {
@@ -64,6 +67,7 @@ impl ApiServer {
             kinds: resources::registry(),
             rv_sender: tokio::sync::watch::Sender::new(0),
             cost,
+            encoded: Mutex::default(),
         })
     }
 
@@ -75,6 +79,13 @@ impl ApiServer {
     /// Locks the store (never held across an await).
     pub fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().expect("apiserver store lock poisoned")
+    }
+
+    /// Locks the listed objects' texts (never held across an await).
+    pub fn encoded(&self) -> MutexGuard<'_, encoded::Encoded> {
+        self.encoded
+            .lock()
+            .expect("apiserver text cache lock poisoned")
     }
 
     /// A copy of the current knobs.

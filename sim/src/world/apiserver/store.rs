@@ -415,9 +415,19 @@ impl Store {
 
     /// Reads one object.
     pub fn get(&self, kind: &ResourceKind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        self.get_shared(kind, namespace, name).map(|o| (*o).clone())
+    }
+
+    /// As [`Store::get`], the stored object itself (shared, not copied).
+    pub fn get_shared(
+        &self,
+        kind: &ResourceKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<Value>, ApiError> {
         self.objects
             .get(&Self::key(kind, namespace, name))
-            .map(|o| (**o).clone())
+            .cloned()
             .ok_or_else(|| ApiError::not_found(kind, name))
     }
 
