@@ -21,7 +21,7 @@ use kube::runtime::reflector::Store;
 use serde_json::{json, Value};
 
 use orrery_system::core::json::Pointer as _;
-use orrery_system::env::kube::Shared;
+use orrery_system::env::kube::{Shared, Wire};
 use orrery_system::env::SharedEnv;
 use orrery_system::observe::WorldEvent;
 
@@ -313,8 +313,8 @@ fn observe_error(env: &SharedEnv, object: String, error: kube::Error) {
 }
 
 /// Creates `object`; one that exists already (a lagging reflector) is fine.
-async fn create(env: &SharedEnv, api: &Api<DynamicObject>, object: Value, what: String) {
-    let object: DynamicObject = match serde_json::from_value(object) {
+async fn create(env: &SharedEnv, api: &Api<Wire>, object: Value, what: String) {
+    let object: Wire = match serde_json::from_value(object) {
         Ok(object) => object,
         Err(_) => return,
     };
@@ -327,7 +327,7 @@ async fn create(env: &SharedEnv, api: &Api<DynamicObject>, object: Value, what: 
 
 async fn patch(
     env: &SharedEnv,
-    api: &Api<DynamicObject>,
+    api: &Api<Wire>,
     name: &str,
     body: Value,
     status: bool,
@@ -340,7 +340,10 @@ async fn patch(
     } else {
         api.patch(name, &params, &patch).await
     };
-    result.map_err(|error| observe_error(env, what, error)).ok()
+    result
+        .map(Wire::into_inner)
+        .map_err(|error| observe_error(env, what, error))
+        .ok()
 }
 
 /// Pass 1: every Rollout.
@@ -388,9 +391,9 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
             now_ms,
         );
         let ns = rollout.namespace.as_str();
-        let rs_api: Api<DynamicObject> =
+        let rs_api: Api<Wire> =
             Api::namespaced_with(client.clone(), ns, &super::replica_set_resource());
-        let run_api: Api<DynamicObject> =
+        let run_api: Api<Wire> =
             Api::namespaced_with(client.clone(), ns, &super::analysis_run_resource());
         let revision = plan.create.as_ref().map(|c| c.revision).unwrap_or_else(|| {
             let hash = plan.status.current_pod_hash.clone().unwrap_or_default();
@@ -427,8 +430,7 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
         let Some(diff) = merge_diff(&before, &after) else {
             continue;
         };
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), ns, &super::rollout_resource());
+        let api: Api<Wire> = Api::namespaced_with(client.clone(), ns, &super::rollout_resource());
         let body = json!({"status": diff});
         if let Some(written) = patch(env, &api, &rollout.name, body, true, id.clone()).await {
             let phase = plan.status.phase.clone().unwrap_or_default();
@@ -505,7 +507,7 @@ async fn pods(
             continue;
         }
         let ns = object.metadata.namespace.clone().unwrap_or_default();
-        let api: Api<DynamicObject> =
+        let api: Api<Wire> =
             Api::namespaced_with(client.clone(), &ns, &super::replica_set_resource());
         let body = json!({"status": {"replicas": rs.replicas, "readyReplicas": ready, "availableReplicas": ready, "observedGeneration": object.metadata.generation.unwrap_or(0)}});
         patch(env, &api, &rs.name, body, true, id).await;
@@ -544,7 +546,7 @@ async fn measurements(
         };
         let ns = object.metadata.namespace.clone().unwrap_or_default();
         let id = key(&object);
-        let api: Api<DynamicObject> =
+        let api: Api<Wire> =
             Api::namespaced_with(client.clone(), &ns, &super::analysis_run_resource());
         let phase = next["phase"].as_str().unwrap_or("").to_string();
         let body = json!({"status": next});

@@ -212,7 +212,9 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs, finalizers: Vec
             let spec = object.data.get("spec").unwrap_or(&no_spec);
             let status = object.data.get("status").unwrap_or(&Value::Null);
             let labels: BTreeMap<String, String> = labels.into_iter().collect();
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+            // Answers decoded by `Wire` (no flattened buffering of each whole Workflow).
+            let api: Api<orrery_system::env::kube::Wire> =
+                Api::namespaced_with(client.clone(), &ns, &resource);
             let deleting = object.metadata.deletion_timestamp.is_some();
             match operate::operate(&id, &name, spec, status, &labels, &jobs, now_ms) {
                 operate::Step::Unchanged => {}
@@ -244,6 +246,7 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs, finalizers: Vec
                     {
                         Ok(object) => {
                             let rv = object
+                                .0
                                 .metadata
                                 .resource_version
                                 .as_deref()
