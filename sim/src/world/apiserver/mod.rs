@@ -9,6 +9,7 @@
 //! - [`watch`]: watch streams (bookmarks, selector transitions, in-stream 410, timeouts).
 //! - [`http`]: REST routing, query parsing and the request-level fault knobs.
 //! - [`apply`]: simplified server-side apply.
+//! - [`encoded`]: each listed or read object's JSON text, made once while the object lives.
 //!
 //! The state lives in an [`ApiServer`] shared with the harness, so it survives a crash of
 //! the host that serves it (like etcd's data would).
