@@ -145,10 +145,12 @@ fn desired_status(
         return Some((uncomparable(app, kind, &message, unix_ms), None));
     }
     let git = git.lock();
-    let status = app.data.get("status").cloned().unwrap_or(json!({}));
+    let no_status = json!({});
+    // Read in place; `next` below is the one copy.
+    let status = app.data.get("status").unwrap_or(&no_status);
     // Compared with the repository head, as Argo CD does: in sync when the app's files at
     // the head are the ones deployed (the newest commit touching its path is the same).
-    let head = resolved_head(&git, repo, &status)?.clone();
+    let head = resolved_head(&git, repo, status)?.clone();
     let head_sha = head.sha.clone();
     let path_head = git.last_change(repo, &head_sha, path)?.sha.clone();
     // What is deployed is the last history entry; `sync.revision` is only what was compared.
@@ -182,7 +184,7 @@ fn desired_status(
     let now = rfc3339(unix_ms);
     let mut start = None;
     let mut sync_error = None;
-    let attempt = Attempt::of(&status, &head_sha);
+    let attempt = Attempt::of(status, &head_sha);
     if in_sync {
         next["sync"] =
             json!({"status": "Synced", "revision": head_sha, "comparedTo": compared_to(app)});
