@@ -184,14 +184,28 @@ pub fn watch_ends(trace: &Trace, end: WatchEnd) -> usize {
         .count()
 }
 
-/// A loopback port free at the time of asking (real-mode tests).
+/// A loopback port for a real-mode test's server, free at the time of asking.
+///
+/// Not one `bind(:0)` hands out: those come from the kernel's ephemeral range (32768–60999 on
+/// Linux), where any outgoing connection of a test running beside it may take the port before
+/// the server started for it binds — under `make test`'s load a server then never answered
+/// its health check. These are below that range, each handed out once per test process
+/// (from a counter at an offset of the process id) and checked bindable.
 #[allow(dead_code)] // used by the command line's tests (cli/tests), which share this file
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000; // up to 31999, below the ephemeral range
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = std::process::id().wrapping_mul(613) % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (FIRST + (offset + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {FIRST}..{}", FIRST + SPAN);
 }
 
 /// Waits (on the wall clock: real-mode tests only) until `check` holds, failing after `within`.
