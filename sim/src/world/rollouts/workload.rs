@@ -237,9 +237,10 @@ pub async fn run(
                 Ok(list) => {
                     for object in list.items {
                         let name = object.metadata.name.unwrap_or_default();
-                        let phase = object.status.phase.as_ref().and_then(|p| p.as_str());
+                        let status = object.status.unwrap_or_default();
+                        let phase = status.phase.as_ref().and_then(|p| p.as_str());
                         let phase = phase.unwrap_or("");
-                        let aborted = object.status.abort == Some(json!(true));
+                        let aborted = status.abort == Some(json!(true));
                         operate(
                             &env,
                             &api,
@@ -266,15 +267,17 @@ pub async fn run(
     }
 }
 
-/// What the operator reads of a listed Rollout: its name, `status.phase` and `status.abort`.
+/// What the operator reads of a listed Rollout: its name, `status.phase` and `status.abort`
+/// (each absent or `null` read as `DynamicObject` reads it).
 #[derive(serde::Deserialize)]
 struct Listed {
+    #[serde(default)]
     metadata: ListedMeta,
     #[serde(default)]
-    status: ListedStatus,
+    status: Option<ListedStatus>,
 }
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, Default)]
 struct ListedMeta {
     name: Option<String>,
 }
@@ -371,5 +374,43 @@ async fn operate(
         }
     } else {
         aborted_since.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ListedRollouts;
+
+    #[test]
+    fn the_operators_list_reads_name_phase_and_abort_and_takes_what_dynamic_object_takes() {
+        let body = br#"{"apiVersion":"argoproj.io/v1alpha1","kind":"RolloutList","metadata":{"resourceVersion":"9"},"items":[
+            {"metadata":{"name":"ro-0000","labels":{"a":"b"}},"spec":{"replicas":3},"status":{"phase":"Paused","abort":true,"currentStepIndex":2}},
+            {"metadata":{"name":"ro-0001"},"status":null},
+            {"metadata":{"name":"ro-0002"}},
+            {"status":{"phase":7}}]}"#;
+        let list: ListedRollouts = serde_json::from_slice(body).unwrap();
+        let read: Vec<(Option<String>, Option<String>, bool)> = list
+            .items
+            .into_iter()
+            .map(|item| {
+                let status = item.status.unwrap_or_default();
+                let phase = status.phase.and_then(|p| p.as_str().map(String::from));
+                let aborted = status.abort == Some(serde_json::json!(true));
+                (item.metadata.name, phase, aborted)
+            })
+            .collect();
+        assert_eq!(
+            read,
+            vec![
+                (Some("ro-0000".into()), Some("Paused".into()), true),
+                (Some("ro-0001".into()), None, false),
+                (Some("ro-0002".into()), None, false),
+                (None, None, false),
+            ]
+        );
+        // kube's DynamicObject takes the same body.
+        let whole: kube::core::ObjectList<kube::api::DynamicObject> =
+            serde_json::from_slice(body).unwrap();
+        assert_eq!(whole.items.len(), 4);
     }
 }
