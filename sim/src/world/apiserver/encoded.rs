@@ -53,7 +53,6 @@ impl Encoded {
             );
         }
         let entry = self.entries.get_mut(&address).expect("inserted above");
-        debug_assert!(std::ptr::eq(entry.object.as_ptr(), Arc::as_ptr(object)));
         let slot = if typed {
             &mut entry.typed
         } else {
@@ -70,14 +69,10 @@ impl Encoded {
         .clone()
     }
 
-    /// How many objects have a text kept (for tests).
-    pub fn len(&self) -> usize {
+    /// How many objects have a text kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Whether no text is kept.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
