@@ -4,10 +4,10 @@
 #                      determinism across processes and within one), the committed reports up
 #                      to date. What every change runs first.
 #   make conformance   the simulated world against real software, run as local processes:
-#                      kube-apiserver + etcd, kubectl, Argo CD, frp, Redis, PostgreSQL, the
-#                      reports' HTML in Chromium, actionlint, BuildKit's Dockerfile checks and
-#                      the deploy manifests' dry run. A missing prerequisite fails, naming what
-#                      to install; nothing is skipped.
+#                      kube-apiserver + etcd, kubectl, Argo CD, frp, Redis, PostgreSQL,
+#                      graphql-js, the reports' HTML in Chromium, actionlint, BuildKit's
+#                      Dockerfile checks and the deploy manifests' dry run. A missing
+#                      prerequisite fails, naming what to install; nothing is skipped.
 #   make reports       regenerate reports/ (open reports/index.html in a browser)
 #   make farm          the seed farm: BUDGET=90m of new seeds of every scenario file, release
 #                      build; results database .farm/results.jsonl, report reports/farm/,
@@ -15,8 +15,8 @@
 #   make docs          the book (docs/) with mdBook, into target/book/ (mdbook built once)
 # .ci/run runs make test, then make conformance.
 # Also: make conformance-kind (kind or $KUBECONFIG), make conformance-apiserver,
-#       make conformance-argocd, make conformance-postgres, make browser-check,
-#       make lint-workflows, make lint-dockerfile, make sweep, make bench,
+#       make conformance-argocd, make conformance-postgres, make conformance-graphql,
+#       make browser-check, make lint-workflows, make lint-dockerfile, make sweep, make bench,
 #       make nightly (2,000 seeds of each swarm family, release build, ~75 min on 2 cores),
 #       make profile (where one seed's time goes), make pgo (the fastest binary)
 
@@ -30,7 +30,7 @@ export MIMALLOC_PURGE_DELAY
 MIMALLOC_ALLOW_THP ?= 0
 export MIMALLOC_ALLOW_THP
 
-.PHONY: docs farm pgo all test test-linted cargo-test reports-fresh lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-kind nightly profile
+.PHONY: docs farm pgo all test test-linted cargo-test reports-fresh lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-graphql conformance-kind nightly profile
 
 all: test
 
@@ -225,7 +225,7 @@ CONFORMANCE_TESTS := env MAKEFLAGS= $(CARGO) test -p orrery-conformance --test c
 ## Built with make test's lints on (the same compiler wrapper), so after make test nothing of
 ## the workspace is compiled again.
 conformance:
-	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres browser-check lint-workflows lint-dockerfile docs
+	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres conformance-graphql browser-check lint-workflows lint-dockerfile docs
 
 ## The suites (all but Argo CD's) against a real kube-apiserver + etcd run as local processes,
 ## built from source via Go modules (conformance/kube/go.mod pins the version), with a real
@@ -247,6 +247,13 @@ conformance-argocd:
 ## conformance/postgres/run.sh on a free loopback port).
 conformance-postgres:
 	conformance/postgres/run.sh env MAKEFLAGS= $(CARGO) test -p orrery-cli --test cli -- --ignored --test-threads=1 postgres::
+
+## The GitOps API driven by graphql-js, the reference GraphQL implementation (installed from
+## the npm registry by conformance/graphql/run.sh, pinned by its package-lock.json): the
+## standard introspection query, the schema built from it equal to the committed one, typed
+## queries with variables, field and request errors as GraphQL over HTTP answers them, abuse.
+conformance-graphql:
+	conformance/graphql/run.sh env MAKEFLAGS= $(CARGO) test -p orrery-cli --test cli -- --ignored --exact graphql_client::graphql_js_reads_the_schema_by_introspection_and_runs_typed_queries_and_errors
 
 ## The suites against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
 ## The Argo CD suite always runs against its own throwaway kube-apiserver (see

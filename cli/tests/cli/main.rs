@@ -7,6 +7,7 @@ mod cli;
 mod docs;
 mod farm;
 mod git;
+mod graphql_client;
 mod house;
 mod postgres;
 mod real_mode;

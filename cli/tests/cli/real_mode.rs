@@ -1075,14 +1075,24 @@ pub(crate) fn report_event(port: u16, token: &str, body: &str) -> Option<u16> {
     .map(|r| r.0)
 }
 
-/// Asks the GitOps API on `port` as `token`: the status and the answer.
+/// Asks the GitOps API on `port` as `token`: the status and the answer. GraphQL over HTTP
+/// answers every executed request 200 (checked here), so the status returned for one is
+/// the one its errors carry (`extensions.status`: NOT_FOUND's 404, …); a refusal before
+/// execution (the gateway's 401, a request error's 400) has no `data` and is returned as is.
 pub(crate) fn ask_graphql(port: u16, token: &str, query: &str) -> (u16, serde_json::Value) {
     let body = serde_json::json!({"query": query}).to_string();
     let (code, answer) =
         http_as(port, "POST", "/2.0/api/graphql", &body, token).expect("an answer");
+    let answer: serde_json::Value =
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    if answer.get("data").is_none() {
+        assert_ne!(code, 200, "an answer without data is a refusal: {answer}");
+        return (code, answer);
+    }
+    assert_eq!(code, 200, "an executed request is answered 200: {answer}");
     (
-        code,
-        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}")),
+        orrery_system::platform::graphql::error_status(&answer).as_u16(),
+        answer,
     )
 }
 
@@ -1237,6 +1247,19 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
         400,
         "nope",
     );
+    // A body over the limit is 413, and the API goes on answering.
+    let big = serde_json::json!({"query": "{ me { name } }", "pad": "x".repeat(70_000)});
+    let (code, answer) = http_as(
+        gateway,
+        "POST",
+        "/2.0/api/graphql",
+        &big.to_string(),
+        "bob-token",
+    )
+    .unwrap();
+    assert_eq!(code, 413, "{answer}");
+    assert!(answer.contains("PAYLOAD_TOO_LARGE"), "{answer}");
+    assert_eq!(ask("bob-token", "{ me { name } }").0, 200);
     // What bob may do goes through: GitOps API → tunnel → router → app-proxy → API server.
     let sync = r#"mutation { syncApplication(runtime: "prod", namespace: "argocd", name: "web", revision: "abc") { status } }"#;
     eventually(
@@ -1342,8 +1365,8 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
         .cloned()
         .unwrap_or_default();
     let denials = log.iter().filter(|e| e["outcome"] == "denied").count();
-    // bob's five refusals; the three 401s are nobody's account.
-    assert_eq!(denials, 5, "{log:#?}");
+    // bob's five refusals and his oversized body (413); the three 401s are nobody's account.
+    assert_eq!(denials, 6, "{log:#?}");
     assert!(log.iter().all(|e| e["actor"] != "user:mallory"), "{log:#?}");
     assert!(
         log.iter().any(|e| e["action"] == "graphql syncApplication"
@@ -1363,7 +1386,7 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
     let denied = entries.iter().filter(|e| e["outcome"] == "denied").count();
     assert_eq!(
         denied,
-        3 + 5 + 1,
+        3 + 6 + 1,
         "every refusal above but mallory's 503: {entries:#?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -166,6 +166,9 @@ pub fn register(
 
 type Client = orrery_system::env::http::Client<Full<Bytes>>;
 
+/// The GitOps API's path on the gateway.
+const GRAPHQL_PATH: &str = "/2.0/api/graphql";
+
 /// One exchange: (status, body); status 0 when no answer came within 10 s.
 async fn send(
     env: &SharedEnv,
@@ -195,7 +198,17 @@ async fn send(
                     .await
                     .map(|b| b.to_bytes())
                     .unwrap_or_default();
-                (status, String::from_utf8_lossy(&bytes).into_owned())
+                let answer = String::from_utf8_lossy(&bytes).into_owned();
+                // The GitOps API answers every executed request 200 (GraphQL over HTTP);
+                // what a probe records is the status its errors carry (NOT_FOUND's 404,
+                // FORBIDDEN's 403, …), which is what tells a refusal from an answer.
+                let status = match serde_json::from_str(&answer) {
+                    Ok(json) if status == 200 && url.ends_with(GRAPHQL_PATH) => {
+                        orrery_system::platform::graphql::error_status(&json).as_u16()
+                    }
+                    _ => status,
+                };
+                (status, answer)
             }
             Err(_) => (0, String::new()),
         }
@@ -304,7 +317,7 @@ pub async fn run_adversary(
     let client =
         orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(10));
     let gateway = format!("http://{gateway_host}:{GATEWAY_PORT}");
-    let graphql = format!("{gateway}/2.0/api/graphql");
+    let graphql = format!("{gateway}{GRAPHQL_PATH}");
     let events = format!("http://{platform_host}:{PLATFORM_PORT}/2.0/api/events");
     let me = env.identity().host.clone();
     let mut n: u64 = 0;
@@ -528,7 +541,7 @@ pub async fn run_registrar(
 ) {
     let client =
         orrery_system::env::http::client::<Full<Bytes>>(env.clone(), Duration::from_secs(10));
-    let graphql = format!("http://{gateway_host}:{GATEWAY_PORT}/2.0/api/graphql");
+    let graphql = format!("http://{gateway_host}:{GATEWAY_PORT}{GRAPHQL_PATH}");
     let me = env.identity().host.clone();
     loop {
         env.sleep(every).await;

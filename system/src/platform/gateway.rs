@@ -515,11 +515,27 @@ impl Gateway {
             );
         };
         let token = bearer(&request).unwrap_or_default().to_string();
+        let media = graphql::Media::from_accept(
+            request
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok()),
+        );
         let body = match http_body_util::Limited::new(request.into_body(), graphql::BODY_LIMIT)
             .collect()
             .await
         {
             Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "PAYLOAD_TOO_LARGE",
+                    format!(
+                        "the body is over the GitOps API's limit of {} bytes",
+                        graphql::BODY_LIMIT
+                    ),
+                )
+            }
             Err(e) => {
                 return refuse(
                     StatusCode::BAD_REQUEST,
@@ -536,7 +552,15 @@ impl Gateway {
             account,
             token,
         };
-        graphql::answer(env, &self.schema, self.sources.clone(), viewer, &body).await
+        graphql::answer(
+            env,
+            &self.schema,
+            self.sources.clone(),
+            viewer,
+            &body,
+            media,
+        )
+        .await
     }
 
     /// `GET /api/audit`: every entry for the admin, a user's account's for a user.

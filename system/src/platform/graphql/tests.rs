@@ -264,9 +264,39 @@ impl World {
         self.raw(viewer, body.as_bytes()).await
     }
 
+    /// (the status the answer's errors carry, answer): HTTP itself is checked here against
+    /// GraphQL over HTTP — 400 without `data` for a request error, else 200 with `data`.
     async fn raw(&self, viewer: Viewer, body: &[u8]) -> (u16, Value) {
-        let response = answer(&self.env, &self.schema, self.sources.clone(), viewer, body).await;
+        let (http, answer) = self.exchange(viewer, body, Media::Json).await;
+        if answer.get("data").is_some() {
+            assert_eq!(http, 200, "an executed request is answered 200: {answer}");
+        } else {
+            assert_eq!(http, 400, "a request error is answered 400: {answer}");
+        }
+        (error_status(&answer).as_u16(), answer)
+    }
+
+    /// (HTTP status, answer) as `media`; the content type is checked to be `media`'s.
+    async fn exchange(&self, viewer: Viewer, body: &[u8], media: Media) -> (u16, Value) {
+        let response = answer(
+            &self.env,
+            &self.schema,
+            self.sources.clone(),
+            viewer,
+            body,
+            media,
+        )
+        .await;
         let status = response.status().as_u16();
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let expected = match media {
+            Media::Json => "application/json",
+            Media::GraphqlResponse => "application/graphql-response+json",
+        };
+        assert_eq!(content_type, expected);
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         (status, serde_json::from_slice(&bytes).unwrap())
     }
@@ -570,14 +600,134 @@ async fn malformed_deep_and_unknown_queries_are_refused_and_audited() {
         .as_str()
         .unwrap()
         .contains("nope"));
+    // Depth 60 (the abuse the issue tried): refused before it runs, without `data`.
     let deep = format!(
         "{{ __schema {{ types {{ fields {{ type {{ {}name{} }} }} }} }} }}",
-        "ofType { ".repeat(8),
-        " }".repeat(8)
+        "ofType { ".repeat(56),
+        " }".repeat(56)
     );
-    let (status, _) = world.ask("alice", &deep).await;
+    let (status, answer) = world.ask("alice", &deep).await;
     assert_eq!(status, 400);
-    assert_eq!(world.denials().len(), 3, "{:?}", world.denials());
+    assert!(answer.get("data").is_none(), "{answer}");
+    // async-graphql's parser refuses it (recursion over 32) before the depth limit would.
+    let message = answer["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("recursion depth"), "{answer}");
+    // Depth 16, which parses: the depth limit refuses it.
+    let sixteen = format!(
+        "{{ __schema {{ types {{ fields {{ type {{ {}name{} }} }} }} }} }}",
+        "ofType { ".repeat(11),
+        " }".repeat(11)
+    );
+    let (status, answer) = world.ask("alice", &sixteen).await;
+    assert_eq!(status, 400);
+    assert!(answer.get("data").is_none(), "{answer}");
+    let message = answer["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("nested too deep"), "{answer}");
+    assert_eq!(world.denials().len(), 4, "{:?}", world.denials());
+}
+
+/// The shape of graphql-js 16's `getIntrospectionQuery()`: the type references nest nine
+/// `ofType` levels under `__schema { types { fields { args { type … } } } }`, depth 15.
+/// (`make conformance` sends graphql-js's own query; this keeps the limit honest in
+/// `make test`.)
+fn standard_introspection_query() -> String {
+    let type_ref = format!(
+        "kind name {}name kind{}",
+        "ofType { name kind ".repeat(8) + "ofType { ",
+        " }".repeat(9)
+    );
+    format!(
+        "query IntrospectionQuery {{ __schema {{ queryType {{ name }} mutationType {{ name }} \
+         subscriptionType {{ name }} types {{ ...FullType }} directives {{ name description \
+         locations args {{ ...InputValue }} }} }} }} \
+         fragment FullType on __Type {{ kind name description \
+         fields(includeDeprecated: true) {{ name description args {{ ...InputValue }} \
+         type {{ ...TypeRef }} isDeprecated deprecationReason }} \
+         inputFields {{ ...InputValue }} interfaces {{ ...TypeRef }} \
+         enumValues(includeDeprecated: true) {{ name description isDeprecated deprecationReason }} \
+         possibleTypes {{ ...TypeRef }} }} \
+         fragment InputValue on __InputValue {{ name description type {{ ...TypeRef }} defaultValue }} \
+         fragment TypeRef on __Type {{ {type_ref} }}"
+    )
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_standard_introspection_query_is_answered() {
+    let world = world();
+    let (status, answer) = world.ask("alice", &standard_introspection_query()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.get("errors").is_none(), "{answer}");
+    let schema = &answer["data"]["__schema"];
+    assert_eq!(schema["queryType"]["name"], "QueryRoot");
+    let types = schema["types"].as_array().unwrap();
+    assert!(types.iter().any(|t| t["name"] == "Application"), "{schema}");
+    // One more level than the standard query is still refused.
+    let too_deep =
+        standard_introspection_query().replace("name kind }", "name kind ofType { name kind } }");
+    let (status, answer) = world.ask("alice", &too_deep).await;
+    assert_eq!(status, 400, "{answer}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_field_error_is_a_200_with_its_code_and_a_request_error_a_400_without_data() {
+    let world = world();
+    let alice = || {
+        let user = world.sources.permissions.user("alice").unwrap();
+        Viewer {
+            account: "acme".into(),
+            user,
+            token: "alice".into(),
+        }
+    };
+    let missing = json!({"query": r#"{ runtime(name: "nope") { name } }"#}).to_string();
+    let invalid = json!({"query": "{ runtimes { nope } }"}).to_string();
+    for media in [Media::Json, Media::GraphqlResponse] {
+        let (status, answer) = world.exchange(alice(), missing.as_bytes(), media).await;
+        assert_eq!(status, 200, "{media:?}: {answer}");
+        assert_eq!(answer["data"], Value::Null, "{answer}");
+        assert_eq!(answer["errors"][0]["extensions"]["code"], "NOT_FOUND");
+        assert_eq!(answer["errors"][0]["path"], json!(["runtime"]));
+        let (status, answer) = world.exchange(alice(), invalid.as_bytes(), media).await;
+        assert_eq!(status, 400, "{media:?}: {answer}");
+        assert!(answer.get("data").is_none(), "{answer}");
+        let (status, answer) = world.exchange(alice(), b"[1, 2]", media).await;
+        assert_eq!(status, 400, "{media:?}: {answer}");
+        assert_eq!(answer["errors"][0]["extensions"]["code"], "BAD_REQUEST");
+    }
+}
+
+#[test]
+fn the_answer_is_the_media_type_accept_prefers() {
+    let of = |accept: Option<&str>| Media::from_accept(accept);
+    assert_eq!(of(None), Media::Json);
+    assert_eq!(of(Some("*/*")), Media::Json);
+    assert_eq!(of(Some("application/json")), Media::Json);
+    assert_eq!(
+        of(Some("application/graphql-response+json")),
+        Media::GraphqlResponse
+    );
+    // Apollo Client's and graphql-http's header.
+    assert_eq!(
+        of(Some(
+            "application/graphql-response+json, application/json;q=0.9"
+        )),
+        Media::GraphqlResponse
+    );
+    assert_eq!(
+        of(Some("application/json, application/graphql-response+json")),
+        Media::Json,
+        "equal q: the first listed"
+    );
+    assert_eq!(
+        of(Some(
+            "application/json;q=0.5, Application/GraphQL-Response+JSON"
+        )),
+        Media::GraphqlResponse
+    );
+    assert_eq!(
+        of(Some("application/graphql-response+json;q=0")),
+        Media::Json
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
