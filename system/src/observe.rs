@@ -331,8 +331,9 @@ events! {
         /// carried (empty: none).
         "tenants.probe" => TenantProbe { kind: String, account: String, actor: String, victim: String, status: u16, leak: String },
         /// A tenant runtime's app-proxy stand-in received a request: `account` is the
-        /// runtime's, `token` the caller's bearer token (empty: none).
-        "tenants.reached" => TenantReached { account: String, token: String },
+        /// runtime's, `caller` the account of the caller's bearer token (empty: none; the
+        /// token itself never goes into a trace).
+        "tenants.reached" => TenantReached { account: String, caller: String },
         /// An account admin's registration of runtime `runtime` ended (`createRuntime`):
         /// `status` 0 is no answer; `token_sha256` is the SHA-256 of the token the answer
         /// gave (empty: none), `rotated` whether the answer said it replaced one.

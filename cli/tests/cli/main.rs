@@ -13,6 +13,7 @@ mod postgres;
 mod real_mode;
 mod runner;
 mod scenarios;
+mod secrets;
 mod shrink;
 // Shared with the simulator's tests (one file, two binaries); this one uses part of it.
 #[allow(dead_code)]

@@ -106,9 +106,8 @@ impl Checker for TenantIsolation {
                 }
                 None
             }
-            WorldEvent::TenantReached { account, token } => {
-                let caller = crate::world::tenants::account_of_token(token);
-                (caller != Some(account.as_str())).then(|| Violation {
+            WorldEvent::TenantReached { account, caller } => {
+                (caller != account).then(|| Violation {
                     invariant: self.name().into(),
                     class: Class::Safety,
                     at_ms: event.at_ms,
@@ -116,7 +115,7 @@ impl Checker for TenantIsolation {
                     details: json!({
                         "what": "a request reached a runtime of another account than its caller's",
                         "runtime_account": account,
-                        "caller_account": caller.unwrap_or("(no user)"),
+                        "caller_account": if caller.is_empty() { "(no user)" } else { caller },
                     }),
                 })
             }

@@ -1522,13 +1522,13 @@ fn tenant_isolation_fires_on_a_leak_a_foreign_reach_and_an_unaudited_denial() {
             },
         )
     };
-    let reached = |ms: u64, account: &str, token: &str| {
+    let reached = |ms: u64, account: &str, caller: &str| {
         at(
             ms,
             account,
             WorldEvent::TenantReached {
                 account: account.into(),
-                token: token.into(),
+                caller: caller.into(),
             },
         )
     };
@@ -1550,10 +1550,7 @@ fn tenant_isolation_fires_on_a_leak_a_foreign_reach_and_an_unaudited_denial() {
         ..Default::default()
     };
     // Refused, audited, own runtime reached by its own user: holds.
-    let fine = [
-        probe(1_000, 404, ""),
-        reached(2_000, "t01", "tok-t01-admin"),
-    ];
+    let fine = [probe(1_000, 404, ""), reached(2_000, "t01", "t01")];
     assert!(violations("tenant_isolation", &fine, &audited).is_empty());
     // A foreign query that succeeded, even without foreign data in its answer.
     let through = violations("tenant_isolation", &[probe(1_000, 200, "")], &audited);
@@ -1583,13 +1580,13 @@ fn tenant_isolation_fires_on_a_leak_a_foreign_reach_and_an_unaudited_denial() {
     assert_eq!(leaked.len(), 1);
     assert_eq!(leaked[0].details["data_of"], "t02");
     // t02's runtime reached with t01's token, or with none.
-    for token in ["tok-t01-admin", ""] {
+    for caller in ["t01", ""] {
         let crossed = violations(
             "tenant_isolation",
-            &[reached(1_000, "t02", token)],
+            &[reached(1_000, "t02", caller)],
             &audited,
         );
-        assert_eq!(crossed.len(), 1, "{token:?}");
+        assert_eq!(crossed.len(), 1, "{caller:?}");
         assert_eq!(crossed[0].class, Class::Safety);
     }
     // Two refusals, one audit entry; or an entry of another status.

@@ -934,8 +934,8 @@ fn tenant_figures(
                 *counters.entry(class.into()).or_default() += 1;
                 *counters.entry("tenants.leaks".into()).or_default() += u64::from(!leak.is_empty());
             }
-            Some(WorldEvent::TenantReached { account, token }) => {
-                let own = crate::world::tenants::account_of_token(token) == Some(account.as_str());
+            Some(WorldEvent::TenantReached { account, caller }) => {
+                let own = caller == account;
                 let name = if own {
                     "tenants.reached_own"
                 } else {

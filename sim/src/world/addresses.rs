@@ -22,3 +22,13 @@ pub const RUNTIME_TOKEN: &str = "rt-token-acme-runtime";
 pub const RUNTIME_NAME: &str = "acme-runtime";
 /// The gateway's admin token in the simulated world.
 pub const ADMIN_TOKEN: &str = "sim-admin";
+
+/// The account a user token of the tenant world belongs to (`tok-<account>-<role>`, as
+/// `tenants::admin` and its kin make them): here, below the tenant world and the runtime
+/// hosts' app-proxy stand-in, which records whose token reached it.
+pub fn account_of_token(token: &str) -> Option<&str> {
+    token
+        .strip_prefix("tok-")
+        .and_then(|rest| rest.rsplit_once('-'))
+        .map(|(account, _)| account)
+}

@@ -79,13 +79,7 @@ pub fn former(account: &str) -> (String, String) {
     (format!("tok-{account}-former"), format!("former-{account}"))
 }
 
-/// The account a user token of this world belongs to (`tok-<account>-<role>`).
-pub fn account_of_token(token: &str) -> Option<&str> {
-    token
-        .strip_prefix("tok-")
-        .and_then(|rest| rest.rsplit_once('-'))
-        .map(|(account, _)| account)
-}
+pub use super::addresses::account_of_token;
 
 /// App names: `web`, `api`, `db`, then `app-<n>`.
 pub fn app_names(count: u32) -> Vec<String> {

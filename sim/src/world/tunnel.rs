@@ -93,12 +93,13 @@ pub async fn run_app_proxy_stand_in(
                     .get("authorization")
                     .and_then(|v| v.to_str().ok()),
             )
-            .unwrap_or_default()
-            .to_string();
+            .unwrap_or_default();
             env.observe(
                 WorldEvent::TenantReached {
                     account: account.clone(),
-                    token,
+                    caller: super::addresses::account_of_token(token)
+                        .unwrap_or_default()
+                        .to_string(),
                 }
                 .into(),
             );

@@ -5,6 +5,7 @@ pub mod buggify;
 pub mod event;
 pub mod json;
 pub mod runner;
+pub mod secret;
 pub mod time;
 pub mod variant;
 pub mod yaml;

@@ -43,6 +43,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+use crate::core::secret::TokenDigest;
 use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
 use crate::platform::audit::{Actor, Outcome, Record};
@@ -57,8 +58,8 @@ const AUDIT_PAGE: usize = 100;
 
 /// What the gateway needs.
 pub struct Gateway {
-    /// Token allowed to register runtimes.
-    pub admin_token: String,
+    /// The digest of the token allowed to register runtimes (the token is not kept).
+    admin: TokenDigest,
     /// The control plane's state and the tunnels it reaches runtimes through.
     pub sources: Arc<Sources>,
     /// The GitOps API's schema.
@@ -69,7 +70,7 @@ impl Gateway {
     /// A gateway over `sources`, registering runtimes for `admin_token`.
     pub fn new(admin_token: String, sources: Sources) -> Self {
         Gateway {
-            admin_token,
+            admin: TokenDigest::of(&admin_token),
             sources: Arc::new(sources),
             schema: crate::platform::graphql::schema(),
         }
@@ -222,7 +223,7 @@ impl Gateway {
     fn caller(&self, env: &SharedEnv, request: &Request<Incoming>) -> Caller {
         match bearer(request) {
             None => Caller::Nobody,
-            Some(token) if token == self.admin_token => Caller::Admin,
+            Some(token) if self.admin.matches(token) => Caller::Admin,
             Some(token) => match self.sources.permissions.user_at(token, env.unix_millis()) {
                 Ok(Some(user)) => Caller::User(user),
                 Ok(None) => Caller::Unknown {

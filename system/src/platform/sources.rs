@@ -11,6 +11,7 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
+use crate::core::secret::TokenDigest;
 use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
 use crate::platform::audit::Audit;
@@ -85,7 +86,8 @@ pub const USER: &str = "platform:anti-entropy";
 /// The tokens the job's passes hold, each good for one runtime's listing.
 #[derive(Debug, Default)]
 pub struct JobTokens {
-    tokens: Mutex<BTreeMap<String, JobGrant>>,
+    /// By the token's digest: the token itself is handed out once and never kept.
+    tokens: Mutex<BTreeMap<TokenDigest, JobGrant>>,
 }
 
 #[derive(Clone, Debug)]
@@ -112,7 +114,7 @@ impl JobTokens {
         let now = env.unix_millis();
         tokens.retain(|_, grant| grant.expires_ms > now);
         tokens.insert(
-            token.clone(),
+            TokenDigest::of(&token),
             JobGrant {
                 account: account.into(),
                 runtime: runtime.into(),
@@ -124,7 +126,10 @@ impl JobTokens {
 
     /// Ends `token` before its time.
     pub fn revoke(&self, token: &str) {
-        self.tokens.lock().expect("job tokens lock").remove(token);
+        self.tokens
+            .lock()
+            .expect("job tokens lock")
+            .remove(&TokenDigest::of(token));
     }
 
     /// The `GET /api/permissions` answer for `token` at `now_ms`, if it is a live job token.
@@ -133,7 +138,7 @@ impl JobTokens {
             .tokens
             .lock()
             .expect("job tokens lock")
-            .get(token)
+            .get(&TokenDigest::of(token))
             .filter(|g| now_ms < g.expires_ms)
             .cloned()?;
         Some(json!({

@@ -29,6 +29,7 @@ use serde_json::json;
 
 use crate::core::event::{Envelope, EventPayload};
 use crate::core::json::Pointer as _;
+use crate::core::secret::TokenDigest;
 use crate::env::http::{json, Body};
 use crate::env::{Point, SharedEnv};
 use crate::observe::PlatformEvent;
@@ -62,7 +63,8 @@ pub const DECOMPRESSED_LIMIT_BYTES: u64 = 50 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Runtime token → runtime name (preregistered runtimes; the tokens a registry issues
-    /// are accepted too once [`Platform::accept_registry_tokens`] names it).
+    /// are accepted too once [`Platform::accept_registry_tokens`] names it). The platform
+    /// keeps only their digests.
     pub tokens: BTreeMap<String, String>,
     /// Events the bus holds before the API answers 503. Default 10,000.
     pub bus_capacity: usize,
@@ -119,7 +121,10 @@ pub struct Knobs {
 
 /// The shared state of the events path.
 pub struct Platform {
+    /// The settings, without the preregistered tokens (moved into `preregistered`).
     config: Config,
+    /// Preregistered runtime tokens' digests → runtime name ([`Config::tokens`], hashed).
+    preregistered: BTreeMap<TokenDigest, String>,
     /// The runtime registry whose tokens the events API also accepts (issue 16: one
     /// registry for the events API, the tunnel server and the gateway).
     registry: Mutex<Option<Arc<crate::platform::registry::Registry>>>,
@@ -183,10 +188,16 @@ impl Platform {
     }
 
     /// A platform with an empty read model.
-    pub fn new(config: Config) -> Arc<Self> {
+    pub fn new(mut config: Config) -> Arc<Self> {
+        // The preregistered tokens are kept as their digests only (`core::secret`).
+        let preregistered = std::mem::take(&mut config.tokens)
+            .into_iter()
+            .map(|(token, runtime)| (TokenDigest::of(&token), runtime))
+            .collect();
         Arc::new(Platform {
             bus: bus::Bus::new(config.bus_capacity, config.durability.clone()),
             config,
+            preregistered,
             registry: Mutex::new(None),
             knobs: Mutex::new(Knobs::default()),
             read_model: Mutex::new(ReadModel::default()),
@@ -262,7 +273,7 @@ impl Platform {
         if registry.as_ref().is_some_and(|r| r.is_revoked(token)) {
             return None;
         }
-        if let Some(runtime) = self.config.tokens.get(token) {
+        if let Some(runtime) = self.preregistered.get(&TokenDigest::of(token)) {
             return Some(runtime.clone());
         }
         registry?.lookup(token).map(|r| r.tunnel_name())

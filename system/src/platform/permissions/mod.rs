@@ -22,6 +22,8 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::core::secret::TokenDigest;
+
 /// Operations the app-proxy checks.
 pub const OPERATIONS: [&str; 8] = [
     "repositories:list",
@@ -240,12 +242,13 @@ pub struct Permissions {
     directory: Mutex<Directory>,
 }
 
+/// Users by their token's digest (never the token: [`TokenDigest`]).
 #[derive(Default)]
 struct Directory {
-    users: BTreeMap<String, User>,
+    users: BTreeMap<TokenDigest, User>,
     rules: BTreeMap<String, Vec<Rule>>,
     /// Token → when it expires (Unix ms); a token not here does not expire.
-    expiries: BTreeMap<String, u64>,
+    expiries: BTreeMap<TokenDigest, u64>,
 }
 
 /// A user whose token expired, removed by the cron executor's cleanup.
@@ -265,7 +268,7 @@ impl Permissions {
     pub fn grant(&self, token: &str, user: &str, operations: &[&str]) {
         let mut directory = self.directory.lock().expect("permissions lock");
         directory.users.insert(
-            token.into(),
+            TokenDigest::of(token),
             User {
                 name: user.into(),
                 account: None,
@@ -306,7 +309,7 @@ impl Permissions {
             .expect("permissions lock")
             .users
             .insert(
-                token.into(),
+                TokenDigest::of(token),
                 User {
                     name: user.into(),
                     account: Some(account.into()),
@@ -333,17 +336,18 @@ impl Permissions {
             .lock()
             .expect("permissions lock")
             .expiries
-            .insert(token.into(), unix_ms);
+            .insert(TokenDigest::of(token), unix_ms);
     }
 
     /// The user `token` authenticates at `now_ms`: `Err` with when it expired (Unix ms) for
     /// an expired token, `Ok(None)` for a token nobody has.
     pub fn user_at(&self, token: &str, now_ms: u64) -> Result<Option<User>, u64> {
         let directory = self.directory.lock().expect("permissions lock");
-        let Some(user) = directory.users.get(token) else {
+        let token = TokenDigest::of(token);
+        let Some(user) = directory.users.get(&token) else {
             return Ok(None);
         };
-        match directory.expiries.get(token) {
+        match directory.expiries.get(&token) {
             Some(&expires) if expires <= now_ms => Err(expires),
             _ => Ok(Some(user.clone())),
         }
@@ -352,7 +356,7 @@ impl Permissions {
     /// Removes every user whose token expired at or before `before_ms`: who they were.
     pub fn remove_expired(&self, before_ms: u64) -> Vec<ExpiredUser> {
         let mut directory = self.directory.lock().expect("permissions lock");
-        let expired: Vec<(String, u64)> = directory
+        let expired: Vec<(TokenDigest, u64)> = directory
             .expiries
             .iter()
             .filter(|(_, &at)| at <= before_ms)
@@ -378,6 +382,10 @@ impl Permissions {
                 });
             }
         }
+        // In the order they expired (the map's is the digests', which means nothing).
+        removed.sort_by(|a, b| {
+            (a.expired_ms, &a.account, &a.name).cmp(&(b.expired_ms, &b.account, &b.name))
+        });
         removed
     }
 
@@ -388,7 +396,7 @@ impl Permissions {
             .lock()
             .expect("permissions lock")
             .users
-            .get(token)
+            .get(&TokenDigest::of(token))
             .cloned()
     }
 
@@ -475,7 +483,7 @@ impl Permissions {
             .lock()
             .expect("permissions lock")
             .expiries
-            .get(token)
+            .get(&TokenDigest::of(token))
             .copied();
         if let Some(expires) = expires {
             // The app-proxy keeps the answer no longer than the token lives.

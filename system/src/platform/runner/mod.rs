@@ -39,6 +39,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::core::runner::TaskStatus;
+use crate::core::secret::TokenDigest;
 use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
 use crate::observe::RunnerEvent;
@@ -78,10 +79,10 @@ pub struct Knobs {
 pub struct Builds {
     queue: Mutex<Queue>,
     knobs: Mutex<Knobs>,
-    /// Agent token → agent id.
-    agents: BTreeMap<String, String>,
-    /// The token that may make builds.
-    trigger_token: String,
+    /// Agent token's digest → agent id (the tokens themselves are not kept).
+    agents: BTreeMap<TokenDigest, String>,
+    /// The digest of the token that may make builds.
+    trigger_token: TokenDigest,
 }
 
 impl Builds {
@@ -94,8 +95,11 @@ impl Builds {
         Arc::new(Builds {
             queue: Mutex::new(Queue::new(settings)),
             knobs: Mutex::default(),
-            agents,
-            trigger_token: trigger_token.into(),
+            agents: agents
+                .into_iter()
+                .map(|(token, agent)| (TokenDigest::of(&token), agent))
+                .collect(),
+            trigger_token: TokenDigest::of(trigger_token),
         })
     }
 
@@ -116,14 +120,17 @@ impl Builds {
 
     fn agent_of(&self, req: &Request<Incoming>) -> Option<&str> {
         let token = req.headers().get("authorization")?.to_str().ok()?;
-        self.agents.get(token).map(String::as_str)
+        self.agents.get(&TokenDigest::of(token)).map(String::as_str)
     }
 
     fn is_trigger(&self, req: &Request<Incoming>) -> bool {
         req.headers()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.strip_prefix("Bearer ").unwrap_or(v) == self.trigger_token)
+            .is_some_and(|v| {
+                self.trigger_token
+                    .matches(v.strip_prefix("Bearer ").unwrap_or(v))
+            })
     }
 }
 
