@@ -152,3 +152,65 @@ accounts:
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where `text` holds one of the simulated world's tokens: its fixed ones (the gateway's
+/// admin token, the runtime's, Argo CD's) and the shapes it makes them in (`rt-token-…` for
+/// runtimes, `tok-<account>-<role>` for the tenant world's users).
+fn simulated_tokens_in(text: &str) -> Vec<String> {
+    use orrery_sim::world::addresses::{
+        ADMIN_TOKEN, ARGOCD_TOKEN, EXISTING_ARGOCD_TOKEN, RUNTIME_TOKEN,
+    };
+    let mut found = Vec::new();
+    for fixed in [
+        ADMIN_TOKEN,
+        ARGOCD_TOKEN,
+        EXISTING_ARGOCD_TOKEN,
+        RUNTIME_TOKEN,
+    ] {
+        if text.contains(fixed) {
+            found.push(fixed.to_string());
+        }
+    }
+    for shape in ["rt-token-", "tok-"] {
+        for (at, _) in text.match_indices(shape) {
+            // A word of its own (`stok-` is not a token).
+            let before = text[..at].chars().next_back();
+            if before.is_none_or(|c| !c.is_ascii_alphanumeric()) {
+                let end = text[at..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                    .map_or(text.len(), |n| at + n);
+                found.push(text[at..end].to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_token_of_the_simulated_world_is_in_the_committed_reports() {
+    // The scan finds what it looks for.
+    assert_eq!(
+        simulated_tokens_in(r#"{"token": "tok-t01-admin", "x": "stok-1"}"#),
+        ["tok-t01-admin"]
+    );
+    assert_eq!(
+        simulated_tokens_in("Bearer rt-token-acme-rt-0."),
+        ["rt-token-acme-rt-0"]
+    );
+    let reports = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports");
+    let mut files = vec![reports];
+    let mut scanned = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        scanned += 1;
+        let found = simulated_tokens_in(&text);
+        assert!(found.is_empty(), "{} holds {found:?}", path.display());
+    }
+    assert!(scanned > 100, "the reports were scanned ({scanned} files)");
+}
