@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::real_mode::{app_event, http_as, orrery, report_event, POLICY};
+use crate::real_mode::{app_event, control_plane, http_as, report_event, POLICY};
 use crate::support::{eventually, free_port};
 
 #[test]
@@ -22,22 +22,19 @@ fn graphql_js_reads_the_schema_by_introspection_and_runs_typed_queries_and_error
     std::fs::write(&policy, POLICY).unwrap();
     let [tunnel_addr, gateway_addr, events_addr] =
         [tunnel, gateway, events].map(|p| format!("127.0.0.1:{p}"));
-    let _platform = orrery(&[
-        "serve",
-        "control-plane",
-        "--admin-token",
-        "adm",
-        "--tunnel",
+    let _platform = control_plane(
         &tunnel_addr,
-        "--api",
         &gateway_addr,
-        "--runtimes",
         "acme-prod=tok-1",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--events",
-        &events_addr,
-    ]);
+        &[
+            "--users",
+            "",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--events",
+            &events_addr,
+        ],
+    );
     eventually("the GitOps API answers", Duration::from_secs(20), || {
         http_as(gateway, "POST", "/2.0/api/graphql", "{}", "alice-token").is_some()
     });

@@ -67,7 +67,12 @@ pub(crate) fn orrery(args: &[&str]) -> Process {
 /// `orrery serve control-plane` with the admin token `adm`, its tunnel and client API on
 /// the given addresses, these preregistered runtimes, the [`USERS`] unless `extra` names
 /// others, and any further flags.
-fn control_plane(tunnel_addr: &str, gateway_addr: &str, runtimes: &str, extra: &[&str]) -> Process {
+pub(crate) fn control_plane(
+    tunnel_addr: &str,
+    gateway_addr: &str,
+    runtimes: &str,
+    extra: &[&str],
+) -> Process {
     let mut args = vec![
         "serve",
         "control-plane",

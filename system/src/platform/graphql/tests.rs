@@ -600,25 +600,24 @@ async fn malformed_deep_and_unknown_queries_are_refused_and_audited() {
         .as_str()
         .unwrap()
         .contains("nope"));
+    // A query of depth `4 + levels + 1`: `ofType` nested `levels` deep under
+    // `__schema { types { fields { type … } } } }`.
+    let nested = |levels: usize| {
+        format!(
+            "{{ __schema {{ types {{ fields {{ type {{ {}name{} }} }} }} }} }}",
+            "ofType { ".repeat(levels),
+            " }".repeat(levels)
+        )
+    };
     // Depth 60 (the abuse the issue tried): refused before it runs, without `data`.
-    let deep = format!(
-        "{{ __schema {{ types {{ fields {{ type {{ {}name{} }} }} }} }} }}",
-        "ofType { ".repeat(56),
-        " }".repeat(56)
-    );
-    let (status, answer) = world.ask("alice", &deep).await;
+    let (status, answer) = world.ask("alice", &nested(56)).await;
     assert_eq!(status, 400);
     assert!(answer.get("data").is_none(), "{answer}");
     // async-graphql's parser refuses it (recursion over 32) before the depth limit would.
     let message = answer["errors"][0]["message"].as_str().unwrap();
     assert!(message.contains("recursion depth"), "{answer}");
     // Depth 16, which parses: the depth limit refuses it.
-    let sixteen = format!(
-        "{{ __schema {{ types {{ fields {{ type {{ {}name{} }} }} }} }} }}",
-        "ofType { ".repeat(11),
-        " }".repeat(11)
-    );
-    let (status, answer) = world.ask("alice", &sixteen).await;
+    let (status, answer) = world.ask("alice", &nested(11)).await;
     assert_eq!(status, 400);
     assert!(answer.get("data").is_none(), "{answer}");
     let message = answer["errors"][0]["message"].as_str().unwrap();
