@@ -254,14 +254,18 @@ fn world() -> World {
 impl World {
     /// Runs `query` as the user of `token`: (HTTP status, answer).
     async fn ask(&self, token: &str, query: &str) -> (u16, Value) {
+        let body = json!({"query": query}).to_string();
+        self.raw(self.viewer(token), body.as_bytes()).await
+    }
+
+    /// The authenticated caller of `token`.
+    fn viewer(&self, token: &str) -> Viewer {
         let user = self.sources.permissions.user(token).expect("a known user");
-        let viewer = Viewer {
+        Viewer {
             account: user.account.clone().expect("an account"),
             user,
             token: token.into(),
-        };
-        let body = json!({"query": query}).to_string();
-        self.raw(viewer, body.as_bytes()).await
+        }
     }
 
     /// (the status the answer's errors carry, answer): HTTP itself is checked here against
@@ -584,14 +588,7 @@ async fn the_audit_log_is_the_accounts_own_and_needs_a_grant() {
 #[tokio::test(flavor = "current_thread")]
 async fn malformed_deep_and_unknown_queries_are_refused_and_audited() {
     let world = world();
-    let alice = || {
-        let user = world.sources.permissions.user("alice").unwrap();
-        Viewer {
-            account: "acme".into(),
-            user,
-            token: "alice".into(),
-        }
-    };
+    let alice = || world.viewer("alice");
     let (status, answer) = world.raw(alice(), b"{not json").await;
     assert_eq!(status, 400, "{answer}");
     let (status, answer) = world.ask("alice", "{ runtimes { nope } }").await;
@@ -670,14 +667,7 @@ async fn the_standard_introspection_query_is_answered() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_field_error_is_a_200_with_its_code_and_a_request_error_a_400_without_data() {
     let world = world();
-    let alice = || {
-        let user = world.sources.permissions.user("alice").unwrap();
-        Viewer {
-            account: "acme".into(),
-            user,
-            token: "alice".into(),
-        }
-    };
+    let alice = || world.viewer("alice");
     let missing = json!({"query": r#"{ runtime(name: "nope") { name } }"#}).to_string();
     let invalid = json!({"query": "{ runtimes { nope } }"}).to_string();
     for media in [Media::Json, Media::GraphqlResponse] {

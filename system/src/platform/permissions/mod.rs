@@ -247,7 +247,7 @@ pub struct Permissions {
 struct Directory {
     users: BTreeMap<TokenDigest, User>,
     rules: BTreeMap<String, Vec<Rule>>,
-    /// Token → when it expires (Unix ms); a token not here does not expire.
+    /// Token's digest → when it expires (Unix ms); a token not here does not expire.
     expiries: BTreeMap<TokenDigest, u64>,
 }
 
