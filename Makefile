@@ -13,6 +13,8 @@
 #                      build; results database .farm/results.jsonl, report reports/farm/,
 #                      failures shrunk into scenarios/regressions/
 #   make docs          the book (docs/) with mdBook, into target/book/ (mdbook built once)
+#   make fuzz          every network entry point and user file under AFL++ (docs/fuzzing.md):
+#                      figures into reports/fuzz/, fails on a crash or a hang
 # .ci/run runs make test, then make conformance.
 # Also: make conformance-kind (kind or $KUBECONFIG), make conformance-apiserver,
 #       make conformance-argocd, make conformance-postgres, make conformance-graphql,
@@ -30,7 +32,7 @@ export MIMALLOC_PURGE_DELAY
 MIMALLOC_ALLOW_THP ?= 0
 export MIMALLOC_ALLOW_THP
 
-.PHONY: docs farm pgo all test test-linted cargo-test reports-fresh lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-graphql conformance-kind nightly profile
+.PHONY: fuzz fuzz-replay docs farm pgo all test test-linted cargo-test reports-fresh lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-graphql conformance-kind nightly profile
 
 all: test
 
@@ -155,6 +157,19 @@ FARM_FLAGS ?=
 farm:
 	$(CARGO) build --release --bin orrery
 	./target/release/orrery farm --budget $(BUDGET) $(FARM_FLAGS)
+
+## Every fuzz target under AFL++ (cargo-afl, installed into ~/.cache/orrery on first use), each
+## until FUZZ_EXECS executions or FUZZ_SECONDS, FUZZ_JOBS at a time; FUZZ_TARGETS="a b" for some.
+## Figures into reports/fuzz/; exits 1 on a crash or a hang (docs/fuzzing.md).
+fuzz:
+	scripts/fuzz.sh
+
+## One input (a crash AFL++ saved, a corpus file) through its target, with the panic's message:
+## make fuzz-replay INPUT=FILE [TARGET=NAME] (the target is the folder the file is in).
+fuzz-replay:
+	@[ -n "$(INPUT)" ] || { echo "make fuzz-replay INPUT=FILE [TARGET=NAME]"; exit 2; }
+	ORRERY_FUZZ_INPUT=$(abspath $(INPUT)) $(if $(TARGET),ORRERY_FUZZ_TARGET=$(TARGET)) \
+		$(CARGO) test -q -p orrery-fuzz --test corpora -- --ignored --exact replay_one_input_named_in_the_environment --nocapture
 
 ## The nightly exploration run (not part of make test): NIGHTLY_SEEDS of every swarm family,
 ## both variants, with a release build; fails if hardened fails a seed or a declared reach

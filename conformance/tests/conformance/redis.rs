@@ -143,6 +143,14 @@ fn sessions() -> Vec<(&'static str, Vec<Step>)> {
                 Cmd(&["EXPIRE", "e", "0"]),
                 Cmd(&["GET", "e"]),
                 Cmd(&["EXPIRE"]),
+                // Past the end of time (found by fuzzing: the simulated server overflowed).
+                Cmd(&["SET", "far", "v"]),
+                Cmd(&["EXPIRE", "far", "9223372036854775807"]),
+                Cmd(&["PEXPIRE", "far", "9223372036854775807"]),
+                Cmd(&["EXPIRE", "far", "9223372036854775"]),
+                Cmd(&["SET", "far", "v", "EX", "9223372036854775807"]),
+                Cmd(&["SET", "far", "v", "PX", "9223372036854775807"]),
+                Cmd(&["TTL", "far"]),
             ],
         ),
         (
@@ -200,7 +208,28 @@ fn sessions() -> Vec<(&'static str, Vec<Step>)> {
         ("bad bulk prefix", vec![Raw(b"*2\r\nx\r\n", 1)]),
         ("bad bulk length", vec![Raw(b"*1\r\n$x\r\n", 1)]),
         ("negative bulk length", vec![Raw(b"*1\r\n$-3\r\n", 1)]),
+        // Found by fuzzing: the simulated server buffered these for ever.
+        ("endless count line", vec![Raw(&ENDLESS_COUNT, 1)]),
+        (
+            "endless bulk length line",
+            vec![Raw(&ENDLESS_BULK_LENGTH, 1)],
+        ),
     ]
+}
+
+/// A `*` count line of 70,000 digits without its end (the real server's limit is 64 KB).
+static ENDLESS_COUNT: [u8; 70_001] = digits_after(b"*");
+/// A `$` length line of 70,000 digits without its end.
+static ENDLESS_BULK_LENGTH: [u8; 70_005] = digits_after(b"*1\r\n$");
+
+const fn digits_after<const N: usize>(prefix: &[u8]) -> [u8; N] {
+    let mut bytes = [b'1'; N];
+    let mut i = 0;
+    while i < prefix.len() {
+        bytes[i] = prefix[i];
+        i += 1;
+    }
+    bytes
 }
 
 async fn run_session(addr: &str, steps: &[Step]) -> Vec<(String, Answer)> {

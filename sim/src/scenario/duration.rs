@@ -30,7 +30,8 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             "invalid duration {text:?}: must be a non-negative number"
         ));
     }
-    Ok(Duration::from_secs_f64(value * scale))
+    Duration::try_from_secs_f64(value * scale)
+        .map_err(|_| format!("invalid duration {text:?}: too large"))
 }
 
 /// Renders a duration the way [`parse`] reads it (milliseconds when not whole seconds).
@@ -71,7 +72,8 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duratio
 
         fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
             if v.is_finite() && v >= 0.0 {
-                Ok(Duration::from_secs_f64(v))
+                Duration::try_from_secs_f64(v)
+                    .map_err(|_| E::custom(format!("invalid duration {v}: too large")))
             } else {
                 Err(E::custom(format!(
                     "invalid duration {v}: must be a non-negative number"
@@ -119,6 +121,24 @@ mod tests {
             parse(&render(Duration::from_secs(42))).unwrap(),
             Duration::from_secs(42)
         );
+    }
+
+    #[test]
+    fn a_duration_past_what_a_duration_holds_is_an_error_not_a_panic() {
+        // Found by fuzzing (fuzz/regressions/scenario/): `Duration::from_secs_f64` panicked.
+        assert!(parse("99999999999999999999s")
+            .unwrap_err()
+            .contains("too large"));
+        assert!(parse("1e20h").unwrap_err().contains("too large"));
+        let yaml: Result<Wrapped, _> = serde_saphyr::from_str("d: 1e20");
+        assert!(yaml.unwrap_err().to_string().contains("too large"));
+    }
+
+    #[derive(serde::Deserialize, Debug)]
+    struct Wrapped {
+        #[serde(with = "super")]
+        #[allow(dead_code)]
+        d: Duration,
     }
 }
 

@@ -30,6 +30,12 @@ pub enum ProtocolError {
     /// An inline line longer than [`MAX_INLINE`] without its end.
     #[error("too big inline request")]
     InlineTooBig,
+    /// A `*<n>` line longer than [`MAX_INLINE`] without its end.
+    #[error("too big mbulk count string")]
+    MultibulkCountTooBig,
+    /// A `$<n>` line longer than [`MAX_INLINE`] without its end.
+    #[error("too big bulk count string")]
+    BulkCountTooBig,
 }
 
 /// One parsed request: the command and its arguments, or nothing (an empty array or line,
@@ -39,50 +45,90 @@ pub type Request = Vec<Bytes>;
 /// Parses one request from the front of `buf`: `Ok(Some((request, used)))` when a whole one
 /// is there, `Ok(None)` when more bytes are needed.
 pub fn parse(buf: &[u8]) -> Result<Option<(Request, usize)>, ProtocolError> {
-    if buf.is_empty() {
-        return Ok(None);
-    }
-    if buf[0] != b'*' {
-        return parse_inline(buf);
-    }
-    let Some((count, mut at)) = line(buf, 1) else {
-        return if buf.len() > MAX_INLINE {
-            Err(ProtocolError::MultibulkLength)
-        } else {
-            Ok(None)
+    Parser::default().parse(buf)
+}
+
+/// A connection's request reader: what is parsed of a request that arrives in pieces is
+/// kept, so each byte is read once (re-reading a million-argument request from its start
+/// at every network read would cost the square of its size).
+#[derive(Debug, Default)]
+pub struct Parser {
+    partial: Option<Partial>,
+}
+
+/// A multibulk request read so far.
+#[derive(Debug)]
+struct Partial {
+    count: usize,
+    args: Vec<Bytes>,
+    /// Where the next argument starts in the connection's buffer.
+    at: usize,
+}
+
+impl Parser {
+    /// As [`parse`], continuing the request an earlier call left unfinished; `buf` is the
+    /// same buffer, with more bytes at its end.
+    pub fn parse(&mut self, buf: &[u8]) -> Result<Option<(Request, usize)>, ProtocolError> {
+        let mut partial = match self.partial.take() {
+            Some(partial) => partial,
+            None => {
+                if buf.is_empty() {
+                    return Ok(None);
+                }
+                if buf[0] != b'*' {
+                    return parse_inline(buf);
+                }
+                let Some((count, at)) = line(buf, 1) else {
+                    return if buf.len() > MAX_INLINE {
+                        Err(ProtocolError::MultibulkCountTooBig)
+                    } else {
+                        Ok(None)
+                    };
+                };
+                let count: i64 = number(count).ok_or(ProtocolError::MultibulkLength)?;
+                if count > MAX_ARGS as i64 {
+                    return Err(ProtocolError::MultibulkLength);
+                }
+                if count <= 0 {
+                    return Ok(Some((Vec::new(), at)));
+                }
+                let count = count as usize;
+                // Room for what is there, not for what the count claims.
+                let args = Vec::with_capacity(count.min(64));
+                Partial { count, args, at }
+            }
         };
-    };
-    let count: i64 = number(count).ok_or(ProtocolError::MultibulkLength)?;
-    if count > MAX_ARGS as i64 {
-        return Err(ProtocolError::MultibulkLength);
-    }
-    if count <= 0 {
-        return Ok(Some((Vec::new(), at)));
-    }
-    let mut args = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let Some(&first) = buf.get(at) else {
-            return Ok(None);
-        };
-        if first != b'$' {
-            return Err(ProtocolError::ExpectedBulk(first as char));
+        while partial.args.len() < partial.count {
+            let at = partial.at;
+            let Some(&first) = buf.get(at) else {
+                self.partial = Some(partial);
+                return Ok(None);
+            };
+            if first != b'$' {
+                return Err(ProtocolError::ExpectedBulk(first as char));
+            }
+            let Some((len, next)) = line(buf, at + 1) else {
+                if buf.len() - at > MAX_INLINE {
+                    return Err(ProtocolError::BulkCountTooBig);
+                }
+                self.partial = Some(partial);
+                return Ok(None);
+            };
+            let len: i64 = number(len).ok_or(ProtocolError::BulkLength)?;
+            if !(0..=MAX_BULK as i64).contains(&len) {
+                return Err(ProtocolError::BulkLength);
+            }
+            let end = next + len as usize;
+            if buf.len() < end + 2 {
+                self.partial = Some(partial);
+                return Ok(None);
+            }
+            // The real server skips the two bytes after a bulk string without looking at them.
+            partial.args.push(Bytes::copy_from_slice(&buf[next..end]));
+            partial.at = end + 2;
         }
-        let Some((len, next)) = line(buf, at + 1) else {
-            return Ok(None);
-        };
-        let len: i64 = number(len).ok_or(ProtocolError::BulkLength)?;
-        if !(0..=MAX_BULK as i64).contains(&len) {
-            return Err(ProtocolError::BulkLength);
-        }
-        let end = next + len as usize;
-        if buf.len() < end + 2 {
-            return Ok(None);
-        }
-        // The real server skips the two bytes after a bulk string without looking at them.
-        args.push(Bytes::copy_from_slice(&buf[next..end]));
-        at = end + 2;
+        Ok(Some((partial.args, partial.at)))
     }
-    Ok(Some((args, at)))
 }
 
 /// An inline request: one line, arguments separated by spaces (quotes are not interpreted;
@@ -220,6 +266,44 @@ mod tests {
         }
         let endless = vec![b'a'; MAX_INLINE + 1];
         assert_eq!(parse(&endless).unwrap_err(), ProtocolError::InlineTooBig);
+        // Found by fuzzing: a count line without its end was buffered for ever.
+        let mut count = b"*".to_vec();
+        count.resize(MAX_INLINE + 2, b'1');
+        assert_eq!(
+            parse(&count).unwrap_err().to_string(),
+            "too big mbulk count string"
+        );
+        let mut length = b"*1\r\n$".to_vec();
+        length.resize(MAX_INLINE + 8, b'1');
+        assert_eq!(
+            parse(&length).unwrap_err().to_string(),
+            "too big bulk count string"
+        );
+    }
+
+    #[test]
+    fn a_request_arriving_in_pieces_is_read_once_and_its_count_reserves_nothing() {
+        let whole = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n".to_vec();
+        let mut parser = Parser::default();
+        for end in 0..whole.len() {
+            assert_eq!(parser.parse(&whole[..end]), Ok(None), "after {end} bytes");
+        }
+        assert_eq!(
+            parser.parse(&whole),
+            Ok(Some((args(&["SET", "k", "value"]), whole.len())))
+        );
+        // The next request starts afresh.
+        assert_eq!(
+            parser.parse(b"*1\r\n$4\r\nPING\r\n"),
+            Ok(Some((args(&["PING"]), 14)))
+        );
+        // A million-argument claim with one argument sent holds one argument's room.
+        let mut claim = Parser::default();
+        assert_eq!(claim.parse(b"*1048576\r\n$1\r\na\r\n"), Ok(None));
+        assert!(claim
+            .partial
+            .as_ref()
+            .is_some_and(|p| p.args.capacity() <= 64));
     }
 
     #[test]

@@ -44,14 +44,22 @@ impl Default for Store {
 impl Store {
     /// Drops every key of every database (`FLUSHALL`).
     pub fn flush(&self) {
-        for db in self.0.lock().expect("cache lock poisoned").iter_mut() {
+        for db in self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter_mut()
+        {
             db.clear();
         }
     }
 
     /// Live keys across all databases (for tests and reports).
     pub fn len(&self, now: Duration) -> usize {
-        let dbs = self.0.lock().expect("cache lock poisoned");
+        let dbs = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         dbs.iter()
             .flat_map(|db| db.values())
             .filter(|e| live(e, now))
@@ -95,6 +103,7 @@ pub async fn run_with(env: SharedEnv, addr: &str, store: Store) -> std::io::Resu
 async fn connection(env: SharedEnv, store: Store, mut stream: BoxStream) {
     let mut input = BytesMut::with_capacity(4096);
     let mut session = Session::default();
+    let mut parser = resp::Parser::default();
     loop {
         match stream.read_buf(&mut input).await {
             Ok(0) | Err(_) => return,
@@ -103,7 +112,7 @@ async fn connection(env: SharedEnv, store: Store, mut stream: BoxStream) {
         let mut output = BytesMut::new();
         let mut close = false;
         loop {
-            match resp::parse(&input) {
+            match parser.parse(&input) {
                 Ok(Some((request, used))) => {
                     let _ = input.split_to(used);
                     if request.is_empty() {
@@ -158,6 +167,15 @@ fn integer(arg: &[u8]) -> Option<i64> {
     std::str::from_utf8(arg).ok()?.parse().ok()
 }
 
+/// Now in Unix milliseconds: the base the real server checks an expiry's range against.
+fn unix_now(env: &SharedEnv) -> i64 {
+    i64::try_from(env.unix_millis()).unwrap_or(i64::MAX)
+}
+
+fn invalid_expire_time(command: &str) -> Reply {
+    Reply::err(format!("invalid expire time in '{command}' command"))
+}
+
 fn upper(arg: &[u8]) -> String {
     String::from_utf8_lossy(arg).to_ascii_uppercase()
 }
@@ -188,7 +206,10 @@ pub fn execute(env: &SharedEnv, store: &Store, session: &mut Session, request: &
     }
     let now = env.elapsed();
     let args = &request[1..];
-    let mut dbs = store.0.lock().expect("cache lock poisoned");
+    let mut dbs = store
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let db = &mut dbs[session.db];
     // Lazy expiry, as the real server does on access.
     let mut get = |db: &mut BTreeMap<Bytes, Entry>, key: &Bytes| -> Option<Entry> {
@@ -269,10 +290,15 @@ pub fn execute(env: &SharedEnv, store: &Store, session: &mut Session, request: &
             let Some(entry) = get(db, &args[0]) else {
                 return Reply::Integer(0);
             };
+            // Real Redis refuses an expiry past `i64::MAX` ms of Unix time (seconds that
+            // overflow as milliseconds, or milliseconds past the end of time from now).
             let millis = if name == "expire" {
-                amount.saturating_mul(1000)
+                amount.checked_mul(1000)
             } else {
-                amount
+                Some(amount)
+            };
+            let Some(millis) = millis.filter(|m| *m <= i64::MAX - unix_now(env)) else {
+                return invalid_expire_time(&name);
             };
             let at = now.as_millis() as i64 + millis;
             let current = entry.expires.map(|d| d.as_millis() as i64);
@@ -305,7 +331,7 @@ pub fn execute(env: &SharedEnv, store: &Store, session: &mut Session, request: &
             }) => {
                 let left = (at - now).as_millis() as i64;
                 Reply::Integer(if name == "ttl" {
-                    (left + 500) / 1000
+                    left.saturating_add(500) / 1000
                 } else {
                     left
                 })
@@ -362,10 +388,18 @@ fn set(
         None => None,
         Some((seconds, amount)) => match integer(amount) {
             None => return not_integer(),
-            Some(n) if n <= 0 => return Reply::err("invalid expire time in 'set' command"),
             Some(n) => {
-                let millis = if seconds { n.saturating_mul(1000) } else { n };
-                Some(now + Duration::from_millis(millis as u64))
+                // As the real server: not positive, seconds that overflow as milliseconds,
+                // or an expiry past `i64::MAX` ms of Unix time.
+                let millis = if seconds {
+                    n.checked_mul(1000)
+                } else {
+                    Some(n)
+                };
+                match millis.filter(|m| *m > 0 && *m <= i64::MAX - unix_now(env)) {
+                    Some(millis) => Some(now + Duration::from_millis(millis as u64)),
+                    None => return invalid_expire_time("set"),
+                }
             }
         },
     };
@@ -398,4 +432,55 @@ fn set(
         );
     }
     answer(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(store: &Store, session: &mut Session, args: &[&str]) -> Reply {
+        let env: SharedEnv = std::sync::Arc::new(crate::env::RealEnv::new("cache"));
+        let request: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
+        execute(&env, store, session, &request)
+    }
+
+    fn encoded(reply: &Reply) -> String {
+        let mut out = bytes::BytesMut::new();
+        reply.encode(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn an_expiry_past_the_end_of_time_is_refused_as_the_real_server_does() {
+        // Found by fuzzing (fuzz/regressions/resp/): these overflowed, and the panic
+        // poisoned the store for every other connection.
+        let (store, mut session) = (Store::default(), Session::default());
+        assert_eq!(
+            encoded(&run(&store, &mut session, &["SET", "k", "v"])),
+            "+OK\r\n"
+        );
+        for (args, command) in [
+            (&["EXPIRE", "k", "9223372036854775807"][..], "expire"),
+            (&["PEXPIRE", "k", "9223372036854775807"], "pexpire"),
+            (&["EXPIRE", "k", "9223372036854775"], "expire"),
+            (&["SET", "k", "v", "EX", "9223372036854775807"], "set"),
+            (&["SET", "k", "v", "PX", "9223372036854775807"], "set"),
+        ] {
+            assert_eq!(
+                encoded(&run(&store, &mut session, args)),
+                format!("-ERR invalid expire time in '{command}' command\r\n"),
+                "{args:?}"
+            );
+        }
+        assert_eq!(
+            encoded(&run(&store, &mut session, &["TTL", "k"])),
+            ":-1\r\n"
+        );
+        let far = (i64::MAX - 4_000_000_000_000).to_string();
+        assert_eq!(
+            encoded(&run(&store, &mut session, &["PEXPIRE", "k", &far])),
+            ":1\r\n"
+        );
+        assert!(encoded(&run(&store, &mut session, &["TTL", "k"])).starts_with(":9"));
+    }
 }
