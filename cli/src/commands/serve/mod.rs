@@ -1300,6 +1300,13 @@ fn cronus(args: CronusArgs) -> Result<(), Fail> {
             "--lease-ttl must be at least 3 ms (it is renewed every third of it)",
         ));
     }
+    let longest = orrery_system::platform::runner::MAX_LEASE_MS;
+    if config.lease_ttl > std::time::Duration::from_millis(longest) {
+        return Err(Fail::usage(format!(
+            "--lease-ttl must be at most {}s (the longest lease the platform grants)",
+            longest / 1000
+        )));
+    }
     block_on(async move {
         tracing::info!(
             variant = variant.as_str(),

@@ -264,11 +264,16 @@ async fn handle(
                 body.get("holder")
                     .and_then(Value::as_str)
                     .filter(|h| !h.is_empty()),
-                body.get("ttlMs").and_then(Value::as_u64).filter(|t| *t > 0),
+                body.get("ttlMs")
+                    .and_then(Value::as_u64)
+                    .filter(|t| (1..=MAX_LEASE_MS).contains(t)),
             ) else {
+                // A lease without an end would let one holder keep the cron ticks for ever.
                 return error(
                     StatusCode::BAD_REQUEST,
-                    "a lease request needs `holder` (a name) and `ttlMs` (above 0)",
+                    format!(
+                        "a lease request needs `holder` (a name) and `ttlMs` (1 to {MAX_LEASE_MS})"
+                    ),
                 );
             };
             let lease =

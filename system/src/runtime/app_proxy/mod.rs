@@ -124,6 +124,32 @@ async fn json_body(request: Request<Incoming>) -> Result<Value, Response<Body>> 
     })
 }
 
+/// The 400 naming which is not a Kubernetes name, unless `namespace` is a DNS-1123 label and
+/// `name` a DNS-1123 subdomain.
+fn refuse_unless_kube_names(namespace: &str, name: &str) -> Option<Response<Body>> {
+    let fits = |text: &str, max: usize, dots: bool| {
+        (1..=max).contains(&text.len())
+            && text.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
+            })
+            && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && text.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    if !fits(namespace, 63, false) {
+        return Some(error(
+            StatusCode::BAD_REQUEST,
+            format!("namespace {namespace:?} in the path is not a Kubernetes namespace name"),
+        ));
+    }
+    if !fits(name, 253, true) {
+        return Some(error(
+            StatusCode::BAD_REQUEST,
+            format!("name {name:?} in the path is not a Kubernetes object name"),
+        ));
+    }
+    None
+}
+
 fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
     json(status, &json!({"error": message.into()}))
 }
@@ -305,6 +331,15 @@ impl AppProxy {
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().trim_end_matches('/').to_string();
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        // A namespace and a name from the path go into the API server's URLs and the
+        // permission check as they are: anything but Kubernetes names (`..`, `%2F`) is a 400.
+        if let ["app-proxy", "api", "applications" | "workflows", namespace, name, _] =
+            segments.as_slice()
+        {
+            if let Some(refusal) = refuse_unless_kube_names(namespace, name) {
+                return refusal;
+            }
+        }
         match (request.method().as_str(), segments.as_slice()) {
             ("GET", ["app-proxy", "healthz"]) => json(StatusCode::OK, &json!({"status": "ok"})),
             ("GET", ["app-proxy", "api", "repositories"]) => {
@@ -714,5 +749,30 @@ fn bad_gateway(upstream: &str, outcome: Result<(u16, Value), String>) -> Respons
             StatusCode::BAD_GATEWAY,
             format!("cannot reach the {upstream}: {e}"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kubernetes_names_from_the_path_reach_the_api_server() {
+        assert!(refuse_unless_kube_names("argocd", "guestbook.v2-1").is_none());
+        for (namespace, name) in [
+            ("..", "x"),
+            ("argocd", ".."),
+            ("argo%2Fcd", "x"),
+            ("argocd", "a%2F..%2Fb"),
+            ("Argocd", "x"),
+            ("argocd", "-x"),
+            ("a.b", "x"),
+            ("", "x"),
+        ] {
+            assert!(
+                refuse_unless_kube_names(namespace, name).is_some(),
+                "{namespace}/{name}"
+            );
+        }
     }
 }

@@ -71,6 +71,16 @@ fn webhook(path: &str) -> Option<(&str, &str)> {
     })
 }
 
+/// Whether `text` is a DNS-1123 label, as namespace and Service names are.
+fn dns_label(text: &str) -> bool {
+    (1..=63).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-')
+}
+
 /// The routing decision for a path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -94,6 +104,15 @@ impl Routes {
         let query = path_and_query.strip_prefix(path).unwrap_or("");
         // The regular-expression location wins over every prefix location.
         if let Some((ns, name)) = webhook(path) {
+            // The upstream's host is made of the path's text: anything but a Kubernetes name
+            // there (`x@other-svc.other-ns`: userinfo, then another Service's host) would send
+            // the request to a Service the caller chose. Found by fuzzing; nginx refuses such
+            // a host too (inferred: its proxy_pass URL parser has no userinfo).
+            if !dns_label(ns) || !dns_label(name) {
+                return Route::NotFound(format!(
+                    "no route for {path}: a webhook's namespace and event source are Kubernetes names"
+                ));
+            }
             return Route::Upstream {
                 upstream: format!(
                     "{name}-eventsource-svc.{ns}.{}:{}",
@@ -261,5 +280,26 @@ mod tests {
         assert!(matches!(r.route("/webhooks//name"), Route::NotFound(_)));
         assert!(matches!(r.route("/app-proxyX"), Route::NotFound(_)));
         assert!(matches!(r.route("/"), Route::NotFound(_)));
+    }
+
+    #[test]
+    fn a_webhook_path_cannot_choose_another_service_as_upstream() {
+        // Found by fuzzing: the host was made of the path's text, so `x@argocd-server.argocd`
+        // made `argocd-server.argocd.svc.cluster.local` the upstream (userinfo before it).
+        let r = routes();
+        for path in [
+            "/api/v1/session/webhooks/x@argocd-server.argocd/github",
+            "/webhooks/ci/push@evil",
+            "/webhooks/CI/push",
+            "/webhooks/ci/push:8080",
+            "/webhooks/-ci/push",
+            "/webhooks/ci%2Fx/push",
+        ] {
+            assert!(matches!(r.route(path), Route::NotFound(_)), "{path}");
+        }
+        assert!(matches!(
+            r.route("/webhooks/ci-2/push-1"),
+            Route::Upstream { .. }
+        ));
     }
 }

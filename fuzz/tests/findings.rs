@@ -1,0 +1,54 @@
+//! The findings of fuzzing, each as the abusive request followed by a normal one that still
+//! succeeds (the inputs themselves are kept in fuzz/regressions/).
+
+use orrery_fuzz::{request, world};
+
+fn send(addr: &str, text: &str) -> request::Answer {
+    world::with(|w| request::send(w, addr, text.as_bytes()))
+}
+
+fn user(line: &str) -> String {
+    format!("{line}\nauthorization: Bearer {}\n\n", world::USER_TOKEN)
+}
+
+#[test]
+fn a_webhook_path_cannot_send_the_router_to_a_service_of_its_choosing() {
+    // The upstream's host was the path's text: `x@app-proxy-host` made it userinfo + host.
+    let abuse = send(world::ROUTER, "POST /app-proxy/webhooks/x@kube/y\n\n{}");
+    assert_eq!(abuse.status, 404, "{:?}", abuse.body);
+    assert_eq!(send(world::ROUTER, "GET /healthz").status, 200);
+}
+
+#[test]
+fn the_app_proxy_refuses_a_path_whose_names_are_not_kubernetes_names() {
+    for path in [
+        "/app-proxy/api/workflows/../x/terminate",
+        "/app-proxy/api/workflows/argo/a%2F..%2Fb/terminate",
+        "/app-proxy/api/applications/argocd/..%2F/sync",
+    ] {
+        let abuse = send(world::APP_PROXY, &user(&format!("POST {path}")));
+        assert_eq!(abuse.status, 400, "{path}: {:?}", abuse.body);
+    }
+    let normal = send(
+        world::APP_PROXY,
+        &user("POST /app-proxy/api/workflows/argo/ci-1/terminate"),
+    );
+    assert_eq!(normal.status, 404, "{:?}", normal.body);
+}
+
+#[test]
+fn a_cronus_lease_cannot_outlast_the_longest_the_platform_grants() {
+    let lease = |ttl: u64| {
+        send(
+            world::RUNNER,
+            &format!(
+                "POST /api/cronus/lease\nauthorization: Bearer {}\ncontent-type: application/json\n\n{{\"holder\":\"cronus-0\",\"ttlMs\":{ttl}}}",
+                world::ADMIN_TOKEN
+            ),
+        )
+    };
+    let abuse = lease(u64::MAX);
+    assert_eq!(abuse.status, 400, "{:?}", abuse.body);
+    assert!(String::from_utf8_lossy(&abuse.body).contains("600000"));
+    assert_eq!(lease(15_000).status, 200);
+}
