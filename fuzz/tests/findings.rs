@@ -52,3 +52,28 @@ fn a_cronus_lease_cannot_outlast_the_longest_the_platform_grants() {
     assert!(String::from_utf8_lossy(&abuse.body).contains("600000"));
     assert_eq!(lease(15_000).status, 200);
 }
+
+#[test]
+fn a_client_that_never_finishes_its_upgrade_is_closed_and_does_not_hold_a_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    world::with(|w| {
+        w.block_on(async {
+            let mut slow = w.network().connect(world::TUNNEL, "slow").unwrap();
+            slow.write_all(b"GET /tunnel HTTP/1.1\r\nhost: edge\r\n")
+                .await
+                .unwrap();
+            let mut buf = [0u8; 64];
+            let closed =
+                tokio::time::timeout(std::time::Duration::from_secs(60), slow.read(&mut buf)).await;
+            assert!(
+                matches!(closed, Ok(Ok(0))),
+                "the server kept a half-sent upgrade: {closed:?}"
+            );
+        })
+    });
+    let head = format!(
+        "GET /tunnel\nauthorization: Bearer {}\nx-orrery-runtime: acme-prod\n\n",
+        world::RUNTIME_TOKEN
+    );
+    assert_eq!(orrery_fuzz::targets::tunnel_upgrade(head.as_bytes()), 101);
+}

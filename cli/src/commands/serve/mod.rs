@@ -199,6 +199,11 @@ pub struct ControlPlaneArgs {
     /// TLS private key (PEM) for the tunnel; goes with --tls-cert.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Longest a runtime's connection may take to finish its TLS handshake, then to send its
+    /// upgrade request, before the tunnel server closes it (a client that never finishes
+    /// would hold a registration slot).
+    #[arg(long, default_value = "10s")]
+    tunnel_handshake_timeout: String,
     /// A hosted runtime's virtual cluster, NAME=KUBECONFIG (repeatable): the tenant's own
     /// API server, whose ConfigMaps and Secrets are kept as copies in one namespace of the
     /// host cluster (KUBECONFIG, then ~/.kube/config) — vcluster's syncer. faithful names
@@ -901,6 +906,13 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         ));
     }
     let mut tunnel = tunnel::Config::new(variant);
+    tunnel.handshake_timeout =
+        duration_flag("tunnel-handshake-timeout", &args.tunnel_handshake_timeout)?;
+    if tunnel.handshake_timeout.is_zero() {
+        return Err(Fail::usage(
+            "--tunnel-handshake-timeout must be above 0 (no runtime could register)",
+        ));
+    }
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         tunnel.tls = Some(
             orrery_system::tunnel::tls::server_config(&read(cert)?, &read(key)?)

@@ -40,6 +40,11 @@ pub struct Config {
     pub max_pending_registrations: usize,
     /// TLS (WSS) in real mode; plain TCP when absent (the simulator).
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Longest a client may take to finish its TLS handshake, and then to send its upgrade
+    /// request, before the connection is closed: a client that connects and never finishes
+    /// would otherwise hold one of the [`Config::max_pending_registrations`] for ever, and
+    /// enough of them shut every runtime out (orrery's limit; 10 s by default).
+    pub handshake_timeout: Duration,
 }
 
 impl Config {
@@ -59,6 +64,7 @@ impl Config {
             registration_cost: Duration::ZERO,
             max_pending_registrations: 1024,
             tls: None,
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -271,19 +277,46 @@ pub async fn run(env: SharedEnv, server: Arc<TunnelServer>, addr: &str) -> std::
     serve(env, server, listener).await
 }
 
+/// `future`'s output, or `None` if `timeout` of the environment's time passes first.
+async fn within<T>(
+    env: &SharedEnv,
+    timeout: Duration,
+    future: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        done = future => Some(done),
+        () = env.sleep(timeout) => None,
+    }
+}
+
 async fn connection(
     env: SharedEnv,
     server: Arc<TunnelServer>,
     stream: crate::env::BoxStream,
     peer: String,
 ) {
+    let timeout = server.config.handshake_timeout;
     let mut stream: crate::env::BoxStream = match &server.config.tls {
-        Some(tls) => match tokio_rustls::TlsAcceptor::from(tls.clone())
-            .accept(stream)
-            .await
+        Some(tls) => match within(
+            &env,
+            timeout,
+            tokio_rustls::TlsAcceptor::from(tls.clone()).accept(stream),
+        )
+        .await
         {
-            Ok(tls_stream) => Box::new(tls_stream),
-            Err(error) => {
+            Some(Ok(tls_stream)) => Box::new(tls_stream),
+            None => {
+                env.observe(
+                    TunnelEvent::TlsFailed {
+                        peer: peer.clone(),
+                        error: format!("no TLS handshake within {timeout:?}"),
+                    }
+                    .into(),
+                );
+                return;
+            }
+            Some(Err(error)) => {
                 env.observe(
                     TunnelEvent::TlsFailed {
                         peer: peer.clone(),
@@ -359,6 +392,7 @@ async fn registration(
     peer: String,
 ) {
     let release = |server: &TunnelServer| *server.pending.lock().expect("pending lock") -= 1;
+    let timeout = server.config.handshake_timeout;
     let accepted: Arc<Mutex<Option<Verdict>>> = Arc::default();
     let verdict = accepted.clone();
     let registry = server.registry.clone();
@@ -403,13 +437,27 @@ async fn registration(
             }
         }
     };
-    let handshake = tokio_tungstenite::accept_hdr_async_with_config(
-        stream,
-        callback,
-        Some(tunnel::ws_config()),
+    let handshake = within(
+        &env,
+        timeout,
+        tokio_tungstenite::accept_hdr_async_with_config(
+            stream,
+            callback,
+            Some(tunnel::ws_config()),
+        ),
     )
     .await;
     release(&server);
+    let Some(handshake) = handshake else {
+        env.observe(
+            TunnelEvent::HandshakeFailed {
+                peer: peer.clone(),
+                error: format!("no upgrade request within {timeout:?}"),
+            }
+            .into(),
+        );
+        return;
+    };
     let verdict = accepted.lock().expect("verdict lock").take();
     let (ws, name, run_id, token) = match (handshake, verdict) {
         (Ok(ws), Some(Ok((name, run_id, token)))) => (ws, name, run_id, token),
