@@ -152,11 +152,14 @@ sweep: build
 ## into scenarios/regressions/ and writes reports/farm/. FARM_FLAGS adds flags, e.g.
 ## FARM_FLAGS="--cpu-budget 3h" or "--mutation 0". Exits non-zero when a run was not as
 ## declared (the report says which, with the replay command).
+## FARM_FUZZ_PERCENT of the budget (default 30) goes to fuzzing every target (make fuzz,
+## figures in reports/fuzz/); 0 for seeds only.
 BUDGET ?= 90m
 FARM_FLAGS ?=
+FARM_FUZZ_PERCENT ?= 30
 farm:
 	$(CARGO) build --release --bin orrery
-	./target/release/orrery farm --budget $(BUDGET) $(FARM_FLAGS)
+	BUDGET=$(BUDGET) FARM_FLAGS="$(FARM_FLAGS)" FARM_FUZZ_PERCENT=$(FARM_FUZZ_PERCENT) scripts/farm.sh
 
 ## Every fuzz target under AFL++ (cargo-afl, installed into ~/.cache/orrery on first use), each
 ## until FUZZ_EXECS executions or FUZZ_SECONDS, FUZZ_JOBS at a time; FUZZ_TARGETS="a b" for some.

@@ -10,6 +10,8 @@
 #
 #   FUZZ_TARGETS="apiserver graphql"  only these (default: every target)
 #   FUZZ_SECONDS=600 FUZZ_EXECS=1000000 FUZZ_JOBS=<cores>
+#   FUZZ_BUDGET=1800  instead of FUZZ_SECONDS: this many seconds in all, shared as the targets
+#                     start (a target that reaches FUZZ_EXECS early leaves its time to the rest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,17 +49,27 @@ done
 export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_NO_AFFINITY=1
 mkdir -p "$OUT"
 fuzz_one() {
-    local t=$1 input="fuzz/corpus/$t"
+    local t=$1 seconds=$2 input="fuzz/corpus/$t"
     # A second run resumes from the queue of the first.
     [ -f "$OUT/$t/default/fuzzer_stats" ] && input=-
-    echo "fuzz: $t (up to ${FUZZ_SECONDS}s or $FUZZ_EXECS executions)"
-    cargo afl fuzz -i "$input" -o "$OUT/$t" -V "$FUZZ_SECONDS" -E "$FUZZ_EXECS" -t 2000 -m 4096 \
+    echo "fuzz: $t (up to ${seconds}s or $FUZZ_EXECS executions)"
+    cargo afl fuzz -i "$input" -o "$OUT/$t" -V "$seconds" -E "$FUZZ_EXECS" -t 2000 -m 4096 \
         -- "$DRIVER" "$t" >"$OUT/$t.log" 2>&1 || { echo "fuzz: afl-fuzz failed on $t:"; tail -20 "$OUT/$t.log"; return 1; }
 }
 running=0
 status=0
+left=$(wc -w <<<"$targets")
+end=$(( $(date +%s) + ${FUZZ_BUDGET:-0} ))
 for t in $targets; do
-    fuzz_one "$t" &
+    seconds=$FUZZ_SECONDS
+    if [ -n "${FUZZ_BUDGET:-}" ]; then
+        # This target's share of what is left: the time left on every job, over the targets
+        # not started yet (at least a minute each).
+        seconds=$(( ($end - $(date +%s)) * FUZZ_JOBS / left ))
+        [ "$seconds" -ge 60 ] || seconds=60
+    fi
+    left=$((left - 1))
+    fuzz_one "$t" "$seconds" &
     running=$((running + 1))
     if [ "$running" -ge "$FUZZ_JOBS" ]; then
         wait -n || status=1

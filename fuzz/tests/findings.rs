@@ -77,3 +77,84 @@ fn a_client_that_never_finishes_its_upgrade_is_closed_and_does_not_hold_a_slot()
     );
     assert_eq!(orrery_fuzz::targets::tunnel_upgrade(head.as_bytes()), 101);
 }
+
+/// `size` bytes of JSON string: `{"x":"aaaa…"}`.
+fn big_json(size: usize) -> String {
+    format!("{{\"x\":\"{}\"}}", "a".repeat(size))
+}
+
+#[test]
+fn every_server_answers_a_body_over_its_limit_with_413_and_keeps_serving() {
+    let admin = format!("authorization: Bearer {}", world::ADMIN_TOKEN);
+    let user = format!("authorization: Bearer {}", world::USER_TOKEN);
+    let runtime = format!("authorization: {}", world::RUNTIME_TOKEN);
+    let cases = [
+        (world::RUNNER, format!("POST /api/cronus/lease\n{admin}"), 1 << 20, "POST /api/cronus/lease\n".to_string() + &admin + "\n\n{\"holder\":\"c\",\"ttlMs\":1000}", 200),
+        (world::APP_PROXY, format!("POST /app-proxy/api/applications/commit\n{user}"), 1 << 20, format!("GET /app-proxy/healthz\n{user}\n\n"), 200),
+        (world::GATEWAY, format!("POST /api/runtimes\n{admin}"), 64 * 1024, format!("GET /api/runtimes\n{admin}\n\n"), 200),
+        (world::GATEWAY, format!("POST /2.0/api/graphql\n{user}"), 64 * 1024, format!("POST /2.0/api/graphql\n{user}\ncontent-type: application/json\n\n{{\"query\":\"{{ __typename }}\"}}"), 200),
+        (world::EVENTS, format!("POST /2.0/api/events\n{runtime}"), 5 << 20, format!("GET /healthz\n{runtime}\n\n"), 200),
+        (world::APISERVER, "POST /api/v1/namespaces/fuzz/configmaps".to_string(), 3 << 20, "GET /api/v1/namespaces/fuzz/configmaps\n\n".to_string(), 200),
+    ];
+    for (addr, head, limit, normal, ok) in cases {
+        let abuse = send(
+            addr,
+            &format!(
+                "{head}\ncontent-type: application/json\n\n{}",
+                big_json(limit)
+            ),
+        );
+        assert_eq!(
+            abuse.status,
+            413,
+            "{addr} {head}: {:?}",
+            String::from_utf8_lossy(&abuse.body[..abuse.body.len().min(300)])
+        );
+        let answer = send(addr, &normal);
+        assert_eq!(
+            answer.status, ok,
+            "{addr} after the abuse: {normal}: {:?}",
+            answer.body
+        );
+    }
+}
+
+#[test]
+fn a_client_that_never_finishes_its_headers_is_closed_and_the_server_keeps_serving() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for addr in [
+        world::GATEWAY,
+        world::EVENTS,
+        world::RUNNER,
+        world::APP_PROXY,
+        world::ROUTER,
+        world::APISERVER,
+    ] {
+        world::with(|w| {
+            w.block_on(async {
+                let mut slow = w.network().connect(addr, "slow").unwrap();
+                slow.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: ")
+                    .await
+                    .unwrap();
+                let mut buf = [0u8; 512];
+                let closed = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+                    loop {
+                        match slow.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {}
+                        }
+                    }
+                })
+                .await;
+                assert!(
+                    closed.is_ok(),
+                    "{addr} kept a connection whose headers never ended"
+                );
+            })
+        });
+        assert!(
+            send(addr, "GET /healthz").status < 500,
+            "{addr} after a slow client"
+        );
+    }
+}

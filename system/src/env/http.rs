@@ -95,6 +95,42 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
+/// Why a request's body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// Longer than the server takes: 413.
+    #[error("the body is over {0} bytes")]
+    TooLarge(usize),
+    /// The client broke it off or framed it wrongly: 400.
+    #[error("cannot read the body: {0}")]
+    Broken(String),
+}
+
+impl BodyError {
+    /// The status to answer with.
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            BodyError::TooLarge(_) => http::StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::Broken(_) => http::StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// Reads a request's body of at most `limit` bytes; past it, [`BodyError::TooLarge`] (and
+/// no more is read).
+pub async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, BodyError>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge(limit)),
+        Err(e) => Err(BodyError::Broken(e.to_string())),
+    }
+}
+
 /// A JSON response with `status` (every orrery API answers JSON this way).
 pub fn json(status: http::StatusCode, value: &impl serde::Serialize) -> Response<Body> {
     Response::builder()

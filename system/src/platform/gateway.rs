@@ -646,20 +646,10 @@ impl Gateway {
                 "registering a runtime needs the admin token",
             );
         }
-        let body = match http_body_util::Limited::new(request.into_body(), REGISTRATION_LIMIT)
-            .collect()
-            .await
+        let body = match crate::env::http::read_body(request.into_body(), REGISTRATION_LIMIT).await
         {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
-                return self.deny(
-                    env,
-                    seen,
-                    "",
-                    StatusCode::BAD_REQUEST,
-                    format!("reading the body: {e}"),
-                )
-            }
+            Ok(body) => body,
+            Err(e) => return self.deny(env, seen, "", e.status(), e.to_string()),
         };
         let parsed: Value = match serde_json::from_slice(&body) {
             Ok(v) => v,

@@ -34,7 +34,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use http::{Request, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
@@ -158,14 +157,23 @@ fn lost() -> http::Response<Body> {
     error(StatusCode::BAD_GATEWAY, "bad gateway")
 }
 
-/// Reads a JSON body of at most 1 MiB.
-async fn body(req: Request<Incoming>) -> Result<Value, String> {
-    let bytes = http_body_util::Limited::new(req.into_body(), 1 << 20)
-        .collect()
+/// Largest request body the API reads.
+pub const BODY_LIMIT: usize = 1 << 20;
+
+/// Why a request's body is refused, with the status to answer: 413 over [`BODY_LIMIT`], else 400.
+struct Refused(StatusCode, String);
+
+/// Reads a JSON body of at most [`BODY_LIMIT`].
+async fn body(req: Request<Incoming>) -> Result<Value, Refused> {
+    let bytes = crate::env::http::read_body(req.into_body(), BODY_LIMIT)
         .await
-        .map_err(|e| format!("cannot read the body: {e}"))?
-        .to_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| format!("the body is not JSON: {e}"))
+        .map_err(|e| Refused(e.status(), e.to_string()))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        Refused(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )
+    })
 }
 
 /// Whether a drawn percentage falls under `percent`.
@@ -258,7 +266,7 @@ async fn handle(
             }
             let body = match body(req).await {
                 Ok(body) => body,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                Err(Refused(status, e)) => return error(status, e),
             };
             let (Some(holder), Some(ttl)) = (
                 body.get("holder")
@@ -304,10 +312,15 @@ async fn handle(
                         v.get("everyMs")
                             .and_then(Value::as_u64)
                             .filter(|ms| *ms > 0)
-                            .ok_or_else(|| "a cron trigger needs `everyMs` (above 0)".to_string())
+                            .ok_or_else(|| {
+                                Refused(
+                                    StatusCode::BAD_REQUEST,
+                                    "a cron trigger needs `everyMs` (above 0)".into(),
+                                )
+                            })
                     }) {
                         Ok(every) => every,
-                        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                        Err(Refused(status, e)) => return error(status, e),
                     };
                     let mut queue = builds.lock();
                     let cron = queue
@@ -331,7 +344,7 @@ async fn handle(
             let name = name.to_string();
             let body = match body(req).await {
                 Ok(body) => body,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                Err(Refused(status, e)) => return error(status, e),
             };
             let Some(scheduled_ms) = body.get("scheduledMs").and_then(Value::as_u64) else {
                 return error(
@@ -383,10 +396,12 @@ async fn handle(
                 http::Method::GET => json(StatusCode::OK, &builds.lock().pipeline(&name)),
                 http::Method::PUT => {
                     let pipeline: Pipeline = match body(req).await.and_then(|v| {
-                        serde_json::from_value(v).map_err(|e| format!("not a pipeline: {e}"))
+                        serde_json::from_value(v).map_err(|e| {
+                            Refused(StatusCode::BAD_REQUEST, format!("not a pipeline: {e}"))
+                        })
                     }) {
                         Ok(pipeline) => pipeline,
-                        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                        Err(Refused(status, e)) => return error(status, e),
                     };
                     let changes =
                         builds
@@ -417,7 +432,7 @@ async fn handle(
             }
             let body = match body(req).await {
                 Ok(body) => body,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                Err(Refused(status, e)) => return error(status, e),
             };
             let exit_code = match body.get("exitCode") {
                 None | Some(Value::Null) => None,
@@ -454,7 +469,7 @@ async fn build_request(
 ) -> Result<NewBuild, http::Response<Body>> {
     let body = body(req)
         .await
-        .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+        .map_err(|Refused(status, e)| error(status, e))?;
     parse_build(builds, &body, delivery, tick).map_err(|(status, e)| error(status, e))
 }
 
@@ -594,10 +609,12 @@ async fn agent_route(
         ("POST", ["tasks", task, "statuses"]) => {
             let task = task.to_string();
             let status: TaskStatus = match body(req).await.and_then(|v| {
-                serde_json::from_value(v).map_err(|e| format!("not a task status: {e}"))
+                serde_json::from_value(v).map_err(|e| {
+                    Refused(StatusCode::BAD_REQUEST, format!("not a task status: {e}"))
+                })
             }) {
                 Ok(status) => status,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                Err(Refused(status, e)) => return error(status, e),
             };
             let result = builds
                 .lock()

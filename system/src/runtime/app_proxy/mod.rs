@@ -111,11 +111,9 @@ fn readable_anywhere(answer: &Value) -> bool {
 
 /// A request's JSON body (at most [`BODY_LIMIT`]), or the 400 answer naming what is wrong.
 async fn json_body(request: Request<Incoming>) -> Result<Value, Response<Body>> {
-    let body = http_body_util::Limited::new(request.into_body(), BODY_LIMIT)
-        .collect()
+    let body = crate::env::http::read_body(request.into_body(), BODY_LIMIT)
         .await
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("reading the body: {e}")))?
-        .to_bytes();
+        .map_err(|e| error(e.status(), e.to_string()))?;
     serde_json::from_slice(&body).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
