@@ -158,3 +158,25 @@ fn a_client_that_never_finishes_its_headers_is_closed_and_the_server_keeps_servi
         );
     }
 }
+
+#[test]
+fn a_header_block_over_1_mib_is_431_and_the_server_keeps_serving() {
+    for addr in [
+        world::GATEWAY,
+        world::EVENTS,
+        world::RUNNER,
+        world::APP_PROXY,
+        world::ROUTER,
+        world::APISERVER,
+    ] {
+        let abuse = send(
+            addr,
+            &format!("GET /healthz\nx-big: {}\n\n", "a".repeat(2_000_000)),
+        );
+        assert_eq!(abuse.status, 431, "{addr}");
+        assert!(
+            send(addr, "GET /healthz").status < 500,
+            "{addr} after a huge header"
+        );
+    }
+}
