@@ -180,3 +180,21 @@ fn a_header_block_over_1_mib_is_431_and_the_server_keeps_serving() {
         );
     }
 }
+
+#[test]
+fn an_apply_body_that_is_not_an_object_is_400_and_the_api_server_keeps_serving() {
+    // Found by fuzzing: a YAML string reached the apply code, which panicked indexing it,
+    // and the panic poisoned the store's lock, so every later request panicked too.
+    for body in ["sion\":\"argo{\"apiVersion\":\"v1\"}", "[1, 2]", "42", ""] {
+        let abuse = send(
+            world::APISERVER,
+            &format!("PATCH /api/v1/namespaces/fuzz/configmaps/applied?fieldManager=alice\ncontent-type: application/apply-patch+yaml\n\n{body}"),
+        );
+        assert_eq!(abuse.status, 400, "{body:?}: {:?}", abuse.body);
+    }
+    let normal = send(
+        world::APISERVER,
+        "PATCH /api/v1/namespaces/fuzz/configmaps/applied?fieldManager=alice\ncontent-type: application/apply-patch+yaml\n\n{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"applied\"}}",
+    );
+    assert_eq!(normal.status, 201, "{:?}", normal.body);
+}

@@ -862,11 +862,27 @@ async fn read_json(
 
 async fn read_yaml(req: Request<Incoming>) -> Result<Value, ApiError> {
     let bytes = read_body(req).await?;
-    if let Ok(value) = serde_json::from_slice(&bytes) {
-        return Ok(value);
+    let value: Value = match serde_json::from_slice(&bytes) {
+        Ok(value) => value,
+        Err(_) => serde_saphyr::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(&format!("the apply body is not valid YAML: {e}"))
+        })?,
+    };
+    // kube-apiserver decodes the body into an object: a scalar or a list is refused (found by
+    // fuzzing: a YAML string reached the apply code, which indexes it as an object).
+    if !value.is_object() {
+        let what = match &value {
+            Value::Array(_) => "array",
+            Value::String(_) => "string",
+            Value::Number(_) => "number",
+            Value::Bool(_) => "bool",
+            _ => "null",
+        };
+        return Err(ApiError::bad_request(&format!(
+            "error decoding YAML: cannot unmarshal {what} into Go value of type map[string]interface {{}}"
+        )));
     }
-    serde_saphyr::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(&format!("the apply body is not valid YAML: {e}")))
+    Ok(value)
 }
 
 /// A list response, fields in the real server's order, around its items' texts: byte for
