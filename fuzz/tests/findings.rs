@@ -198,3 +198,24 @@ fn an_apply_body_that_is_not_an_object_is_400_and_the_api_server_keeps_serving()
     );
     assert_eq!(normal.status, 201, "{:?}", normal.body);
 }
+
+#[test]
+fn an_upgrade_request_tungstenite_would_refuse_is_answered_400_naming_why() {
+    // Found by fuzzing: the tunnel server closed such a connection without a word.
+    for (head, why) in [
+        ("POST /tunnel\n\n", "GET"),
+        ("GET /tunnel\nupgrade: h2c\n\n", "pgrade"),
+        ("GET /tunnel\nsec-websocket-version: 8\n\n", "ersion"),
+    ] {
+        assert_eq!(
+            orrery_fuzz::targets::tunnel_upgrade(head.as_bytes()),
+            400,
+            "{head:?} ({why})"
+        );
+    }
+    let head = format!(
+        "GET /tunnel\nauthorization: Bearer {}\nx-orrery-runtime: acme-prod\n\n",
+        world::RUNTIME_TOKEN
+    );
+    assert_eq!(orrery_fuzz::targets::tunnel_upgrade(head.as_bytes()), 101);
+}
