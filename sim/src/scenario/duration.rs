@@ -129,7 +129,9 @@ mod tests {
         assert!(parse("99999999999999999999s")
             .unwrap_err()
             .contains("too large"));
-        assert!(parse("99999999999999999999h").unwrap_err().contains("too large"));
+        assert!(parse("99999999999999999999h")
+            .unwrap_err()
+            .contains("too large"));
         let yaml: Result<Wrapped, _> = serde_saphyr::from_str("d: 1e20");
         assert!(yaml.unwrap_err().to_string().contains("too large"));
     }
