@@ -108,21 +108,28 @@ pub fn markdown(runs: &[Stats], when: &str, machine: &str) -> String {
             s.hangs.len()
         );
     }
-    let findings: Vec<(&Stats, &PathBuf)> = runs
+    if runs
         .iter()
-        .flat_map(|s| s.crashes.iter().chain(&s.hangs).map(move |p| (s, p)))
-        .collect();
-    if findings.is_empty() {
+        .all(|s| s.crashes.is_empty() && s.hangs.is_empty())
+    {
         page.push_str("\nNo crash and no hang.\n");
     } else {
-        page.push_str("\n## Findings\n\nReplay one with its panic message:\n\n");
-        for (s, path) in findings {
-            let _ = writeln!(
-                page,
-                "- {}: `make fuzz-replay INPUT={}`",
-                s.target,
-                path.display()
-            );
+        // A persistent-mode process that went wrong once may fail every input after it:
+        // the first few of each target say what; the rest are counted.
+        page.push_str("\n## Findings\n\nReplay one with its panic message (the first five of each target):\n\n");
+        for s in runs {
+            let found: Vec<&PathBuf> = s.crashes.iter().chain(&s.hangs).collect();
+            for path in found.iter().take(5) {
+                let _ = writeln!(
+                    page,
+                    "- {}: `make fuzz-replay INPUT={}`",
+                    s.target,
+                    path.display()
+                );
+            }
+            if found.len() > 5 {
+                let _ = writeln!(page, "- {}: and {} more", s.target, found.len() - 5);
+            }
         }
     }
     page

@@ -160,7 +160,7 @@ fn a_client_that_never_finishes_its_headers_is_closed_and_the_server_keeps_servi
 }
 
 #[test]
-fn a_header_block_over_1_mib_is_431_and_the_server_keeps_serving() {
+fn a_header_block_of_2_mb_is_431_and_the_server_keeps_serving() {
     for addr in [
         world::GATEWAY,
         world::EVENTS,

@@ -174,10 +174,6 @@ impl Drop for Connections {
 /// Longest a client may take to send a request's headers (a client that never finishes would
 /// hold its connection for ever); then the connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest header block a server reads (Go's net/http default, so kube-apiserver's); a larger
-/// one is answered 431.
-pub const MAX_HEADER_BYTES: usize = 1 << 20;
-
 /// Serves HTTP/1.1 on `listener`, one task per connection, until the listener fails; the
 /// connections end with the server.
 ///
@@ -200,7 +196,6 @@ where
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
-                .max_buf_size(MAX_HEADER_BYTES)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
