@@ -7,6 +7,16 @@ fn send(addr: &str, text: &str) -> request::Answer {
     world::with(|w| request::send(w, addr, text.as_bytes()))
 }
 
+/// Every HTTP server of the world.
+const HTTP_SERVERS: [&str; 6] = [
+    world::GATEWAY,
+    world::EVENTS,
+    world::RUNNER,
+    world::APP_PROXY,
+    world::ROUTER,
+    world::APISERVER,
+];
+
 fn user(line: &str) -> String {
     format!("{line}\nauthorization: Bearer {}\n\n", world::USER_TOKEN)
 }
@@ -122,14 +132,7 @@ fn every_server_answers_a_body_over_its_limit_with_413_and_keeps_serving() {
 #[test]
 fn a_client_that_never_finishes_its_headers_is_closed_and_the_server_keeps_serving() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    for addr in [
-        world::GATEWAY,
-        world::EVENTS,
-        world::RUNNER,
-        world::APP_PROXY,
-        world::ROUTER,
-        world::APISERVER,
-    ] {
+    for addr in HTTP_SERVERS {
         world::with(|w| {
             w.block_on(async {
                 let mut slow = w.network().connect(addr, "slow").unwrap();
@@ -161,14 +164,7 @@ fn a_client_that_never_finishes_its_headers_is_closed_and_the_server_keeps_servi
 
 #[test]
 fn a_header_block_of_2_mb_is_431_and_the_server_keeps_serving() {
-    for addr in [
-        world::GATEWAY,
-        world::EVENTS,
-        world::RUNNER,
-        world::APP_PROXY,
-        world::ROUTER,
-        world::APISERVER,
-    ] {
+    for addr in HTTP_SERVERS {
         let abuse = send(
             addr,
             &format!("GET /healthz\nx-big: {}\n\n", "a".repeat(2_000_000)),
