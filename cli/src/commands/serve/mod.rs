@@ -10,6 +10,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand, ValueEnum};
 
 use orrery_sim::exit::Exit;
+use orrery_system::core::names::dns_label;
 use orrery_system::core::Variant;
 use orrery_system::env::kube::KubeTarget;
 use orrery_system::env::{RealEnv, SharedEnv};
@@ -395,17 +396,6 @@ async fn vclusters(
         configs.push(config);
     }
     Ok(configs)
-}
-
-/// A DNS-1123 label: what a namespace name and a vcluster's name must be.
-fn dns_label(text: &str) -> bool {
-    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    (1..=63).contains(&text.len())
-        && text
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && edge(text.chars().next())
-        && edge(text.chars().last())
 }
 
 /// A `key=value` or `key` term of `--vcluster-selector`.

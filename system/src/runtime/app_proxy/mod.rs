@@ -125,21 +125,13 @@ async fn json_body(request: Request<Incoming>) -> Result<Value, Response<Body>> 
 /// The 400 naming which is not a Kubernetes name, unless `namespace` is a DNS-1123 label and
 /// `name` a DNS-1123 subdomain.
 fn refuse_unless_kube_names(namespace: &str, name: &str) -> Option<Response<Body>> {
-    let fits = |text: &str, max: usize, dots: bool| {
-        (1..=max).contains(&text.len())
-            && text.bytes().all(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
-            })
-            && text.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && text.ends_with(|c: char| c.is_ascii_alphanumeric())
-    };
-    if !fits(namespace, 63, false) {
+    if !crate::core::names::dns_label(namespace) {
         return Some(error(
             StatusCode::BAD_REQUEST,
             format!("namespace {namespace:?} in the path is not a Kubernetes namespace name"),
         ));
     }
-    if !fits(name, 253, true) {
+    if !crate::core::names::dns_subdomain(name) {
         return Some(error(
             StatusCode::BAD_REQUEST,
             format!("name {name:?} in the path is not a Kubernetes object name"),

@@ -23,6 +23,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::json;
 
+use crate::core::names::dns_label;
 use crate::env::http::{full, json, Body, Client};
 use crate::env::SharedEnv;
 
@@ -69,16 +70,6 @@ fn webhook(path: &str) -> Option<(&str, &str)> {
         let name = rest.split('/').next()?;
         (!ns.is_empty() && !name.is_empty()).then_some((ns, name))
     })
-}
-
-/// Whether `text` is a DNS-1123 label, as namespace and Service names are.
-fn dns_label(text: &str) -> bool {
-    (1..=63).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !text.starts_with('-')
-        && !text.ends_with('-')
 }
 
 /// The routing decision for a path.
