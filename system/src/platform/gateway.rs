@@ -522,29 +522,21 @@ impl Gateway {
                 .get(http::header::ACCEPT)
                 .and_then(|v| v.to_str().ok()),
         );
-        let body = match http_body_util::Limited::new(request.into_body(), graphql::BODY_LIMIT)
-            .collect()
-            .await
+        let body = match crate::env::http::read_body(request.into_body(), graphql::BODY_LIMIT).await
         {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Ok(body) => body,
+            Err(crate::env::http::BodyError::TooLarge(limit)) => {
                 return refuse(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "PAYLOAD_TOO_LARGE",
-                    format!(
-                        "the body is over the GitOps API's limit of {} bytes",
-                        graphql::BODY_LIMIT
-                    ),
+                    format!("the body is over the GitOps API's limit of {limit} bytes"),
                 )
             }
             Err(e) => {
                 return refuse(
                     StatusCode::BAD_REQUEST,
                     "BAD_REQUEST",
-                    format!(
-                        "reading the body (at most {} bytes): {e}",
-                        graphql::BODY_LIMIT
-                    ),
+                    format!("{e} (at most {} bytes)", graphql::BODY_LIMIT),
                 )
             }
         };

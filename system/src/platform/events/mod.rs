@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::json;
 
@@ -1186,25 +1185,9 @@ async fn accept(
         .get("content-encoding")
         .and_then(|v| v.to_str().ok())
         == Some("gzip");
-    let body: Bytes = http_body_util::Limited::new(req.into_body(), BODY_LIMIT_BYTES)
-        .collect()
+    let body: Bytes = crate::env::http::read_body(req.into_body(), BODY_LIMIT_BYTES)
         .await
-        .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                reject(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("body exceeds {BODY_LIMIT_BYTES} bytes"),
-                )
-            } else {
-                reject(
-                    StatusCode::BAD_REQUEST,
-                    format!("reading the body failed: {e}"),
-                )
-            }
-        })?
-        .to_bytes();
+        .map_err(|e| reject(e.status(), e.to_string()))?;
     Traffic::add(&platform.traffic.event_bytes, body.len());
     Ok((decode(&runtime, gzip, &body)?, (body, gzip)))
 }
