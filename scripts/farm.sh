@@ -2,8 +2,10 @@
 # make farm: the seed farm, then fuzzing, in one budget (docs/exploration.md#the-seed-farm).
 #
 # BUDGET (90m, 2h, 45s) is shared: FARM_FUZZ_PERCENT of it (default 30) goes to `make fuzz`
-# (every target, each until 1,000,000 executions or its share of that time), the rest to new
-# seeds of every scenario file (`orrery farm --budget`). FARM_FUZZ_PERCENT=0: seeds only.
+# (the least fuzzed targets so far, as many as get FARM_FUZZ_EACH seconds each — default 600,
+# issue 53's 10 CPU-minutes — on every core, each until 1,000,000 executions or its share of
+# that time), the rest to new seeds of every scenario file (`orrery farm --budget`).
+# FARM_FUZZ_PERCENT=0: seeds only.
 # Exits non-zero when a run was not as declared or a fuzz target crashed or hung.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,6 @@ if [ "$seeds" -gt 0 ]; then
     ./target/release/orrery farm --budget "${seeds}s" ${FARM_FLAGS:-} || status=$?
 fi
 if [ "$fuzz" -gt 0 ]; then
-    FUZZ_BUDGET=$fuzz scripts/fuzz.sh || { [ "$status" -ne 0 ] || status=1; }
+    FUZZ_BUDGET=$fuzz FUZZ_ROTATE=${FARM_FUZZ_EACH:-600} scripts/fuzz.sh || { [ "$status" -ne 0 ] || status=1; }
 fi
 exit "$status"

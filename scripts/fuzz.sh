@@ -12,6 +12,10 @@
 #   FUZZ_SECONDS=600 FUZZ_EXECS=1000000 FUZZ_JOBS=<cores>
 #   FUZZ_BUDGET=1800  instead of FUZZ_SECONDS: this many seconds in all, shared as the targets
 #                     start (a target that reaches FUZZ_EXECS early leaves its time to the rest)
+#   FUZZ_ROTATE=600   with FUZZ_BUDGET: only as many targets as the budget gives this many
+#                     seconds each (on FUZZ_JOBS cores), the least fuzzed so far first (by the
+#                     run time their AFL++ state holds), so each run gives the targets it fuzzes
+#                     their full time and successive runs go round all of them (make farm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +49,17 @@ targets=${FUZZ_TARGETS:-$all}
 for t in $targets; do
     grep -qx "$t" <<<"$all" || { echo "fuzz: no target $t (targets: $(echo $all))" >&2; exit 2; }
 done
+
+if [ -n "${FUZZ_ROTATE:-}" ] && [ -n "${FUZZ_BUDGET:-}" ]; then
+    room=$(( FUZZ_BUDGET * FUZZ_JOBS / FUZZ_ROTATE ))
+    [ "$room" -ge 1 ] || room=1
+    # shellcheck disable=SC2086
+    targets=$(for t in $targets; do
+        spent=$(awk -F' *: *' '$1 == "run_time" { print $2 }' "$OUT/$t/default/fuzzer_stats" 2>/dev/null)
+        echo "${spent:-0} $t"
+    done | sort -s -n -k1,1 | head -n "$room" | awk '{ print $2 }')
+    echo "fuzz: this run's targets, the least fuzzed first: $(echo $targets)"
+fi
 
 export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_NO_AFFINITY=1
 mkdir -p "$OUT"

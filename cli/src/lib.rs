@@ -72,6 +72,9 @@ pub enum Command {
     ProfileSplit(bench::ProfileSplitArgs),
     /// List the fault points compiled into the system code (name, tab, what firing does).
     BuggifyPoints,
+    /// List the limits `serve --limit NAME=VALUE` sets (name, default, what it bounds, what
+    /// a client past it gets), tab-separated.
+    Limits,
     /// Shrink a failing run to a minimal scenario that still breaks the same invariant;
     /// writes <file stem>.min.yaml next to FILE.
     Shrink(shrink::ShrinkArgs),
@@ -113,6 +116,18 @@ pub fn main() -> ExitCode {
         Command::BuggifyPoints => {
             for point in orrery_system::env::Point::ALL {
                 println!("{}\t{}", point.name(), point.what());
+            }
+            Ok(Exit::Expected)
+        }
+        Command::Limits => {
+            for spec in orrery_system::env::limits::SPECS {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    spec.name,
+                    spec.default_value(),
+                    spec.about,
+                    spec.past
+                );
             }
             Ok(Exit::Expected)
         }

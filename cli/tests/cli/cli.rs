@@ -386,3 +386,77 @@ fn a_sweep_sharded_over_two_machines_merges_into_the_unsharded_sweeps_report() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// Issue 53: every limit is named, listed with its default, settable, and documented.
+#[test]
+fn limits_are_listed_documented_and_a_bad_one_is_a_usage_error() {
+    let listed = orrery(&["limits"]);
+    assert_eq!(code(&listed), 0, "{}", text(&listed));
+    let listing = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listing.contains("events.gzip-ratio\t100\t"), "{listing}");
+    assert!(
+        listing.contains("http.connections-per-peer\t256\t"),
+        "{listing}"
+    );
+    let docs = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/real-mode.md"),
+    )
+    .expect("docs/real-mode.md");
+    for line in listing.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 4, "{line}");
+        let (name, default) = (fields[0], fields[1]);
+        assert!(
+            docs.lines()
+                .any(|row| row.contains(&format!("`{name}`"))
+                    && row.contains(&format!("| {default} |"))),
+            "docs/real-mode.md has no row for the limit {name} with its default {default}"
+        );
+    }
+    for (args, says) in [
+        (
+            vec!["serve", "cache", "--limit", "cache.line=lots"],
+            "--limit cache.line=\"lots\": \"lots\" is not a size in bytes",
+        ),
+        (
+            vec!["serve", "cache", "--limit", "cache.lines=1"],
+            "no limit is called \"cache.lines\"",
+        ),
+        (
+            vec![
+                "serve",
+                "cache",
+                "--limit",
+                "cache.line=2KiB",
+                "--limit",
+                "cache.line=4KiB",
+            ],
+            "--limit cache.line is given twice",
+        ),
+        (
+            vec!["serve", "cache", "--limit", "tunnel.message=64KiB"],
+            "at least 1MiB (runtimes send messages of up to 1 MiB)",
+        ),
+        (
+            vec![
+                "serve",
+                "control-plane",
+                "--admin-token",
+                "t",
+                "--tunnel-handshake-timeout",
+                "5s",
+                "--limit",
+                "tunnel.handshake-timeout=5s",
+            ],
+            "both given",
+        ),
+    ] {
+        let refused = orrery(&args);
+        assert_eq!(code(&refused), 2, "{args:?}: {}", text(&refused));
+        assert!(
+            text(&refused).contains(says),
+            "{args:?}: {}",
+            text(&refused)
+        );
+    }
+}

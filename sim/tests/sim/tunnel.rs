@@ -12,6 +12,7 @@ use http_body_util::{BodyExt, Full};
 use orrery_sim::env::SimEnv;
 use orrery_system::core::Variant;
 use orrery_system::env::http::{full, json as json_response};
+use orrery_system::env::limits::Limits;
 use orrery_system::env::SharedEnv;
 use orrery_system::platform::assembly::{
     self as control_plane, ControlPlaneConfig, ControlPlaneState, GatewayConfig, TunnelServerConfig,
@@ -94,6 +95,12 @@ struct TunnelWorld {
 /// The platform (control-plane assembly), an upstream app-proxy stand-in, and a runtime
 /// (runtime assembly) whose tunnel presents `runtime_token`.
 fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
+    tunnel_world_with(variant, runtime_token, Limits::DEFAULT)
+}
+
+/// [`tunnel_world`] with the platform held to `limits`. The app-proxy stand-in answers
+/// `/slow` after a minute.
+fn tunnel_world_with(variant: Variant, runtime_token: &str, limits: Limits) -> TunnelWorld {
     let mut sim = crate::support::sim(Duration::from_secs(600));
     let trace = Trace::default();
     let state = ControlPlaneState::default();
@@ -128,7 +135,10 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
     };
     let host_trace = trace.clone();
     sim.host("platform", move || {
-        let env = SimEnv::shared("platform", SEED, host_trace.clone());
+        let env = orrery_system::env::limits::with_limits(
+            SimEnv::shared("platform", SEED, host_trace.clone()),
+            limits.clone(),
+        );
         let (config, state) = (platform.clone(), state.clone());
         async move {
             control_plane::run(env, config, state, std::future::pending())
@@ -147,9 +157,13 @@ fn tunnel_world(variant: Variant, runtime_token: &str) -> TunnelWorld {
         );
         async move {
             let listener = env.listen("0.0.0.0:3017").await?;
+            let slow_env = env.clone();
             orrery_system::env::http::serve(listener, move |request, _| {
-                let counter = counter.clone();
+                let (counter, slow_env) = (counter.clone(), slow_env.clone());
                 async move {
+                    if request.uri().path().ends_with("/slow") {
+                        slow_env.sleep(Duration::from_secs(60)).await;
+                    }
                     if request.method() == http::Method::POST {
                         let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
                         json_response(http::StatusCode::CREATED, &json!({"executed": n}))
@@ -421,6 +435,48 @@ fn a_foreign_or_unknown_token_is_refused_with_a_reason_and_faithful_exits_on_the
         tunnel::authorise(&registry, Some("Bearer t1"), Some("acme-prod")).unwrap(),
         "acme-prod"
     );
+}
+
+// Issue 53: `tunnel.requests-per-runtime` (set to 2 here) — a third request forwarded into a
+// runtime's tunnel while two hang is refused at once with 429 naming the limit, instead of
+// queueing behind them; once they end, the runtime is reached again.
+#[test]
+fn a_runtime_past_its_forwarded_requests_gets_429_and_is_reached_again_after() {
+    let mut limits = Limits::DEFAULT;
+    limits.set("tunnel.requests-per-runtime=2").unwrap();
+    let mut w = tunnel_world_with(Variant::Hardened, TOKEN, limits);
+    w.sim.client("client", async move {
+        let env = SimEnv::shared("client", SEED, Trace::default());
+        env.sleep(Duration::from_secs(3)).await;
+        assert_eq!(connected(&env).await, vec![NAME.to_string()]);
+        let slow = "/api/runtimes/acme-prod/app-proxy/slow";
+        let hanging: Vec<_> = (0..2)
+            .map(|_| {
+                let env = env.clone();
+                tokio::spawn(async move { call(&env, "GET", slow, &[]).await.0 })
+            })
+            .collect();
+        env.sleep(Duration::from_secs(1)).await;
+        let (code, body) = call(&env, "GET", "/api/runtimes/acme-prod/app-proxy/api/x", &[]).await;
+        assert_eq!(code, 429, "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("tunnel.requests-per-runtime"),
+            "{body}"
+        );
+        // The two hanging requests end at the platform's deadline (504), and free their slots.
+        for request in hanging {
+            assert_eq!(request.await.unwrap(), 504);
+        }
+        assert_eq!(
+            call(&env, "GET", "/api/runtimes/acme-prod/app-proxy/api/x", &[]).await,
+            (200, json!("proxy"))
+        );
+        Ok(())
+    });
+    w.sim.run().unwrap();
 }
 
 #[test]

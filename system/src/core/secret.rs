@@ -19,6 +19,12 @@ impl TokenDigest {
         TokenDigest(bytes)
     }
 
+    /// The whole digest in hex, as a map key (kept in memory, never logged: [`fmt::Debug`]
+    /// shows a prefix).
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Whether `token` is the one this is the digest of, in constant time.
     pub fn matches(&self, token: &str) -> bool {
         constant_time_eq(&self.0, &TokenDigest::of(token).0)

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::{Connected, Connection};
@@ -173,33 +173,96 @@ impl Drop for Connections {
 
 /// Longest a client may take to send a request's headers (a client that never finishes would
 /// hold its connection for ever); then the connection is closed.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub const HEADER_READ_TIMEOUT: Duration = super::limits::Limits::DEFAULT.header_read_timeout;
+
+/// Longest a connection refused for `http.connections-per-peer` is kept to answer its 429.
+const REFUSED_CONNECTION_TIME: Duration = Duration::from_secs(5);
+
 /// Serves HTTP/1.1 on `listener`, one task per connection, until the listener fails; the
-/// connections end with the server.
+/// connections end with the server. Headers must arrive within [`HEADER_READ_TIMEOUT`]; no
+/// bound on connections per peer (the simulated world's servers, as the real ones they stand
+/// for: kube-apiserver has none).
 ///
 /// `handler` is called once per request; a handler error never takes the server down.
-pub async fn serve<H, F>(mut listener: Box<dyn Listener>, handler: H) -> std::io::Result<()>
+pub async fn serve<H, F>(listener: Box<dyn Listener>, handler: H) -> std::io::Result<()>
 where
     H: Fn(Request<Incoming>, String) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
+    let limits = super::limits::Limits {
+        connections_per_peer: usize::MAX,
+        ..super::limits::Limits::DEFAULT
+    };
+    serve_limited(listener, &limits, handler).await
+}
+
+/// [`serve`] for orrery's own servers, holding clients to `limits`: headers within
+/// `http.header-read-timeout`, and at most `http.connections-per-peer` open connections from
+/// one IP — one more is answered 429, naming the limit, and closed.
+pub async fn serve_limited<H, F>(
+    mut listener: Box<dyn Listener>,
+    limits: &super::limits::Limits,
+    handler: H,
+) -> std::io::Result<()>
+where
+    H: Fn(Request<Incoming>, String) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let header_read_timeout = limits.header_read_timeout;
+    let peers = super::limits::Slots::new(limits.connections_per_peer);
     let mut connections = Connections::default();
     loop {
         let (stream, peer) = listener.accept().await?;
-        let handler = handler.clone();
-        let task = tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let response = handler(req, peer.clone());
-                async move { Ok::<_, Infallible>(response.await) }
-            });
-            // A broken connection only ends that connection.
-            let _ = hyper::server::conn::http1::Builder::new()
+        let builder = move || {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+                .header_read_timeout(header_read_timeout);
+            builder
+        };
+        let task = match peers.take(peer_ip(&peer)) {
+            Some(slot) => {
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let service = hyper::service::service_fn(move |req| {
+                        let response = handler(req, peer.clone());
+                        async move { Ok::<_, Infallible>(response.await) }
+                    });
+                    // A broken connection only ends that connection.
+                    let _ = builder()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                })
+            }
+            None => {
+                let refusal = serde_json::json!({"error": format!(
+                    "too many connections from {}: at most {} at once (http.connections-per-peer)",
+                    peer_ip(&peer),
+                    peers.max
+                )});
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |_req| {
+                        let answer = json(StatusCode::TOO_MANY_REQUESTS, &refusal);
+                        async move { Ok::<_, Infallible>(answer) }
+                    });
+                    let served = builder()
+                        .keep_alive(false)
+                        .serve_connection(TokioIo::new(stream), service);
+                    let _ = tokio::time::timeout(REFUSED_CONNECTION_TIME, served).await;
+                })
+            }
+        };
         connections.add(task.abort_handle());
+    }
+}
+
+/// The address part of a peer (`10.0.0.7:49152` → `10.0.0.7`, `[::1]:80` → `[::1]`): what
+/// a per-peer limit counts, since every connection has its own port.
+pub fn peer_ip(peer: &str) -> &str {
+    match peer.rsplit_once(':') {
+        Some((ip, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !ip.is_empty() => ip,
+        _ => peer,
     }
 }
 
@@ -388,6 +451,79 @@ mod tests {
         let _ = stream.write_all(get).await;
         let second = answer(&mut stream).await;
         assert_eq!(second, "", "a stopped server answered");
+    }
+
+    /// Reads until the server closes `stream`: what it said.
+    async fn all(stream: &mut crate::env::BoxStream) -> String {
+        let mut seen = Vec::new();
+        let _ = stream.read_to_end(&mut seen).await;
+        String::from_utf8_lossy(&seen).into_owned()
+    }
+
+    // Issue 53: `http.connections-per-peer` and `http.header-read-timeout`, set through the
+    // environment: the abusive client is refused, the well-behaved one is served.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_peer_past_its_connections_gets_429_and_others_are_served() {
+        let mut limits = crate::env::limits::Limits::DEFAULT;
+        limits.set("http.connections-per-peer=2").unwrap();
+        limits.set("http.header-read-timeout=300ms").unwrap();
+        let env = Arc::new(RealEnv::new("http-test").with_limits(limits));
+        let listener = env.listen("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = env.limits().clone();
+        let _server = tokio::spawn(async move {
+            super::serve_limited(listener, &limits, |_request, _peer| async {
+                super::json(http::StatusCode::OK, &"ok")
+            })
+            .await
+        });
+        let get = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n";
+        // Two keep-alive connections, each served.
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut stream = env.connect(&addr).await.unwrap();
+            stream.write_all(get).await.unwrap();
+            let answer = answer(&mut stream).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            held.push(stream);
+        }
+        // A third from the same IP: 429 naming the limit, then closed.
+        let mut third = env.connect(&addr).await.unwrap();
+        third.write_all(get).await.unwrap();
+        let refused = all(&mut third).await;
+        assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+        assert!(refused.contains("http.connections-per-peer"), "{refused}");
+        // One held connection closes: the next one is served.
+        drop(held.pop());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let mut next = env.connect(&addr).await.unwrap();
+        next.write_all(get).await.unwrap();
+        let answer_next = answer(&mut next).await;
+        assert!(answer_next.starts_with("HTTP/1.1 200"), "{answer_next}");
+        drop(next);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // A client that never finishes its headers is closed after the configured 300 ms.
+        let mut slow = env.connect(&addr).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHost: te").await.unwrap();
+        let started = std::time::Instant::now(); // determinism: real-env (a real-socket test)
+        let said = tokio::time::timeout(std::time::Duration::from_secs(5), all(&mut slow))
+            .await
+            .expect("the slow client was closed");
+        assert!(!said.contains("200"), "{said}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(3));
+        // Past all that, a normal request is served.
+        let mut after = env.connect(&addr).await.unwrap();
+        after.write_all(get).await.unwrap();
+        let answer_after = answer(&mut after).await;
+        assert!(answer_after.starts_with("HTTP/1.1 200"), "{answer_after}");
+    }
+
+    #[test]
+    fn peers_are_counted_by_ip() {
+        assert_eq!(super::peer_ip("10.0.0.7:49152"), "10.0.0.7");
+        assert_eq!(super::peer_ip("[::1]:80"), "[::1]");
+        assert_eq!(super::peer_ip("fuzzer"), "fuzzer");
+        assert_eq!(super::peer_ip("host:name"), "host:name");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 mod deadline;
 pub mod http;
 pub mod kube;
+pub mod limits;
 mod real;
 mod rng;
 
@@ -78,6 +79,12 @@ pub trait Env: Send + Sync + 'static {
     fn listen(&self, addr: &str) -> BoxFuture<'static, io::Result<Box<dyn Listener>>>;
     /// Records a typed observation for checkers and the trace; a no-op sink is fine in real mode.
     fn observe(&self, observation: Observation);
+
+    /// The bounds this process's servers hold clients to (the defaults unless the operator
+    /// set some: [`limits`]).
+    fn limits(&self) -> &limits::Limits {
+        &limits::DEFAULT
+    }
 
     /// Whether the fault point `point` fires now (see [`buggify`]). Never in real mode; in
     /// the simulator only for points the scenario switches on, with a seed-drawn probability.

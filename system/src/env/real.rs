@@ -17,6 +17,7 @@ pub struct RealEnv {
     epoch_at_start_ms: u64,
     rng: Mutex<Rng>,
     sink: Option<ObservationSink>,
+    limits: super::limits::Limits,
 }
 
 impl RealEnv {
@@ -34,6 +35,7 @@ impl RealEnv {
             epoch_at_start_ms,
             rng: Mutex::new(Rng::new(seed)),
             sink: None,
+            limits: super::limits::Limits::DEFAULT,
         }
     }
 
@@ -41,6 +43,13 @@ impl RealEnv {
     #[must_use]
     pub fn with_observer(mut self, sink: impl Fn(&Observation) + Send + Sync + 'static) -> Self {
         self.sink = Some(Box::new(sink));
+        self
+    }
+
+    /// Holds this process's servers to `limits` instead of the defaults (`--limit`).
+    #[must_use]
+    pub fn with_limits(mut self, limits: super::limits::Limits) -> Self {
+        self.limits = limits;
         self
     }
 }
@@ -104,6 +113,10 @@ impl Env for RealEnv {
             let listener = tokio::net::TcpListener::bind(&addr).await?;
             Ok(Box::new(RealListener(listener)) as Box<dyn Listener>)
         })
+    }
+
+    fn limits(&self) -> &super::limits::Limits {
+        &self.limits
     }
 
     fn observe(&self, observation: Observation) {

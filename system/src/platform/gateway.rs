@@ -50,9 +50,6 @@ use crate::platform::audit::{Actor, Outcome, Record};
 use crate::platform::permissions::User;
 use crate::tunnel::REQUEST_ID_HEADER;
 
-/// Largest registration body.
-const REGISTRATION_LIMIT: usize = 16 * 1024;
-
 /// Audit entries one `GET /api/audit` returns unless it asks for fewer.
 const AUDIT_PAGE: usize = 100;
 
@@ -62,8 +59,10 @@ pub struct Gateway {
     admin: TokenDigest,
     /// The control plane's state and the tunnels it reaches runtimes through.
     pub sources: Arc<Sources>,
-    /// The GitOps API's schema.
-    pub schema: crate::platform::graphql::ApiSchema,
+    /// The GitOps API's schema, built with the first request's limits (depth, complexity).
+    schema: std::sync::OnceLock<crate::platform::graphql::ApiSchema>,
+    /// GitOps API requests in flight by token digest (`gateway.requests-per-token`).
+    in_flight: std::sync::OnceLock<crate::env::limits::Slots>,
 }
 
 impl Gateway {
@@ -72,7 +71,8 @@ impl Gateway {
         Gateway {
             admin: TokenDigest::of(&admin_token),
             sources: Arc::new(sources),
-            schema: crate::platform::graphql::schema(),
+            schema: std::sync::OnceLock::new(),
+            in_flight: std::sync::OnceLock::new(),
         }
     }
 }
@@ -124,6 +124,28 @@ struct Seen {
 impl Gateway {
     /// Answers one client request.
     pub async fn handle(&self, env: &SharedEnv, request: Request<Incoming>) -> Response<Body> {
+        // Counted by the token's digest: the token itself is not kept.
+        let _slot = match bearer(&request) {
+            Some(token) => {
+                let limit = env.limits().requests_per_token;
+                let in_flight = self
+                    .in_flight
+                    .get_or_init(|| crate::env::limits::Slots::new(limit));
+                match in_flight.take(&TokenDigest::of(token).hex()) {
+                    Some(slot) => Some(slot),
+                    None => {
+                        return json(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            &json!({"error": format!(
+                                "this token already has {} requests in flight (gateway.requests-per-token)",
+                                in_flight.max
+                            )}),
+                        )
+                    }
+                }
+            }
+            None => None,
+        };
         let caller = self.caller(env, &request);
         let method = request.method().clone();
         let path = match path::normalise(request.uri().path()) {
@@ -522,8 +544,8 @@ impl Gateway {
                 .get(http::header::ACCEPT)
                 .and_then(|v| v.to_str().ok()),
         );
-        let body = match crate::env::http::read_body(request.into_body(), graphql::BODY_LIMIT).await
-        {
+        let limit = env.limits().graphql_body;
+        let body = match crate::env::http::read_body(request.into_body(), limit).await {
             Ok(body) => body,
             Err(crate::env::http::BodyError::TooLarge(limit)) => {
                 return refuse(
@@ -536,7 +558,7 @@ impl Gateway {
                 return refuse(
                     StatusCode::BAD_REQUEST,
                     "BAD_REQUEST",
-                    format!("{e} (at most {} bytes)", graphql::BODY_LIMIT),
+                    format!("{e} (at most {limit} bytes)"),
                 )
             }
         };
@@ -547,7 +569,8 @@ impl Gateway {
         };
         graphql::answer(
             env,
-            &self.schema,
+            self.schema
+                .get_or_init(|| graphql::schema_with(env.limits())),
             self.sources.clone(),
             viewer,
             &body,
@@ -638,8 +661,8 @@ impl Gateway {
                 "registering a runtime needs the admin token",
             );
         }
-        let body = match crate::env::http::read_body(request.into_body(), REGISTRATION_LIMIT).await
-        {
+        let limit = env.limits().registration_body;
+        let body = match crate::env::http::read_body(request.into_body(), limit).await {
             Ok(body) => body,
             Err(e) => return self.deny(env, seen, "", e.status(), e.to_string()),
         };
@@ -787,7 +810,8 @@ pub async fn serve(
     gateway: Arc<Gateway>,
     listener: Box<dyn crate::env::Listener>,
 ) -> std::io::Result<()> {
-    crate::env::http::serve(listener, move |request, _peer| {
+    let limits = env.limits().clone();
+    crate::env::http::serve_limited(listener, &limits, move |request, _peer| {
         let (env, gateway) = (env.clone(), gateway.clone());
         async move {
             let response = gateway.handle(&env, request).await;

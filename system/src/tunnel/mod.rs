@@ -20,8 +20,9 @@ pub const RUN_ID_HEADER: &str = "x-orrery-run-id";
 pub const REQUEST_ID_HEADER: &str = "x-orrery-request-id";
 /// Header of a busy server's 503: when to retry, in milliseconds (finer than `Retry-After`).
 pub const RETRY_AFTER_MS_HEADER: &str = "x-orrery-retry-after-ms";
-/// Largest WebSocket message or frame accepted; a bigger one closes that connection.
-pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// Largest WebSocket message or frame sent, and accepted by default (`tunnel.message`); a
+/// bigger one closes that connection.
+pub const MAX_MESSAGE_BYTES: usize = crate::env::limits::TUNNEL_MESSAGE_MIN;
 
 /// Why the tunnel server refused a registration; the reason is sent to the client.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -65,9 +66,16 @@ impl Rejection {
     }
 }
 
-/// The WebSocket limits both sides use.
+/// The WebSocket limits both sides use by default.
 pub fn ws_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    ws_config_with(MAX_MESSAGE_BYTES)
+}
+
+/// WebSocket limits of `max` bytes per message and frame (`tunnel.message`, never below
+/// what a runtime sends: [`MAX_MESSAGE_BYTES`]).
+pub fn ws_config_with(max: usize) -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    let max = max.max(MAX_MESSAGE_BYTES);
     tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE_BYTES))
-        .max_frame_size(Some(MAX_MESSAGE_BYTES))
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max))
 }

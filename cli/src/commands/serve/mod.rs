@@ -101,6 +101,10 @@ pub struct CacheArgs {
     /// Log format (the level follows RUST_LOG, default info).
     #[arg(long, value_enum, default_value = "human")]
     log_format: LogFormat,
+    /// Sets one of the cache's limits (repeatable): `cache.line`, `cache.args`,
+    /// `cache.bulk` (`orrery limits` lists them).
+    #[arg(long = "limit", value_name = "NAME=VALUE")]
+    limits: Vec<String>,
 }
 
 /// How real mode logs.
@@ -121,6 +125,31 @@ pub struct Common {
     /// Log format (the level follows RUST_LOG, default info).
     #[arg(long, value_enum, default_value = "human")]
     log_format: LogFormat,
+    /// Sets one of the servers' limits (repeatable), e.g. `--limit events.body=10MiB`;
+    /// `orrery limits` lists them with their defaults.
+    #[arg(long = "limit", value_name = "NAME=VALUE")]
+    limits: Vec<String>,
+}
+
+/// The limits `--limit` flags give, over the defaults; a usage error naming a bad one.
+fn limits_of(flags: &[String]) -> Result<orrery_system::env::limits::Limits, Fail> {
+    let mut limits = orrery_system::env::limits::Limits::DEFAULT;
+    let mut seen = std::collections::BTreeSet::new();
+    for flag in flags {
+        limits
+            .set(flag)
+            .map_err(|e| Fail::usage(format!("--limit {e}")))?;
+        let name = flag
+            .split('=')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        if !seen.insert(name.clone()) {
+            return Err(Fail::usage(format!("--limit {name} is given twice")));
+        }
+    }
+    Ok(limits)
 }
 
 /// `orrery serve control-plane`.
@@ -202,9 +231,10 @@ pub struct ControlPlaneArgs {
     tls_key: Option<PathBuf>,
     /// Longest a runtime's connection may take to finish its TLS handshake, then to send its
     /// upgrade request, before the tunnel server closes it (a client that never finishes
-    /// would hold a registration slot).
-    #[arg(long, default_value = "10s")]
-    tunnel_handshake_timeout: String,
+    /// would hold a registration slot); default 10s. The same as `--limit
+    /// tunnel.handshake-timeout=`.
+    #[arg(long)]
+    tunnel_handshake_timeout: Option<String>,
     /// A hosted runtime's virtual cluster, NAME=KUBECONFIG (repeatable): the tenant's own
     /// API server, whose ConfigMaps and Secrets are kept as copies in one namespace of the
     /// host cluster (KUBECONFIG, then ~/.kube/config) — vcluster's syncer. faithful names
@@ -617,9 +647,10 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
-/// A real environment whose observations are logged (they are the components' events).
-fn logged_env(host: &str) -> SharedEnv {
-    Arc::new(RealEnv::new(host).with_observer(|o| {
+/// A real environment whose observations are logged (they are the components' events),
+/// holding its servers to `limits`.
+fn logged_env(host: &str, limits: orrery_system::env::limits::Limits) -> SharedEnv {
+    Arc::new(RealEnv::new(host).with_limits(limits).with_observer(|o| {
         tracing::info!(target: "orrery::observation", kind = o.kind(), event = %o.to_json());
     }))
 }
@@ -785,10 +816,11 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, Fail> {
 /// The cache alone, until SIGINT/SIGTERM.
 fn cache(args: CacheArgs) -> Result<(), Fail> {
     init_logging(args.log_format);
+    let limits = limits_of(&args.limits)?;
     tracing::info!("orrery cache on {}", args.listen);
     block_on(async move {
         let env: orrery_system::env::SharedEnv =
-            std::sync::Arc::new(orrery_system::env::RealEnv::new("cache"));
+            std::sync::Arc::new(orrery_system::env::RealEnv::new("cache").with_limits(limits));
         tokio::select! {
             served = orrery_system::runtime::cache::run(env, &args.listen) => {
                 served.map_err(|e| Fail::usage(format!("cache on {}: {e}", args.listen)))
@@ -896,12 +928,24 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         ));
     }
     let mut tunnel = tunnel::Config::new(variant);
-    tunnel.handshake_timeout =
-        duration_flag("tunnel-handshake-timeout", &args.tunnel_handshake_timeout)?;
-    if tunnel.handshake_timeout.is_zero() {
-        return Err(Fail::usage(
-            "--tunnel-handshake-timeout must be above 0 (no runtime could register)",
-        ));
+    let mut limits = limits_of(&args.common.limits)?;
+    if let Some(text) = &args.tunnel_handshake_timeout {
+        if args
+            .common
+            .limits
+            .iter()
+            .any(|l| l.trim_start().starts_with("tunnel.handshake-timeout"))
+        {
+            return Err(Fail::usage(
+                "--tunnel-handshake-timeout and --limit tunnel.handshake-timeout both given: keep one",
+            ));
+        }
+        limits.tunnel_handshake_timeout = duration_flag("tunnel-handshake-timeout", text)?;
+        if limits.tunnel_handshake_timeout.is_zero() {
+            return Err(Fail::usage(
+                "--tunnel-handshake-timeout must be above 0 (no runtime could register)",
+            ));
+        }
     }
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         tunnel.tls = Some(
@@ -970,7 +1014,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         }),
     };
     block_on(async move {
-        let env = logged_env("control-plane");
+        let env = logged_env("control-plane", limits);
         control_plane_assembly::run(env, config, state, shutdown_signal())
             .await
             .map_err(|e| Fail::usage(e.to_string()))
@@ -1034,6 +1078,7 @@ fn needed<'a>(
 fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
     init_logging(args.common.log_format);
     let variant = Variant::from(args.common.variant);
+    let limits = limits_of(&args.common.limits)?;
     let run = components(&args);
     let has = |c: Component| run.contains(&c);
     if run.is_empty() {
@@ -1211,7 +1256,7 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
             operator.leader_elect = args.operator_replicas > 1;
             config.operator = Some(operator);
         }
-        let env = logged_env(&host);
+        let env = logged_env(&host, limits);
         match (&args.name, &args.platform) {
             (Some(name), Some(platform)) if has(Component::TunnelClient) => tracing::info!(
                 variant = variant.as_str(),
@@ -1238,6 +1283,7 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
 fn runner(args: RunnerArgs) -> Result<(), Fail> {
     init_logging(args.common.log_format);
     let variant = Variant::from(args.common.variant);
+    let limits = limits_of(&args.common.limits)?;
     block_on(async move {
         let mut kube = kube_target(args.apiserver.clone(), &args.namespace).await?;
         kube.namespace = args.namespace.clone();
@@ -1273,7 +1319,7 @@ fn runner(args: RunnerArgs) -> Result<(), Fail> {
             args.namespace,
             args.listen
         );
-        let env = logged_env(&args.agent_id);
+        let env = logged_env(&args.agent_id, limits);
         runtime_assembly::run(env, config, shutdown_signal())
             .await
             .map_err(|e| Fail::usage(e.to_string()))
@@ -1283,6 +1329,7 @@ fn runner(args: RunnerArgs) -> Result<(), Fail> {
 fn cronus(args: CronusArgs) -> Result<(), Fail> {
     init_logging(args.common.log_format);
     let variant = Variant::from(args.common.variant);
+    let limits = limits_of(&args.common.limits)?;
     let mut config = orrery_system::platform::runner::cronus::Config::new(
         variant,
         &args.replica,
@@ -1305,7 +1352,7 @@ fn cronus(args: CronusArgs) -> Result<(), Fail> {
     let longest = orrery_system::platform::runner::MAX_LEASE_MS;
     if config.lease_ttl > std::time::Duration::from_millis(longest) {
         return Err(Fail::usage(format!(
-            "--lease-ttl must be at most {}s (the longest lease the platform grants)",
+            "--lease-ttl must be at most {}s (the longest lease the platform grants by default, runner.lease-max)",
             longest / 1000
         )));
     }
@@ -1317,7 +1364,7 @@ fn cronus(args: CronusArgs) -> Result<(), Fail> {
             config.triggers.len(),
             args.platform_api
         );
-        let env = logged_env(&args.replica);
+        let env = logged_env(&args.replica, limits);
         tokio::select! {
             ran = orrery_system::platform::runner::cronus::run(env, config) => {
                 ran.map_err(|e| Fail::usage(e.to_string()))

@@ -53,10 +53,11 @@ pub struct Listing {
     pub items: Vec<serde_json::Value>,
 }
 
-/// Largest accepted (compressed) body: 5 MB, as the real gateway.
-pub const BODY_LIMIT_BYTES: usize = 5 * 1024 * 1024;
-/// Largest accepted decompressed body (a gzip bomb guard).
-pub const DECOMPRESSED_LIMIT_BYTES: u64 = 50 * 1024 * 1024;
+/// Largest accepted (compressed) body by default: 5 MB, as the real gateway (`events.body`).
+pub const BODY_LIMIT_BYTES: usize = crate::env::limits::Limits::DEFAULT.events_body;
+/// Largest accepted decompressed body by default (a gzip bomb guard,
+/// `events.body-decompressed`).
+pub const DECOMPRESSED_LIMIT_BYTES: u64 = crate::env::limits::Limits::DEFAULT.events_decompressed;
 
 /// Events-path settings.
 #[derive(Clone, Debug)]
@@ -222,7 +223,7 @@ impl Platform {
     pub fn restore(&self, env: &SharedEnv, events: &[StoredEvent]) -> usize {
         let mut projected = 0;
         for stored in events {
-            match decode(&stored.runtime, stored.gzip, &stored.body) {
+            match decode(&stored.runtime, stored.gzip, &stored.body, Inflate::STORED) {
                 Ok(mut accepted) => {
                     accepted.stored = Some(stored.id);
                     let (object, effect) = project(env, self, stored.id, &accepted);
@@ -463,7 +464,7 @@ impl Platform {
         });
         let mut done = Reconciled::default();
         for (body, deletion) in events {
-            let accepted = match decode(runtime, false, &body) {
+            let accepted = match decode(runtime, false, &body, Inflate::STORED) {
                 Ok(accepted) => accepted,
                 Err(rejection) => {
                     done.error = format!("a listed app is not an event: {}", rejection.reason);
@@ -677,9 +678,9 @@ thread_local! {
     static GUNZIP: std::cell::RefCell<Option<Gunzip>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Inflates the gzip `body` into `text`, at most `DECOMPRESSED_LIMIT_BYTES + 1` bytes of it
-/// (as `GzDecoder::new(body)` would: same checks, same errors).
-fn gunzip(body: &[u8], text: &mut Vec<u8>) -> std::io::Result<usize> {
+/// Inflates the gzip `body` into `text`, at most `most + 1` bytes of it (as
+/// `GzDecoder::new(body)` would: same checks, same errors).
+fn gunzip(body: &[u8], most: u64, text: &mut Vec<u8>) -> std::io::Result<usize> {
     use std::io::Cursor;
     GUNZIP.with_borrow_mut(|slot| {
         let decoder = match slot {
@@ -694,14 +695,54 @@ fn gunzip(body: &[u8], text: &mut Vec<u8>) -> std::io::Result<usize> {
         };
         decoder
             .by_ref()
-            .take(DECOMPRESSED_LIMIT_BYTES + 1)
+            .take(most.saturating_add(1))
             .read_to_end(text)
     })
 }
 
+/// How far a gzip body may inflate: what [`decode`] holds a client's body to.
+#[derive(Clone, Copy, Debug)]
+struct Inflate {
+    /// Largest text (`events.body-decompressed`).
+    most: u64,
+    /// Most times its compressed size, past [`GZIP_RATIO_FLOOR`] (`events.gzip-ratio`).
+    ratio: u64,
+}
+
+use crate::env::limits::GZIP_RATIO_FLOOR;
+
+impl Inflate {
+    /// A body that was accepted once (the journal's): no bound.
+    const STORED: Inflate = Inflate {
+        most: u64::MAX,
+        ratio: u64::MAX,
+    };
+
+    fn of(limits: &crate::env::limits::Limits) -> Self {
+        Inflate {
+            most: limits.events_decompressed,
+            ratio: limits.gzip_ratio,
+        }
+    }
+
+    /// The most `compressed` bytes may inflate to, and the limit that says so.
+    fn bound(self, compressed: usize) -> (u64, &'static str) {
+        let by_ratio = self
+            .ratio
+            .saturating_mul(compressed as u64)
+            .max(GZIP_RATIO_FLOOR);
+        if by_ratio < self.most {
+            (by_ratio, "events.gzip-ratio")
+        } else {
+            (self.most, "events.body-decompressed")
+        }
+    }
+}
+
 /// Decodes and validates one `POST /2.0/api/events` body.
-fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection> {
+fn decode(runtime: &str, gzip: bool, body: &[u8], inflate: Inflate) -> Result<Accepted, Rejection> {
     let json = if gzip {
+        let (most, limit) = inflate.bound(body.len());
         // Sized by the gzip trailer's ISIZE (the length mod 2^32: a hint only, bounded by
         // deflate's best ratio and 4 MiB so a lying trailer cannot reserve much), so the
         // text is not copied as it grows.
@@ -713,17 +754,22 @@ fn decode(runtime: &str, gzip: bool, body: &[u8]) -> Result<Accepted, Rejection>
             .map_or(0, |tail| u64::from(u32::from_le_bytes(tail)));
         let hint = hint.min(body.len() as u64 * 1032).min(4 << 20);
         let mut text = Vec::with_capacity(hint as usize + 1);
-        gunzip(body, &mut text).map_err(|e| {
+        gunzip(body, most, &mut text).map_err(|e| {
             reject(
                 StatusCode::BAD_REQUEST,
                 format!("body is not valid gzip: {e}"),
             )
         })?;
-        if text.len() as u64 > DECOMPRESSED_LIMIT_BYTES {
-            return Err(reject(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("decompressed body exceeds {DECOMPRESSED_LIMIT_BYTES} bytes"),
-            ));
+        if text.len() as u64 > most {
+            let why = match limit {
+                "events.gzip-ratio" => format!(
+                    "decompressed body exceeds {most} bytes, {} times its {} compressed bytes ({limit})",
+                    inflate.ratio,
+                    body.len()
+                ),
+                _ => format!("decompressed body exceeds {most} bytes ({limit})"),
+            };
+            return Err(reject(StatusCode::PAYLOAD_TOO_LARGE, why));
         }
         text
     } else {
@@ -1065,7 +1111,7 @@ async fn handle(env: SharedEnv, platform: Arc<Platform>, req: Request<Incoming>)
                 .map_or(StatusCode::SERVICE_UNAVAILABLE, |(s, _)| s);
             json(status, &json!({"error": "the events API is unavailable"}))
         }
-        ("POST", "/2.0/api/events") => match accept(&platform, req).await {
+        ("POST", "/2.0/api/events") => match accept(env.limits(), &platform, req).await {
             Ok((event, (body, gzip))) => {
                 let object = event.object_name();
                 match platform.enqueue(event, body, gzip) {
@@ -1174,6 +1220,7 @@ fn own<V>(runtime: &str, views: BTreeMap<String, V>) -> BTreeMap<String, V> {
 
 /// The event a request carries, with its body as it arrived and whether that is gzip.
 async fn accept(
+    limits: &crate::env::limits::Limits,
     platform: &Platform,
     req: Request<Incoming>,
 ) -> Result<(Accepted, (Bytes, bool)), Rejection> {
@@ -1185,11 +1232,14 @@ async fn accept(
         .get("content-encoding")
         .and_then(|v| v.to_str().ok())
         == Some("gzip");
-    let body: Bytes = crate::env::http::read_body(req.into_body(), BODY_LIMIT_BYTES)
+    let body: Bytes = crate::env::http::read_body(req.into_body(), limits.events_body)
         .await
         .map_err(|e| reject(e.status(), e.to_string()))?;
     Traffic::add(&platform.traffic.event_bytes, body.len());
-    Ok((decode(&runtime, gzip, &body)?, (body, gzip)))
+    Ok((
+        decode(&runtime, gzip, &body, Inflate::of(limits))?,
+        (body, gzip),
+    ))
 }
 
 /// Ends a service's tasks with it (the events path's, the Runner API's ticker).
@@ -1255,7 +1305,8 @@ pub async fn serve(
     // The handler and the flusher serve as long as the API does (a second `serve` of the
     // same platform gets one handler).
     let _tasks = AbortOnDrop([flusher, handler]);
-    crate::env::http::serve(listener, move |req, _peer| {
+    let limits = env.limits().clone();
+    crate::env::http::serve_limited(listener, &limits, move |req, _peer| {
         handle(env.clone(), platform.clone(), req)
     })
     .await
@@ -1283,6 +1334,11 @@ mod tests {
         };
         serde_json::to_vec(&json!({"data": payload})).unwrap()
     }
+
+    const DEFAULT_INFLATE: Inflate = Inflate {
+        most: DECOMPRESSED_LIMIT_BYTES,
+        ratio: crate::env::limits::Limits::DEFAULT.gzip_ratio,
+    };
 
     fn gzip(bytes: &[u8]) -> Vec<u8> {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -1316,7 +1372,8 @@ mod tests {
                 .read_to_end(&mut fresh)
                 .map_err(|e| e.to_string());
             let mut reused = Vec::new();
-            let got = gunzip(&body, &mut reused).map_err(|e| e.to_string());
+            let got =
+                gunzip(&body, DECOMPRESSED_LIMIT_BYTES, &mut reused).map_err(|e| e.to_string());
             assert_eq!(got, expected, "{body:?}");
             assert_eq!(reused, fresh);
         }
@@ -1444,23 +1501,30 @@ mod tests {
     fn a_gzip_envelope_decodes_and_bad_bodies_are_refused_with_a_reason() {
         let object =
             json!({"metadata": {"name": "a", "namespace": "argocd", "resourceVersion": "7"}});
-        let ok = decode("rt", true, &gzip(&payload(&object))).unwrap();
+        let ok = decode("rt", true, &gzip(&payload(&object)), DEFAULT_INFLATE).unwrap();
         let Kind::App { object: ok, .. } = ok.event else {
             panic!("an application event")
         };
         assert_eq!(ok.metadata.0.name.as_str(), "a");
-        let not_gzip = decode("rt", true, b"plain").err().unwrap();
+        let not_gzip = decode("rt", true, b"plain", DEFAULT_INFLATE).err().unwrap();
         assert_eq!(not_gzip.status, StatusCode::BAD_REQUEST);
         assert!(not_gzip.reason.contains("gzip"), "{}", not_gzip.reason);
-        let bad_json = decode("rt", false, b"{\"data\": 3}").err().unwrap();
+        let bad_json = decode("rt", false, b"{\"data\": 3}", DEFAULT_INFLATE)
+            .err()
+            .unwrap();
         assert!(
             bad_json.reason.contains("invalid event envelope"),
             "{}",
             bad_json.reason
         );
-        let nameless = decode("rt", false, &payload(&json!({"metadata": {}})))
-            .err()
-            .unwrap();
+        let nameless = decode(
+            "rt",
+            false,
+            &payload(&json!({"metadata": {}})),
+            DEFAULT_INFLATE,
+        )
+        .err()
+        .unwrap();
         assert!(
             nameless.reason.contains("metadata.name"),
             "{}",
@@ -1475,7 +1539,7 @@ mod tests {
             serde_json::to_vec(&json!({"data": {"object": object.to_string()}})).unwrap()
         };
         let workflow = json!({"kind": "Workflow", "metadata": {"name": "build", "namespace": "ci", "resourceVersion": "4"}, "status": {"phase": "Running"}});
-        let ok = decode("rt", false, &body(workflow)).unwrap();
+        let ok = decode("rt", false, &body(workflow), DEFAULT_INFLATE).unwrap();
         let Kind::Cluster(event) = ok.event else {
             panic!("a cluster event")
         };
@@ -1490,9 +1554,14 @@ mod tests {
         );
         // Inline, with the type (what orrery's hardened reporter may send).
         let inline = json!({"data": {"object": {"kind": "Rollout", "metadata": {"name": "web", "resourceVersion": "9"}}, "type": "DELETE"}});
-        let Kind::Cluster(event) = decode("rt", false, &serde_json::to_vec(&inline).unwrap())
-            .unwrap()
-            .event
+        let Kind::Cluster(event) = decode(
+            "rt",
+            false,
+            &serde_json::to_vec(&inline).unwrap(),
+            DEFAULT_INFLATE,
+        )
+        .unwrap()
+        .event
         else {
             panic!("a cluster event")
         };
@@ -1501,6 +1570,7 @@ mod tests {
             "rt",
             false,
             &body(json!({"kind": "Pod", "metadata": {"name": "p"}})),
+            DEFAULT_INFLATE,
         )
         .err()
         .unwrap();
@@ -1509,16 +1579,21 @@ mod tests {
         // An application event with an inline object keeps the application envelope's
         // reason, as before the cluster stream existed.
         let app_shaped = json!({"data": {"timestamp": "t", "source": {}, "object": {"kind": "Rollout", "metadata": {"name": "a"}}}});
-        let refused = decode("rt", false, &serde_json::to_vec(&app_shaped).unwrap())
-            .err()
-            .unwrap();
+        let refused = decode(
+            "rt",
+            false,
+            &serde_json::to_vec(&app_shaped).unwrap(),
+            DEFAULT_INFLATE,
+        )
+        .err()
+        .unwrap();
         assert!(
             refused.reason.contains("invalid event envelope"),
             "{}",
             refused.reason
         );
         // Neither envelope: the application envelope's reason is reported.
-        let neither = decode("rt", false, b"{\"data\": {\"object\": 3}}")
+        let neither = decode("rt", false, b"{\"data\": {\"object\": 3}}", DEFAULT_INFLATE)
             .err()
             .unwrap();
         assert!(

@@ -46,26 +46,33 @@ pub type ApiSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
 /// The committed schema (SDL); a test holds [`schema`]`().sdl()` to it.
 pub const SCHEMA_SDL: &str = include_str!("schema.graphql");
 
-/// Deepest query accepted (an adversarial query cannot nest without end). The data
-/// schema has no cycles (nothing nests deeper than 5), so what this bounds is the
-/// introspection schema's `ofType` chains: 15 lets the standard introspection query of
-/// graphql-js 16 (`getIntrospectionQuery()`, nine `ofType` levels) through, which GraphiQL,
-/// code generators and schema checkers send, and refuses depth-60 abuse before it runs.
-pub const MAX_DEPTH: usize = 15;
+/// Deepest query accepted by default (`gateway.graphql-depth`; an adversarial query cannot
+/// nest without end). The data schema has no cycles (nothing nests deeper than 5), so what
+/// this bounds is the introspection schema's `ofType` chains: 15 lets the standard
+/// introspection query of graphql-js 16 (`getIntrospectionQuery()`, nine `ofType` levels)
+/// through, which GraphiQL, code generators and schema checkers send, and refuses depth-60
+/// abuse before it runs.
+pub const MAX_DEPTH: usize = crate::env::limits::Limits::DEFAULT.graphql_depth;
 
-/// Most complex query accepted. Each field costs 1; a page (`applications`, `releases`)
-/// costs its selection times `first` (at most 500), so 500 applications with five fields
-/// pass and 500 with their resources, rollouts and workflows do not (ask for fewer).
-pub const MAX_COMPLEXITY: usize = 5_000;
+/// Most complex query accepted by default (`gateway.graphql-complexity`). Each field costs
+/// 1; a page (`applications`, `releases`) costs its selection times `first` (at most 500), so
+/// 500 applications with five fields pass and 500 with their resources, rollouts and
+/// workflows do not (ask for fewer).
+pub const MAX_COMPLEXITY: usize = crate::env::limits::Limits::DEFAULT.graphql_complexity;
 
-/// Largest request body, in bytes.
-pub const BODY_LIMIT: usize = 64 * 1024;
+/// Largest request body by default, in bytes (`gateway.graphql-body`).
+pub const BODY_LIMIT: usize = crate::env::limits::Limits::DEFAULT.graphql_body;
 
-/// The schema, with its limits.
+/// The schema, with the default limits.
 pub fn schema() -> ApiSchema {
+    schema_with(&crate::env::limits::Limits::DEFAULT)
+}
+
+/// The schema, with `limits`' depth and complexity.
+pub fn schema_with(limits: &crate::env::limits::Limits) -> ApiSchema {
     Schema::build(QueryRoot, MutationRoot, EmptySubscription)
-        .limit_depth(MAX_DEPTH)
-        .limit_complexity(MAX_COMPLEXITY)
+        .limit_depth(limits.graphql_depth)
+        .limit_complexity(limits.graphql_complexity)
         .finish()
 }
 

@@ -49,8 +49,8 @@ pub use queue::{
 /// The header a Git webhook delivery carries its id in (GitHub's; a redelivery keeps it).
 pub const DELIVERY_HEADER: &str = "x-github-delivery";
 
-/// The longest cronus lease the platform grants (10 min).
-pub const MAX_LEASE_MS: u64 = 600_000;
+/// The longest cronus lease the platform grants by default (10 min, `runner.lease-max`).
+pub const MAX_LEASE_MS: u64 = crate::env::limits::Limits::DEFAULT.lease_max.as_millis() as u64;
 
 /// How far ahead of the platform's clock a tick may be scheduled (clock skew between
 /// cronus and the platform) before it is refused.
@@ -157,15 +157,15 @@ fn lost() -> http::Response<Body> {
     error(StatusCode::BAD_GATEWAY, "bad gateway")
 }
 
-/// Largest request body the API reads.
-pub const BODY_LIMIT: usize = 1 << 20;
+/// Largest request body the API reads by default (`runner.body`).
+pub const BODY_LIMIT: usize = crate::env::limits::Limits::DEFAULT.runner_body;
 
-/// Why a request's body is refused, with the status to answer: 413 over [`BODY_LIMIT`], else 400.
+/// Why a request's body is refused, with the status to answer: 413 over `runner.body`, else 400.
 struct Refused(StatusCode, String);
 
-/// Reads a JSON body of at most [`BODY_LIMIT`].
-async fn body(req: Request<Incoming>) -> Result<Value, Refused> {
-    let bytes = crate::env::http::read_body(req.into_body(), BODY_LIMIT)
+/// Reads a JSON body of at most `limit` bytes (`runner.body`).
+async fn body(req: Request<Incoming>, limit: usize) -> Result<Value, Refused> {
+    let bytes = crate::env::http::read_body(req.into_body(), limit)
         .await
         .map_err(|e| Refused(e.status(), e.to_string()))?;
     serde_json::from_slice(&bytes).map_err(|e| {
@@ -218,10 +218,11 @@ async fn handle(
             if !builds.is_trigger(&req) {
                 return error(StatusCode::UNAUTHORIZED, "a build needs the trigger token");
             }
-            let request = match build_request(&builds, req, None, None).await {
-                Ok(request) => request,
-                Err(refused) => return refused,
-            };
+            let request =
+                match build_request(&builds, env.limits().runner_body, req, None, None).await {
+                    Ok(request) => request,
+                    Err(refused) => return refused,
+                };
             let id = admit(&env, &builds, request).await;
             json(StatusCode::CREATED, &json!({"id": id}))
         }
@@ -244,7 +245,15 @@ async fn handle(
                     format!("a webhook delivery needs its `{DELIVERY_HEADER}` header"),
                 );
             };
-            let request = match build_request(&builds, req, Some(delivery.clone()), None).await {
+            let request = match build_request(
+                &builds,
+                env.limits().runner_body,
+                req,
+                Some(delivery.clone()),
+                None,
+            )
+            .await
+            {
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
@@ -264,23 +273,24 @@ async fn handle(
                     "the lease needs the trigger token",
                 );
             }
-            let body = match body(req).await {
+            let body = match body(req, env.limits().runner_body).await {
                 Ok(body) => body,
                 Err(Refused(status, e)) => return error(status, e),
             };
+            let longest = env.limits().lease_max.as_millis() as u64;
             let (Some(holder), Some(ttl)) = (
                 body.get("holder")
                     .and_then(Value::as_str)
                     .filter(|h| !h.is_empty()),
                 body.get("ttlMs")
                     .and_then(Value::as_u64)
-                    .filter(|t| (1..=MAX_LEASE_MS).contains(t)),
+                    .filter(|t| (1..=longest).contains(t)),
             ) else {
                 // A lease without an end would let one holder keep the cron ticks for ever.
                 return error(
                     StatusCode::BAD_REQUEST,
                     format!(
-                        "a lease request needs `holder` (a name) and `ttlMs` (1 to {MAX_LEASE_MS})"
+                        "a lease request needs `holder` (a name) and `ttlMs` (1 to {longest}, runner.lease-max)"
                     ),
                 );
             };
@@ -308,7 +318,7 @@ async fn handle(
                     None => error(StatusCode::NOT_FOUND, format!("no cron trigger {name}")),
                 },
                 http::Method::PUT => {
-                    let every = match body(req).await.and_then(|v| {
+                    let every = match body(req, env.limits().runner_body).await.and_then(|v| {
                         v.get("everyMs")
                             .and_then(Value::as_u64)
                             .filter(|ms| *ms > 0)
@@ -342,7 +352,7 @@ async fn handle(
                 );
             }
             let name = name.to_string();
-            let body = match body(req).await {
+            let body = match body(req, env.limits().runner_body).await {
                 Ok(body) => body,
                 Err(Refused(status, e)) => return error(status, e),
             };
@@ -395,14 +405,15 @@ async fn handle(
             match method {
                 http::Method::GET => json(StatusCode::OK, &builds.lock().pipeline(&name)),
                 http::Method::PUT => {
-                    let pipeline: Pipeline = match body(req).await.and_then(|v| {
-                        serde_json::from_value(v).map_err(|e| {
-                            Refused(StatusCode::BAD_REQUEST, format!("not a pipeline: {e}"))
-                        })
-                    }) {
-                        Ok(pipeline) => pipeline,
-                        Err(Refused(status, e)) => return error(status, e),
-                    };
+                    let pipeline: Pipeline =
+                        match body(req, env.limits().runner_body).await.and_then(|v| {
+                            serde_json::from_value(v).map_err(|e| {
+                                Refused(StatusCode::BAD_REQUEST, format!("not a pipeline: {e}"))
+                            })
+                        }) {
+                            Ok(pipeline) => pipeline,
+                            Err(Refused(status, e)) => return error(status, e),
+                        };
                     let changes =
                         builds
                             .lock()
@@ -430,7 +441,7 @@ async fn handle(
             if builds.agent_of(&req).is_none() {
                 return error(StatusCode::UNAUTHORIZED, "unknown token");
             }
-            let body = match body(req).await {
+            let body = match body(req, env.limits().runner_body).await {
                 Ok(body) => body,
                 Err(Refused(status, e)) => return error(status, e),
             };
@@ -463,11 +474,12 @@ async fn handle(
 /// `branch` (default `main`), `steps`; or the answer refusing it, naming what is wrong.
 async fn build_request(
     builds: &Builds,
+    limit: usize,
     req: Request<Incoming>,
     delivery: Option<String>,
     tick: Option<queue::Tick>,
 ) -> Result<NewBuild, http::Response<Body>> {
-    let body = body(req)
+    let body = body(req, limit)
         .await
         .map_err(|Refused(status, e)| error(status, e))?;
     parse_build(builds, &body, delivery, tick).map_err(|(status, e)| error(status, e))
@@ -608,7 +620,7 @@ async fn agent_route(
         }
         ("POST", ["tasks", task, "statuses"]) => {
             let task = task.to_string();
-            let status: TaskStatus = match body(req).await.and_then(|v| {
+            let status: TaskStatus = match body(req, env.limits().runner_body).await.and_then(|v| {
                 serde_json::from_value(v).map_err(|e| {
                     Refused(StatusCode::BAD_REQUEST, format!("not a task status: {e}"))
                 })
@@ -674,7 +686,8 @@ pub async fn serve(
         }
     });
     let _ticker = super::events::AbortOnDrop([ticker]);
-    crate::env::http::serve(listener, move |req, _peer| {
+    let limits = env.limits().clone();
+    crate::env::http::serve_limited(listener, &limits, move |req, _peer| {
         handle(env.clone(), builds.clone(), req)
     })
     .await

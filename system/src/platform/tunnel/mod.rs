@@ -40,11 +40,6 @@ pub struct Config {
     pub max_pending_registrations: usize,
     /// TLS (WSS) in real mode; plain TCP when absent (the simulator).
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-    /// Longest a client may take to finish its TLS handshake, and then to send its upgrade
-    /// request, before the connection is closed: a client that connects and never finishes
-    /// would otherwise hold one of the [`Config::max_pending_registrations`] for ever, and
-    /// enough of them shut every runtime out (orrery's limit; 10 s by default).
-    pub handshake_timeout: Duration,
 }
 
 impl Config {
@@ -64,7 +59,6 @@ impl Config {
             registration_cost: Duration::ZERO,
             max_pending_registrations: 1024,
             tls: None,
-            handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -89,6 +83,8 @@ pub struct TunnelServer {
     pending: Mutex<usize>,
     /// Serialises the per-registration work.
     registering: tokio::sync::Mutex<()>,
+    /// Requests being forwarded, by runtime (`tunnel.requests-per-runtime`).
+    forwarding: std::sync::OnceLock<crate::env::limits::Slots>,
     /// Virtual queue of refused registrations: the next free slot handed out in `Retry-After`.
     next_slot: Mutex<Duration>,
 }
@@ -147,6 +143,7 @@ impl TunnelServer {
             requests: Mutex::new(0),
             pending: Mutex::new(0),
             registering: tokio::sync::Mutex::new(()),
+            forwarding: std::sync::OnceLock::new(),
             next_slot: Mutex::new(Duration::ZERO),
         })
     }
@@ -183,6 +180,19 @@ impl TunnelServer {
             .map(|t| (t.generation, t.send.clone()));
         let Some((generation, mut send)) = tunnel else {
             return unavailable(name);
+        };
+        let most = env.limits().tunnel_requests_per_runtime;
+        let forwarding = self
+            .forwarding
+            .get_or_init(|| crate::env::limits::Slots::new(most));
+        let Some(_slot) = forwarding.take(name) else {
+            return json(
+                StatusCode::TOO_MANY_REQUESTS,
+                &json!({"error": format!(
+                    "runtime {name} already has {} requests forwarded into its tunnel (tunnel.requests-per-runtime)",
+                    forwarding.max
+                )}),
+            );
         };
         if !request.headers().contains_key(tunnel::REQUEST_ID_HEADER) {
             let id = format!("{name}-{}", self.next_request_id());
@@ -265,9 +275,18 @@ pub async fn serve(
     server: Arc<TunnelServer>,
     mut listener: Box<dyn Listener>,
 ) -> std::io::Result<()> {
+    let peers = crate::env::limits::Slots::new(env.limits().tunnel_connections_per_peer);
     loop {
         let (stream, peer) = listener.accept().await?;
-        tokio::spawn(connection(env.clone(), server.clone(), stream, peer));
+        // Held as long as the connection (and the tunnel over it) lives.
+        let slot = peers.take(crate::env::http::peer_ip(&peer));
+        let (env, server, most) = (env.clone(), server.clone(), peers.max);
+        tokio::spawn(async move {
+            match slot {
+                Some(_slot) => connection(env, server, stream, peer, None).await,
+                None => connection(env, server, stream, peer, Some(most)).await,
+            }
+        });
     }
 }
 
@@ -389,13 +408,16 @@ async fn within<T>(
     }
 }
 
+/// One connection: TLS, admission, then the registration. `over_limit` is the per-peer limit
+/// this connection is one past (`tunnel.connections-per-peer`): answered 429 and closed.
 async fn connection(
     env: SharedEnv,
     server: Arc<TunnelServer>,
     stream: crate::env::BoxStream,
     peer: String,
+    over_limit: Option<usize>,
 ) {
-    let timeout = server.config.handshake_timeout;
+    let timeout = env.limits().tunnel_handshake_timeout;
     let mut stream: crate::env::BoxStream = match &server.config.tls {
         Some(tls) => match within(
             &env,
@@ -428,6 +450,32 @@ async fn connection(
         },
         None => stream,
     };
+    if let Some(most) = over_limit {
+        let reason = format!(
+            "too many connections from {}: at most {most} at once (tunnel.connections-per-peer)",
+            crate::env::http::peer_ip(&peer)
+        );
+        tracing::warn!(%peer, %reason, "tunnel: refused a connection");
+        env.observe(
+            TunnelEvent::Rejected {
+                peer: peer.clone(),
+                reason: reason.clone(),
+            }
+            .into(),
+        );
+        let body = json!({ "error": reason }).to_string();
+        let refusal = format!(
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        use tokio::io::AsyncWriteExt;
+        let _ = within(&env, timeout, async {
+            let _ = stream.write_all(refusal.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        })
+        .await;
+        return;
+    }
     // Admission: a full registration backlog is refused at once, never queued without bound.
     let admitted = {
         let mut pending = server.pending.lock().expect("pending lock");
@@ -491,7 +539,7 @@ async fn registration(
     peer: String,
 ) {
     let release = |server: &TunnelServer| *server.pending.lock().expect("pending lock") -= 1;
-    let timeout = server.config.handshake_timeout;
+    let timeout = env.limits().tunnel_handshake_timeout;
     let accepted: Arc<Mutex<Option<Verdict>>> = Arc::default();
     let verdict = accepted.clone();
     let registry = server.registry.clone();
@@ -543,7 +591,8 @@ async fn registration(
             Ok(stream) => stream,
             Err(refused) => return Err(refused),
         };
-        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(tunnel::ws_config()))
+        let ws = tunnel::ws_config_with(env.limits().tunnel_message);
+        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(ws))
             .await
             .map_err(|e| e.to_string())
     })

@@ -43,8 +43,8 @@ use crate::env::http::{json, Body, Client};
 use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;
 
-/// Largest request body accepted.
-pub const BODY_LIMIT: usize = 1 << 20;
+/// Largest request body accepted by default (`app-proxy.body`).
+pub const BODY_LIMIT: usize = crate::env::limits::Limits::DEFAULT.app_proxy_body;
 
 /// App-proxy settings.
 #[derive(Clone, Debug)]
@@ -109,9 +109,10 @@ fn readable_anywhere(answer: &Value) -> bool {
             .is_some_and(|rules| rules.iter().any(|rule| named(&rule["actions"])))
 }
 
-/// A request's JSON body (at most [`BODY_LIMIT`]), or the 400 answer naming what is wrong.
-async fn json_body(request: Request<Incoming>) -> Result<Value, Response<Body>> {
-    let body = crate::env::http::read_body(request.into_body(), BODY_LIMIT)
+/// A request's JSON body (at most `limit` bytes, `app-proxy.body`), or the 4xx answer naming
+/// what is wrong.
+async fn json_body(request: Request<Incoming>, limit: usize) -> Result<Value, Response<Body>> {
+    let body = crate::env::http::read_body(request.into_body(), limit)
         .await
         .map_err(|e| error(e.status(), e.to_string()))?;
     serde_json::from_slice(&body).map_err(|e| {
@@ -354,7 +355,7 @@ impl AppProxy {
                     Ok(user) => user,
                     Err(refusal) => return refusal,
                 };
-                let parsed = match json_body(request).await {
+                let parsed = match json_body(request, self.env.limits().app_proxy_body).await {
                     Ok(parsed) => parsed,
                     Err(refusal) => return refusal,
                 };
@@ -387,7 +388,7 @@ impl AppProxy {
                 if let Err(refusal) = self.authorise(&request, "promotions:write").await {
                     return refusal;
                 }
-                let parsed = match json_body(request).await {
+                let parsed = match json_body(request, self.env.limits().app_proxy_body).await {
                     Ok(parsed) => parsed,
                     Err(refusal) => return refusal,
                 };
@@ -684,7 +685,7 @@ impl AppProxy {
         }
         let user = grant.user;
         let patch = if action == "sync" {
-            let revision = match json_body(request).await {
+            let revision = match json_body(request, self.env.limits().app_proxy_body).await {
                 Ok(body) => body["revision"].as_str().map(str::to_string),
                 Err(refusal) => return refusal,
             };
@@ -721,7 +722,8 @@ pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
     let listen = config.listen.clone();
     let proxy = AppProxy::new(env.clone(), config);
     let listener = env.listen(&listen).await?;
-    crate::env::http::serve(listener, move |request, _| {
+    let limits = env.limits().clone();
+    crate::env::http::serve_limited(listener, &limits, move |request, _| {
         let proxy = proxy.clone();
         async move { proxy.handle(request).await }
     })

@@ -5,14 +5,16 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-/// Largest multibulk count and bulk length accepted (the real server's defaults:
-/// 1,048,576 arguments, `proto-max-bulk-len` 512 MB; ours is smaller because values here are
-/// digests and request records, and a larger one is a client bug).
-pub const MAX_ARGS: usize = 1024 * 1024;
-/// Largest bulk string accepted.
-pub const MAX_BULK: usize = 16 * 1024 * 1024;
-/// Longest inline request line (the real server's `PROTO_INLINE_MAX_SIZE`, 64 KB).
-pub const MAX_INLINE: usize = 64 * 1024;
+/// Largest multibulk count accepted by default (`cache.args`; the real server's default,
+/// 1,048,576 arguments).
+pub const MAX_ARGS: usize = crate::env::limits::Limits::DEFAULT.cache_args;
+/// Largest bulk string accepted by default (`cache.bulk`; the real server's
+/// `proto-max-bulk-len` is 512 MB, ours is smaller because values here are digests and
+/// request records, and a larger one is a client bug).
+pub const MAX_BULK: usize = crate::env::limits::Limits::DEFAULT.cache_bulk;
+/// Longest inline request line by default (`cache.line`; the real server's
+/// `PROTO_INLINE_MAX_SIZE`, 64 KB).
+pub const MAX_INLINE: usize = crate::env::limits::Limits::DEFAULT.cache_line;
 
 /// A request the client framed wrongly. The server answers it with `-ERR Protocol error: …`
 /// and closes the connection, as the real one does.
@@ -27,13 +29,13 @@ pub enum ProtocolError {
     /// An array element that is not a bulk string.
     #[error("expected '$', got '{0}'")]
     ExpectedBulk(char),
-    /// An inline line longer than [`MAX_INLINE`] without its end.
+    /// An inline line longer than `cache.line` without its end.
     #[error("too big inline request")]
     InlineTooBig,
-    /// A `*<n>` line longer than [`MAX_INLINE`] without its end.
+    /// A `*<n>` line longer than `cache.line` without its end.
     #[error("too big mbulk count string")]
     MultibulkCountTooBig,
-    /// A `$<n>` line longer than [`MAX_INLINE`] without its end.
+    /// A `$<n>` line longer than `cache.line` without its end.
     #[error("too big bulk count string")]
     BulkCountTooBig,
 }
@@ -51,9 +53,19 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Request, usize)>, ProtocolError> {
 /// A connection's request reader: what is parsed of a request that arrives in pieces is
 /// kept, so each byte is read once (re-reading a million-argument request from its start
 /// at every network read would cost the square of its size).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Parser {
     partial: Option<Partial>,
+    /// Longest line, most arguments, largest bulk string.
+    max_line: usize,
+    max_args: usize,
+    max_bulk: usize,
+}
+
+impl Default for Parser {
+    fn default() -> Self {
+        Parser::new(&crate::env::limits::Limits::DEFAULT)
+    }
 }
 
 /// A multibulk request read so far.
@@ -66,6 +78,16 @@ struct Partial {
 }
 
 impl Parser {
+    /// A parser holding requests to `limits` (`cache.line`, `cache.args`, `cache.bulk`).
+    pub fn new(limits: &crate::env::limits::Limits) -> Self {
+        Parser {
+            partial: None,
+            max_line: limits.cache_line,
+            max_args: limits.cache_args,
+            max_bulk: limits.cache_bulk,
+        }
+    }
+
     /// As [`parse`], continuing the request an earlier call left unfinished; `buf` is the
     /// same buffer, with more bytes at its end.
     pub fn parse(&mut self, buf: &[u8]) -> Result<Option<(Request, usize)>, ProtocolError> {
@@ -76,17 +98,17 @@ impl Parser {
                     return Ok(None);
                 }
                 if buf[0] != b'*' {
-                    return parse_inline(buf);
+                    return parse_inline(buf, self.max_line);
                 }
                 let Some((count, at)) = line(buf, 1) else {
-                    return if buf.len() > MAX_INLINE {
+                    return if buf.len() > self.max_line {
                         Err(ProtocolError::MultibulkCountTooBig)
                     } else {
                         Ok(None)
                     };
                 };
                 let count: i64 = number(count).ok_or(ProtocolError::MultibulkLength)?;
-                if count > MAX_ARGS as i64 {
+                if count > self.max_args as i64 {
                     return Err(ProtocolError::MultibulkLength);
                 }
                 if count <= 0 {
@@ -108,14 +130,14 @@ impl Parser {
                 return Err(ProtocolError::ExpectedBulk(first as char));
             }
             let Some((len, next)) = line(buf, at + 1) else {
-                if buf.len() - at > MAX_INLINE {
+                if buf.len() - at > self.max_line {
                     return Err(ProtocolError::BulkCountTooBig);
                 }
                 self.partial = Some(partial);
                 return Ok(None);
             };
             let len: i64 = number(len).ok_or(ProtocolError::BulkLength)?;
-            if !(0..=MAX_BULK as i64).contains(&len) {
+            if !(0..=self.max_bulk as i64).contains(&len) {
                 return Err(ProtocolError::BulkLength);
             }
             let end = next + len as usize;
@@ -133,9 +155,9 @@ impl Parser {
 
 /// An inline request: one line, arguments separated by spaces (quotes are not interpreted;
 /// the real server's quoting rules are outside the subset served here).
-fn parse_inline(buf: &[u8]) -> Result<Option<(Request, usize)>, ProtocolError> {
+fn parse_inline(buf: &[u8], max_line: usize) -> Result<Option<(Request, usize)>, ProtocolError> {
     let Some(end) = buf.iter().position(|&b| b == b'\n') else {
-        return if buf.len() > MAX_INLINE {
+        return if buf.len() > max_line {
             Err(ProtocolError::InlineTooBig)
         } else {
             Ok(None)
@@ -218,6 +240,38 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 53: `cache.line`, `cache.args`, `cache.bulk` are the parser's, not constants.
+    #[test]
+    fn the_limits_a_parser_is_given_are_the_ones_it_holds_requests_to() {
+        let mut limits = crate::env::limits::Limits::DEFAULT;
+        limits.set("cache.line=1KiB").unwrap();
+        limits.set("cache.args=16").unwrap();
+        limits.set("cache.bulk=1MiB").unwrap();
+        let line = vec![b'a'; 2048];
+        assert_eq!(
+            Parser::default().parse(&line),
+            Ok(None),
+            "64 KiB by default"
+        );
+        assert_eq!(
+            Parser::new(&limits).parse(&line),
+            Err(ProtocolError::InlineTooBig)
+        );
+        assert_eq!(
+            Parser::new(&limits).parse(b"*17\r\n"),
+            Err(ProtocolError::MultibulkLength)
+        );
+        assert_eq!(
+            Parser::new(&limits).parse(b"*1\r\n$1048577\r\n"),
+            Err(ProtocolError::BulkLength)
+        );
+        let ping = Parser::new(&limits).parse(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        assert_eq!(
+            ping.map(|(r, _)| r),
+            Some(vec![Bytes::from_static(b"PING")])
+        );
+    }
 
     fn args(request: &[&str]) -> Request {
         request

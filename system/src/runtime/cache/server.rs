@@ -103,7 +103,7 @@ pub async fn run_with(env: SharedEnv, addr: &str, store: Store) -> std::io::Resu
 async fn connection(env: SharedEnv, store: Store, mut stream: BoxStream) {
     let mut input = BytesMut::with_capacity(4096);
     let mut session = Session::default();
-    let mut parser = resp::Parser::default();
+    let mut parser = resp::Parser::new(env.limits());
     loop {
         match stream.read_buf(&mut input).await {
             Ok(0) | Err(_) => return,

@@ -210,7 +210,8 @@ impl Router {
 pub async fn run(env: SharedEnv, routes: Routes, addr: &str) -> std::io::Result<()> {
     let router = Router::new(env.clone(), routes);
     let listener = env.listen(addr).await?;
-    crate::env::http::serve(listener, move |request, _peer| {
+    let limits = env.limits().clone();
+    crate::env::http::serve_limited(listener, &limits, move |request, _peer| {
         let router = router.clone();
         async move { router.handle(request).await }
     })
