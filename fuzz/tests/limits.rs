@@ -124,7 +124,7 @@ fn a_token_past_its_requests_in_flight_gets_429_and_is_served_once_they_end() {
             let refused = get(w, world::GATEWAY, "elsewhere", "/api/audit", world::USER_TOKEN).await;
             assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
             assert!(
-                refused.contains("64 requests in flight (gateway.requests-per-token)"),
+                refused.contains("256 requests in flight (gateway.requests-per-token)"),
                 "{refused}"
             );
             // Another token is served meanwhile.

@@ -21,7 +21,9 @@ pub struct Limits {
     pub graphql_complexity: usize,
     /// Largest runtime registration body.
     pub registration_body: usize,
-    /// Gateway requests one bearer token may have in flight at once.
+    /// Gateway requests one bearer token may have in flight at once: a quarter of
+    /// `tunnel_requests_per_runtime`, so one user cannot take a runtime's every slot; above
+    /// what tunnel-drop's clients hold while a silent drop goes unnoticed (more than 64).
     pub requests_per_token: usize,
     /// Largest events API body, as sent.
     pub events_body: usize,
@@ -66,7 +68,7 @@ impl Limits {
         graphql_depth: 15,
         graphql_complexity: 5_000,
         registration_body: 16 * 1024,
-        requests_per_token: 64,
+        requests_per_token: 256,
         events_body: 5 * 1024 * 1024,
         events_decompressed: 50 * 1024 * 1024,
         gzip_ratio: 100,
