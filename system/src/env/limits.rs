@@ -37,7 +37,9 @@ pub struct Limits {
     pub lease_max: Duration,
     /// Largest app-proxy body.
     pub app_proxy_body: usize,
-    /// Longest a tunnel client may take over TLS and its upgrade request.
+    /// Longest a tunnel client may take over TLS and its upgrade request: one that connects
+    /// and never finishes would otherwise hold one of the tunnel server's pending
+    /// registrations for ever, and enough of them shut every runtime out.
     pub tunnel_handshake_timeout: Duration,
     /// Largest WebSocket message or frame on a tunnel.
     pub tunnel_message: usize,

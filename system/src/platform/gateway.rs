@@ -61,7 +61,7 @@ pub struct Gateway {
     pub sources: Arc<Sources>,
     /// The GitOps API's schema, built with the first request's limits (depth, complexity).
     schema: std::sync::OnceLock<crate::platform::graphql::ApiSchema>,
-    /// GitOps API requests in flight by token digest (`gateway.requests-per-token`).
+    /// Requests in flight by token digest (`gateway.requests-per-token`): every route counts.
     in_flight: std::sync::OnceLock<crate::env::limits::Slots>,
 }
 
