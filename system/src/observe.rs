@@ -513,6 +513,16 @@ events! {
         "runner.volume_lost" => VolumeLost { build: String, volume: String },
         /// hardened: a cronus replica took (`leader`) or lost the lease that lets it fire.
         "runner.cron_leader" => CronLeader { host: String, leader: bool },
+        /// An engine sent its build's last log line: `written` lines in `requests` requests,
+        /// holding at most `peak_bytes` of unsent lines at once.
+        "runner.logs" => Logs { build: String, written: u64, requests: u64, peak_bytes: u64 },
+        /// An engine's unsent log lines (`held_bytes`) took its pod past its memory limit and
+        /// it was killed: `written` lines written, `sent` taken by the platform in `requests`.
+        "runner.engine_oom" => EngineOom { build: String, held_bytes: u64, written: u64, sent: u64, requests: u64 },
+        /// A client following a build's log over the broadcaster's WebSocket saw its end:
+        /// `received` lines (`in_order`: each the next number, none twice), the log's `lines`
+        /// at the end, and the build's `status`.
+        "runner.followed" => Followed { build: String, received: u64, in_order: bool, lines: u64, status: String },
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::real_mode::{http_as, orrery, Process};
+use crate::real_mode::{exchange, http_as, orrery, Process};
 use crate::support::{eventually, free_port};
 
 const AGENT: &str = "agent-1";
@@ -190,6 +190,107 @@ fn serve_runner_runs_a_build_on_the_api_server_and_removes_its_pods_and_claim() 
 /// A claim of the build's name already there (left by an earlier agent): faithful reports
 /// the API server's `AlreadyExists` as a non-retriable error and the build fails (venona's
 /// `NewK8sError`, runner-research.md §1.6); hardened takes it as done.
+/// A user follows a build's log over the broadcaster's WebSocket, as the UI does, with
+/// orrery's own client: every line the engine wrote comes once, in order, then the end.
+#[test]
+fn a_builds_log_is_followed_over_websocket_to_its_end() {
+    let (api, runner, health, _world) = world("hardened");
+    let _agent = agent("hardened", api, runner, health);
+    let body = r#"{"pipeline":"demo/build","agent":"agent-1","steps":[{"millis":2000,"exit_code":0,"lines":40,"line_bytes":100},{"millis":1000,"exit_code":3,"lines":5}]}"#;
+    let (status, answer) = http_as(runner, "POST", "/api/builds", body, ADMIN).expect("POST");
+    assert_eq!(status, 201, "{answer}");
+    let id = serde_json::from_str::<serde_json::Value>(&answer).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let env: orrery_system::env::SharedEnv =
+        std::sync::Arc::new(orrery_system::env::RealEnv::new("test"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut lines = Vec::new();
+    let broadcaster = format!("127.0.0.1:{runner}");
+    let followed = rt.block_on(async {
+        let follow = orrery_system::platform::runner::logs::follow_build(
+            env,
+            &broadcaster,
+            ADMIN,
+            &id,
+            |line| lines.push(line.to_string()),
+        );
+        tokio::time::timeout(Duration::from_secs(60), follow)
+            .await
+            .expect("the build's log ends within 60 s")
+    });
+    assert_eq!(followed.status, "failure", "the second step exits 3");
+    assert_eq!((followed.received, followed.lines), (45, 45));
+    assert!(followed.in_order);
+    assert_eq!(lines[0].len(), 100, "{:?}", lines[0]);
+    assert!(lines[0].starts_with(&format!("{id} step 0 line 0 ")));
+    assert!(lines[44].starts_with(&format!("{id} step 1 line 4 ")));
+    assert_eq!(lines[44].len(), 80, "the default line length");
+    // The same lines as JSON, from any line on; an ended build's log takes no more.
+    let (status, page) = http_as(
+        runner,
+        "GET",
+        &format!("/api/builds/{id}/logs?from=43"),
+        "",
+        ADMIN,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{page}");
+    let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+    assert_eq!(page["lines"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        (page["next"].as_u64(), page["ended"].as_bool()),
+        (Some(45), Some(true))
+    );
+    // The engine sends its lines with the agent's token, as venona sends it (no scheme).
+    let as_engine = format!("authorization: {AGENT_TOKEN}\r\n");
+    let late = r#"{"from":45,"lines":["late"]}"#;
+    let logs = format!("/api/builds/{id}/logs");
+    let (status, body) = exchange(runner, "POST", &logs, late, &as_engine).unwrap();
+    assert_eq!(status, 410, "{body}");
+    // Bad requests are refused by name.
+    for (path, body, token, want, says) in [
+        (
+            format!("/api/builds/{id}/logs?from=x"),
+            "",
+            ADMIN,
+            400,
+            "`from`",
+        ),
+        (
+            format!("/api/builds/{id}/logs"),
+            "",
+            "nobody",
+            401,
+            "unknown token",
+        ),
+        (
+            "/api/builds/b99999/logs".to_string(),
+            "",
+            ADMIN,
+            404,
+            "no build",
+        ),
+    ] {
+        let (status, answer) = http_as(runner, "GET", &path, body, token).unwrap();
+        assert_eq!(status, want, "{path}: {answer}");
+        assert!(answer.contains(says), "{path}: {answer}");
+    }
+    for (body, says) in [
+        (r#"{"lines":["x"]}"#, "`from`"),
+        (r#"{"from":0,"lines":[1]}"#, "`lines`"),
+    ] {
+        let (status, answer) = exchange(runner, "POST", &logs, body, &as_engine).unwrap();
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer.contains(says), "{body}: {answer}");
+    }
+    let huge = r#"{"pipeline":"demo/build","agent":"agent-1","steps":[{"millis":1,"exit_code":0,"lines":5,"line_bytes":100000}]}"#;
+    let (status, answer) = http_as(runner, "POST", "/api/builds", huge, ADMIN).unwrap();
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("steps[0]"), "{answer}");
+}
+
 #[test]
 fn a_claim_already_there_fails_the_faithful_build_and_not_the_hardened_one() {
     for (variant, ends) in [("faithful", "error"), ("hardened", "success")] {

@@ -132,10 +132,8 @@ impl World {
                     target.clone(),
                 )),
                 engine: Some(engine::Config {
-                    apiserver: target.clone(),
-                    platform_api: api,
-                    token: TOKEN.into(),
                     volumes: volumes.is_some(),
+                    ..engine::Config::new(variant, target.clone(), &api, TOKEN)
                 }),
                 volumes: volumes.map(|node| node(variant, target)),
                 ..Default::default()
@@ -170,13 +168,13 @@ async fn suite(variant: Variant) {
         &ns,
         &resource("PersistentVolumeClaim", "persistentvolumeclaims"),
     );
-    let steps = vec![
-        Step {
-            millis: 1000,
-            exit_code: 0,
-        };
-        2
-    ];
+    // The first step logs: the engine, running the build it found on the real server,
+    // sends every line before the build's end.
+    let logging = Step {
+        lines: 20,
+        ..Step::new(1000, 0)
+    };
+    let steps = vec![logging, Step::new(1000, 0)];
     let status = |id: &str| {
         let queue = builds.lock();
         let build = queue.build(id).expect("the build exists");
@@ -218,6 +216,16 @@ async fn suite(variant: Variant) {
         (status(&first).0 == Status::Success).then_some(())
     })
     .await;
+    let log = builds
+        .lock()
+        .log(&first, 0)
+        .expect("the build has a log")
+        .to_vec();
+    assert_eq!(log.len(), 20, "every line the engine wrote, before its end");
+    assert!(
+        log[19].starts_with(&format!("{first} step 0 line 19 ")),
+        "{log:?}"
+    );
     // The pods go at once (never scheduled); the claim waits for pvc-protection's finalizer,
     // which the suite removes as the controller manager would.
     let claim = format!("pvc-dind-{first}");
@@ -277,12 +285,20 @@ async fn suite(variant: Variant) {
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn the_faithful_runner_agent_makes_and_deletes_build_pods_on_a_real_api_server() {
     suite(Variant::Faithful).await;
+    record_row(
+        "agent-faithful",
+        "the agent (faithful) makes a build's claim and pods on the real API server as the platform's tasks say, the engine stand-in runs the build and sends its log lines before its end, and the agent deletes them when it ended; a claim already there (`AlreadyExists`) fails the next build",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn the_hardened_runner_agent_makes_and_deletes_build_pods_on_a_real_api_server() {
     suite(Variant::Hardened).await;
+    record_row(
+        "agent-hardened",
+        "the agent (hardened) makes a build's claim and pods on the real API server as the platform's tasks say, the engine stand-in runs the build and sends its log lines before its end, and the agent deletes them when it ended; a claim already there is taken as the task's effect and the next build succeeds",
+    );
 }
 
 /// The dind volume provisioner and the local volumes cleaner (`runtime::runner::volumes`)
@@ -310,10 +326,7 @@ async fn volumes_suite(variant: Variant) {
         &resource("PersistentVolumeClaim", "persistentvolumeclaims"),
     );
     let pvs: Api<DynamicObject> = Api::all_with(client, &volumes::volume_resource());
-    let steps = vec![Step {
-        millis: 15_000,
-        exit_code: 0,
-    }];
+    let steps = vec![Step::new(15_000, 0)];
     let build = builds
         .lock()
         .create_build("demo/build", AGENT, steps, crate::support::unix_ms());
@@ -397,10 +410,31 @@ async fn volumes_suite(variant: Variant) {
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn the_faithful_volume_cleaner_removes_a_running_builds_volume_on_a_real_api_server() {
     volumes_suite(Variant::Faithful).await;
+    record_row(
+        "volumes-faithful",
+        "the dind volume provisioner binds a build's claim to a PersistentVolume on the real API server; the local volumes cleaner (faithful) removes the directory of the running build's volume, and the build fails",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn the_hardened_volume_cleaner_keeps_a_running_builds_volume_on_a_real_api_server() {
     volumes_suite(Variant::Hardened).await;
+    record_row(
+        "volumes-hardened",
+        "the dind volume provisioner binds a build's claim to a PersistentVolume on the real API server; the local volumes cleaner (hardened) keeps the volume the build's claim holds, and the build succeeds",
+    );
+}
+
+/// Rewrites the Runner's section of `reports/conformance.md` with the rows so far (a row is
+/// written only when its test's checks passed).
+fn record_row(key: &str, behaviour: &str) {
+    static ROWS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+    crate::runtime::record_section_row(
+        &ROWS,
+        "runner",
+        "## runner: the Codefresh Runner's agent, engine stand-in and volumes against a real kube-apiserver\n\n- The agent, the engine stand-in and the dind volume provisioner and cleaner, unchanged, in real mode against the real kube-apiserver (`conformance/kube/run.sh`), with the platform's builds API in process; the suite plays the pod phases and the pvc-protection controller (no kubelet). One row per test.\n\n",
+        key,
+        behaviour,
+    );
 }

@@ -1273,18 +1273,34 @@ async fn apps_in_several_namespaces_and_an_app_of_apps_child_reach_the_platform(
 /// written only when its test's checks passed.
 pub(crate) fn record_row(key: &str, behaviour: &str) {
     static ROWS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
-    let mut rows = ROWS.lock().unwrap();
+    record_section_row(
+        &ROWS,
+        "runtime",
+        "## runtime: orrery's runtime components against a real kube-apiserver\n\n- The runtime's components, unchanged, in real mode against the real kube-apiserver (`conformance/kube/run.sh`; kind with `make conformance`), with Argo CD's stand-in and the platform in process; one row per test.\n\n",
+        key,
+        behaviour,
+    );
+}
+
+/// [`record_row`] for section `section` of `reports/conformance.md`, opened by `head`, its
+/// rows kept in `rows`.
+pub(crate) fn record_section_row(
+    rows: &std::sync::Mutex<Vec<(String, String)>>,
+    section: &str,
+    head: &str,
+    key: &str,
+    behaviour: &str,
+) {
+    let mut rows = rows.lock().unwrap();
     rows.retain(|(k, _)| k != key);
     rows.push((key.to_string(), format!("| {behaviour} | passes |")));
     rows.sort();
-    let mut body =
-        String::from("## runtime: orrery's runtime components against a real kube-apiserver\n\n");
-    body.push_str("- The runtime's components, unchanged, in real mode against the real kube-apiserver (`conformance/kube/run.sh`; kind with `make conformance`), with Argo CD's stand-in and the platform in process; one row per test.\n\n");
+    let mut body = String::from(head);
     body.push_str("| behaviour | verdict |\n|---|---|\n");
     for (_, row) in rows.iter() {
         body.push_str(row);
         body.push('\n');
     }
-    orrery_conformance::report::write_section("runtime", &body)
+    orrery_conformance::report::write_section(section, &body)
         .expect("write reports/conformance.md");
 }

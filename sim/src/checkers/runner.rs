@@ -21,6 +21,12 @@
 //!   claim held it — the local volumes cleaner marks the least recently used volume with no
 //!   in-use check, and a long build's volume, used last at its start, is the oldest (§4 row
 //!   12, **inferred**).
+//! - `runner_engine_memory` (safety): no build's engine was killed for the memory its
+//!   unsent log lines took — the engine's "memory leak, caused by delays in
+//!   container-logger" (§4 row 13; one line a request is **inferred**).
+//! - `runner_logs_complete` (liveness): at the end every log line a build's engine wrote is
+//!   in the platform's log, and every client that followed the build to its end over the
+//!   broadcaster received each line once, in order (§2.7).
 //! - `runner_cron_once` (safety): every tick of a cron trigger due before the calm phase
 //!   started exactly one build, or was reported missed; no tick started two (§4 row 10:
 //!   cronus replicas in HA each fire it; a tick due while cronus is down is lost silently).
@@ -375,6 +381,137 @@ impl Checker for VolumeKept {
     }
 }
 
+/// `runner_engine_memory`.
+pub struct EngineMemory;
+
+impl Checker for EngineMemory {
+    fn name(&self) -> &'static str {
+        "runner_engine_memory"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        let Some(RunnerEvent::EngineOom {
+            build,
+            held_bytes,
+            written,
+            sent,
+            ..
+        }) = event.runner()
+        else {
+            return None;
+        };
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: event.at_ms,
+            host: event.host.clone(),
+            details: json!({
+                "reason": format!(
+                    "build {build}'s engine was killed holding {held_bytes} bytes of log lines it had not sent ({sent} of {written} lines sent)"
+                ),
+                "build": build,
+                "held_bytes": held_bytes,
+            }),
+        })
+    }
+
+    fn at_end(&mut self, _state: &FinalState) -> Option<Violation> {
+        None
+    }
+}
+
+/// `runner_logs_complete`.
+#[derive(Default)]
+pub struct LogsComplete {
+    /// Build → lines its engine wrote and how many reached the platform (`None`: all, it
+    /// sent its last line).
+    written: BTreeMap<String, (u64, Option<u64>)>,
+    /// Build → what a follower saw at its end: lines received, in order, the log's lines
+    /// and the build's status.
+    followed: BTreeMap<String, (u64, bool, u64, String)>,
+}
+
+impl Checker for LogsComplete {
+    fn name(&self) -> &'static str {
+        "runner_logs_complete"
+    }
+
+    fn on_event(&mut self, event: &TraceEvent) -> Option<Violation> {
+        match event.runner()? {
+            RunnerEvent::Logs { build, written, .. } => {
+                self.written.insert(build.clone(), (*written, None));
+            }
+            RunnerEvent::EngineOom {
+                build,
+                written,
+                sent,
+                ..
+            } => {
+                self.written.insert(build.clone(), (*written, Some(*sent)));
+            }
+            RunnerEvent::Followed {
+                build,
+                received,
+                in_order,
+                lines,
+                status,
+            } => {
+                self.followed.insert(
+                    build.clone(),
+                    (*received, *in_order, *lines, status.clone()),
+                );
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let violation = |reason: String, build: &str| Violation {
+            invariant: "runner_logs_complete".into(),
+            class: Class::Liveness,
+            at_ms: state.end_ms,
+            host: String::new(),
+            details: json!({"reason": reason, "build": build}),
+        };
+        for (build, (written, sent)) in &self.written {
+            if let Some(sent) = sent.filter(|sent| sent < written) {
+                return Some(violation(
+                    format!(
+                        "build {build}'s engine wrote {written} log lines and died; the platform has {sent}"
+                    ),
+                    build,
+                ));
+            }
+        }
+        for (build, (received, in_order, lines, status)) in &self.followed {
+            if !in_order || received != lines {
+                return Some(violation(
+                    format!(
+                        "a client following build {build}'s log received {received} lines{} of the {lines} the log has",
+                        if *in_order { "" } else { " out of order" }
+                    ),
+                    build,
+                ));
+            }
+            // A build its engine ended (success or failure) got every line first; one the
+            // platform ended has what came before its end.
+            let by_engine = matches!(status.as_str(), "success" | "failure");
+            if let Some((written, None)) = self.written.get(build).filter(|_| by_engine) {
+                if written != lines {
+                    return Some(violation(
+                        format!(
+                            "build {build}'s engine wrote {written} log lines; the log a client followed to the end has {lines}"
+                        ),
+                        build,
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
 /// `runner_stall_detected`.
 #[derive(Default)]
 pub struct StallDetected {
@@ -642,6 +779,99 @@ mod tests {
         assert_eq!(violation.invariant, "runner_volume_kept");
         assert_eq!(violation.at_ms, 960_000);
         assert_eq!(violation.details["claim"], "pvc-dind-b00001");
+    }
+
+    fn oom(at_ms: u64, build: &str) -> TraceEvent {
+        runner(
+            at_ms,
+            RunnerEvent::EngineOom {
+                build: build.into(),
+                held_bytes: 4 << 20,
+                written: 2_000,
+                sent: 900,
+                requests: 900,
+            },
+        )
+    }
+
+    fn logs(at_ms: u64, build: &str, written: u64) -> TraceEvent {
+        runner(
+            at_ms,
+            RunnerEvent::Logs {
+                build: build.into(),
+                written,
+                requests: written / 2,
+                peak_bytes: 8_192,
+            },
+        )
+    }
+
+    fn followed(
+        at_ms: u64,
+        build: &str,
+        received: u64,
+        in_order: bool,
+        lines: u64,
+        status: &str,
+    ) -> TraceEvent {
+        runner(
+            at_ms,
+            RunnerEvent::Followed {
+                build: build.into(),
+                received,
+                in_order,
+                lines,
+                status: status.into(),
+            },
+        )
+    }
+
+    #[test]
+    fn an_engine_killed_for_its_unsent_log_breaks_engine_memory() {
+        let fine = [logs(100_000, "b00001", 3_000)];
+        assert!(first(&mut EngineMemory, &fine).is_none());
+        let killed = [logs(100_000, "b00001", 3_000), oom(150_000, "b00002")];
+        let v = first(&mut EngineMemory, &killed).expect("fires");
+        assert_eq!((v.class, v.at_ms), (Class::Safety, 150_000));
+        assert_eq!(v.details["build"], "b00002");
+    }
+
+    #[test]
+    fn a_line_lost_or_not_followed_breaks_logs_complete() {
+        let judge = |events: &[TraceEvent]| {
+            let mut checker = LogsComplete::default();
+            assert!(first(&mut checker, events).is_none(), "judged at the end");
+            checker.at_end(&FinalState {
+                end_ms: 900_000,
+                ..FinalState::default()
+            })
+        };
+        // Every line sent and followed; a build the platform ended shows what came before.
+        let complete = [
+            logs(100_000, "b00001", 3_000),
+            followed(101_000, "b00001", 3_000, true, 3_000, "success"),
+            logs(120_000, "b00002", 500),
+            followed(90_000, "b00002", 300, true, 300, "error"),
+        ];
+        assert!(judge(&complete).is_none());
+        let v = judge(&[oom(150_000, "b00001")]).expect("lost lines");
+        assert_eq!((v.class, v.at_ms), (Class::Liveness, 900_000));
+        assert!(v.details["reason"].as_str().unwrap().contains("died"));
+        let short = [
+            logs(100_000, "b00001", 3_000),
+            followed(101_000, "b00001", 2_990, true, 3_000, "success"),
+        ];
+        assert!(judge(&short).is_some(), "a follower missed lines");
+        let reordered = [followed(101_000, "b00001", 3_000, false, 3_000, "success")];
+        assert!(judge(&reordered).is_some(), "out of order");
+        let unsent = [
+            logs(100_000, "b00001", 3_000),
+            followed(101_000, "b00001", 2_000, true, 2_000, "failure"),
+        ];
+        assert!(
+            judge(&unsent).is_some(),
+            "the engine's end came before its lines"
+        );
     }
 
     #[test]

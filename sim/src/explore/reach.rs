@@ -62,6 +62,7 @@
 //! | `runner_policy_terminated` | a Runner build was terminated by its pipeline's policy (a newer build of its branch) |
 //! | `runner_cron_replica_down` | a cronus replica fired a cron tick while another cronus replica was down |
 //! | `runner_disk_pressure` | the local volumes cleaner marked a Runner build's dind volume for deletion (the node's volumes filled its threshold) |
+//! | `runner_log_backlog` | a Runner engine held at least 16 KiB of log lines it had not sent yet (lines queued behind the requests in flight: its link to the platform was slower than its steps wrote) |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -100,6 +101,10 @@ fn health_shown(events: &[TraceEvent], sequence: &[&str]) -> bool {
 
 /// How long after a scale began an overflow still counts as "during" it.
 const SCALE_WINDOW_MS: u64 = 60_000;
+
+/// `runner_log_backlog`: unsent log lines an engine must have held at once (four lines of
+/// 4 KiB: lines queued behind the requests in flight, not only the one being sent).
+pub const LOG_BACKLOG_BYTES: u64 = 16 * 1024;
 
 /// Hosts with `role`.
 fn hosts(scenario: &Scenario, role: Role) -> BTreeSet<&str> {
@@ -504,6 +509,13 @@ impl Condition {
             }
             Condition::RunnerDiskPressure => events.iter().any(|e| {
                 matches!(e.runner(), Some(RunnerEvent::Volume { action, .. }) if action == "marked")
+            }),
+            Condition::RunnerLogBacklog => events.iter().any(|e| match e.runner() {
+                Some(RunnerEvent::Logs { peak_bytes, .. }) => *peak_bytes >= LOG_BACKLOG_BYTES,
+                Some(RunnerEvent::EngineOom { held_bytes, .. }) => {
+                    *held_bytes >= LOG_BACKLOG_BYTES
+                }
+                _ => false,
             }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
@@ -1385,7 +1397,26 @@ expect: {hardened: pass}
                 ],
                 vec![volume(1_000, "created"), volume(60_000, "marked")],
             ),
+            (
+                RunnerLogBacklog,
+                // Lines sent about as fast as they were written.
+                vec![logs(200_000, 8 * 1024)],
+                vec![logs(200_000, 64 * 1024), logs(260_000, LOG_BACKLOG_BYTES)],
+            ),
         ]
+    }
+
+    fn logs(at_ms: u64, peak_bytes: u64) -> TraceEvent {
+        at(
+            at_ms,
+            "apiserver",
+            RunnerEvent::Logs {
+                build: "b00001".into(),
+                written: 3_000,
+                requests: 600,
+                peak_bytes,
+            },
+        )
     }
 
     fn volume(at_ms: u64, action: &str) -> TraceEvent {

@@ -644,8 +644,34 @@ fn runner_figures(
     let mut handed: BTreeMap<&str, u64> = BTreeMap::new();
     let mut round_trips = Vec::new();
     let mut volumes: BTreeMap<String, u64> = BTreeMap::new();
+    let mut logs: BTreeMap<String, u64> = BTreeMap::new();
     for event in events {
         match event.runner() {
+            Some(RunnerEvent::Logs {
+                written,
+                requests,
+                peak_bytes,
+                ..
+            }) => {
+                *logs.entry("runner.logs.written".into()).or_default() += written;
+                *logs.entry("runner.logs.requests".into()).or_default() += requests;
+                let peak = logs.entry("runner.logs.peak_bytes".into()).or_default();
+                *peak = (*peak).max(*peak_bytes);
+            }
+            Some(RunnerEvent::EngineOom {
+                held_bytes,
+                written,
+                sent,
+                requests,
+                ..
+            }) => {
+                *logs.entry("runner.logs.written".into()).or_default() += written;
+                *logs.entry("runner.logs.requests".into()).or_default() += requests;
+                *logs.entry("runner.logs.lost".into()).or_default() += written - sent;
+                *logs.entry("runner.logs.oom_kills".into()).or_default() += 1;
+                let peak = logs.entry("runner.logs.peak_bytes".into()).or_default();
+                *peak = (*peak).max(*held_bytes);
+            }
             Some(RunnerEvent::Volume { claim, action, .. }) => {
                 let key = match action.as_str() {
                     "removed" if !claim.is_empty() => "removed_in_use",
@@ -691,6 +717,14 @@ fn runner_figures(
         for key in ["created", "reused", "marked", "removed_in_use", "lost"] {
             let key = format!("runner.volumes.{key}");
             let n = volumes.get(&key).copied().unwrap_or(0);
+            counters.insert(key, n);
+        }
+    }
+    // With steps that log: every figure, zero included.
+    if !logs.is_empty() {
+        for key in ["written", "requests", "peak_bytes", "lost", "oom_kills"] {
+            let key = format!("runner.logs.{key}");
+            let n = logs.get(&key).copied().unwrap_or(0);
             counters.insert(key, n);
         }
     }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 68] = [
+pub const FIGURES: [(&str, &str); 73] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -228,6 +228,23 @@ pub const FIGURES: [(&str, &str); 68] = [
         "runner_volumes_created",
         "dind volumes the provisioner created",
     ),
+    ("runner_log_lines", "log lines the builds' engines wrote"),
+    (
+        "runner_log_requests_per_100_lines",
+        "log requests the engines sent per 100 lines the platform took",
+    ),
+    (
+        "runner_log_peak_mib",
+        "most unsent log lines one engine held at once, MiB",
+    ),
+    (
+        "runner_log_lines_lost",
+        "log lines written by an engine killed before it sent them",
+    ),
+    (
+        "runner_engines_oom_killed",
+        "engines killed for the memory their unsent log lines took",
+    ),
     (
         "runner_volumes_reused",
         "builds whose claim was bound to a volume an earlier build left (its cache)",
@@ -372,6 +389,28 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         put("runner_cron_lost_ticks", counter("runner.cron.lost"));
         put("runner_cron_missed_ticks", counter("runner.cron.missed"));
         put("runner_volumes_created", counter("runner.volumes.created"));
+        if let Some(&written) = metrics.counters.get("runner.logs.written") {
+            put("runner_log_lines", Some(json!(written)));
+            let requests = n("runner.logs.requests");
+            let sent = written.saturating_sub(n("runner.logs.lost"));
+            put(
+                "runner_log_requests_per_100_lines",
+                Some(json!(
+                    (requests as f64 * 100.0 / sent.max(1) as f64 * 10.0).round() / 10.0
+                )),
+            );
+            put(
+                "runner_log_peak_mib",
+                Some(json!(
+                    (n("runner.logs.peak_bytes") as f64 / 1048576.0 * 100.0).round() / 100.0
+                )),
+            );
+            put("runner_log_lines_lost", counter("runner.logs.lost"));
+            put(
+                "runner_engines_oom_killed",
+                counter("runner.logs.oom_kills"),
+            );
+        }
         put("runner_volumes_reused", counter("runner.volumes.reused"));
         put("runner_volumes_marked", counter("runner.volumes.marked"));
         put(

@@ -165,6 +165,9 @@ conditions! {
     /// The local volumes cleaner marked a Runner build volume for deletion (the node's
     /// volumes filled its threshold).
     RunnerDiskPressure = "runner_disk_pressure",
+    /// A Runner engine held at least [`crate::explore::reach::LOG_BACKLOG_BYTES`] of log
+    /// lines it had not sent yet (its link to the platform was slower than its steps wrote).
+    RunnerLogBacklog = "runner_log_backlog",
 }
 
 impl fmt::Display for Condition {

@@ -200,6 +200,8 @@ fn draw_knobs(rng: &mut Rng, knobs: &SwarmKnobs, concrete: &mut Scenario) {
             runner.steps = vec![crate::scenario::model::RunnerStep {
                 duration: length,
                 exit_code: 0,
+                lines: 0,
+                line_bytes: 0,
             }];
         }
         if let Some(range) = r.lost_requests {
@@ -207,6 +209,15 @@ fn draw_knobs(rng: &mut Rng, knobs: &SwarmKnobs, concrete: &mut Scenario) {
         }
         if let Some(range) = r.lost_answers {
             runner.lost_answers = between_u32(rng, range).min(100) as u8;
+        }
+        // Drawn last: families without it draw as before.
+        if let Some(range) = r.lines_per_second {
+            let rate = between_u32(rng, range);
+            for step in &mut runner.steps {
+                step.lines = (u64::from(rate) * step.duration.as_millis() as u64 / 1000).min(
+                    u64::from(orrery_system::platform::runner::queue::MAX_STEP_LINES),
+                ) as u32;
+            }
         }
     }
 }

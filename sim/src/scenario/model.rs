@@ -1015,6 +1015,10 @@ pub struct Runner {
     /// The dind volume provisioner and the local volumes cleaner run in the cluster, and
     /// builds wait for their claims to be bound. Default: none (claims are not bound).
     pub volumes: Option<RunnerVolumes>,
+    /// The engine pod's memory limit in MiB: what the log lines it has not sent yet may
+    /// take. Default 2048 (the chart's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_memory_mib: Option<u64>,
 }
 
 /// `runner.volumes`: the node the builds' dind volumes live on.
@@ -1096,6 +1100,8 @@ impl Default for Runner {
             steps: vec![RunnerStep {
                 duration: Duration::from_secs(20),
                 exit_code: 0,
+                lines: 0,
+                line_bytes: 0,
             }],
             lost_requests: 0,
             lost_answers: 0,
@@ -1107,6 +1113,7 @@ impl Default for Runner {
             webhook: None,
             cron: None,
             volumes: None,
+            engine_memory_mib: None,
         }
     }
 }
@@ -1121,6 +1128,17 @@ pub struct RunnerStep {
     /// How it exits. Default 0.
     #[serde(default)]
     pub exit_code: i32,
+    /// Lines of log it writes, evenly over its time (sent by the engine to the platform and
+    /// followed over the broadcaster's WebSocket). Default 0.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub lines: u32,
+    /// Each line's length in bytes (1 to 65536). Default 80.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub line_bytes: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Hosted runtimes' virtual clusters (`hosted:`).
@@ -1342,7 +1360,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 37] = [
+pub const KNOWN_INVARIANTS: [&str; 39] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1380,6 +1398,8 @@ pub const KNOWN_INVARIANTS: [&str; 37] = [
     "runner_cron_once",
     "runner_stall_detected",
     "runner_volume_kept",
+    "runner_engine_memory",
+    "runner_logs_complete",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

@@ -329,6 +329,19 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
             ),
             (runner.burst >= 1, "burst", "burst must be at least 1"),
             (
+                runner.steps.iter().all(|st| {
+                    st.lines <= orrery_system::platform::runner::queue::MAX_STEP_LINES
+                        && st.line_bytes <= orrery_system::platform::runner::queue::MAX_LINE_BYTES
+                }),
+                "steps",
+                "a step writes at most 1000000 lines of at most 65536 bytes",
+            ),
+            (
+                runner.engine_memory_mib.is_none_or(|m| (1..=1 << 20).contains(&m)),
+                "engine_memory_mib",
+                "engine_memory_mib must be 1 to 1048576 (MiB)",
+            ),
+            (
                 runner.branches >= 1,
                 "branches",
                 "branches must be at least 1",

@@ -200,6 +200,9 @@ pub struct RunnerRanges {
     /// Range of the percent of agent answers lost (fault phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_answers: Option<[u32; 2]>,
+    /// Range of the log lines each step writes a second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines_per_second: Option<[u32; 2]>,
 }
 
 impl SwarmKnobs {

@@ -77,7 +77,7 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
         }
         // The builds' engine pods run in the cluster.
         if host.has(Role::Apiserver) {
-            config.engine = Some(super::runner::engine(scenario));
+            config.engine = Some(super::runner::engine(scenario, variant));
             config.volumes = super::runner::volumes(scenario, variant);
         }
     }

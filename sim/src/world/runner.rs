@@ -149,8 +149,9 @@ fn steps(runner: &Runner) -> Vec<Step> {
         .steps
         .iter()
         .map(|s| Step {
-            millis: s.duration.as_millis() as u64,
-            exit_code: s.exit_code,
+            lines: s.lines,
+            line_bytes: s.line_bytes,
+            ..Step::new(s.duration.as_millis() as u64, s.exit_code)
         })
         .collect()
 }
@@ -181,16 +182,19 @@ pub fn cronus(scenario: &Scenario, variant: Variant, host: &str) -> Option<cronu
 }
 
 /// The engine stand-in on the cluster's host.
-pub fn engine(scenario: &Scenario) -> engine::Config {
-    engine::Config {
-        apiserver: cluster(scenario),
-        platform_api: platform_api(scenario),
-        token: AGENT_TOKEN.into(),
-        volumes: scenario
-            .runner
-            .as_ref()
-            .is_some_and(|r| r.volumes.is_some()),
+pub fn engine(scenario: &Scenario, variant: Variant) -> engine::Config {
+    let runner = scenario.runner.as_ref();
+    let mut config = engine::Config::new(
+        variant,
+        cluster(scenario),
+        &platform_api(scenario),
+        AGENT_TOKEN,
+    );
+    config.volumes = runner.is_some_and(|r| r.volumes.is_some());
+    if let Some(mib) = runner.and_then(|r| r.engine_memory_mib) {
+        config.memory = mib * 1024 * 1024;
     }
+    config
 }
 
 /// The dind volume provisioner and cleaner on the cluster's host, when `runner.volumes` is
@@ -271,6 +275,8 @@ pub async fn trigger(
         std::time::Duration::from_secs(10),
     );
     let agents = agent_ids(&scenario);
+    // Steps that log: a user follows each build's log (builds made through the API).
+    let logs = runner.steps.iter().any(|s| s.lines > 0);
     // A Git provider's deliveries: each waits `timeout` for its answer.
     let api = platform_api(&scenario);
     while made.load(Ordering::SeqCst) < runner.builds && !calm.load(Ordering::SeqCst) {
@@ -293,15 +299,20 @@ pub async fn trigger(
             let (client, env, api, webhook) = (&client, &env, &api, &runner.webhook);
             async move {
                 let Some(webhook) = webhook.clone() else {
-                    return client
+                    let made = client
                         .send(
                             http::Method::POST,
                             "/api/builds".into(),
                             Some(TRIGGER_TOKEN),
                             Some(&body),
                         )
-                        .await
-                        .is_ok();
+                        .await;
+                    if let Some(id) = made.as_ref().ok().and_then(|v| v["id"].as_str()) {
+                        if logs {
+                            tokio::spawn(follow(env.clone(), api.clone(), id.to_string()));
+                        }
+                    }
+                    return made.is_ok();
                 };
                 // One push event: the provider delivers it, and delivers it again with the
                 // same id when no answer comes within its timeout, until answered or out of
@@ -336,4 +347,26 @@ pub async fn trigger(
         let accepted = sent.into_iter().filter(|ok| *ok).count() as u32;
         made.fetch_add(accepted, Ordering::SeqCst);
     }
+}
+
+/// A user following build `id`'s log over the broadcaster until the build ends, traced.
+async fn follow(env: SharedEnv, api: String, id: String) {
+    let seen = orrery_system::platform::runner::logs::follow_build(
+        env.clone(),
+        &api,
+        TRIGGER_TOKEN,
+        &id,
+        |_| {},
+    )
+    .await;
+    env.observe(
+        orrery_system::observe::RunnerEvent::Followed {
+            build: id,
+            received: seen.received,
+            in_order: seen.in_order,
+            lines: seen.lines,
+            status: seen.status,
+        }
+        .into(),
+    );
 }

@@ -13,8 +13,9 @@ use std::path::Path;
 use orrery_sim::harness::runner;
 use orrery_sim::scenario::{self, Scenario, Variant};
 
-/// Scenarios whose hosts crash, restart or scale, with tunnels, watches, stores and the
-/// reporter: twelve different scenarios (the cheap seeds of each).
+/// Scenarios whose hosts crash, restart or scale, with tunnels, watches, stores, the
+/// reporter and the Runner (its logs' broadcaster too): fifteen different scenarios (the
+/// cheap seeds of each).
 const RUNS: &[(&str, u64, Variant)] = &[
     ("tunnel-drop", 1, Variant::Faithful),
     ("swarm-tunnel", 1, Variant::Faithful),
@@ -33,6 +34,7 @@ const RUNS: &[(&str, u64, Variant)] = &[
     ("swarm-runner", 2, Variant::Hardened),
     ("cron-failover", 1, Variant::Faithful),
     ("swarm-cron", 2, Variant::Hardened),
+    ("runner-slow-logs", 1, Variant::Hardened),
 ];
 
 fn repo(path: &str) -> String {

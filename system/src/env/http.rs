@@ -229,9 +229,11 @@ where
                         let response = handler(req, peer.clone());
                         async move { Ok::<_, Infallible>(response.await) }
                     });
-                    // A broken connection only ends that connection.
+                    // A broken connection only ends that connection. A handler may answer
+                    // 101 and take the connection over (the build logs' WebSocket).
                     let _ = builder()
                         .serve_connection(TokioIo::new(stream), service)
+                        .with_upgrades()
                         .await;
                 })
             }

@@ -1300,10 +1300,13 @@ fn runner(args: RunnerArgs) -> Result<(), Fail> {
             engine: args
                 .engine
                 .then(|| orrery_system::runtime::runner::engine::Config {
-                    apiserver: kube.clone(),
-                    platform_api: args.platform_api.clone(),
-                    token: args.token.clone(),
                     volumes: args.volumes_node_gib.is_some(),
+                    ..orrery_system::runtime::runner::engine::Config::new(
+                        variant,
+                        kube.clone(),
+                        &args.platform_api,
+                        &args.token,
+                    )
                 }),
             volumes: args.volumes_node_gib.map(|gib| {
                 orrery_system::runtime::runner::volumes::Config::new(variant, kube, gib)

@@ -6,6 +6,8 @@
 //! - [`queue`]: the builds and the task queue (pure state, the modelling choices).
 //! - [`serve`]: the HTTP API and the platform's timers.
 //! - [`cronus`]: the cron event provider, firing cron triggers' ticks at hermes.
+//! - [`logs`]: the build logs the engines send, and the broadcaster that streams them to
+//!   clients over WebSocket.
 //!
 //! | route | who | answer |
 //! |---|---|---|
@@ -21,12 +23,15 @@
 //! | `GET /api/pipelines/{name}` | trigger | them |
 //! | `GET /api/builds/{id}` | trigger, agent | the build |
 //! | `POST /api/builds/{id}/engine` `{exitCode}` | engine (the agent's token, **inferred**) | 200; `null` while running |
+//! | `POST /api/builds/{id}/logs` `{from, lines}` | engine | `{next}`: lines the log has; 409 `{next}` for a gap; lines it has already are skipped; 410 once the build ended |
+//! | `GET /api/builds/{id}/logs?from=N` | trigger, agent | `{lines, next, ended}`; with `Upgrade: websocket` the broadcaster: `{seq, line}` text frames as lines come, then `{end, lines}` once the build ended and every line was sent |
 //!
 //! The agent routes and paths are venona's (`pkg/codefresh/codefresh.go` L83-133); the
 //! builds and engine routes are orrery's (the real ones are not public: the engine reports
 //! through Firebase and cfapi, §2.3 step 7).
 
 pub mod cronus;
+pub mod logs;
 pub mod queue;
 
 use std::collections::BTreeMap;
@@ -43,7 +48,7 @@ use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
 use crate::observe::RunnerEvent;
 pub use queue::{
-    Build, CronTrigger, Lease, NewBuild, Pipeline, Queue, Settings, Status, Step, Tick,
+    Build, CronTrigger, Lease, LogError, NewBuild, Pipeline, Queue, Settings, Status, Step, Tick,
 };
 
 /// The header a Git webhook delivery carries its id in (GitHub's; a redelivery keeps it).
@@ -82,6 +87,8 @@ pub struct Builds {
     agents: BTreeMap<TokenDigest, String>,
     /// The digest of the token that may make builds.
     trigger_token: TokenDigest,
+    /// Woken when a build's log grows: the broadcaster's followers wait on it.
+    logs_changed: tokio::sync::Notify,
 }
 
 impl Builds {
@@ -99,6 +106,7 @@ impl Builds {
                 .map(|(token, agent)| (TokenDigest::of(&token), agent))
                 .collect(),
             trigger_token: TokenDigest::of(trigger_token),
+            logs_changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -427,6 +435,23 @@ async fn handle(
                 ),
             }
         }
+        ["api", "builds", id, "logs"] => {
+            let id = id.to_string();
+            match method {
+                http::Method::POST if builds.agent_of(&req).is_some() => {
+                    logs::append(&env, &builds, &id, req).await
+                }
+                http::Method::POST => error(StatusCode::UNAUTHORIZED, "unknown agent token"),
+                http::Method::GET if builds.is_trigger(&req) || builds.agent_of(&req).is_some() => {
+                    logs::read(&env, &builds, &id, req)
+                }
+                http::Method::GET => error(StatusCode::UNAUTHORIZED, "unknown token"),
+                _ => error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{method} /api/builds/{id}/logs: GET or POST"),
+                ),
+            }
+        }
         ["api", "builds", id] if method == http::Method::GET => {
             if !builds.is_trigger(&req) && builds.agent_of(&req).is_none() {
                 return error(StatusCode::UNAUTHORIZED, "unknown token");
@@ -517,6 +542,18 @@ fn parse_build(
     let steps: Vec<Step> =
         serde_json::from_value(body.get("steps").cloned().unwrap_or_else(|| json!([])))
             .map_err(|e| (StatusCode::BAD_REQUEST, format!("`steps`: {e}")))?;
+    for (n, step) in steps.iter().enumerate() {
+        if step.lines > queue::MAX_STEP_LINES || step.line_bytes > queue::MAX_LINE_BYTES {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "`steps[{n}]`: at most {} lines of at most {} bytes",
+                    queue::MAX_STEP_LINES,
+                    queue::MAX_LINE_BYTES
+                ),
+            ));
+        }
+    }
     Ok(NewBuild {
         pipeline: pipeline.into(),
         agent: agent.into(),

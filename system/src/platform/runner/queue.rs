@@ -138,13 +138,70 @@ impl Status {
     }
 }
 
-/// One step of a pipeline: how long it runs and how it exits.
+/// One step of a pipeline: how long it runs, how it exits and how much it logs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Step {
     /// Its running time in milliseconds.
     pub millis: u64,
     /// Its exit code.
     pub exit_code: i32,
+    /// Lines of log it writes, evenly over its running time (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lines: u32,
+    /// Each line's length in bytes (0: 80).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub line_bytes: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The longest line a step may write, and the most lines (the engine's stand-in holds what
+/// it has not sent: a step's log is bounded so a build body cannot ask for gigabytes).
+pub const MAX_LINE_BYTES: u32 = 64 * 1024;
+/// The most lines one step may write.
+pub const MAX_STEP_LINES: u32 = 1_000_000;
+
+impl Step {
+    /// A step that writes no log.
+    pub fn new(millis: u64, exit_code: i32) -> Self {
+        Step {
+            millis,
+            exit_code,
+            lines: 0,
+            line_bytes: 0,
+        }
+    }
+
+    /// Each line's length in bytes.
+    pub fn line_len(&self) -> usize {
+        match self.line_bytes {
+            0 => 80,
+            n => n as usize,
+        }
+    }
+}
+
+/// Why a build's log lines were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    /// No such build.
+    #[error("no build {0}")]
+    NotFound(String),
+    /// The build ended: its log is closed (its followers were told its end).
+    #[error("build {0} ended: its log takes no more lines")]
+    Ended(String),
+    /// The lines start past the end of the log: the ones before were never received.
+    #[error("build {build}: lines from {sent} leave a gap; the log has {next}")]
+    Gap {
+        /// The build.
+        build: String,
+        /// Where the lines said they start.
+        sent: u64,
+        /// The next line the log takes.
+        next: u64,
+    },
 }
 
 /// A pipeline's admission settings (`pipelines.md` L237-322): what a build of it waits for
@@ -361,6 +418,8 @@ pub struct Queue {
     missed: Vec<Tick>,
     /// The cronus lease: holder and until when (Unix ms).
     lease: Option<(String, u64)>,
+    /// Each build's log: the lines its engine sent, in order.
+    logs: BTreeMap<String, Vec<String>>,
     made_builds: u64,
     made_tasks: u64,
 }
@@ -397,6 +456,41 @@ impl Queue {
     /// When each agent last sent a heartbeat (Unix ms).
     pub fn heartbeats(&self) -> &BTreeMap<String, u64> {
         &self.heartbeats
+    }
+
+    /// Appends `lines`, the lines of `build`'s log from line `from` on: lines the log has
+    /// already (a request sent again after its answer was lost) are skipped, so a line is
+    /// kept once. The number of lines the log now has. An ended build's log is closed: what
+    /// its followers were shown at its end is all of it.
+    pub fn append_log(
+        &mut self,
+        build: &str,
+        from: u64,
+        lines: Vec<String>,
+    ) -> Result<u64, LogError> {
+        match self.builds.get(build) {
+            None => return Err(LogError::NotFound(build.into())),
+            Some(b) if b.status.is_final() => return Err(LogError::Ended(build.into())),
+            Some(_) => {}
+        }
+        let log = self.logs.entry(build.into()).or_default();
+        let next = log.len() as u64;
+        if from > next {
+            return Err(LogError::Gap {
+                build: build.into(),
+                sent: from,
+                next,
+            });
+        }
+        log.extend(lines.into_iter().skip((next - from) as usize));
+        Ok(log.len() as u64)
+    }
+
+    /// `build`'s log from line `from` on (`None`: no such build).
+    pub fn log(&self, build: &str, from: u64) -> Option<&[String]> {
+        self.builds.get(build)?;
+        let log = self.logs.get(build).map_or(&[][..], Vec::as_slice);
+        Some(log.get(from as usize..).unwrap_or(&[]))
     }
 
     /// A pipeline's settings (a pipeline not set has no limit and no policy); a raised
@@ -973,10 +1067,7 @@ mod tests {
     }
 
     fn steps() -> Vec<Step> {
-        vec![Step {
-            millis: 1000,
-            exit_code: 0,
-        }]
+        vec![Step::new(1000, 0)]
     }
 
     #[test]
@@ -1268,6 +1359,38 @@ mod tests {
             assert_eq!(cleanup.len(), deletions, "{variant:?}: {cleanup:?}");
             assert_eq!(cleanup[0], format!("engine-{first}"));
         }
+    }
+
+    #[test]
+    fn a_log_keeps_each_line_once_refuses_a_gap_and_closes_when_its_build_ends() {
+        let mut q = Queue::new(Settings::default());
+        let id = q.create_build("p", "agent", steps(), 0);
+        let lines = |range: std::ops::Range<u32>| range.map(|n| format!("line {n}")).collect();
+        assert_eq!(q.append_log(&id, 0, lines(0..3)), Ok(3));
+        // Sent again after a lost answer, with one more: only the new line is kept.
+        assert_eq!(q.append_log(&id, 1, lines(1..4)), Ok(4));
+        assert_eq!(
+            q.append_log(&id, 6, lines(6..7)),
+            Err(LogError::Gap {
+                build: id.clone(),
+                sent: 6,
+                next: 4
+            })
+        );
+        assert_eq!(q.log(&id, 2), Some(&lines(2..4)[..]));
+        assert_eq!(q.log(&id, 9), Some(&[][..]));
+        assert_eq!(q.log("b99999", 0), None);
+        assert_eq!(
+            q.append_log("b99999", 0, lines(0..1)),
+            Err(LogError::NotFound("b99999".into()))
+        );
+        q.engine_report(&id, None, 1_000);
+        q.engine_report(&id, Some(0), 2_000);
+        assert_eq!(
+            q.append_log(&id, 4, lines(4..5)),
+            Err(LogError::Ended(id.clone()))
+        );
+        assert_eq!(q.log(&id, 0).map(<[String]>::len), Some(4));
     }
 
     #[test]

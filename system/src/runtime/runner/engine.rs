@@ -5,8 +5,23 @@
 //! step 7), and reports the last step's end with the build's exit code. A pod deleted while
 //! its build runs stops it. How the engine reports is **inferred**: the real one writes to
 //! Firebase and cfapi; here one platform route takes it.
+//!
+//! **Logs** (§2.7; `runner-research.md` §4 row 13): a step with `lines` writes them evenly
+//! over its time, and the engine sends them to the platform's log route
+//! ([`crate::platform::runner::logs`]), holding what is not sent yet in its memory. faithful
+//! sends one line a request, each after the last one's answer, and holds the rest without a
+//! bound: when the link to the platform is slow, the backlog grows until the pod passes its
+//! memory limit and is killed — the engine's "memory leak, caused by delays in
+//! container-logger" (chart 6.3.14, venona#444, engine 1.169.7; that it is one line a
+//! request is [INFERENCE]). The killed engine reports no more; the platform terminates the
+//! build after `TIME_ENGINE_INACTIVE_UNTIL_TERMINATION`, and the lines it held are lost.
+//! hardened sends every line it holds in one request (up to [`LOG_BATCH_BYTES`]) and holds at
+//! most half its memory: a step that writes faster than that waits for room, as a container
+//! whose stdout is full waits (Docker's default `blocking` log mode). Both send their last
+//! lines before they report the build's end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,6 +31,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{json, Value};
 
 use crate::core::runner::BUILD_LABEL;
+use crate::core::Variant;
 use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;
 use crate::observe::RunnerEvent;
@@ -27,6 +43,14 @@ pub const LIST_EVERY: Duration = Duration::from_secs(1);
 pub const REPORT_EVERY: Duration = Duration::from_secs(30);
 /// A report that fails is sent again after this.
 pub const RETRY_EVERY: Duration = Duration::from_secs(5);
+/// Log lines whose request failed are sent again after this.
+pub const LOG_RETRY: Duration = Duration::from_secs(1);
+/// hardened: the most bytes of lines one log request carries (under the platform's 1 MiB
+/// `runner.body`).
+pub const LOG_BATCH_BYTES: usize = 256 * 1024;
+/// The engine pod's memory limit by default (the chart's `engine.resources.limits.memory`,
+/// 2048Mi; `runner-research.md` §4 row 13).
+pub const DEFAULT_MEMORY: u64 = 2048 * 1024 * 1024;
 
 /// The stand-in's settings.
 #[derive(Clone, Debug)]
@@ -42,6 +66,26 @@ pub struct Config {
     /// its end, and fails if the volume's directory is removed while it runs. `false`: no
     /// provisioner runs and claims are not waited for.
     pub volumes: bool,
+    /// Which engine runs: how it sends its logs (see the module's doc).
+    pub variant: Variant,
+    /// The engine pod's memory limit in bytes: what the log lines it has not sent may take
+    /// (faithful is killed past it; hardened holds at most half of it).
+    pub memory: u64,
+}
+
+impl Config {
+    /// An engine of `variant` for the pods in `apiserver`'s namespace, reporting to
+    /// `platform_api` with `token`; no volumes, the chart's memory limit.
+    pub fn new(variant: Variant, apiserver: KubeTarget, platform_api: &str, token: &str) -> Self {
+        Config {
+            apiserver,
+            platform_api: platform_api.into(),
+            token: token.into(),
+            volumes: false,
+            variant,
+            memory: DEFAULT_MEMORY,
+        }
+    }
 }
 
 /// Runs engines for the builds whose pods appear, until the process stops.
@@ -141,13 +185,61 @@ impl Engine {
                 None => self.env.sleep(RETRY_EVERY).await,
             }
         };
+        let log = Arc::new(Log::default());
+        let shipper = (steps.iter().any(|s| s.lines > 0)).then(|| {
+            AbortOnDrop(tokio::spawn(ship(
+                self.env.clone(),
+                self.http.clone(),
+                self.config.clone(),
+                self.build.clone(),
+                log.clone(),
+            )))
+        });
         let mut exit_code = 0;
-        for step in steps {
+        for (n, step) in steps.iter().enumerate() {
             let mut left = Duration::from_millis(step.millis);
+            // The step's own time, when it next reports, and when its next line is due.
+            let mut elapsed = Duration::ZERO;
+            let mut next_report = REPORT_EVERY;
+            let mut written = 0u32;
+            let line_at = |k: u32| {
+                Duration::from_millis(step.millis * u64::from(k + 1) / u64::from(step.lines))
+            };
             while !left.is_zero() {
-                let slice = left.min(REPORT_EVERY);
+                let mut slice = left.min(next_report - elapsed);
+                if written < step.lines {
+                    slice = slice.min(line_at(written).saturating_sub(elapsed));
+                }
                 self.env.sleep(slice).await;
                 left -= slice;
+                elapsed += slice;
+                while written < step.lines && line_at(written) <= elapsed {
+                    let line = line_text(&self.build, n, written, step.line_len());
+                    match self.write_line(&log, line).await {
+                        Written::Held => written += 1,
+                        Written::Stopped => return,
+                        Written::Killed => {
+                            let held = log.held();
+                            self.env.observe(
+                                RunnerEvent::EngineOom {
+                                    build: self.build.clone(),
+                                    held_bytes: held.bytes as u64,
+                                    written: held.written,
+                                    sent: held.first,
+                                    requests: held.requests,
+                                }
+                                .into(),
+                            );
+                            // The pod is killed: nothing more is sent or reported.
+                            return;
+                        }
+                    }
+                }
+                if elapsed < next_report && !left.is_zero() {
+                    // A line's time, not a report's.
+                    continue;
+                }
+                next_report += REPORT_EVERY;
                 if let Some(volume) = &volume {
                     if super::volumes::intact(&self.client, volume).await == Some(false) {
                         self.env.observe(
@@ -184,6 +276,19 @@ impl Engine {
                 tracing::debug!(%volume, "last_used not written at the build's end");
             }
         }
+        if shipper.is_some() {
+            log.flushed().await;
+            let held = log.held();
+            self.env.observe(
+                RunnerEvent::Logs {
+                    build: self.build.clone(),
+                    written: held.written,
+                    requests: held.requests,
+                    peak_bytes: held.peak as u64,
+                }
+                .into(),
+            );
+        }
         if self.report(Some(exit_code)).await {
             self.env.observe(
                 RunnerEvent::Engine {
@@ -193,6 +298,31 @@ impl Engine {
                 }
                 .into(),
             );
+        }
+    }
+
+    /// Holds `line` in the engine's log until it is sent. hardened waits for room, and
+    /// goes on reporting while it waits (the engine's health checks do not wait for a
+    /// step's output).
+    async fn write_line(&self, log: &Log, line: String) -> Written {
+        loop {
+            let room = log.changed.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            match log.try_write(&self.config, &line) {
+                Some(true) => return Written::Held,
+                Some(false) => return Written::Killed,
+                None => {}
+            }
+            tokio::select! {
+                biased;
+                () = &mut room => {}
+                () = self.env.sleep(REPORT_EVERY) => {
+                    if !self.report(None).await {
+                        return Written::Stopped;
+                    }
+                }
+            }
         }
     }
 
@@ -238,5 +368,199 @@ impl Engine {
             Err(super::agent::CallError::Status(status, _)) => Err(Some(status.as_u16())),
             Err(_) => Err(None),
         }
+    }
+}
+
+/// The text of line `k` of step `step` of `build`, `len` bytes long.
+fn line_text(build: &str, step: usize, k: u32, len: usize) -> String {
+    let mut line = format!("{build} step {step} line {k} ");
+    if line.len() < len {
+        line.extend(std::iter::repeat_n('.', len - line.len()));
+    } else {
+        line.truncate(len);
+    }
+    line
+}
+
+/// What became of a line the engine wrote.
+enum Written {
+    /// The engine holds it.
+    Held,
+    /// It took the pod past its memory limit: the pod is killed.
+    Killed,
+    /// The platform says the build is not running: the engine stops.
+    Stopped,
+}
+
+/// Aborts a task when dropped (the log sender dies with its engine).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The lines an engine holds until the platform has them.
+#[derive(Default)]
+struct Log {
+    state: Mutex<Held>,
+    /// Woken when lines are written or sent.
+    changed: tokio::sync::Notify,
+}
+
+/// What a [`Log`] holds, and its counts.
+#[derive(Default)]
+struct Held {
+    /// Lines not yet taken by the platform, the first being line `first`.
+    pending: VecDeque<String>,
+    /// The number of the first pending line: lines before it were sent.
+    first: u64,
+    /// Bytes of the pending lines.
+    bytes: usize,
+    /// Lines written so far.
+    written: u64,
+    /// Most bytes held at once.
+    peak: usize,
+    /// Log requests sent.
+    requests: u64,
+}
+
+impl Log {
+    /// The counts (without the lines).
+    fn held(&self) -> Held {
+        let held = self.state.lock().expect("log lock poisoned");
+        Held {
+            pending: VecDeque::new(),
+            first: held.first,
+            bytes: held.bytes,
+            written: held.written,
+            peak: held.peak,
+            requests: held.requests,
+        }
+    }
+
+    /// Holds `line` until it is sent: `Some(false)` when that takes the pod past its memory
+    /// (faithful); `None` when hardened has no room below half of it (the caller waits for
+    /// lines to be sent).
+    fn try_write(&self, config: &Config, line: &str) -> Option<bool> {
+        let cap = (config.memory / 2) as usize;
+        let mut held = self.state.lock().expect("log lock poisoned");
+        let fits = held.bytes == 0 || held.bytes + line.len() <= cap;
+        if config.variant == Variant::Hardened && !fits {
+            return None;
+        }
+        held.bytes += line.len();
+        held.peak = held.peak.max(held.bytes);
+        held.written += 1;
+        held.pending.push_back(line.to_string());
+        let over = held.bytes as u64 > config.memory;
+        drop(held);
+        self.changed.notify_waiters();
+        Some(!over)
+    }
+
+    /// Waits until every line written was sent.
+    async fn flushed(&self) {
+        loop {
+            let sent = self.changed.notified();
+            tokio::pin!(sent);
+            sent.as_mut().enable();
+            if self
+                .state
+                .lock()
+                .expect("log lock poisoned")
+                .pending
+                .is_empty()
+            {
+                return;
+            }
+            sent.await;
+        }
+    }
+}
+
+/// Sends `log`'s lines to the platform as they are written, until aborted: faithful one
+/// line a request, hardened all it holds (up to [`LOG_BATCH_BYTES`]).
+async fn ship(
+    env: SharedEnv,
+    http: crate::env::http::Client<Full<Bytes>>,
+    config: Config,
+    build: String,
+    log: Arc<Log>,
+) {
+    let path = format!("/api/builds/{build}/logs");
+    loop {
+        let written = log.changed.notified();
+        tokio::pin!(written);
+        written.as_mut().enable();
+        let batch = {
+            let mut held = log.state.lock().expect("log lock poisoned");
+            if held.pending.is_empty() {
+                None
+            } else {
+                held.requests += 1;
+                let mut lines = Vec::new();
+                let mut bytes = 0;
+                for line in &held.pending {
+                    let full = match config.variant {
+                        Variant::Faithful => !lines.is_empty(),
+                        Variant::Hardened => {
+                            !lines.is_empty() && bytes + line.len() > LOG_BATCH_BYTES
+                        }
+                    };
+                    if full {
+                        break;
+                    }
+                    bytes += line.len();
+                    lines.push(line.clone());
+                }
+                Some((held.first, lines))
+            }
+        };
+        let Some((from, lines)) = batch else {
+            written.await;
+            continue;
+        };
+        let body = json!({"from": from, "lines": lines})
+            .to_string()
+            .into_bytes();
+        let to = (config.platform_api.as_str(), config.token.as_str());
+        let deadline = Some(Duration::from_secs(10));
+        let answer =
+            super::agent::call(&env, &http, to, Method::POST, &path, Some(body), deadline).await;
+        let next = match answer {
+            Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("next").and_then(Value::as_u64)),
+            // The build ended (or is gone): its log takes nothing more.
+            Err(super::agent::CallError::Status(status, _))
+                if status == http::StatusCode::GONE || status == http::StatusCode::NOT_FOUND =>
+            {
+                let mut held = log.state.lock().expect("log lock poisoned");
+                held.first += held.pending.len() as u64;
+                held.pending.clear();
+                held.bytes = 0;
+                drop(held);
+                log.changed.notify_waiters();
+                return;
+            }
+            Err(_) => None,
+        };
+        let Some(next) = next else {
+            env.sleep(LOG_RETRY).await;
+            continue;
+        };
+        {
+            let mut held = log.state.lock().expect("log lock poisoned");
+            while held.first < next {
+                let Some(line) = held.pending.pop_front() else {
+                    break;
+                };
+                held.bytes -= line.len();
+                held.first += 1;
+            }
+        }
+        log.changed.notify_waiters();
     }
 }

@@ -100,7 +100,7 @@ enum Ended {
     Dropped { up: Duration, why: String },
 }
 
-fn websocket_key(env: &SharedEnv) -> String {
+pub(crate) fn websocket_key(env: &SharedEnv) -> String {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&env.random_u64().to_le_bytes());
     bytes[8..].copy_from_slice(&env.random_u64().to_le_bytes());
