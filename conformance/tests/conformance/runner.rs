@@ -433,7 +433,7 @@ fn record_row(key: &str, behaviour: &str) {
     crate::runtime::record_section_row(
         &ROWS,
         "runner",
-        "## runner: the Codefresh Runner's agent, engine stand-in and volumes against a real kube-apiserver\n\n- The agent, the engine stand-in and the dind volume provisioner and cleaner, unchanged, in real mode against the real kube-apiserver (`conformance/kube/run.sh`), with the platform's builds API in process; the suite plays the pod phases and the pvc-protection controller (no kubelet). One row per test.\n\n",
+        "## runner: the Codefresh Runner's agent, engine stand-in and volumes against a real kube-apiserver\n\n- The agent, the engine stand-in and the dind volume provisioner and cleaner, unchanged, in real mode against the real kube-apiserver (`conformance/kube/run.sh`), with the platform's builds API in process; no kubelet runs: the engine stand-in plays the builds' pods, and the suite plays the pvc-protection controller. One row per test.\n\n",
         key,
         behaviour,
     );
