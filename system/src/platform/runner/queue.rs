@@ -56,6 +56,15 @@ pub const MAXIMUM_RETRY_ATTEMPTS_ALLOWED: u32 = 20;
 /// seconds).
 pub const CLAIM_TTL: Duration = Duration::from_secs(60);
 
+/// How long the platform keeps a build that ended, with its log
+/// (`TTL_RETENTION_POLICY_IN_DAYS`, default 180, on `workflowprocesses`; §5).
+pub const BUILD_RETENTION: Duration = Duration::from_secs(180 * 24 * 3600);
+
+/// hardened: how long a webhook delivery id or cron tick key is remembered after it was
+/// claimed — GitHub redelivers a delivery (by hand or by its API) for 3 days; a tick past
+/// its catch-up window is not run anyway ([INFERENCE]: orrery's design).
+pub const DELIVERY_RETENTION: Duration = Duration::from_secs(3 * 24 * 3600);
+
 /// The platform's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -938,7 +947,39 @@ impl Queue {
                 changes.expired.push(queued.task.id.clone());
             }
         }
+        self.forget(now_ms);
         changes
+    }
+
+    /// Forgets what a long-lived platform must not keep for ever: a task record past its
+    /// `expireAt` (the TTL index deletes it, §1.3; an open one expired above first), a build
+    /// ended [`BUILD_RETENTION`] ago with its log, a delivery or tick key claimed
+    /// [`DELIVERY_RETENTION`] ago, a missed tick as old as a build kept.
+    fn forget(&mut self, now_ms: u64) {
+        let expire = self.settings.expire_after.as_millis() as u64;
+        self.tasks.retain(|_, queued| {
+            let open = matches!(queued.state, TaskState::Ready | TaskState::Leased { .. });
+            open || now_ms < queued.created_ms.saturating_add(expire)
+        });
+        let kept = BUILD_RETENTION.as_millis() as u64;
+        let gone: Vec<String> = self
+            .builds
+            .values()
+            .filter(|b| {
+                b.finished_ms
+                    .is_some_and(|f| now_ms >= f.saturating_add(kept))
+            })
+            .map(|b| b.id.clone())
+            .collect();
+        for build in gone {
+            self.builds.remove(&build);
+            self.logs.remove(&build);
+        }
+        let claims = DELIVERY_RETENTION.as_millis() as u64;
+        self.deliveries
+            .retain(|_, (_, claimed)| now_ms < claimed.saturating_add(claims));
+        self.missed
+            .retain(|tick| now_ms < tick.scheduled_ms.saturating_add(kept));
     }
 
     /// Ends `build` with `status`, removes all its objects and admits its pipeline's next
@@ -1391,6 +1432,55 @@ mod tests {
             Err(LogError::Ended(id.clone()))
         );
         assert_eq!(q.log(&id, 0).map(<[String]>::len), Some(4));
+    }
+
+    #[test]
+    fn a_long_lived_platform_forgets_old_tasks_builds_logs_and_delivery_ids() {
+        let mut q = Queue::new(Settings::default());
+        let hour = 3_600_000;
+        let day = 24 * hour;
+        assert_eq!(q.claim_delivery("d-1", 0), Ok(()));
+        let (done, _) = q.make_build(
+            NewBuild {
+                delivery: Some("d-1".into()),
+                ..request("main")
+            },
+            None,
+            0,
+        );
+        assert_eq!(q.append_log(&done, 0, vec!["a line".into()]), Ok(1));
+        for (task, _) in q.poll("agent", 0) {
+            q.report("agent", &task.id, &ok(&task), 1_000).unwrap();
+        }
+        q.engine_report(&done, None, 2_000);
+        q.engine_report(&done, Some(0), 3_000);
+        // A build made later has open tasks: they are kept until they expire.
+        let open = q.create_build("p", "agent", steps(), hour);
+        let tasks = |q: &Queue| q.tasks().count();
+        let before = tasks(&q);
+        q.tick(hour + 4_000);
+        assert!(
+            tasks(&q) < before,
+            "done tasks past their expireAt are gone"
+        );
+        assert!(q.tasks().all(|t| t.task.metadata.workflow_id == open));
+        assert!(
+            q.build(&done).is_some(),
+            "an ended build is kept for its retention"
+        );
+        q.tick(4 * day);
+        assert_eq!(
+            q.claim_delivery("d-1", 4 * day),
+            Ok(()),
+            "a delivery id is remembered 3 days"
+        );
+        let retention = BUILD_RETENTION.as_millis() as u64;
+        q.tick(3_000 + retention);
+        assert!(q.build(&done).is_none() && q.log(&done, 0).is_none());
+        assert!(
+            q.build(&open).is_some(),
+            "a build that ended later (elected too long, at 4 days) is kept until its own retention"
+        );
     }
 
     #[test]
