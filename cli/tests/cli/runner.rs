@@ -11,6 +11,9 @@ use crate::support::{eventually, free_port};
 const AGENT: &str = "agent-1";
 const AGENT_TOKEN: &str = "agent-token-1";
 const ADMIN: &str = "adm";
+/// A second agent the control plane knows, which runs none of the tests' builds.
+const OTHER_AGENT: &str = "agent-2";
+const OTHER_TOKEN: &str = "agent-token-2";
 
 /// The API server, a control plane with the Runner's API and one agent of `variant`:
 /// (apiserver port, runner API port, agent health port, the processes).
@@ -36,7 +39,7 @@ fn world(variant: &str) -> (u16, u16, u16, Vec<Process>) {
         "--runner",
         &at(runner),
         "--runner-agents",
-        &format!("{AGENT}={AGENT_TOKEN}"),
+        &format!("{AGENT}={AGENT_TOKEN},{OTHER_AGENT}={OTHER_TOKEN}"),
         "--variant",
         variant,
     ]);
@@ -249,6 +252,22 @@ fn a_builds_log_is_followed_over_websocket_to_its_end() {
     let logs = format!("/api/builds/{id}/logs");
     let (status, body) = exchange(runner, "POST", &logs, late, &as_engine).unwrap();
     assert_eq!(status, 410, "{body}");
+    // Another agent's token may neither write the build's log nor report on its engine.
+    let as_other = format!("authorization: {OTHER_TOKEN}\r\n");
+    for (path, body) in [
+        (logs.clone(), late.to_string()),
+        (
+            format!("/api/builds/{id}/engine"),
+            r#"{"exitCode":0}"#.to_string(),
+        ),
+    ] {
+        let (status, answer) = exchange(runner, "POST", &path, &body, &as_other).unwrap();
+        assert_eq!(status, 403, "{path}: {answer}");
+        assert!(
+            answer.contains("runs on agent agent-1's runtime"),
+            "{answer}"
+        );
+    }
     // Bad requests are refused by name.
     for (path, body, token, want, says) in [
         (

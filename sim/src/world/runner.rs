@@ -191,6 +191,15 @@ pub fn engine(scenario: &Scenario, variant: Variant) -> engine::Config {
         AGENT_TOKEN,
     );
     config.volumes = runner.is_some_and(|r| r.volumes.is_some());
+    // The world's agents share one cluster: each build's engine reports with its own agent's
+    // token.
+    config.tokens = agent_ids(scenario)
+        .into_iter()
+        .map(|id| {
+            let token = agent_token(scenario, &id);
+            (orrery_system::core::runner::label_value(&id), token)
+        })
+        .collect();
     if let Some(mib) = runner.and_then(|r| r.engine_memory_mib) {
         config.memory = mib * 1024 * 1024;
     }

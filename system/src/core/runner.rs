@@ -161,6 +161,11 @@ pub fn label_value(value: &str) -> String {
 /// the name is orrery's, **inferred**).
 pub const BUILD_LABEL: &str = "codefresh.io/build";
 
+/// The label a build's engine pod carries with the agent whose runtime runs it: the engine
+/// reports with that agent's token, and the platform takes an engine's reports and log
+/// lines only from the token of the build's own agent (the name is orrery's, **inferred**).
+pub const AGENT_LABEL: &str = "codefresh.io/agent";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,8 +22,8 @@
 //! | `PUT /api/pipelines/{name}` `{concurrency, terminatePreviousOnBranch}` | trigger | the pipeline's admission settings |
 //! | `GET /api/pipelines/{name}` | trigger | them |
 //! | `GET /api/builds/{id}` | trigger, agent | the build |
-//! | `POST /api/builds/{id}/engine` `{exitCode}` | engine (the agent's token, **inferred**) | 200; `null` while running |
-//! | `POST /api/builds/{id}/logs` `{from, lines}` | engine | `{next}`: lines the log has; 409 `{next}` for a gap; lines it has already are skipped; 410 once the build ended |
+//! | `POST /api/builds/{id}/engine` `{exitCode}` | engine (the token of the build's agent, **inferred**) | 200; `null` while running; 403 for another agent's token |
+//! | `POST /api/builds/{id}/logs` `{from, lines}` | engine (as above) | `{next}`: lines the log has; 409 `{next}` for a gap; lines it has already are skipped; 410 once the build ended |
 //! | `GET /api/builds/{id}/logs?from=N` | trigger, agent | `{lines, next, ended}`; with `Upgrade: websocket` the broadcaster: `{seq, line}` text frames as lines come, then `{end, lines}` once the build ended and every line was sent |
 //!
 //! The agent routes and paths are venona's (`pkg/codefresh/codefresh.go` L83-133); the
@@ -128,6 +128,25 @@ impl Builds {
     fn agent_of(&self, req: &Request<Incoming>) -> Option<&str> {
         let token = req.headers().get("authorization")?.to_str().ok()?;
         self.agents.get(&TokenDigest::of(token)).map(String::as_str)
+    }
+
+    /// The refusal of `req` unless it comes from build `build`'s engine: the token of the
+    /// agent whose runtime runs it (another agent's token may not report on it or write its
+    /// log). A build not found is left to the route (404).
+    fn refuse_engine(&self, req: &Request<Incoming>, build: &str) -> Option<http::Response<Body>> {
+        let Some(agent) = self.agent_of(req) else {
+            return Some(error(StatusCode::UNAUTHORIZED, "unknown agent token"));
+        };
+        let owner = self.lock().build(build).map(|b| b.agent.clone());
+        match owner {
+            Some(owner) if owner != agent => Some(error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "build {build} runs on agent {owner}'s runtime; the token is agent {agent}'s"
+                ),
+            )),
+            _ => None,
+        }
     }
 
     fn is_trigger(&self, req: &Request<Incoming>) -> bool {
@@ -438,10 +457,10 @@ async fn handle(
         ["api", "builds", id, "logs"] => {
             let id = id.to_string();
             match method {
-                http::Method::POST if builds.agent_of(&req).is_some() => {
-                    logs::append(&env, &builds, &id, req).await
-                }
-                http::Method::POST => error(StatusCode::UNAUTHORIZED, "unknown agent token"),
+                http::Method::POST => match builds.refuse_engine(&req, &id) {
+                    None => logs::append(&env, &builds, &id, req).await,
+                    Some(refused) => refused,
+                },
                 http::Method::GET if builds.is_trigger(&req) || builds.agent_of(&req).is_some() => {
                     logs::read(&env, &builds, &id, req)
                 }
@@ -463,8 +482,8 @@ async fn handle(
         }
         ["api", "builds", id, "engine"] if method == http::Method::POST => {
             let id = id.to_string();
-            if builds.agent_of(&req).is_none() {
-                return error(StatusCode::UNAUTHORIZED, "unknown token");
+            if let Some(refused) = builds.refuse_engine(&req, &id) {
+                return refused;
             }
             let body = match body(req, env.limits().runner_body).await {
                 Ok(body) => body,

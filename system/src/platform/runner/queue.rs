@@ -740,11 +740,11 @@ impl Queue {
             (TaskType::CreatePvc, pvc(build, &pipeline, &ns)),
             (
                 TaskType::CreatePod,
-                pod(&runner::dind_pod(build), build, &ns, "dind"),
+                pod(&runner::dind_pod(build), build, &agent, &ns, "dind"),
             ),
             (
                 TaskType::CreatePod,
-                pod(&runner::engine_pod(build), build, &ns, "engine"),
+                pod(&runner::engine_pod(build), build, &agent, &ns, "engine"),
             ),
         ] {
             self.enqueue(build, &agent, kind, spec, now_ms);
@@ -1047,18 +1047,22 @@ impl Queue {
 
 /// A build's pod (`role` is `engine` or `dind`). Only what the agent and the engine
 /// stand-in read is set; the real specs come from the runtime environment (§2.2).
-fn pod(name: &str, build: &str, namespace: &str, role: &str) -> Value {
+fn pod(name: &str, build: &str, agent: &str, namespace: &str, role: &str) -> Value {
     let image = match role {
         "engine" => "quay.io/codefresh/engine:3.3.13",
         _ => "quay.io/codefresh/dind:3.0.25",
     };
+    let mut labels = json!({runner::BUILD_LABEL: build, "codefresh.io/role": role});
+    if role == "engine" {
+        labels[runner::AGENT_LABEL] = json!(runner::label_value(agent));
+    }
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {runner::BUILD_LABEL: build, "codefresh.io/role": role},
+            "labels": labels,
         },
         "spec": {"containers": [{"name": role, "image": image}], "restartPolicy": "Never"},
     })

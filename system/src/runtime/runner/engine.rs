@@ -30,7 +30,7 @@ use http_body_util::Full;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{json, Value};
 
-use crate::core::runner::BUILD_LABEL;
+use crate::core::runner::{AGENT_LABEL, BUILD_LABEL};
 use crate::core::Variant;
 use crate::env::kube::KubeTarget;
 use crate::env::SharedEnv;
@@ -66,6 +66,10 @@ pub struct Config {
     /// its end, and fails if the volume's directory is removed while it runs. `false`: no
     /// provisioner runs and claims are not waited for.
     pub volumes: bool,
+    /// The tokens of other agents whose builds' pods are in this cluster, by their
+    /// [`AGENT_LABEL`] value (one agent per cluster, the real layout, needs none): an engine
+    /// reports with its build's agent's token, `token` when its pod names no other.
+    pub tokens: BTreeMap<String, String>,
     /// Which engine runs: how it sends its logs (see the module's doc).
     pub variant: Variant,
     /// The engine pod's memory limit in bytes: what the log lines it has not sent may take
@@ -82,6 +86,7 @@ impl Config {
             platform_api: platform_api.into(),
             token: token.into(),
             volumes: false,
+            tokens: BTreeMap::new(),
             variant,
             memory: DEFAULT_MEMORY,
         }
@@ -116,10 +121,18 @@ pub async fn run(env: SharedEnv, config: Config) {
                 continue;
             }
             match role.as_str() {
-                "engine" => engines.insert(build.clone(), ()),
-                "dind" => dinds.insert(build.clone(), ()),
-                _ => None,
-            };
+                "engine" => {
+                    let token = labels
+                        .get(AGENT_LABEL)
+                        .and_then(|agent| config.tokens.get(agent))
+                        .unwrap_or(&config.token);
+                    engines.insert(build.clone(), token.clone());
+                }
+                "dind" => {
+                    dinds.insert(build.clone(), ());
+                }
+                _ => {}
+            }
         }
         // A deleted engine pod stops its build.
         running.retain(|build, task| {
@@ -129,7 +142,7 @@ pub async fn run(env: SharedEnv, config: Config) {
             }
             keep
         });
-        for build in engines.keys() {
+        for (build, token) in &engines {
             if running.contains_key(build) || !dinds.contains_key(build) {
                 continue;
             }
@@ -137,7 +150,10 @@ pub async fn run(env: SharedEnv, config: Config) {
                 env: env.clone(),
                 client: client.clone(),
                 http: http.clone(),
-                config: config.clone(),
+                config: Config {
+                    token: token.clone(),
+                    ..config.clone()
+                },
                 build: build.clone(),
             };
             running.insert(build.clone(), tokio::spawn(engine.run()));
