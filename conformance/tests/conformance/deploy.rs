@@ -168,7 +168,13 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
     let control_plane = rendered("deploy/control-plane");
     let runtime = rendered("deploy/runtime");
     let runner = rendered("deploy/runner");
-    for doc in control_plane.iter().chain(&runtime).chain(&runner) {
+    let runner_volumes = rendered("deploy/runner-volumes");
+    for doc in control_plane
+        .iter()
+        .chain(&runtime)
+        .chain(&runner)
+        .chain(&runner_volumes)
+    {
         let what = format!("{} {}", doc["kind"], doc["metadata"]["name"]);
         // Every namespaced object lands in the kustomization's namespace (the resource
         // reporter's cluster-wide read grant is cluster-scoped).
@@ -328,11 +334,34 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
         grants["rules"],
         serde_json::json!([{"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims"], "verbs": ["get", "list", "watch", "create", "delete"]}])
     );
+    // The volumes overlay: the agent also runs the provisioner, which may make
+    // PersistentVolumes and bind claims (a ClusterRole), and nothing more.
+    let agent = runner_volumes
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the runner");
+    assert!(
+        container(agent)["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--volumes-node-gib=$(VOLUMES_NODE_GIB)"),
+        "the overlay runs the provisioner"
+    );
+    let cluster_grants = runner_volumes
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("the provisioner's ClusterRole");
+    assert_eq!(
+        cluster_grants["rules"][0],
+        serde_json::json!({"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]})
+    );
     // kubectl apply --dry-run=server: the real server validates and defaults every object.
     for (dir, docs) in [
         ("deploy/control-plane", &control_plane),
         ("deploy/runtime", &runtime),
         ("deploy/runner", &runner),
+        ("deploy/runner-volumes", &runner_volumes),
     ] {
         let (ok, out, err) = kubectl(&["apply", "--dry-run=server", "-k", dir, "-o", "name"]);
         assert!(ok, "kubectl apply --dry-run=server -k {dir}: {err}");
