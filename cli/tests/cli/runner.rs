@@ -481,3 +481,58 @@ fn serve_cronus_refuses_a_malformed_trigger_and_a_period_under_the_minimum() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// As `deploy/cronus` runs it: the triggers from `CRON_TRIGGERS` (comma-separated), the pod's
+/// probes on `--listen`'s `/health`.
+#[test]
+fn serve_cronus_takes_its_triggers_from_the_environment_and_answers_health() {
+    let (_, runner, _, _world) = world("hardened");
+    let health = free_port();
+    let _cronus = Process(
+        std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+            .args([
+                "serve",
+                "cronus",
+                "--replica",
+                "cronus-0",
+                "--platform-api",
+                &format!("127.0.0.1:{runner}"),
+                "--token",
+                ADMIN,
+                "--min-every",
+                "1s",
+                "--listen",
+                &format!("127.0.0.1:{health}"),
+            ])
+            .env(
+                "CRON_TRIGGERS",
+                "fast=1s:demo/build@agent-1,slow=2s:demo/build@agent-1",
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start orrery"),
+    );
+    eventually("/health answers", Duration::from_secs(20), || {
+        http_as(health, "GET", "/health", "", "")
+            .is_some_and(|(s, body)| s == 200 && body.contains("cronus-0"))
+    });
+    let triggers = || {
+        let mut names = std::collections::BTreeSet::new();
+        for n in 1.. {
+            let (status, body) =
+                http_as(runner, "GET", &format!("/api/builds/b{n:05}"), "", ADMIN).unwrap();
+            if status == 404 {
+                break;
+            }
+            let build: serde_json::Value = serde_json::from_str(&body).unwrap();
+            names.insert(build["tick"]["trigger"].as_str().unwrap_or("").to_string());
+        }
+        names
+    };
+    eventually(
+        "both triggers of CRON_TRIGGERS start builds",
+        Duration::from_secs(30),
+        || triggers() == ["fast".to_string(), "slow".to_string()].into(),
+    );
+}

@@ -169,11 +169,13 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
     let runtime = rendered("deploy/runtime");
     let runner = rendered("deploy/runner");
     let runner_volumes = rendered("deploy/runner-volumes");
+    let cronus = rendered("deploy/cronus");
     for doc in control_plane
         .iter()
         .chain(&runtime)
         .chain(&runner)
         .chain(&runner_volumes)
+        .chain(&cronus)
     {
         let what = format!("{} {}", doc["kind"], doc["metadata"]["name"]);
         // Every namespaced object lands in the kustomization's namespace (the resource
@@ -356,12 +358,31 @@ async fn the_runtime_and_control_plane_apply_with_kubectl_as_a_server_side_dry_r
         cluster_grants["rules"][0],
         serde_json::json!({"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]})
     );
+    // cronus calls the platform's runner port with the control plane's admin token, one
+    // replica (faithful replicas each fire every tick).
+    let cron = cronus
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("cronus");
+    assert_eq!(cron["spec"]["replicas"], 1);
+    assert_eq!(
+        setting(&cronus, "CODEFRESH_HOST"),
+        format!(
+            "orrery-control-plane:{}",
+            service_port(&control_plane, "orrery-control-plane", "runner")
+        )
+    );
+    assert_eq!(
+        container(cron)["env"][1]["valueFrom"]["secretKeyRef"],
+        serde_json::json!({"name": "orrery-control-plane", "key": "admin-token"})
+    );
     // kubectl apply --dry-run=server: the real server validates and defaults every object.
     for (dir, docs) in [
         ("deploy/control-plane", &control_plane),
         ("deploy/runtime", &runtime),
         ("deploy/runner", &runner),
         ("deploy/runner-volumes", &runner_volumes),
+        ("deploy/cronus", &cronus),
     ] {
         let (ok, out, err) = kubectl(&["apply", "--dry-run=server", "-k", dir, "-o", "name"]);
         assert!(ok, "kubectl apply --dry-run=server -k {dir}: {err}");

@@ -319,9 +319,18 @@ pub struct CronusArgs {
     token: String,
     /// A cron trigger: NAME=EVERY:PIPELINE@AGENT (`nightly=1h:demo/build@agent-1`), a
     /// build of PIPELINE on AGENT's runtime at every multiple of EVERY since the Unix epoch
-    /// (UTC). Repeat for more.
-    #[arg(long = "trigger", required = true)]
+    /// (UTC). Repeat for more, or give them comma-separated in `CRON_TRIGGERS`.
+    #[arg(
+        long = "trigger",
+        env = "CRON_TRIGGERS",
+        value_delimiter = ',',
+        required = true
+    )]
     triggers: Vec<String>,
+    /// Where `/health` is answered (the pod's probes: 200 while the process runs); none by
+    /// default.
+    #[arg(long)]
+    listen: Option<String>,
     /// The shortest period accepted (cronus' LIMIT).
     #[arg(long, default_value = "60s")]
     min_every: String,
@@ -1368,12 +1377,45 @@ fn cronus(args: CronusArgs) -> Result<(), Fail> {
             args.platform_api
         );
         let env = logged_env(&args.replica, limits);
-        tokio::select! {
+        let health = match &args.listen {
+            Some(addr) => {
+                let listener = env
+                    .listen(addr)
+                    .await
+                    .map_err(|e| Fail::usage(format!("--listen {addr}: {e}")))?;
+                let answer = serde_json::json!({
+                    "replica": args.replica,
+                    "variant": variant.as_str(),
+                });
+                Some(tokio::spawn(orrery_system::env::http::serve(
+                    listener,
+                    move |req, _peer| {
+                        let answer = answer.clone();
+                        async move {
+                            if req.uri().path() == "/health" {
+                                orrery_system::env::http::json(http::StatusCode::OK, &answer)
+                            } else {
+                                orrery_system::env::http::json(
+                                    http::StatusCode::NOT_FOUND,
+                                    &serde_json::json!({"message": "cronus answers /health only"}),
+                                )
+                            }
+                        }
+                    },
+                )))
+            }
+            None => None,
+        };
+        let ran = tokio::select! {
             ran = orrery_system::platform::runner::cronus::run(env, config) => {
                 ran.map_err(|e| Fail::usage(e.to_string()))
             }
             () = shutdown_signal() => Ok(()),
+        };
+        if let Some(health) = health {
+            health.abort();
         }
+        ran
     })
 }
 
