@@ -209,11 +209,14 @@ async fn faithful(env: SharedEnv, config: Config, client: Client) {
 /// The lease holder fires what the ledger says is owed; the others only ask for the lease.
 async fn hardened(env: SharedEnv, config: Config, client: Client) {
     let renew_every = config.lease_ttl / 3;
-    let mut leader_until: Option<u64> = None;
+    // The lease's term on this replica's monotonic clock (`elapsed`), not its wall clock: a
+    // wall clock stepped back (NTP) must not make a lapsed lease look held. Ticks are wall
+    // time, as cron's are.
+    let mut leader_until: Option<Duration> = None;
     // The ledger as the leader knows it: trigger → ticks handled up to (Unix ms).
     let mut handled: BTreeMap<String, u64> = BTreeMap::new();
     loop {
-        let asked = env.unix_millis();
+        let asked = env.elapsed();
         let lease = client
             .send(
                 http::Method::POST,
@@ -226,13 +229,13 @@ async fn hardened(env: SharedEnv, config: Config, client: Client) {
         match lease {
             Ok(lease) if lease.get("leader").and_then(Value::as_bool) == Some(true) => {
                 // Counted from when it was asked for: the platform granted it no earlier.
-                leader_until = Some(asked + config.lease_ttl.as_millis() as u64);
+                leader_until = Some(asked + config.lease_ttl);
             }
             Ok(_) => leader_until = None,
             // Unanswered: it is ours until its term, no longer.
             Err(_) => {}
         }
-        if leader_until.is_some_and(|until| env.unix_millis() >= until) {
+        if leader_until.is_some_and(|until| env.elapsed() >= until) {
             leader_until = None;
         }
         if leader_until.is_some() != was_leader {
@@ -255,8 +258,9 @@ async fn hardened(env: SharedEnv, config: Config, client: Client) {
             .map(|t| next_tick(every_ms(t), now))
             .min()
             .unwrap_or(u64::MAX);
-        let wake = (asked + renew_every.as_millis() as u64).min(next).max(now);
-        env.sleep(Duration::from_millis(wake - now)).await;
+        let renew_in = (asked + renew_every).saturating_sub(env.elapsed());
+        let tick_in = Duration::from_millis(next.saturating_sub(now));
+        env.sleep(renew_in.min(tick_in)).await;
     }
 }
 
@@ -268,7 +272,7 @@ async fn fire_owed(
     config: &Config,
     client: &Client,
     handled: &mut BTreeMap<String, u64>,
-    lease_until: u64,
+    lease_until: Duration,
 ) {
     for trigger in &config.triggers {
         let every = every_ms(trigger);
@@ -290,10 +294,10 @@ async fn fire_owed(
             handled.insert(trigger.name.clone(), until);
         }
         loop {
-            let now = env.unix_millis();
-            if now >= lease_until {
+            if env.elapsed() >= lease_until {
                 return;
             }
+            let now = env.unix_millis();
             let scheduled = next_tick(every, handled[&trigger.name]);
             if scheduled > now {
                 break;
