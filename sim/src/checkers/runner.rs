@@ -232,21 +232,15 @@ impl Checker for ConcurrencyLimit {
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
         let truth = state.runner.as_ref()?;
         let limit = truth.limit?;
-        // Admissions (+1) and ends (-1) per pipeline in time order; an end at the same
-        // moment as an admission frees its place first.
         let mut moments: BTreeMap<&str, Vec<(u64, i32, &str)>> = BTreeMap::new();
-        for build in &truth.builds {
-            let Some(admitted) = build.admitted_ms else {
-                continue;
-            };
-            let list = moments.entry(build.pipeline.as_str()).or_default();
-            list.push((admitted, 1, build.id.as_str()));
-            if let Some(ended) = build.finished_ms {
-                list.push((ended, -1, build.id.as_str()));
-            }
+        for (at_ms, change, build) in admissions(&truth.builds) {
+            moments.entry(build.pipeline.as_str()).or_default().push((
+                at_ms,
+                change,
+                build.id.as_str(),
+            ));
         }
-        for (pipeline, mut list) in moments {
-            list.sort();
+        for (pipeline, list) in moments {
             let mut admitted = 0i32;
             for (at_ms, change, build) in list {
                 admitted += change;
@@ -271,6 +265,24 @@ impl Checker for ConcurrencyLimit {
         }
         None
     }
+}
+
+/// Each admission (+1) and end (-1) of an admitted build, in time order; an end at the same
+/// moment as an admission comes first (it frees its place first). What
+/// `runner_concurrency_limit` judges per pipeline and the peak figure counts.
+pub fn admissions(builds: &[Build]) -> Vec<(u64, i32, &Build)> {
+    let mut moments = Vec::new();
+    for build in builds {
+        let Some(admitted) = build.admitted_ms else {
+            continue;
+        };
+        moments.push((admitted, 1, build));
+        if let Some(ended) = build.finished_ms {
+            moments.push((ended, -1, build));
+        }
+    }
+    moments.sort_by(|a, b| (a.0, a.1, &a.2.id).cmp(&(b.0, b.1, &b.2.id)));
+    moments
 }
 
 /// `runner_build_outcome`.

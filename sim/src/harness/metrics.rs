@@ -595,20 +595,11 @@ fn runner_figures(
             })
             .count() as u64,
     );
-    // Admissions (+1) and ends (-1) in time order; an end frees its place first.
-    let mut moments: Vec<(u64, i64)> = Vec::new();
-    for build in &truth.builds {
-        if let Some(admitted) = build.admitted_ms {
-            moments.push((admitted, 1));
-            if let Some(ended) = build.finished_ms {
-                moments.push((ended, -1));
-            }
-        }
-    }
-    moments.sort();
+    // Admissions and ends in time order (an end frees its place first), as
+    // `runner_concurrency_limit` judges them.
     let (mut now, mut peak) = (0i64, 0i64);
-    for (_, change) in moments {
-        now += change;
+    for (_, change, _) in crate::checkers::runner::admissions(&truth.builds) {
+        now += i64::from(change);
         peak = peak.max(now);
     }
     counters.insert("runner.peak_admitted".into(), peak as u64);
