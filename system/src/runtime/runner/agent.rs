@@ -394,7 +394,7 @@ impl Agent {
     /// policy-terminated build's dind pod, or a claim whose creation was handed out again
     /// after its build's cleanup ran (row 1), stays for good.
     async fn sweeper(self: Arc<Self>) {
-        use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+        use kube::api::{Api, DynamicObject, ListParams};
         let ns = self.config.apiserver.namespace.clone();
         loop {
             self.env.sleep(super::SWEEP_EVERY).await;
@@ -436,13 +436,10 @@ impl Agent {
                 if !over {
                     continue;
                 }
-                let resource = exec::resource(kind).expect("both kinds are known");
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(self.kube.clone(), &ns, &resource);
-                let outcome = match api.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => "Success".to_string(),
-                    Err(kube::Error::Api(e)) if e.code == 404 => "Success".to_string(),
-                    Err(e) => e.to_string(),
+                let outcome = match exec::delete(&self.kube, kind, &name, &ns).await {
+                    exec::Result::Failed { reason, .. } => reason,
+                    // Deleted, or gone already (a delete never meets AlreadyExists).
+                    _ => "Success".to_string(),
                 };
                 self.env.observe(
                     RunnerEvent::Swept {

@@ -84,25 +84,43 @@ pub async fn execute(client: &kube::Client, task: &Task, namespace: &str) -> Res
             } else {
                 "PersistentVolumeClaim"
             };
-            let resource = resource(kind).expect("both kinds are known");
-            let name = task.object_name();
             let ns = task
                 .spec
                 .get("namespace")
                 .and_then(Value::as_str)
                 .unwrap_or(namespace);
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => Result::Done,
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 410 => Result::NotFound,
-                Err(kube::Error::Api(e)) => failed(
-                    !non_retriable(e.code, &e.reason, task.kind),
-                    format!("{} {}: {}", e.code, e.reason, e.message),
-                ),
-                Err(e) => failed(true, e.to_string()),
-            }
+            delete(client, kind, task.object_name(), ns).await
         }
         TaskType::AgentTask => failed(false, "agent tasks are not workflow tasks".into()),
+    }
+}
+
+/// Deletes `kind` (`Pod` or `PersistentVolumeClaim`) `name` in `namespace`: what a delete
+/// task does, and what hardened's sweeper does to an ended build's leftovers.
+pub async fn delete(client: &kube::Client, kind: &str, name: &str, namespace: &str) -> Result {
+    let task = if kind == "Pod" {
+        TaskType::DeletePod
+    } else {
+        TaskType::DeletePvc
+    };
+    let Some(resource) = resource(kind) else {
+        return Result::Failed {
+            retriable: false,
+            reason: format!("unsupported kind {kind:?}"),
+        };
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Result::Done,
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 410 => Result::NotFound,
+        Err(kube::Error::Api(e)) => Result::Failed {
+            retriable: !non_retriable(e.code, &e.reason, task),
+            reason: format!("{} {}: {}", e.code, e.reason, e.message),
+        },
+        Err(e) => Result::Failed {
+            retriable: true,
+            reason: e.to_string(),
+        },
     }
 }
 
