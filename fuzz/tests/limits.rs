@@ -182,3 +182,107 @@ fn a_gzip_bomb_is_refused_by_its_ratio_and_the_events_api_keeps_serving() {
     });
     assert_eq!(health.status, 200);
 }
+
+/// `runner.log-bytes`: an engine that sends more than a build's log may hold is answered 413
+/// naming the limit and nothing of that request is kept; the log keeps what it had, and the
+/// API goes on serving (the log is read, another build is made).
+#[test]
+fn a_build_log_past_its_bytes_is_refused_and_the_runner_api_keeps_serving() {
+    use orrery_system::env::limits::{with_limits, Limits};
+    use orrery_system::platform::runner::{self, Builds, Settings};
+    use orrery_system::runtime::upstream::{CallError, Client};
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let network = Arc::new(orrery_fuzz::memory::Network::default());
+        let mut limits = Limits::DEFAULT;
+        limits.set("runner.log-bytes=64KiB").unwrap();
+        let platform = with_limits(
+            Arc::new(orrery_fuzz::memory::MemoryEnv::new(
+                "platform",
+                network.clone(),
+            )),
+            limits,
+        );
+        let builds = Builds::new(
+            Settings::default(),
+            BTreeMap::from([("agent-token".to_string(), "agent-1".to_string())]),
+            "trigger",
+        );
+        let listener = platform.listen("platform:8086").await.unwrap();
+        tokio::spawn(runner::serve(platform.clone(), builds.clone(), listener));
+        let client_env: orrery_system::env::SharedEnv = Arc::new(
+            orrery_fuzz::memory::MemoryEnv::new("client", network.clone()),
+        );
+        let client = Client::new(client_env, "platform:8086", Duration::from_secs(5));
+        let build = json!({"pipeline": "p", "agent": "agent-1", "steps": []});
+        let made = client
+            .send(
+                http::Method::POST,
+                "/api/builds".into(),
+                Some("trigger"),
+                Some(&build),
+            )
+            .await
+            .expect("a build");
+        let id = made["id"].as_str().unwrap().to_string();
+        let agent = [("authorization", "agent-token")];
+        let lines =
+            |from: u64, n: usize| json!({"from": from, "lines": vec!["x".repeat(16 * 1024); n]});
+        let logs = format!("/api/builds/{id}/logs");
+        let sent = client
+            .send_with(
+                http::Method::POST,
+                logs.clone(),
+                None,
+                &agent,
+                Some(&lines(0, 3)),
+            )
+            .await
+            .expect("48 KiB fit");
+        assert_eq!(sent["next"], 3);
+        match client
+            .send_with(
+                http::Method::POST,
+                logs.clone(),
+                None,
+                &agent,
+                Some(&lines(3, 2)),
+            )
+            .await
+        {
+            Err(CallError::Status { status, body, .. }) => {
+                assert_eq!(status, 413, "{body}");
+                assert!(body.contains("runner.log-bytes"), "{body}");
+            }
+            other => panic!("80 KiB of log answered {other:?}"),
+        }
+        let page = client
+            .send(
+                http::Method::GET,
+                format!("{logs}?from=0"),
+                Some("trigger"),
+                None,
+            )
+            .await
+            .expect("the log is still served");
+        assert_eq!(page["next"], 3, "nothing of the refused request was kept");
+        client
+            .send(
+                http::Method::POST,
+                "/api/builds".into(),
+                Some("trigger"),
+                Some(&build),
+            )
+            .await
+            .expect("the API goes on");
+    });
+}

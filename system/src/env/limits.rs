@@ -33,6 +33,8 @@ pub struct Limits {
     pub gzip_ratio: u64,
     /// Largest Runner API body.
     pub runner_body: usize,
+    /// Largest log the platform keeps for one Runner build (the lines' bytes).
+    pub runner_log_bytes: u64,
     /// Longest cronus lease.
     pub lease_max: Duration,
     /// Largest app-proxy body.
@@ -75,6 +77,7 @@ impl Limits {
         events_decompressed: 50 * 1024 * 1024,
         gzip_ratio: 100,
         runner_body: 1 << 20,
+        runner_log_bytes: 64 * 1024 * 1024,
         lease_max: Duration::from_secs(600),
         app_proxy_body: 1 << 20,
         tunnel_handshake_timeout: Duration::from_secs(10),
@@ -428,6 +431,8 @@ pub static SPECS: &[Spec] = &[
         "how many times its size a gzip body may inflate to, once past 1 MiB (decompression bombs)", "413"),
     spec!("runner.body", Bytes, runner_body, 1024, "a build report is ~1 KiB",
         "Runner API body", "413"),
+    spec!("runner.log-bytes", Bytes, runner_log_bytes, 64 * 1024, "a step's longest line is 64 KiB",
+        "log the platform keeps for one Runner build (its lines' bytes)", "413, the engine stops sending"),
     spec!("runner.lease-max", Duration, lease_max, 1_000, "a lease under 1 s is renewed faster than cronus ticks",
         "longest cronus lease (`ttlMs`)", "400"),
     spec!("app-proxy.body", Bytes, app_proxy_body, 1024, "a workflow action is ~1 KiB",

@@ -62,7 +62,8 @@ pub(super) async fn append(
             "log lines need `lines`: an array of strings",
         );
     };
-    let appended = builds.lock().append_log(id, from, lines);
+    let max = env.limits().runner_log_bytes;
+    let appended = builds.lock().append_log(id, from, lines, max);
     match appended {
         Ok(next) => {
             builds.logs_changed.notify_waiters();
@@ -70,6 +71,9 @@ pub(super) async fn append(
         }
         Err(e @ super::LogError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ super::LogError::Ended(_)) => error(StatusCode::GONE, e.to_string()),
+        Err(e @ super::LogError::TooLarge { .. }) => {
+            error(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
+        }
         Err(ref e @ super::LogError::Gap { next, .. }) => json(
             StatusCode::CONFLICT,
             &json!({"message": e.to_string(), "next": next}),

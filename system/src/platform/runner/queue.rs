@@ -201,6 +201,14 @@ pub enum LogError {
     /// The build ended: its log is closed (its followers were told its end).
     #[error("build {0} ended: its log takes no more lines")]
     Ended(String),
+    /// The lines would take the build's log past `runner.log-bytes`: none of them is kept.
+    #[error("build {build}: its log would pass {limit} bytes (runner.log-bytes)")]
+    TooLarge {
+        /// The build.
+        build: String,
+        /// The limit.
+        limit: u64,
+    },
     /// The lines start past the end of the log: the ones before were never received.
     #[error("build {build}: lines from {sent} leave a gap; the log has {next}")]
     Gap {
@@ -427,8 +435,8 @@ pub struct Queue {
     missed: Vec<Tick>,
     /// The cronus lease: holder and until when (Unix ms).
     lease: Option<(String, u64)>,
-    /// Each build's log: the lines its engine sent, in order.
-    logs: BTreeMap<String, Vec<String>>,
+    /// Each build's log: the lines its engine sent, in order, and their bytes.
+    logs: BTreeMap<String, (Vec<String>, u64)>,
     made_builds: u64,
     made_tasks: u64,
 }
@@ -476,13 +484,14 @@ impl Queue {
         build: &str,
         from: u64,
         lines: Vec<String>,
+        max_bytes: u64,
     ) -> Result<u64, LogError> {
         match self.builds.get(build) {
             None => return Err(LogError::NotFound(build.into())),
             Some(b) if b.status.is_final() => return Err(LogError::Ended(build.into())),
             Some(_) => {}
         }
-        let log = self.logs.entry(build.into()).or_default();
+        let (log, bytes) = self.logs.entry(build.into()).or_default();
         let next = log.len() as u64;
         if from > next {
             return Err(LogError::Gap {
@@ -491,14 +500,26 @@ impl Queue {
                 next,
             });
         }
-        log.extend(lines.into_iter().skip((next - from) as usize));
+        let new: Vec<String> = lines.into_iter().skip((next - from) as usize).collect();
+        let adding: u64 = new.iter().map(|l| l.len() as u64).sum();
+        if bytes.saturating_add(adding) > max_bytes {
+            return Err(LogError::TooLarge {
+                build: build.into(),
+                limit: max_bytes,
+            });
+        }
+        *bytes += adding;
+        log.extend(new);
         Ok(log.len() as u64)
     }
 
     /// `build`'s log from line `from` on (`None`: no such build).
     pub fn log(&self, build: &str, from: u64) -> Option<&[String]> {
         self.builds.get(build)?;
-        let log = self.logs.get(build).map_or(&[][..], Vec::as_slice);
+        let log = self
+            .logs
+            .get(build)
+            .map_or(&[][..], |(lines, _)| lines.as_slice());
         Some(log.get(from as usize..).unwrap_or(&[]))
     }
 
@@ -1411,11 +1432,11 @@ mod tests {
         let mut q = Queue::new(Settings::default());
         let id = q.create_build("p", "agent", steps(), 0);
         let lines = |range: std::ops::Range<u32>| range.map(|n| format!("line {n}")).collect();
-        assert_eq!(q.append_log(&id, 0, lines(0..3)), Ok(3));
+        assert_eq!(q.append_log(&id, 0, lines(0..3), u64::MAX), Ok(3));
         // Sent again after a lost answer, with one more: only the new line is kept.
-        assert_eq!(q.append_log(&id, 1, lines(1..4)), Ok(4));
+        assert_eq!(q.append_log(&id, 1, lines(1..4), u64::MAX), Ok(4));
         assert_eq!(
-            q.append_log(&id, 6, lines(6..7)),
+            q.append_log(&id, 6, lines(6..7), u64::MAX),
             Err(LogError::Gap {
                 build: id.clone(),
                 sent: 6,
@@ -1423,19 +1444,35 @@ mod tests {
             })
         );
         assert_eq!(q.log(&id, 2), Some(&lines(2..4)[..]));
+        // Past its bytes (each line here is 6 bytes): refused whole, nothing kept.
+        assert_eq!(
+            q.append_log(&id, 4, lines(4..6), 30),
+            Err(LogError::TooLarge {
+                build: id.clone(),
+                limit: 30
+            })
+        );
+        assert_eq!(q.append_log(&id, 4, lines(4..5), 30), Ok(5));
+        assert_eq!(
+            q.append_log(&id, 5, lines(5..6), 30),
+            Err(LogError::TooLarge {
+                build: id.clone(),
+                limit: 30
+            })
+        );
         assert_eq!(q.log(&id, 9), Some(&[][..]));
         assert_eq!(q.log("b99999", 0), None);
         assert_eq!(
-            q.append_log("b99999", 0, lines(0..1)),
+            q.append_log("b99999", 0, lines(0..1), u64::MAX),
             Err(LogError::NotFound("b99999".into()))
         );
         q.engine_report(&id, None, 1_000);
         q.engine_report(&id, Some(0), 2_000);
         assert_eq!(
-            q.append_log(&id, 4, lines(4..5)),
+            q.append_log(&id, 5, lines(5..6), u64::MAX),
             Err(LogError::Ended(id.clone()))
         );
-        assert_eq!(q.log(&id, 0).map(<[String]>::len), Some(4));
+        assert_eq!(q.log(&id, 0).map(<[String]>::len), Some(5));
     }
 
     #[test]
@@ -1452,7 +1489,10 @@ mod tests {
             None,
             0,
         );
-        assert_eq!(q.append_log(&done, 0, vec!["a line".into()]), Ok(1));
+        assert_eq!(
+            q.append_log(&done, 0, vec!["a line".into()], u64::MAX),
+            Ok(1)
+        );
         for (task, _) in q.poll("agent", 0) {
             q.report("agent", &task.id, &ok(&task), 1_000).unwrap();
         }

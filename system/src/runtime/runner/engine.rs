@@ -549,9 +549,11 @@ async fn ship(
             Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
                 .ok()
                 .and_then(|v| v.get("next").and_then(Value::as_u64)),
-            // The build ended (or is gone): its log takes nothing more.
+            // The build ended (or is gone, or its log is full): its log takes nothing more.
             Err(super::agent::CallError::Status(status, _))
-                if status == http::StatusCode::GONE || status == http::StatusCode::NOT_FOUND =>
+                if status == http::StatusCode::GONE
+                    || status == http::StatusCode::NOT_FOUND
+                    || status == http::StatusCode::PAYLOAD_TOO_LARGE =>
             {
                 let mut held = log.state.lock().expect("log lock poisoned");
                 held.first += held.pending.len() as u64;
