@@ -101,20 +101,21 @@ pub(super) fn read(
             }
         },
     };
-    let (lines, status) = {
+    if !wants_websocket(&req) {
         let queue = builds.lock();
         let Some(build) = queue.build(id) else {
             return error(StatusCode::NOT_FOUND, format!("no build {id}"));
         };
-        let lines = queue.log(id, from).unwrap_or(&[]).to_vec();
-        (lines, build.status)
-    };
-    if !wants_websocket(&req) {
+        let lines = queue.log(id, from).unwrap_or(&[]);
         let next = from + lines.len() as u64;
         return json(
             StatusCode::OK,
-            &json!({"lines": lines, "next": next, "ended": status.is_final()}),
+            &json!({"lines": lines, "next": next, "ended": build.status.is_final()}),
         );
+    }
+    // The broadcaster reads the log itself, as it streams.
+    if builds.lock().build(id).is_none() {
+        return error(StatusCode::NOT_FOUND, format!("no build {id}"));
     }
     let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
         return error(

@@ -203,13 +203,14 @@ impl Engine {
         };
         let log = Arc::new(Log::default());
         let shipper = (steps.iter().any(|s| s.lines > 0)).then(|| {
-            AbortOnDrop(tokio::spawn(ship(
+            // The log sender dies with its engine.
+            crate::platform::events::AbortOnDrop([tokio::spawn(ship(
                 self.env.clone(),
                 self.http.clone(),
                 self.config.clone(),
                 self.build.clone(),
                 log.clone(),
-            )))
+            ))])
         });
         let mut exit_code = 0;
         for (n, step) in steps.iter().enumerate() {
@@ -408,15 +409,6 @@ enum Written {
     Stopped,
 }
 
-/// Aborts a task when dropped (the log sender dies with its engine).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// The lines an engine holds until the platform has them.
 #[derive(Default)]
 struct Log {
@@ -428,8 +420,15 @@ struct Log {
 /// What a [`Log`] holds, and its counts.
 #[derive(Default)]
 struct Held {
-    /// Lines not yet taken by the platform, the first being line `first`.
+    /// Lines not yet taken by the platform, the first being line `counts.first`.
     pending: VecDeque<String>,
+    /// What is known of them.
+    counts: Counts,
+}
+
+/// A [`Log`]'s counts.
+#[derive(Clone, Copy, Default)]
+struct Counts {
     /// The number of the first pending line: lines before it were sent.
     first: u64,
     /// Bytes of the pending lines.
@@ -443,17 +442,9 @@ struct Held {
 }
 
 impl Log {
-    /// The counts (without the lines).
-    fn held(&self) -> Held {
-        let held = self.state.lock().expect("log lock poisoned");
-        Held {
-            pending: VecDeque::new(),
-            first: held.first,
-            bytes: held.bytes,
-            written: held.written,
-            peak: held.peak,
-            requests: held.requests,
-        }
+    /// The counts now.
+    fn held(&self) -> Counts {
+        self.state.lock().expect("log lock poisoned").counts
     }
 
     /// Holds `line` until it is sent: `Some(false)` when that takes the pod past its memory
@@ -462,15 +453,16 @@ impl Log {
     fn try_write(&self, config: &Config, line: &str) -> Option<bool> {
         let cap = (config.memory / 2) as usize;
         let mut held = self.state.lock().expect("log lock poisoned");
-        let fits = held.bytes == 0 || held.bytes + line.len() <= cap;
+        let counts = &mut held.counts;
+        let fits = counts.bytes == 0 || counts.bytes + line.len() <= cap;
         if config.variant == Variant::Hardened && !fits {
             return None;
         }
-        held.bytes += line.len();
-        held.peak = held.peak.max(held.bytes);
-        held.written += 1;
+        counts.bytes += line.len();
+        counts.peak = counts.peak.max(counts.bytes);
+        counts.written += 1;
+        let over = counts.bytes as u64 > config.memory;
         held.pending.push_back(line.to_string());
-        let over = held.bytes as u64 > config.memory;
         drop(held);
         self.changed.notify_waiters();
         Some(!over)
@@ -515,7 +507,7 @@ async fn ship(
             if held.pending.is_empty() {
                 None
             } else {
-                held.requests += 1;
+                held.counts.requests += 1;
                 let mut lines = Vec::new();
                 let mut bytes = 0;
                 for line in &held.pending {
@@ -531,7 +523,7 @@ async fn ship(
                     bytes += line.len();
                     lines.push(line.clone());
                 }
-                Some((held.first, lines))
+                Some((held.counts.first, lines))
             }
         };
         let Some((from, lines)) = batch else {
@@ -556,9 +548,9 @@ async fn ship(
                     || status == http::StatusCode::PAYLOAD_TOO_LARGE =>
             {
                 let mut held = log.state.lock().expect("log lock poisoned");
-                held.first += held.pending.len() as u64;
+                held.counts.first += held.pending.len() as u64;
                 held.pending.clear();
-                held.bytes = 0;
+                held.counts.bytes = 0;
                 drop(held);
                 log.changed.notify_waiters();
                 return;
@@ -571,12 +563,12 @@ async fn ship(
         };
         {
             let mut held = log.state.lock().expect("log lock poisoned");
-            while held.first < next {
+            while held.counts.first < next {
                 let Some(line) = held.pending.pop_front() else {
                     break;
                 };
-                held.bytes -= line.len();
-                held.first += 1;
+                held.counts.bytes -= line.len();
+                held.counts.first += 1;
             }
         }
         log.changed.notify_waiters();
