@@ -491,6 +491,10 @@ events! {
         /// An agent executed a task against the Kubernetes API: `outcome` is `Success` or
         /// `Error`; hardened's `deduplicated` is a task it had already done (not executed again).
         "runner.exec" => Exec { host: String, task: String, kind: String, object: String, outcome: String, retriable: bool, detail: String, deduplicated: bool },
+        /// An agent ran a `proxy` agent task: the target's last `answer` (0: none) after
+        /// `attempts` tries, the `outcome` it reports (`Success`, `Error` or `unreported`), and
+        /// the error the HTTP library gave up with, if it did.
+        "runner.proxy" => Proxy { host: String, task: String, url: String, answer: u16, attempts: u32, outcome: String, detail: String },
         /// An agent's status report ended: `delivered` false when it got no 2xx (`detail`).
         "runner.ack" => Ack { host: String, task: String, delivered: bool, attempt: u32, detail: String },
         /// The engine stand-in of a build started, or ended with `exit_code`.

@@ -536,3 +536,110 @@ fn serve_cronus_takes_its_triggers_from_the_environment_and_answers_health() {
         || triggers() == ["fast".to_string(), "slow".to_string()].into(),
     );
 }
+
+/// Asks for a proxy task creating ConfigMap `name` in `namespace` on the API server on
+/// `api`: its id.
+fn proxy_configmap(runner: u16, api: u16, namespace: &str, name: &str) -> String {
+    let body = serde_json::json!({
+        "agent": AGENT,
+        "url": format!("http://127.0.0.1:{api}/api/v1/namespaces/{namespace}/configmaps"),
+        "token": "ui-token",
+        "params": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"from": "proxy"}},
+    });
+    let (status, answer) =
+        http_as(runner, "POST", "/api/proxy-tasks", &body.to_string(), ADMIN).expect("POST");
+    assert_eq!(status, 201, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    answer["id"].as_str().unwrap().to_string()
+}
+
+/// A proxy task's status once the agent reported it (`{state, outcome, reason}`).
+fn proxy_done(runner: u16, id: &str) -> serde_json::Value {
+    let mut done = serde_json::Value::Null;
+    eventually(
+        "the proxy task is reported",
+        Duration::from_secs(30),
+        || {
+            let (_, body) = http_as(runner, "GET", &format!("/api/proxy-tasks/{id}"), "", ADMIN)
+                .unwrap_or_default();
+            let task: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            done = task["status"].clone();
+            done["state"] == "done"
+        },
+    );
+    done
+}
+
+/// `proxy` agent tasks in real mode: the agent sends each to the API server over loopback.
+/// A ConfigMap the server creates is `Success` in both variants; one it refuses (422, an
+/// invalid name) is `Success` for faithful — venona takes any answer as success
+/// (runner-research.md §4 row 16) — and a non-retriable `Error` naming the 422 for
+/// hardened. Malformed requests for a proxy task are refused by name.
+#[test]
+fn proxy_tasks_report_the_targets_refusal_only_when_hardened() {
+    for variant in ["faithful", "hardened"] {
+        let (api, runner, health, _world) = world(variant);
+        let _agent = agent(variant, api, runner, health);
+        let made = proxy_configmap(runner, api, "codefresh", "proxied");
+        let done = proxy_done(runner, &made);
+        assert_eq!(done["outcome"], "Success", "{variant}: {done}");
+        let (status, body) = http_as(
+            api,
+            "GET",
+            "/api/v1/namespaces/codefresh/configmaps/proxied",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{variant}: the ConfigMap was made: {body}");
+        let refused = proxy_configmap(runner, api, "codefresh", "Not_A_Name");
+        let done = proxy_done(runner, &refused);
+        match variant {
+            "faithful" => assert_eq!(done["outcome"], "Success", "{done}"),
+            _ => {
+                assert_eq!(done["outcome"], "Error", "{done}");
+                let reason = done["reason"].as_str().unwrap_or_default();
+                assert!(reason.contains("422"), "{reason}");
+            }
+        }
+        if variant == "hardened" {
+            for (body, status, says) in [
+                (
+                    r#"{"agent":"nobody","url":"http://x/","token":"t"}"#,
+                    404,
+                    "no agent",
+                ),
+                (
+                    r#"{"agent":"agent-1","url":"ftp://x/","token":"t"}"#,
+                    400,
+                    "not an http(s) URL",
+                ),
+                (
+                    r#"{"agent":"agent-1","url":"http://x/"}"#,
+                    400,
+                    "needs `token`",
+                ),
+                (
+                    r#"{"agent":"agent-1","url":"http://x/","token":"t","params":[1]}"#,
+                    400,
+                    "`params` is not an object",
+                ),
+                (
+                    r#"{"agent":"agent-1","url":"http://x/","token":"t","method":"GE T"}"#,
+                    400,
+                    "not an HTTP method",
+                ),
+                ("not json", 400, "not JSON"),
+            ] {
+                let (got, answer) =
+                    http_as(runner, "POST", "/api/proxy-tasks", body, ADMIN).unwrap();
+                assert_eq!(got, status, "{body}: {answer}");
+                assert!(answer.contains(says), "{body}: {answer}");
+            }
+            let (got, _) = http_as(runner, "POST", "/api/proxy-tasks", "{}", "nope").unwrap();
+            assert_eq!(got, 401);
+            let (got, _) = http_as(runner, "GET", "/api/proxy-tasks/t999999", "", ADMIN).unwrap();
+            assert_eq!(got, 404);
+        }
+    }
+}

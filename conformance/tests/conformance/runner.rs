@@ -426,6 +426,122 @@ async fn the_hardened_volume_cleaner_keeps_a_running_builds_volume_on_a_real_api
     );
 }
 
+/// `kubectl proxy` on loopback `port`, killed when dropped: a plain-HTTP front of the real
+/// kube-apiserver (the kubeconfig's credentials added), for the agent's proxy tasks.
+struct KubectlProxy(std::process::Child);
+
+impl KubectlProxy {
+    async fn start(port: u16) -> KubectlProxy {
+        let program = std::env::var("ORRERY_KUBECTL").unwrap_or_else(|_| "kubectl".into());
+        let child = std::process::Command::new(&program)
+            .args(["proxy", "--address=127.0.0.1", &format!("--port={port}")])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("{program} proxy: {e} (make conformance-apiserver builds kubectl)")
+            });
+        let proxy = KubectlProxy(child);
+        until("kubectl proxy answers", || async {
+            let url = format!("http://127.0.0.1:{port}/api");
+            crate::support::get_status(&url)
+                .await
+                .ok()
+                .filter(|(status, _)| *status == 200)
+                .map(|_| ())
+        })
+        .await;
+        proxy
+    }
+}
+
+impl Drop for KubectlProxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `proxy` agent tasks against the real kube-apiserver (through `kubectl proxy`): the
+/// platform asks the agent to POST a ConfigMap in the suite's namespace, one with a name
+/// the real server refuses (422), and one in a namespace that does not exist (404). Every
+/// task ends reported; the first is `Success` and its ConfigMap is on the real server;
+/// faithful reports the refused two `Success` as well (venona takes any answer as success,
+/// runner-research.md §4 row 16), hardened a non-retriable `Error` naming the status.
+async fn proxy_suite(variant: Variant) {
+    use orrery_system::core::runner::{proxy_spec, Outcome};
+    use orrery_system::platform::runner::queue::TaskState;
+    let world = World::start(variant, "proxy", None).await;
+    let (cluster, ns, builds) = (&world.cluster, world.ns.clone(), world.builds.clone());
+    let port = free_port();
+    let _proxy = KubectlProxy::start(port).await;
+    let configmap = |namespace: &str, name: &str| {
+        let url = format!("http://127.0.0.1:{port}/api/v1/namespaces/{namespace}/configmaps");
+        let params = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"from": "proxy"}});
+        builds.lock().proxy(
+            AGENT,
+            proxy_spec(&url, "POST", "ui-token", params),
+            crate::support::unix_ms(),
+        )
+    };
+    let made = configmap(&ns, "proxied");
+    let invalid = configmap(&ns, "Not_A_Name");
+    let missing = configmap(&format!("{ns}-absent"), "proxied");
+    let done = |id: String| {
+        let builds = builds.clone();
+        async move {
+            until(&format!("proxy task {id} is reported"), || async {
+                match builds.lock().task(&id).map(|q| q.state.clone()) {
+                    Some(TaskState::Done { outcome, reason }) => {
+                        Some((outcome, reason.unwrap_or_default()))
+                    }
+                    _ => None,
+                }
+            })
+            .await
+        }
+    };
+    let (outcome, reason) = done(made).await;
+    assert_eq!(outcome, Outcome::Success, "{variant:?}: {reason}");
+    let configmaps: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &ns, &resource("ConfigMap", "configmaps"));
+    let object = configmaps
+        .get("proxied")
+        .await
+        .expect("the proxied ConfigMap is on the real server");
+    assert_eq!(object.data["data"]["from"], "proxy");
+    for (id, status) in [(invalid, "422"), (missing, "404")] {
+        let (outcome, reason) = done(id).await;
+        match variant {
+            Variant::Faithful => assert_eq!(outcome, Outcome::Success, "{reason}"),
+            Variant::Hardened => {
+                assert_eq!(outcome, Outcome::Error, "{status}");
+                assert!(reason.contains(status), "{status}: {reason}");
+            }
+        }
+    }
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn the_faithful_runner_agent_reports_a_refused_proxy_task_as_success() {
+    proxy_suite(Variant::Faithful).await;
+    record_row(
+        "proxy-faithful",
+        "the agent (faithful) sends the platform's `proxy` tasks to the real kube-apiserver (through `kubectl proxy`): a ConfigMap it creates is reported Success, and so are the two it refuses (422 for an invalid name, 404 for a namespace that does not exist)",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn the_hardened_runner_agent_reports_a_refused_proxy_task_as_an_error() {
+    proxy_suite(Variant::Hardened).await;
+    record_row(
+        "proxy-hardened",
+        "the agent (hardened) sends the platform's `proxy` tasks to the real kube-apiserver (through `kubectl proxy`): a ConfigMap it creates is reported Success; the real server's 422 (invalid name) and 404 (no such namespace) are reported as non-retriable errors naming the status",
+    );
+}
+
 /// Rewrites the Runner's section of `reports/conformance.md` with the rows so far (a row is
 /// written only when its test's checks passed).
 fn record_row(key: &str, behaviour: &str) {

@@ -36,6 +36,7 @@
 //! | `runner_concurrency_limit` | safety | no more builds of a pipeline were admitted at once than its concurrency limit |
 //! | `runner_volume_kept` | safety | no dind volume's directory was removed while a Runner build's claim held it (the local volumes cleaner chose a volume in use; see `runner`) |
 //! | `runner_engine_memory` | safety | no Runner build's engine was killed for the memory its unsent log lines took (see `runner`) |
+//! | `runner_proxy_truthful` | safety | at the end no Runner `proxy` agent task is held as done with `Success` while its request did not take effect (its commit is not in the repository) |
 //! | `runner_logs_complete` | liveness | at the end every log line a Runner engine wrote is in the platform's log, and every client that followed a build to its end received each line once, in order |
 //! | `runner_stall_detected` | safety | a Runner agent that has not polled the platform successfully for 60 s is not reported ready by its readiness probe |
 //! | `single_owner` | safety | at the end every app is owned by exactly one live reporter replica (ownership recomputed from the replicas' observed configuration and membership) |
@@ -275,6 +276,7 @@ pub fn build(invariant: &Invariant) -> Result<Box<dyn Checker>, String> {
         "runner_volume_kept" => Box::new(runner::VolumeKept),
         "runner_engine_memory" => Box::new(runner::EngineMemory),
         "runner_logs_complete" => Box::new(runner::LogsComplete::default()),
+        "runner_proxy_truthful" => Box::new(runner::ProxyTruthful),
         other => unreachable!("validate accepted unknown invariant {other}"),
     })
 }

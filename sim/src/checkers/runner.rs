@@ -27,6 +27,10 @@
 //! - `runner_logs_complete` (liveness): at the end every log line a build's engine wrote is
 //!   in the platform's log, and every client that followed the build to its end over the
 //!   broadcaster received each line once, in order (§2.7).
+//! - `runner_proxy_truthful` (safety): no `proxy` agent task is held by the platform as
+//!   done with `Success` while what it asked for did not take effect (its commit is not in
+//!   the repository) — venona reports any answer of the target, a 409 or 401 too, as
+//!   success (§1.4, §4 row 16).
 //! - `runner_cron_once` (safety): every tick of a cron trigger due before the calm phase
 //!   started exactly one build, or was reported missed; no tick started two (§4 row 10:
 //!   cronus replicas in HA each fire it; a tick due while cronus is down is lost silently).
@@ -35,7 +39,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
+use orrery_system::core::runner::Outcome;
 use orrery_system::observe::{RunnerEvent, WorldEvent};
+use orrery_system::platform::runner::queue::TaskState;
 use orrery_system::platform::runner::{Build, CronTrigger, Tick};
 
 use super::{Checker, Class, FinalState, Violation};
@@ -62,6 +68,40 @@ pub struct RunnerTruth {
     pub missed: Vec<Tick>,
     /// When the calm phase started (Unix ms): ticks due until then are owed.
     pub calm_ms: u64,
+    /// The platform's `proxy` agent tasks.
+    pub proxies: Vec<ProxyTruth>,
+    /// The commit messages in the repository the proxy tasks commit to.
+    pub committed: BTreeSet<String>,
+}
+
+/// One `proxy` agent task as the platform holds it at the end.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyTruth {
+    /// Its id.
+    pub task: String,
+    /// The commit message it asked for.
+    pub message: String,
+    /// Where it is: `Done` with the status the agent reported.
+    pub state: TaskState,
+}
+
+impl RunnerTruth {
+    /// Proxy tasks the platform holds as done with `Success` whose commit is not in the
+    /// repository: the user was told a request took effect that the target refused.
+    pub fn false_successes(&self) -> Vec<&ProxyTruth> {
+        self.proxies
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.state,
+                    TaskState::Done {
+                        outcome: Outcome::Success,
+                        ..
+                    }
+                ) && !self.committed.contains(&p.message)
+            })
+            .collect()
+    }
 }
 
 /// What became of one cron tick.
@@ -608,6 +648,38 @@ impl Checker for BuildsFinish {
     }
 }
 
+/// `runner_proxy_truthful`.
+pub struct ProxyTruthful;
+
+impl Checker for ProxyTruthful {
+    fn name(&self) -> &'static str {
+        "runner_proxy_truthful"
+    }
+
+    fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
+        let truth = state.runner.as_ref()?;
+        let false_successes = truth.false_successes();
+        let first = false_successes.first()?;
+        Some(Violation {
+            invariant: self.name().into(),
+            class: Class::Safety,
+            at_ms: state.end_ms,
+            host: "platform".into(),
+            details: json!({
+                "reason": format!(
+                    "{} of {} proxy tasks are reported Success but their request did not take effect; \
+                     {} ({:?}) is not in the repository",
+                    false_successes.len(),
+                    truth.proxies.len(),
+                    first.task,
+                    first.message
+                ),
+                "tasks": false_successes.iter().map(|p| &p.task).collect::<Vec<_>>(),
+            }),
+        })
+    }
+}
+
 /// `runner_no_orphans`.
 pub struct NoOrphans;
 
@@ -946,6 +1018,49 @@ mod tests {
         assert_eq!(v.details["orphans"], json!(["Pod/dind-b00001"]));
         assert!(BuildsFinish.at_end(&FinalState::default()).is_none());
         assert!(NoOrphans.at_end(&FinalState::default()).is_none());
+    }
+
+    #[test]
+    fn a_proxy_task_reported_success_whose_commit_is_missing_breaks_proxy_truthful() {
+        let done = |outcome: Outcome| TaskState::Done {
+            outcome,
+            reason: None,
+        };
+        let proxy = |task: &str, message: &str, state: TaskState| ProxyTruth {
+            task: task.into(),
+            message: message.into(),
+            state,
+        };
+        let state = |proxies: Vec<ProxyTruth>, committed: &[&str]| FinalState {
+            end_ms: 300_000,
+            runner: Some(RunnerTruth {
+                proxies,
+                committed: committed.iter().map(|m| m.to_string()).collect(),
+                ..RunnerTruth::default()
+            }),
+            ..FinalState::default()
+        };
+        // Landed and reported Success; refused and reported Error; still open: all truthful.
+        let truthful = state(
+            vec![
+                proxy("t000001", "r1", done(Outcome::Success)),
+                proxy("t000002", "r2", done(Outcome::Error)),
+                proxy("t000003", "r3", TaskState::Ready),
+            ],
+            &["r1"],
+        );
+        assert!(ProxyTruthful.at_end(&truthful).is_none());
+        let lied = state(
+            vec![
+                proxy("t000001", "r1", done(Outcome::Success)),
+                proxy("t000002", "r2", done(Outcome::Success)),
+            ],
+            &["r1"],
+        );
+        let v = ProxyTruthful.at_end(&lied).expect("a false success");
+        assert_eq!(v.class, Class::Safety);
+        assert_eq!(v.details["tasks"], json!(["t000002"]));
+        assert!(ProxyTruthful.at_end(&FinalState::default()).is_none());
     }
 
     #[test]

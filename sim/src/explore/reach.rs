@@ -63,6 +63,7 @@
 //! | `runner_cron_replica_down` | a cronus replica fired a cron tick while another cronus replica was down |
 //! | `runner_disk_pressure` | the local volumes cleaner marked a Runner build's dind volume for deletion (the node's volumes filled its threshold) |
 //! | `runner_log_backlog` | a Runner engine held at least 16 KiB of log lines it had not sent yet (lines queued behind the requests in flight: its link to the platform was slower than its steps wrote) |
+//! | `runner_proxy_refused` | a Runner agent's `proxy` task met a target that refused it (a 4xx answer other than 408 and 429) |
 //! | `token_rotated_after_restart` | a registration rotated a token answered before the gateway host crashed (the restarted control plane loaded it from its database) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -516,6 +517,10 @@ impl Condition {
                     *held_bytes >= LOG_BACKLOG_BYTES
                 }
                 _ => false,
+            }),
+            Condition::RunnerProxyRefused => events.iter().any(|e| {
+                matches!(e.runner(), Some(RunnerEvent::Proxy { answer, .. })
+                    if (400..500).contains(answer) && *answer != 408 && *answer != 429)
             }),
             Condition::DuplicateDelivered => projected(events, Projection::Duplicate),
             Condition::StaleEventIgnored => projected(events, Projection::Stale),
@@ -1403,7 +1408,34 @@ expect: {hardened: pass}
                 vec![logs(200_000, 8 * 1024)],
                 vec![logs(200_000, 64 * 1024), logs(260_000, LOG_BACKLOG_BYTES)],
             ),
+            (
+                RunnerProxyRefused,
+                // Taken, or refused only for now (a timeout, a rate limit, an outage).
+                vec![
+                    proxied(10_000, 201),
+                    proxied(11_000, 408),
+                    proxied(12_000, 429),
+                    proxied(13_000, 503),
+                ],
+                vec![proxied(10_000, 409)],
+            ),
         ]
+    }
+
+    fn proxied(at_ms: u64, answer: u16) -> TraceEvent {
+        at(
+            at_ms,
+            "runner",
+            RunnerEvent::Proxy {
+                host: "runner".into(),
+                task: "t000001".into(),
+                url: "http://git:80/api/commits".into(),
+                answer,
+                attempts: 1,
+                outcome: "Success".into(),
+                detail: String::new(),
+            },
+        )
     }
 
     fn logs(at_ms: u64, peak_bytes: u64) -> TraceEvent {

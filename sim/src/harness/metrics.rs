@@ -636,6 +636,7 @@ fn runner_figures(
     let mut round_trips = Vec::new();
     let mut volumes: BTreeMap<String, u64> = BTreeMap::new();
     let mut logs: BTreeMap<String, u64> = BTreeMap::new();
+    let mut proxy_tries = 0u64;
     for event in events {
         match event.runner() {
             Some(RunnerEvent::Logs {
@@ -686,6 +687,9 @@ fn runner_figures(
             Some(RunnerEvent::Handout { task, .. }) => {
                 handed.entry(task).or_insert(event.at_ms);
             }
+            Some(RunnerEvent::Proxy { attempts, .. }) => {
+                proxy_tries += u64::from(*attempts);
+            }
             Some(RunnerEvent::Report {
                 task,
                 accepted: true,
@@ -710,6 +714,28 @@ fn runner_figures(
             let n = volumes.get(&key).copied().unwrap_or(0);
             counters.insert(key, n);
         }
+    }
+    // With proxy tasks: every figure, zero included.
+    if !truth.proxies.is_empty() {
+        use orrery_system::core::runner::Outcome;
+        use orrery_system::platform::runner::queue::TaskState;
+        let done = |wanted: Outcome| {
+            truth
+                .proxies
+                .iter()
+                .filter(
+                    |p| matches!(&p.state, TaskState::Done { outcome, .. } if *outcome == wanted),
+                )
+                .count() as u64
+        };
+        counters.insert("runner.proxy.tasks".into(), truth.proxies.len() as u64);
+        counters.insert("runner.proxy.success".into(), done(Outcome::Success));
+        counters.insert("runner.proxy.error".into(), done(Outcome::Error));
+        counters.insert(
+            "runner.proxy.false_success".into(),
+            truth.false_successes().len() as u64,
+        );
+        counters.insert("runner.proxy.tries".into(), proxy_tries);
     }
     // With steps that log: every figure, zero included.
     if !logs.is_empty() {

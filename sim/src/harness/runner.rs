@@ -132,6 +132,8 @@ struct World {
     /// How many builds the Runner's trigger made (it goes on where it stopped after a
     /// restart).
     runner_builds_made: Arc<std::sync::atomic::AtomicU32>,
+    /// Proxy tasks the UI had the platform make (`runner.proxy`), across its restarts.
+    runner_proxies_made: Arc<std::sync::atomic::AtomicU32>,
     /// The memory of each cache host's current boot (a crash loses it; `flush` empties it).
     caches: Arc<Mutex<BTreeMap<String, cache::Store>>>,
     /// Cluster hosts whose registration an `unregister` fault removed.
@@ -486,6 +488,21 @@ fn world_pieces(
         );
         pieces.push(Box::new(move |env| {
             Box::pin(crate::world::runner::trigger(
+                env,
+                scenario.clone(),
+                made.clone(),
+                calm.clone(),
+            ))
+        }));
+    }
+    if host.has(Role::Platform) && scenario.runner.as_ref().is_some_and(|r| r.proxy.is_some()) {
+        let (scenario, made, calm) = (
+            scenario.clone(),
+            world.runner_proxies_made.clone(),
+            world.calm.clone(),
+        );
+        pieces.push(Box::new(move |env| {
+            Box::pin(crate::world::runner::proxy_requests(
                 env,
                 scenario.clone(),
                 made.clone(),
@@ -1171,6 +1188,7 @@ fn attributions(
 fn runner_truth(
     builds: &orrery_system::platform::runner::Builds,
     api: &ApiServer,
+    git: &SharedGit,
     scenario: &Scenario,
 ) -> checkers::runner::RunnerTruth {
     let mut objects = Vec::new();
@@ -1203,6 +1221,27 @@ fn runner_truth(
         crons: queue.crons().clone(),
         missed: queue.missed().to_vec(),
         calm_ms: SIM_EPOCH_UNIX_MS + scenario.duration.as_millis() as u64,
+        proxies: queue
+            .tasks()
+            .filter(|q| q.task.kind == orrery_system::core::runner::TaskType::AgentTask)
+            .map(|q| checkers::runner::ProxyTruth {
+                task: q.task.id.clone(),
+                message: q
+                    .task
+                    .spec
+                    .pointer("/params/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                state: q.state.clone(),
+            })
+            .collect(),
+        committed: git
+            .lock()
+            .commits(crate::world::runner::PROXY_REPO)
+            .iter()
+            .map(|c| c.message.clone())
+            .collect(),
     }
 }
 
@@ -1536,6 +1575,7 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
             ..Default::default()
         },
         runner_builds_made: Arc::default(),
+        runner_proxies_made: Arc::default(),
         verdicts: rollouts::Verdicts::default(),
         jobs: workflows::Jobs::default(),
         database: scenario
@@ -1770,7 +1810,7 @@ fn final_state(
             .control_plane
             .runner
             .as_ref()
-            .map(|builds| runner_truth(builds, &world.api, scenario)),
+            .map(|builds| runner_truth(builds, &world.api, &world.git, scenario)),
         audit: match &world.database {
             // What the database committed: an answered denial must be there.
             Some(database) => database.snapshot().audit,

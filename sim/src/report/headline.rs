@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 73] = [
+pub const FIGURES: [(&str, &str); 78] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -228,6 +228,23 @@ pub const FIGURES: [(&str, &str); 73] = [
         "runner_volumes_created",
         "dind volumes the provisioner created",
     ),
+    ("runner_proxy_tasks", "proxy agent tasks the UI asked for"),
+    (
+        "runner_proxy_reported_success",
+        "proxy tasks the platform holds as done with Success",
+    ),
+    (
+        "runner_proxy_reported_error",
+        "proxy tasks the platform holds as done with Error (the target's refusal named)",
+    ),
+    (
+        "runner_proxy_false_success",
+        "proxy tasks reported Success whose request did not take effect",
+    ),
+    (
+        "runner_proxy_tries",
+        "HTTP tries the agents made for proxy tasks (retries included)",
+    ),
     ("runner_log_lines", "log lines the builds' engines wrote"),
     (
         "runner_log_requests_per_100_lines",
@@ -389,6 +406,19 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
         put("runner_cron_lost_ticks", counter("runner.cron.lost"));
         put("runner_cron_missed_ticks", counter("runner.cron.missed"));
         put("runner_volumes_created", counter("runner.volumes.created"));
+        if metrics.counters.contains_key("runner.proxy.tasks") {
+            put("runner_proxy_tasks", counter("runner.proxy.tasks"));
+            put(
+                "runner_proxy_reported_success",
+                counter("runner.proxy.success"),
+            );
+            put("runner_proxy_reported_error", counter("runner.proxy.error"));
+            put(
+                "runner_proxy_false_success",
+                counter("runner.proxy.false_success"),
+            );
+            put("runner_proxy_tries", counter("runner.proxy.tries"));
+        }
         if let Some(&written) = metrics.counters.get("runner.logs.written") {
             put("runner_log_lines", Some(json!(written)));
             let requests = n("runner.logs.requests");

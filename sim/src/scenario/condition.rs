@@ -168,6 +168,9 @@ conditions! {
     /// A Runner engine held at least [`crate::explore::reach::LOG_BACKLOG_BYTES`] of log
     /// lines it had not sent yet (its link to the platform was slower than its steps wrote).
     RunnerLogBacklog = "runner_log_backlog",
+    /// A Runner agent's `proxy` task met a target that refused it (a 4xx answer other than
+    /// 408 or 429: the request will not take effect if sent again).
+    RunnerProxyRefused = "runner_proxy_refused",
 }
 
 impl fmt::Display for Condition {

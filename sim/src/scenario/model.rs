@@ -1019,6 +1019,36 @@ pub struct Runner {
     /// take. Default 2048 (the chart's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_memory_mib: Option<u64>,
+    /// The UI's requests into the customer's network: `proxy` agent tasks committing files
+    /// to the `role: git` host's provider through the agents. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<RunnerProxy>,
+}
+
+/// `runner.proxy`: the UI asks the platform for `requests` proxy tasks, one every `every`,
+/// each a commit of its own file (`proxy/r<n>.txt`) on the Git provider behind the firewall.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnerProxy {
+    /// Proxy tasks asked for during the fault phase. Default 20.
+    pub requests: u32,
+    /// Time between two. Default 5 s.
+    #[serde(with = "super::duration")]
+    pub every: Duration,
+    /// Every `stale_every`-th request was made from a stale view of its file: it names a
+    /// blob SHA the file does not have, and the provider refuses it with 409 (0: none).
+    /// Default 0.
+    pub stale_every: u32,
+}
+
+impl Default for RunnerProxy {
+    fn default() -> Self {
+        RunnerProxy {
+            requests: 20,
+            every: Duration::from_secs(5),
+            stale_every: 0,
+        }
+    }
 }
 
 /// `runner.volumes`: the node the builds' dind volumes live on.
@@ -1114,6 +1144,7 @@ impl Default for Runner {
             cron: None,
             volumes: None,
             engine_memory_mib: None,
+            proxy: None,
         }
     }
 }
@@ -1360,7 +1391,7 @@ pub struct Invariant {
 }
 
 /// The invariant names a scenario may use (each has a checker in `checkers`).
-pub const KNOWN_INVARIANTS: [&str; 39] = [
+pub const KNOWN_INVARIANTS: [&str; 40] = [
     "probe_matches_apiserver",
     "probe_rv_monotonic",
     "platform_converges",
@@ -1400,6 +1431,7 @@ pub const KNOWN_INVARIANTS: [&str; 39] = [
     "runner_volume_kept",
     "runner_engine_memory",
     "runner_logs_complete",
+    "runner_proxy_truthful",
 ];
 
 /// Checks an invariant's name and parameters (none of today's invariants takes one).

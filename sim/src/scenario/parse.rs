@@ -342,6 +342,19 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "engine_memory_mib must be 1 to 1048576 (MiB)",
             ),
             (
+                runner
+                    .proxy
+                    .as_ref()
+                    .is_none_or(|p| p.requests >= 1 && !p.every.is_zero()),
+                "proxy",
+                "proxy.requests must be at least 1 and proxy.every more than 0",
+            ),
+            (
+                runner.proxy.is_none() || count(Role::Git) == 1,
+                "proxy",
+                "runner.proxy needs exactly one host with role git (the provider the requests go to)",
+            ),
+            (
                 runner.branches >= 1,
                 "branches",
                 "branches must be at least 1",

@@ -379,3 +379,69 @@ async fn follow(env: SharedEnv, api: String, id: String) {
         .into(),
     );
 }
+
+/// The repository the UI's proxy requests commit to (`runner.proxy`).
+pub const PROXY_REPO: &str = "https://git.example/customer/config";
+/// The token the UI's proxy requests carry (`x-access-token`).
+pub const PROXY_TOKEN: &str = "runner-proxy-token";
+
+/// The commit message of proxy request `n`: what the checker looks for in the repository.
+pub fn proxy_message(n: u32) -> String {
+    format!("proxy request r{n:04}")
+}
+
+/// The UI asking the platform for `runner.proxy.requests` proxy tasks, one every `every`
+/// until they were all made or the calm phase starts, to the agents in turn: each commits
+/// `proxy/r<n>.txt` on the `role: git` host's provider (every `stale_every`-th with a blob
+/// SHA its file does not have, so the provider refuses it). `made` counts across the
+/// host's restarts; a refused or lost request is asked again at the next slot.
+pub async fn proxy_requests(
+    env: SharedEnv,
+    scenario: Scenario,
+    made: Arc<AtomicU32>,
+    calm: Arc<AtomicBool>,
+) {
+    let Some(proxy) = scenario.runner.as_ref().and_then(|r| r.proxy.clone()) else {
+        return;
+    };
+    let client = orrery_system::runtime::upstream::Client::new(
+        env.clone(),
+        &platform_api(&scenario),
+        std::time::Duration::from_secs(10),
+    );
+    let agents = agent_ids(&scenario);
+    let url = format!("http://{}:80/api/commits", host_of(&scenario, Role::Git));
+    while made.load(Ordering::SeqCst) < proxy.requests && !calm.load(Ordering::SeqCst) {
+        env.sleep(proxy.every).await;
+        let n = made.load(Ordering::SeqCst);
+        let mut params = json!({
+            "repo": PROXY_REPO,
+            "branch": "main",
+            "path": format!("proxy/r{n:04}.txt"),
+            "content": format!("request {n}\n"),
+            "message": proxy_message(n),
+            "author": "ui",
+        });
+        if (n + 1).is_multiple_of(proxy.stale_every) {
+            params["sha"] = json!(crate::world::git::blob_sha("an older edit\n"));
+        }
+        let body = json!({
+            "agent": agents[n as usize % agents.len()],
+            "url": url,
+            "method": "POST",
+            "token": PROXY_TOKEN,
+            "params": params,
+        });
+        let asked = client
+            .send(
+                http::Method::POST,
+                "/api/proxy-tasks".into(),
+                Some(TRIGGER_TOKEN),
+                Some(&body),
+            )
+            .await;
+        if asked.is_ok() {
+            made.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}

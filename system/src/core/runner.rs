@@ -166,6 +166,107 @@ pub const BUILD_LABEL: &str = "codefresh.io/build";
 /// lines only from the token of the build's own agent (the name is orrery's, **inferred**).
 pub const AGENT_LABEL: &str = "codefresh.io/agent";
 
+/// The one agent task type the agent executes (`agentTaskExecutors`, agent.go L98-100): an
+/// HTTP request the platform asks the agent to send inside the customer's network (to the
+/// app-proxy or a Git provider behind the firewall, `runner-research.md` §1.3, §2).
+pub const PROXY: &str = "proxy";
+
+/// What a `proxy` agent task asks for (`proxyRequest`, agent.go L389-438): the URL and
+/// method from `params.runtimeContext.context.variables.{proxyUrl,method}` (method POST when
+/// left out), the token from `params.runtimeContext.context.eventReporting.token`, and the
+/// whole `params` as the JSON body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyRequest {
+    /// Where to send it.
+    pub url: String,
+    /// How.
+    pub method: String,
+    /// Sent as `x-access-token`.
+    pub token: String,
+    /// `params`, serialised.
+    pub body: Vec<u8>,
+}
+
+/// Why a task of type `AgentTask` cannot be run (venona's error texts, agent.go L84-94).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyError {
+    /// The spec is not `{type, params}`.
+    #[error("Failed to parse agent task spec")]
+    Spec,
+    /// A type other than `proxy`.
+    #[error("Agent task has unknown type {0:?}")]
+    UnknownType(String),
+    /// No `proxyUrl`.
+    #[error(r#"url not provided for task of type "proxy""#)]
+    NoUrl,
+    /// No `eventReporting.token`.
+    #[error(r#"token not provided for task of type "proxy""#)]
+    NoToken,
+}
+
+impl ProxyError {
+    /// venona returns these two before it reports a status (agent.go L367-373): the task is
+    /// never acknowledged.
+    pub fn unreported(&self) -> bool {
+        matches!(self, ProxyError::Spec | ProxyError::UnknownType(_))
+    }
+}
+
+/// The spec of a `proxy` agent task sending `params` (an object; anything else is sent as
+/// `{"payload": params}`) to `url` with `method` and `token`.
+pub fn proxy_spec(url: &str, method: &str, token: &str, params: Value) -> Value {
+    let mut params = match params {
+        Value::Object(map) => map,
+        other => [("payload".to_string(), other)].into_iter().collect(),
+    };
+    params.insert(
+        "runtimeContext".into(),
+        serde_json::json!({"context": {
+            "variables": {"proxyUrl": url, "method": method},
+            "eventReporting": {"token": token},
+        }}),
+    );
+    serde_json::json!({"type": PROXY, "params": params})
+}
+
+/// The request a `proxy` agent task's spec asks for, or why there is none.
+pub fn proxy_request(spec: &Value) -> Result<ProxyRequest, ProxyError> {
+    let kind = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or(ProxyError::Spec)?;
+    let params = spec.get("params").filter(|p| p.is_object() || p.is_null());
+    let params = params.ok_or(ProxyError::Spec)?;
+    if kind != PROXY {
+        return Err(ProxyError::UnknownType(kind.into()));
+    }
+    let text = |pointer: &str| {
+        params
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let token = text("/runtimeContext/context/eventReporting/token");
+    if token.is_empty() {
+        return Err(ProxyError::NoToken);
+    }
+    let url = text("/runtimeContext/context/variables/proxyUrl");
+    if url.is_empty() {
+        return Err(ProxyError::NoUrl);
+    }
+    let method = match text("/runtimeContext/context/variables/method") {
+        m if m.is_empty() => "POST".to_string(),
+        m => m,
+    };
+    Ok(ProxyRequest {
+        url,
+        method,
+        token,
+        body: serde_json::to_vec(params).expect("JSON serialises"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +317,45 @@ mod tests {
                 TaskType::DeletePvc
             ]
         );
+    }
+
+    #[test]
+    fn a_proxy_spec_round_trips_and_a_bad_one_is_named() {
+        let spec = proxy_spec(
+            "http://git/api/commits",
+            "POST",
+            "tok",
+            serde_json::json!({"repo": "r"}),
+        );
+        let request = proxy_request(&spec).unwrap();
+        assert_eq!(request.url, "http://git/api/commits");
+        assert_eq!(request.method, "POST");
+        assert_eq!(request.token, "tok");
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(body["repo"], "r");
+        assert_eq!(
+            body["runtimeContext"]["context"]["eventReporting"]["token"],
+            "tok"
+        );
+        let mut no_method = spec.clone();
+        no_method["params"]["runtimeContext"]["context"]["variables"]
+            .as_object_mut()
+            .unwrap()
+            .remove("method");
+        assert_eq!(proxy_request(&no_method).unwrap().method, "POST");
+        let mut no_url = spec.clone();
+        no_url["params"]["runtimeContext"]["context"]["variables"]["proxyUrl"] = "".into();
+        assert_eq!(proxy_request(&no_url), Err(ProxyError::NoUrl));
+        let no_token = proxy_spec("http://x", "GET", "", Value::Null);
+        assert_eq!(proxy_request(&no_token), Err(ProxyError::NoToken));
+        let other = serde_json::json!({"type": "exec", "params": {}});
+        let error = proxy_request(&other).unwrap_err();
+        assert_eq!(error, ProxyError::UnknownType("exec".into()));
+        assert!(error.unreported());
+        assert_eq!(
+            proxy_request(&serde_json::json!("nonsense")),
+            Err(ProxyError::Spec)
+        );
+        assert!(!ProxyError::NoUrl.unreported());
     }
 }

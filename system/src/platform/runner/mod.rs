@@ -21,6 +21,8 @@
 //! | `POST /api/cronus/lease` `{holder, ttlMs}` | cronus (hardened) | `{leader, holder, untilMs}` |
 //! | `PUT /api/pipelines/{name}` `{concurrency, terminatePreviousOnBranch}` | trigger | the pipeline's admission settings |
 //! | `GET /api/pipelines/{name}` | trigger | them |
+//! | `POST /api/proxy-tasks` `{agent, url, method?, token, params?}` | trigger (the UI) | `{id}` of a `proxy` agent task: the agent sends `params` to `url` inside the customer's network (**inferred** route; the task is venona's) |
+//! | `GET /api/proxy-tasks/{id}` | trigger | `{id, agent, deliveries, status}`: `ready`, `leased`, `done` with the agent's `outcome` and `reason`, or `expired` |
 //! | `GET /api/builds/{id}` | trigger, agent | the build |
 //! | `POST /api/builds/{id}/engine` `{exitCode}` | engine (the token of the build's agent, **inferred**) | 200; `null` while running; 403 for another agent's token |
 //! | `POST /api/builds/{id}/logs` `{from, lines}` | engine (as above) | `{next}`: lines the log has; 409 `{next}` for a gap; lines it has already are skipped; 410 once the build ended |
@@ -252,6 +254,44 @@ async fn handle(
                 };
             let id = admit(&env, &builds, request).await;
             json(StatusCode::CREATED, &json!({"id": id}))
+        }
+        ["api", "proxy-tasks"] if method == http::Method::POST => {
+            if !builds.is_trigger(&req) {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "a proxy task needs the trigger token",
+                );
+            }
+            let body = match body(req, env.limits().runner_body).await {
+                Ok(body) => body,
+                Err(Refused(status, e)) => return error(status, e),
+            };
+            let spec = match proxy_task(&builds, &body) {
+                Ok(spec) => spec,
+                Err((status, e)) => return error(status, e),
+            };
+            let agent = body["agent"].as_str().unwrap_or_default();
+            let id = builds.lock().proxy(agent, spec, env.unix_millis());
+            json(StatusCode::CREATED, &json!({"id": id}))
+        }
+        ["api", "proxy-tasks", id] if method == http::Method::GET => {
+            if !builds.is_trigger(&req) {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "a proxy task needs the trigger token",
+                );
+            }
+            let queue = builds.lock();
+            match queue
+                .task(id)
+                .filter(|q| q.task.kind == crate::core::runner::TaskType::AgentTask)
+            {
+                Some(q) => json(
+                    StatusCode::OK,
+                    &json!({"id": id, "agent": q.agent, "deliveries": q.deliveries, "status": q.state}),
+                ),
+                None => error(StatusCode::NOT_FOUND, format!("no proxy task {id}")),
+            }
         }
         ["api", "webhooks"] if method == http::Method::POST => {
             if !builds.is_trigger(&req) {
@@ -527,6 +567,48 @@ async fn build_request(
         .await
         .map_err(|Refused(status, e)| error(status, e))?;
     parse_build(builds, &body, delivery, tick).map_err(|(status, e)| error(status, e))
+}
+
+/// The spec of the proxy task `body` asks for (`{agent, url, method?, token, params?}`), or
+/// why it is refused: an unknown agent, a URL that is not `http(s)://…`, a method that is
+/// not one, no token, `params` not an object.
+fn proxy_task(builds: &Builds, body: &Value) -> Result<Value, (StatusCode, String)> {
+    let field = |name: &str| body.get(name).and_then(Value::as_str).unwrap_or_default();
+    let (agent, url, token) = (field("agent"), field("url"), field("token"));
+    let method = match field("method") {
+        "" => "POST",
+        m => m,
+    };
+    if !builds.agents.values().any(|a| a == agent) {
+        return Err((StatusCode::NOT_FOUND, format!("no agent {agent:?}")));
+    }
+    let url_ok = url
+        .parse::<http::Uri>()
+        .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    if !url_ok {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!("`url` {url:?} is not an http(s) URL"),
+        ));
+    }
+    if http::Method::from_bytes(method.as_bytes()).is_err() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!("`method` {method:?} is not an HTTP method"),
+        ));
+    }
+    if token.is_empty() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "a proxy task needs `token` (sent as x-access-token)".into(),
+        ));
+    }
+    let params = match body.get("params") {
+        None | Some(Value::Null) => json!({}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => return Err((StatusCode::BAD_REQUEST, "`params` is not an object".into())),
+    };
+    Ok(crate::core::runner::proxy_spec(url, method, token, params))
 }
 
 /// [`build_request`] on a body already read.

@@ -768,7 +768,7 @@ impl Queue {
                 pod(&runner::engine_pod(build), build, &agent, &ns, "engine"),
             ),
         ] {
-            self.enqueue(build, &agent, kind, spec, now_ms);
+            let _ = self.enqueue(build, &agent, kind, spec, now_ms);
         }
     }
 
@@ -791,7 +791,27 @@ impl Queue {
         }
     }
 
-    fn enqueue(&mut self, build: &str, agent: &str, kind: TaskType, spec: Value, now_ms: u64) {
+    /// A `proxy` agent task for `agent` with `spec` ([`runner::proxy_spec`]): the agent sends
+    /// the request inside the customer's network and reports how it went; it is handed out
+    /// again as a workflow task is ([INFERENCE]: the platform's use of agent tasks is not
+    /// public; the agent's side is venona's). Its id.
+    pub fn proxy(&mut self, agent: &str, spec: Value, now_ms: u64) -> String {
+        self.enqueue("", agent, TaskType::AgentTask, spec, now_ms)
+    }
+
+    /// Task `id` and where it is.
+    pub fn task(&self, id: &str) -> Option<&Queued> {
+        self.tasks.get(id)
+    }
+
+    fn enqueue(
+        &mut self,
+        build: &str,
+        agent: &str,
+        kind: TaskType,
+        spec: Value,
+        now_ms: u64,
+    ) -> String {
         self.made_tasks += 1;
         let id = format!("t{:06}", self.made_tasks);
         let task = Task {
@@ -807,7 +827,7 @@ impl Queue {
             spec,
         };
         self.tasks.insert(
-            id,
+            id.clone(),
             Queued {
                 task,
                 agent: agent.into(),
@@ -816,6 +836,7 @@ impl Queue {
                 created_ms: now_ms,
             },
         );
+        id
     }
 
     /// `GET /api/agent/{agent}/tasks`: the agent's tasks that are ready, or handed out and
@@ -1054,7 +1075,7 @@ impl Queue {
                 Cleanup::EngineOnly => &objects[..1],
             };
             for (kind, name) in objects {
-                self.enqueue(
+                let _ = self.enqueue(
                     build,
                     &agent,
                     *kind,

@@ -167,7 +167,13 @@ impl Agent {
                 }
                 .into(),
             );
-            for batch in self.split(tasks) {
+            let (agent_tasks, batches) = self.split(tasks);
+            // Each agent task runs on its own, unbounded (a goroutine each, agent.go L340-355).
+            for task in agent_tasks {
+                let me = self.clone();
+                tokio::spawn(async move { me.handle(&task).await });
+            }
+            for batch in batches {
                 // A full queue blocks the poll loop (a blocking channel send, queue.go L109).
                 if tx.send(batch).await.is_err() {
                     return;
@@ -189,17 +195,19 @@ impl Agent {
         self.env.random_between(cap / 2, cap)
     }
 
-    /// `splitTasks` (agent.go L290-338): one batch per workflow, its tasks sorted by type,
-    /// batches oldest first; agent tasks are not modelled and dropped (as unknown types
-    /// are). hardened leaves out tasks already queued or running.
-    fn split(&self, tasks: Vec<Task>) -> Vec<Batch> {
+    /// `splitTasks` (agent.go L290-338): the agent tasks, and one batch per workflow, its
+    /// tasks sorted by type, batches oldest first. hardened leaves out tasks already queued
+    /// or running.
+    fn split(&self, tasks: Vec<Task>) -> (Vec<Task>, Vec<Batch>) {
+        let mut agent_tasks = Vec::new();
         let mut by_workflow: BTreeMap<String, Batch> = BTreeMap::new();
         let mut in_flight = self.in_flight.lock().expect("in-flight lock poisoned");
         for task in tasks {
-            if task.kind == TaskType::AgentTask {
+            if self.hardened() && !in_flight.insert(task.id.clone()) {
                 continue;
             }
-            if self.hardened() && !in_flight.insert(task.id.clone()) {
+            if task.kind == TaskType::AgentTask {
+                agent_tasks.push(task);
                 continue;
             }
             by_workflow
@@ -213,7 +221,7 @@ impl Agent {
         }
         // Stable: equal times keep the workflow ids' order.
         batches.sort_by(|a, b| a[0].metadata.created_at.cmp(&b[0].metadata.created_at));
-        batches
+        (agent_tasks, batches)
     }
 
     /// One handler (queue.go L122-140): a busy workflow's batch goes back to the end of the
@@ -266,6 +274,11 @@ impl Agent {
             .flatten();
         let (outcome, retriable, reason, deduplicated) = match remembered {
             Some((outcome, retriable, reason)) => (outcome, retriable, reason, true),
+            None if task.kind == TaskType::AgentTask => match self.proxy(task).await {
+                Some((outcome, retriable, reason)) => (outcome, retriable, reason, false),
+                // faithful: a spec it cannot run is dropped unreported (agent.go L367-373).
+                None => return,
+            },
             None => {
                 let result =
                     exec::execute(&self.kube, task, &self.config.apiserver.namespace).await;
@@ -308,6 +321,49 @@ impl Agent {
             .lock()
             .expect("in-flight lock poisoned")
             .remove(&task.id);
+    }
+
+    /// Runs a `proxy` agent task (see [`super::proxy`]) and traces it: the status to report,
+    /// or `None` when faithful reports none.
+    async fn proxy(&self, task: &Task) -> Option<(Outcome, bool, Option<String>)> {
+        let request = crate::core::runner::proxy_request(&task.spec);
+        let result = match &request {
+            Ok(request) => {
+                Ok(super::proxy::send(&self.env, &self.http, request, self.config.variant).await)
+            }
+            Err(error) => Err(error.clone()),
+        };
+        let status = super::proxy::classify(&result, self.config.variant);
+        let (answer, attempts, detail) = match &result {
+            Ok(p) => (
+                p.status.map(|s| s.as_u16()).unwrap_or_default(),
+                p.attempts,
+                p.error.clone().unwrap_or_default(),
+            ),
+            Err(error) => (0, 0, error.to_string()),
+        };
+        self.env.observe(
+            RunnerEvent::Proxy {
+                host: self.host(),
+                task: task.id.clone(),
+                url: request.map(|r| r.url).unwrap_or_default(),
+                answer,
+                attempts,
+                outcome: status
+                    .as_ref()
+                    .map(|(o, ..)| format!("{o:?}"))
+                    .unwrap_or_else(|| "unreported".into()),
+                detail,
+            }
+            .into(),
+        );
+        if status.is_none() {
+            self.in_flight
+                .lock()
+                .expect("in-flight lock poisoned")
+                .remove(&task.id);
+        }
+        status
     }
 
     /// The status a result is reported with: faithful as `NewK8sError` says; hardened takes

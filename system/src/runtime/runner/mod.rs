@@ -28,6 +28,7 @@
 pub mod agent;
 pub mod engine;
 pub mod exec;
+pub mod proxy;
 pub mod volumes;
 
 use std::time::Duration;
