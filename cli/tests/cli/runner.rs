@@ -18,6 +18,11 @@ const OTHER_TOKEN: &str = "agent-token-2";
 /// The API server, a control plane with the Runner's API and one agent of `variant`:
 /// (apiserver port, runner API port, agent health port, the processes).
 fn world(variant: &str) -> (u16, u16, u16, Vec<Process>) {
+    world_with(variant, &[])
+}
+
+/// [`world`] with more flags for `serve control-plane`.
+fn world_with(variant: &str, flags: &[&str]) -> (u16, u16, u16, Vec<Process>) {
     let (api, runner, health, tunnel, gateway) = (
         free_port(),
         free_port(),
@@ -27,22 +32,26 @@ fn world(variant: &str) -> (u16, u16, u16, Vec<Process>) {
     );
     let at = |port: u16| format!("127.0.0.1:{port}");
     let apiserver = orrery(&["apiserver", "--listen", &at(api)]);
-    let platform = orrery(&[
+    let agents = format!("{AGENT}={AGENT_TOKEN},{OTHER_AGENT}={OTHER_TOKEN}");
+    let (tunnel, gateway, runner_at) = (at(tunnel), at(gateway), at(runner));
+    let mut args = vec![
         "serve",
         "control-plane",
         "--admin-token",
         ADMIN,
         "--tunnel",
-        &at(tunnel),
+        &tunnel,
         "--api",
-        &at(gateway),
+        &gateway,
         "--runner",
-        &at(runner),
+        &runner_at,
         "--runner-agents",
-        &format!("{AGENT}={AGENT_TOKEN},{OTHER_AGENT}={OTHER_TOKEN}"),
+        &agents,
         "--variant",
         variant,
-    ]);
+    ];
+    args.extend_from_slice(flags);
+    let platform = orrery(&args);
     eventually("the API server answers", Duration::from_secs(20), || {
         http_as(api, "GET", "/healthz", "", "").is_some()
     });
@@ -642,4 +651,79 @@ fn proxy_tasks_report_the_targets_refusal_only_when_hardened() {
             assert_eq!(got, 404);
         }
     }
+}
+
+/// A build of `pipeline` on `branch` with `extra` fields: (status, its id or the error).
+fn build_on(runner: u16, pipeline: &str, branch: &str, extra: &str) -> (u16, String) {
+    let body = format!(
+        r#"{{"pipeline":"{pipeline}","agent":"agent-1","branch":"{branch}","steps":[]{extra}}}"#
+    );
+    let (status, answer) = http_as(runner, "POST", "/api/builds", &body, ADMIN).expect("POST");
+    let id = serde_json::from_str::<serde_json::Value>(&answer).unwrap_or_default()["id"]
+        .as_str()
+        .map(str::to_string);
+    (status, id.unwrap_or(answer))
+}
+
+/// Admission in real mode (no agent runs, so an admitted build stays `elected`): a
+/// pipeline's branch concurrency holds only its branch; the account's concurrency
+/// (`--runner-account-concurrency`) holds every pipeline; the policy "terminate all other
+/// running builds" ends the others; settings out of range are refused by name.
+#[test]
+fn branch_and_account_limits_and_the_terminate_all_policy_in_real_mode() {
+    let (_, runner, _, _world) = world_with("hardened", &["--runner-account-concurrency", "3"]);
+    let put = |pipeline: &str, body: &str| {
+        http_as(
+            runner,
+            "PUT",
+            &format!("/api/pipelines/{pipeline}"),
+            body,
+            ADMIN,
+        )
+        .unwrap()
+    };
+    let (status, body) = put("demo/a", r#"{"branchConcurrency":1}"#);
+    assert_eq!(status, 200, "{body}");
+    let (_, main1) = build_on(runner, "demo/a", "main", "");
+    let (_, main2) = build_on(runner, "demo/a", "main", "");
+    let (_, dev) = build_on(runner, "demo/a", "dev", "");
+    assert_eq!(build_status(runner, &main1).0, "elected");
+    assert_eq!(
+        build_status(runner, &main2).0,
+        "pending",
+        "its branch is full"
+    );
+    assert_eq!(build_status(runner, &dev).0, "elected");
+    // Two admitted; the account admits one more, of any pipeline.
+    let (_, other1) = build_on(runner, "demo/b", "main", "");
+    let (_, other2) = build_on(runner, "demo/b", "main", "");
+    assert_eq!(build_status(runner, &other1).0, "elected");
+    assert_eq!(
+        build_status(runner, &other2).0,
+        "pending",
+        "the account is full"
+    );
+    // A new build of demo/b terminates all its others; the room goes to the waiting builds.
+    let (status, body) = put("demo/b", r#"{"terminateAll":true}"#);
+    assert_eq!(status, 200, "{body}");
+    let (_, last) = build_on(runner, "demo/b", "dev", r#","priority":10"#);
+    assert_eq!(build_status(runner, &other1).0, "terminated");
+    assert_eq!(build_status(runner, &other2).0, "terminated");
+    assert_eq!(build_status(runner, &last).0, "elected");
+    for (body, says) in [
+        (r#"{"branchConcurrency":0}"#, "branchConcurrency"),
+        (r#"{"priority":500}"#, "priority"),
+        (
+            r#"{"terminateBranchPattern":"("}"#,
+            "terminateBranchPattern",
+        ),
+        (r#"{"terminateEverything":true}"#, "unknown field"),
+    ] {
+        let (status, answer) = put("demo/a", body);
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer.contains(says), "{body}: {answer}");
+    }
+    let (status, answer) = build_on(runner, "demo/a", "main", r#","priority":"high""#);
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("priority"), "{answer}");
 }

@@ -14,9 +14,10 @@
 //!   stalled agent whose `/health` still answers 200 is never restarted (§1.8, §4 row 4).
 //! - `runner_trigger_once` (safety): at the end no webhook delivery id started more than
 //!   one build — a provider's redelivery of one event is not a new event (§4 row 9).
-//! - `runner_concurrency_limit` (safety): at no moment were more builds of the pipeline
-//!   admitted (elected and not yet ended) than its concurrency limit — judged from each
-//!   build's admission and end times against the scenario's limit (§4 row 8).
+//! - `runner_concurrency_limit` (safety): at no moment were more builds of a pipeline, of
+//!   one of its branches or of the account admitted (elected and not yet ended) than the
+//!   pipeline's, the branch's or the account's concurrency limit — judged from each build's
+//!   admission and end times against the scenario's limits (§4 row 8).
 //! - `runner_volume_kept` (safety): no dind volume's directory was removed while a build's
 //!   claim held it — the local volumes cleaner marks the least recently used volume with no
 //!   in-use check, and a long build's volume, used last at its start, is the oldest (§4 row
@@ -60,6 +61,10 @@ pub struct RunnerTruth {
     pub objects: Vec<(String, String, String)>,
     /// The pipeline's concurrency limit, as the scenario sets it.
     pub limit: Option<u32>,
+    /// The pipeline's branch concurrency limit, as the scenario sets it.
+    pub branch_limit: Option<u32>,
+    /// The account's concurrency limit, as the scenario sets it.
+    pub account_limit: Option<u32>,
     /// The builds' clock at the run's start (Unix ms): their times minus this are run times.
     pub started_ms: u64,
     /// The cron triggers' ledger, by name.
@@ -271,35 +276,52 @@ impl Checker for ConcurrencyLimit {
 
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
         let truth = state.runner.as_ref()?;
-        let limit = truth.limit?;
-        let mut moments: BTreeMap<&str, Vec<(u64, i32, &str)>> = BTreeMap::new();
-        for (at_ms, change, build) in admissions(&truth.builds) {
-            moments.entry(build.pipeline.as_str()).or_default().push((
-                at_ms,
-                change,
-                build.id.as_str(),
-            ));
-        }
-        for (pipeline, list) in moments {
-            let mut admitted = 0i32;
-            for (at_ms, change, build) in list {
-                admitted += change;
-                if change > 0 && admitted > limit as i32 {
-                    return Some(Violation {
-                        invariant: self.name().into(),
-                        class: Class::Safety,
-                        at_ms: at_ms.saturating_sub(truth.started_ms),
-                        host: "platform".into(),
-                        details: json!({
-                            "reason": format!(
-                                "{admitted} builds of pipeline {pipeline} were admitted at once (its limit is {limit}) when {build} was"
-                            ),
-                            "pipeline": pipeline,
-                            "build": build,
-                            "admitted": admitted,
-                            "limit": limit,
-                        }),
-                    });
+        // Each scope a limit applies to: its key for a build, and the limit.
+        type Key = fn(&Build) -> String;
+        let scopes: [(&str, Option<u32>, Key); 3] = [
+            ("pipeline", truth.limit, |b| b.pipeline.clone()),
+            ("branch", truth.branch_limit, |b| {
+                format!("{}@{}", b.pipeline, b.branch)
+            }),
+            ("account", truth.account_limit, |_| String::new()),
+        ];
+        for (scope, limit, key) in scopes {
+            let Some(limit) = limit else {
+                continue;
+            };
+            let mut moments: BTreeMap<String, Vec<(u64, i32, &str)>> = BTreeMap::new();
+            for (at_ms, change, build) in admissions(&truth.builds) {
+                moments
+                    .entry(key(build))
+                    .or_default()
+                    .push((at_ms, change, build.id.as_str()));
+            }
+            for (of, list) in moments {
+                let mut admitted = 0i32;
+                for (at_ms, change, build) in list {
+                    admitted += change;
+                    if change > 0 && admitted > limit as i32 {
+                        let what = match scope {
+                            "pipeline" => format!("builds of pipeline {of}"),
+                            "branch" => format!("builds of branch {of}"),
+                            _ => "builds of the account".to_string(),
+                        };
+                        return Some(Violation {
+                            invariant: self.name().into(),
+                            class: Class::Safety,
+                            at_ms: at_ms.saturating_sub(truth.started_ms),
+                            host: "platform".into(),
+                            details: json!({
+                                "reason": format!(
+                                    "{admitted} {what} were admitted at once (its limit is {limit}) when {build} was"
+                                ),
+                                (scope): of,
+                                "build": build,
+                                "admitted": admitted,
+                                "limit": limit,
+                            }),
+                        });
+                    }
                 }
             }
         }
@@ -733,6 +755,7 @@ mod tests {
             tick: None,
             agent: "runner".into(),
             steps: Vec::new(),
+            priority: 0,
             status,
             reason: None,
             created_ms: 0,
@@ -1100,6 +1123,39 @@ mod tests {
             .at_end(&state(Some(2), overlapping.clone()))
             .is_none());
         assert!(ConcurrencyLimit.at_end(&state(None, overlapping)).is_none());
+        // Branch and account limits: two builds of one branch of a pipeline, and three of
+        // the account across pipelines.
+        let of = |id: &str, pipeline: &str, branch: &str, from: u64| Build {
+            pipeline: pipeline.into(),
+            branch: branch.into(),
+            ..admitted(id, from, None)
+        };
+        let builds = vec![
+            of("b1", "p", "main", 0),
+            of("b2", "p", "dev", 1),
+            of("b3", "q", "main", 2),
+            of("b4", "p", "main", 3),
+        ];
+        let limits = |branch, account| FinalState {
+            runner: Some(RunnerTruth {
+                builds: builds.clone(),
+                branch_limit: branch,
+                account_limit: account,
+                ..RunnerTruth::default()
+            }),
+            ..FinalState::default()
+        };
+        let v = ConcurrencyLimit
+            .at_end(&limits(Some(1), None))
+            .expect("two of p@main");
+        assert_eq!(v.details["branch"], "p@main");
+        assert_eq!(v.details["build"], "b4");
+        assert!(ConcurrencyLimit.at_end(&limits(Some(2), None)).is_none());
+        let v = ConcurrencyLimit
+            .at_end(&limits(None, Some(3)))
+            .expect("four of the account");
+        assert_eq!((v.details["build"].as_str(), v.at_ms), (Some("b4"), 3));
+        assert!(ConcurrencyLimit.at_end(&limits(None, Some(4))).is_none());
     }
 
     #[test]

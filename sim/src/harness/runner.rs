@@ -1217,6 +1217,8 @@ fn runner_truth(
         builds: queue.builds().cloned().collect(),
         objects,
         limit: scenario.runner.as_ref().and_then(|r| r.concurrency),
+        branch_limit: scenario.runner.as_ref().and_then(|r| r.branch_concurrency),
+        account_limit: scenario.runner.as_ref().and_then(|r| r.account_concurrency),
         started_ms: SIM_EPOCH_UNIX_MS,
         crons: queue.crons().clone(),
         missed: queue.missed().to_vec(),

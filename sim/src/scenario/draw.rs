@@ -219,6 +219,13 @@ fn draw_knobs(rng: &mut Rng, knobs: &SwarmKnobs, concrete: &mut Scenario) {
                 ) as u32;
             }
         }
+        // After the lines: families without these draw as before.
+        if let Some(range) = r.branch_concurrency {
+            runner.branch_concurrency = Some(between_u32(rng, range).max(1));
+        }
+        if let Some(range) = r.account_concurrency {
+            runner.account_concurrency = Some(between_u32(rng, range));
+        }
     }
 }
 

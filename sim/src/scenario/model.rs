@@ -1002,6 +1002,25 @@ pub struct Runner {
     pub concurrency: Option<u32>,
     /// The pipeline's policy "terminate previous builds from the same branch". Default false.
     pub terminate_previous: bool,
+    /// With `terminate_previous`: only for a new build whose branch matches this regular
+    /// expression. Default: every branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminate_branch_pattern: Option<String>,
+    /// The pipeline's policy "once a build is created, terminate all other running builds".
+    /// Default false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub terminate_all: bool,
+    /// Builds of one branch admitted at once (each pipeline's "branch concurrency").
+    /// Default: unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_concurrency: Option<u32>,
+    /// Builds of every pipeline admitted at once (the account's plan). Default: unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account_concurrency: Option<u32>,
+    /// Pipelines the builds cycle through, each with the limits and policies above
+    /// (`demo/build` for one; `demo/build-0`, `demo/build-1`, … for more). Default 1.
+    #[serde(skip_serializing_if = "is_one_u32")]
+    pub pipelines: u32,
     /// Builds made at the same moment at each slot (a push that triggers several). Default 1.
     pub burst: u32,
     /// Branches the builds cycle through (`branch-0`, `branch-1`, …). Default 1.
@@ -1049,6 +1068,10 @@ impl Default for RunnerProxy {
             stale_every: 0,
         }
     }
+}
+
+fn is_one_u32(n: &u32) -> bool {
+    *n == 1
 }
 
 /// `runner.volumes`: the node the builds' dind volumes live on.
@@ -1138,6 +1161,11 @@ impl Default for Runner {
             redeliver_after: Duration::from_secs(60),
             concurrency: None,
             terminate_previous: false,
+            terminate_branch_pattern: None,
+            terminate_all: false,
+            branch_concurrency: None,
+            account_concurrency: None,
+            pipelines: 1,
             burst: 1,
             branches: 1,
             webhook: None,

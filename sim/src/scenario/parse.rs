@@ -355,6 +355,21 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "runner.proxy needs exactly one host with role git (the provider the requests go to)",
             ),
             (
+                runner.branch_concurrency != Some(0),
+                "branch_concurrency",
+                "branch_concurrency must be at least 1 (leave it out: unlimited)",
+            ),
+            (
+                (1..=100).contains(&runner.pipelines),
+                "pipelines",
+                "pipelines must be 1 to 100",
+            ),
+            (
+                crate::world::runner::pipeline(runner).check().is_ok(),
+                "terminate_branch_pattern",
+                "terminate_branch_pattern must be a regular expression of at most 1024 bytes",
+            ),
+            (
                 runner.branches >= 1,
                 "branches",
                 "branches must be at least 1",

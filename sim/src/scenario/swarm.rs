@@ -203,6 +203,12 @@ pub struct RunnerRanges {
     /// Range of the log lines each step writes a second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lines_per_second: Option<[u32; 2]>,
+    /// Range of each pipeline's branch concurrency limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_concurrency: Option<[u32; 2]>,
+    /// Range of the account's concurrency limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_concurrency: Option<[u32; 2]>,
 }
 
 impl SwarmKnobs {

@@ -76,6 +76,7 @@ pub fn builds(scenario: &Scenario, runner: &Runner, variant: Variant) -> Arc<Bui
         namespace: NAMESPACE.into(),
         re_name: "sim/codefresh".into(),
         variant,
+        account_concurrency: runner.account_concurrency,
         webhook_delay: runner
             .webhook
             .as_ref()
@@ -88,7 +89,11 @@ pub fn builds(scenario: &Scenario, runner: &Runner, variant: Variant) -> Arc<Bui
         .collect();
     let builds = Builds::new(settings, agents, TRIGGER_TOKEN);
     // No build exists yet: nothing to admit, nothing to trace.
-    let _ = builds.lock().set_pipeline(PIPELINE, pipeline(runner), 0);
+    for n in 0..runner.pipelines.max(1) {
+        let _ = builds
+            .lock()
+            .set_pipeline(&pipeline_of(runner, n), pipeline(runner), 0);
+    }
     // The cron triggers exist from the run's start (made with the pipeline, before any
     // cronus replica runs): ticks after it are owed.
     for trigger in cron_triggers(scenario, runner) {
@@ -100,11 +105,23 @@ pub fn builds(scenario: &Scenario, runner: &Runner, variant: Variant) -> Arc<Bui
     builds
 }
 
-/// The pipeline's admission settings.
+/// Each pipeline's admission settings.
 pub fn pipeline(runner: &Runner) -> Pipeline {
     Pipeline {
         concurrency: runner.concurrency,
+        branch_concurrency: runner.branch_concurrency,
         terminate_previous_on_branch: runner.terminate_previous,
+        terminate_branch_pattern: runner.terminate_branch_pattern.clone(),
+        terminate_all: runner.terminate_all,
+        priority: 0,
+    }
+}
+
+/// Build `n`'s pipeline: [`PIPELINE`] when there is one, else `<PIPELINE>-<n mod count>`.
+pub fn pipeline_of(runner: &Runner, n: u32) -> String {
+    match runner.pipelines {
+        0 | 1 => PIPELINE.to_string(),
+        count => format!("{PIPELINE}-{}", n % count),
     }
 }
 
@@ -295,11 +312,12 @@ pub async fn trigger(
         let sends = (first..first + burst).map(|n| {
             // Builds go to the agents in turn (one agent: always it).
             let agent = &agents[n as usize % agents.len()];
+            let pipeline = pipeline_of(&runner, n);
             let body = match runner.branches {
                 // One branch: the body the first slice sent (traces unchanged).
-                1 => json!({"pipeline": PIPELINE, "agent": agent, "steps": steps}),
+                1 => json!({"pipeline": pipeline, "agent": agent, "steps": steps}),
                 branches => json!({
-                    "pipeline": PIPELINE,
+                    "pipeline": pipeline,
                     "agent": agent,
                     "branch": format!("branch-{}", n % branches),
                     "steps": steps,

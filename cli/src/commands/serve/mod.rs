@@ -263,6 +263,10 @@ pub struct ControlPlaneArgs {
     /// --namespace).
     #[arg(long, default_value = "codefresh", requires = "runner")]
     runner_namespace: String,
+    /// With --runner: builds of every pipeline admitted at once (the account's plan); the
+    /// others wait, pending. Default: unlimited.
+    #[arg(long, requires = "runner")]
+    runner_account_concurrency: Option<u32>,
     #[command(flatten)]
     common: Common,
 }
@@ -928,6 +932,7 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         let settings = orrery_system::platform::runner::Settings {
             namespace: args.runner_namespace.clone(),
             variant,
+            account_concurrency: args.runner_account_concurrency,
             ..Default::default()
         };
         state.runner = Some(orrery_system::platform::runner::Builds::new(

@@ -14,12 +14,12 @@
 //! | `GET /api/agent/{id}/tasks?waitForStatusReport=true` | agent (raw token) | its due tasks |
 //! | `POST /api/agent/{id}/tasks/{taskId}/statuses` | agent | 200, 404 unknown task, 409 stale `statusRevision` |
 //! | `PUT /api/agent/{id}/status` | agent (heartbeat) | 200 |
-//! | `POST /api/builds` `{pipeline, agent, branch, steps}` | trigger (admin token) | `{id}`, admitted or pending |
+//! | `POST /api/builds` `{pipeline, agent, branch, steps, priority?}` | trigger (admin token) | `{id}`, admitted or pending |
 //! | `POST /api/webhooks` (header `X-GitHub-Delivery`), the same body | trigger (hermes) | `{id}` after [`Settings::webhook_delay`]; hardened answers a delivery seen before with its build |
 //! | `PUT /api/cron/{name}` `{everyMs}`, `GET /api/cron/{name}` | cronus (hardened) | the trigger's ledger: period, registration, last tick handled |
 //! | `POST /api/cron/{name}/ticks` `{scheduledMs, missed?}` + the build body | cronus (hermes `run/<eventURI>`) | `{id}`; hardened answers a tick seen before with its build; `missed: true` records the tick as missed |
 //! | `POST /api/cronus/lease` `{holder, ttlMs}` | cronus (hardened) | `{leader, holder, untilMs}` |
-//! | `PUT /api/pipelines/{name}` `{concurrency, terminatePreviousOnBranch}` | trigger | the pipeline's admission settings |
+//! | `PUT /api/pipelines/{name}` `{concurrency, branchConcurrency, terminatePreviousOnBranch, terminateBranchPattern, terminateAll, priority}` | trigger | the pipeline's admission settings (400 naming a bad one) |
 //! | `GET /api/pipelines/{name}` | trigger | them |
 //! | `POST /api/proxy-tasks` `{agent, url, method?, token, params?}` | trigger (the UI) | `{id}` of a `proxy` agent task: the agent sends `params` to `url` inside the customer's network (**inferred** route; the task is venona's) |
 //! | `GET /api/proxy-tasks/{id}` | trigger | `{id, agent, deliveries, status}`: `ready`, `leased`, `done` with the agent's `outcome` and `reason`, or `expired` |
@@ -481,6 +481,9 @@ async fn handle(
                             Ok(pipeline) => pipeline,
                             Err(Refused(status, e)) => return error(status, e),
                         };
+                    if let Err(e) = pipeline.check() {
+                        return error(StatusCode::BAD_REQUEST, format!("not a pipeline: {e}"));
+                    }
                     let changes =
                         builds
                             .lock()
@@ -655,7 +658,20 @@ fn parse_build(
             ));
         }
     }
+    let priority = match body.get("priority") {
+        None | Some(Value::Null) => None,
+        Some(p) => match p.as_i64().filter(|p| (-100..=100).contains(p)) {
+            Some(p) => Some(p as i32),
+            None => {
+                return Err((
+                    StatusCode::BAD_REQUEST,
+                    "`priority` is not an integer in -100..=100".into(),
+                ))
+            }
+        },
+    };
     Ok(NewBuild {
+        priority,
         pipeline: pipeline.into(),
         agent: agent.into(),
         branch: branch.into(),
@@ -711,12 +727,14 @@ async fn run_event(
 async fn admit(env: &SharedEnv, builds: &Builds, request: NewBuild) -> String {
     let (settings, limited) = {
         let queue = builds.lock();
-        let limited = queue.pipeline(&request.pipeline).concurrency.is_some();
+        let limited = queue.limited(&request.pipeline);
         (queue.settings().clone(), limited)
     };
     let seen = match (settings.variant, limited) {
         (crate::core::Variant::Faithful, true) => {
-            let seen = builds.lock().admitted(&request.pipeline);
+            let seen = builds
+                .lock()
+                .admitted_counts(&request.pipeline, &request.branch);
             env.sleep(settings.admission_read).await;
             Some(seen)
         }

@@ -70,6 +70,9 @@ pub const DELIVERY_RETENTION: Duration = Duration::from_secs(3 * 24 * 3600);
 pub struct Settings {
     /// A task handed out and not reported is handed out again after this (§6.1).
     pub redeliver_after: Duration,
+    /// The account's concurrency (its plan): builds of every pipeline admitted at once
+    /// (`None`: unlimited).
+    pub account_concurrency: Option<u32>,
     /// `MAXIMUM_ELECTED_STATE_AGE_ALLOWED`: a build not running by then is failed.
     pub elected_max_age: Duration,
     /// `TIME_ENGINE_INACTIVE_UNTIL_TERMINATION`: a running build whose engine is silent
@@ -95,6 +98,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             redeliver_after: Duration::from_secs(60),
+            account_concurrency: None,
             elected_max_age: Duration::from_secs(900),
             engine_inactive: Duration::from_secs(300),
             expire_after: Duration::from_secs(3600),
@@ -221,15 +225,87 @@ pub enum LogError {
     },
 }
 
-/// A pipeline's admission settings (`pipelines.md` L237-322): what a build of it waits for
-/// and what it ends.
+/// A pipeline's admission settings (`pipelines.md` L237-322; the termination policy's
+/// three forms are the Codefresh Terraform provider's `termination_policy.on_create_branch`,
+/// `docs/resources/pipeline.md`): what a build of it waits for and what it ends.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Pipeline {
     /// Builds admitted at once (`None`: unlimited; 0: maintenance mode, none is admitted).
     pub concurrency: Option<u32>,
+    /// Builds of one branch admitted at once ("branch concurrency", 1-15 or unlimited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_concurrency: Option<u32>,
     /// A new build terminates the builds of its branch that have not ended.
     pub terminate_previous_on_branch: bool,
+    /// With `terminate_previous_on_branch`: only when the new build's branch matches this
+    /// regular expression ("terminate previous builds only from a specific branch").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminate_branch_pattern: Option<String>,
+    /// A new build terminates every other build of the pipeline that has not ended ("once a
+    /// build is created, terminate all other running builds").
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub terminate_all: bool,
+    /// Its builds' priority, -100 to 100: waiting builds are admitted highest first, then
+    /// oldest first.
+    #[serde(skip_serializing_if = "is_zero_i32")]
+    pub priority: i32,
+}
+
+fn is_zero_i32(n: &i32) -> bool {
+    *n == 0
+}
+
+/// The longest `terminateBranchPattern` a pipeline takes, and the most its compiled form
+/// may take, so that a pattern cannot cost the platform a lot of memory.
+pub const MAX_PATTERN_LEN: usize = 1024;
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+impl Pipeline {
+    /// Why these settings cannot be taken, naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        if self.branch_concurrency == Some(0) {
+            return Err("`branchConcurrency` must be at least 1 (leave it out: unlimited)".into());
+        }
+        if !(-100..=100).contains(&self.priority) {
+            return Err(format!("`priority` {} is not in -100..=100", self.priority));
+        }
+        if let Some(pattern) = &self.terminate_branch_pattern {
+            branch_pattern(pattern).map_err(|e| format!("`terminateBranchPattern`: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a new build of `branch` terminates its branch's earlier builds.
+    fn terminates_branch(&self, branch: &str) -> bool {
+        self.terminate_previous_on_branch
+            && self
+                .terminate_branch_pattern
+                .as_deref()
+                .is_none_or(|p| branch_pattern(p).is_ok_and(|re| re.is_match(branch)))
+    }
+}
+
+/// `pattern` compiled, bounded in length and size.
+fn branch_pattern(pattern: &str) -> Result<regex::Regex, String> {
+    if pattern.len() > MAX_PATTERN_LEN {
+        return Err(format!("longer than {MAX_PATTERN_LEN} bytes"));
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The admitted builds that have not ended, as admission counts them against the limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Admitted {
+    /// Of the pipeline.
+    pub pipeline: u32,
+    /// Of the pipeline's branch.
+    pub branch: u32,
+    /// Of the account (every pipeline).
+    pub account: u32,
 }
 
 /// What a trigger asks for.
@@ -247,6 +323,8 @@ pub struct NewBuild {
     pub delivery: Option<String>,
     /// The cron tick that asked for it, if one did.
     pub tick: Option<Tick>,
+    /// Its priority (`None`: its pipeline's).
+    pub priority: Option<i32>,
 }
 
 /// The key hardened dedupes a webhook delivery by (apart from the ticks' keys).
@@ -338,6 +416,9 @@ pub struct Build {
     pub agent: String,
     /// What the engine runs.
     pub steps: Vec<Step>,
+    /// Its priority: waiting builds are admitted highest first.
+    #[serde(skip_serializing_if = "is_zero_i32")]
+    pub priority: i32,
     /// Where it is.
     pub status: Status,
     /// Why it ended as it did, when not by its steps.
@@ -528,8 +609,47 @@ impl Queue {
     pub fn set_pipeline(&mut self, name: &str, pipeline: Pipeline, now_ms: u64) -> Changes {
         self.pipelines.insert(name.into(), pipeline);
         let mut changes = Changes::default();
-        self.admit_pending(name, now_ms, &mut changes);
+        self.admit_pending(now_ms, &mut changes);
         changes
+    }
+
+    /// The admitted builds that have not ended: of `pipeline`, of its `branch`, of the
+    /// account.
+    pub fn admitted_counts(&self, pipeline: &str, branch: &str) -> Admitted {
+        let mut counts = Admitted::default();
+        for b in self
+            .builds
+            .values()
+            .filter(|b| b.admitted_ms.is_some() && !b.status.is_final())
+        {
+            counts.account += 1;
+            if b.pipeline == pipeline {
+                counts.pipeline += 1;
+                counts.branch += u32::from(b.branch == branch);
+            }
+        }
+        counts
+    }
+
+    /// Whether `counts` leave room for one more build of `pipeline` under its limits and the
+    /// account's.
+    fn room(&self, pipeline: &Pipeline, counts: Admitted) -> bool {
+        pipeline.concurrency.is_none_or(|l| counts.pipeline < l)
+            && pipeline
+                .branch_concurrency
+                .is_none_or(|l| counts.branch < l)
+            && self
+                .settings
+                .account_concurrency
+                .is_none_or(|l| counts.account < l)
+    }
+
+    /// Whether any limit applies to a build of `pipeline` (faithful reads the counts first).
+    pub fn limited(&self, pipeline: &str) -> bool {
+        let p = self.pipeline(pipeline);
+        p.concurrency.is_some()
+            || p.branch_concurrency.is_some()
+            || self.settings.account_concurrency.is_some()
     }
 
     /// `name`'s settings.
@@ -562,33 +682,35 @@ impl Queue {
             steps,
             delivery: None,
             tick: None,
+            priority: None,
         };
         self.make_build(request, None, now_ms).0
     }
 
-    /// A new build: its pipeline's policy terminates the branch's earlier builds (pending
-    /// ones included), then it joins the pipeline's queue. With `seen`, the number of
-    /// admitted builds the caller read earlier (faithful's check-then-act), it is elected
-    /// when that read left room, whatever the count is now; then the queue admits its
-    /// waiting builds, oldest first, while the pipeline is under its limit. Its id, and what
-    /// changed.
+    /// A new build: its pipeline's policy terminates the branch's earlier builds, or all of
+    /// the pipeline's (pending ones included), then it joins the queue. With `seen`, the
+    /// admitted builds the caller counted earlier (faithful's check-then-act), it is elected
+    /// when that read left room, whatever the counts are now; then the queue admits waiting
+    /// builds, highest priority and oldest first, while each fits its limits. Its id, and
+    /// what changed.
     pub fn make_build(
         &mut self,
         request: NewBuild,
-        seen: Option<u32>,
+        seen: Option<Admitted>,
         now_ms: u64,
     ) -> (String, Changes) {
         self.made_builds += 1;
         let id = format!("b{:05}", self.made_builds);
         let mut changes = Changes::default();
         let pipeline = self.pipeline(&request.pipeline);
-        if pipeline.terminate_previous_on_branch {
+        let all = pipeline.terminate_all;
+        if all || pipeline.terminates_branch(&request.branch) {
             let previous: Vec<String> = self
                 .builds
                 .values()
                 .filter(|b| {
                     b.pipeline == request.pipeline
-                        && b.branch == request.branch
+                        && (all || b.branch == request.branch)
                         && !b.status.is_final()
                 })
                 .map(|b| b.id.clone())
@@ -600,10 +722,13 @@ impl Queue {
             // All end before any waiting build is admitted: none of them is elected only to
             // be terminated.
             for build in previous {
-                let reason = format!(
-                    "terminated by the pipeline's policy: build {id} of branch {} started",
-                    request.branch
-                );
+                let reason = match all {
+                    true => format!("terminated by the pipeline's policy: build {id} started"),
+                    false => format!(
+                        "terminated by the pipeline's policy: build {id} of branch {} started",
+                        request.branch
+                    ),
+                };
                 self.end(
                     &build,
                     Status::Terminated,
@@ -614,8 +739,7 @@ impl Queue {
                 );
             }
         }
-        let name = request.pipeline.clone();
-        let stale_room = seen.is_some_and(|seen| pipeline.concurrency.is_none_or(|l| seen < l));
+        let stale_room = seen.is_some_and(|seen| self.room(&pipeline, seen));
         self.builds.insert(
             id.clone(),
             Build {
@@ -626,6 +750,7 @@ impl Queue {
                 delivery: request.delivery.clone(),
                 tick: request.tick.clone(),
                 steps: request.steps,
+                priority: request.priority.unwrap_or(pipeline.priority),
                 status: Status::Pending,
                 reason: None,
                 created_ms: now_ms,
@@ -638,7 +763,7 @@ impl Queue {
         if stale_room {
             self.elect(&id, now_ms, &mut changes);
         }
-        self.admit_pending(&name, now_ms, &mut changes);
+        self.admit_pending(now_ms, &mut changes);
         if self.builds[&id].status == Status::Pending {
             changes.builds.push((id.clone(), Status::Pending, None));
         }
@@ -772,22 +897,62 @@ impl Queue {
         }
     }
 
-    /// Admits `pipeline`'s pending builds, oldest first, while it is under its limit.
-    fn admit_pending(&mut self, pipeline: &str, now_ms: u64, changes: &mut Changes) {
-        let limit = self.pipeline(pipeline).concurrency;
-        loop {
-            if limit.is_some_and(|l| self.admitted(pipeline) >= l) {
-                return;
+    /// Admits waiting builds, highest priority first, then oldest first, each when it fits
+    /// its pipeline's, its branch's and the account's limits (one that does not fit waits
+    /// without holding up the others).
+    fn admit_pending(&mut self, now_ms: u64, changes: &mut Changes) {
+        let mut waiting: Vec<(i32, &str)> = Vec::new();
+        // The admitted builds that have not ended, counted once: per pipeline, per
+        // (pipeline, branch), and the account's.
+        let mut pipelines: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut branches: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        let mut account = 0u32;
+        for b in self.builds.values() {
+            if b.status == Status::Pending {
+                waiting.push((-b.priority, b.id.as_str()));
+            } else if b.admitted_ms.is_some() && !b.status.is_final() {
+                account += 1;
+                *pipelines.entry(b.pipeline.as_str()).or_default() += 1;
+                *branches
+                    .entry((b.pipeline.as_str(), b.branch.as_str()))
+                    .or_default() += 1;
             }
-            let Some(next) = self
-                .builds
-                .values()
-                .find(|b| b.pipeline == pipeline && b.status == Status::Pending)
-                .map(|b| b.id.clone())
-            else {
-                return;
+        }
+        if waiting.is_empty() {
+            return;
+        }
+        // Stable: equal priorities keep the ids' (creation) order.
+        waiting.sort();
+        let mut admit = Vec::new();
+        for (_, id) in waiting {
+            let b = &self.builds[id];
+            let counts = Admitted {
+                pipeline: pipelines.get(b.pipeline.as_str()).copied().unwrap_or(0),
+                branch: branches
+                    .get(&(b.pipeline.as_str(), b.branch.as_str()))
+                    .copied()
+                    .unwrap_or(0),
+                account,
             };
-            self.elect(&next, now_ms, changes);
+            if !self.room(&self.pipeline(&b.pipeline), counts) {
+                continue;
+            }
+            account += 1;
+            *pipelines.entry(b.pipeline.as_str()).or_default() += 1;
+            *branches
+                .entry((b.pipeline.as_str(), b.branch.as_str()))
+                .or_default() += 1;
+            admit.push(id.to_string());
+            if self
+                .settings
+                .account_concurrency
+                .is_some_and(|l| account >= l)
+            {
+                break;
+            }
+        }
+        for id in admit {
+            self.elect(&id, now_ms, changes);
         }
     }
 
@@ -1035,9 +1200,7 @@ impl Queue {
         changes: &mut Changes,
     ) {
         self.end(build, status, reason, now_ms, Cleanup::All, changes);
-        if let Some(pipeline) = self.builds.get(build).map(|b| b.pipeline.clone()) {
-            self.admit_pending(&pipeline, now_ms, changes);
-        }
+        self.admit_pending(now_ms, changes);
     }
 
     /// Ends `build` with `status` and queues the removal of its objects (once, if it was
@@ -1277,6 +1440,7 @@ mod tests {
             steps: steps(),
             delivery: None,
             tick: None,
+            priority: None,
         }
     }
 
@@ -1345,7 +1509,7 @@ mod tests {
             },
         );
         // Both checks read 0 before either elected.
-        let seen = q.admitted("p");
+        let seen = q.admitted_counts("p", "main");
         q.make_build(request("main"), Some(seen), 0);
         q.make_build(request("main"), Some(seen), 0);
         assert_eq!(q.admitted("p"), 2, "faithful's check-then-act");
@@ -1357,11 +1521,12 @@ mod tests {
             Pipeline {
                 concurrency: Some(1),
                 terminate_previous_on_branch: true,
+                ..Pipeline::default()
             },
         );
         let (first, _) = q.make_build(request("main"), None, 0);
-        let seen = q.admitted("p");
-        assert_eq!(seen, 1);
+        let seen = q.admitted_counts("p", "main");
+        assert_eq!(seen.pipeline, 1);
         // The policy ends the first build: the read was stale, the slot is free.
         let (second, changes) = q.make_build(request("main"), Some(seen), 1);
         assert_eq!(q.build(&first).unwrap().status, Status::Terminated);
@@ -1379,6 +1544,7 @@ mod tests {
             Pipeline {
                 concurrency: Some(1),
                 terminate_previous_on_branch: true,
+                ..Pipeline::default()
             },
         );
         let (first, _) = q.make_build(request("main"), None, 0);
@@ -1411,6 +1577,166 @@ mod tests {
             ],
             "a waiting build of the branch is terminated without ever being elected"
         );
+    }
+
+    fn status(q: &Queue, id: &str) -> Status {
+        q.build(id).unwrap().status
+    }
+
+    #[test]
+    fn a_branch_limit_holds_only_its_branch_and_an_account_limit_every_pipeline() {
+        let mut q = limited(
+            Variant::Hardened,
+            Pipeline {
+                branch_concurrency: Some(1),
+                ..Pipeline::default()
+            },
+        );
+        let (main1, _) = q.make_build(request("main"), None, 0);
+        let (main2, _) = q.make_build(request("main"), None, 0);
+        let (dev, _) = q.make_build(request("dev"), None, 0);
+        assert_eq!(status(&q, &main1), Status::Elected);
+        assert_eq!(status(&q, &main2), Status::Pending, "its branch is full");
+        assert_eq!(
+            status(&q, &dev),
+            Status::Elected,
+            "another branch is not held up"
+        );
+        q.engine_report(&main1, Some(0), 1).unwrap();
+        assert_eq!(status(&q, &main2), Status::Elected);
+        // The account's limit counts every pipeline's builds; an end in one pipeline
+        // admits another pipeline's waiting build.
+        let mut q = Queue::new(Settings {
+            account_concurrency: Some(2),
+            ..Settings::default()
+        });
+        let of = |pipeline: &str| NewBuild {
+            pipeline: pipeline.into(),
+            ..request("main")
+        };
+        let (a, _) = q.make_build(of("a"), None, 0);
+        let (b, _) = q.make_build(of("b"), None, 0);
+        let (c, _) = q.make_build(of("c"), None, 0);
+        assert_eq!(status(&q, &c), Status::Pending);
+        assert_eq!(q.admitted_counts("c", "main").account, 2);
+        q.engine_report(&a, Some(0), 1).unwrap();
+        assert_eq!(status(&q, &c), Status::Elected);
+        assert_eq!(status(&q, &b), Status::Elected);
+    }
+
+    #[test]
+    fn waiting_builds_are_admitted_highest_priority_first() {
+        let mut q = limited(
+            Variant::Hardened,
+            Pipeline {
+                concurrency: Some(1),
+                ..Pipeline::default()
+            },
+        );
+        let (first, _) = q.make_build(request("main"), None, 0);
+        let (low, _) = q.make_build(request("main"), None, 0);
+        let (high, _) = q.make_build(
+            NewBuild {
+                priority: Some(50),
+                ..request("main")
+            },
+            None,
+            0,
+        );
+        assert_eq!(q.build(&high).unwrap().priority, 50);
+        q.engine_report(&first, Some(0), 1).unwrap();
+        assert_eq!(status(&q, &high), Status::Elected, "the higher priority");
+        assert_eq!(status(&q, &low), Status::Pending);
+        q.engine_report(&high, Some(0), 2).unwrap();
+        assert_eq!(status(&q, &low), Status::Elected);
+    }
+
+    #[test]
+    fn the_termination_policies_end_all_builds_or_only_a_matching_branchs() {
+        let mut q = limited(
+            Variant::Hardened,
+            Pipeline {
+                terminate_all: true,
+                ..Pipeline::default()
+            },
+        );
+        let (main, _) = q.make_build(request("main"), None, 0);
+        let (dev, _) = q.make_build(request("dev"), None, 1);
+        assert_eq!(status(&q, &main), Status::Terminated, "another branch too");
+        let reason = q.build(&main).unwrap().reason.clone().unwrap();
+        assert!(reason.contains(&format!("build {dev} started")), "{reason}");
+        assert_eq!(status(&q, &dev), Status::Elected);
+        let mut q = limited(
+            Variant::Hardened,
+            Pipeline {
+                terminate_previous_on_branch: true,
+                terminate_branch_pattern: Some("^release/".into()),
+                ..Pipeline::default()
+            },
+        );
+        let (main1, _) = q.make_build(request("main"), None, 0);
+        let (_, _) = q.make_build(request("main"), None, 1);
+        assert_eq!(
+            status(&q, &main1),
+            Status::Elected,
+            "main does not match the pattern"
+        );
+        let (release1, _) = q.make_build(request("release/1"), None, 2);
+        let (release2, _) = q.make_build(request("release/1"), None, 3);
+        assert_eq!(status(&q, &release1), Status::Terminated);
+        assert_eq!(status(&q, &release2), Status::Elected);
+        assert_eq!(status(&q, &main1), Status::Elected, "only its branch's");
+    }
+
+    #[test]
+    fn a_stale_read_passes_a_branch_limit_in_faithful() {
+        let mut q = limited(
+            Variant::Faithful,
+            Pipeline {
+                branch_concurrency: Some(1),
+                ..Pipeline::default()
+            },
+        );
+        let seen = q.admitted_counts("p", "main");
+        let (a, _) = q.make_build(request("main"), Some(seen), 0);
+        let (b, _) = q.make_build(request("main"), Some(seen), 0);
+        assert_eq!(
+            (status(&q, &a), status(&q, &b)),
+            (Status::Elected, Status::Elected)
+        );
+        assert_eq!(q.admitted_counts("p", "main").branch, 2);
+    }
+
+    #[test]
+    fn pipeline_settings_out_of_range_are_refused_by_name() {
+        let check = |p: Pipeline| p.check().unwrap_err();
+        assert!(check(Pipeline {
+            branch_concurrency: Some(0),
+            ..Pipeline::default()
+        })
+        .contains("branchConcurrency"));
+        assert!(check(Pipeline {
+            priority: 101,
+            ..Pipeline::default()
+        })
+        .contains("priority"));
+        assert!(check(Pipeline {
+            terminate_branch_pattern: Some("(".into()),
+            ..Pipeline::default()
+        })
+        .contains("terminateBranchPattern"));
+        assert!(check(Pipeline {
+            terminate_branch_pattern: Some("a".repeat(MAX_PATTERN_LEN + 1)),
+            ..Pipeline::default()
+        })
+        .contains("longer than"));
+        assert!(Pipeline {
+            terminate_branch_pattern: Some("^release/.*$".into()),
+            priority: -100,
+            ..Pipeline::default()
+        }
+        .check()
+        .is_ok());
     }
 
     #[test]
@@ -1558,6 +1884,7 @@ mod tests {
             NewBuild {
                 delivery: Some("d1".into()),
                 tick: None,
+                priority: None,
                 ..request("main")
             },
             None,
@@ -1592,6 +1919,7 @@ mod tests {
         let (id, _) = q.make_build(
             NewBuild {
                 tick: Some(tick.clone()),
+                priority: None,
                 ..request("main")
             },
             None,
