@@ -286,3 +286,91 @@ fn a_build_log_past_its_bytes_is_refused_and_the_runner_api_keeps_serving() {
             .expect("the API goes on");
     });
 }
+
+/// `http.connections-per-peer` counts a build log's WebSocket followers: a connection taken
+/// over by the broadcaster still holds its peer's place, so one peer cannot open followers
+/// without a bound. Past the limit it is answered 429 while a neighbour is served; once a
+/// follower closes, the peer is served again.
+#[test]
+fn websocket_followers_count_against_their_peers_connections() {
+    use orrery_system::env::limits::{with_limits, Limits};
+    use orrery_system::platform::runner::{self, Builds, Settings};
+    use orrery_system::runtime::upstream::Client;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let network = Arc::new(orrery_fuzz::memory::Network::default());
+        let mut limits = Limits::DEFAULT;
+        limits.set("http.connections-per-peer=2").unwrap();
+        let platform = with_limits(
+            Arc::new(orrery_fuzz::memory::MemoryEnv::new(
+                "platform",
+                network.clone(),
+            )),
+            limits,
+        );
+        let builds = Builds::new(
+            Settings::default(),
+            BTreeMap::from([("agent-token".to_string(), "agent-1".to_string())]),
+            "trigger",
+        );
+        let listener = platform.listen("platform:8086").await.unwrap();
+        tokio::spawn(runner::serve(platform.clone(), builds.clone(), listener));
+        let client_env: orrery_system::env::SharedEnv = Arc::new(
+            orrery_fuzz::memory::MemoryEnv::new("client", network.clone()),
+        );
+        let client = Client::new(client_env, "platform:8086", Duration::from_secs(5));
+        let build = json!({"pipeline": "p", "agent": "agent-1", "steps": []});
+        let made = client
+            .send(
+                http::Method::POST,
+                "/api/builds".into(),
+                Some("trigger"),
+                Some(&build),
+            )
+            .await
+            .expect("a build");
+        let id = made["id"].as_str().unwrap().to_string();
+        let follow = || async {
+            let mut stream = network.connect("platform:8086", "abuser").unwrap();
+            let head = format!(
+                "GET /api/builds/{id}/logs?from=0 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer trigger\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let mut seen = [0u8; 12];
+            stream.read_exact(&mut seen).await.unwrap();
+            assert_eq!(&seen, b"HTTP/1.1 101", "a follower is taken over");
+            stream
+        };
+        let first = follow().await;
+        let _second = follow().await;
+        settle().await;
+        let ask = |peer: &'static str| {
+            let network = network.clone();
+            async move {
+                let mut stream = network.connect("platform:8086", peer).unwrap();
+                stream
+                    .write_all(b"GET /api/builds/none HTTP/1.1\r\nhost: x\r\nauthorization: Bearer trigger\r\nconnection: close\r\n\r\n")
+                    .await
+                    .unwrap();
+                said(&mut stream).await
+            }
+        };
+        let refused = ask("abuser").await;
+        assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+        assert!(refused.contains("http.connections-per-peer"), "{refused}");
+        let neighbour = ask("neighbour").await;
+        assert!(neighbour.starts_with("HTTP/1.1 404"), "{neighbour}");
+        drop(first);
+        settle().await;
+        let again = ask("abuser").await;
+        assert!(again.starts_with("HTTP/1.1 404"), "{again}");
+    });
+}

@@ -727,3 +727,34 @@ fn branch_and_account_limits_and_the_terminate_all_policy_in_real_mode() {
     assert_eq!(status, 400, "{answer}");
     assert!(answer.contains("priority"), "{answer}");
 }
+
+/// `serve runner --engine-memory-mib` takes 1 to 1048576 MiB and only with `--engine`.
+#[test]
+fn serve_runner_refuses_an_engine_memory_out_of_range_or_without_the_engine() {
+    for (flags, says) in [
+        (
+            &["--engine", "--engine-memory-mib", "0"][..],
+            "--engine-memory-mib",
+        ),
+        (&["--engine-memory-mib", "64"][..], "--engine"),
+    ] {
+        let mut args = vec![
+            "serve",
+            "runner",
+            "--agent-id",
+            AGENT,
+            "--token",
+            AGENT_TOKEN,
+            "--platform-api",
+            "127.0.0.1:9",
+        ];
+        args.extend_from_slice(flags);
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
+}

@@ -223,9 +223,10 @@ where
         let task = match peers.take(peer_ip(&peer)) {
             Some(slot) => {
                 let handler = handler.clone();
+                let slot = ConnectionSlot(std::sync::Arc::new(slot));
                 tokio::spawn(async move {
-                    let _slot = slot;
-                    let service = hyper::service::service_fn(move |req| {
+                    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                        req.extensions_mut().insert(slot.clone());
                         let response = handler(req, peer.clone());
                         async move { Ok::<_, Infallible>(response.await) }
                     });
@@ -258,6 +259,12 @@ where
         connections.add(task.abort_handle());
     }
 }
+
+/// A connection's place in `http.connections-per-peer`, in each of its requests'
+/// extensions: a handler that takes the connection over (a WebSocket upgrade) keeps it for
+/// as long as it serves the upgraded connection, which then still counts against its peer.
+#[derive(Clone)]
+pub struct ConnectionSlot(#[allow(dead_code)] std::sync::Arc<super::limits::Slot>);
 
 /// The address part of a peer (`10.0.0.7:49152` → `10.0.0.7`, `[::1]:80` → `[::1]`): what
 /// a per-peer limit counts, since every connection has its own port.

@@ -412,7 +412,7 @@ pub static SPECS: &[Spec] = &[
     spec!("http.header-read-timeout", Duration, header_read_timeout, 1, "a zero timeout closes every connection",
         "time a client may take to send a request's headers (every HTTP server)", "connection closed"),
     spec!("http.connections-per-peer", Count, connections_per_peer, 1, "zero would refuse everyone",
-        "open connections from one IP to the gateway, events API, Runner API, app-proxy or router", "429, connection closed"),
+        "open connections from one IP to the gateway, events API, Runner API, app-proxy or router (a build log's WebSocket follower holds its connection while it streams)", "429, connection closed"),
     spec!("gateway.graphql-body", Bytes, graphql_body, 1024, "the standard introspection query is ~2 KiB",
         "GraphQL request body", "413"),
     spec!("gateway.graphql-depth", Count, graphql_depth, 10, "the standard introspection query nests 10 deep",

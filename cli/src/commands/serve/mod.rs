@@ -305,6 +305,11 @@ pub struct RunnerArgs {
     /// 80 %. With --engine, builds wait for their claims to be bound.
     #[arg(long, value_name = "GIB")]
     volumes_node_gib: Option<u64>,
+    /// With --engine: the engine pod's memory limit in MiB — what the log lines it has not
+    /// sent yet may take (faithful is killed past it, hardened holds at most half). Default
+    /// 2048, the chart's.
+    #[arg(long, value_name = "MIB", requires = "engine", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    engine_memory_mib: Option<u64>,
     #[command(flatten)]
     common: Common,
 }
@@ -1315,6 +1320,10 @@ fn runner(args: RunnerArgs) -> Result<(), Fail> {
                 .engine
                 .then(|| orrery_system::runtime::runner::engine::Config {
                     volumes: args.volumes_node_gib.is_some(),
+                    memory: args.engine_memory_mib.map_or(
+                        orrery_system::runtime::runner::engine::DEFAULT_MEMORY,
+                        |m| m << 20,
+                    ),
                     ..orrery_system::runtime::runner::engine::Config::new(
                         variant,
                         kube.clone(),

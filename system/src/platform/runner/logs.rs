@@ -87,7 +87,7 @@ pub(super) fn read(
     env: &SharedEnv,
     builds: &Arc<Builds>,
     id: &str,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> http::Response<Body> {
     let from = match crate::env::http::query(req.uri()).get("from") {
         None => 0,
@@ -125,7 +125,12 @@ pub(super) fn read(
     };
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
     let (env, builds, id) = (env.clone(), builds.clone(), id.to_string());
+    // The follower still counts against its peer's connections while it streams.
+    let slot = req
+        .extensions_mut()
+        .remove::<crate::env::http::ConnectionSlot>();
     tokio::spawn(async move {
+        let _slot = slot;
         let Ok(upgraded) = hyper::upgrade::on(req).await else {
             return;
         };
