@@ -183,18 +183,23 @@ fn a_gzip_bomb_is_refused_by_its_ratio_and_the_events_api_keeps_serving() {
     assert_eq!(health.status, 200);
 }
 
-/// `runner.log-bytes`: an engine that sends more than a build's log may hold is answered 413
-/// naming the limit and nothing of that request is kept; the log keeps what it had, and the
-/// API goes on serving (the log is read, another build is made).
-#[test]
-fn a_build_log_past_its_bytes_is_refused_and_the_runner_api_keeps_serving() {
-    use orrery_system::env::limits::{with_limits, Limits};
+/// The Runner's API alone on an in-memory network, with the limit `limit` set (`name=value`)
+/// and one build made: (the network, a client on it, the build's id). Runs `test` on a
+/// paused current-thread runtime.
+fn with_runner_api<F, Fut>(limit: &str, test: F)
+where
+    F: FnOnce(
+        std::sync::Arc<orrery_fuzz::memory::Network>,
+        orrery_system::runtime::upstream::Client,
+        String,
+    ) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use orrery_system::env::limits::with_limits;
     use orrery_system::platform::runner::{self, Builds, Settings};
-    use orrery_system::runtime::upstream::{CallError, Client};
-    use serde_json::json;
+    use orrery_system::runtime::upstream::Client;
     use std::collections::BTreeMap;
     use std::sync::Arc;
-    use std::time::Duration;
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -204,7 +209,7 @@ fn a_build_log_past_its_bytes_is_refused_and_the_runner_api_keeps_serving() {
     rt.block_on(async {
         let network = Arc::new(orrery_fuzz::memory::Network::default());
         let mut limits = Limits::DEFAULT;
-        limits.set("runner.log-bytes=64KiB").unwrap();
+        limits.set(limit).unwrap();
         let platform = with_limits(
             Arc::new(orrery_fuzz::memory::MemoryEnv::new(
                 "platform",
@@ -223,17 +228,34 @@ fn a_build_log_past_its_bytes_is_refused_and_the_runner_api_keeps_serving() {
             orrery_fuzz::memory::MemoryEnv::new("client", network.clone()),
         );
         let client = Client::new(client_env, "platform:8086", Duration::from_secs(5));
-        let build = json!({"pipeline": "p", "agent": "agent-1", "steps": []});
         let made = client
             .send(
                 http::Method::POST,
                 "/api/builds".into(),
                 Some("trigger"),
-                Some(&build),
+                Some(&RUNNER_BUILD),
             )
             .await
             .expect("a build");
         let id = made["id"].as_str().unwrap().to_string();
+        test(network, client, id).await;
+    });
+}
+
+/// The build [`with_runner_api`] makes.
+static RUNNER_BUILD: std::sync::LazyLock<serde_json::Value> = std::sync::LazyLock::new(
+    || serde_json::json!({"pipeline": "p", "agent": "agent-1", "steps": []}),
+);
+
+/// `runner.log-bytes`: an engine that sends more than a build's log may hold is answered 413
+/// naming the limit and nothing of that request is kept; the log keeps what it had, and the
+/// API goes on serving (the log is read, another build is made).
+#[test]
+fn a_build_log_past_its_bytes_is_refused_and_the_runner_api_keeps_serving() {
+    use orrery_system::runtime::upstream::CallError;
+    use serde_json::json;
+
+    with_runner_api("runner.log-bytes=64KiB", |_, client, id| async move {
         let agent = [("authorization", "agent-token")];
         let lines =
             |from: u64, n: usize| json!({"from": from, "lines": vec!["x".repeat(16 * 1024); n]});
@@ -280,7 +302,7 @@ fn a_build_log_past_its_bytes_is_refused_and_the_runner_api_keeps_serving() {
                 http::Method::POST,
                 "/api/builds".into(),
                 Some("trigger"),
-                Some(&build),
+                Some(&RUNNER_BUILD),
             )
             .await
             .expect("the API goes on");
@@ -293,51 +315,7 @@ fn a_build_log_past_its_bytes_is_refused_and_the_runner_api_keeps_serving() {
 /// follower closes, the peer is served again.
 #[test]
 fn websocket_followers_count_against_their_peers_connections() {
-    use orrery_system::env::limits::{with_limits, Limits};
-    use orrery_system::platform::runner::{self, Builds, Settings};
-    use orrery_system::runtime::upstream::Client;
-    use serde_json::json;
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let network = Arc::new(orrery_fuzz::memory::Network::default());
-        let mut limits = Limits::DEFAULT;
-        limits.set("http.connections-per-peer=2").unwrap();
-        let platform = with_limits(
-            Arc::new(orrery_fuzz::memory::MemoryEnv::new(
-                "platform",
-                network.clone(),
-            )),
-            limits,
-        );
-        let builds = Builds::new(
-            Settings::default(),
-            BTreeMap::from([("agent-token".to_string(), "agent-1".to_string())]),
-            "trigger",
-        );
-        let listener = platform.listen("platform:8086").await.unwrap();
-        tokio::spawn(runner::serve(platform.clone(), builds.clone(), listener));
-        let client_env: orrery_system::env::SharedEnv = Arc::new(
-            orrery_fuzz::memory::MemoryEnv::new("client", network.clone()),
-        );
-        let client = Client::new(client_env, "platform:8086", Duration::from_secs(5));
-        let build = json!({"pipeline": "p", "agent": "agent-1", "steps": []});
-        let made = client
-            .send(
-                http::Method::POST,
-                "/api/builds".into(),
-                Some("trigger"),
-                Some(&build),
-            )
-            .await
-            .expect("a build");
-        let id = made["id"].as_str().unwrap().to_string();
+    with_runner_api("http.connections-per-peer=2", |network, _, id| async move {
         let follow = || async {
             let mut stream = network.connect("platform:8086", "abuser").unwrap();
             let head = format!(
