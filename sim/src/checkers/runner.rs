@@ -75,8 +75,9 @@ pub struct RunnerTruth {
     pub calm_ms: u64,
     /// The platform's `proxy` agent tasks.
     pub proxies: Vec<ProxyTruth>,
-    /// The commit messages in the repository the proxy tasks commit to.
-    pub committed: BTreeSet<String>,
+    /// The commit messages in the repository the proxy tasks commit to, with how many
+    /// commits carry each.
+    pub committed: BTreeMap<String, u32>,
 }
 
 /// One `proxy` agent task as the platform holds it at the end.
@@ -103,7 +104,7 @@ impl RunnerTruth {
                         outcome: Outcome::Success,
                         ..
                     }
-                ) && !self.committed.contains(&p.message)
+                ) && !self.committed.contains_key(&p.message)
             })
             .collect()
     }
@@ -1058,7 +1059,7 @@ mod tests {
             end_ms: 300_000,
             runner: Some(RunnerTruth {
                 proxies,
-                committed: committed.iter().map(|m| m.to_string()).collect(),
+                committed: committed.iter().map(|m| (m.to_string(), 1)).collect(),
                 ..RunnerTruth::default()
             }),
             ..FinalState::default()

@@ -736,6 +736,17 @@ fn runner_figures(
             truth.false_successes().len() as u64,
         );
         counters.insert("runner.proxy.tries".into(), proxy_tries);
+        // A POST retried after its answer was lost commits again: no idempotency key in
+        // either variant (venona's go-retryablehttp, runner-research.md §1.8).
+        counters.insert(
+            "runner.proxy.duplicate_commits".into(),
+            truth
+                .proxies
+                .iter()
+                .filter_map(|p| truth.committed.get(&p.message))
+                .map(|n| u64::from(n.saturating_sub(1)))
+                .sum(),
+        );
     }
     // With steps that log: every figure, zero included.
     if !logs.is_empty() {

@@ -1242,8 +1242,10 @@ fn runner_truth(
             .lock()
             .commits(crate::world::runner::PROXY_REPO)
             .iter()
-            .map(|c| c.message.clone())
-            .collect(),
+            .fold(BTreeMap::new(), |mut counts, c| {
+                *counts.entry(c.message.clone()).or_insert(0) += 1;
+                counts
+            }),
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 78] = [
+pub const FIGURES: [(&str, &str); 79] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -245,6 +245,10 @@ pub const FIGURES: [(&str, &str); 78] = [
         "runner_proxy_tries",
         "HTTP tries the agents made for proxy tasks (retries included)",
     ),
+    (
+        "runner_proxy_duplicate_commits",
+        "commits beyond the first one proxy request made (a POST retried after its answer was lost)",
+    ),
     ("runner_log_lines", "log lines the builds' engines wrote"),
     (
         "runner_log_requests_per_100_lines",
@@ -418,6 +422,10 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
                 counter("runner.proxy.false_success"),
             );
             put("runner_proxy_tries", counter("runner.proxy.tries"));
+            put(
+                "runner_proxy_duplicate_commits",
+                counter("runner.proxy.duplicate_commits"),
+            );
         }
         if let Some(&written) = metrics.counters.get("runner.logs.written") {
             put("runner_log_lines", Some(json!(written)));
