@@ -286,12 +286,13 @@ impl Checker for ConcurrencyLimit {
             }),
             ("account", truth.account_limit, |_| String::new()),
         ];
+        let all = admissions(&truth.builds);
         for (scope, limit, key) in scopes {
             let Some(limit) = limit else {
                 continue;
             };
             let mut moments: BTreeMap<String, Vec<(u64, i32, &str)>> = BTreeMap::new();
-            for (at_ms, change, build) in admissions(&truth.builds) {
+            for &(at_ms, change, build) in &all {
                 moments
                     .entry(key(build))
                     .or_default()

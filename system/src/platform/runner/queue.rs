@@ -275,16 +275,17 @@ impl Pipeline {
         }
         Ok(())
     }
-
-    /// Whether a new build of `branch` terminates its branch's earlier builds.
-    fn terminates_branch(&self, branch: &str) -> bool {
-        self.terminate_previous_on_branch
-            && self
-                .terminate_branch_pattern
-                .as_deref()
-                .is_none_or(|p| branch_pattern(p).is_ok_and(|re| re.is_match(branch)))
-    }
 }
+
+/// The settings of a pipeline not set: no limit, no policy.
+static UNSET: Pipeline = Pipeline {
+    concurrency: None,
+    branch_concurrency: None,
+    terminate_previous_on_branch: false,
+    terminate_branch_pattern: None,
+    terminate_all: false,
+    priority: 0,
+};
 
 /// `pattern` compiled, bounded in length and size.
 fn branch_pattern(pattern: &str) -> Result<regex::Regex, String> {
@@ -507,6 +508,9 @@ pub struct Queue {
     tasks: BTreeMap<String, Queued>,
     heartbeats: BTreeMap<String, u64>,
     pipelines: BTreeMap<String, Pipeline>,
+    /// Each pipeline's `terminateBranchPattern`, compiled when it was set (`None`: it does
+    /// not compile, so it matches no branch).
+    patterns: BTreeMap<String, Option<regex::Regex>>,
     /// hardened: webhook delivery id or tick key → its build (`None` while it is being made)
     /// and when it was claimed (Unix ms).
     deliveries: BTreeMap<String, (Option<String>, u64)>,
@@ -607,6 +611,15 @@ impl Queue {
     /// A pipeline's settings (a pipeline not set has no limit and no policy); a raised
     /// limit admits its waiting builds at once, oldest first.
     pub fn set_pipeline(&mut self, name: &str, pipeline: Pipeline, now_ms: u64) -> Changes {
+        match &pipeline.terminate_branch_pattern {
+            Some(pattern) => {
+                self.patterns
+                    .insert(name.into(), branch_pattern(pattern).ok());
+            }
+            None => {
+                self.patterns.remove(name);
+            }
+        }
         self.pipelines.insert(name.into(), pipeline);
         let mut changes = Changes::default();
         self.admit_pending(now_ms, &mut changes);
@@ -646,7 +659,7 @@ impl Queue {
 
     /// Whether any limit applies to a build of `pipeline` (faithful reads the counts first).
     pub fn limited(&self, pipeline: &str) -> bool {
-        let p = self.pipeline(pipeline);
+        let p = self.settings_of(pipeline);
         p.concurrency.is_some()
             || p.branch_concurrency.is_some()
             || self.settings.account_concurrency.is_some()
@@ -654,16 +667,20 @@ impl Queue {
 
     /// `name`'s settings.
     pub fn pipeline(&self, name: &str) -> Pipeline {
-        self.pipelines.get(name).cloned().unwrap_or_default()
+        self.settings_of(name).clone()
     }
 
-    /// How many builds of `pipeline` are admitted and have not ended: what admission checks
-    /// against its limit.
-    pub fn admitted(&self, pipeline: &str) -> u32 {
-        self.builds
-            .values()
-            .filter(|b| b.pipeline == pipeline && b.admitted_ms.is_some() && !b.status.is_final())
-            .count() as u32
+    fn settings_of(&self, name: &str) -> &Pipeline {
+        self.pipelines.get(name).unwrap_or(&UNSET)
+    }
+
+    /// Whether a new build of `pipeline` on `branch` terminates its branch's earlier builds.
+    fn terminates_branch(&self, pipeline: &str, branch: &str) -> bool {
+        self.settings_of(pipeline).terminate_previous_on_branch
+            && self
+                .patterns
+                .get(pipeline)
+                .is_none_or(|re| re.as_ref().is_some_and(|re| re.is_match(branch)))
     }
 
     /// A new build of `pipeline` on `agent`'s runtime on branch `main`, with no stale
@@ -702,9 +719,9 @@ impl Queue {
         self.made_builds += 1;
         let id = format!("b{:05}", self.made_builds);
         let mut changes = Changes::default();
-        let pipeline = self.pipeline(&request.pipeline);
-        let all = pipeline.terminate_all;
-        if all || pipeline.terminates_branch(&request.branch) {
+        let pipeline = self.settings_of(&request.pipeline);
+        let (all, priority) = (pipeline.terminate_all, pipeline.priority);
+        if all || self.terminates_branch(&request.pipeline, &request.branch) {
             let previous: Vec<String> = self
                 .builds
                 .values()
@@ -739,7 +756,8 @@ impl Queue {
                 );
             }
         }
-        let stale_room = seen.is_some_and(|seen| self.room(&pipeline, seen));
+        let stale_room =
+            seen.is_some_and(|seen| self.room(self.settings_of(&request.pipeline), seen));
         self.builds.insert(
             id.clone(),
             Build {
@@ -750,7 +768,7 @@ impl Queue {
                 delivery: request.delivery.clone(),
                 tick: request.tick.clone(),
                 steps: request.steps,
-                priority: request.priority.unwrap_or(pipeline.priority),
+                priority: request.priority.unwrap_or(priority),
                 status: Status::Pending,
                 reason: None,
                 created_ms: now_ms,
@@ -934,7 +952,7 @@ impl Queue {
                     .unwrap_or(0),
                 account,
             };
-            if !self.room(&self.pipeline(&b.pipeline), counts) {
+            if !self.room(self.settings_of(&b.pipeline), counts) {
                 continue;
             }
             account += 1;
@@ -1465,7 +1483,7 @@ mod tests {
         let (first, _) = q.make_build(request("main"), None, 0);
         let (second, changes) = q.make_build(request("main"), None, 1);
         assert_eq!(changes.builds, [(second.clone(), Status::Pending, None)]);
-        assert_eq!(q.admitted("p"), 1);
+        assert_eq!(q.admitted_counts("p", "main").pipeline, 1);
         assert_eq!(
             q.poll("agent", 2).len(),
             3,
@@ -1512,7 +1530,11 @@ mod tests {
         let seen = q.admitted_counts("p", "main");
         q.make_build(request("main"), Some(seen), 0);
         q.make_build(request("main"), Some(seen), 0);
-        assert_eq!(q.admitted("p"), 2, "faithful's check-then-act");
+        assert_eq!(
+            q.admitted_counts("p", "main").pipeline,
+            2,
+            "faithful's check-then-act"
+        );
         let (late, _) = q.make_build(request("main"), None, 1);
         assert_eq!(q.build(&late).unwrap().status, Status::Pending);
         // A stale read that saw no room does not strand a build once there is room.

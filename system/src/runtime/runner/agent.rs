@@ -357,12 +357,6 @@ impl Agent {
             }
             .into(),
         );
-        if status.is_none() {
-            self.in_flight
-                .lock()
-                .expect("in-flight lock poisoned")
-                .remove(&task.id);
-        }
         status
     }
 
