@@ -62,7 +62,17 @@ fn world_with(variant: &str, flags: &[&str]) -> (u16, u16, u16, Vec<Process>) {
 }
 
 fn agent(variant: &str, api: u16, runner: u16, health: u16) -> Process {
-    orrery(&[
+    agent_pod(variant, api, runner, health, &[])
+}
+
+/// [`agent`] with more flags for `serve runner` (`--pod-name` for a replica).
+fn agent_pod(variant: &str, api: u16, runner: u16, health: u16, flags: &[&str]) -> Process {
+    let (platform, apiserver, listen) = (
+        format!("127.0.0.1:{runner}"),
+        format!("127.0.0.1:{api}"),
+        format!("127.0.0.1:{health}"),
+    );
+    let mut args = vec![
         "serve",
         "runner",
         "--agent-id",
@@ -70,17 +80,19 @@ fn agent(variant: &str, api: u16, runner: u16, health: u16) -> Process {
         "--token",
         AGENT_TOKEN,
         "--platform-api",
-        &format!("127.0.0.1:{runner}"),
+        &platform,
         "--apiserver",
-        &format!("127.0.0.1:{api}"),
+        &apiserver,
         "--namespace",
         "codefresh",
         "--listen",
-        &format!("127.0.0.1:{health}"),
+        &listen,
         "--engine",
         "--variant",
         variant,
-    ])
+    ];
+    args.extend_from_slice(flags);
+    orrery(&args)
 }
 
 /// A build of two one-second steps: its id.
@@ -757,4 +769,124 @@ fn serve_runner_refuses_an_engine_memory_out_of_range_or_without_the_engine() {
         assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
         assert!(stderr.contains(says), "{flags:?}: {stderr}");
     }
+}
+
+/// Two replicas of one agent (`runner.replicasCount`) as the platform sees them: a pod
+/// is slow with a build's tasks, their lease (`--runner-redeliver-after 4s`) runs out. The
+/// faithful platform hands them to the other pod polling, which runs them too (venona's
+/// per-workflow lock is per process only, runner-research.md §1.5, §4 row 2); the hardened
+/// one keeps them with the pod that holds them while its heartbeats name them, and hands
+/// them on once its heartbeats stop.
+#[test]
+fn a_slow_pods_tasks_go_to_the_other_replica_unless_hardened_and_its_heartbeats_hold_them() {
+    for variant in ["faithful", "hardened"] {
+        let (_, runner, _, _world) = world_with(variant, &["--runner-redeliver-after", "4s"]);
+        let id = make_build(runner);
+        // The agent's token goes raw in `Authorization`, as venona sends it.
+        let as_agent = |method: &str, path: &str, body: &str| {
+            let (status, body) = exchange(
+                runner,
+                method,
+                path,
+                body,
+                &format!("authorization: {AGENT_TOKEN}\r\n"),
+            )
+            .expect("the agent API answers");
+            assert_eq!(status, 200, "{variant}: {method} {path}: {body}");
+            body
+        };
+        let poll = |pod: &str| {
+            let path = format!("/api/agent/{AGENT}/tasks?waitForStatusReport=true&replica={pod}");
+            serde_json::from_str::<Vec<serde_json::Value>>(&as_agent("GET", &path, "")).unwrap()
+        };
+        let status_path = format!("/api/agent/{AGENT}/status");
+        let start = std::time::Instant::now();
+        let until = |secs: f64| {
+            let at = Duration::from_secs_f64(secs);
+            if let Some(wait) = at.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        };
+        let held = poll("pod-a");
+        assert_eq!(
+            held.len(),
+            3,
+            "{variant}: the build's claim and pods: {held:?}"
+        );
+        assert!(held
+            .iter()
+            .all(|t| t["metadata"]["workflowId"] == id.as_str()));
+        let holding: Vec<&str> = held.iter().map(|t| t["_id"].as_str().unwrap()).collect();
+        until(2.0);
+        // A heartbeat that is not JSON is still a heartbeat: answered, nothing renewed.
+        as_agent("PUT", &status_path, "{not json");
+        let heartbeat =
+            serde_json::json!({"message": "All good", "replica": "pod-a", "holding": holding});
+        as_agent("PUT", &status_path, &heartbeat.to_string());
+        until(4.8);
+        let other = poll("pod-b");
+        if variant == "faithful" {
+            assert_eq!(other.len(), 3, "the lease ran out: pod-b runs them too");
+            continue;
+        }
+        assert!(
+            other.is_empty(),
+            "pod-a's heartbeat holds the build: {other:?}"
+        );
+        // pod-a falls silent: once the renewed lease runs out, pod-b takes the build.
+        until(6.8);
+        assert_eq!(poll("pod-b").len(), 3, "pod-a stopped heartbeating");
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args([
+            "serve",
+            "control-plane",
+            "--admin-token",
+            "adm",
+            "--runner",
+            "127.0.0.1:0",
+            "--runner-redeliver-after",
+            "0s",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--runner-redeliver-after \"0s\": must be 1s to 1h"),
+        "{stderr}"
+    );
+}
+
+/// Two hardened replicas of one agent (`--pod-name`, POD_NAME in `deploy/runner`) run
+/// builds to their end on the API server, each build's objects removed.
+#[test]
+fn two_hardened_replicas_of_one_agent_run_builds_to_their_end() {
+    let (api, runner, _, _world) = world("hardened");
+    let (health_a, health_b) = (free_port(), free_port());
+    let _a = agent_pod(
+        "hardened",
+        api,
+        runner,
+        health_a,
+        &["--pod-name", "runner-a"],
+    );
+    let _b = agent_pod(
+        "hardened",
+        api,
+        runner,
+        health_b,
+        &["--pod-name", "runner-b"],
+    );
+    let builds: Vec<String> = (0..4).map(|_| make_build(runner)).collect();
+    for build in &builds {
+        eventually("each build succeeds", Duration::from_secs(60), || {
+            build_status(runner, build).0 == "success"
+        });
+    }
+    eventually(
+        "the ended builds' pods and claims are deleted",
+        Duration::from_secs(60),
+        || objects(api).is_empty(),
+    );
 }

@@ -78,6 +78,8 @@ pub struct RunnerTruth {
     /// The commit messages in the repository the proxy tasks commit to, with how many
     /// commits carry each.
     pub committed: BTreeMap<String, u32>,
+    /// Pods per agent (`runner.replicas`).
+    pub replicas: u32,
 }
 
 /// One `proxy` agent task as the platform holds it at the end.

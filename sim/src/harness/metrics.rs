@@ -631,6 +631,8 @@ fn runner_figures(
         counters.insert("runner.cron.missed".into(), count(&|a| u64::from(a.missed)));
     }
     let mut executed: BTreeMap<&str, u64> = BTreeMap::new();
+    // Each task with the pods that executed it.
+    let mut pods: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
     let mut deduplicated = 0;
     let mut handed: BTreeMap<&str, u64> = BTreeMap::new();
     let mut round_trips = Vec::new();
@@ -676,10 +678,12 @@ fn runner_figures(
             }
             Some(RunnerEvent::Exec {
                 task,
+                host,
                 deduplicated: false,
                 ..
             }) => {
                 *executed.entry(task).or_default() += 1;
+                pods.entry(task).or_default().insert(host);
             }
             Some(RunnerEvent::Exec {
                 deduplicated: true, ..
@@ -707,6 +711,14 @@ fn runner_figures(
         executed.values().map(|n| n.saturating_sub(1)).sum(),
     );
     counters.insert("runner.tasks_deduplicated".into(), deduplicated);
+    // With replicas: tasks two pods of one agent both executed (venona serializes a
+    // workflow per process only, §4 row 2).
+    if truth.replicas > 1 {
+        counters.insert(
+            "runner.tasks_on_two_pods".into(),
+            pods.values().filter(|p| p.len() > 1).count() as u64,
+        );
+    }
     // With the volume provisioner: every figure, zero included.
     if !volumes.is_empty() {
         for key in ["created", "reused", "marked", "removed_in_use", "lost"] {

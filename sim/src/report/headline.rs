@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 79] = [
+pub const FIGURES: [(&str, &str); 80] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -187,6 +187,10 @@ pub const FIGURES: [(&str, &str); 79] = [
     (
         "runner_tasks_executed_again",
         "Runner tasks an agent executed a second time",
+    ),
+    (
+        "runner_tasks_on_two_pods",
+        "Runner tasks two replicas of one agent both executed",
     ),
     (
         "runner_orphans_at_end",
@@ -396,6 +400,12 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
             "runner_tasks_executed_again",
             counter("runner.tasks_executed_again"),
         );
+        if metrics.counters.contains_key("runner.tasks_on_two_pods") {
+            put(
+                "runner_tasks_on_two_pods",
+                counter("runner.tasks_on_two_pods"),
+            );
+        }
         put("runner_orphans_at_end", counter("runner.orphans"));
         put("runner_peak_admitted", counter("runner.peak_admitted"));
         put(

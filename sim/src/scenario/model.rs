@@ -1042,6 +1042,11 @@ pub struct Runner {
     /// to the `role: git` host's provider through the agents. Default: none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy: Option<RunnerProxy>,
+    /// Pods per agent (`runner.replicasCount`, chart values L67): every `replicas`
+    /// consecutive `role: runner` hosts are the replicas of one agent, polling with the
+    /// same `AGENT_ID` (the first one's name). Default 1.
+    #[serde(skip_serializing_if = "is_one_u32")]
+    pub replicas: u32,
 }
 
 /// `runner.proxy`: the UI asks the platform for `requests` proxy tasks, one every `every`,
@@ -1173,6 +1178,7 @@ impl Default for Runner {
             volumes: None,
             engine_memory_mib: None,
             proxy: None,
+            replicas: 1,
         }
     }
 }

@@ -360,6 +360,11 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "branch_concurrency must be at least 1 (leave it out: unlimited)",
             ),
             (
+                runner.replicas >= 1 && count(Role::Runner) % runner.replicas as usize == 0,
+                "replicas",
+                "replicas must be at least 1 and divide the number of hosts with role runner (every `replicas` of them, in order, are one agent's pods)",
+            ),
+            (
                 (1..=100).contains(&runner.pipelines),
                 "pipelines",
                 "pipelines must be 1 to 100",
@@ -1249,6 +1254,11 @@ fn validate_step(
         for (k, host) in l.between.iter().enumerate() {
             named.push((field.key("latency").key("between").index(k), host.as_str()));
         }
+        v.check(
+            l.max >= std::time::Duration::from_millis(1),
+            &field.key("latency").key("max"),
+            "latency.max must be at least 1ms (every message takes 1 ms or more; 1ms restores a link)",
+        )?;
     }
     for (at, host) in named {
         v.check(

@@ -47,8 +47,8 @@ pub fn agent_id(scenario: &Scenario) -> String {
     host_of(scenario, Role::Runner).to_string()
 }
 
-/// Every agent's id (its host's name), in topology order: builds go to them in turn.
-pub fn agent_ids(scenario: &Scenario) -> Vec<String> {
+/// The `role: runner` hosts (the agents' pods), in topology order.
+fn runner_hosts(scenario: &Scenario) -> Vec<String> {
     scenario
         .topology
         .hosts
@@ -56,6 +56,35 @@ pub fn agent_ids(scenario: &Scenario) -> Vec<String> {
         .filter(|h| h.has(Role::Runner))
         .map(|h| h.name.clone())
         .collect()
+}
+
+/// Every agent's id, in topology order: builds go to them in turn. Every `runner.replicas`
+/// consecutive runner hosts are one agent's pods; its id is the first one's name.
+pub fn agent_ids(scenario: &Scenario) -> Vec<String> {
+    let replicas = replicas(scenario);
+    runner_hosts(scenario)
+        .into_iter()
+        .step_by(replicas)
+        .collect()
+}
+
+/// Pods per agent (`runner.replicas`, at least 1).
+fn replicas(scenario: &Scenario) -> usize {
+    scenario
+        .runner
+        .as_ref()
+        .map_or(1, |r| r.replicas.max(1) as usize)
+}
+
+/// The id of the agent whose pod runs on `host` (a `role: runner` host).
+pub fn agent_of(scenario: &Scenario, host: &str) -> String {
+    let hosts = runner_hosts(scenario);
+    let at = hosts.iter().position(|h| h == host).unwrap_or(0);
+    let first = at - at % replicas(scenario);
+    hosts
+        .get(first)
+        .cloned()
+        .unwrap_or_else(|| host.to_string())
 }
 
 /// Agent `id`'s token: [`AGENT_TOKEN`] for the first, `<AGENT_TOKEN>-<id>` for the others.
@@ -147,16 +176,24 @@ fn platform_api(scenario: &Scenario) -> String {
     format!("{}:{API_PORT}", host_of(scenario, Role::Platform))
 }
 
-/// The agent on `host` (a `role: runner` host).
+/// The agent's pod on `host` (a `role: runner` host).
 pub fn agent(scenario: &Scenario, variant: Variant, host: &str) -> agent::Config {
+    let id = agent_of(scenario, host);
     let mut config = agent::Config::new(
         variant,
-        host,
-        &agent_token(scenario, host),
+        &id,
+        &agent_token(scenario, &id),
         &platform_api(scenario),
         cluster(scenario),
     );
     config.listen = Some(format!("0.0.0.0:{HEALTH_PORT}"));
+    // An agent's pods start spread over one poll period: the k-th of n polls k/n of a
+    // period after the first (the same instant for all would hand every task to the first
+    // host the simulator steps).
+    let hosts = runner_hosts(scenario);
+    let at = hosts.iter().position(|h| h == host).unwrap_or(0);
+    let (k, n) = (at % replicas(scenario), replicas(scenario));
+    config.start_after = config.poll_every * k as u32 / n as u32;
     config
 }
 
@@ -241,13 +278,13 @@ pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1)
 /// L124-129), traced: what Kubernetes — and whoever watches the pod — is told about the
 /// agent. It runs on the cluster's host.
 pub async fn probe(env: SharedEnv, scenario: Scenario) {
-    for agent in agent_ids(&scenario).into_iter().skip(1) {
-        tokio::spawn(probe_one(env.clone(), agent));
+    for pod in runner_hosts(&scenario).into_iter().skip(1) {
+        tokio::spawn(probe_one(env.clone(), pod));
     }
     probe_one(env, agent_id(&scenario)).await;
 }
 
-/// The readiness probe of one agent.
+/// The readiness probe of one agent pod (`agent` in its events is the pod's host).
 async fn probe_one(env: SharedEnv, agent: String) {
     use http_body_util::BodyExt;
     let url = format!("http://{agent}:{HEALTH_PORT}/health");

@@ -267,6 +267,10 @@ pub struct ControlPlaneArgs {
     /// others wait, pending. Default: unlimited.
     #[arg(long, requires = "runner")]
     runner_account_concurrency: Option<u32>,
+    /// With --runner: a task handed out whose status has not come this long after is
+    /// handed out again (`30s`, `2m`; 1 s to 1 h; the real rule is not public). Default 60s.
+    #[arg(long, requires = "runner", value_name = "DURATION")]
+    runner_redeliver_after: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -310,6 +314,12 @@ pub struct RunnerArgs {
     /// 2048, the chart's.
     #[arg(long, value_name = "MIB", requires = "engine", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     engine_memory_mib: Option<u64>,
+    /// This replica's name (its pod's: set it from the downward API). hardened sends it
+    /// with each poll and heartbeat, so the platform keeps a build's tasks with the one
+    /// replica that holds them; replicas of one agent need distinct names. Default:
+    /// --agent-id.
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -934,12 +944,23 @@ fn control_plane(args: ControlPlaneArgs) -> Result<(), Fail> {
         if agents.is_empty() {
             tracing::warn!("--runner without --runner-agents: no agent can poll for tasks");
         }
-        let settings = orrery_system::platform::runner::Settings {
+        let mut settings = orrery_system::platform::runner::Settings {
             namespace: args.runner_namespace.clone(),
             variant,
             account_concurrency: args.runner_account_concurrency,
             ..Default::default()
         };
+        if let Some(text) = &args.runner_redeliver_after {
+            let after = duration_flag("runner-redeliver-after", text)?;
+            if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(3600))
+                .contains(&after)
+            {
+                return Err(Fail::usage(format!(
+                    "--runner-redeliver-after {text:?}: must be 1s to 1h"
+                )));
+            }
+            settings.redeliver_after = after;
+        }
         state.runner = Some(orrery_system::platform::runner::Builds::new(
             settings,
             agents,
@@ -1345,7 +1366,7 @@ fn runner(args: RunnerArgs) -> Result<(), Fail> {
             args.namespace,
             args.listen
         );
-        let env = logged_env(&args.agent_id, limits);
+        let env = logged_env(args.pod_name.as_deref().unwrap_or(&args.agent_id), limits);
         runtime_assembly::run(env, config, shutdown_signal())
             .await
             .map_err(|e| Fail::usage(e.to_string()))

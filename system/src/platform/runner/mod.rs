@@ -745,6 +745,17 @@ async fn admit(env: &SharedEnv, builds: &Builds, request: NewBuild) -> String {
     id
 }
 
+/// What a hardened agent's heartbeat adds to venona's `{"message": …}`.
+#[derive(serde::Deserialize)]
+struct Held {
+    /// The agent pod sending it.
+    #[serde(default)]
+    replica: Option<String>,
+    /// Task ids queued or running in that pod.
+    #[serde(default)]
+    holding: Vec<String>,
+}
+
 /// The agent's own routes (`rest` after `/api/agent/{id}/`).
 async fn agent_route(
     env: &SharedEnv,
@@ -757,7 +768,15 @@ async fn agent_route(
     let parts: Vec<&str> = rest.split('/').collect();
     match (method.as_str(), parts.as_slice()) {
         ("GET", ["tasks"]) => {
-            let polled = builds.lock().poll(agent, env.unix_millis());
+            // hardened agents name their pod (`?replica=`); venona sends no such thing.
+            let replica = req.uri().query().and_then(|q| {
+                form_urlencoded::parse(q.as_bytes())
+                    .find(|(k, _)| k == "replica")
+                    .map(|(_, v)| v.into_owned())
+            });
+            let polled = builds
+                .lock()
+                .poll(agent, replica.as_deref(), env.unix_millis());
             let mut tasks = Vec::with_capacity(polled.len());
             for (task, delivery) in polled {
                 env.observe(
@@ -816,7 +835,29 @@ async fn agent_route(
             }
         }
         ("PUT", ["status"]) => {
-            builds.lock().heartbeat(agent, env.unix_millis());
+            // venona sends `{"message": …}`; a hardened agent adds its pod and the tasks it
+            // holds, whose leases the heartbeat renews. A body that is not that is still a
+            // heartbeat (the agent is alive), with nothing renewed.
+            // (faithful, as the real platform, reads nothing of it.)
+            let hardened = builds.lock().settings().variant == crate::core::Variant::Hardened;
+            let held: Option<Held> = if hardened {
+                body(req, env.limits().runner_body)
+                    .await
+                    .ok()
+                    .and_then(|v| serde_json::from_value(v).ok())
+            } else {
+                None
+            };
+            let mut builds = builds.lock();
+            let now = env.unix_millis();
+            builds.heartbeat(agent, now);
+            if let Some(Held {
+                replica: Some(replica),
+                holding,
+            }) = held
+            {
+                builds.renew(agent, &replica, &holding, now);
+            }
             json(StatusCode::OK, &json!({}))
         }
         _ => error(

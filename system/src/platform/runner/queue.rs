@@ -7,7 +7,9 @@
 //!   dind-<id>`, `CreatePod engine-<id>` (§2.3 step 3, [INFERENCE] on the set and order);
 //! - with `waitForStatusReport` a task handed out stays the agent's until it reports a
 //!   status; one not reported within [`Settings::redeliver_after`] is handed out again
-//!   (§1.7, §6.1: "model it as a parameter");
+//!   (§1.7, §6.1: "model it as a parameter"); hardened keeps a workflow with the replica
+//!   (agent pod) a task of it is leased to, renewed by that pod's heartbeats (§4 row 2's
+//!   fix, orrery's design: see [`Queue::poll`] and [`Queue::renew`]);
 //! - a status is accepted only with `statusRevision` = the task's revision + 1 (§1.3,
 //!   [INFERENCE] optimistic concurrency);
 //! - `Error` with `isRetriable` hands the task out again, up to
@@ -21,7 +23,7 @@
 //! - **admission** (`pipelines.md` L237-322, §5): a pipeline's concurrency limit admits a
 //!   build (elects it) or keeps it `pending` until an admitted build of the pipeline ends
 //!   (oldest first); 0 is maintenance mode. The check is made by the caller with
-//!   [`Queue::admitted`] and handed to [`Queue::make_build`]: faithful reads the count, waits
+//!   [`Queue::admitted_counts`] and handed to [`Queue::make_build`]: faithful reads the count, waits
 //!   for its database ([`Settings::admission_read`]) and then elects on what it read — builds
 //!   made at the same moment all pass a limit one of them fills (§4 row 8, "pipeline
 //!   concurrency limit ignored periodically"; the check-then-act mechanism is
@@ -471,6 +473,10 @@ pub struct Queued {
     pub deliveries: u32,
     /// When it was made (Unix ms).
     pub created_ms: u64,
+    /// hardened: the agent pod (replica) it was last handed to, which holds its workflow
+    /// while the lease lasts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 /// Why a status was refused.
@@ -1017,6 +1023,7 @@ impl Queue {
                 state: TaskState::Ready,
                 deliveries: 0,
                 created_ms: now_ms,
+                holder: None,
             },
         );
         id
@@ -1025,8 +1032,29 @@ impl Queue {
     /// `GET /api/agent/{agent}/tasks`: the agent's tasks that are ready, or handed out and
     /// not reported for [`Settings::redeliver_after`]; each is leased again. With each, how
     /// many times it has now been handed out.
-    pub fn poll(&mut self, agent: &str, now_ms: u64) -> Vec<(Task, u32)> {
+    ///
+    /// `replica` is the polling pod (hardened agents name it; venona does not). hardened
+    /// hands a workflow's tasks to one replica at a time: while a task of it is leased to
+    /// a replica, no other replica gets any task of that workflow — its deletions wait for
+    /// the pod still creating (§4 row 2: venona serializes a workflow per process only;
+    /// "a lease shared across replicas" is orrery's design, [INFERENCE]). faithful hands
+    /// every due task to whoever polls.
+    pub fn poll(&mut self, agent: &str, replica: Option<&str>, now_ms: u64) -> Vec<(Task, u32)> {
         let lease = self.settings.redeliver_after.as_millis() as u64;
+        let hardened = self.settings.variant == Variant::Hardened;
+        // hardened: each workflow held by a live lease, and by whom.
+        let mut held: BTreeMap<String, String> = BTreeMap::new();
+        if hardened {
+            for queued in self.tasks.values().filter(|q| q.agent == agent) {
+                if let (TaskState::Leased { until_ms }, Some(holder)) =
+                    (&queued.state, &queued.holder)
+                {
+                    if *until_ms > now_ms {
+                        held.insert(queued.task.metadata.workflow_id.clone(), holder.clone());
+                    }
+                }
+            }
+        }
         let mut out = Vec::new();
         for queued in self.tasks.values_mut().filter(|q| q.agent == agent) {
             let due = match queued.state {
@@ -1034,15 +1062,48 @@ impl Queue {
                 TaskState::Leased { until_ms } => until_ms <= now_ms,
                 TaskState::Done { .. } | TaskState::Expired => false,
             };
-            if due {
+            let elsewhere = match (held.get(&queued.task.metadata.workflow_id), replica) {
+                (Some(holder), Some(me)) => holder != me,
+                _ => false,
+            };
+            if due && !elsewhere {
                 queued.state = TaskState::Leased {
                     until_ms: now_ms + lease,
                 };
                 queued.deliveries += 1;
+                if hardened {
+                    queued.holder = replica.map(str::to_string);
+                }
                 out.push((queued.task.clone(), queued.deliveries));
             }
         }
         out
+    }
+
+    /// hardened, with `PUT /api/agent/{agent}/status`: the replica still holds `tasks`
+    /// (queued or running in it), so their leases last another
+    /// [`Settings::redeliver_after`] — a replica slow at its work keeps its workflows
+    /// while it heartbeats, and one that stopped loses them. A task it does not name (an
+    /// answer it never got) is not renewed. Returns how many were renewed.
+    pub fn renew(&mut self, agent: &str, replica: &str, tasks: &[String], now_ms: u64) -> usize {
+        if self.settings.variant != Variant::Hardened {
+            return 0;
+        }
+        let until_ms = now_ms + self.settings.redeliver_after.as_millis() as u64;
+        let mut renewed = 0;
+        for id in tasks {
+            let Some(queued) = self.tasks.get_mut(id) else {
+                continue;
+            };
+            // A lease run out is renewed too while no other pod took the task: the
+            // heartbeat proves this pod still has it.
+            let leased = matches!(queued.state, TaskState::Leased { .. });
+            if queued.agent == agent && leased && queued.holder.as_deref() == Some(replica) {
+                queued.state = TaskState::Leased { until_ms };
+                renewed += 1;
+            }
+        }
+        renewed
     }
 
     /// `POST /api/agent/{agent}/tasks/{task}/statuses`.
@@ -1342,7 +1403,7 @@ mod tests {
     fn a_build_gets_its_claim_and_pods_then_their_deletion_when_it_ends() {
         let mut q = Queue::new(Settings::default());
         let b = q.create_build("p", "agent", steps(), 0);
-        let tasks = tasks_of(q.poll("agent", 0));
+        let tasks = tasks_of(q.poll("agent", None, 0));
         let names: Vec<_> = tasks
             .iter()
             .map(|t| (t.kind, t.object_name().to_string()))
@@ -1356,10 +1417,10 @@ mod tests {
             ]
         );
         assert!(
-            q.poll("agent", 1).is_empty(),
+            q.poll("agent", None, 1).is_empty(),
             "leased tasks are not handed out twice at once"
         );
-        assert!(q.poll("other", 1).is_empty());
+        assert!(q.poll("other", None, 1).is_empty());
         for t in &tasks {
             q.report("agent", &t.id, &ok(t), 2).unwrap();
         }
@@ -1367,7 +1428,7 @@ mod tests {
         assert_eq!(q.build(&b).unwrap().status, Status::Running);
         let changes = q.engine_report(&b, Some(0), 4).unwrap();
         assert_eq!(changes.builds, [(b.clone(), Status::Success, None)]);
-        let cleanup = tasks_of(q.poll("agent", 5));
+        let cleanup = tasks_of(q.poll("agent", None, 5));
         assert_eq!(
             cleanup.iter().map(|t| t.kind).collect::<Vec<_>>(),
             [
@@ -1382,9 +1443,9 @@ mod tests {
     fn an_unreported_task_is_handed_out_again_after_the_lease_and_a_stale_report_is_refused() {
         let mut q = Queue::new(Settings::default());
         q.create_build("p", "agent", steps(), 0);
-        let first = tasks_of(q.poll("agent", 0));
-        assert!(q.poll("agent", 59_999).is_empty());
-        let again = q.poll("agent", 60_000);
+        let first = tasks_of(q.poll("agent", None, 0));
+        assert!(q.poll("agent", None, 59_999).is_empty());
+        let again = q.poll("agent", None, 60_000);
         assert_eq!(again.len(), 3, "every unreported task comes back");
         assert!(again.iter().all(|(_, n)| *n == 2));
         let again = tasks_of(again);
@@ -1407,15 +1468,62 @@ mod tests {
     }
 
     #[test]
+    fn hardened_keeps_a_workflow_with_the_replica_that_holds_it_while_its_heartbeats_renew_it() {
+        for variant in [Variant::Faithful, Variant::Hardened] {
+            let mut q = Queue::new(Settings {
+                variant,
+                ..Settings::default()
+            });
+            q.create_build("p", "agent", steps(), 0);
+            let held = tasks_of(q.poll("agent", Some("pod-a"), 0));
+            assert_eq!(held.len(), 3);
+            let ids: Vec<String> = held.iter().map(|t| t.id.clone()).collect();
+            // pod-a heartbeats at 50 s naming two of its three tasks (the third's answer it
+            // never got): faithful renews nothing.
+            let renewed = q.renew("agent", "pod-a", &ids[..2], 50_000);
+            let other = q.poll("agent", Some("pod-b"), 60_000);
+            match variant {
+                Variant::Faithful => {
+                    assert_eq!(renewed, 0);
+                    assert_eq!(other.len(), 3, "every lease ran out: pod-b runs them all");
+                }
+                Variant::Hardened => {
+                    assert_eq!(renewed, 2);
+                    assert!(
+                        other.is_empty(),
+                        "pod-a still holds the workflow: pod-b gets none of it, not even \
+                         the task whose lease ran out"
+                    );
+                    // pod-a gets the unrenewed task again itself.
+                    let mine = tasks_of(q.poll("agent", Some("pod-a"), 60_001));
+                    assert_eq!(mine.iter().map(|t| &t.id).collect::<Vec<_>>(), [&ids[2]]);
+                    // A pod that stops heartbeating loses the workflow once its leases end.
+                    let taken = q.poll("agent", Some("pod-b"), 120_001);
+                    assert_eq!(taken.len(), 3, "pod-a went silent: pod-b takes over");
+                    assert_eq!(
+                        q.renew("agent", "pod-a", &ids, 120_002),
+                        0,
+                        "pod-a's late heartbeat renews nothing pod-b took"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_failed_creation_fails_the_build_and_a_retriable_error_hands_the_task_out_again() {
         let mut q = Queue::new(Settings::default());
         let b = q.create_build("p", "agent", steps(), 0);
-        let tasks = tasks_of(q.poll("agent", 0));
+        let tasks = tasks_of(q.poll("agent", None, 0));
         let mut retriable = ok(&tasks[0]);
         retriable.status = Outcome::Error;
         retriable.is_retriable = true;
         q.report("agent", &tasks[0].id, &retriable, 1).unwrap();
-        assert_eq!(q.poll("agent", 2).len(), 1, "handed out again at once");
+        assert_eq!(
+            q.poll("agent", None, 2).len(),
+            1,
+            "handed out again at once"
+        );
         let mut fatal = ok(&tasks[1]);
         fatal.status = Outcome::Error;
         fatal.reason = Some("already exists".into());
@@ -1485,7 +1593,7 @@ mod tests {
         assert_eq!(changes.builds, [(second.clone(), Status::Pending, None)]);
         assert_eq!(q.admitted_counts("p", "main").pipeline, 1);
         assert_eq!(
-            q.poll("agent", 2).len(),
+            q.poll("agent", None, 2).len(),
             3,
             "only the admitted build's tasks"
         );
@@ -1773,7 +1881,7 @@ mod tests {
             );
             let (first, _) = q.make_build(request("main"), None, 0);
             let (other, _) = q.make_build(request("dev"), None, 0);
-            q.poll("agent", 0);
+            q.poll("agent", None, 0);
             let (second, changes) = q.make_build(request("main"), None, 1);
             let ended = changes.builds[0].clone();
             assert_eq!(
@@ -1786,7 +1894,7 @@ mod tests {
                 !q.build(&other).unwrap().status.is_final(),
                 "another branch's build runs on"
             );
-            let cleanup: Vec<_> = tasks_of(q.poll("agent", 2))
+            let cleanup: Vec<_> = tasks_of(q.poll("agent", None, 2))
                 .into_iter()
                 .filter(|t| t.metadata.workflow_id == first)
                 .map(|t| t.object_name().to_string())
@@ -1862,7 +1970,7 @@ mod tests {
             q.append_log(&done, 0, vec!["a line".into()], u64::MAX),
             Ok(1)
         );
-        for (task, _) in q.poll("agent", 0) {
+        for (task, _) in q.poll("agent", None, 0) {
             q.report("agent", &task.id, &ok(&task), 1_000).unwrap();
         }
         q.engine_report(&done, None, 2_000);

@@ -126,10 +126,15 @@ impl Agent {
             if next > now {
                 self.env.sleep(next - now).await;
             }
-            let path = format!(
+            let mut path = format!(
                 "/api/agent/{}/tasks?waitForStatusReport=true",
                 self.config.agent_id
             );
+            // hardened names its pod, so the platform keeps each workflow with one replica.
+            if self.hardened() {
+                path.push_str("&replica=");
+                path.extend(form_urlencoded::byte_serialize(self.host().as_bytes()));
+            }
             let answer = self.call(Method::GET, &path, None).await;
             let tasks: Vec<Task> = match answer.and_then(|bytes| {
                 serde_json::from_slice(&bytes)
@@ -424,7 +429,20 @@ impl Agent {
     /// `PUT /api/agent/{id}/status` (a failure is only logged, agent.go L220-243).
     async fn heartbeat(&self) {
         let path = format!("/api/agent/{}/status", self.config.agent_id);
-        let body = serde_json::to_vec(&json!({"message": "All good"})).expect("static JSON");
+        let body = if self.hardened() {
+            // The tasks this pod holds keep their leases while it heartbeats.
+            let holding: Vec<String> = self
+                .in_flight
+                .lock()
+                .expect("in-flight lock poisoned")
+                .iter()
+                .cloned()
+                .collect();
+            json!({"message": "All good", "replica": self.host(), "holding": holding})
+        } else {
+            json!({"message": "All good"})
+        };
+        let body = serde_json::to_vec(&body).expect("a heartbeat is JSON");
         if let Err(error) = self.call(Method::PUT, &path, Some(body)).await {
             tracing::debug!(%error, "failed reporting the agent's status");
         }

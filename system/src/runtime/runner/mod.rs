@@ -82,6 +82,9 @@ pub struct Config {
     pub unhealthy_after: Duration,
     /// hardened: how many task ids it remembers having done.
     pub remembered_tasks: usize,
+    /// How long after its process starts the agent begins (a pod whose container starts
+    /// after its siblings': replicas then poll out of phase, as real pods do). Default 0.
+    pub start_after: Duration,
 }
 
 impl Config {
@@ -107,12 +110,16 @@ impl Config {
             request_timeout: Duration::from_secs(10),
             unhealthy_after: Duration::from_secs(30),
             remembered_tasks: 10_000,
+            start_after: Duration::ZERO,
         }
     }
 }
 
 /// Runs the agent until the process stops.
 pub async fn run(env: SharedEnv, config: Config) {
+    if !config.start_after.is_zero() {
+        env.sleep(config.start_after).await;
+    }
     env.observe(
         crate::observe::RunnerEvent::Start {
             host: env.identity().host.clone(),
