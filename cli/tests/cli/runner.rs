@@ -742,13 +742,37 @@ fn branch_and_account_limits_and_the_terminate_all_policy_in_real_mode() {
 
 /// `serve runner --engine-memory-mib` takes 1 to 1048576 MiB and only with `--engine`.
 #[test]
-fn serve_runner_refuses_an_engine_memory_out_of_range_or_without_the_engine() {
+fn serve_runner_refuses_a_bad_engine_memory_or_volume_retention() {
     for (flags, says) in [
         (
             &["--engine", "--engine-memory-mib", "0"][..],
             "--engine-memory-mib",
         ),
         (&["--engine-memory-mib", "64"][..], "--engine"),
+        // The external volumes cleaner's retention: a number and a unit, at least 60 s.
+        (
+            &[
+                "--apiserver",
+                "127.0.0.1:9",
+                "--volumes-node-gib",
+                "80",
+                "--volumes-retention",
+                "7w",
+            ][..],
+            "--volumes-retention \"7w\": expected a number and d, h, m or s",
+        ),
+        (
+            &[
+                "--apiserver",
+                "127.0.0.1:9",
+                "--volumes-node-gib",
+                "80",
+                "--volumes-retention",
+                "30s",
+            ][..],
+            "at least 60s",
+        ),
+        (&["--volumes-retention", "4d"][..], "--volumes-node-gib"),
     ] {
         let mut args = vec![
             "serve",

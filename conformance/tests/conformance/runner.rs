@@ -426,6 +426,105 @@ async fn the_hardened_volume_cleaner_keeps_a_running_builds_volume_on_a_real_api
     );
 }
 
+/// The external volumes cleaner (`dind-volume-cleanup`, `runtime::runner::volumes`) against
+/// the real kube-apiserver: a build's volume, released once the build ended and its claim
+/// went, is deleted when it has not been used for its retention (shortened to 3 s, the
+/// CronJob's period to 2 s); the local cleaner has room and marks nothing. The suite plays
+/// the pvc-protection and pv-protection controllers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn the_external_volume_cleaner_deletes_a_released_volume_past_its_retention_on_a_real_api_server(
+) {
+    let node = |variant, target| {
+        let mut node = volumes::Config::new(variant, target, 160);
+        node.retention = Duration::from_secs(3);
+        node.cleanup_every = Duration::from_secs(2);
+        node
+    };
+    let world = World::start(Variant::Hardened, "volumes-expiry", Some(node)).await;
+    let (cluster, ns, builds) = (&world.cluster, world.ns.clone(), world.builds.clone());
+    let client = cluster.client();
+    let claims: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &resource("PersistentVolumeClaim", "persistentvolumeclaims"),
+    );
+    let pvs: Api<DynamicObject> = Api::all_with(client, &volumes::volume_resource());
+    let build = builds.lock().create_build(
+        "demo/build",
+        AGENT,
+        vec![Step::new(2_000, 0)],
+        crate::support::unix_ms(),
+    );
+    let claim = format!("pvc-dind-{build}");
+    let volume = until("the build's claim is bound to a volume", || async {
+        let object = claims.get_opt(&claim).await.ok()??;
+        object.data["spec"]["volumeName"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    let status = |id: &str| builds.lock().build(id).map(|b| b.status);
+    let ended = until("the build ends", || async {
+        status(&build).filter(|s| s.is_final())
+    })
+    .await;
+    assert_eq!(ended, Status::Success);
+    assert!(
+        pvs.get_opt(&volume)
+            .await
+            .expect("read the volume")
+            .is_some(),
+        "a volume its claim holds is not the external cleaner's"
+    );
+    until("the claim is being deleted", || async {
+        let object = claims.get_opt(&claim).await.ok()??;
+        object.metadata.deletion_timestamp.map(|_| ())
+    })
+    .await;
+    claims
+        .patch(
+            &claim,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("remove the pvc-protection finalizer");
+    until(
+        "the released volume, past its retention, is being deleted",
+        || async {
+            let object = pvs.get_opt(&volume).await.ok()??;
+            object.metadata.deletion_timestamp.map(|_| ())
+        },
+    )
+    .await;
+    let pv = pvs.get(&volume).await.expect("the volume being deleted");
+    let annotations = pv.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key(volumes::DELETED),
+        "deleted by the external cleaner, not marked by the local one: {annotations:?}"
+    );
+    pvs.patch(
+        &volume,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("remove the pv-protection finalizer");
+    until("the released volume is deleted", || async {
+        pvs.get_opt(&volume)
+            .await
+            .ok()
+            .and_then(|v| v.is_none().then_some(()))
+    })
+    .await;
+    world.stop().await;
+    record_row(
+        "volumes-expiry",
+        "the external volumes cleaner deletes a released build volume on the real API server once it went unused for its retention, and leaves it while the build's claim holds it",
+    );
+}
+
 /// `kubectl proxy` on loopback `port`, killed when dropped: a plain-HTTP front of the real
 /// kube-apiserver (the kubeconfig's credentials added), for the agent's proxy tasks.
 struct KubectlProxy(std::process::Child);

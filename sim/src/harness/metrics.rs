@@ -721,7 +721,14 @@ fn runner_figures(
     }
     // With the volume provisioner: every figure, zero included.
     if !volumes.is_empty() {
-        for key in ["created", "reused", "marked", "removed_in_use", "lost"] {
+        for key in [
+            "created",
+            "reused",
+            "marked",
+            "removed_in_use",
+            "lost",
+            "expired",
+        ] {
             let key = format!("runner.volumes.{key}");
             let n = volumes.get(&key).copied().unwrap_or(0);
             counters.insert(key, n);

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 80] = [
+pub const FIGURES: [(&str, &str); 81] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -282,6 +282,10 @@ pub const FIGURES: [(&str, &str); 80] = [
         "runner_volumes_removed_in_use",
         "dind volume directories removed while a build's claim held them",
     ),
+    (
+        "runner_volumes_expired",
+        "released dind volumes the external cleaner deleted past their retention",
+    ),
 ];
 
 /// The headline figures of a run's metrics (integers, except percentages to one decimal).
@@ -465,6 +469,7 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
             "runner_volumes_removed_in_use",
             counter("runner.volumes.removed_in_use"),
         );
+        put("runner_volumes_expired", counter("runner.volumes.expired"));
         put(
             "runner_admission_latency_p99_ms",
             metrics

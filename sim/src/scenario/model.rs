@@ -1087,6 +1087,19 @@ pub struct RunnerVolumes {
     pub node_gib: u64,
     /// The cleaner's `KB_USAGE_THRESHOLD`, percent. Default 80.
     pub threshold_pct: u64,
+    /// The external volumes cleaner's `RETENTION_DAYS` (it runs every 10 minutes): a
+    /// released volume last used longer ago is deleted. Default 4 days.
+    #[serde(
+        with = "super::duration",
+        skip_serializing_if = "RunnerVolumes::default_retention"
+    )]
+    pub retention: Duration,
+}
+
+impl RunnerVolumes {
+    fn default_retention(d: &Duration) -> bool {
+        *d == orrery_system::runtime::runner::volumes::RETENTION_DAYS
+    }
 }
 
 impl Default for RunnerVolumes {
@@ -1094,6 +1107,7 @@ impl Default for RunnerVolumes {
         RunnerVolumes {
             node_gib: 80,
             threshold_pct: 80,
+            retention: orrery_system::runtime::runner::volumes::RETENTION_DAYS,
         }
     }
 }

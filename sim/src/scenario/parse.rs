@@ -431,6 +431,14 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "volumes",
                 "volumes.threshold_pct is a percentage (1-100)",
             ),
+            (
+                runner
+                    .volumes
+                    .as_ref()
+                    .is_none_or(|v| v.retention >= std::time::Duration::from_secs(60)),
+                "volumes",
+                "volumes.retention must be at least 60 s",
+            ),
         ] {
             v.check(ok, &field.key(key), why)?;
         }

@@ -266,6 +266,7 @@ pub fn volumes(scenario: &Scenario, variant: Variant) -> Option<volumes::Config>
     let node = scenario.runner.as_ref()?.volumes.as_ref()?;
     let mut config = volumes::Config::new(variant, cluster(scenario), node.node_gib);
     config.threshold_pct = node.threshold_pct;
+    config.retention = node.retention;
     Some(config)
 }
 

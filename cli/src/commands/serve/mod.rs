@@ -309,6 +309,11 @@ pub struct RunnerArgs {
     /// 80 %. With --engine, builds wait for their claims to be bound.
     #[arg(long, value_name = "GIB")]
     volumes_node_gib: Option<u64>,
+    /// With --volumes-node-gib: the external volumes cleaner's retention (`RETENTION_DAYS`;
+    /// `4d`, `12h`, `30m`, at least 60s): every 10 minutes it deletes the released volumes
+    /// last used longer ago (a claim's `codefresh.io/volume-retention` wins). Default 4d.
+    #[arg(long, value_name = "RETENTION", requires = "volumes_node_gib")]
+    volumes_retention: Option<String>,
     /// With --engine: the engine pod's memory limit in MiB — what the log lines it has not
     /// sent yet may take (faithful is killed past it, hardened holds at most half). Default
     /// 2048, the chart's.
@@ -1352,9 +1357,23 @@ fn runner(args: RunnerArgs) -> Result<(), Fail> {
                         &args.token,
                     )
                 }),
-            volumes: args.volumes_node_gib.map(|gib| {
-                orrery_system::runtime::runner::volumes::Config::new(variant, kube, gib)
-            }),
+            volumes: match args.volumes_node_gib {
+                None => None,
+                Some(gib) => {
+                    use orrery_system::runtime::runner::volumes;
+                    let mut config = volumes::Config::new(variant, kube, gib);
+                    if let Some(text) = &args.volumes_retention {
+                        config.retention = volumes::parse_retention(text)
+                            .filter(|r| r.as_secs() >= 60)
+                            .ok_or_else(|| {
+                                Fail::usage(format!(
+                                    "--volumes-retention {text:?}: expected a number and d, h, m or s (4d, 12h), at least 60s"
+                                ))
+                            })?;
+                    }
+                    Some(config)
+                }
+            },
             ..Default::default()
         };
         tracing::info!(

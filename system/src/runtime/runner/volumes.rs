@@ -11,6 +11,15 @@
 //! | which volume is marked | the least recently used of all (L220): a long build's volume, written at its start, is the oldest while still in use (§4 row 12, **inferred**: the script has no in-use check) | the least recently used of those no live claim holds |
 //! | a marked directory 900 s later | removed (L167-189), under a running build if one holds it | removed only if no live claim holds it; otherwise unmarked |
 //!
+//! The **external volumes cleaner** (`dind-volume-cleanup`, chart values L234-256, README
+//! L911-940): a CronJob every 10 minutes (`*/10 * * * *`, `concurrencyPolicy: Forbid`)
+//! that deletes the volumes last used more than `RETENTION_DAYS` (4) ago, or more than a
+//! claim's `codefresh.io/volume-retention` (`7d`). Its source is not public: that it
+//! deletes only released volumes is **inferred** (Kubernetes' `pv-protection` finalizer
+//! keeps a bound volume until its claim is gone anyway), and both variants run it alike —
+//! no flaw of it is known. The provisioner copies the claim's annotation to its volume
+//! (**inferred**), where the cleaner reads it after the claim is gone.
+//!
 //! The provisioner is not public (§0): reuse by the default selector (same account), the
 //! same pipeline first (`reuseVolumeSortOrder: pipeline_id`), then the most recently used, is
 //! **inferred** from the chart's README; a volume a live claim holds is never reused (the
@@ -50,6 +59,12 @@ pub const ACCOUNT_LABEL: &str = "io.codefresh.accountName";
 pub const PIPELINE_LABEL: &str = "pipeline_id";
 /// The node the volumes live on (one here).
 pub const NODE: &str = "node-1";
+/// A claim's (and its volume's) own retention for the external cleaner (`7d`).
+pub const RETENTION: &str = "codefresh.io/volume-retention";
+/// The external cleaner's `RETENTION_DAYS` default.
+pub const RETENTION_DAYS: Duration = Duration::from_secs(4 * 24 * 3600);
+/// The external cleaner's CronJob period (`*/10 * * * *`).
+pub const CLEANUP_EVERY: Duration = Duration::from_secs(600);
 
 /// The provisioner's and the cleaner's settings.
 #[derive(Clone, Debug)]
@@ -70,6 +85,11 @@ pub struct Config {
     pub delete_by_rm_after: Duration,
     /// How often the provisioner looks for claims to bind.
     pub bind_every: Duration,
+    /// The external cleaner's `RETENTION_DAYS`: a released volume last used longer ago is
+    /// deleted (a volume's own `codefresh.io/volume-retention` wins).
+    pub retention: Duration,
+    /// The external cleaner's schedule: at every multiple of this since the Unix epoch.
+    pub cleanup_every: Duration,
 }
 
 impl Config {
@@ -84,6 +104,8 @@ impl Config {
             sleep_interval: Duration::from_secs(60),
             delete_by_rm_after: Duration::from_secs(900),
             bind_every: Duration::from_secs(1),
+            retention: RETENTION_DAYS,
+            cleanup_every: CLEANUP_EVERY,
         }
     }
 }
@@ -107,6 +129,8 @@ pub async fn run(env: SharedEnv, config: Config) {
     let claims: Api<DynamicObject> =
         Api::namespaced_with(client, &config.apiserver.namespace, &claim_resource());
     let mut next_clean = env.elapsed() + config.sleep_interval;
+    let every = (config.cleanup_every.as_millis() as u64).max(1);
+    let mut next_cleanup = (env.unix_millis() / every + 1) * every;
     loop {
         env.sleep(config.bind_every).await;
         let Some(mut view) = View::read(&volumes, &claims, &config).await else {
@@ -116,6 +140,12 @@ pub async fn run(env: SharedEnv, config: Config) {
         if env.elapsed() >= next_clean {
             next_clean = env.elapsed() + config.sleep_interval;
             clean(&env, &config, &volumes, &view).await;
+        }
+        // The CronJob runs one job at a time (`Forbid`): a run missed while this loop was
+        // busy is not run twice.
+        if env.unix_millis() >= next_cleanup {
+            next_cleanup = (env.unix_millis() / every + 1) * every;
+            expire(&env, &config, &volumes, &view).await;
         }
     }
 }
@@ -253,7 +283,17 @@ async fn provision(
         });
         let (volume, action) = match free.first().and_then(|v| v.metadata.name.clone()) {
             Some(name) => {
-                let patch = json!({"spec": {"claimRef": claim_ref}});
+                // The volume takes its new claim's retention (or loses the old one's).
+                let retention = claim
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(RETENTION))
+                    .cloned();
+                let patch = json!({
+                    "metadata": {"annotations": {RETENTION: retention}},
+                    "spec": {"claimRef": claim_ref},
+                });
                 if volumes
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -308,6 +348,20 @@ async fn provision(
     }
 }
 
+/// A new volume's annotations: its `last_used`, and the claim's own retention if it has one.
+fn volume_annotations(claim: &DynamicObject, now_ms: u64) -> Value {
+    let mut annotations = json!({LAST_USED: now_ms.to_string()});
+    if let Some(retention) = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RETENTION))
+    {
+        annotations[RETENTION] = json!(retention);
+    }
+    annotations
+}
+
 fn new_volume(
     config: &Config,
     name: &str,
@@ -325,7 +379,7 @@ fn new_volume(
                 ACCOUNT_LABEL: label(claim, ACCOUNT_LABEL),
                 PIPELINE_LABEL: label(claim, PIPELINE_LABEL),
             },
-            "annotations": {LAST_USED: now_ms.to_string()},
+            "annotations": volume_annotations(claim, now_ms),
         },
         "spec": {
             "capacity": {"storage": format!("{}Gi", config.volume_gib)},
@@ -409,6 +463,53 @@ async fn clean(env: &SharedEnv, config: &Config, volumes: &Api<DynamicObject>, v
     }
 }
 
+/// A retention as `dind-volume-cleanup` takes it: a number and `d`, `h`, `m` or `s`.
+pub fn parse_retention(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let unit = text.chars().last()?;
+    let n: u64 = text[..text.len() - unit.len_utf8()].parse().ok()?;
+    let secs = match unit {
+        'd' => n.checked_mul(24 * 3600)?,
+        'h' => n.checked_mul(3600)?,
+        'm' => n.checked_mul(60)?,
+        's' => n,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
+}
+
+/// One run of the external cleaner: deletes every released volume last used longer ago
+/// than its retention. A volume whose `codefresh.io/volume-retention` does not parse keeps
+/// the default, and the run says so.
+async fn expire(env: &SharedEnv, config: &Config, volumes: &Api<DynamicObject>, view: &View) {
+    let now = env.unix_millis();
+    for (name, volume) in &view.volumes {
+        if view.holder(volume).is_some() || volume.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let own = volume
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(RETENTION));
+        let retention = match own.map(|text| (text, parse_retention(text))) {
+            Some((_, Some(retention))) => retention,
+            Some((text, None)) => {
+                tracing::warn!(volume = %name, retention = %text, "not a retention (7d, 12h, 30m, 90s): the default applies");
+                config.retention
+            }
+            None => config.retention,
+        };
+        let last_used = annotation(volume, LAST_USED).unwrap_or(0);
+        if now.saturating_sub(last_used) < retention.as_millis() as u64 {
+            continue;
+        }
+        if volumes.delete(name, &DeleteParams::default()).await.is_ok() {
+            event(env, name, "", "expired");
+        }
+    }
+}
+
 /// The dind stand-in's part: the build's claim is bound (its pod can start), and the
 /// volume's `last_used` is written (DIND `run.sh` L36-54, at start; again at its stop).
 /// `None` while the claim is unbound or on an error.
@@ -442,5 +543,21 @@ pub async fn intact(client: &kube::Client, volume: &str) -> Option<bool> {
         Ok(Some(v)) => Some(annotation(&v, REMOVED).is_none()),
         Ok(None) => Some(false),
         Err(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retention_is_a_number_and_a_unit() {
+        assert_eq!(parse_retention("7d"), Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_retention(" 12h "), Some(Duration::from_secs(43_200)));
+        assert_eq!(parse_retention("30m"), Some(Duration::from_secs(1_800)));
+        assert_eq!(parse_retention("90s"), Some(Duration::from_secs(90)));
+        for bad in ["", "d", "7", "7w", "-1d", "1.5d", "99999999999999999999d"] {
+            assert_eq!(parse_retention(bad), None, "{bad:?}");
+        }
     }
 }
