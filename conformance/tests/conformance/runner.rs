@@ -367,43 +367,51 @@ async fn volumes_suite(variant: Variant) {
             );
         }
     }
-    // The claim waits for pvc-protection's finalizer, which the suite removes as the
-    // controller manager would; the released volume, marked, is then deleted.
+    // The released volume, marked, is then deleted by the provisioner.
+    release_claim(&claims, &claim).await;
+    finish_volume_deletion(&pvs, &volume, "the released volume").await;
+    world.stop().await;
+}
+
+/// The claim's deletion, as the controller manager finishes it: waits until the agent
+/// deleted it, then removes pvc-protection's finalizer.
+async fn release_claim(claims: &Api<DynamicObject>, claim: &str) {
     until("the claim is being deleted", || async {
-        let object = claims.get_opt(&claim).await.ok()??;
+        let object = claims.get_opt(claim).await.ok()??;
         object.metadata.deletion_timestamp.map(|_| ())
     })
     .await;
-    claims
-        .patch(
-            &claim,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("remove the pvc-protection finalizer");
-    // The provisioner deletes it; kube-apiserver keeps it for the pv-protection controller's
-    // finalizer, which the suite removes too.
-    until("the released volume is being deleted", || async {
-        let object = pvs.get_opt(&volume).await.ok()??;
+    remove_finalizers(claims, claim, "pvc-protection").await;
+}
+
+/// A volume's deletion, as the controller manager finishes it: waits until someone deleted
+/// it (kube-apiserver keeps it for pv-protection's finalizer), removes the finalizer and
+/// waits until it is gone.
+async fn finish_volume_deletion(pvs: &Api<DynamicObject>, volume: &str, what: &str) {
+    until(&format!("{what} is being deleted"), || async {
+        let object = pvs.get_opt(volume).await.ok()??;
         object.metadata.deletion_timestamp.map(|_| ())
     })
     .await;
-    pvs.patch(
-        &volume,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("remove the pv-protection finalizer");
-    until("the released volume is deleted", || async {
-        pvs.get_opt(&volume)
+    remove_finalizers(pvs, volume, "pv-protection").await;
+    until(&format!("{what} is deleted"), || async {
+        pvs.get_opt(volume)
             .await
             .ok()
             .and_then(|v| v.is_none().then_some(()))
     })
     .await;
-    world.stop().await;
+}
+
+/// Removes `name`'s finalizers (`which` names them in a failure).
+async fn remove_finalizers(api: &Api<DynamicObject>, name: &str, which: &str) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("remove the {which} finalizer of {name}: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,47 +485,17 @@ async fn the_external_volume_cleaner_deletes_a_released_volume_past_its_retentio
             .is_some(),
         "a volume its claim holds is not the external cleaner's"
     );
-    until("the claim is being deleted", || async {
-        let object = claims.get_opt(&claim).await.ok()??;
-        object.metadata.deletion_timestamp.map(|_| ())
-    })
-    .await;
-    claims
-        .patch(
-            &claim,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
+    release_claim(&claims, &claim).await;
+    let marked = pvs
+        .get(&volume)
         .await
-        .expect("remove the pvc-protection finalizer");
-    until(
-        "the released volume, past its retention, is being deleted",
-        || async {
-            let object = pvs.get_opt(&volume).await.ok()??;
-            object.metadata.deletion_timestamp.map(|_| ())
-        },
-    )
-    .await;
-    let pv = pvs.get(&volume).await.expect("the volume being deleted");
-    let annotations = pv.metadata.annotations.unwrap_or_default();
-    assert!(
-        !annotations.contains_key(volumes::DELETED),
-        "deleted by the external cleaner, not marked by the local one: {annotations:?}"
-    );
-    pvs.patch(
-        &volume,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("remove the pv-protection finalizer");
-    until("the released volume is deleted", || async {
-        pvs.get_opt(&volume)
-            .await
-            .ok()
-            .and_then(|v| v.is_none().then_some(()))
-    })
-    .await;
+        .expect("the released volume")
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .contains_key(volumes::DELETED);
+    assert!(!marked, "the local cleaner had room: it marks nothing");
+    finish_volume_deletion(&pvs, &volume, "the released volume, past its retention,").await;
     world.stop().await;
     record_row(
         "volumes-expiry",
