@@ -76,13 +76,21 @@ fn replicas(scenario: &Scenario) -> usize {
         .map_or(1, |r| r.replicas.max(1) as usize)
 }
 
+/// Where the pod on `host` stands among the runner hosts: (its index, its index among its
+/// agent's pods).
+fn pod_of(scenario: &Scenario, host: &str) -> (usize, usize) {
+    let at = runner_hosts(scenario)
+        .iter()
+        .position(|h| h == host)
+        .unwrap_or(0);
+    (at, at % replicas(scenario))
+}
+
 /// The id of the agent whose pod runs on `host` (a `role: runner` host).
 pub fn agent_of(scenario: &Scenario, host: &str) -> String {
-    let hosts = runner_hosts(scenario);
-    let at = hosts.iter().position(|h| h == host).unwrap_or(0);
-    let first = at - at % replicas(scenario);
-    hosts
-        .get(first)
+    let (at, k) = pod_of(scenario, host);
+    runner_hosts(scenario)
+        .get(at - k)
         .cloned()
         .unwrap_or_else(|| host.to_string())
 }
@@ -190,10 +198,8 @@ pub fn agent(scenario: &Scenario, variant: Variant, host: &str) -> agent::Config
     // An agent's pods start spread over one poll period: the k-th of n polls k/n of a
     // period after the first (the same instant for all would hand every task to the first
     // host the simulator steps).
-    let hosts = runner_hosts(scenario);
-    let at = hosts.iter().position(|h| h == host).unwrap_or(0);
-    let (k, n) = (at % replicas(scenario), replicas(scenario));
-    config.start_after = config.poll_every * k as u32 / n as u32;
+    let (_, k) = pod_of(scenario, host);
+    config.start_after = config.poll_every * k as u32 / replicas(scenario) as u32;
     config
 }
 

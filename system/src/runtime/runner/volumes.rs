@@ -192,7 +192,16 @@ impl View {
 }
 
 fn annotation(object: &DynamicObject, key: &str) -> Option<u64> {
-    object.metadata.annotations.as_ref()?.get(key)?.parse().ok()
+    text_annotation(object, key)?.parse().ok()
+}
+
+fn text_annotation<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    object
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 fn label<'a>(object: &'a DynamicObject, key: &str) -> &'a str {
@@ -284,12 +293,7 @@ async fn provision(
         let (volume, action) = match free.first().and_then(|v| v.metadata.name.clone()) {
             Some(name) => {
                 // The volume takes its new claim's retention (or loses the old one's).
-                let retention = claim
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(RETENTION))
-                    .cloned();
+                let retention = text_annotation(&claim, RETENTION);
                 let patch = json!({
                     "metadata": {"annotations": {RETENTION: retention}},
                     "spec": {"claimRef": claim_ref},
@@ -351,12 +355,7 @@ async fn provision(
 /// A new volume's annotations: its `last_used`, and the claim's own retention if it has one.
 fn volume_annotations(claim: &DynamicObject, now_ms: u64) -> Value {
     let mut annotations = json!({LAST_USED: now_ms.to_string()});
-    if let Some(retention) = claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(RETENTION))
-    {
+    if let Some(retention) = text_annotation(claim, RETENTION) {
         annotations[RETENTION] = json!(retention);
     }
     annotations
@@ -487,11 +486,7 @@ async fn expire(env: &SharedEnv, config: &Config, volumes: &Api<DynamicObject>, 
         if view.holder(volume).is_some() || volume.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let own = volume
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(RETENTION));
+        let own = text_annotation(volume, RETENTION);
         let retention = match own.map(|text| (text, parse_retention(text))) {
             Some((_, Some(retention))) => retention,
             Some((text, None)) => {
