@@ -18,7 +18,9 @@
 //!   set, audit entries by sequence number (a repeat is ignored).
 //!
 //! Accepted events are not kept here: the simulator models their durability with the event
-//! bus ([`orrery_system::platform::store::Open::keeps_events`]).
+//! bus ([`orrery_system::platform::store::Open::keeps_events`]). Nor are the Runner's builds:
+//! the world keeps them across the platform's restarts, as a database that never loses a
+//! write would ([`orrery_system::platform::store::Open::keeps_builds`]).
 //!
 //! Wire (HTTP/1.1, JSON): `POST /open` → `{"holder": n, "snapshot": …}`;
 //! `POST /commit?holder=n` with the changes → 200, or 409 when another process holds it.
@@ -103,6 +105,8 @@ impl Database {
             audit: committed.audit.values().cloned().collect(),
             events: Vec::new(),
             last_event_id: 0,
+            runner: Vec::new(),
+            runner_logs: Vec::new(),
         }
     }
 
@@ -158,8 +162,12 @@ impl Database {
                 Change::Audit(entry) => {
                     committed.audit.entry(entry.seq).or_insert(entry);
                 }
-                // Not sent: `keeps_events` is false.
-                Change::Event { .. } | Change::Projected { .. } => {}
+                // Not sent: `keeps_events` and `keeps_builds` are false.
+                Change::Event { .. }
+                | Change::Projected { .. }
+                | Change::RunnerPut { .. }
+                | Change::RunnerDelete { .. }
+                | Change::RunnerLog { .. } => {}
             }
         }
         committed.commits += 1;
@@ -311,6 +319,10 @@ impl Open for Connector {
     }
 
     fn keeps_events(&self) -> bool {
+        false
+    }
+
+    fn keeps_builds(&self) -> bool {
         false
     }
 }

@@ -170,11 +170,25 @@ async fn open_store(
         platform.keep_in(journal.clone());
         events = platform.restore(env, &snapshot.events);
     }
+    let mut builds = 0;
+    if let Some(runner) = state.runner.as_ref().filter(|_| database.keeps_builds()) {
+        builds = runner
+            .restore(&snapshot.runner, &snapshot.runner_logs)
+            .map_err(|e| {
+                store::OpenError::from(store::postgres::Error::Unreadable {
+                    table: "runner_objects",
+                    key: format!("{}/{}", e.kind, e.key),
+                    reason: e.reason,
+                })
+            })?;
+        runner.keep_in(journal.clone());
+    }
     tracing::info!(
         ?migrations_applied,
         runtimes = snapshot.runtimes.len(),
         audit_entries = audited,
         events_replayed = events,
+        runner_builds = builds,
         "the platform's store is open"
     );
     Ok((store::write(env.clone(), backend, journal.clone()), journal))

@@ -216,7 +216,8 @@ pub struct ControlPlaneArgs {
     heartbeat_timeout: u64,
     /// Keep the platform's state in this PostgreSQL database
     /// (`postgres://USER:PASSWORD@HOST:PORT/DB`): runtimes and their token digests, the audit
-    /// log and the accepted events (the read models are rebuilt from them), loaded at start
+    /// log, the accepted events (the read models are rebuilt from them) and, with --runner,
+    /// the builds, task queue and build logs, loaded at start
     /// and committed as they change; migrations are applied at start. Add
     /// `?sslrootcert=CA.pem` for TLS (the server's certificate verified against that CA and
     /// the host name; `sslmode=prefer` allows a server without TLS). Without it everything

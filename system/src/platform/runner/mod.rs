@@ -37,7 +37,7 @@ pub mod logs;
 pub mod queue;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use http::{Request, StatusCode};
@@ -49,6 +49,7 @@ use crate::core::secret::TokenDigest;
 use crate::env::http::{json, Body};
 use crate::env::SharedEnv;
 use crate::observe::RunnerEvent;
+use crate::platform::store::{self, Journal};
 pub use queue::{
     Build, CronTrigger, Lease, LogError, NewBuild, Pipeline, Queue, Settings, Status, Step, Tick,
 };
@@ -91,6 +92,38 @@ pub struct Builds {
     trigger_token: TokenDigest,
     /// Woken when a build's log grows: the broadcaster's followers wait on it.
     logs_changed: tokio::sync::Notify,
+    /// With a database: where every change to the queue goes, in order.
+    journal: OnceLock<Arc<Journal>>,
+}
+
+/// The queue, locked. When released, what changed is appended to the store's journal (with
+/// a database), under the lock: the journal has the changes in the order they were made.
+pub struct Locked<'a> {
+    queue: MutexGuard<'a, Queue>,
+    journal: Option<&'a Journal>,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Queue;
+    fn deref(&self) -> &Queue {
+        &self.queue
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Queue {
+        &mut self.queue
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some(journal) = self.journal {
+            for change in self.queue.take_changes() {
+                journal.append(change);
+            }
+        }
+    }
 }
 
 impl Builds {
@@ -109,12 +142,45 @@ impl Builds {
                 .collect(),
             trigger_token: TokenDigest::of(trigger_token),
             logs_changed: tokio::sync::Notify::new(),
+            journal: OnceLock::new(),
         })
     }
 
     /// The queue (never held across an await).
-    pub fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().expect("runner queue lock poisoned")
+    pub fn lock(&self) -> Locked<'_> {
+        Locked {
+            queue: self.queue.lock().expect("runner queue lock poisoned"),
+            journal: self.journal.get().map(Arc::as_ref),
+        }
+    }
+
+    /// Replaces the queue with what the store kept (`objects`, `logs`): a restarted
+    /// control plane serves the builds, tasks and logs the last one committed. Its own
+    /// settings stay. The number of builds restored.
+    pub fn restore(
+        &self,
+        objects: &[store::records::RunnerObject],
+        logs: &[store::records::RunnerLog],
+    ) -> Result<usize, queue::Unreadable> {
+        let mut queue = self.queue.lock().expect("runner queue lock poisoned");
+        *queue = Queue::restore(queue.settings().clone(), objects, logs)?;
+        Ok(queue.builds().count())
+    }
+
+    /// Keeps every change from now on in `journal` (once; a second call is ignored).
+    pub fn keep_in(&self, journal: Arc<Journal>) {
+        let mut queue = self.queue.lock().expect("runner queue lock poisoned");
+        if self.journal.set(journal).is_ok() {
+            queue.track();
+        }
+    }
+
+    /// Waits until every change made so far is committed (at once without a database).
+    pub async fn durable(&self) -> Result<(), store::Unavailable> {
+        match self.journal.get() {
+            Some(journal) => journal.sync().await,
+            None => Ok(()),
+        }
     }
 
     /// The link's faults now.
@@ -885,7 +951,19 @@ pub async fn serve(
     let _ticker = super::events::AbortOnDrop([ticker]);
     let limits = env.limits().clone();
     crate::env::http::serve_limited(listener, &limits, move |req, _peer| {
-        handle(env.clone(), builds.clone(), req)
+        let (env, builds) = (env.clone(), builds.clone());
+        async move {
+            // With a database, a change is answered only once it is committed (a poll hands
+            // out leases the agent's next poll renews: it does not wait).
+            let writes = req.method() != http::Method::GET && req.method() != http::Method::HEAD;
+            let answer = handle(env, builds.clone(), req).await;
+            if writes && answer.status().is_success() {
+                if let Err(e) = builds.durable().await {
+                    return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+                }
+            }
+            answer
+        }
     })
     .await
 }

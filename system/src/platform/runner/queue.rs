@@ -39,6 +39,10 @@
 //!   A tick's build carries its [`Tick`]; hardened claims `cron:<trigger>@<ms>` as it claims
 //!   a delivery id, so a tick fired twice still starts one build.
 
+mod stored;
+
+pub use stored::Unreadable;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -48,6 +52,7 @@ use serde_json::{json, Value};
 use crate::core::runner::{self, Metadata, Outcome, Task, TaskStatus, TaskType};
 use crate::core::time::rfc3339;
 use crate::core::Variant;
+use crate::platform::store::records::RunnerKind;
 
 /// `MAXIMUM_RETRY_ATTEMPTS_ALLOWED` (§2.4), applied to a task handed out again after a
 /// retriable error ([INFERENCE]: the real limit counts a build's retries).
@@ -114,7 +119,7 @@ impl Default for Settings {
 }
 
 /// A build's status (task-logger's `enums.js`, §2.3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Waiting for admission: its pipeline is at its concurrency limit.
@@ -362,7 +367,7 @@ impl Tick {
 }
 
 /// A cron trigger as the platform's ledger keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CronTrigger {
     /// Its period (ms).
@@ -403,7 +408,7 @@ enum Cleanup {
 }
 
 /// One build.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Build {
     /// `b<n>`.
     pub id: String,
@@ -420,7 +425,7 @@ pub struct Build {
     /// What the engine runs.
     pub steps: Vec<Step>,
     /// Its priority: waiting builds are admitted highest first.
-    #[serde(skip_serializing_if = "is_zero_i32")]
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
     pub priority: i32,
     /// Where it is.
     pub status: Status,
@@ -439,7 +444,7 @@ pub struct Build {
 }
 
 /// Where a task is.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum TaskState {
     /// Waiting for a poll.
@@ -461,7 +466,7 @@ pub enum TaskState {
 }
 
 /// A task and where it is.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Queued {
     /// What the agent gets.
     pub task: Task,
@@ -475,7 +480,7 @@ pub struct Queued {
     pub created_ms: u64,
     /// hardened: the agent pod (replica) it was last handed to, which holds its workflow
     /// while the lease lasts.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
 }
 
@@ -530,6 +535,9 @@ pub struct Queue {
     logs: BTreeMap<String, (Vec<String>, u64)>,
     made_builds: u64,
     made_tasks: u64,
+    /// With a database: what changed since the store's journal last took it
+    /// ([`Queue::take_changes`]).
+    dirty: Option<stored::Dirty>,
 }
 
 impl Queue {
@@ -544,6 +552,13 @@ impl Queue {
     /// The limits.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Marks an object changed, for the store's journal (nothing without one).
+    fn touch(&mut self, kind: RunnerKind, key: &str) {
+        if let Some(dirty) = &mut self.dirty {
+            dirty.objects.insert((kind, key.to_string()));
+        }
     }
 
     /// Every build, oldest first.
@@ -600,8 +615,13 @@ impl Queue {
             });
         }
         *bytes += adding;
+        let added = !new.is_empty();
         log.extend(new);
-        Ok(log.len() as u64)
+        let len = log.len() as u64;
+        if let Some(dirty) = self.dirty.as_mut().filter(|_| added) {
+            dirty.logs.entry(build.into()).or_insert(next);
+        }
+        Ok(len)
     }
 
     /// `build`'s log from line `from` on (`None`: no such build).
@@ -627,6 +647,7 @@ impl Queue {
             }
         }
         self.pipelines.insert(name.into(), pipeline);
+        self.touch(RunnerKind::Pipeline, name);
         let mut changes = Changes::default();
         self.admit_pending(now_ms, &mut changes);
         changes
@@ -724,6 +745,8 @@ impl Queue {
     ) -> (String, Changes) {
         self.made_builds += 1;
         let id = format!("b{:05}", self.made_builds);
+        self.touch(RunnerKind::Counters, "");
+        self.touch(RunnerKind::Build, &id);
         let mut changes = Changes::default();
         let pipeline = self.settings_of(&request.pipeline);
         let (all, priority) = (pipeline.terminate_all, pipeline.priority);
@@ -796,8 +819,11 @@ impl Queue {
             .as_deref()
             .map(delivery_key)
             .or_else(|| request.tick.as_ref().map(Tick::key));
-        if let Some(slot) = key.and_then(|key| self.deliveries.get_mut(&key)) {
-            slot.0 = Some(id.clone());
+        if let Some(key) = key.filter(|key| self.deliveries.contains_key(key)) {
+            if let Some(slot) = self.deliveries.get_mut(&key) {
+                slot.0 = Some(id.clone());
+            }
+            self.touch(RunnerKind::Claim, &key);
         }
         if let Some(tick) = &request.tick {
             self.handled(tick);
@@ -818,6 +844,7 @@ impl Queue {
             }
             _ => {
                 self.deliveries.insert(delivery.into(), (None, now_ms));
+                self.touch(RunnerKind::Claim, delivery);
                 Ok(())
             }
         }
@@ -827,6 +854,7 @@ impl Queue {
     /// it exists): its ledger entry.
     pub fn register_cron(&mut self, name: &str, every: Duration, now_ms: u64) -> &CronTrigger {
         let every_ms = every.as_millis() as u64;
+        self.touch(RunnerKind::Cron, name);
         let entry = self.crons.entry(name.into()).or_insert(CronTrigger {
             every_ms,
             created_ms: now_ms,
@@ -860,6 +888,7 @@ impl Queue {
         self.handled(&tick);
         if !self.missed.contains(&tick) {
             self.missed.push(tick);
+            self.touch(RunnerKind::Missed, "");
         }
         Ok(())
     }
@@ -875,6 +904,7 @@ impl Queue {
                 cron.last_ms
                     .map_or(tick.scheduled_ms, |l| l.max(tick.scheduled_ms)),
             );
+            self.touch(RunnerKind::Cron, &tick.trigger);
         }
     }
 
@@ -886,6 +916,7 @@ impl Queue {
         };
         if free {
             self.lease = Some((holder.into(), now_ms.saturating_add(ttl.as_millis() as u64)));
+            self.touch(RunnerKind::Lease, "");
         }
         let (current, until_ms) = self.lease.clone().expect("the lease was just set");
         Lease {
@@ -906,6 +937,7 @@ impl Queue {
         changes.builds.push((build.into(), Status::Elected, None));
         let ns = self.settings.namespace.clone();
         let pipeline = entry.pipeline.clone();
+        self.touch(RunnerKind::Build, build);
         for (kind, spec) in [
             (TaskType::CreatePvc, pvc(build, &pipeline, &ns)),
             (
@@ -1003,6 +1035,8 @@ impl Queue {
     ) -> String {
         self.made_tasks += 1;
         let id = format!("t{:06}", self.made_tasks);
+        self.touch(RunnerKind::Counters, "");
+        self.touch(RunnerKind::Task, &id);
         let task = Task {
             id: id.clone(),
             kind,
@@ -1077,6 +1111,9 @@ impl Queue {
                 out.push((queued.task.clone(), queued.deliveries));
             }
         }
+        for (task, _) in &out {
+            self.touch(RunnerKind::Task, &task.id);
+        }
         out
     }
 
@@ -1101,6 +1138,7 @@ impl Queue {
             if queued.agent == agent && leased && queued.holder.as_deref() == Some(replica) {
                 queued.state = TaskState::Leased { until_ms };
                 renewed += 1;
+                self.touch(RunnerKind::Task, id);
             }
         }
         renewed
@@ -1134,6 +1172,7 @@ impl Queue {
             && queued.deliveries < MAXIMUM_RETRY_ATTEMPTS_ALLOWED;
         if retry {
             queued.state = TaskState::Ready;
+            self.touch(RunnerKind::Task, task);
             return Ok(changes);
         }
         queued.state = TaskState::Done {
@@ -1142,6 +1181,7 @@ impl Queue {
         };
         let (kind, build) = (queued.task.kind, queued.task.metadata.workflow_id.clone());
         let name = queued.task.object_name().to_string();
+        self.touch(RunnerKind::Task, task);
         if status.status == Outcome::Error && kind.creates() {
             let reason = format!(
                 "{kind:?} {name}: {}",
@@ -1155,6 +1195,7 @@ impl Queue {
     /// `PUT /api/agent/{agent}/status`.
     pub fn heartbeat(&mut self, agent: &str, now_ms: u64) {
         self.heartbeats.insert(agent.into(), now_ms);
+        self.touch(RunnerKind::Heartbeat, agent);
     }
 
     /// The engine of `build` reports: `exit_code` `None` while it runs (it started, or a
@@ -1177,8 +1218,9 @@ impl Queue {
             None if entry.status == Status::Elected => {
                 entry.status = Status::Running;
                 changes.builds.push((build.into(), Status::Running, None));
+                self.touch(RunnerKind::Build, build);
             }
-            None => {}
+            None => self.touch(RunnerKind::Build, build),
             Some(code) => {
                 let status = if code == 0 {
                     Status::Success
@@ -1233,6 +1275,9 @@ impl Queue {
                 changes.expired.push(queued.task.id.clone());
             }
         }
+        for id in changes.expired.clone() {
+            self.touch(RunnerKind::Task, &id);
+        }
         self.forget(now_ms);
         changes
     }
@@ -1243,12 +1288,18 @@ impl Queue {
     /// [`DELIVERY_RETENTION`] ago, a missed tick as old as a build kept.
     fn forget(&mut self, now_ms: u64) {
         let expire = self.settings.expire_after.as_millis() as u64;
-        self.tasks.retain(|_, queued| {
+        // What goes, for the store's journal (rare: collected whether or not one runs).
+        let mut gone: Vec<(RunnerKind, String)> = Vec::new();
+        self.tasks.retain(|id, queued| {
             let open = matches!(queued.state, TaskState::Ready | TaskState::Leased { .. });
-            open || now_ms < queued.created_ms.saturating_add(expire)
+            let keep = open || now_ms < queued.created_ms.saturating_add(expire);
+            if !keep {
+                gone.push((RunnerKind::Task, id.clone()));
+            }
+            keep
         });
         let kept = BUILD_RETENTION.as_millis() as u64;
-        let gone: Vec<String> = self
+        let builds: Vec<String> = self
             .builds
             .values()
             .filter(|b| {
@@ -1257,15 +1308,28 @@ impl Queue {
             })
             .map(|b| b.id.clone())
             .collect();
-        for build in gone {
+        for build in builds {
             self.builds.remove(&build);
             self.logs.remove(&build);
+            gone.push((RunnerKind::Build, build));
         }
         let claims = DELIVERY_RETENTION.as_millis() as u64;
-        self.deliveries
-            .retain(|_, (_, claimed)| now_ms < claimed.saturating_add(claims));
+        self.deliveries.retain(|key, (_, claimed)| {
+            let keep = now_ms < claimed.saturating_add(claims);
+            if !keep {
+                gone.push((RunnerKind::Claim, key.clone()));
+            }
+            keep
+        });
+        let missed = self.missed.len();
         self.missed
             .retain(|tick| now_ms < tick.scheduled_ms.saturating_add(kept));
+        if self.missed.len() != missed {
+            gone.push((RunnerKind::Missed, String::new()));
+        }
+        for (kind, key) in gone {
+            self.touch(kind, &key);
+        }
     }
 
     /// Ends `build` with `status`, removes all its objects and admits its pipeline's next
@@ -1298,6 +1362,9 @@ impl Queue {
         };
         if entry.status.is_final() {
             return;
+        }
+        if let Some(dirty) = &mut self.dirty {
+            dirty.objects.insert((RunnerKind::Build, build.to_string()));
         }
         entry.status = status;
         entry.reason = reason.clone();

@@ -1,6 +1,7 @@
 //! The platform's durable store: what a control-plane process must not lose — the runtime
-//! registry, the audit log, and the events the events API accepted (the read models are
-//! rebuilt from them) — kept in PostgreSQL in real mode ([`postgres`]).
+//! registry, the audit log, the events the events API accepted (the read models are
+//! rebuilt from them), and the Runner's builds, task queue and logs — kept in PostgreSQL in
+//! real mode ([`postgres`]).
 //!
 //! The services change their in-memory state as before and append each change to a
 //! [`Journal`], synchronously and in order; a writer commits the journal to the database in
@@ -30,7 +31,7 @@ use tokio::sync::Notify;
 
 use crate::env::SharedEnv;
 
-use records::{Entry, Info};
+use records::{Entry, Info, RunnerKind, RunnerLog, RunnerObject};
 
 /// One change to what the store keeps.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -78,6 +79,32 @@ pub enum Change {
         object: String,
         /// What the projection did.
         effect: Effect,
+    },
+    /// A Runner object (build, task, pipeline, …) as it is now, stored whole in place of
+    /// what was stored under its kind and key.
+    RunnerPut {
+        /// What it is.
+        kind: RunnerKind,
+        /// Its key.
+        key: String,
+        /// Its state.
+        value: serde_json::Value,
+    },
+    /// A Runner object is gone (a build's log goes with its build).
+    RunnerDelete {
+        /// What it was.
+        kind: RunnerKind,
+        /// Its key.
+        key: String,
+    },
+    /// Lines appended to a build's log, the first of them line `from` (0-based).
+    RunnerLog {
+        /// The build.
+        build: String,
+        /// The first line's number.
+        from: u64,
+        /// The lines.
+        lines: Vec<String>,
     },
 }
 
@@ -270,6 +297,12 @@ pub struct Snapshot {
     pub events: Vec<StoredEvent>,
     /// The largest event id ever stored (ids continue after it).
     pub last_event_id: u64,
+    /// The Runner's objects, by kind and key.
+    #[serde(default)]
+    pub runner: Vec<RunnerObject>,
+    /// The Runner's build logs, by build.
+    #[serde(default)]
+    pub runner_logs: Vec<RunnerLog>,
 }
 
 /// Why a commit failed, as the writer acts on it.
@@ -324,6 +357,13 @@ pub trait Open: Send + Sync {
     /// their durability with its event bus instead, and keeps only the registry and the
     /// audit log in its database).
     fn keeps_events(&self) -> bool {
+        true
+    }
+
+    /// Whether the Runner's builds, task queue and logs are kept here too (the simulator
+    /// keeps them in the world across the platform's restarts instead, as a database that
+    /// never loses a write would).
+    fn keeps_builds(&self) -> bool {
         true
     }
 }

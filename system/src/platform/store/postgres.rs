@@ -10,11 +10,19 @@
 //! its current token, its info as JSON), `revoked_tokens` (SHA-256s), `audit_log` (seq → entry
 //! as JSON), `events` (each accepted event as it arrived, until a newer event of the same
 //! object has been projected: the read models are rebuilt from them at start).
+//!
+//! Tables (migration 2): `runner_objects` (the Runner's builds, tasks, pipelines, claims,
+//! cron ledger, lease, counters and heartbeats: kind, key, the object as JSON),
+//! `runner_log_lines` (build, line number, line).
+//!
+//! PostgreSQL's `text` and `jsonb` cannot hold a NUL: a NUL in a stored name, value or log
+//! line is kept as U+FFFD.
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use tokio_postgres::{Client, NoTls, Statement};
 
+use super::records::{RunnerKind, RunnerLog, RunnerObject};
 use super::{
     Backend, Change, Effect, Failure, Open, OpenError, Opened, Snapshot, StoredEvent, StoredRuntime,
 };
@@ -22,11 +30,18 @@ use crate::env::SharedEnv;
 
 /// The schema's migrations, in order: (version, name, SQL). Never edit one that shipped; add
 /// the next.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "registry, audit log and events",
-    include_str!("migrations/0001_initial.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "registry, audit log and events",
+        include_str!("migrations/0001_initial.sql"),
+    ),
+    (
+        2,
+        "runner builds, task queue and logs",
+        include_str!("migrations/0002_runner.sql"),
+    ),
+];
 
 /// Key of the advisory lock a control plane holds on its database (`orrery` in ASCII).
 const LOCK_KEY: i64 = 0x6f72_7265_7279;
@@ -104,6 +119,10 @@ struct Statements {
     compact: Statement,
     drop_event: Statement,
     last_event: Statement,
+    runner_put: Statement,
+    runner_delete: Statement,
+    runner_drop_log: Statement,
+    runner_log: Statement,
 }
 
 /// An open, migrated database that this process holds.
@@ -287,6 +306,26 @@ impl Database {
             )
             .await
             .map_err(pg(&addr))?,
+            runner_put: prepare(
+                "INSERT INTO runner_objects (kind, key, value) VALUES ($1, $2, $3) \
+                 ON CONFLICT (kind, key) DO UPDATE SET value = EXCLUDED.value",
+            )
+            .await
+            .map_err(pg(&addr))?,
+            runner_delete: prepare("DELETE FROM runner_objects WHERE kind = $1 AND key = $2")
+                .await
+                .map_err(pg(&addr))?,
+            runner_drop_log: prepare("DELETE FROM runner_log_lines WHERE build = $1")
+                .await
+                .map_err(pg(&addr))?,
+            // A line sent again (its first answer lost) keeps the row it has.
+            runner_log: prepare(
+                "INSERT INTO runner_log_lines (build, line_no, line) \
+                 SELECT $1, $2 + n - 1, line FROM unnest($3::text[]) WITH ORDINALITY AS t(line, n) \
+                 ON CONFLICT (build, line_no) DO NOTHING",
+            )
+            .await
+            .map_err(pg(&addr))?,
         };
         Ok(Database {
             addr,
@@ -391,6 +430,47 @@ impl Database {
             .map_err(|e| self.error(e))?
             .get(0);
         snapshot.last_event_id = last as u64;
+        for row in self
+            .client
+            .query(
+                "SELECT kind, key, value FROM runner_objects ORDER BY kind, key",
+                &[],
+            )
+            .await
+            .map_err(|e| self.error(e))?
+        {
+            let (kind, key): (String, String) = (row.get(0), row.get(1));
+            let Some(kind) = RunnerKind::parse(&kind) else {
+                return Err(Error::Unreadable {
+                    table: "runner_objects",
+                    key: format!("{kind}/{key}"),
+                    reason: format!("unknown kind {kind:?}"),
+                });
+            };
+            snapshot.runner.push(RunnerObject {
+                kind,
+                key,
+                value: row.get(2),
+            });
+        }
+        for row in self
+            .client
+            .query(
+                "SELECT build, line FROM runner_log_lines ORDER BY build, line_no",
+                &[],
+            )
+            .await
+            .map_err(|e| self.error(e))?
+        {
+            let (build, line): (String, String) = (row.get(0), row.get(1));
+            match snapshot.runner_logs.last_mut() {
+                Some(log) if log.build == build => log.lines.push(line),
+                _ => snapshot.runner_logs.push(RunnerLog {
+                    build,
+                    lines: vec![line],
+                }),
+            }
+        }
         Ok(snapshot)
     }
 
@@ -410,11 +490,7 @@ impl Database {
                 } => {
                     // jsonb cannot hold a NUL: a registration's text with one is kept with
                     // U+FFFD in its place.
-                    let info: serde_json::Value = serde_json::to_string(info)
-                        .map(|text| text.replace("\\u0000", "\\ufffd"))
-                        .ok()
-                        .and_then(|text| serde_json::from_str(&text).ok())
-                        .unwrap_or_default();
+                    let info = without_nul_json(&serde_json::to_value(info).unwrap_or_default());
                     tx.execute(&s.runtime, &[name, account, runtime, token_sha256, &info])
                         .await?;
                 }
@@ -457,12 +533,62 @@ impl Database {
                         }
                     }
                 }
+                Change::RunnerPut { kind, key, value } => {
+                    let value = without_nul_json(value);
+                    tx.execute(
+                        &s.runner_put,
+                        &[&kind.as_str(), &without_nul(key).as_ref(), &value],
+                    )
+                    .await?;
+                }
+                Change::RunnerDelete { kind, key } => {
+                    let key = without_nul(key);
+                    let key = key.as_ref();
+                    tx.execute(&s.runner_delete, &[&kind.as_str(), &key])
+                        .await?;
+                    if *kind == RunnerKind::Build {
+                        tx.execute(&s.runner_drop_log, &[&key]).await?;
+                    }
+                }
+                Change::RunnerLog { build, from, lines } => {
+                    let lines: Vec<String> =
+                        lines.iter().map(|l| without_nul(l).into_owned()).collect();
+                    tx.execute(
+                        &s.runner_log,
+                        &[&without_nul(build).as_ref(), &(*from as i64), &lines],
+                    )
+                    .await?;
+                }
             }
         }
         if last_event > 0 {
             tx.execute(&s.last_event, &[&last_event]).await?;
         }
         tx.commit().await
+    }
+}
+
+/// `text` with each NUL (which PostgreSQL's `text` cannot hold) replaced by U+FFFD.
+fn without_nul(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.contains('\0') {
+        true => std::borrow::Cow::Owned(text.replace('\0', "\u{fffd}")),
+        false => std::borrow::Cow::Borrowed(text),
+    }
+}
+
+/// `value` with each NUL in its strings and keys replaced by U+FFFD (`jsonb` cannot hold one).
+fn without_nul_json(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => Value::String(without_nul(text).into_owned()),
+        Value::Array(items) => Value::Array(items.iter().map(without_nul_json).collect()),
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (without_nul(k).into_owned(), without_nul_json(v)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -566,7 +692,17 @@ impl Backend for Database {
 
 #[cfg(test)]
 mod tests {
-    use super::shown;
+    use super::{shown, without_nul_json};
+
+    #[test]
+    fn a_nul_is_kept_as_u_fffd_in_strings_and_keys_and_nothing_else_changes() {
+        let value = serde_json::json!({"a\u{0}b": ["x\u{0}", "\\u0000", 1, null], "n": 2});
+        assert_eq!(
+            without_nul_json(&value),
+            serde_json::json!({"a\u{fffd}b": ["x\u{fffd}", "\\u0000", 1, null], "n": 2}),
+            "a backslash followed by u0000 is text, not a NUL"
+        );
+    }
 
     #[test]
     fn a_password_never_reaches_a_message() {

@@ -103,3 +103,85 @@ pub struct Info {
     /// Its ingress host (`host:port`), for [`AccessMode::Ingress`].
     pub ingress_host: String,
 }
+
+// --- The Runner's builds and task queue (`platform::runner`). ---
+
+/// Which of the Runner's objects a stored row is: each kind is kept whole, by key, as JSON
+/// (the queue's own serde form), so a restarted control plane rebuilds the queue from them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunnerKind {
+    /// A build, by id.
+    Build,
+    /// An agent task, by id.
+    Task,
+    /// A pipeline's admission settings, by name.
+    Pipeline,
+    /// hardened: a claimed webhook delivery id or cron tick key, by key.
+    Claim,
+    /// A cron trigger's ledger entry, by name.
+    Cron,
+    /// The ticks reported missed (one row, key `""`).
+    Missed,
+    /// The cronus lease (one row, key `""`).
+    Lease,
+    /// The ids made so far (one row, key `""`): ids are never given out twice.
+    Counters,
+    /// When an agent last sent a heartbeat, by agent id.
+    Heartbeat,
+}
+
+impl RunnerKind {
+    /// Every kind, in the order a queue is rebuilt from them.
+    pub const ALL: [RunnerKind; 9] = [
+        RunnerKind::Counters,
+        RunnerKind::Pipeline,
+        RunnerKind::Build,
+        RunnerKind::Task,
+        RunnerKind::Claim,
+        RunnerKind::Cron,
+        RunnerKind::Missed,
+        RunnerKind::Lease,
+        RunnerKind::Heartbeat,
+    ];
+
+    /// The name in the `runner_objects` table's `kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerKind::Build => "build",
+            RunnerKind::Task => "task",
+            RunnerKind::Pipeline => "pipeline",
+            RunnerKind::Claim => "claim",
+            RunnerKind::Cron => "cron",
+            RunnerKind::Missed => "missed",
+            RunnerKind::Lease => "lease",
+            RunnerKind::Counters => "counters",
+            RunnerKind::Heartbeat => "heartbeat",
+        }
+    }
+
+    /// The kind named `name` in the table (`None`: a kind this build does not know).
+    pub fn parse(name: &str) -> Option<RunnerKind> {
+        RunnerKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+/// One stored Runner object.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunnerObject {
+    /// What it is.
+    pub kind: RunnerKind,
+    /// Its key within its kind.
+    pub key: String,
+    /// Its state, whole.
+    pub value: serde_json::Value,
+}
+
+/// One build's stored log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunnerLog {
+    /// The build.
+    pub build: String,
+    /// Its lines, in order.
+    pub lines: Vec<String>,
+}
