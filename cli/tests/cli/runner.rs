@@ -740,6 +740,79 @@ fn branch_and_account_limits_and_the_terminate_all_policy_in_real_mode() {
     assert!(answer.contains("priority"), "{answer}");
 }
 
+/// A pipeline's trigger concurrency and "terminate child builds" in real mode (no agent
+/// runs, so an admitted build stays `elected`): a trigger's second build waits while a
+/// build another trigger or no trigger started is admitted; a build terminated by the
+/// pipeline's policy ends the build it started; bad values are refused by name.
+#[test]
+fn trigger_limits_and_child_builds_in_real_mode() {
+    let (_, runner, _, _world) = world("hardened");
+    let body =
+        r#"{"triggerConcurrency":1,"terminatePreviousOnBranch":true,"terminateChildren":true}"#;
+    let (status, answer) = http_as(runner, "PUT", "/api/pipelines/demo/t", body, ADMIN).unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let (_, settings) = http_as(runner, "GET", "/api/pipelines/demo/t", "", ADMIN).unwrap();
+    let settings: serde_json::Value = serde_json::from_str(&settings).unwrap();
+    assert_eq!(
+        (
+            &settings["triggerConcurrency"],
+            &settings["terminateChildren"]
+        ),
+        (&serde_json::json!(1), &serde_json::json!(true))
+    );
+    let (_, push1) = build_on(runner, "demo/t", "main", r#","trigger":"push""#);
+    let (_, push2) = build_on(runner, "demo/t", "dev", r#","trigger":"push""#);
+    let (_, nightly) = build_on(runner, "demo/t", "nightly", r#","trigger":"nightly""#);
+    let (_, manual) = build_on(runner, "demo/t", "manual", "");
+    let status = |id: &str| build_status(runner, id);
+    assert_eq!(
+        [&push1, &push2, &nightly, &manual].map(|b| status(b).0),
+        ["elected", "pending", "elected", "elected"]
+    );
+    // push1's step starts a build of another pipeline: its child.
+    let (status_code, child) = build_on(
+        runner,
+        "demo/child",
+        "main",
+        &format!(r#","parent":"{push1}""#),
+    );
+    assert_eq!(status_code, 201, "{child}");
+    assert_eq!(status(&child).0, "elected");
+    // A new build of main terminates push1 (same branch), and push1 its child; push2 is
+    // admitted in push1's place.
+    let (_, next) = build_on(runner, "demo/t", "main", "");
+    assert_eq!(status(&push1).0, "terminated");
+    assert_eq!(
+        status(&child),
+        (
+            "terminated".to_string(),
+            format!("terminated with its parent build {push1}")
+        )
+    );
+    assert_eq!(status(&push2).0, "elected");
+    assert_eq!(status(&next).0, "elected");
+    // Refused by name.
+    let (code, answer) = http_as(
+        runner,
+        "PUT",
+        "/api/pipelines/demo/t",
+        r#"{"triggerConcurrency":0}"#,
+        ADMIN,
+    )
+    .unwrap();
+    assert_eq!(code, 400, "{answer}");
+    assert!(answer.contains("triggerConcurrency"), "{answer}");
+    for (extra, code, says) in [
+        (r#","parent":"b99999""#, 404, "no build b99999"),
+        (r#","trigger":"""#, 400, "`trigger`"),
+        (r#","parent":7"#, 400, "`parent`"),
+    ] {
+        let (got, answer) = build_on(runner, "demo/t", "main", extra);
+        assert_eq!(got, code, "{extra}: {answer}");
+        assert!(answer.contains(says), "{extra}: {answer}");
+    }
+}
+
 /// `serve runner --engine-memory-mib` takes 1 to 1048576 MiB and only with `--engine`.
 #[test]
 fn serve_runner_refuses_a_bad_engine_memory_or_volume_retention() {

@@ -65,6 +65,8 @@ pub struct RunnerTruth {
     pub branch_limit: Option<u32>,
     /// The account's concurrency limit, as the scenario sets it.
     pub account_limit: Option<u32>,
+    /// Each pipeline's trigger concurrency limit, as the scenario sets it.
+    pub trigger_limit: Option<u32>,
     /// The builds' clock at the run's start (Unix ms): their times minus this are run times.
     pub started_ms: u64,
     /// The cron triggers' ledger, by name.
@@ -279,14 +281,18 @@ impl Checker for ConcurrencyLimit {
 
     fn at_end(&mut self, state: &FinalState) -> Option<Violation> {
         let truth = state.runner.as_ref()?;
-        // Each scope a limit applies to: its key for a build, and the limit.
-        type Key = fn(&Build) -> String;
-        let scopes: [(&str, Option<u32>, Key); 3] = [
-            ("pipeline", truth.limit, |b| b.pipeline.clone()),
+        // Each scope a limit applies to: its key for a build (none: the limit does not
+        // hold that build), and the limit.
+        type Key = fn(&Build) -> Option<String>;
+        let scopes: [(&str, Option<u32>, Key); 4] = [
+            ("pipeline", truth.limit, |b| Some(b.pipeline.clone())),
             ("branch", truth.branch_limit, |b| {
-                format!("{}@{}", b.pipeline, b.branch)
+                Some(format!("{}@{}", b.pipeline, b.branch))
             }),
-            ("account", truth.account_limit, |_| String::new()),
+            ("account", truth.account_limit, |_| Some(String::new())),
+            ("trigger", truth.trigger_limit, |b| {
+                b.trigger.as_ref().map(|t| format!("{}#{t}", b.pipeline))
+            }),
         ];
         let all = admissions(&truth.builds);
         for (scope, limit, key) in scopes {
@@ -295,10 +301,12 @@ impl Checker for ConcurrencyLimit {
             };
             let mut moments: BTreeMap<String, Vec<(u64, i32, &str)>> = BTreeMap::new();
             for &(at_ms, change, build) in &all {
-                moments
-                    .entry(key(build))
-                    .or_default()
-                    .push((at_ms, change, build.id.as_str()));
+                if let Some(key) = key(build) {
+                    moments
+                        .entry(key)
+                        .or_default()
+                        .push((at_ms, change, build.id.as_str()));
+                }
             }
             for (of, list) in moments {
                 let mut admitted = 0i32;
@@ -308,6 +316,7 @@ impl Checker for ConcurrencyLimit {
                         let what = match scope {
                             "pipeline" => format!("builds of pipeline {of}"),
                             "branch" => format!("builds of branch {of}"),
+                            "trigger" => format!("builds of trigger {of}"),
                             _ => "builds of the account".to_string(),
                         };
                         return Some(Violation {
@@ -757,6 +766,8 @@ mod tests {
             branch: "main".into(),
             delivery: None,
             tick: None,
+            trigger: None,
+            parent: None,
             agent: "runner".into(),
             steps: Vec::new(),
             priority: 0,
@@ -1160,6 +1171,32 @@ mod tests {
             .expect("four of the account");
         assert_eq!((v.details["build"].as_str(), v.at_ms), (Some("b4"), 3));
         assert!(ConcurrencyLimit.at_end(&limits(None, Some(4))).is_none());
+        // A trigger limit counts the builds one trigger started, and no other.
+        let by = |id: &str, trigger: Option<&str>, from: u64| Build {
+            trigger: trigger.map(str::to_string),
+            ..admitted(id, from, None)
+        };
+        let triggered = |limit| FinalState {
+            runner: Some(RunnerTruth {
+                builds: vec![
+                    by("b1", Some("push"), 0),
+                    by("b2", Some("nightly"), 1),
+                    by("b3", None, 2),
+                    by("b4", Some("push"), 3),
+                ],
+                trigger_limit: limit,
+                ..RunnerTruth::default()
+            }),
+            ..FinalState::default()
+        };
+        let v = ConcurrencyLimit
+            .at_end(&triggered(Some(1)))
+            .expect("two of push");
+        assert_eq!(
+            (v.details["trigger"].as_str(), v.details["build"].as_str()),
+            (Some("p#push"), Some("b4"))
+        );
+        assert!(ConcurrencyLimit.at_end(&triggered(Some(2))).is_none());
     }
 
     #[test]

@@ -1219,6 +1219,7 @@ fn runner_truth(
         limit: scenario.runner.as_ref().and_then(|r| r.concurrency),
         branch_limit: scenario.runner.as_ref().and_then(|r| r.branch_concurrency),
         account_limit: scenario.runner.as_ref().and_then(|r| r.account_concurrency),
+        trigger_limit: scenario.runner.as_ref().and_then(|r| r.trigger_concurrency),
         replicas: scenario.runner.as_ref().map_or(1, |r| r.replicas),
         started_ms: SIM_EPOCH_UNIX_MS,
         crons: queue.crons().clone(),

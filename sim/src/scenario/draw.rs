@@ -226,6 +226,10 @@ fn draw_knobs(rng: &mut Rng, knobs: &SwarmKnobs, concrete: &mut Scenario) {
         if let Some(range) = r.account_concurrency {
             runner.account_concurrency = Some(between_u32(rng, range));
         }
+        // Last: families without it draw as before.
+        if let Some(range) = r.trigger_concurrency {
+            runner.trigger_concurrency = Some(between_u32(rng, range).max(1));
+        }
     }
 }
 

@@ -1017,6 +1017,14 @@ pub struct Runner {
     /// Builds of every pipeline admitted at once (the account's plan). Default: unlimited.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub account_concurrency: Option<u32>,
+    /// Builds one trigger started admitted at once (each pipeline's "trigger
+    /// concurrency"). Default: unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger_concurrency: Option<u32>,
+    /// Triggers the builds the builds API makes cycle through (`trigger-0`, `trigger-1`,
+    /// …; 0: they name none). A cron tick's build names its cron trigger. Default 0.
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub triggers: u32,
     /// Pipelines the builds cycle through, each with the limits and policies above
     /// (`demo/build` for one; `demo/build-0`, `demo/build-1`, … for more). Default 1.
     #[serde(skip_serializing_if = "is_one_u32")]
@@ -1184,6 +1192,8 @@ impl Default for Runner {
             terminate_all: false,
             branch_concurrency: None,
             account_concurrency: None,
+            trigger_concurrency: None,
+            triggers: 0,
             pipelines: 1,
             burst: 1,
             branches: 1,

@@ -360,6 +360,18 @@ fn validate_roles(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError> 
                 "branch_concurrency must be at least 1 (leave it out: unlimited)",
             ),
             (
+                runner.trigger_concurrency != Some(0),
+                "trigger_concurrency",
+                "trigger_concurrency must be at least 1 (leave it out: unlimited)",
+            ),
+            (
+                runner.trigger_concurrency.is_none()
+                    || runner.triggers > 0
+                    || runner.cron.is_some(),
+                "trigger_concurrency",
+                "trigger_concurrency holds only builds a trigger started: give triggers (the builds' triggers) or cron",
+            ),
+            (
                 runner.replicas >= 1 && count(Role::Runner) % runner.replicas as usize == 0,
                 "replicas",
                 "replicas must be at least 1 and divide the number of hosts with role runner (every `replicas` of them, in order, are one agent's pods)",
@@ -1415,6 +1427,41 @@ expect:
             .unwrap_err()
             .to_string();
         assert!(err.contains("threshold_pct is a percentage"), "{err}");
+    }
+
+    #[test]
+    fn a_trigger_limit_needs_builds_a_trigger_started_and_is_at_least_one() {
+        let scenario = |runner: &str| {
+            format!(
+                "name: t
+description: d
+topology:
+  hosts:
+    - {{name: apiserver, role: apiserver}}
+    - {{name: platform, role: platform}}
+    - {{name: runner, role: runner}}
+runner: {runner}
+duration: 10s
+calm: 10s
+invariants:
+  - name: runner_concurrency_limit
+expect:
+  faithful: pass
+"
+            )
+        };
+        let ok = parse("t.yaml", &scenario("{triggers: 2, trigger_concurrency: 1}")).unwrap();
+        assert_eq!(ok.runner.unwrap().trigger_concurrency, Some(1));
+        for (runner, says) in [
+            ("{trigger_concurrency: 1}", "give triggers"),
+            ("{triggers: 2, trigger_concurrency: 0}", "at least 1"),
+        ] {
+            let err = parse("t.yaml", &scenario(runner)).unwrap_err().to_string();
+            assert!(
+                err.contains("trigger_concurrency") && err.contains(says),
+                "{runner}: {err}"
+            );
+        }
     }
 
     #[test]

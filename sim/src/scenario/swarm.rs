@@ -209,6 +209,9 @@ pub struct RunnerRanges {
     /// Range of the account's concurrency limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account_concurrency: Option<[u32; 2]>,
+    /// Range of each pipeline's trigger concurrency limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_concurrency: Option<[u32; 2]>,
 }
 
 impl SwarmKnobs {

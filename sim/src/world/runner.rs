@@ -147,9 +147,11 @@ pub fn pipeline(runner: &Runner) -> Pipeline {
     Pipeline {
         concurrency: runner.concurrency,
         branch_concurrency: runner.branch_concurrency,
+        trigger_concurrency: runner.trigger_concurrency,
         terminate_previous_on_branch: runner.terminate_previous,
         terminate_branch_pattern: runner.terminate_branch_pattern.clone(),
         terminate_all: runner.terminate_all,
+        terminate_children: false,
         priority: 0,
     }
 }
@@ -357,7 +359,7 @@ pub async fn trigger(
             // Builds go to the agents in turn (one agent: always it).
             let agent = &agents[n as usize % agents.len()];
             let pipeline = pipeline_of(&runner, n);
-            let body = match runner.branches {
+            let mut body = match runner.branches {
                 // One branch: the body the first slice sent (traces unchanged).
                 1 => json!({"pipeline": pipeline, "agent": agent, "steps": steps}),
                 branches => json!({
@@ -367,6 +369,9 @@ pub async fn trigger(
                     "steps": steps,
                 }),
             };
+            if runner.triggers > 0 {
+                body["trigger"] = json!(format!("trigger-{}", n % runner.triggers));
+            }
             let (client, env, api, webhook) = (&client, &env, &api, &runner.webhook);
             async move {
                 let Some(webhook) = webhook.clone() else {

@@ -14,12 +14,12 @@
 //! | `GET /api/agent/{id}/tasks?waitForStatusReport=true` | agent (raw token) | its due tasks |
 //! | `POST /api/agent/{id}/tasks/{taskId}/statuses` | agent | 200, 404 unknown task, 409 stale `statusRevision` |
 //! | `PUT /api/agent/{id}/status` | agent (heartbeat) | 200 |
-//! | `POST /api/builds` `{pipeline, agent, branch, steps, priority?}` | trigger (admin token) | `{id}`, admitted or pending |
+//! | `POST /api/builds` `{pipeline, agent, branch, steps, priority?, trigger?, parent?}` | trigger (admin token) | `{id}`, admitted or pending; 404 for an unknown `parent` build |
 //! | `POST /api/webhooks` (header `X-GitHub-Delivery`), the same body | trigger (hermes) | `{id}` after [`Settings::webhook_delay`]; hardened answers a delivery seen before with its build |
 //! | `PUT /api/cron/{name}` `{everyMs}`, `GET /api/cron/{name}` | cronus (hardened) | the trigger's ledger: period, registration, last tick handled |
 //! | `POST /api/cron/{name}/ticks` `{scheduledMs, missed?}` + the build body | cronus (hermes `run/<eventURI>`) | `{id}`; hardened answers a tick seen before with its build; `missed: true` records the tick as missed |
 //! | `POST /api/cronus/lease` `{holder, ttlMs}` | cronus (hardened) | `{leader, holder, untilMs}` |
-//! | `PUT /api/pipelines/{name}` `{concurrency, branchConcurrency, terminatePreviousOnBranch, terminateBranchPattern, terminateAll, priority}` | trigger | the pipeline's admission settings (400 naming a bad one) |
+//! | `PUT /api/pipelines/{name}` `{concurrency, branchConcurrency, triggerConcurrency, terminatePreviousOnBranch, terminateBranchPattern, terminateAll, terminateChildren, priority}` | trigger | the pipeline's admission settings (400 naming a bad one) |
 //! | `GET /api/pipelines/{name}` | trigger | them |
 //! | `POST /api/proxy-tasks` `{agent, url, method?, token, params?}` | trigger (the UI) | `{id}` of a `proxy` agent task: the agent sends `params` to `url` inside the customer's network (**inferred** route; the task is venona's) |
 //! | `GET /api/proxy-tasks/{id}` | trigger | `{id, agent, deliveries, status}`: `ready`, `leased`, `done` with the agent's `outcome` and `reason`, or `expired` |
@@ -736,8 +736,29 @@ fn parse_build(
             }
         },
     };
+    let text = |field: &str| match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) if !text.is_empty() => Ok(Some(text.clone())),
+        Some(_) => Err((
+            StatusCode::BAD_REQUEST,
+            format!("`{field}` is not a non-empty string"),
+        )),
+    };
+    // A tick's build was started by its cron trigger.
+    let trigger = text("trigger")?.or_else(|| tick.as_ref().map(|t| t.trigger.clone()));
+    let parent = text("parent")?;
+    if let Some(parent) = &parent {
+        if builds.lock().build(parent).is_none() {
+            return Err((
+                StatusCode::NOT_FOUND,
+                format!("`parent`: no build {parent}"),
+            ));
+        }
+    }
     Ok(NewBuild {
         priority,
+        trigger,
+        parent,
         pipeline: pipeline.into(),
         agent: agent.into(),
         branch: branch.into(),
@@ -798,9 +819,11 @@ async fn admit(env: &SharedEnv, builds: &Builds, request: NewBuild) -> String {
     };
     let seen = match (settings.variant, limited) {
         (crate::core::Variant::Faithful, true) => {
-            let seen = builds
-                .lock()
-                .admitted_counts(&request.pipeline, &request.branch);
+            let seen = builds.lock().admitted_counts(
+                &request.pipeline,
+                &request.branch,
+                request.trigger.as_deref(),
+            );
             env.sleep(settings.admission_read).await;
             Some(seen)
         }

@@ -27,12 +27,15 @@
 //!   for its database ([`Settings::admission_read`]) and then elects on what it read — builds
 //!   made at the same moment all pass a limit one of them fills (§4 row 8, "pipeline
 //!   concurrency limit ignored periodically"; the check-then-act mechanism is
-//!   [INFERENCE]); hardened checks and elects in one step;
+//!   [INFERENCE]); hardened checks and elects in one step. The same holds for the
+//!   branch's, the trigger's and the account's limits;
 //! - **termination policy** "terminate previous builds from the same branch": a new build
 //!   terminates the branch's builds that have not ended. faithful then deletes only the
 //!   engine pod, so the dind pod and its claim stay (§4 row 5, "builds terminated because
 //!   of pipeline policy leave running `dind` pods"; which objects stay is [INFERENCE]);
-//!   hardened deletes all three, as on every other end;
+//!   hardened deletes all three, as on every other end. "Terminate child builds" (L239)
+//!   ends a terminated build's children with the same cleanup ([INFERENCE]: a child's end
+//!   is the same policy's);
 //! - **cron ledger** (hardened's fix of §4 row 10, [INFERENCE] as design): per cron trigger
 //!   its period, when it was registered and the last tick run or reported missed, so a
 //!   leader that takes over catches up; and one lease the cronus replicas share (who fires).
@@ -243,6 +246,11 @@ pub struct Pipeline {
     /// Builds of one branch admitted at once ("branch concurrency", 1-15 or unlimited).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branch_concurrency: Option<u32>,
+    /// Builds one trigger started admitted at once ("trigger concurrency", 1-15 or
+    /// unlimited): counted among the builds that name the same trigger; a build no trigger
+    /// started is not held by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger_concurrency: Option<u32>,
     /// A new build terminates the builds of its branch that have not ended.
     pub terminate_previous_on_branch: bool,
     /// With `terminate_previous_on_branch`: only when the new build's branch matches this
@@ -253,6 +261,10 @@ pub struct Pipeline {
     /// build is created, terminate all other running builds").
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub terminate_all: bool,
+    /// "On termination, terminate child builds": a build of this pipeline that is
+    /// terminated ends the builds it started (its children, `parent`) that have not ended.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub terminate_children: bool,
     /// Its builds' priority, -100 to 100: waiting builds are admitted highest first, then
     /// oldest first.
     #[serde(skip_serializing_if = "is_zero_i32")]
@@ -274,6 +286,9 @@ impl Pipeline {
         if self.branch_concurrency == Some(0) {
             return Err("`branchConcurrency` must be at least 1 (leave it out: unlimited)".into());
         }
+        if self.trigger_concurrency == Some(0) {
+            return Err("`triggerConcurrency` must be at least 1 (leave it out: unlimited)".into());
+        }
         if !(-100..=100).contains(&self.priority) {
             return Err(format!("`priority` {} is not in -100..=100", self.priority));
         }
@@ -288,9 +303,11 @@ impl Pipeline {
 static UNSET: Pipeline = Pipeline {
     concurrency: None,
     branch_concurrency: None,
+    trigger_concurrency: None,
     terminate_previous_on_branch: false,
     terminate_branch_pattern: None,
     terminate_all: false,
+    terminate_children: false,
     priority: 0,
 };
 
@@ -312,6 +329,8 @@ pub struct Admitted {
     pub pipeline: u32,
     /// Of the pipeline's branch.
     pub branch: u32,
+    /// Of the pipeline started by the build's trigger (0 for a build no trigger started).
+    pub trigger: u32,
     /// Of the account (every pipeline).
     pub account: u32,
 }
@@ -333,6 +352,11 @@ pub struct NewBuild {
     pub tick: Option<Tick>,
     /// Its priority (`None`: its pipeline's).
     pub priority: Option<i32>,
+    /// The trigger that started it (a cron trigger's name for a tick), if one did: what its
+    /// pipeline's trigger concurrency counts.
+    pub trigger: Option<String>,
+    /// The build whose step started it (`codefresh-run`), if one did.
+    pub parent: Option<String>,
 }
 
 /// The key hardened dedupes a webhook delivery by (apart from the ticks' keys).
@@ -420,6 +444,12 @@ pub struct Build {
     pub delivery: Option<String>,
     /// The cron tick that asked for it, if one did.
     pub tick: Option<Tick>,
+    /// The trigger that started it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// The build whose step started it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
     /// The agent whose runtime runs it.
     pub agent: String,
     /// What the engine runs.
@@ -653,9 +683,9 @@ impl Queue {
         changes
     }
 
-    /// The admitted builds that have not ended: of `pipeline`, of its `branch`, of the
-    /// account.
-    pub fn admitted_counts(&self, pipeline: &str, branch: &str) -> Admitted {
+    /// The admitted builds that have not ended: of `pipeline`, of its `branch`, of its
+    /// `trigger` (if one started the build), of the account.
+    pub fn admitted_counts(&self, pipeline: &str, branch: &str, trigger: Option<&str>) -> Admitted {
         let mut counts = Admitted::default();
         for b in self
             .builds
@@ -666,6 +696,7 @@ impl Queue {
             if b.pipeline == pipeline {
                 counts.pipeline += 1;
                 counts.branch += u32::from(b.branch == branch);
+                counts.trigger += u32::from(trigger.is_some() && b.trigger.as_deref() == trigger);
             }
         }
         counts
@@ -673,11 +704,17 @@ impl Queue {
 
     /// Whether `counts` leave room for one more build of `pipeline` under its limits and the
     /// account's.
-    fn room(&self, pipeline: &Pipeline, counts: Admitted) -> bool {
+    /// (`triggered`: a trigger started the build, so its pipeline's trigger concurrency
+    /// holds it.)
+    fn room(&self, pipeline: &Pipeline, counts: Admitted, triggered: bool) -> bool {
         pipeline.concurrency.is_none_or(|l| counts.pipeline < l)
             && pipeline
                 .branch_concurrency
                 .is_none_or(|l| counts.branch < l)
+            && (!triggered
+                || pipeline
+                    .trigger_concurrency
+                    .is_none_or(|l| counts.trigger < l))
             && self
                 .settings
                 .account_concurrency
@@ -689,6 +726,7 @@ impl Queue {
         let p = self.settings_of(pipeline);
         p.concurrency.is_some()
             || p.branch_concurrency.is_some()
+            || p.trigger_concurrency.is_some()
             || self.settings.account_concurrency.is_some()
     }
 
@@ -720,6 +758,8 @@ impl Queue {
         now_ms: u64,
     ) -> String {
         let request = NewBuild {
+            trigger: None,
+            parent: None,
             pipeline: pipeline.into(),
             agent: agent.into(),
             branch: "main".into(),
@@ -785,8 +825,9 @@ impl Queue {
                 );
             }
         }
-        let stale_room =
-            seen.is_some_and(|seen| self.room(self.settings_of(&request.pipeline), seen));
+        let triggered = request.trigger.is_some();
+        let stale_room = seen
+            .is_some_and(|seen| self.room(self.settings_of(&request.pipeline), seen, triggered));
         self.builds.insert(
             id.clone(),
             Build {
@@ -796,6 +837,8 @@ impl Queue {
                 branch: request.branch,
                 delivery: request.delivery.clone(),
                 tick: request.tick.clone(),
+                trigger: request.trigger,
+                parent: request.parent,
                 steps: request.steps,
                 priority: request.priority.unwrap_or(priority),
                 status: Status::Pending,
@@ -962,6 +1005,8 @@ impl Queue {
         // (pipeline, branch), and the account's.
         let mut pipelines: BTreeMap<&str, u32> = BTreeMap::new();
         let mut branches: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        // Per (pipeline, trigger), of the builds a trigger started.
+        let mut triggers: BTreeMap<(&str, &str), u32> = BTreeMap::new();
         let mut account = 0u32;
         for b in self.builds.values() {
             if b.status == Status::Pending {
@@ -972,6 +1017,11 @@ impl Queue {
                 *branches
                     .entry((b.pipeline.as_str(), b.branch.as_str()))
                     .or_default() += 1;
+                if let Some(trigger) = &b.trigger {
+                    *triggers
+                        .entry((b.pipeline.as_str(), trigger.as_str()))
+                        .or_default() += 1;
+                }
             }
         }
         if waiting.is_empty() {
@@ -988,9 +1038,14 @@ impl Queue {
                     .get(&(b.pipeline.as_str(), b.branch.as_str()))
                     .copied()
                     .unwrap_or(0),
+                trigger: b
+                    .trigger
+                    .as_deref()
+                    .and_then(|t| triggers.get(&(b.pipeline.as_str(), t)).copied())
+                    .unwrap_or(0),
                 account,
             };
-            if !self.room(self.settings_of(&b.pipeline), counts) {
+            if !self.room(self.settings_of(&b.pipeline), counts, b.trigger.is_some()) {
                 continue;
             }
             account += 1;
@@ -998,6 +1053,11 @@ impl Queue {
             *branches
                 .entry((b.pipeline.as_str(), b.branch.as_str()))
                 .or_default() += 1;
+            if let Some(trigger) = &b.trigger {
+                *triggers
+                    .entry((b.pipeline.as_str(), trigger.as_str()))
+                    .or_default() += 1;
+            }
             admit.push(id.to_string());
             if self
                 .settings
@@ -1347,7 +1407,9 @@ impl Queue {
     }
 
     /// Ends `build` with `status` and queues the removal of its objects (once, if it was
-    /// admitted); the caller admits what its end made room for.
+    /// admitted); the caller admits what its end made room for. A terminated build whose
+    /// pipeline terminates child builds ends its children that have not ended too, and
+    /// theirs, with the same cleanup.
     fn end(
         &mut self,
         build: &str,
@@ -1357,11 +1419,44 @@ impl Queue {
         cleanup: Cleanup,
         changes: &mut Changes,
     ) {
+        let mut ending = vec![(build.to_string(), reason)];
+        while let Some((build, reason)) = ending.pop() {
+            if !self.end_one(&build, status, reason, now_ms, cleanup, changes) {
+                continue;
+            }
+            let pipeline = &self.builds[&build].pipeline;
+            if status != Status::Terminated || !self.settings_of(pipeline).terminate_children {
+                continue;
+            }
+            let children = self
+                .builds
+                .values()
+                .filter(|b| b.parent.as_deref() == Some(build.as_str()) && !b.status.is_final());
+            let reason = format!("terminated with its parent build {build}");
+            // Reversed: popped oldest first.
+            let mut children: Vec<_> = children
+                .map(|b| (b.id.clone(), Some(reason.clone())))
+                .collect();
+            children.reverse();
+            ending.extend(children);
+        }
+    }
+
+    /// [`Queue::end`] of `build` alone; false when it had ended already (or is unknown).
+    fn end_one(
+        &mut self,
+        build: &str,
+        status: Status,
+        reason: Option<String>,
+        now_ms: u64,
+        cleanup: Cleanup,
+        changes: &mut Changes,
+    ) -> bool {
         let Some(entry) = self.builds.get_mut(build) else {
-            return;
+            return false;
         };
         if entry.status.is_final() {
-            return;
+            return false;
         }
         if let Some(dirty) = &mut self.dirty {
             dirty.objects.insert((RunnerKind::Build, build.to_string()));
@@ -1393,6 +1488,7 @@ impl Queue {
                 );
             }
         }
+        true
     }
 }
 
@@ -1627,6 +1723,8 @@ mod tests {
 
     fn request(branch: &str) -> NewBuild {
         NewBuild {
+            trigger: None,
+            parent: None,
             pipeline: "p".into(),
             agent: "agent".into(),
             branch: branch.into(),
@@ -1658,7 +1756,7 @@ mod tests {
         let (first, _) = q.make_build(request("main"), None, 0);
         let (second, changes) = q.make_build(request("main"), None, 1);
         assert_eq!(changes.builds, [(second.clone(), Status::Pending, None)]);
-        assert_eq!(q.admitted_counts("p", "main").pipeline, 1);
+        assert_eq!(q.admitted_counts("p", "main", None).pipeline, 1);
         assert_eq!(
             q.poll("agent", None, 2).len(),
             3,
@@ -1702,11 +1800,11 @@ mod tests {
             },
         );
         // Both checks read 0 before either elected.
-        let seen = q.admitted_counts("p", "main");
+        let seen = q.admitted_counts("p", "main", None);
         q.make_build(request("main"), Some(seen), 0);
         q.make_build(request("main"), Some(seen), 0);
         assert_eq!(
-            q.admitted_counts("p", "main").pipeline,
+            q.admitted_counts("p", "main", None).pipeline,
             2,
             "faithful's check-then-act"
         );
@@ -1722,7 +1820,7 @@ mod tests {
             },
         );
         let (first, _) = q.make_build(request("main"), None, 0);
-        let seen = q.admitted_counts("p", "main");
+        let seen = q.admitted_counts("p", "main", None);
         assert_eq!(seen.pipeline, 1);
         // The policy ends the first build: the read was stale, the slot is free.
         let (second, changes) = q.make_build(request("main"), Some(seen), 1);
@@ -1808,6 +1906,8 @@ mod tests {
             ..Settings::default()
         });
         let of = |pipeline: &str| NewBuild {
+            trigger: None,
+            parent: None,
             pipeline: pipeline.into(),
             ..request("main")
         };
@@ -1815,7 +1915,7 @@ mod tests {
         let (b, _) = q.make_build(of("b"), None, 0);
         let (c, _) = q.make_build(of("c"), None, 0);
         assert_eq!(status(&q, &c), Status::Pending);
-        assert_eq!(q.admitted_counts("c", "main").account, 2);
+        assert_eq!(q.admitted_counts("c", "main", None).account, 2);
         q.engine_report(&a, Some(0), 1).unwrap();
         assert_eq!(status(&q, &c), Status::Elected);
         assert_eq!(status(&q, &b), Status::Elected);
@@ -1834,6 +1934,8 @@ mod tests {
         let (low, _) = q.make_build(request("main"), None, 0);
         let (high, _) = q.make_build(
             NewBuild {
+                trigger: None,
+                parent: None,
                 priority: Some(50),
                 ..request("main")
             },
@@ -1894,14 +1996,14 @@ mod tests {
                 ..Pipeline::default()
             },
         );
-        let seen = q.admitted_counts("p", "main");
+        let seen = q.admitted_counts("p", "main", None);
         let (a, _) = q.make_build(request("main"), Some(seen), 0);
         let (b, _) = q.make_build(request("main"), Some(seen), 0);
         assert_eq!(
             (status(&q, &a), status(&q, &b)),
             (Status::Elected, Status::Elected)
         );
-        assert_eq!(q.admitted_counts("p", "main").branch, 2);
+        assert_eq!(q.admitted_counts("p", "main", None).branch, 2);
     }
 
     #[test]
@@ -2027,6 +2129,8 @@ mod tests {
         assert_eq!(q.claim_delivery("d-1", 0), Ok(()));
         let (done, _) = q.make_build(
             NewBuild {
+                trigger: None,
+                parent: None,
                 delivery: Some("d-1".into()),
                 ..request("main")
             },
@@ -2079,6 +2183,8 @@ mod tests {
         assert_eq!(q.claim_delivery(&d1, 59_999), Err(None), "in flight");
         let (id, _) = q.make_build(
             NewBuild {
+                trigger: None,
+                parent: None,
                 delivery: Some("d1".into()),
                 tick: None,
                 priority: None,
@@ -2115,6 +2221,8 @@ mod tests {
         assert_eq!(q.claim_delivery(&tick.key(), 60_000), Ok(()));
         let (id, _) = q.make_build(
             NewBuild {
+                trigger: None,
+                parent: None,
                 tick: Some(tick.clone()),
                 priority: None,
                 ..request("main")
@@ -2162,5 +2270,125 @@ mod tests {
             q.take_lease("cronus-1", ttl, 25_000).leader,
             "a lapsed lease is free"
         );
+    }
+
+    fn triggered(branch: &str, trigger: &str) -> NewBuild {
+        NewBuild {
+            trigger: Some(trigger.into()),
+            ..request(branch)
+        }
+    }
+
+    #[test]
+    fn a_trigger_limit_holds_only_the_builds_its_trigger_started() {
+        let mut q = limited(
+            Variant::Hardened,
+            Pipeline {
+                trigger_concurrency: Some(1),
+                ..Pipeline::default()
+            },
+        );
+        let (push1, _) = q.make_build(triggered("main", "push"), None, 0);
+        let (push2, _) = q.make_build(triggered("dev", "push"), None, 1);
+        let (nightly, _) = q.make_build(triggered("main", "nightly"), None, 2);
+        let (manual, _) = q.make_build(request("main"), None, 3);
+        assert_eq!(
+            [&push1, &push2, &nightly, &manual].map(|b| status(&q, b)),
+            [
+                Status::Elected,
+                Status::Pending,
+                Status::Elected,
+                Status::Elected
+            ],
+            "one build of each trigger; a build no trigger started is not held"
+        );
+        assert_eq!(q.admitted_counts("p", "x", Some("push")).trigger, 1);
+        q.engine_report(&push1, Some(0), 4).unwrap();
+        assert_eq!(
+            status(&q, &push2),
+            Status::Elected,
+            "admitted as push1 ends"
+        );
+        // faithful's stale read passes it, as every other limit.
+        let mut q = limited(
+            Variant::Faithful,
+            Pipeline {
+                trigger_concurrency: Some(1),
+                ..Pipeline::default()
+            },
+        );
+        assert!(q.limited("p"));
+        let seen = q.admitted_counts("p", "main", Some("push"));
+        let (a, _) = q.make_build(triggered("main", "push"), Some(seen), 0);
+        let (b, _) = q.make_build(triggered("main", "push"), Some(seen), 0);
+        assert_eq!(
+            (status(&q, &a), status(&q, &b)),
+            (Status::Elected, Status::Elected)
+        );
+        let refused = Pipeline {
+            trigger_concurrency: Some(0),
+            ..Pipeline::default()
+        }
+        .check()
+        .unwrap_err();
+        assert!(refused.contains("triggerConcurrency"), "{refused}");
+    }
+
+    #[test]
+    fn a_terminated_build_ends_its_children_when_its_pipeline_says_so() {
+        for (children, variant) in [
+            (true, Variant::Hardened),
+            (true, Variant::Faithful),
+            (false, Variant::Hardened),
+        ] {
+            let mut q = limited(
+                variant,
+                Pipeline {
+                    terminate_previous_on_branch: true,
+                    terminate_children: children,
+                    ..Pipeline::default()
+                },
+            );
+            let (parent, _) = q.make_build(request("main"), None, 0);
+            let child_of = |parent: &str| NewBuild {
+                pipeline: "q".into(),
+                parent: Some(parent.into()),
+                ..request("main")
+            };
+            let (child, _) = q.make_build(child_of(&parent), None, 1);
+            // The child's pipeline does not terminate children: its own child runs on.
+            let (grandchild, _) = q.make_build(child_of(&child), None, 2);
+            let (_, changes) = q.make_build(request("main"), None, 3);
+            assert_eq!(status(&q, &parent), Status::Terminated);
+            let want = match children {
+                true => Status::Terminated,
+                false => Status::Elected,
+            };
+            assert_eq!(status(&q, &child), want, "children: {children}");
+            assert_eq!(status(&q, &grandchild), Status::Elected);
+            if children {
+                let reason = q.build(&child).unwrap().reason.clone().unwrap();
+                assert_eq!(reason, format!("terminated with its parent build {parent}"));
+                assert!(changes
+                    .builds
+                    .iter()
+                    .any(|(b, s, _)| *b == child && *s == Status::Terminated));
+                // The child's cleanup is the policy's: faithful deletes its engine pod only.
+                let cleanup: Vec<String> = q
+                    .tasks()
+                    .filter(|t| t.task.metadata.workflow_id == child && !t.task.kind.creates())
+                    .map(|t| t.task.object_name().to_string())
+                    .collect();
+                let expected = match variant {
+                    Variant::Faithful => vec![format!("engine-{child}")],
+                    Variant::Hardened => vec![
+                        format!("engine-{child}"),
+                        format!("dind-{child}"),
+                        format!("pvc-dind-{child}"),
+                    ],
+                };
+                assert_eq!(cleanup, expected);
+            }
+        }
     }
 }

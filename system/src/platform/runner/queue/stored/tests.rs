@@ -77,6 +77,8 @@ enum Op {
         branch: u8,
         delivery: Option<u8>,
         tick: Option<u8>,
+        trigger: Option<u8>,
+        parent: Option<u16>,
     },
     Claim(u8),
     Cron(u8),
@@ -119,13 +121,17 @@ fn op() -> impl Strategy<Value = Op> {
             0..3u8,
             0..2u8,
             proptest::option::of(0..4u8),
-            proptest::option::of(0..4u8)
+            proptest::option::of(0..4u8),
+            proptest::option::of(0..2u8),
+            proptest::option::of(any::<u16>())
         )
-            .prop_map(|(pipeline, branch, delivery, tick)| Op::Build {
+            .prop_map(|(pipeline, branch, delivery, tick, trigger, parent)| Op::Build {
                 pipeline,
                 branch,
                 delivery,
-                tick
+                tick,
+                trigger,
+                parent
             }),
         1 => (0..4u8).prop_map(Op::Claim),
         1 => (0..2u8).prop_map(Op::Cron),
@@ -172,6 +178,8 @@ fn apply(q: &mut Queue, op: &Op, now: &mut u64) {
         } => {
             let settings = Pipeline {
                 concurrency,
+                trigger_concurrency: concurrency.map(|c| c + 1),
+                terminate_children: pattern,
                 terminate_previous_on_branch: previous,
                 terminate_all: all,
                 terminate_branch_pattern: pattern.then(|| "^feature/".to_string()),
@@ -184,8 +192,13 @@ fn apply(q: &mut Queue, op: &Op, now: &mut u64) {
             branch,
             delivery,
             tick,
+            trigger,
+            parent,
         } => {
+            let parent = parent.and_then(|n| nth(q.builds().map(|b| b.id.clone()).collect(), n));
             let request = NewBuild {
+                trigger: trigger.map(|t| format!("trigger-{t}")),
+                parent,
                 pipeline: pipeline(p),
                 agent: AGENTS[(p % 2) as usize].into(),
                 branch: ["main", "feature/x"][branch as usize].into(),
@@ -202,7 +215,11 @@ fn apply(q: &mut Queue, op: &Op, now: &mut u64) {
                     return;
                 }
             }
-            let seen = q.admitted_counts(&request.pipeline, &request.branch);
+            let seen = q.admitted_counts(
+                &request.pipeline,
+                &request.branch,
+                request.trigger.as_deref(),
+            );
             q.make_build(request, Some(seen), *now);
         }
         Op::Claim(d) => {
