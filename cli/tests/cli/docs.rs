@@ -772,3 +772,178 @@ fn the_deploy_manifests_run_command_lines_the_cli_parses() {
     let bad = ["orrery", "serve", "runner", "--agent", "a"];
     assert!(Cli::try_parse_from(bad).is_err());
 }
+
+// ---- The CLI reference: each command's table rendered from its `--help` (clap) ----
+
+/// `cmd`'s arguments as the reference's table rows: `| usage | meaning |`.
+fn render_arguments(cmd: &clap::Command) -> Vec<String> {
+    let escape = |text: &str| {
+        text.replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('|', "\\|")
+    };
+    let mut rows = Vec::new();
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        if arg.is_hide_set() || id == "help" || id == "version" {
+            continue;
+        }
+        let names = arg
+            .get_value_names()
+            .map(|v| {
+                v.iter()
+                    .map(|n| format!("<{n}>"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_else(|| format!("<{}>", id.to_uppercase()));
+        let takes_value = arg.get_action().takes_values();
+        let many = arg.get_num_args().is_some_and(|n| n.max_values() > 1);
+        let usage = match (arg.get_long(), takes_value) {
+            (None, _) => {
+                let one = match arg.is_required_set() {
+                    true => names,
+                    false => format!("[{}]", names.trim_matches(['<', '>'])),
+                };
+                match many {
+                    true => format!("{one}..."),
+                    false => one,
+                }
+            }
+            (Some(long), true) => format!("--{long} {names}"),
+            (Some(long), false) => format!("--{long}"),
+        };
+        let help = arg
+            .get_long_help()
+            .or_else(|| arg.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        let mut meaning = help
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .trim_end_matches('.')
+            .to_string();
+        let values: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| match v.get_help() {
+                Some(help) => format!(
+                    "`{}` ({})",
+                    v.get_name(),
+                    help.to_string().trim_end_matches('.')
+                ),
+                None => format!("`{}`", v.get_name()),
+            })
+            .collect();
+        if takes_value
+            && !values.is_empty()
+            && !matches!(arg.get_action(), clap::ArgAction::SetTrue)
+        {
+            meaning.push_str(&format!(". Values: {}", values.join("; ")));
+        }
+        let defaults: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|d| d.to_string_lossy().into_owned())
+            .collect();
+        let mut notes = Vec::new();
+        if takes_value {
+            match defaults.as_slice() {
+                [] => {}
+                [d] if d.is_empty() => notes.push("default empty".to_string()),
+                all => notes.push(format!("default `{}`", all.join(","))),
+            }
+        }
+        if let Some(env) = arg.get_env() {
+            notes.push(format!("env `{}`", env.to_string_lossy()));
+        }
+        if !notes.is_empty() {
+            meaning.push_str(&format!(" ({})", notes.join(", ")));
+        }
+        rows.push(format!("| `{usage}` | {} |", escape(&meaning)));
+    }
+    rows
+}
+
+/// `text` (the reference page) with each command section's table rendered from clap; and
+/// the commands that have no section.
+fn render_reference(text: &str) -> (String, Vec<String>) {
+    use clap::CommandFactory;
+    let mut root = Cli::command();
+    root.build();
+    let mut leaves: BTreeSet<String> = BTreeSet::new();
+    // (`help` is clap's own, at each level.)
+    for cmd in root.get_subcommands().filter(|c| c.get_name() != "help") {
+        let name = cmd.get_name().to_string();
+        match cmd.has_subcommands() {
+            true => leaves.extend(
+                cmd.get_subcommands()
+                    .filter(|c| c.get_name() != "help")
+                    .map(|sub| format!("{name} {}", sub.get_name())),
+            ),
+            false => {
+                leaves.insert(name);
+            }
+        }
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut current: Option<clap::Command> = None;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        if let Some(heading) = line.strip_prefix("### ") {
+            leaves.remove(heading);
+            let mut cmd = root.clone();
+            let mut found = true;
+            for word in heading.split(' ') {
+                match cmd.find_subcommand(word) {
+                    Some(sub) => cmd = sub.clone(),
+                    None => found = false,
+                }
+            }
+            current = found.then_some(cmd);
+        }
+        if line == "| argument or flag | meaning |" {
+            if let Some(cmd) = &current {
+                out.push(line.to_string());
+                out.push("|---|---|".to_string());
+                out.extend(render_arguments(cmd));
+                i += 2;
+                while i < lines.len() && lines[i].starts_with('|') {
+                    i += 1;
+                }
+                continue;
+            }
+        }
+        out.push(line.to_string());
+        i += 1;
+    }
+    let mut rendered = out.join("\n");
+    rendered.push('\n');
+    (rendered, leaves.into_iter().collect())
+}
+
+#[test]
+fn the_cli_reference_tables_are_the_rendering_of_each_commands_help() {
+    let page = root().join("docs/reference/cli.md");
+    let text = std::fs::read_to_string(&page).expect("docs/reference/cli.md");
+    let (rendered, missing) = render_reference(&text);
+    if std::env::var("ORRERY_RECORD").is_ok_and(|v| v == "1") {
+        std::fs::write(&page, &rendered).expect("write docs/reference/cli.md");
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/reference/cli.md has no `### <command>` section for {missing:?}: add one (what it \
+         does, `| argument or flag | meaning |`, an example), then ORRERY_RECORD=1 cargo test -p \
+         orrery-cli --test cli docs::the_cli_reference"
+    );
+    let held = std::fs::read_to_string(&page).expect("docs/reference/cli.md");
+    assert!(
+        held == rendered,
+        "docs/reference/cli.md's tables are not the rendering of the commands' --help: \
+         ORRERY_RECORD=1 cargo test -p orrery-cli --test cli docs::the_cli_reference"
+    );
+}
