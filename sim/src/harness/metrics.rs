@@ -639,8 +639,24 @@ fn runner_figures(
     let mut volumes: BTreeMap<String, u64> = BTreeMap::new();
     let mut logs: BTreeMap<String, u64> = BTreeMap::new();
     let mut proxy_tries = 0u64;
+    // Builds that ended, and creations of a build's objects after that (a creation handed
+    // out again after its build's cleanup: the object comes back).
+    let mut ended: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut creates_after_end = 0u64;
     for event in events {
+        if let Some(orrery_system::observe::WorldEvent::ApiWrite { verb, name, .. }) = event.world()
+        {
+            let build = name.rsplit('-').next().unwrap_or_default();
+            if verb == "create" && ended.contains(build) {
+                creates_after_end += 1;
+            }
+        }
         match event.runner() {
+            Some(RunnerEvent::Build { build, status, .. })
+                if !matches!(status.as_str(), "pending" | "elected" | "running") =>
+            {
+                ended.insert(build.as_str());
+            }
             Some(RunnerEvent::Logs {
                 written,
                 requests,
@@ -711,6 +727,7 @@ fn runner_figures(
         executed.values().map(|n| n.saturating_sub(1)).sum(),
     );
     counters.insert("runner.tasks_deduplicated".into(), deduplicated);
+    counters.insert("runner.creates_after_end".into(), creates_after_end);
     // With replicas: tasks two pods of one agent both executed (venona serializes a
     // workflow per process only, §4 row 2).
     if truth.replicas > 1 {

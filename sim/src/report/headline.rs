@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::harness::metrics::Metrics;
 
 /// Every headline figure, in reading order: (name, what it is).
-pub const FIGURES: [(&str, &str); 81] = [
+pub const FIGURES: [(&str, &str); 82] = [
     ("stale_apps_at_end", "stale or missing apps at the end"),
     ("stale_rollouts_at_end", "stale rollouts at the end"),
     (
@@ -195,6 +195,10 @@ pub const FIGURES: [(&str, &str); 81] = [
     (
         "runner_orphans_at_end",
         "pods and volume claims of ended builds left at the end",
+    ),
+    (
+        "runner_creates_after_end",
+        "pods and volume claims made for a build after it ended",
     ),
     (
         "runner_task_round_trip_p99_ms",
@@ -411,6 +415,10 @@ pub fn of(metrics: &Metrics) -> BTreeMap<String, Value> {
             );
         }
         put("runner_orphans_at_end", counter("runner.orphans"));
+        put(
+            "runner_creates_after_end",
+            counter("runner.creates_after_end"),
+        );
         put("runner_peak_admitted", counter("runner.peak_admitted"));
         put(
             "runner_duplicate_builds",

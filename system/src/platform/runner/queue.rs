@@ -493,6 +493,9 @@ pub enum TaskState {
     },
     /// Not done before its `expireAt`.
     Expired,
+    /// hardened: a creation its build ended before it was done — never handed out again
+    /// (a pod made after its build's cleanup would be left for the sweeper).
+    Withdrawn,
 }
 
 /// A task and where it is.
@@ -1154,7 +1157,7 @@ impl Queue {
             let due = match queued.state {
                 TaskState::Ready => true,
                 TaskState::Leased { until_ms } => until_ms <= now_ms,
-                TaskState::Done { .. } | TaskState::Expired => false,
+                TaskState::Done { .. } | TaskState::Expired | TaskState::Withdrawn => false,
             };
             let elsewhere = match (held.get(&queued.task.metadata.workflow_id), replica) {
                 (Some(holder), Some(me)) => holder != me,
@@ -1442,6 +1445,25 @@ impl Queue {
         }
     }
 
+    /// hardened: `build` ended, so its creations not done yet are withdrawn — a creation
+    /// handed out again after the cleanup would make an object nothing deletes but the
+    /// sweeper (the create/delete race of §4 row 1; faithful hands them out as before,
+    /// [INFERENCE]: the platform's side is not public). One already being executed still
+    /// lands; the sweeper removes what it makes.
+    fn withdraw_creations(&mut self, build: &str) {
+        let mut withdrawn = Vec::new();
+        for queued in self.tasks.values_mut() {
+            let open = matches!(queued.state, TaskState::Ready | TaskState::Leased { .. });
+            if open && queued.task.kind.creates() && queued.task.metadata.workflow_id == build {
+                queued.state = TaskState::Withdrawn;
+                withdrawn.push(queued.task.id.clone());
+            }
+        }
+        for id in withdrawn {
+            self.touch(RunnerKind::Task, &id);
+        }
+    }
+
     /// [`Queue::end`] of `build` alone; false when it had ended already (or is unknown).
     fn end_one(
         &mut self,
@@ -1465,7 +1487,14 @@ impl Queue {
         entry.reason = reason.clone();
         entry.finished_ms = Some(now_ms);
         changes.builds.push((build.into(), status, reason));
-        if entry.admitted_ms.is_some() && !entry.cleanup_queued {
+        let admitted = entry.admitted_ms.is_some();
+        if admitted && self.settings.variant == Variant::Hardened {
+            self.withdraw_creations(build);
+        }
+        let Some(entry) = self.builds.get_mut(build) else {
+            return true;
+        };
+        if admitted && !entry.cleanup_queued {
             entry.cleanup_queued = true;
             let agent = entry.agent.clone();
             let ns = self.settings.namespace.clone();
@@ -1706,19 +1735,30 @@ mod tests {
 
     #[test]
     fn the_platforms_limits_end_builds_and_expire_tasks() {
-        let mut q = Queue::new(Settings::default());
-        let stuck = q.create_build("p", "agent", steps(), 0);
-        let silent = q.create_build("p", "agent", steps(), 0);
-        q.engine_report(&silent, None, 1_000).unwrap();
-        assert!(q.tick(299_999).builds.is_empty());
-        let changes = q.tick(301_000);
-        assert_eq!(changes.builds[0].0, silent);
-        assert_eq!(changes.builds[0].1, Status::Terminated);
-        let changes = q.tick(900_000);
-        assert_eq!(changes.builds[0].0, stuck);
-        assert_eq!(changes.builds[0].1, Status::Error);
-        let changes = q.tick(3_600_000);
-        assert_eq!(changes.expired.len(), 6, "the creations were never done");
+        for variant in [Variant::Faithful, Variant::Hardened] {
+            let mut q = Queue::new(Settings {
+                variant,
+                ..Settings::default()
+            });
+            let stuck = q.create_build("p", "agent", steps(), 0);
+            let silent = q.create_build("p", "agent", steps(), 0);
+            q.engine_report(&silent, None, 1_000).unwrap();
+            assert!(q.tick(299_999).builds.is_empty());
+            let changes = q.tick(301_000);
+            assert_eq!(changes.builds[0].0, silent);
+            assert_eq!(changes.builds[0].1, Status::Terminated);
+            let changes = q.tick(900_000);
+            assert_eq!(changes.builds[0].0, stuck);
+            assert_eq!(changes.builds[0].1, Status::Error);
+            let changes = q.tick(3_600_000);
+            // The creations were never done: faithful's expire; hardened withdrew them
+            // when their builds ended.
+            let expired = match variant {
+                Variant::Faithful => 6,
+                Variant::Hardened => 0,
+            };
+            assert_eq!(changes.expired.len(), expired, "{variant:?}");
+        }
     }
 
     fn request(branch: &str) -> NewBuild {
@@ -2389,6 +2429,50 @@ mod tests {
                 };
                 assert_eq!(cleanup, expected);
             }
+        }
+    }
+
+    #[test]
+    fn hardened_withdraws_an_ended_builds_creations_and_faithful_hands_them_out_again() {
+        for variant in [Variant::Faithful, Variant::Hardened] {
+            let mut q = Queue::new(Settings {
+                variant,
+                ..Settings::default()
+            });
+            let b = q.create_build("p", "agent", steps(), 0);
+            // The three creations are handed out; their answers are lost.
+            assert_eq!(q.poll("agent", None, 0).len(), 3);
+            // The build ends (its pipeline's policy, another build of its branch) before
+            // any creation is reported.
+            q.set_pipeline(
+                "p",
+                Pipeline {
+                    terminate_previous_on_branch: true,
+                    ..Pipeline::default()
+                },
+                1,
+            );
+            let next = q.create_build("p", "agent", steps(), 2);
+            assert_eq!(status(&q, &b), Status::Terminated);
+            let lease = Settings::default().redeliver_after.as_millis() as u64;
+            let again: Vec<(TaskType, String)> = tasks_of(q.poll("agent", None, 3 + lease))
+                .iter()
+                .filter(|t| t.metadata.workflow_id == b)
+                .map(|t| (t.kind, t.object_name().to_string()))
+                .collect();
+            let creations = again.iter().filter(|(kind, _)| kind.creates()).count();
+            match variant {
+                Variant::Faithful => assert_eq!(creations, 3, "{again:?}"),
+                Variant::Hardened => {
+                    assert_eq!(creations, 0, "{again:?}");
+                    assert_eq!(again.len(), 3, "only its deletions: {again:?}");
+                    assert!(q
+                        .tasks()
+                        .filter(|t| t.task.metadata.workflow_id == b && t.task.kind.creates())
+                        .all(|t| t.state == TaskState::Withdrawn));
+                }
+            }
+            assert_eq!(status(&q, &next), Status::Elected);
         }
     }
 }
