@@ -1391,27 +1391,31 @@ expect:
         assert_eq!(s.workload.applications, 50);
     }
 
-    #[test]
-    fn runner_volumes_refuse_a_node_smaller_than_a_volume_and_a_threshold_past_100() {
-        let scenario = |volumes: &str| {
-            format!(
-                "name: v
+    /// A scenario of one agent with this `runner:` section (flow style) and invariant.
+    fn runner_scenario(runner: &str, invariant: &str) -> String {
+        format!(
+            "name: r
 description: d
 topology:
   hosts:
     - {{name: apiserver, role: apiserver}}
     - {{name: platform, role: platform}}
     - {{name: runner, role: runner}}
-runner:
-  volumes: {volumes}
+runner: {runner}
 duration: 10s
 calm: 10s
 invariants:
-  - name: runner_volume_kept
+  - name: {invariant}
 expect:
   faithful: pass
 "
-            )
+        )
+    }
+
+    #[test]
+    fn runner_volumes_refuse_a_node_smaller_than_a_volume_and_a_threshold_past_100() {
+        let scenario = |volumes: &str| {
+            runner_scenario(&format!("{{volumes: {volumes}}}"), "runner_volume_kept")
         };
         let ok = parse("v.yaml", &scenario("{node_gib: 48}")).unwrap();
         let volumes = ok.runner.unwrap().volumes.unwrap();
@@ -1431,25 +1435,7 @@ expect:
 
     #[test]
     fn a_trigger_limit_needs_builds_a_trigger_started_and_is_at_least_one() {
-        let scenario = |runner: &str| {
-            format!(
-                "name: t
-description: d
-topology:
-  hosts:
-    - {{name: apiserver, role: apiserver}}
-    - {{name: platform, role: platform}}
-    - {{name: runner, role: runner}}
-runner: {runner}
-duration: 10s
-calm: 10s
-invariants:
-  - name: runner_concurrency_limit
-expect:
-  faithful: pass
-"
-            )
-        };
+        let scenario = |runner: &str| runner_scenario(runner, "runner_concurrency_limit");
         let ok = parse("t.yaml", &scenario("{triggers: 2, trigger_concurrency: 1}")).unwrap();
         assert_eq!(ok.runner.unwrap().trigger_concurrency, Some(1));
         for (runner, says) in [

@@ -1662,10 +1662,7 @@ mod tests {
     #[test]
     fn hardened_keeps_a_workflow_with_the_replica_that_holds_it_while_its_heartbeats_renew_it() {
         for variant in [Variant::Faithful, Variant::Hardened] {
-            let mut q = Queue::new(Settings {
-                variant,
-                ..Settings::default()
-            });
+            let mut q = queue_of(variant);
             q.create_build("p", "agent", steps(), 0);
             let held = tasks_of(q.poll("agent", Some("pod-a"), 0));
             assert_eq!(held.len(), 3);
@@ -1736,10 +1733,7 @@ mod tests {
     #[test]
     fn the_platforms_limits_end_builds_and_expire_tasks() {
         for variant in [Variant::Faithful, Variant::Hardened] {
-            let mut q = Queue::new(Settings {
-                variant,
-                ..Settings::default()
-            });
+            let mut q = queue_of(variant);
             let stuck = q.create_build("p", "agent", steps(), 0);
             let silent = q.create_build("p", "agent", steps(), 0);
             q.engine_report(&silent, None, 1_000).unwrap();
@@ -1775,11 +1769,16 @@ mod tests {
         }
     }
 
-    fn limited(variant: Variant, pipeline: Pipeline) -> Queue {
-        let mut q = Queue::new(Settings {
+    /// An empty queue of `variant`.
+    fn queue_of(variant: Variant) -> Queue {
+        Queue::new(Settings {
             variant,
             ..Settings::default()
-        });
+        })
+    }
+
+    fn limited(variant: Variant, pipeline: Pipeline) -> Queue {
+        let mut q = queue_of(variant);
         q.set_pipeline("p", pipeline, 0);
         q
     }
@@ -2435,10 +2434,7 @@ mod tests {
     #[test]
     fn hardened_withdraws_an_ended_builds_creations_and_faithful_hands_them_out_again() {
         for variant in [Variant::Faithful, Variant::Hardened] {
-            let mut q = Queue::new(Settings {
-                variant,
-                ..Settings::default()
-            });
+            let mut q = queue_of(variant);
             let b = q.create_build("p", "agent", steps(), 0);
             // The three creations are handed out; their answers are lost.
             assert_eq!(q.poll("agent", None, 0).len(), 3);
