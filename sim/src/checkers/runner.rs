@@ -15,8 +15,9 @@
 //! - `runner_trigger_once` (safety): at the end no webhook delivery id started more than
 //!   one build — a provider's redelivery of one event is not a new event (§4 row 9).
 //! - `runner_concurrency_limit` (safety): at no moment were more builds of a pipeline, of
-//!   one of its branches or of the account admitted (elected and not yet ended) than the
-//!   pipeline's, the branch's or the account's concurrency limit — judged from each build's
+//!   one of its branches, of one of its triggers or of the account admitted (elected and not
+//!   yet ended) than the pipeline's, the branch's, the trigger's or the account's concurrency
+//!   limit — judged from each build's
 //!   admission and end times against the scenario's limits (§4 row 8).
 //! - `runner_volume_kept` (safety): no dind volume's directory was removed while a build's
 //!   claim held it — the local volumes cleaner marks the least recently used volume with no
