@@ -511,11 +511,6 @@ fn runner_series(
         .collect();
     let mut alive: BTreeMap<&str, u64> = BTreeMap::new();
     let mut orphaned = Vec::new();
-    fn build_of(name: &str) -> Option<&str> {
-        ["pvc-dind-", "dind-", "engine-"]
-            .iter()
-            .find_map(|prefix| name.strip_prefix(prefix))
-    }
     let mut orphan = |name: &str, from: u64, to: u64| {
         if let Some(ended) = build_of(name).and_then(|b| finished.get(b)) {
             orphaned.push((from.max(*ended), to));
@@ -557,6 +552,13 @@ fn runner_series(
     ] {
         series.insert(name.into(), levels(&intervals));
     }
+}
+
+/// The build a Runner object (`pvc-dind-<id>`, `dind-<id>`, `engine-<id>`) belongs to.
+fn build_of(name: &str) -> Option<&str> {
+    ["pvc-dind-", "dind-", "engine-"]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))
 }
 
 /// The Runner's builds by how they ended, the tasks executed again or deduplicated, the
@@ -646,8 +648,7 @@ fn runner_figures(
     for event in events {
         if let Some(orrery_system::observe::WorldEvent::ApiWrite { verb, name, .. }) = event.world()
         {
-            let build = name.rsplit('-').next().unwrap_or_default();
-            if verb == "create" && ended.contains(build) {
+            if verb == "create" && build_of(name).is_some_and(|b| ended.contains(b)) {
                 creates_after_end += 1;
             }
         }

@@ -573,6 +573,13 @@ pub struct Queue {
     dirty: Option<stored::Dirty>,
 }
 
+impl TaskState {
+    /// Whether it may still be handed out (ready, or leased).
+    fn is_open(&self) -> bool {
+        matches!(self, TaskState::Ready | TaskState::Leased { .. })
+    }
+}
+
 impl Queue {
     /// An empty queue with `settings`.
     pub fn new(settings: Settings) -> Self {
@@ -1332,8 +1339,7 @@ impl Queue {
         }
         let expire = self.settings.expire_after.as_millis() as u64;
         for queued in self.tasks.values_mut() {
-            let open = matches!(queued.state, TaskState::Ready | TaskState::Leased { .. });
-            if open && now_ms >= queued.created_ms + expire {
+            if queued.state.is_open() && now_ms >= queued.created_ms + expire {
                 queued.state = TaskState::Expired;
                 changes.expired.push(queued.task.id.clone());
             }
@@ -1354,8 +1360,7 @@ impl Queue {
         // What goes, for the store's journal (rare: collected whether or not one runs).
         let mut gone: Vec<(RunnerKind, String)> = Vec::new();
         self.tasks.retain(|id, queued| {
-            let open = matches!(queued.state, TaskState::Ready | TaskState::Leased { .. });
-            let keep = open || now_ms < queued.created_ms.saturating_add(expire);
+            let keep = queued.state.is_open() || now_ms < queued.created_ms.saturating_add(expire);
             if !keep {
                 gone.push((RunnerKind::Task, id.clone()));
             }
@@ -1453,8 +1458,8 @@ impl Queue {
     fn withdraw_creations(&mut self, build: &str) {
         let mut withdrawn = Vec::new();
         for queued in self.tasks.values_mut() {
-            let open = matches!(queued.state, TaskState::Ready | TaskState::Leased { .. });
-            if open && queued.task.kind.creates() && queued.task.metadata.workflow_id == build {
+            let ours = queued.task.kind.creates() && queued.task.metadata.workflow_id == build;
+            if ours && queued.state.is_open() {
                 queued.state = TaskState::Withdrawn;
                 withdrawn.push(queued.task.id.clone());
             }
@@ -1480,23 +1485,20 @@ impl Queue {
         if entry.status.is_final() {
             return false;
         }
-        if let Some(dirty) = &mut self.dirty {
-            dirty.objects.insert((RunnerKind::Build, build.to_string()));
-        }
         entry.status = status;
         entry.reason = reason.clone();
         entry.finished_ms = Some(now_ms);
         changes.builds.push((build.into(), status, reason));
         let admitted = entry.admitted_ms.is_some();
+        // Its objects exist only if it was admitted; their removal is queued once.
+        let clean_up = admitted && !entry.cleanup_queued;
+        entry.cleanup_queued |= clean_up;
+        let agent = entry.agent.clone();
+        self.touch(RunnerKind::Build, build);
         if admitted && self.settings.variant == Variant::Hardened {
             self.withdraw_creations(build);
         }
-        let Some(entry) = self.builds.get_mut(build) else {
-            return true;
-        };
-        if admitted && !entry.cleanup_queued {
-            entry.cleanup_queued = true;
-            let agent = entry.agent.clone();
+        if clean_up {
             let ns = self.settings.namespace.clone();
             let objects: &[(TaskType, String)] = &[
                 (TaskType::DeletePod, runner::engine_pod(build)),
