@@ -120,7 +120,7 @@ impl Cluster {
         let addr = listener.local_addr().map_err(ClusterError::Bind)?;
         let server = tokio::spawn(apiserver::serve(
             env.clone(),
-            ApiServer::new(Knobs::default()),
+            ApiServer::requiring_namespaces(Knobs::default(), env.elapsed(), env.unix_millis()),
             listener,
         ));
         let client = client(env, &KubeTarget::new(addr.clone()));
@@ -214,12 +214,11 @@ impl Cluster {
     }
 
     /// Makes `namespace` and the fixture CRDs exist. The simulated server serves the fixture
-    /// CRDs from start and has no Namespace objects, so this is a no-op there.
+    /// CRDs from start; it requires namespaces as the real one does.
     pub async fn prepare(&self, namespace: &str) -> Result<(), ClusterError> {
-        if self.flavour == Flavour::Simulated {
-            return Ok(());
+        if self.flavour == Flavour::Real {
+            self.install_crds().await?;
         }
-        self.install_crds().await?;
         let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": {"orrery.dev/conformance": "true"}}});
         let answer = self
             .send(

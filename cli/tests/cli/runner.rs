@@ -31,7 +31,15 @@ fn world_with(variant: &str, flags: &[&str]) -> (u16, u16, u16, Vec<Process>) {
         free_port(),
     );
     let at = |port: u16| format!("127.0.0.1:{port}");
-    let apiserver = orrery(&["apiserver", "--listen", &at(api)]);
+    let apiserver = orrery(&[
+        "apiserver",
+        "--listen",
+        &at(api),
+        "--namespace",
+        "argocd",
+        "--namespace",
+        "codefresh",
+    ]);
     let agents = format!("{AGENT}={AGENT_TOKEN},{OTHER_AGENT}={OTHER_TOKEN}");
     let (tunnel, gateway, runner_at) = (at(tunnel), at(gateway), at(runner));
     let mut args = vec![

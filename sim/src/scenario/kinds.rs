@@ -241,7 +241,7 @@ struct CrdVersion {
     printer_columns: Vec<PrinterColumn>,
 }
 
-/// All resource types: core `ConfigMap`, `Secret`, `Event`, `Pod`,
+/// All resource types: core `ConfigMap`, `Secret`, the cluster-scoped `Namespace`, `Event`, `Pod`,
 /// `PersistentVolumeClaim` (the Runner's builds; no kubelet runs them) and the cluster-scoped
 /// `PersistentVolume` (bound by the dind volume provisioner, not by a controller manager),
 /// `apps/v1 ReplicaSet`, `Lease`, and the fixture CRDs.
@@ -250,6 +250,11 @@ pub fn registry() -> Vec<ResourceKind> {
         ResourceKind::builtin("", "v1", "ConfigMap", "configmaps", false, false)
             .named(&["cm"], &[]),
         ResourceKind::builtin("", "v1", "Secret", "secrets", false, false),
+        // Namespaces: their lifecycle (`Terminating`, the `finalize` subresource, the
+        // lifecycle stand-in) is `world::apiserver::namespaces`.
+        ResourceKind::builtin("", "v1", "Namespace", "namespaces", true, false)
+            .named(&["ns"], &[])
+            .cluster_scoped(),
         ResourceKind::builtin("", "v1", "Event", "events", false, false).named(&["ev"], &[]),
         // Pods carry metadata.generation since Kubernetes 1.33 (pod generation tracking).
         ResourceKind::builtin("", "v1", "Pod", "pods", true, true).named(&["po"], &["all"]),

@@ -39,6 +39,9 @@ fn verbs(kind: &ResourceKind) -> Value {
             "update",
             "watch"
         ])
+    } else if super::store::is_namespace(kind) {
+        // Namespaces take no deletecollection.
+        json!(["create", "delete", "get", "list", "patch", "update", "watch"])
     } else {
         json!([
             "create",
@@ -149,6 +152,13 @@ fn aggregated_resource(kind: &ResourceKind) -> Value {
     }
     // apiextensions-apiserver's discovery controller: status, then scale.
     let mut subresources = Vec::new();
+    if super::store::is_namespace(kind) {
+        subresources.push(json!({
+            "subresource": "finalize",
+            "responseKind": response_kind,
+            "verbs": ["update"],
+        }));
+    }
     if kind.status_subresource {
         subresources.push(json!({
             "subresource": "status",
@@ -271,6 +281,15 @@ pub fn resource_list(kinds: &[ResourceKind], group: &str, version: &str) -> Opti
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if super::store::is_namespace(kind) {
+            resources.push(json!({
+                "name": "namespaces/finalize",
+                "singularName": "",
+                "namespaced": false,
+                "kind": "Namespace",
+                "verbs": ["update"],
+            }));
+        }
         if kind.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", kind.plural),
@@ -318,6 +337,7 @@ mod tests {
             [
                 "configmaps",
                 "events",
+                "namespaces",
                 "persistentvolumeclaims",
                 "persistentvolumes",
                 "pods",

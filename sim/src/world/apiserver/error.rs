@@ -239,6 +239,51 @@ impl ApiError {
         }
     }
 
+    /// 403 from the NamespaceLifecycle admission plugin: a create into a namespace that is
+    /// being deleted (worded as kube-apiserver v1.36 words it, with its cause).
+    pub fn namespace_terminating(kind: &ResourceKind, name: &str, namespace: &str) -> Self {
+        let mut details = json!({"name": name});
+        if !kind.group.is_empty() {
+            details["group"] = json!(kind.group);
+        }
+        details["kind"] = json!(kind.plural);
+        details["causes"] = json!([{
+            "reason": "NamespaceTerminating",
+            "message": format!("namespace {namespace} is being terminated"),
+            "field": "metadata.namespace",
+        }]);
+        ApiError {
+            code: 403,
+            reason: "Forbidden",
+            message: format!(
+                "{} {name:?} is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                resource_name(kind)
+            ),
+            details,
+        }
+    }
+
+    /// 403 for deleting `default`, `kube-system` or `kube-public` (NamespaceLifecycle).
+    pub fn namespace_immortal(name: &str) -> Self {
+        ApiError {
+            code: 403,
+            reason: "Forbidden",
+            message: format!("namespaces {name:?} is forbidden: this namespace may not be deleted"),
+            details: json!({"name": name, "kind": "namespaces"}),
+        }
+    }
+
+    /// 405 for a verb a subresource does not take (GET or PATCH of a Namespace's
+    /// `finalize`), worded as kube-apiserver words it there.
+    pub fn verb_not_served() -> Self {
+        ApiError {
+            code: 405,
+            reason: "MethodNotAllowed",
+            message: "the server does not allow this method on the requested resource".into(),
+            details: json!({}),
+        }
+    }
+
     /// 404 for a path that names no resource (`details` empty, as upstream).
     pub fn no_such_path(what: &str) -> Self {
         ApiError {

@@ -118,6 +118,8 @@ struct Target {
     status: bool,
     /// `…/<name>/scale` of a type whose CRD declares it.
     scale: bool,
+    /// `/api/v1/namespaces/<name>/finalize`.
+    finalize: bool,
 }
 
 /// Handles requests for one server; cheap to clone per connection.
@@ -171,6 +173,8 @@ impl Handler {
             _ => return Err(ApiError::no_such_path(path)),
         };
         let (namespace, rest) = match rest {
+            // A Namespace's own subresources, not a resource in it.
+            ["namespaces", _, "status" | "finalize"] if group.is_empty() => (None, rest),
             ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
             rest => (None, rest),
         };
@@ -188,9 +192,11 @@ impl Handler {
             .cloned()
             .ok_or_else(|| ApiError::no_such_path(path))?;
         let scale = sub == Some("scale") && kind.scale.is_some() && name.is_some();
+        let finalize = sub == Some("finalize") && super::store::is_namespace(&kind);
         let status = match sub {
             None => false,
             Some("scale") if scale => false,
+            Some("finalize") if finalize => false,
             Some("status") if kind.status_subresource => true,
             // kube-apiserver answers a missing subresource of a named object as if the object were missing.
             Some("status") => {
@@ -213,6 +219,7 @@ impl Handler {
             name,
             status,
             scale,
+            finalize,
         })
     }
 
@@ -266,19 +273,6 @@ impl Handler {
                 return Some(error_response(&ApiError::not_acceptable()));
             }
             ["openapi", "v2"] => return text("application/json", openapi::v2()),
-            // Namespaces are implicit here: every valid name exists and is Active (kubectl
-            // reads one to word a NotFound for an object in it).
-            ["api", "v1", "namespaces", name] if req.method() == Method::GET => {
-                if !super::validation::namespace_name(name) {
-                    return Some(error_response(&ApiError::namespace_not_found(name)));
-                }
-                return Some(json(
-                    StatusCode::OK,
-                    &json!({"kind": "Namespace", "apiVersion": "v1",
-                        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
-                        "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}),
-                ));
-            }
             _ => {}
         }
         let document = match segments.as_slice() {
@@ -371,6 +365,17 @@ impl Handler {
                 .scale(req, &target, &method, &content_type, dry_run, now)
                 .await;
         }
+        if target.finalize {
+            if method != Method::PUT {
+                return Err(ApiError::verb_not_served());
+            }
+            let name = target.name.clone().unwrap_or_default();
+            let body = read_json(req, &content_type, &target.kind).await?;
+            let finalized = self.write("finalize", &target, dry_run, |store| {
+                store.finalize_namespace(&target.kind, &name, &body, now)
+            })?;
+            return Ok(written(StatusCode::OK, &finalized));
+        }
         // `kubectl get` asks for a server-side table; other clients for the objects.
         let as_table = (method == Method::GET && table::wanted(&header(&req, "accept")))
             .then(|| Include::parse(params.get("includeObject").map(String::as_str)))
@@ -446,7 +451,8 @@ impl Handler {
                 let object = self
                     .server
                     .store()
-                    .get_shared(&target.kind, &namespace, name)?;
+                    .get_shared(&target.kind, &namespace, name)
+                    .or_else(|error| self.implicit_namespace(&target.kind, name).ok_or(error))?;
                 match as_table {
                     Some(include) => {
                         let metadata =
@@ -464,11 +470,9 @@ impl Handler {
                 }
             }
             (&Method::POST, None) => {
-                if target.kind.namespaced && !super::validation::namespace_name(&namespace) {
-                    return Err(ApiError::namespace_not_found(&namespace));
-                }
                 let body = read_json(req, &content_type, &target.kind).await?;
                 check_body_namespace(&target, &body)?;
+                self.admit_create(&target, &namespace, &body)?;
                 let created = self.write("create", &target, dry_run, |store| {
                     store.create(&target.kind, &namespace, body, now, unix_millis)
                 })?;
@@ -532,6 +536,9 @@ impl Handler {
                             .store()
                             .get(&target.kind, &namespace, name)
                             .is_ok();
+                        if !existed {
+                            self.admit_create(&target, &namespace, &applied)?;
+                        }
                         let applied = self.write("apply", &target, dry_run, |store| {
                             store.apply(
                                 &target.kind,
@@ -587,6 +594,26 @@ impl Handler {
                     other => return Err(ApiError::unsupported_media_type(other)),
                 };
                 Ok(written(StatusCode::OK, &patched))
+            }
+            (&Method::DELETE, Some(name)) if super::store::is_namespace(&target.kind) => {
+                let before = self.namespace_phase(name);
+                let deleted = self.write("delete", &target, dry_run, |store| {
+                    store.delete(&target.kind, &namespace, name, now, unix_millis)
+                })?;
+                let after = super::namespaces::phase_of(Some(&deleted));
+                if !dry_run
+                    && before == super::namespaces::Phase::Active
+                    && after == super::namespaces::Phase::Terminating
+                {
+                    // The namespace controller's stand-in empties it, then finalizes it.
+                    tokio::spawn(super::namespaces::finish(
+                        self.env.clone(),
+                        self.server.clone(),
+                        name.clone(),
+                    ));
+                }
+                // The namespace registry answers with the object, even once it is gone.
+                Ok(written(StatusCode::OK, &deleted))
             }
             (&Method::DELETE, Some(name)) => {
                 let deleted = self.write("delete", &target, dry_run, |store| {
@@ -652,6 +679,62 @@ impl Handler {
     }
 
     /// Runs a write under the store lock, compacts, wakes watches and records it.
+    /// The phase of namespace `name` as stored (Missing when no object).
+    fn namespace_phase(&self, name: &str) -> super::namespaces::Phase {
+        let kind = self
+            .server
+            .kinds()
+            .iter()
+            .find(|k| super::store::is_namespace(k));
+        let store = self.server.store();
+        let object = kind.and_then(|kind| store.get_shared(kind, "", name).ok());
+        super::namespaces::phase_of(object.as_deref())
+    }
+
+    /// NamespaceLifecycle for a create of a namespaced object: 404 when its namespace is
+    /// missing (or, with implicit namespaces, not a valid name), 403 while it terminates.
+    fn admit_create(&self, target: &Target, namespace: &str, body: &Value) -> Result<(), ApiError> {
+        use super::namespaces::{Mode, Phase};
+        if !target.kind.namespaced {
+            return Ok(());
+        }
+        match self.namespace_phase(namespace) {
+            Phase::Active => Ok(()),
+            Phase::Missing
+                if self.server.namespace_mode() == Mode::Implicit
+                    && super::validation::namespace_name(namespace) =>
+            {
+                Ok(())
+            }
+            Phase::Missing => Err(super::namespaces::missing(namespace)),
+            Phase::Terminating => {
+                let meta = &body["metadata"];
+                let name = meta["name"]
+                    .as_str()
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| meta["generateName"].as_str())
+                    .unwrap_or_default();
+                Err(ApiError::namespace_terminating(
+                    &target.kind,
+                    name,
+                    namespace,
+                ))
+            }
+        }
+    }
+
+    /// With implicit namespaces, a valid name with no Namespace object reads as an active
+    /// namespace (kubectl reads one to word a NotFound for an object in it).
+    fn implicit_namespace(&self, kind: &ResourceKind, name: &str) -> Option<Arc<Value>> {
+        let implicit = self.server.namespace_mode() == super::namespaces::Mode::Implicit;
+        (implicit && super::store::is_namespace(kind) && super::validation::namespace_name(name))
+            .then(|| {
+                Arc::new(json!({"kind": "Namespace", "apiVersion": "v1",
+                    "metadata": {"name": name, "labels": {(super::namespaces::NAME_LABEL): name}},
+                    "spec": {"finalizers": [(super::namespaces::FINALIZER)]}, "status": {"phase": "Active"}}))
+            })
+    }
+
     fn write(
         &self,
         verb: &str,

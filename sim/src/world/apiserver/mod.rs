@@ -21,6 +21,7 @@ pub mod error;
 pub mod http;
 pub mod jsonpatch;
 pub mod mergepatch;
+pub mod namespaces;
 pub mod openapi;
 pub mod protobuf;
 pub mod resources;
@@ -33,6 +34,7 @@ pub mod validation;
 pub mod watch;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 pub use resources::ResourceKind;
 pub use store::Store;
@@ -51,6 +53,8 @@ pub struct ApiServer {
     cost: Arc<crate::world::cost::Cost>,
     /// Listed objects' JSON texts, made once per object (the answers are the same bytes).
     encoded: Mutex<encoded::Encoded>,
+    /// Whether a create needs its namespace to exist ([`namespaces::Mode`]).
+    namespaces: namespaces::Mode,
 }
 
 impl ApiServer {
@@ -69,7 +73,51 @@ impl ApiServer {
             rv_sender: tokio::sync::watch::Sender::new(0),
             cost,
             encoded: Mutex::default(),
+            namespaces: namespaces::Mode::Implicit,
         })
+    }
+
+    /// A server that requires namespaces as kube-apiserver does, holding the four it
+    /// creates on start (`default`, `kube-node-lease`, `kube-public`, `kube-system`), made
+    /// at `unix_millis`: what `orrery apiserver` and the conformance suites serve.
+    pub fn requiring_namespaces(knobs: Knobs, now: Duration, unix_millis: u64) -> Arc<Self> {
+        let server = Arc::new(ApiServer {
+            namespaces: namespaces::Mode::Required,
+            ..Arc::into_inner(Self::new(knobs)).expect("just made")
+        });
+        for name in namespaces::SYSTEM {
+            server
+                .create_namespace(name, now, unix_millis)
+                .expect("a fresh store takes the system namespaces");
+        }
+        server
+    }
+
+    /// Creates Namespace `name` (a cluster's bootstrap; clients POST them).
+    pub fn create_namespace(
+        &self,
+        name: &str,
+        now: Duration,
+        unix_millis: u64,
+    ) -> Result<(), error::ApiError> {
+        let kind = self
+            .kinds
+            .iter()
+            .find(|k| store::is_namespace(k))
+            .expect("the registry serves namespaces");
+        let object = serde_json::json!({"metadata": {"name": name}});
+        let rv = {
+            let mut store = self.store();
+            store.create(kind, "", object, now, unix_millis)?;
+            store.rv()
+        };
+        self.notify(rv);
+        Ok(())
+    }
+
+    /// Whether a create needs its namespace to exist.
+    pub fn namespace_mode(&self) -> namespaces::Mode {
+        self.namespaces
     }
 
     /// What its watches sent, counted beside the trace.

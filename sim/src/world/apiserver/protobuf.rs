@@ -1,9 +1,9 @@
 //! Request bodies in Kubernetes' protobuf encoding (`application/vnd.kubernetes.protobuf`),
 //! which kubectl's typed clients send for built-in types (`kubectl create configmap`,
-//! `kubectl create secret`). The body is the magic `k8s\0` and a `runtime.Unknown`
+//! `kubectl create secret`, `kubectl create namespace`). The body is the magic `k8s\0` and a `runtime.Unknown`
 //! envelope around the object's message (`k8s.io/api/core/v1/generated.proto`). Decoded
 //! here into the JSON object the rest of the server handles, for the built-in types
-//! kubectl creates this way: ConfigMap and Secret. Anything else is 415, as a custom
+//! kubectl creates this way: ConfigMap, Secret and Namespace. Anything else is 415, as a custom
 //! resource is on the real server. Answers are JSON, which these clients also accept.
 
 use base64::Engine;
@@ -189,7 +189,7 @@ fn owner_reference(bytes: &[u8]) -> Result<Value, DecodeError> {
     Ok(Value::Object(owner))
 }
 
-/// A ConfigMap or Secret message as its JSON object (`binary` marks the map fields whose
+/// A ConfigMap, Secret or Namespace message as its JSON object (`binary` marks the map fields whose
 /// values are bytes, which JSON carries base64-encoded).
 fn object(api_version: &str, kind: &str, bytes: &[u8]) -> Result<Option<Value>, DecodeError> {
     let b64 = |v: &[u8]| json!(base64::engine::general_purpose::STANDARD.encode(v));
@@ -228,6 +228,25 @@ fn object(api_version: &str, kind: &str, bytes: &[u8]) -> Result<Option<Value>, 
                 let (k, v) = entry(v)?;
                 maps[2].1.insert(k, json!(text(4, v)?));
             }
+            // NamespaceSpec { repeated string finalizers = 1 }, NamespaceStatus { phase = 1 }.
+            ("Namespace", Field::Bytes(2, v)) => {
+                let mut finalizers = Vec::new();
+                for f in fields(v)? {
+                    if let Field::Bytes(1, name) = f {
+                        finalizers.push(json!(text(1, name)?));
+                    }
+                }
+                object.insert("spec".into(), json!({"finalizers": finalizers}));
+            }
+            ("Namespace", Field::Bytes(3, v)) => {
+                let mut status = Map::new();
+                for f in fields(v)? {
+                    if let Field::Bytes(1, phase) = f {
+                        status.insert("phase".into(), json!(text(1, phase)?));
+                    }
+                }
+                object.insert("status".into(), Value::Object(status));
+            }
             _ => {}
         }
     }
@@ -260,7 +279,7 @@ pub fn decode(body: &[u8]) -> Result<Option<Value>, DecodeError> {
         }
     }
     match (api_version.as_str(), kind.as_str()) {
-        ("v1", "ConfigMap" | "Secret") => object(&api_version, &kind, raw),
+        ("v1", "ConfigMap" | "Secret" | "Namespace") => object(&api_version, &kind, raw),
         _ => Ok(None),
     }
 }

@@ -261,6 +261,9 @@ fn event_fields(object: &mut Value) {
     }
 }
 
+mod namespaces;
+pub use namespaces::is_namespace;
+
 pub use super::mergepatch::merge_patch;
 
 pub use orrery_system::core::time::rfc3339;
@@ -494,6 +497,9 @@ impl Store {
         // A new object is not being deleted (kube-apiserver's `BeforeCreate`).
         meta.shift_remove("deletionTimestamp");
         meta.shift_remove("deletionGracePeriodSeconds");
+        if is_namespace(kind) {
+            super::namespaces::prepare_create(&mut object);
+        }
         default_fields(&mut object, kind);
         omit_empty(&mut object, kind);
         Ok(self.commit(kind, key, Some(object), now))
@@ -560,6 +566,9 @@ impl Store {
                 }
                 _ => {}
             }
+        }
+        if is_namespace(kind) && !status_only {
+            super::namespaces::prepare_update(current, &mut next);
         }
         if kind.has_generation {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
@@ -743,6 +752,9 @@ impl Store {
         now: Duration,
         unix_millis: u64,
     ) -> Result<Written, ApiError> {
+        if is_namespace(kind) {
+            return self.delete_namespace(kind, name, now, unix_millis);
+        }
         let key = Self::key(kind, namespace, name);
         let Some(current) = self.objects.get(&key).cloned() else {
             return Err(ApiError::not_found(kind, name));
@@ -853,7 +865,9 @@ impl Store {
             }
             return Err(error);
         }
-        Ok(!has_finalizers(next))
+        // A Namespace also waits for its `spec.finalizers` (`ShouldDeleteNamespaceDuringUpdate`).
+        let held = is_namespace(kind) && super::namespaces::has_spec_finalizers(next);
+        Ok(!has_finalizers(next) && !held)
     }
 
     /// Server-side apply (simplified, see [`super::apply`]).

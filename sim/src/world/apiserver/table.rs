@@ -109,6 +109,7 @@ pub fn columns(kind: &ResourceKind) -> Vec<Value> {
             columns.push(column("Type", "string", "", "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types", 0));
             columns.push(column("Data", "string", "", "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4", 0));
         }
+        "Namespace" => columns.push(column("Status", "string", "", "The status of the namespace", 0)),
         "Lease" => columns.push(column("Holder", "string", "", "holderIdentity contains the identity of the holder of a current lease. If Coordinated Leader Election is used, the holder identity must be equal to the elected LeaseCandidate.metadata.name field.", 0)),
         "ReplicaSet" => {
             columns.push(column("Desired", "integer", "", "Replicas is the number of desired pods. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicaset", 0));
@@ -392,6 +393,10 @@ pub fn cells(kind: &ResourceKind, object: &Value, now_millis: u64) -> Vec<Value>
     };
     match kind.kind.as_str() {
         "ConfigMap" => cells.push(json!(count(object, &["data", "binaryData"]))),
+        "Namespace" => cells.push(json!(object
+            .at("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or_default())),
         "Secret" => {
             cells.push(json!(object["type"].as_str().unwrap_or_default()));
             cells.push(json!(count(object, &["data"])));

@@ -31,6 +31,20 @@ pub fn namespace_name(name: &str) -> bool {
     name.len() <= 63 && dns_label(name)
 }
 
+const DNS1123_LABEL_ERROR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+
+/// The errors of `IsDNS1123Label` (a Namespace's name).
+fn label(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 63 {
+        errors.push("must be no more than 63 characters".to_string());
+    }
+    if !dns_label(value) {
+        errors.push(DNS1123_LABEL_ERROR.to_string());
+    }
+    errors
+}
+
 /// The errors of `IsDNS1123Subdomain`.
 fn subdomain(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
@@ -110,7 +124,13 @@ pub fn metadata(
     let mut causes: Vec<(String, String)> = Vec::new();
     let quote = |v: &str| serde_json::to_string(v).unwrap_or_default();
     if check_name {
-        for error in subdomain(name) {
+        let namespace = !kind.custom && kind.kind == "Namespace";
+        let errors = if namespace {
+            label(name)
+        } else {
+            subdomain(name)
+        };
+        for error in errors {
             causes.push((
                 "metadata.name".into(),
                 format!("Invalid value: {}: {error}", quote(name)),
@@ -174,7 +194,39 @@ pub fn write(
     check_name: bool,
 ) -> Result<(), ApiError> {
     metadata(kind, name, object, check_name)?;
-    event(kind, name, namespace, object)
+    event(kind, name, namespace, object)?;
+    namespace_finalizers(kind, name, object)
+}
+
+/// A Namespace's `spec.finalizers` (`ValidateNamespace`'s `validateFinalizerName`): each the
+/// standard `kubernetes` or a fully qualified name (`example.com/name`).
+fn namespace_finalizers(kind: &ResourceKind, name: &str, object: &Value) -> Result<(), ApiError> {
+    if kind.custom || kind.kind != "Namespace" {
+        return Ok(());
+    }
+    let Some(finalizers) = object.at("/spec/finalizers").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let mut causes = Vec::new();
+    for (index, finalizer) in finalizers.iter().enumerate() {
+        let finalizer = finalizer.as_str().unwrap_or("");
+        let field = format!("spec.finalizers[{index}]");
+        let quoted = serde_json::to_string(finalizer).unwrap_or_default();
+        for error in qualified_name(finalizer) {
+            causes.push((field.clone(), format!("Invalid value: {quoted}: {error}")));
+        }
+        if finalizer != super::namespaces::FINALIZER && !finalizer.contains('/') {
+            causes.push((
+                field,
+                format!("Invalid value: {quoted}: name is neither a standard finalizer name nor is it fully qualified"),
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_causes(kind, name, &causes))
+    }
 }
 
 /// A core/v1 Event's own rule (`legacyValidateEvent`, for an Event without `eventTime`): its
