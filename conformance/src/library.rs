@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::script::Script;
 
 const CM: &str = "/api/v1/namespaces/{ns}/configmaps";
+const NAMESPACES: &str = "/api/v1/namespaces";
 const EVENTS: &str = "/api/v1/namespaces/{ns}/events";
 const APPS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/applications";
 const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/rollouts";
@@ -268,6 +269,16 @@ pub fn scripts() -> Vec<Script> {
             .post(APPS, app("a", json!({"project": "default"})))
             .get(&format!("{}/scale", at(APPS, "a")))
             .get(&format!("{}/scale", at(ROLLOUTS, "missing"))),
+        Script::new("namespace-lifecycle", "a Namespace is made with the name label, the kubernetes finalizer and phase Active; a create into a missing namespace is 404; a DELETE answers the namespace marked and Terminating, and a create into it is then 403 NamespaceTerminating; finalize takes only PUT (405 otherwise) and validates the finalizer names (422); default may not be deleted (403)")
+            .post(NAMESPACES, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "{ns}-t"}}))
+            .get(&at(NAMESPACES, "{ns}-t"))
+            .post("/api/v1/namespaces/{ns}-missing/configmaps", cm("x", json!({}), json!({})))
+            .post("/api/v1/namespaces/{ns}-t/configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "held", "finalizers": ["example.com/hold"]}}))
+            .delete(&at(NAMESPACES, "{ns}-t"))
+            .post("/api/v1/namespaces/{ns}-t/configmaps", cm("late", json!({}), json!({})))
+            .get(&at(NAMESPACES, "{ns}-t/finalize"))
+            .put(&at(NAMESPACES, "{ns}-t/finalize"), json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "{ns}-t"}, "spec": {"finalizers": ["bad name"]}}))
+            .delete(&at(NAMESPACES, "default")),
         Script::new("events-core-v1", "core/v1 Events: a created Event carries the typed object's defaults (source {}, null timestamps, empty reporting fields; zero count and empty strings left out); listed by involvedObject, source, type and reason field selectors (any other field 400); its involved object's namespace must be its own, and one without a namespace lives in default (422 otherwise)")
             .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "a.1"}, "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}", "apiVersion": "v1"}, "reason": "Tested", "message": "  hello  ", "type": "Normal", "source": {"component": "tester", "host": "h1"}, "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:01:00Z", "count": 3}))
             .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "b.1"}, "involvedObject": {"kind": "Secret", "name": "s", "namespace": "{ns}"}, "count": 0, "message": ""}))
