@@ -53,6 +53,20 @@ impl Drop for Process {
     }
 }
 
+/// `orrery apiserver` on `addr` with the namespaces the tests' components write in (a real
+/// cluster requires them).
+pub(crate) fn apiserver(addr: &str) -> Process {
+    orrery(&[
+        "apiserver",
+        "--listen",
+        addr,
+        "--namespace",
+        "argocd",
+        "--namespace",
+        "codefresh",
+    ])
+}
+
 pub(crate) fn orrery(args: &[&str]) -> Process {
     Process(
         std::process::Command::new(env!("CARGO_BIN_EXE_orrery"))
@@ -205,15 +219,7 @@ fn a_client_reaches_the_api_server_through_platform_tunnel_and_router_on_loopbac
         format!("127.0.0.1:{gateway}"),
         format!("127.0.0.1:{proxy}"),
     );
-    let _apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &api_addr,
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let _apiserver = apiserver(&api_addr);
     let control_plane = |variant: &str| {
         control_plane(
             &tunnel_addr,
@@ -597,15 +603,7 @@ fn serve_runtime_runs_the_reporter_and_a_sigterm_releases_its_lease() {
         format!("127.0.0.1:{tunnel}"),
         format!("127.0.0.1:{gateway}"),
     );
-    let _apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &api_addr,
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let _apiserver = apiserver(&api_addr);
     let _platform = control_plane(&tunnel_addr, &gateway_addr, "acme-edge=tok-9", &[]);
     eventually("the API server answers", Duration::from_secs(20), || {
         http(api, "GET", "/healthz", "").is_some()
@@ -688,15 +686,7 @@ fn a_hardened_runtime_with_durable_request_records_answers_a_retry_after_its_res
         format!("127.0.0.1:{gateway}"),
         format!("127.0.0.1:{cache}"),
     );
-    let _apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &api_addr,
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let _apiserver = apiserver(&api_addr);
     let _store = orrery(&["serve", "cache", "--listen", &cache_addr]);
     let _platform = control_plane(&tunnel_addr, &gateway_addr, "acme-prod=tok-1", &[]);
     let runtime = || {
@@ -771,15 +761,7 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
     let [api, tunnel, gateway, events, router, proxy, cache, metrics_0, metrics_1] =
         [(); 9].map(|()| free_port());
     let addr = |port: u16| format!("127.0.0.1:{port}");
-    let _apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &addr(api),
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let _apiserver = apiserver(&addr(api));
     let _platform = control_plane(
         &addr(tunnel),
         &addr(gateway),
@@ -955,15 +937,7 @@ fn the_runtime_runs_one_component_per_process_as_the_deploy_manifests_do() {
 fn the_resource_reporter_and_the_event_bus_run_as_their_own_processes_with_a_health_endpoint() {
     let [api, events, bus, health] = [(); 4].map(|()| free_port());
     let addr = |port: u16| format!("127.0.0.1:{port}");
-    let _apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &addr(api),
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let _apiserver = apiserver(&addr(api));
     let _bus = orrery(&[
         "serve",
         "runtime",
@@ -1177,15 +1151,7 @@ fn the_gitops_api_answers_each_user_their_own_account_as_the_rules_allow_and_aud
     std::fs::create_dir_all(&dir).unwrap();
     let policy = dir.join("policy.yaml");
     std::fs::write(&policy, POLICY).unwrap();
-    let _apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &api_addr,
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let _apiserver = apiserver(&api_addr);
     let _platform = control_plane(
         &tunnel_addr,
         &gateway_addr,
@@ -1457,15 +1423,7 @@ fn a_runtime_whose_heartbeats_stop_is_shown_unable_to_communicate_while_its_tunn
     );
     let [api_addr, tunnel_addr, gateway_addr, events_addr, proxy_addr, cache_addr] =
         [api, tunnel, gateway, events, proxy, cache].map(|p| format!("127.0.0.1:{p}"));
-    let _apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &api_addr,
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let _apiserver = apiserver(&api_addr);
     let _platform = control_plane(
         &tunnel_addr,
         &gateway_addr,
@@ -1718,15 +1676,7 @@ accounts:
             repo.display()
         ),
     ]);
-    let _apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &api_addr,
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let _apiserver = apiserver(&api_addr);
     let _platform = control_plane(
         &tunnel_addr,
         &gateway_addr,

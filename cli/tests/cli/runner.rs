@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::real_mode::{exchange, http_as, orrery, Process};
+use crate::real_mode::{apiserver, exchange, http_as, orrery, Process};
 use crate::support::{eventually, free_port};
 
 const AGENT: &str = "agent-1";
@@ -31,15 +31,7 @@ fn world_with(variant: &str, flags: &[&str]) -> (u16, u16, u16, Vec<Process>) {
         free_port(),
     );
     let at = |port: u16| format!("127.0.0.1:{port}");
-    let apiserver = orrery(&[
-        "apiserver",
-        "--listen",
-        &at(api),
-        "--namespace",
-        "argocd",
-        "--namespace",
-        "codefresh",
-    ]);
+    let apiserver = apiserver(&at(api));
     let agents = format!("{AGENT}={AGENT_TOKEN},{OTHER_AGENT}={OTHER_TOKEN}");
     let (tunnel, gateway, runner_at) = (at(tunnel), at(gateway), at(runner));
     let mut args = vec![

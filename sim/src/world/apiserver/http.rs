@@ -706,7 +706,7 @@ impl Handler {
             {
                 Ok(())
             }
-            Phase::Missing => Err(super::namespaces::missing(namespace)),
+            Phase::Missing => Err(ApiError::namespace_not_found(namespace)),
             Phase::Terminating => {
                 let meta = &body["metadata"];
                 let name = meta["name"]

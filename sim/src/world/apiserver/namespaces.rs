@@ -18,7 +18,6 @@ use serde_json::{json, Value};
 
 use orrery_system::env::SharedEnv;
 
-use super::error::ApiError;
 use super::ApiServer;
 
 /// The finalizer the namespace controller owns (`spec.finalizers`).
@@ -151,9 +150,4 @@ pub async fn finish(env: SharedEnv, server: Arc<ApiServer>, namespace: String) {
         }
         env.sleep(RECHECK).await;
     }
-}
-
-/// The 404 a create into a missing namespace answers (and the answer's wording for GET).
-pub fn missing(namespace: &str) -> ApiError {
-    ApiError::namespace_not_found(namespace)
 }
