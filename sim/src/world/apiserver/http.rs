@@ -678,16 +678,13 @@ impl Handler {
         ))
     }
 
-    /// Runs a write under the store lock, compacts, wakes watches and records it.
     /// The phase of namespace `name` as stored (Missing when no object).
     fn namespace_phase(&self, name: &str) -> super::namespaces::Phase {
-        let kind = self
+        let object = self
             .server
-            .kinds()
-            .iter()
-            .find(|k| super::store::is_namespace(k));
-        let store = self.server.store();
-        let object = kind.and_then(|kind| store.get_shared(kind, "", name).ok());
+            .store()
+            .get_shared(self.server.namespace_kind(), "", name)
+            .ok();
         super::namespaces::phase_of(object.as_deref())
     }
 
@@ -729,12 +726,14 @@ impl Handler {
         let implicit = self.server.namespace_mode() == super::namespaces::Mode::Implicit;
         (implicit && super::store::is_namespace(kind) && super::validation::namespace_name(name))
             .then(|| {
-                Arc::new(json!({"kind": "Namespace", "apiVersion": "v1",
-                    "metadata": {"name": name, "labels": {(super::namespaces::NAME_LABEL): name}},
-                    "spec": {"finalizers": [(super::namespaces::FINALIZER)]}, "status": {"phase": "Active"}}))
+                let mut namespace =
+                    json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name}});
+                super::namespaces::prepare_create(&mut namespace);
+                Arc::new(namespace)
             })
     }
 
+    /// Runs a write under the store lock, compacts, wakes watches and records it.
     fn write(
         &self,
         verb: &str,

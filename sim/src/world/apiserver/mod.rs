@@ -100,19 +100,22 @@ impl ApiServer {
         now: Duration,
         unix_millis: u64,
     ) -> Result<(), error::ApiError> {
-        let kind = self
-            .kinds
-            .iter()
-            .find(|k| store::is_namespace(k))
-            .expect("the registry serves namespaces");
         let object = serde_json::json!({"metadata": {"name": name}});
         let rv = {
             let mut store = self.store();
-            store.create(kind, "", object, now, unix_millis)?;
+            store.create(self.namespace_kind(), "", object, now, unix_millis)?;
             store.rv()
         };
         self.notify(rv);
         Ok(())
+    }
+
+    /// The served Namespace type.
+    pub fn namespace_kind(&self) -> &ResourceKind {
+        self.kinds
+            .iter()
+            .find(|k| store::is_namespace(k))
+            .expect("the registry serves namespaces")
     }
 
     /// Whether a create needs its namespace to exist.

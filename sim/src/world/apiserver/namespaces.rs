@@ -57,11 +57,11 @@ pub enum Phase {
     Terminating,
 }
 
-/// The phase of a stored Namespace object (or of none).
+/// The phase of a stored Namespace object (or of none), read from `status.phase` as
+/// NamespaceLifecycle reads it (a DELETE sets it with the deletion timestamp).
 pub fn phase_of(object: Option<&Value>) -> Phase {
     match object {
         None => Phase::Missing,
-        Some(ns) if ns["metadata"].get("deletionTimestamp").is_some() => Phase::Terminating,
         Some(ns) if ns["status"]["phase"] == "Terminating" => Phase::Terminating,
         Some(_) => Phase::Active,
     }

@@ -146,6 +146,20 @@ pub fn has_finalizers(object: &Value) -> bool {
         .is_some_and(|f| !f.is_empty())
 }
 
+/// A full body sent to a named object's endpoint: a JSON object whose name, if it has one,
+/// is the URL's.
+fn check_body_name(body: &Value, name: &str) -> Result<(), ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    match meta_str(body, "name") {
+        Some(body_name) if body_name != name => Err(ApiError::bad_request(&format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object.get("metadata")?.get(field)?.as_str()
 }
@@ -607,16 +621,7 @@ impl Store {
         status_only: bool,
         now: Duration,
     ) -> Result<Written, ApiError> {
-        if !body.is_object() {
-            return Err(ApiError::bad_request("the body must be a JSON object"));
-        }
-        if let Some(body_name) = meta_str(&body, "name") {
-            if body_name != name {
-                return Err(ApiError::bad_request(&format!(
-                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                )));
-            }
-        }
+        check_body_name(&body, name)?;
         let key = Self::key(kind, namespace, name);
         let current = self
             .objects

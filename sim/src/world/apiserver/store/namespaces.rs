@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::super::error::ApiError;
 use super::super::namespaces::{has_spec_finalizers, FINALIZER, IMMORTAL};
 use super::super::resources::ResourceKind;
-use super::{has_finalizers, meta_str, rfc3339, Store, Written};
+use super::{check_body_name, has_finalizers, rfc3339, Store, Written};
 
 /// Whether `kind` is the core Namespace type.
 pub fn is_namespace(kind: &ResourceKind) -> bool {
@@ -68,16 +68,7 @@ impl Store {
         body: &Value,
         now: Duration,
     ) -> Result<Written, ApiError> {
-        if !body.is_object() {
-            return Err(ApiError::bad_request("the body must be a JSON object"));
-        }
-        if let Some(body_name) = meta_str(body, "name") {
-            if body_name != name {
-                return Err(ApiError::bad_request(&format!(
-                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                )));
-            }
-        }
+        check_body_name(body, name)?;
         let key = Self::key(kind, "", name);
         let current = self
             .objects
