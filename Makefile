@@ -32,7 +32,7 @@ export MIMALLOC_PURGE_DELAY
 MIMALLOC_ALLOW_THP ?= 0
 export MIMALLOC_ALLOW_THP
 
-.PHONY: fuzz fuzz-replay docs farm pgo all test test-linted cargo-test reports-fresh lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-graphql conformance-kind nightly profile
+.PHONY: fuzz fuzz-replay docs farm pgo all test test-linted cargo-test reports-fresh lint lint-workflows lint-dockerfile reports reports-check reports-committed browser-check determinism build sweep bench help conformance conformance-apiserver conformance-suites conformance-argocd conformance-postgres conformance-graphql conformance-kind conformance-k3s containers-check nightly profile
 
 all: test
 
@@ -66,6 +66,7 @@ LINTED := scripts/linted.sh
 
 test:
 	$(CARGO) fmt --all --check
+	$(CARGO) fmt --check --manifest-path conformance/containers/Cargo.toml
 	$(LINTED) $(MAKE) --no-print-directory test-linted
 
 # make test's steps, run with the lints on (see above): the orrery binary first, then side by
@@ -242,8 +243,12 @@ CONFORMANCE_TESTS := env MAKEFLAGS= $(CARGO) test -p orrery-conformance --test c
 ## A missing prerequisite fails with what to install.
 ## Built with make test's lints on (the same compiler wrapper), so after make test nothing of
 ## the workspace is compiled again.
+## With a Docker engine (conformance/containers.sh --which), Redis and PostgreSQL run in
+## containers through testcontainers and the runtime suite also runs against a real k3s
+## cluster (conformance-k3s); ORRERY_CONTAINERS=off keeps the local processes.
+CONFORMANCE_PATH := $(shell conformance/containers.sh --which)
 conformance:
-	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres conformance-graphql browser-check lint-workflows lint-dockerfile docs
+	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres conformance-graphql browser-check lint-workflows lint-dockerfile docs containers-check $(if $(filter containers,$(CONFORMANCE_PATH)),conformance-k3s)
 
 ## The suites (all but Argo CD's) against a real kube-apiserver + etcd run as local processes,
 ## built from source via Go modules (conformance/kube/go.mod pins the version), with a real
@@ -272,6 +277,19 @@ conformance-postgres:
 ## queries with variables, field and request errors as GraphQL over HTTP answers them, abuse.
 conformance-graphql:
 	conformance/graphql/run.sh env MAKEFLAGS= $(CARGO) test -p orrery-cli --test cli -- --ignored --exact graphql_client::graphql_js_reads_the_schema_by_introspection_and_runs_typed_queries_and_errors
+
+## The testcontainers tool (conformance/containers/, its own workspace): compiled and linted
+## with clippy's warnings as errors, its tests run (its command line, the kubeconfig it
+## writes, and no Docker engine: a clear error, the command not run) — on every machine,
+## Docker or not, so the Docker path cannot rot where it is not run.
+containers-check:
+	cd conformance/containers && env MAKEFLAGS= $(CARGO) test -q --locked --target-dir ../../target/containers
+
+## The runtime suite against a real k3s cluster in Docker (testcontainers' k3s module:
+## controllers, kubelet, namespaces), with Redis in a container too. Needs a Docker engine
+## that may run a privileged container; make conformance adds it when one answers.
+conformance-k3s:
+	ORRERY_CONTAINERS=on conformance/containers.sh --redis --k3s -- $(CONFORMANCE_TESTS) runtime::
 
 ## The suites against KUBECONFIG if set, else a throwaway kind cluster (needs Docker and kind).
 ## The Argo CD suite always runs against its own throwaway kube-apiserver (see

@@ -24,6 +24,12 @@
 # "POSTGRES SKIPPED: <reason>" and runs COMMAND without ORRERY_POSTGRES_URL (the PostgreSQL
 # tests then say they were skipped, never that they passed); otherwise that is an error.
 set -euo pipefail
+# With a Docker engine (or ORRERY_CONTAINERS=on) the server runs in a container instead,
+# through testcontainers (conformance/containers.sh); ORRERY_CONTAINERS=off keeps this path.
+path="$("$(dirname "$0")/../containers.sh" --which)"
+if [ "$path" = containers ]; then
+    exec "$(dirname "$0")/../containers.sh" --postgres -- "$@"
+fi
 
 command_args=("$@")
 skip() {
@@ -99,18 +105,7 @@ tls_opts=""
 if command -v openssl >/dev/null; then
     tls="$work/tls"
     mkdir -p "$tls"
-    if (cd "$tls" \
-        && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=orrery test CA" \
-            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-            -keyout ca.key -out ca.crt \
-        && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=orrery other CA" \
-            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-            -keyout other-ca.key -out other-ca.crt \
-        && openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr \
-        && printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > server.ext \
-        && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
-            -extfile server.ext -out server.crt) >"$work/tls.log" 2>&1; then
-        chmod 600 "$tls/server.key"
+    if "$(dirname "$0")/tls.sh" "$tls" >"$work/tls.log" 2>&1; then
         [ ${#as_server[@]} -eq 0 ] || chown -R postgres "$tls"
         hba="$work/data/pg_hba.conf"
         { echo "hostnossl all orrery_tls 0.0.0.0/0 reject"; cat "$hba"; } > "$hba.new" && mv "$hba.new" "$hba"

@@ -15,6 +15,12 @@
 # "REDIS CONFORMANCE SKIPPED: <reason>" and runs COMMAND without ORRERY_REDIS_ADDR (the Redis
 # tests then report themselves as skipped, never as passed); otherwise that is an error.
 set -euo pipefail
+# With a Docker engine (or ORRERY_CONTAINERS=on) the server runs in a container instead,
+# through testcontainers (conformance/containers.sh); ORRERY_CONTAINERS=off keeps this path.
+path="$("$(dirname "$0")/../containers.sh" --which)"
+if [ "$path" = containers ]; then
+    exec "$(dirname "$0")/../containers.sh" --redis -- "$@"
+fi
 
 command_args=("$@")
 skip() {
