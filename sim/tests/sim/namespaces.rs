@@ -243,3 +243,65 @@ fn the_simulated_worlds_namespaces_stay_implicit() {
         assert_eq!(status(refused).0, 404);
     });
 }
+
+#[test]
+fn a_terminating_namespace_finishes_after_the_api_servers_host_crashed() {
+    let mut sim = sim(Duration::from_secs(600));
+    let trace = Trace::default();
+    let host_trace = trace.clone();
+    // The state outlives the host, as etcd's would: the same server is served again.
+    let api = ApiServer::requiring_namespaces(Knobs::default(), Duration::ZERO, 0);
+    sim.host("apiserver", move || {
+        let env = SimEnv::shared("apiserver", SEED, host_trace.clone());
+        let api = api.clone();
+        async move {
+            apiserver::run(env, api, "0.0.0.0:6443").await?;
+            Ok(())
+        }
+    });
+    let (marked_tx, marked_rx) = std::sync::mpsc::channel();
+    sim.client("test", async move {
+        let (env, client) = kube("test", &trace, Duration::from_secs(300));
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some("team-c".into());
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        let in_team: Api<ConfigMap> = Api::namespaced(client.clone(), "team-c");
+        let mut held = configmap("held", &[]);
+        held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        in_team.create(&PostParams::default(), &held).await.unwrap();
+        namespaces
+            .delete("team-c", &DeleteParams::default())
+            .await
+            .unwrap();
+        env.sleep(Duration::from_secs(3)).await;
+        marked_tx.send(()).unwrap();
+        // The harness crashes the API server's host here and starts it again.
+        env.sleep(Duration::from_secs(30)).await;
+        let release = json!({"metadata": {"finalizers": null}});
+        in_team
+            .patch("held", &PatchParams::default(), &Patch::Merge(&release))
+            .await
+            .unwrap();
+        env.sleep(Duration::from_secs(5)).await;
+        let gone = namespaces.get("team-c").await.unwrap_err();
+        assert_eq!(
+            status(gone).0,
+            404,
+            "the restarted server's stand-in finished the namespace"
+        );
+        Ok(())
+    });
+    while marked_rx.try_recv().is_err() {
+        sim.step().unwrap();
+    }
+    sim.crash("apiserver");
+    for _ in 0..100 {
+        sim.step().unwrap();
+    }
+    sim.bounce("apiserver");
+    sim.run().unwrap();
+}

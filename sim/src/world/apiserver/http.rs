@@ -606,11 +606,7 @@ impl Handler {
                     && after == super::namespaces::Phase::Terminating
                 {
                     // The namespace controller's stand-in empties it, then finalizes it.
-                    tokio::spawn(super::namespaces::finish(
-                        self.env.clone(),
-                        self.server.clone(),
-                        name.clone(),
-                    ));
+                    self.server.finish_namespace(&self.env, name);
                 }
                 // The namespace registry answers with the object, even once it is gone.
                 Ok(written(StatusCode::OK, &deleted))

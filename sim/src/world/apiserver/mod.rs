@@ -55,6 +55,9 @@ pub struct ApiServer {
     encoded: Mutex<encoded::Encoded>,
     /// Whether a create needs its namespace to exist ([`namespaces::Mode`]).
     namespaces: namespaces::Mode,
+    /// The namespace stand-ins running, by namespace: one each, started again when the
+    /// host that served them crashed ([`ApiServer::finish_namespace`]).
+    finishers: Mutex<std::collections::BTreeMap<String, tokio::task::AbortHandle>>,
 }
 
 impl ApiServer {
@@ -74,6 +77,7 @@ impl ApiServer {
             cost,
             encoded: Mutex::default(),
             namespaces: namespaces::Mode::Implicit,
+            finishers: Mutex::default(),
         })
     }
 
@@ -116,6 +120,31 @@ impl ApiServer {
             .iter()
             .find(|k| store::is_namespace(k))
             .expect("the registry serves namespaces")
+    }
+
+    /// Starts the namespace controller's stand-in ([`namespaces::finish`]) for `namespace`
+    /// on the calling host unless one runs there already: after the DELETE that makes it
+    /// terminate, and again when the server starts serving — a crash of the host ends the
+    /// task, not the namespace's termination (the state outlives the host, as etcd's does).
+    pub fn finish_namespace(
+        self: &Arc<Self>,
+        env: &orrery_system::env::SharedEnv,
+        namespace: &str,
+    ) {
+        let mut running = self
+            .finishers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        running.retain(|_, task| !task.is_finished());
+        if running.contains_key(namespace) {
+            return;
+        }
+        let task = tokio::spawn(namespaces::finish(
+            env.clone(),
+            self.clone(),
+            namespace.to_string(),
+        ));
+        running.insert(namespace.to_string(), task.abort_handle());
     }
 
     /// Whether a create needs its namespace to exist.
@@ -186,6 +215,11 @@ pub async fn serve(
     server: Arc<ApiServer>,
     listener: Box<dyn orrery_system::env::Listener>,
 ) -> std::io::Result<()> {
+    // Namespaces a stand-in was emptying when the host went down carry on (in name order).
+    let terminating = server.store().terminating_namespaces(&server.kinds);
+    for namespace in terminating {
+        server.finish_namespace(&env, &namespace);
+    }
     let handler = http::Handler::new(env, server);
     orrery_system::env::http::serve(listener, move |req, peer| {
         let handler = handler.clone();

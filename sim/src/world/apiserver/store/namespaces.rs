@@ -108,6 +108,20 @@ impl Store {
         Ok(self.commit(kind, key, Some(next), now))
     }
 
+    /// The namespaces that wait for the namespace controller: marked for deletion with the
+    /// `kubernetes` finalizer still in `spec.finalizers`, in name order.
+    pub fn terminating_namespaces(&self, kinds: &[ResourceKind]) -> Vec<String> {
+        let Some(ns_kind) = kinds.iter().find(|k| is_namespace(k)) else {
+            return Vec::new();
+        };
+        let key = ns_kind.key();
+        self.objects
+            .iter()
+            .filter(|(k, object)| k.0 == key && waits_for_controller(object))
+            .map(|(k, _)| k.2.clone())
+            .collect()
+    }
+
     /// One pass of the namespace stand-in over `namespace`: deletes every object in it (those
     /// with finalizers are marked), and once none is left removes the `kubernetes` finalizer.
     /// True when there is nothing more to do: the Namespace is gone, not terminating, or no
@@ -126,11 +140,7 @@ impl Store {
         let Some(current) = self.objects.get(&key).cloned() else {
             return true;
         };
-        let waits = current["metadata"].get("deletionTimestamp").is_some()
-            && current["spec"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|f| f == FINALIZER));
-        if !waits {
+        if !waits_for_controller(&current) {
             return true;
         }
         let content: Vec<(ResourceKind, String, bool)> = self
@@ -158,4 +168,12 @@ impl Store {
         let _ = self.finalize_namespace(ns_kind, namespace, &body, now);
         true
     }
+}
+
+/// Whether a Namespace is terminating and still holds the namespace controller's finalizer.
+fn waits_for_controller(namespace: &Value) -> bool {
+    namespace["metadata"].get("deletionTimestamp").is_some()
+        && namespace["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
 }
