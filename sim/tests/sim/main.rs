@@ -11,6 +11,7 @@ mod events_path;
 mod hosted;
 mod in_process;
 mod invariants_fire;
+mod k8s_events;
 mod namespaces;
 mod operator;
 mod pages;

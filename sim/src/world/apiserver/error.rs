@@ -424,7 +424,7 @@ impl ApiError {
 fn field_reason(message: &str) -> &'static str {
     if message.starts_with("Too long:") {
         "FieldValueTooLong"
-    } else if message.starts_with("Required value:") {
+    } else if message.starts_with("Required value") {
         "FieldValueRequired"
     } else if message.starts_with("Forbidden:") {
         "FieldValueForbidden"

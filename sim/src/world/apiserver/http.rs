@@ -759,6 +759,11 @@ impl Handler {
                 .unwrap_or_default()
                 .to_string()
         };
+        if super::events::is_event(&target.kind) && verb != "delete" {
+            // Every stored change of an Event sets its lease again (`--event-ttl`).
+            self.server
+                .event_written(&self.env, &text("namespace"), &text("name"));
+        }
         self.env.observe(
             WorldEvent::ApiWrite {
                 verb: verb.to_string(),

@@ -18,6 +18,7 @@ pub mod apply;
 pub mod discovery;
 pub mod encoded;
 pub mod error;
+pub mod events;
 pub mod http;
 pub mod jsonpatch;
 pub mod mergepatch;
@@ -58,6 +59,10 @@ pub struct ApiServer {
     /// The namespace stand-ins running, by namespace: one each, started again when the
     /// host that served them crashed ([`ApiServer::finish_namespace`]).
     finishers: Mutex<std::collections::BTreeMap<String, tokio::task::AbortHandle>>,
+    /// When each stored Event expires, by (namespace, name) ([`events`]).
+    event_expiry: Mutex<std::collections::BTreeMap<(String, String), Duration>>,
+    /// The Event reaper, while one runs.
+    reaper: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl ApiServer {
@@ -78,6 +83,8 @@ impl ApiServer {
             encoded: Mutex::default(),
             namespaces: namespaces::Mode::Implicit,
             finishers: Mutex::default(),
+            event_expiry: Mutex::default(),
+            reaper: Mutex::default(),
         })
     }
 
@@ -145,6 +152,87 @@ impl ApiServer {
             namespace.to_string(),
         ));
         running.insert(namespace.to_string(), task.abort_handle());
+    }
+
+    /// Records that Event `namespace/name` was written at `env`'s now: it expires
+    /// [`events::TTL`] later, unless written again. Starts the reaper if none runs.
+    pub fn event_written(
+        self: &Arc<Self>,
+        env: &orrery_system::env::SharedEnv,
+        namespace: &str,
+        name: &str,
+    ) {
+        self.event_expiry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                (namespace.to_string(), name.to_string()),
+                env.elapsed() + events::TTL,
+            );
+        self.start_reaper(env);
+    }
+
+    /// Starts the Event reaper on the calling host unless one runs there already.
+    fn start_reaper(self: &Arc<Self>, env: &orrery_system::env::SharedEnv) {
+        let mut reaper = self.reaper.lock().unwrap_or_else(PoisonError::into_inner);
+        if reaper.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let task = tokio::spawn(events::reap(env.clone(), self.clone()));
+        *reaper = Some(task.abort_handle());
+    }
+
+    /// Deletes the Events whose expiry has come (in namespace and name order), as etcd drops
+    /// an expired lease's keys; returns when the next one expires, if any is left.
+    fn expire_events(&self, env: &orrery_system::env::SharedEnv) -> Option<Duration> {
+        let now = env.elapsed();
+        let mut expiry = self
+            .event_expiry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let due: Vec<(String, String)> = expiry
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        if !due.is_empty() {
+            let kind = self
+                .kinds
+                .iter()
+                .find(|k| events::is_event(k))
+                .expect("the registry serves events");
+            let window = self.knobs().compaction_window;
+            let mut expired = Vec::new();
+            let rv = {
+                let mut store = self.store();
+                for (namespace, name) in &due {
+                    expiry.remove(&(namespace.clone(), name.clone()));
+                    // Deleted already (or never stored): nothing to drop.
+                    if let Ok(gone) = store.delete(kind, namespace, name, now, env.unix_millis()) {
+                        let rv = gone["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string();
+                        expired.push((name.clone(), rv));
+                    }
+                }
+                store.compact(now, window);
+                store.rv()
+            };
+            self.notify(rv);
+            for (name, rv) in expired {
+                env.observe(
+                    orrery_system::observe::WorldEvent::ApiWrite {
+                        verb: "expire".into(),
+                        resource: kind.plural.clone(),
+                        name,
+                        rv,
+                    }
+                    .into(),
+                );
+            }
+        }
+        expiry.values().min().copied()
     }
 
     /// Whether a create needs its namespace to exist.
@@ -219,6 +307,15 @@ pub async fn serve(
     let terminating = server.store().terminating_namespaces(&server.kinds);
     for namespace in terminating {
         server.finish_namespace(&env, &namespace);
+    }
+    // So do the Events' expiries.
+    let expiring = !server
+        .event_expiry
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_empty();
+    if expiring {
+        server.start_reaper(&env);
     }
     let handler = http::Handler::new(env, server);
     orrery_system::env::http::serve(listener, move |req, peer| {

@@ -273,6 +273,16 @@ fn event_fields(object: &mut Value) {
     if map.get("count").is_some_and(|v| v == 0 || v.is_null()) {
         map.shift_remove("count");
     }
+    // An EventSeries as it serialises: `lastObservedTime` always (null when unset), a zero
+    // `count` left out.
+    if let Some(series) = map.get_mut("series").and_then(Value::as_object_mut) {
+        if !series.contains_key("lastObservedTime") {
+            series.insert("lastObservedTime".into(), Value::Null);
+        }
+        if series.get("count").is_some_and(|v| v == 0 || v.is_null()) {
+            series.shift_remove("count");
+        }
+    }
 }
 
 mod namespaces;

@@ -85,15 +85,14 @@ fn qualified_name(key: &str) -> Vec<String> {
             );
         }
     }
+    // An empty name part fails both checks, as `IsQualifiedName` words it.
     if name.is_empty() {
         errors.push("name part must be non-empty".to_string());
-    } else {
-        if name.len() > 63 {
-            errors.push("name part must be no more than 63 characters".to_string());
-        }
-        if !label_alphabet(name) {
-            errors.push(QUALIFIED_NAME_ERROR.to_string());
-        }
+    } else if name.len() > 63 {
+        errors.push("name part must be no more than 63 characters".to_string());
+    }
+    if !label_alphabet(name) {
+        errors.push(QUALIFIED_NAME_ERROR.to_string());
     }
     errors
 }
@@ -229,35 +228,82 @@ fn namespace_finalizers(kind: &ResourceKind, name: &str, object: &Value) -> Resu
     }
 }
 
-/// A core/v1 Event's own rule (`legacyValidateEvent`, for an Event without `eventTime`): its
-/// involved object's namespace is its own — or, when the involved object has none, the
-/// Event lives in `default` (or no namespace). Events with `eventTime` (the events.k8s.io
-/// shape) are not validated further here.
+/// The length limits of an Event's fields with `eventTime` (`ReasonLengthLimit` and its kin).
+const EVENT_FIELD_LIMIT: usize = 128;
+/// The longest `message` of an Event with `eventTime` (`NoteLengthLimit`).
+const EVENT_NOTE_LIMIT: usize = 1024;
+
+/// A core/v1 Event's own rules (`legacyValidateEvent`, as a core/v1 request sees them).
+/// Without `eventTime` (the old shape): its involved object's namespace is its own — or, when
+/// the involved object has none, the Event lives in `default` (or no namespace). With
+/// `eventTime` (the shape client-go's new recorder writes): an involved object without a
+/// namespace only in `default` or `kube-system`; `reportingComponent` a qualified name,
+/// `reportingInstance`, `action` and `reason` required and at most 128 bytes, `message` at
+/// most 1,024.
 fn event(kind: &ResourceKind, name: &str, namespace: &str, object: &Value) -> Result<(), ApiError> {
-    if kind.custom || kind.kind != "Event" || !object["eventTime"].is_null() {
+    if kind.custom || kind.kind != "Event" {
         return Ok(());
     }
-    let involved = object
-        .at("/involvedObject/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let matches = if involved.is_empty() {
-        namespace.is_empty() || namespace == "default"
+    let text = |pointer: &str| object.at(pointer).and_then(Value::as_str).unwrap_or("");
+    let involved = text("/involvedObject/namespace");
+    let quoted_involved = serde_json::to_string(involved).unwrap_or_default();
+    let mismatch = (
+        "involvedObject.namespace".to_string(),
+        format!("Invalid value: {quoted_involved}: does not match event.namespace"),
+    );
+    let mut causes = Vec::new();
+    if object["eventTime"].is_null() {
+        let matches = if involved.is_empty() {
+            namespace.is_empty() || namespace == "default"
+        } else {
+            involved == namespace
+        };
+        if !matches {
+            causes.push(mismatch);
+        }
     } else {
-        involved == namespace
-    };
-    if matches {
-        return Ok(());
+        if involved.is_empty() && namespace != "default" && namespace != "kube-system" {
+            causes.push(mismatch);
+        }
+        let component = text("/reportingComponent");
+        if component.is_empty() {
+            causes.push(("reportingComponent".into(), "Required value".into()));
+        }
+        let quoted = serde_json::to_string(component).unwrap_or_default();
+        for error in qualified_name(component) {
+            causes.push((
+                "reportingComponent".into(),
+                format!("Invalid value: {quoted}: {error}"),
+            ));
+        }
+        for (field, limit) in [
+            ("reportingInstance", EVENT_FIELD_LIMIT),
+            ("action", EVENT_FIELD_LIMIT),
+            ("reason", EVENT_FIELD_LIMIT),
+        ] {
+            let value = text(&format!("/{field}"));
+            if value.is_empty() {
+                causes.push((field.into(), "Required value".into()));
+            }
+            if value.len() > limit {
+                causes.push((
+                    field.into(),
+                    format!("Invalid value: \"\": can have at most {limit} characters"),
+                ));
+            }
+        }
+        if text("/message").len() > EVENT_NOTE_LIMIT {
+            causes.push((
+                "message".into(),
+                format!("Invalid value: \"\": can have at most {EVENT_NOTE_LIMIT} characters"),
+            ));
+        }
     }
-    let quoted = serde_json::to_string(involved).unwrap_or_default();
-    Err(ApiError::invalid_causes(
-        kind,
-        name,
-        &[(
-            "involvedObject.namespace".into(),
-            format!("Invalid value: {quoted}: does not match event.namespace"),
-        )],
-    ))
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_causes(kind, name, &causes))
+    }
 }
 
 #[cfg(test)]
