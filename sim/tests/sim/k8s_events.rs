@@ -200,3 +200,47 @@ fn an_event_expires_an_hour_after_its_last_change_and_its_watchers_see_it_go() {
         assert!(events.get("b.1").await.is_err(), "b.1's hour is up too");
     });
 }
+
+#[test]
+fn an_event_still_expires_after_the_api_servers_host_crashed() {
+    let mut sim = slow_sim(Duration::from_secs(3 * 3600));
+    let trace = Trace::default();
+    let host_trace = trace.clone();
+    // The state outlives the host, as etcd's would: the same server is served again.
+    let api = ApiServer::new(Knobs::default());
+    sim.host("apiserver", move || {
+        let env = SimEnv::shared("apiserver", SEED, host_trace.clone());
+        let api = api.clone();
+        async move {
+            apiserver::run(env, api, "0.0.0.0:6443").await?;
+            Ok(())
+        }
+    });
+    let (made_tx, made_rx) = std::sync::mpsc::channel();
+    sim.client("test", async move {
+        let (env, client) = kube("test", &trace, Duration::from_secs(600));
+        let events: Api<Event> = Api::namespaced(client, "team");
+        events
+            .create(
+                &PostParams::default(),
+                &event("a.1", json!({"reason": "Tested"})),
+            )
+            .await
+            .unwrap();
+        made_tx.send(()).unwrap();
+        // The harness crashes the API server's host here and starts it again.
+        env.sleep(Duration::from_secs(61 * 60)).await;
+        let missing = events.get("a.1").await.unwrap_err().to_string();
+        assert!(missing.contains("not found"), "{missing}");
+        Ok(())
+    });
+    while made_rx.try_recv().is_err() {
+        sim.step().unwrap();
+    }
+    sim.crash("apiserver");
+    for _ in 0..100 {
+        sim.step().unwrap();
+    }
+    sim.bounce("apiserver");
+    sim.run().unwrap();
+}
