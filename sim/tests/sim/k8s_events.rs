@@ -14,16 +14,11 @@ use orrery_sim::trace::Trace;
 use orrery_sim::world::apiserver::{self, ApiServer, Knobs};
 use serde_json::{json, Value};
 
-use crate::support::{kube, SEED};
+use crate::support::{apiserver_host, crash_when_ready, kube, sim_ticking, SEED};
 
 /// A sim with a 100 ms tick: these tests wait simulated hours.
 fn slow_sim(duration: Duration) -> turmoil::Sim<'static> {
-    turmoil::Builder::new()
-        .simulation_duration(duration)
-        .tick_duration(Duration::from_millis(100))
-        .epoch(std::time::UNIX_EPOCH + Duration::from_millis(orrery_sim::env::SIM_EPOCH_UNIX_MS))
-        .rng_seed(SEED)
-        .build()
+    sim_ticking(duration, Duration::from_millis(100))
 }
 
 /// Runs `test` on a client host against a fresh API server (implicit namespaces).
@@ -205,17 +200,7 @@ fn an_event_expires_an_hour_after_its_last_change_and_its_watchers_see_it_go() {
 fn an_event_still_expires_after_the_api_servers_host_crashed() {
     let mut sim = slow_sim(Duration::from_secs(3 * 3600));
     let trace = Trace::default();
-    let host_trace = trace.clone();
-    // The state outlives the host, as etcd's would: the same server is served again.
-    let api = ApiServer::new(Knobs::default());
-    sim.host("apiserver", move || {
-        let env = SimEnv::shared("apiserver", SEED, host_trace.clone());
-        let api = api.clone();
-        async move {
-            apiserver::run(env, api, "0.0.0.0:6443").await?;
-            Ok(())
-        }
-    });
+    apiserver_host(&mut sim, ApiServer::new(Knobs::default()), &trace);
     let (made_tx, made_rx) = std::sync::mpsc::channel();
     sim.client("test", async move {
         let (env, client) = kube("test", &trace, Duration::from_secs(600));
@@ -234,13 +219,5 @@ fn an_event_still_expires_after_the_api_servers_host_crashed() {
         assert!(missing.contains("not found"), "{missing}");
         Ok(())
     });
-    while made_rx.try_recv().is_err() {
-        sim.step().unwrap();
-    }
-    sim.crash("apiserver");
-    for _ in 0..100 {
-        sim.step().unwrap();
-    }
-    sim.bounce("apiserver");
-    sim.run().unwrap();
+    crash_when_ready(sim, made_rx, "apiserver");
 }

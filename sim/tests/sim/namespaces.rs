@@ -13,7 +13,7 @@ use orrery_sim::trace::Trace;
 use orrery_sim::world::apiserver::{self, ApiServer, Knobs};
 use serde_json::json;
 
-use crate::support::{configmap, kube, sim, SEED};
+use crate::support::{apiserver_host, configmap, crash_when_ready, kube, sim, SEED};
 
 fn status(error: kube::Error) -> (u16, String, String) {
     match error {
@@ -248,17 +248,8 @@ fn the_simulated_worlds_namespaces_stay_implicit() {
 fn a_terminating_namespace_finishes_after_the_api_servers_host_crashed() {
     let mut sim = sim(Duration::from_secs(600));
     let trace = Trace::default();
-    let host_trace = trace.clone();
-    // The state outlives the host, as etcd's would: the same server is served again.
     let api = ApiServer::requiring_namespaces(Knobs::default(), Duration::ZERO, 0);
-    sim.host("apiserver", move || {
-        let env = SimEnv::shared("apiserver", SEED, host_trace.clone());
-        let api = api.clone();
-        async move {
-            apiserver::run(env, api, "0.0.0.0:6443").await?;
-            Ok(())
-        }
-    });
+    apiserver_host(&mut sim, api, &trace);
     let (marked_tx, marked_rx) = std::sync::mpsc::channel();
     sim.client("test", async move {
         let (env, client) = kube("test", &trace, Duration::from_secs(300));
@@ -295,13 +286,5 @@ fn a_terminating_namespace_finishes_after_the_api_servers_host_crashed() {
         );
         Ok(())
     });
-    while marked_rx.try_recv().is_err() {
-        sim.step().unwrap();
-    }
-    sim.crash("apiserver");
-    for _ in 0..100 {
-        sim.step().unwrap();
-    }
-    sim.bounce("apiserver");
-    sim.run().unwrap();
+    crash_when_ready(sim, marked_rx, "apiserver");
 }

@@ -24,27 +24,56 @@ pub const SEED: u64 = 11;
 
 /// A turmoil sim with the tests' seed, epoch and 10 ms tick, running at most `duration`.
 pub fn sim(duration: Duration) -> turmoil::Sim<'static> {
+    sim_ticking(duration, Duration::from_millis(10))
+}
+
+/// As [`sim`], with another tick (tests that wait simulated hours take 100 ms).
+pub fn sim_ticking(duration: Duration, tick: Duration) -> turmoil::Sim<'static> {
     turmoil::Builder::new()
         .simulation_duration(duration)
-        .tick_duration(Duration::from_millis(10))
+        .tick_duration(tick)
         .epoch(std::time::UNIX_EPOCH + Duration::from_millis(orrery_sim::env::SIM_EPOCH_UNIX_MS))
         .rng_seed(SEED)
         .build()
+}
+
+/// Serves `api` on host `apiserver`: the same server every time the host starts, so its
+/// state outlives a crash (as etcd's would).
+pub fn apiserver_host(sim: &mut turmoil::Sim<'static>, api: Arc<ApiServer>, trace: &Trace) {
+    let trace = trace.clone();
+    sim.host("apiserver", move || {
+        let api = api.clone();
+        let env = SimEnv::shared("apiserver", SEED, trace.clone());
+        async move {
+            apiserver::run(env, api, "0.0.0.0:6443").await?;
+            Ok(())
+        }
+    });
+}
+
+/// Steps `sim` until a client says it is ready, crashes `host`, lets 100 steps pass and
+/// starts the host again; then runs the sim to its end.
+pub fn crash_when_ready(
+    mut sim: turmoil::Sim<'static>,
+    ready: std::sync::mpsc::Receiver<()>,
+    host: &str,
+) {
+    while ready.try_recv().is_err() {
+        sim.step().unwrap();
+    }
+    sim.crash(host);
+    for _ in 0..100 {
+        sim.step().unwrap();
+    }
+    sim.bounce(host);
+    sim.run().unwrap();
 }
 
 pub fn world(knobs: Knobs) -> World {
     let mut sim = sim(Duration::from_secs(3600));
     let api = ApiServer::new(knobs);
     let trace = Trace::default();
-    let (host_api, host_trace) = (api.clone(), trace.clone());
-    sim.host("apiserver", move || {
-        let api = host_api.clone();
-        let env = SimEnv::shared("apiserver", SEED, host_trace.clone());
-        async move {
-            apiserver::run(env, api, "0.0.0.0:6443").await?;
-            Ok(())
-        }
-    });
+    apiserver_host(&mut sim, api.clone(), &trace);
     World { sim, api, trace }
 }
 
