@@ -246,7 +246,7 @@ CONFORMANCE_TESTS := env MAKEFLAGS= $(CARGO) test -p orrery-conformance --test c
 ## With a Docker engine (conformance/containers.sh --which), Redis and PostgreSQL run in
 ## containers through testcontainers and the runtime suite also runs against a real k3s
 ## cluster (conformance-k3s); ORRERY_CONTAINERS=off keeps the local processes.
-CONFORMANCE_PATH := $(shell conformance/containers.sh --which)
+CONFORMANCE_PATH = $(shell conformance/containers.sh --which)
 conformance:
 	$(LINTED) $(MAKE) --no-print-directory -j4 --output-sync=target conformance-suites conformance-argocd conformance-postgres conformance-graphql browser-check lint-workflows lint-dockerfile docs containers-check $(if $(filter containers,$(CONFORMANCE_PATH)),conformance-k3s)
 
@@ -279,11 +279,11 @@ conformance-graphql:
 	conformance/graphql/run.sh env MAKEFLAGS= $(CARGO) test -p orrery-cli --test cli -- --ignored --exact graphql_client::graphql_js_reads_the_schema_by_introspection_and_runs_typed_queries_and_errors
 
 ## The testcontainers tool (conformance/containers/, its own workspace): compiled and linted
-## with clippy's warnings as errors, its tests run (its command line, the kubeconfig it
+## with clippy's warnings as errors (scripts/linted.sh), its tests run (its command line, the kubeconfig it
 ## writes, and no Docker engine: a clear error, the command not run) — on every machine,
 ## Docker or not, so the Docker path cannot rot where it is not run.
 containers-check:
-	cd conformance/containers && env MAKEFLAGS= $(CARGO) test -q --locked --target-dir ../../target/containers
+	cd conformance/containers && env MAKEFLAGS= ../../$(LINTED) $(CARGO) test -q --locked --target-dir ../../target/containers
 
 ## The runtime suite against a real k3s cluster in Docker (testcontainers' k3s module:
 ## controllers, kubelet, namespaces), with Redis in a container too. Needs a Docker engine

@@ -26,7 +26,8 @@ if [ "${1:-}" = "--which" ]; then
     case "${ORRERY_CONTAINERS:-auto}" in
     on) echo containers ;;
     off) echo local ;;
-    auto) if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then echo containers; else echo local; fi ;;
+    # A daemon that does not answer within 5 s counts as none.
+    auto) if command -v docker >/dev/null 2>&1 && timeout 5 docker info >/dev/null 2>&1; then echo containers; else echo local; fi ;;
     *) echo "conformance/containers: ORRERY_CONTAINERS is on, off or auto, not '$ORRERY_CONTAINERS'" >&2; exit 2 ;;
     esac
     exit 0

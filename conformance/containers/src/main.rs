@@ -143,10 +143,16 @@ fn postgres_env(
     password: &str,
     tls: Option<&Path>,
 ) -> Vec<(String, String)> {
-    let mut env = vec![(
-        "ORRERY_POSTGRES_URL".into(),
-        format!("postgres://{POSTGRES_USER}:{password}@{host}:{port}/postgres"),
-    )];
+    let mut env = vec![
+        (
+            "ORRERY_POSTGRES_URL".into(),
+            format!("postgres://{POSTGRES_USER}:{password}@{host}:{port}/postgres"),
+        ),
+        (
+            "ORRERY_POSTGRES_VERSION".into(),
+            format!("{POSTGRES_TAG} (container postgres:{POSTGRES_TAG})"),
+        ),
+    ];
     if let Some(dir) = tls {
         env.push(("ORRERY_POSTGRES_CA".into(), path_text(&dir.join("ca.crt"))));
         env.push((
@@ -155,6 +161,17 @@ fn postgres_env(
         ));
     }
     env
+}
+
+/// The address to reach a published port at: Docker publishes on every interface, and the
+/// tests' certificates and error messages name `127.0.0.1`, so testcontainers' `localhost`
+/// becomes that (a remote engine's address is kept).
+fn reachable(host: &str) -> String {
+    if host == "localhost" {
+        "127.0.0.1".into()
+    } else {
+        host.into()
+    }
 }
 
 fn path_text(path: &Path) -> String {
@@ -252,7 +269,7 @@ async fn start(plan: &Plan, running: &mut Vec<Running>) -> Result<Vec<(String, S
             running.is_empty(),
             Redis::default().with_tag(REDIS_TAG).start().await,
         )?;
-        let host = c.get_host().await.map_err(container("redis"))?.to_string();
+        let host = reachable(&c.get_host().await.map_err(container("redis"))?.to_string());
         let port = c
             .get_host_port_ipv4(REDIS_PORT)
             .await
@@ -311,7 +328,7 @@ async fn start(plan: &Plan, running: &mut Vec<Running>) -> Result<Vec<(String, S
             .with_userns_mode("host")
             .with_startup_timeout(K3S_STARTUP);
         let c = started("k3s", running.is_empty(), image.start().await)?;
-        let host = c.get_host().await.map_err(container("k3s"))?.to_string();
+        let host = reachable(&c.get_host().await.map_err(container("k3s"))?.to_string());
         let port = c
             .get_host_port_ipv4(KUBE_SECURE_PORT)
             .await
@@ -331,6 +348,8 @@ async fn start(plan: &Plan, running: &mut Vec<Running>) -> Result<Vec<(String, S
             source,
         })?;
         env.push(("KUBECONFIG".into(), path_text(&path)));
+        // The runtime suite writes its rows under a section of their own.
+        env.push(("ORRERY_CONFORMANCE_CLUSTER".into(), "k3s".into()));
         eprintln!(
             "orrery-containers: rancher/k3s:{K3S_TAG} ready on {host}:{port} (KUBECONFIG={})",
             path.display()
@@ -455,6 +474,10 @@ mod tests {
                     "ORRERY_POSTGRES_URL".into(),
                     "postgres://orrery:pw@localhost:5433/postgres".into()
                 ),
+                (
+                    "ORRERY_POSTGRES_VERSION".into(),
+                    "15 (container postgres:15)".into()
+                ),
                 ("ORRERY_POSTGRES_CA".into(), "/tls/ca.crt".into()),
                 (
                     "ORRERY_POSTGRES_OTHER_CA".into(),
@@ -462,7 +485,9 @@ mod tests {
                 ),
             ]
         );
-        assert_eq!(postgres_env("h", 1, "pw", None).len(), 1);
+        assert_eq!(postgres_env("h", 1, "pw", None).len(), 2);
+        assert_eq!(reachable("localhost"), "127.0.0.1");
+        assert_eq!(reachable("172.17.0.1"), "172.17.0.1");
     }
 
     /// k3s's own kubeconfig, as it writes it (certificates shortened).

@@ -1273,6 +1273,18 @@ async fn apps_in_several_namespaces_and_an_app_of_apps_child_reach_the_platform(
 /// written only when its test's checks passed.
 pub(crate) fn record_row(key: &str, behaviour: &str) {
     static ROWS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+    // Against k3s (make conformance-k3s, beside the kube-apiserver run) the rows go to a
+    // section of their own, so neither run overwrites the other's.
+    if std::env::var("ORRERY_CONFORMANCE_CLUSTER").as_deref() == Ok("k3s") {
+        record_section_row(
+            &ROWS,
+            "runtime-k3s",
+            "## runtime on k3s: orrery's runtime components against a real k3s cluster\n\n- The same suite against k3s in Docker, with its controllers, kubelet and namespace lifecycle (`make conformance-k3s`, testcontainers); one row per test.\n\n",
+            key,
+            behaviour,
+        );
+        return;
+    }
     record_section_row(
         &ROWS,
         "runtime",

@@ -160,6 +160,10 @@ fn an_event_expires_an_hour_after_its_last_change_and_its_watchers_see_it_go() {
                 .await
                 .unwrap();
         }
+        // etcd drops an expired key whatever its finalizers.
+        let mut held = event("c.1", old_shape.clone());
+        held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        events.create(&PostParams::default(), &held).await.unwrap();
         env.sleep(Duration::from_secs(30 * 60)).await;
         // A change sets b.1's hour again; a no-op write would not.
         events
@@ -190,6 +194,10 @@ fn an_event_expires_an_hour_after_its_last_change_and_its_watchers_see_it_go() {
         let missing = events.get("a.1").await.unwrap_err().to_string();
         assert!(missing.contains("not found"), "{missing}");
         assert!(events.get("b.1").await.is_ok(), "b.1 changed at 30 minutes");
+        assert!(
+            events.get("c.1").await.is_err(),
+            "its finalizer does not keep c.1"
+        );
 
         env.sleep(Duration::from_secs(31 * 60)).await;
         assert!(events.get("b.1").await.is_err(), "b.1's hour is up too");

@@ -20,6 +20,22 @@ pub fn is_event(kind: &ResourceKind) -> bool {
     !kind.custom && kind.group.is_empty() && kind.kind == "Event"
 }
 
+/// Whether `value` is Go's zero time written out (`0001-01-01T00:00:00Z`, any zero
+/// fraction): a client that sends it has set no time, and the typed object writes it back as
+/// null.
+pub fn is_zero_time(value: &serde_json::Value) -> bool {
+    value.as_str().is_some_and(|text| {
+        text.strip_prefix("0001-01-01T00:00:00")
+            .and_then(|rest| rest.strip_suffix('Z'))
+            .is_some_and(|fraction| {
+                fraction.is_empty()
+                    || fraction.strip_prefix('.').is_some_and(|digits| {
+                        !digits.is_empty() && digits.bytes().all(|b| b == b'0')
+                    })
+            })
+    })
+}
+
 /// The reaper: deletes the Events that are due, sleeps until the next one is, and ends when
 /// none is left to expire (a write of an Event starts it again).
 pub async fn reap(env: SharedEnv, server: Arc<ApiServer>) {

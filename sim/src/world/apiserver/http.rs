@@ -759,8 +759,10 @@ impl Handler {
                 .unwrap_or_default()
                 .to_string()
         };
-        if super::events::is_event(&target.kind) && verb != "delete" {
-            // Every stored change of an Event sets its lease again (`--event-ttl`).
+        let still_stored = verb != "delete" || super::store::has_finalizers(&object);
+        if super::events::is_event(&target.kind) && still_stored {
+            // Every stored change of an Event sets its lease again (`--event-ttl`), a DELETE
+            // that only marks it for its finalizers too.
             self.server
                 .event_written(&self.env, &text("namespace"), &text("name"));
         }

@@ -162,17 +162,21 @@ impl ApiServer {
         namespace: &str,
         name: &str,
     ) {
-        self.event_expiry
+        let mut expiry = self
+            .event_expiry
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                (namespace.to_string(), name.to_string()),
-                env.elapsed() + events::TTL,
-            );
+            .unwrap_or_else(PoisonError::into_inner);
+        expiry.insert(
+            (namespace.to_string(), name.to_string()),
+            env.elapsed() + events::TTL,
+        );
+        // Under the expiry lock: a reaper ends only under it too, so it cannot decide to
+        // end between this check and the new entry.
         self.start_reaper(env);
     }
 
-    /// Starts the Event reaper on the calling host unless one runs there already.
+    /// Starts the Event reaper on the calling host unless one runs there already (one that
+    /// ended, or died with a crashed host, is replaced). Called with the expiry lock held.
     fn start_reaper(self: &Arc<Self>, env: &orrery_system::env::SharedEnv) {
         let mut reaper = self.reaper.lock().unwrap_or_else(PoisonError::into_inner);
         if reaper.as_ref().is_some_and(|task| !task.is_finished()) {
@@ -182,8 +186,9 @@ impl ApiServer {
         *reaper = Some(task.abort_handle());
     }
 
-    /// Deletes the Events whose expiry has come (in namespace and name order), as etcd drops
-    /// an expired lease's keys; returns when the next one expires, if any is left.
+    /// Drops the Events whose expiry has come (in namespace and name order) whatever their
+    /// finalizers, as etcd drops an expired lease's keys; returns when the next one expires.
+    /// With none left the reaper is forgotten here, under the expiry lock, and ends.
     fn expire_events(&self, env: &orrery_system::env::SharedEnv) -> Option<Duration> {
         let now = env.elapsed();
         let mut expiry = self
@@ -205,15 +210,15 @@ impl ApiServer {
             let mut expired = Vec::new();
             let rv = {
                 let mut store = self.store();
-                for (namespace, name) in &due {
-                    expiry.remove(&(namespace.clone(), name.clone()));
-                    // Deleted already (or never stored): nothing to drop.
-                    if let Ok(gone) = store.delete(kind, namespace, name, now, env.unix_millis()) {
+                for key in &due {
+                    expiry.remove(key);
+                    // Deleted already: nothing to drop.
+                    if let Some(gone) = store.expire(kind, &key.0, &key.1, now) {
                         let rv = gone["metadata"]["resourceVersion"]
                             .as_str()
                             .unwrap_or_default()
                             .to_string();
-                        expired.push((name.clone(), rv));
+                        expired.push((key.1.clone(), rv));
                     }
                 }
                 store.compact(now, window);
@@ -232,7 +237,11 @@ impl ApiServer {
                 );
             }
         }
-        expiry.values().min().copied()
+        let next = expiry.values().min().copied();
+        if next.is_none() {
+            *self.reaper.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
+        next
     }
 
     /// Whether a create needs its namespace to exist.
@@ -309,13 +318,14 @@ pub async fn serve(
         server.finish_namespace(&env, &namespace);
     }
     // So do the Events' expiries.
-    let expiring = !server
-        .event_expiry
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .is_empty();
-    if expiring {
-        server.start_reaper(&env);
+    {
+        let expiry = server
+            .event_expiry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !expiry.is_empty() {
+            server.start_reaper(&env);
+        }
     }
     let handler = http::Handler::new(env, server);
     orrery_system::env::http::serve(listener, move |req, peer| {

@@ -253,6 +253,12 @@ fn event_fields(object: &mut Value) {
     let Some(map) = object.as_object_mut() else {
         return;
     };
+    // Go's zero time is no time: the typed object writes it as null.
+    for field in ["eventTime", "firstTimestamp", "lastTimestamp"] {
+        if map.get(field).is_some_and(super::events::is_zero_time) {
+            map.insert(field.into(), Value::Null);
+        }
+    }
     for (field, default) in [
         ("source", json!({})),
         ("firstTimestamp", Value::Null),
@@ -963,6 +969,22 @@ impl Store {
             };
         }
         Some(state)
+    }
+
+    /// Drops `namespace/name` whatever its finalizers, as etcd drops a key whose lease ran
+    /// out (an expired Event); `None` when there is no such object.
+    pub fn expire(
+        &mut self,
+        kind: &ResourceKind,
+        namespace: &str,
+        name: &str,
+        now: Duration,
+    ) -> Option<Written> {
+        let key = Self::key(kind, namespace, name);
+        if !self.objects.contains_key(&key) {
+            return None;
+        }
+        Some(self.commit(kind, key, None, now))
     }
 
     /// A page of a list, consistent with the snapshot of the first page.
