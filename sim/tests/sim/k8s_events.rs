@@ -9,12 +9,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use orrery_sim::env::SimEnv;
 use orrery_sim::trace::Trace;
-use orrery_sim::world::apiserver::{self, ApiServer, Knobs};
+use orrery_sim::world::apiserver::{ApiServer, Knobs};
 use serde_json::{json, Value};
 
-use crate::support::{apiserver_host, crash_when_ready, kube, sim_ticking, SEED};
+use crate::support::{apiserver_host, crash_when_ready, kube, sim_ticking, with_apiserver};
 
 /// A sim with a 100 ms tick: these tests wait simulated hours.
 fn slow_sim(duration: Duration) -> turmoil::Sim<'static> {
@@ -24,25 +23,16 @@ fn slow_sim(duration: Duration) -> turmoil::Sim<'static> {
 /// Runs `test` on a client host against a fresh API server (implicit namespaces).
 fn with_server<F, Fut>(test: F)
 where
-    F: Fn(kube::Client, orrery_system::env::SharedEnv) -> Fut + 'static,
+    F: FnOnce(kube::Client, orrery_system::env::SharedEnv) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let mut sim = slow_sim(Duration::from_secs(4 * 3600));
-    let trace = Trace::default();
-    let host_trace = trace.clone();
-    sim.host("apiserver", move || {
-        let env = SimEnv::shared("apiserver", SEED, host_trace.clone());
-        async move {
-            apiserver::run(env, ApiServer::new(Knobs::default()), "0.0.0.0:6443").await?;
-            Ok(())
-        }
-    });
-    sim.client("test", async move {
-        let (env, client) = kube("test", &trace, Duration::from_secs(600));
-        test(client, env).await;
-        Ok(())
-    });
-    sim.run().unwrap();
+    let sim = slow_sim(Duration::from_secs(4 * 3600));
+    with_apiserver(
+        sim,
+        ApiServer::new(Knobs::default()),
+        Duration::from_secs(600),
+        test,
+    );
 }
 
 fn event(name: &str, extra: Value) -> Event {

@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use orrery_sim::env::SimEnv;
 use orrery_sim::trace::Trace;
-use orrery_sim::world::apiserver::{self, ApiServer, Knobs};
+use orrery_sim::world::apiserver::{ApiServer, Knobs};
 use serde_json::json;
 
-use crate::support::{apiserver_host, configmap, crash_when_ready, kube, sim, SEED};
+use crate::support::{apiserver_host, configmap, crash_when_ready, kube, sim, with_apiserver};
 
 fn status(error: kube::Error) -> (u16, String, String) {
     match error {
@@ -25,30 +24,22 @@ fn status(error: kube::Error) -> (u16, String, String) {
 /// Runs `test` on a client host against a server that requires namespaces (or not).
 fn with_server<F, Fut>(required: bool, test: F)
 where
-    F: Fn(kube::Client, orrery_system::env::SharedEnv) -> Fut + 'static,
+    F: FnOnce(kube::Client, orrery_system::env::SharedEnv) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let mut sim = sim(Duration::from_secs(600));
-    let trace = Trace::default();
-    let host_trace = trace.clone();
-    sim.host("apiserver", move || {
-        let env = SimEnv::shared("apiserver", SEED, host_trace.clone());
-        let api = if required {
-            ApiServer::requiring_namespaces(Knobs::default(), env.elapsed(), env.unix_millis())
-        } else {
-            ApiServer::new(Knobs::default())
-        };
-        async move {
-            apiserver::run(env, api, "0.0.0.0:6443").await?;
-            Ok(())
-        }
-    });
-    sim.client("test", async move {
-        let (env, client) = kube("test", &trace, Duration::from_secs(300));
-        test(client, env).await;
-        Ok(())
-    });
-    sim.run().unwrap();
+    let api = if required {
+        // Made at the simulation's start, as the host would make it.
+        let unix_millis = orrery_sim::env::SIM_EPOCH_UNIX_MS;
+        ApiServer::requiring_namespaces(Knobs::default(), Duration::ZERO, unix_millis)
+    } else {
+        ApiServer::new(Knobs::default())
+    };
+    with_apiserver(
+        sim(Duration::from_secs(600)),
+        api,
+        Duration::from_secs(300),
+        test,
+    );
 }
 
 #[test]

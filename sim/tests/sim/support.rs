@@ -51,6 +51,27 @@ pub fn apiserver_host(sim: &mut turmoil::Sim<'static>, api: Arc<ApiServer>, trac
     });
 }
 
+/// Runs `test` on client host `test` (kube client with `read_idle`) against `api` served on
+/// host `apiserver`, to the end of `sim`.
+pub fn with_apiserver<F, Fut>(
+    mut sim: turmoil::Sim<'static>,
+    api: Arc<ApiServer>,
+    read_idle: Duration,
+    test: F,
+) where
+    F: FnOnce(kube::Client, SharedEnv) -> Fut + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let trace = Trace::default();
+    apiserver_host(&mut sim, api, &trace);
+    sim.client("test", async move {
+        let (env, client) = kube("test", &trace, read_idle);
+        test(client, env).await;
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
 /// Steps `sim` until a client says it is ready, crashes `host`, lets 100 steps pass and
 /// starts the host again; then runs the sim to its end.
 pub fn crash_when_ready(

@@ -21,8 +21,8 @@ pub fn is_event(kind: &ResourceKind) -> bool {
 }
 
 /// Whether `value` is Go's zero time written out (`0001-01-01T00:00:00Z`, any zero
-/// fraction): a client that sends it has set no time, and the typed object writes it back as
-/// null.
+/// fraction): the typed object writes it back as null (validation still counts an
+/// `eventTime` sent so as set).
 pub fn is_zero_time(value: &serde_json::Value) -> bool {
     value.as_str().is_some_and(|text| {
         text.strip_prefix("0001-01-01T00:00:00")

@@ -43,6 +43,9 @@ pub use store::Store;
 /// The API server's knobs are scenario settings; they live with the scenario model.
 pub use crate::scenario::knobs::ApiServerKnobs as Knobs;
 
+/// The Event reaper's name among the server's tasks.
+const REAPER: &str = "events";
+
 /// The API server's shared state: storage, knobs and the change notifier watches wait on.
 pub struct ApiServer {
     store: Mutex<Store>,
@@ -56,13 +59,12 @@ pub struct ApiServer {
     encoded: Mutex<encoded::Encoded>,
     /// Whether a create needs its namespace to exist ([`namespaces::Mode`]).
     namespaces: namespaces::Mode,
-    /// The namespace stand-ins running, by namespace: one each, started again when the
-    /// host that served them crashed ([`ApiServer::finish_namespace`]).
-    finishers: Mutex<std::collections::BTreeMap<String, tokio::task::AbortHandle>>,
+    /// The server's own background tasks by name (`namespace/<name>`: a namespace stand-in;
+    /// `events`: the Event reaper), one each, started again when they ended or died with
+    /// the host that ran them ([`ApiServer::keep_running`]).
+    tasks: Mutex<std::collections::BTreeMap<String, tokio::task::AbortHandle>>,
     /// When each stored Event expires, by (namespace, name) ([`events`]).
     event_expiry: Mutex<std::collections::BTreeMap<(String, String), Duration>>,
-    /// The Event reaper, while one runs.
-    reaper: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl ApiServer {
@@ -82,9 +84,8 @@ impl ApiServer {
             cost,
             encoded: Mutex::default(),
             namespaces: namespaces::Mode::Implicit,
-            finishers: Mutex::default(),
+            tasks: Mutex::default(),
             event_expiry: Mutex::default(),
-            reaper: Mutex::default(),
         })
     }
 
@@ -130,28 +131,30 @@ impl ApiServer {
     }
 
     /// Starts the namespace controller's stand-in ([`namespaces::finish`]) for `namespace`
-    /// on the calling host unless one runs there already: after the DELETE that makes it
-    /// terminate, and again when the server starts serving — a crash of the host ends the
-    /// task, not the namespace's termination (the state outlives the host, as etcd's does).
+    /// unless one runs: after the DELETE that makes it terminate, and again when the server
+    /// starts serving — a crash of the host ends the task, not the namespace's termination
+    /// (the state outlives the host, as etcd's does).
     pub fn finish_namespace(
         self: &Arc<Self>,
         env: &orrery_system::env::SharedEnv,
         namespace: &str,
     ) {
-        let mut running = self
-            .finishers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        running.retain(|_, task| !task.is_finished());
-        if running.contains_key(namespace) {
-            return;
+        let task = namespaces::finish(env.clone(), self.clone(), namespace.to_string());
+        self.keep_running(&format!("namespace/{namespace}"), task);
+    }
+
+    /// Spawns `task` on the calling host as the server's task `name` unless one by that name
+    /// still runs (one that ended, or died with a crashed host, is replaced).
+    fn keep_running(
+        &self,
+        name: &str,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        tasks.retain(|_, running| !running.is_finished());
+        if !tasks.contains_key(name) {
+            tasks.insert(name.to_string(), tokio::spawn(task).abort_handle());
         }
-        let task = tokio::spawn(namespaces::finish(
-            env.clone(),
-            self.clone(),
-            namespace.to_string(),
-        ));
-        running.insert(namespace.to_string(), task.abort_handle());
     }
 
     /// Records that Event `namespace/name` was written at `env`'s now: it expires
@@ -175,15 +178,9 @@ impl ApiServer {
         self.start_reaper(env);
     }
 
-    /// Starts the Event reaper on the calling host unless one runs there already (one that
-    /// ended, or died with a crashed host, is replaced). Called with the expiry lock held.
+    /// Starts the Event reaper unless one runs. Called with the expiry lock held.
     fn start_reaper(self: &Arc<Self>, env: &orrery_system::env::SharedEnv) {
-        let mut reaper = self.reaper.lock().unwrap_or_else(PoisonError::into_inner);
-        if reaper.as_ref().is_some_and(|task| !task.is_finished()) {
-            return;
-        }
-        let task = tokio::spawn(events::reap(env.clone(), self.clone()));
-        *reaper = Some(task.abort_handle());
+        self.keep_running(REAPER, events::reap(env.clone(), self.clone()));
     }
 
     /// Drops the Events whose expiry has come (in namespace and name order) whatever their
@@ -239,7 +236,10 @@ impl ApiServer {
         }
         let next = expiry.values().min().copied();
         if next.is_none() {
-            *self.reaper.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            self.tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(REAPER);
         }
         next
     }
