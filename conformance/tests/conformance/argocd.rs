@@ -1083,6 +1083,67 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         "8b. the project permits the kind: a retry deploys the app",
         views,
     );
+    // 8c. Deny entries as Argo CD 3.2's code reads them (argo-cd#21264): the project's only
+    // repository entry names another repository, and the deployed app is refused; then
+    // that entry becomes a deny entry, and the app is permitted again — a deny entry
+    // permits every repository it does not name, although the documentation asks an allow
+    // entry to permit it too (the GitOps operator's flaw builds on this). A project change
+    // requeues no app (v3.2's project informer only drops its cache): each change is
+    // followed by a refresh, as a user would ask for one.
+    set_source_repos(
+        &client,
+        [&real, &sim],
+        &kinds_project,
+        json!([FOREIGN_REPO]),
+    )
+    .await;
+    refresh(&real, &sim, &kinds).await;
+    let mut views = Vec::new();
+    for side in [&real, &sim] {
+        match refused(side, &kinds).await {
+            Ok(view) => views.push(view),
+            Err(e) => {
+                unsettled.push(format!("8c. only another repository: {e}"));
+                views.push(Value::Null);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    diff("project", "", &views[0], &views[1], &mut found);
+    rows.push((
+        "8c. projects".into(),
+        "the app's repository no longer permitted".into(),
+        found,
+    ));
+    set_source_repos(
+        &client,
+        [&real, &sim],
+        &kinds_project,
+        json!([format!("!{FOREIGN_REPO}")]),
+    )
+    .await;
+    refresh(&real, &sim, &kinds).await;
+    let mut views = Vec::new();
+    for side in [&real, &sim] {
+        views.push(
+            settle(
+                side,
+                &kinds,
+                &json!({
+                    "sync": {"status": "Synced", "revision": "commit-4"},
+                    "health": "Healthy",
+                    "conditions": [],
+                }),
+            )
+            .await,
+        );
+    }
+    kinds_row(
+        &mut rows,
+        &mut unsettled,
+        "8d. a deny entry alone permits every repository it does not name",
+        views,
+    );
     for side in [&real, &sim] {
         drop(side.apps.delete(&kinds, &DeleteParams::default()).await);
     }
@@ -1171,6 +1232,25 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         rows.len(),
         steps.len() + 1
     );
+}
+
+/// Sets the AppProject `name`'s `sourceRepos` on both sides.
+async fn set_source_repos(client: &kube::Client, sides: [&Side; 2], name: &str, repos: Value) {
+    for side in sides {
+        let projects: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &side_namespace(side),
+            &argocd::projects::app_project_resource(),
+        );
+        projects
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"sourceRepos": repos}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: set sourceRepos of {name}: {e}", side.name));
+    }
 }
 
 /// Creates the AppProject `name` with `spec` in `side`'s Argo CD namespace.

@@ -387,8 +387,9 @@ async fn restricted_sources_on_a_real_api_server(variant: Variant) {
     );
     let apps: Api<DynamicObject> =
         Api::namespaced_with(cluster.client(), &namespace, &application_resource());
-    let expected =
-        |source: &DynamicObject| restricted::generate(source, &namespace).expect("a valid source");
+    let expected = |source: &DynamicObject| {
+        restricted::generate(source, &namespace, variant).expect("a valid source")
+    };
     let first = expected(&sources.get("team-a").await.unwrap());
     assert_eq!(
         first.project["spec"]["destinations"][2],
@@ -410,6 +411,43 @@ async fn restricted_sources_on_a_real_api_server(variant: Variant) {
         .expect("narrowed");
     let second = expected(&narrowed);
     until_generated(&projects, "team-a", Some(&second.project["spec"])).await;
+
+    // A deny entry (argo-cd#21264: Argo CD would permit every repository it does not name):
+    // faithful copies it into the project; hardened refuses the source, project and Git
+    // Source removed, until the entry is gone.
+    let deny = json!({"spec": {"sourceRepos": [
+        "https://git.example/team-a/*", "!https://git.example/team-a/legacy*"]}});
+    let denying = sources
+        .patch(
+            "team-a",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(deny),
+        )
+        .await
+        .expect("a deny entry");
+    match variant {
+        Variant::Faithful => {
+            let copied = expected(&denying);
+            until_generated(&projects, "team-a", Some(&copied.project["spec"])).await;
+        }
+        Variant::Hardened => {
+            let refused = restricted::generate(&denying, &namespace, variant).unwrap_err();
+            assert!(refused.to_string().contains("argo-cd#21264"), "{refused}");
+            until_generated(&apps, "team-a", None).await;
+            until_generated(&projects, "team-a", None).await;
+        }
+    }
+    let undenied = sources
+        .patch(
+            "team-a",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"sourceRepos": null}})),
+        )
+        .await
+        .expect("the deny entry removed");
+    let restored = expected(&undenied);
+    until_generated(&projects, "team-a", Some(&restored.project["spec"])).await;
+    until_generated(&apps, "team-a", Some(&restored.application["spec"])).await;
 
     // Deleted: the Git Source app and the project go.
     sources

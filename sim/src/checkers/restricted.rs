@@ -13,13 +13,18 @@
 //!   it; `restricted_source_applied` bounds it): a deployment is judged at the time Argo CD
 //!   recorded it (its history entry's `deployedAt`, to the second) against every version of
 //!   the source in force during the preceding [`PROPAGATION_MS`], and must be inside one of
-//!   them. Inside means what Argo CD's own matching says (globs, `!` denies, normalised
-//!   repository URLs: `world::argocd::projects`), which the Argo CD conformance suite
-//!   compares with a real Argo CD.
+//!   them. Inside means what the source's author was promised — Argo CD's documented rule,
+//!   "an allow entry permits it and no deny entry (`!`) rejects it" — with Argo CD's own
+//!   globs and normalised repository URLs (`world::argocd::projects`, compared with a real
+//!   Argo CD by the conformance suite). Argo CD's code differs once a deny entry is present:
+//!   it permits everything the deny entries do not name (argoproj/argo-cd#21264), so a
+//!   source with a deny entry copied into its AppProject as it is lets out what its allow
+//!   entries keep in, and this invariant says so.
 //! - `restricted_source_applied` (liveness): every change to a source is reflected in its
 //!   AppProject (repositories, destinations and source namespaces as above; deleted with the
 //!   source) within [`PROPAGATION_MS`], unless changed again before; the last version by the
-//!   end of the run.
+//!   end of the run. A source with a deny entry is also reflected by having no AppProject:
+//!   refusing it fails closed (hardened's answer to argo-cd#21264).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -74,10 +79,19 @@ impl Permits {
         }
     }
 
+    /// Whether any repository or destination entry is a deny entry (`!…`).
+    pub fn has_deny(&self) -> bool {
+        self.repos.iter().any(|r| r.starts_with('!'))
+            || self
+                .destinations
+                .iter()
+                .any(|(server, namespace)| server.starts_with('!') || namespace.starts_with('!'))
+    }
+
     /// Whether `deployed` is inside the source `source` permits this: it lives in the
-    /// source's namespace (or is the source's own Git Source app in `argocd`), and Argo CD's
-    /// matching ([`source_permitted`], [`destination_permitted`]) permits its repository
-    /// and destination.
+    /// source's namespace (or is the source's own Git Source app in `argocd`), and its
+    /// repository and destination are permitted by Argo CD's documented rule
+    /// ([`intended_repo`], [`intended_destination`]).
     fn admits(&self, source: &str, deployed: &Deployed) -> bool {
         let (app_namespace, app_name) = deployed.app.split_once('/').unwrap_or(("", ""));
         let home = self.namespaces.contains(app_namespace)
@@ -94,9 +108,44 @@ impl Permits {
                 namespace: namespace.clone(),
             })
             .collect();
-        home && source_permitted(&repos, &deployed.repo)
-            && destination_permitted(&destinations, &deployed.server, "", &deployed.namespace)
+        home && intended_repo(&repos, &deployed.repo)
+            && intended_destination(&destinations, &deployed.server, &deployed.namespace)
     }
+}
+
+/// Argo CD's documented rule for `sourceRepos`: an allow entry matches `repo` and no deny
+/// entry (`!pattern`) does. Without deny entries this is exactly Argo CD's
+/// [`source_permitted`]; with one, Argo CD permits more (argoproj/argo-cd#21264).
+pub fn intended_repo(patterns: &[String], repo: &str) -> bool {
+    let (denies, allows): (Vec<String>, Vec<String>) =
+        patterns.iter().cloned().partition(|p| p.starts_with('!'));
+    source_permitted(&allows, repo)
+        && !denies
+            .iter()
+            .any(|d| source_permitted(&[d[1..].to_string()], repo))
+}
+
+/// Argo CD's documented rule for `destinations`: an allow entry matches and no deny entry
+/// (a `!` server or namespace) rejects — a deny entry rejects what it matches with its `!`
+/// removed. Without deny entries this is exactly Argo CD's [`destination_permitted`].
+pub fn intended_destination(destinations: &[Destination], server: &str, namespace: &str) -> bool {
+    let deny = |d: &&Destination| d.server.starts_with('!') || d.namespace.starts_with('!');
+    let allows: Vec<Destination> = destinations.iter().filter(|d| !deny(d)).cloned().collect();
+    let rejected = destinations.iter().filter(deny).any(|d| {
+        let stripped = Destination {
+            server: d.server.trim_start_matches('!').to_string(),
+            name: String::new(),
+            namespace: d.namespace.trim_start_matches('!').to_string(),
+        };
+        destination_permitted(&[stripped], server, "", namespace)
+    });
+    destination_permitted(&allows, server, "", namespace) && !rejected
+}
+
+/// Whether the project state `project` reflects the source state `source`: the same
+/// permits, or — for a source with a deny entry — no project (refused: fail closed).
+fn reflects(project: &Option<Permits>, source: &Option<Permits>) -> bool {
+    project == source || (project.is_none() && source.as_ref().is_some_and(Permits::has_deny))
 }
 
 fn strings(value: &Value) -> BTreeSet<String> {
@@ -205,9 +254,12 @@ impl Checker for RestrictedSourcesChecker {
                 for source in governing {
                     let versions = &self.timeline[source];
                     let from = at_ms.saturating_sub(PROPAGATION_MS);
+                    // `deployedAt` has a second's precision: the deployment happened within
+                    // the second it names, so a version that began in that second counts.
+                    let upto = at_ms + 999;
                     let in_force = versions.iter().enumerate().filter(|(i, (start, _))| {
                         let end = versions.get(i + 1).map_or(u64::MAX, |next| next.0);
-                        *start <= at_ms && end >= from
+                        *start <= upto && end >= from
                     });
                     let inside = in_force
                         .clone()
@@ -272,11 +324,11 @@ impl SourceApplied {
                     .find(|(t, _)| *t <= *at)
                     .map(|(_, p)| p.clone())
                     .unwrap_or(None);
-                let reflected = if current_before == *permits {
+                let reflected = if reflects(&current_before, permits) {
                     Some(*at)
                 } else {
                     seen.iter()
-                        .find(|(t, p)| *t >= *at && *t <= until && p == permits)
+                        .find(|(t, p)| *t >= *at && *t <= until && reflects(p, permits))
                         .map(|(t, _)| *t)
                 };
                 out.push((source.clone(), *at, reflected));

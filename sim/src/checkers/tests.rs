@@ -1230,6 +1230,80 @@ fn restricted_sources_fires_on_a_deployment_outside_its_source_after_the_propaga
 }
 
 #[test]
+fn restricted_sources_judges_a_deny_entry_as_argo_cds_documentation_promises_not_as_its_code() {
+    use crate::world::argocd::projects::{source_permitted, Destination};
+    let state = FinalState::default();
+    // team-a's repositories except its legacy ones: the author keeps team-b's out.
+    let mut denying = team_a("team-a-*");
+    denying["sourceRepos"] = serde_json::json!([
+        "https://git.example/team-a/*",
+        "!https://git.example/team-a/legacy*"
+    ]);
+    let repos: Vec<String> = vec![
+        "https://git.example/team-a/gitops.git".into(),
+        "https://git.example/team-a/*".into(),
+        "!https://git.example/team-a/legacy*".into(),
+    ];
+    let foreign = "https://git.example/team-b/web.git";
+    // Argo CD's code (argo-cd#21264) permits the foreign repository; the documented rule does
+    // not, and neither does it permit the denied one.
+    assert!(source_permitted(&repos, foreign));
+    assert!(!super::restricted::intended_repo(&repos, foreign));
+    assert!(!super::restricted::intended_repo(
+        &repos,
+        "https://git.example/team-a/legacy-web.git"
+    ));
+    assert!(super::restricted::intended_repo(
+        &repos,
+        "https://git.example/team-a/web.git"
+    ));
+    let fired = violations(
+        "restricted_sources",
+        &[
+            source_changed(0, denying.clone()),
+            deployed(1_000, "team-a/steal", "team-a", foreign, "team-a-steal"),
+        ],
+        &state,
+    );
+    assert_eq!(fired.len(), 1, "a repository no allow entry names");
+    assert_eq!(fired[0].class, Class::Safety);
+    let inside = violations(
+        "restricted_sources",
+        &[
+            source_changed(0, denying),
+            deployed(
+                1_000,
+                "team-a/web",
+                "team-a",
+                "https://git.example/team-a/web.git",
+                "team-a-web",
+            ),
+        ],
+        &state,
+    );
+    assert!(inside.is_empty(), "{inside:?}");
+    // Destinations: a deny namespace rejects what it names, and permits nothing by itself.
+    let in_cluster = "https://kubernetes.default.svc";
+    let destinations = [
+        Destination {
+            server: in_cluster.into(),
+            name: String::new(),
+            namespace: "team-a-*".into(),
+        },
+        Destination {
+            server: in_cluster.into(),
+            name: String::new(),
+            namespace: "!team-a-admin".into(),
+        },
+    ];
+    let intended =
+        |namespace| super::restricted::intended_destination(&destinations, in_cluster, namespace);
+    assert!(intended("team-a-web"));
+    assert!(!intended("team-a-admin"));
+    assert!(!intended("kube-system"));
+}
+
+#[test]
 fn restricted_source_applied_fires_when_a_change_reaches_its_project_late_or_never() {
     let state = FinalState {
         end_ms: 200_000,
@@ -1285,6 +1359,26 @@ fn restricted_source_applied_fires_when_a_change_reaches_its_project_late_or_nev
         project_seen(2_000, project("team-a-web")),
     ];
     assert!(violations("restricted_source_applied", &superseded, &state).is_empty());
+    // A source with a deny entry is reflected by its copy or by no project (refused), not by
+    // the project of its previous version.
+    let mut denying = team_a("team-a-*");
+    denying["sourceRepos"] = serde_json::json!(["!https://git.example/team-a/legacy*"]);
+    let refused = [
+        source_changed(0, team_a("team-a-*")),
+        project_seen(1_000, project("team-a-*")),
+        source_changed(60_000, denying.clone()),
+        project_seen(61_000, serde_json::Value::Null),
+    ];
+    assert!(violations("restricted_source_applied", &refused, &state).is_empty());
+    let stale = [
+        source_changed(0, team_a("team-a-*")),
+        project_seen(1_000, project("team-a-*")),
+        source_changed(60_000, denying),
+    ];
+    assert_eq!(
+        violations("restricted_source_applied", &stale, &state).len(),
+        1
+    );
 }
 
 fn shown(ms: u64, health: &str) -> TraceEvent {

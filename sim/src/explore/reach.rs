@@ -44,6 +44,7 @@
 //! | `restricted_child_refused` | Argo CD did not create a Git Source's child Application in a namespace its project does not permit |
 //! | `restricted_app_revoked` | an app Argo CD had deployed was refused later (its source narrowed or deleted) |
 //! | `restricted_source_deleted` | a RestrictedGitSource was deleted and its AppProject went with it |
+//! | `restricted_deny_entry` | a RestrictedGitSource with a deny entry (`!…`, argo-cd#21264) was applied |
 //! | `runtime_shown_unable` | the platform showed a runtime it had shown healthy as `Unable to communicate` |
 //! | `runtime_shown_recovered` | the platform showed a runtime healthy again after showing it unreachable |
 //! | `platform_crashed_with_backlog` | the platform crashed with events in its bus (lost, or on disk and still owed to the read model) |
@@ -362,6 +363,10 @@ impl Condition {
                     _ => false,
                 })
             }
+            Condition::RestrictedDenyEntry => events.iter().any(|e| {
+                matches!(e.world(), Some(WorldEvent::SourceChanged { spec, .. })
+                    if !spec.is_null() && crate::checkers::restricted::Permits::of_source(spec).has_deny())
+            }),
             Condition::RuntimeShownUnable => health_shown(events, &["Healthy", UNABLE]),
             Condition::RuntimeShownRecovered => {
                 health_shown(events, &["Healthy", UNABLE, "Healthy"])
@@ -1175,6 +1180,21 @@ expect: {hardened: pass}
                     source(1_000, serde_json::Value::Null),
                     project(2_000, serde_json::Value::Null),
                 ],
+            ),
+            (
+                RestrictedDenyEntry,
+                // A deleted source, and one without a deny entry, are not reached.
+                vec![
+                    source(1_000, serde_json::Value::Null),
+                    source(
+                        2_000,
+                        serde_json::json!({"sourceRepos": ["https://git.example/a/*"]}),
+                    ),
+                ],
+                vec![source(
+                    1_000,
+                    serde_json::json!({"sourceRepos": ["https://git.example/a/*", "!https://git.example/a/old*"]}),
+                )],
             ),
             (
                 RuntimeShownUnable,

@@ -114,6 +114,8 @@ conditions! {
     RestrictedAppRevoked = "restricted_app_revoked",
     /// A RestrictedGitSource was deleted and its AppProject went with it.
     RestrictedSourceDeleted = "restricted_source_deleted",
+    /// A RestrictedGitSource with a deny entry (`!…`) was applied.
+    RestrictedDenyEntry = "restricted_deny_entry",
     /// The platform showed a runtime it had shown healthy as `Unable to communicate`.
     RuntimeShownUnable = "runtime_shown_unable",
     /// The platform showed a runtime healthy again after showing it unreachable.

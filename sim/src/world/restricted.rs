@@ -64,8 +64,12 @@ pub fn read_resources(
         let mut object: DynamicObject = serde_json::from_value(source.clone())
             .map_err(|e| format!("sources[{i}] ({name}): {e}"))?;
         object.metadata.namespace = Some(argocd::NAMESPACE.into());
-        orrery_system::runtime::gitops_operator::restricted::generate(&object, argocd::NAMESPACE)
-            .map_err(|e| format!("sources[{i}]: {e}"))?;
+        orrery_system::runtime::gitops_operator::restricted::generate(
+            &object,
+            argocd::NAMESPACE,
+            orrery_system::core::Variant::Faithful,
+        )
+        .map_err(|e| format!("sources[{i}]: {e}"))?;
         sources.push(source.clone());
     }
     let mut repositories = BTreeMap::new();
@@ -129,6 +133,7 @@ pub fn check_changes(restricted: &RestrictedSources) -> Result<(), String> {
                 orrery_system::runtime::gitops_operator::restricted::generate(
                     &object,
                     argocd::NAMESPACE,
+                    orrery_system::core::Variant::Faithful,
                 )
                 .map_err(|e| format!("{at}: after set: {e}"))?;
             }

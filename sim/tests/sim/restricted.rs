@@ -1,7 +1,8 @@
 //! Restricted Git Sources in the `restricted-sources` world: the GitOps operator turns each
 //! tenant's RestrictedGitSource into an AppProject and a Git Source; Argo CD deploys what
 //! is inside and refuses each way out with Argo CD's condition; a narrowed, deleted and
-//! restored source reaches Argo CD, faithful on its poll and hardened on the watch event.
+//! restored source reaches Argo CD, faithful on its poll and hardened on the watch event; a
+//! deny entry opens team-a's project in faithful (argo-cd#21264) and hardened refuses it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,8 +17,33 @@ fn run(variant: Variant) -> runner::RunOutcome {
     let scenario = scenario::parse::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let run = runner::run(&scenario, 1, variant);
     assert_eq!(run.harness_error, None);
-    assert!(run.violations.is_empty(), "{:?}", run.violations);
+    match variant {
+        Variant::Hardened => assert!(run.violations.is_empty(), "{:?}", run.violations),
+        // Only team-a/steal, once the deny entry is in force (see below).
+        Variant::Faithful => assert!(
+            !run.violations.is_empty()
+                && run
+                    .violations
+                    .iter()
+                    .all(|v| v.invariant == "restricted_sources"
+                        && v.details["app"] == "team-a/steal"
+                        && v.at_ms > DENY_AT_MS),
+            "{:?}",
+            run.violations
+        ),
+    }
     run
+}
+
+/// When the scenario gives team-a's source its deny entry.
+const DENY_AT_MS: u64 = 230_000;
+
+/// The events before the deny entry.
+fn before_deny(events: Vec<TraceEvent>) -> Vec<TraceEvent> {
+    events
+        .into_iter()
+        .filter(|e| e.at_ms < DENY_AT_MS)
+        .collect()
 }
 
 /// App → the first refusal message Argo CD gave it.
@@ -49,7 +75,7 @@ fn propagation(events: &[TraceEvent]) -> Vec<(String, u64, Option<u64>)> {
 #[test]
 fn argo_cd_deploys_what_is_inside_and_refuses_each_way_out() {
     let run = run(Variant::Faithful);
-    let events = run.trace.events();
+    let events = before_deny(run.trace.events());
     assert_eq!(
         deployed(&events),
         BTreeSet::from(
@@ -135,8 +161,8 @@ fn hardened_applies_a_source_change_on_its_watch_event_faithful_on_its_poll() {
         let delays = propagation(&events);
         assert_eq!(
             delays.len(),
-            6,
-            "two creations, a widening during the failover, a narrowing, a deletion, a restore"
+            7,
+            "two creations, a widening during the failover, a narrowing, a deletion, a restore, a deny entry"
         );
         delays
             .iter()
@@ -168,4 +194,59 @@ fn hardened_applies_a_source_change_on_its_watch_event_faithful_on_its_poll() {
             .any(|(at, delay)| !failover(*at) && *delay >= 1_000),
         "faithful waits for its poll: {faithful:?}"
     );
+}
+
+#[test]
+fn a_deny_entry_opens_the_project_in_faithful_and_hardened_refuses_the_source() {
+    let source_actions = |events: &[TraceEvent]| -> Vec<(String, String)> {
+        events
+            .iter()
+            .filter(|e| e.at_ms >= DENY_AT_MS)
+            .filter_map(|e| match e.operator() {
+                Some(OperatorEvent::Source {
+                    source,
+                    action,
+                    detail,
+                    ..
+                }) if source == "argocd/team-a" => Some((action.clone(), detail.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    let after = |events: &[TraceEvent]| -> Vec<TraceEvent> {
+        events
+            .iter()
+            .filter(|e| e.at_ms >= DENY_AT_MS)
+            .cloned()
+            .collect()
+    };
+    // faithful: the entries copied; Argo CD now permits team-b's repository, and deploys
+    // team-a/steal from it.
+    let faithful = run(Variant::Faithful).trace.events();
+    let actions = source_actions(&faithful);
+    assert_eq!(
+        actions.first().map(|a| a.0.as_str()),
+        Some("project_applied")
+    );
+    assert!(faithful.iter().any(|e| e.at_ms >= DENY_AT_MS
+        && matches!(e.world(), Some(WorldEvent::AppDeployed { app, repo, .. })
+            if app == "team-a/steal" && repo == "https://git.example/team-b/web.git")));
+    // hardened: refused, its Git Source and project removed (fail closed), team-a's apps
+    // refused from then on and team-a/steal never deployed.
+    let hardened = run(Variant::Hardened).trace.events();
+    let actions = source_actions(&hardened);
+    assert!(
+        actions[0].0 == "invalid" && actions[0].1.contains("argoproj/argo-cd#21264"),
+        "{actions:?}"
+    );
+    let order: Vec<&str> = actions
+        .iter()
+        .map(|(a, _)| a.as_str())
+        .filter(|a| *a != "invalid")
+        .collect();
+    assert_eq!(order, ["application_deleted", "project_deleted"]);
+    assert!(!deployed(&hardened).contains("team-a/steal"));
+    assert!(after(&hardened).iter().any(|e| matches!(e.world(),
+        Some(WorldEvent::AppRefused { app, message, .. })
+            if app == "team-a/web" && message.contains("does not exist"))));
 }

@@ -343,8 +343,6 @@ pub async fn run(
             client.clone(),
             config.namespace.clone(),
             config.projects.clone(),
-            store.clone(),
-            touched.clone(),
         ));
     }
     tokio::spawn(controller::run(

@@ -45,15 +45,13 @@
 //! Application manifest without `metadata.namespace` is created in Argo CD's namespace
 //! (Argo CD: the parent's destination namespace).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::Store;
 use serde_json::Value;
 
 use orrery_system::core::json::Pointer as _;
-use orrery_system::env::kube::Shared;
 use orrery_system::env::SharedEnv;
 
 /// The built-in project's name.
@@ -371,17 +369,9 @@ impl Projects {
         }
     }
 
-    /// Replaces what is known; returns the names whose project changed.
-    fn replace(&self, next: BTreeMap<String, (String, Project)>) -> BTreeSet<String> {
-        let mut known = self.known.lock().expect("projects lock poisoned");
-        let changed = known
-            .keys()
-            .chain(next.keys())
-            .filter(|name| known.get(*name).map(|p| &p.0) != next.get(*name).map(|p| &p.0))
-            .cloned()
-            .collect();
-        *known = next;
-        changed
+    /// Replaces what is known.
+    fn replace(&self, next: BTreeMap<String, (String, Project)>) {
+        *self.known.lock().expect("projects lock poisoned") = next;
     }
 
     fn snapshot(&self) -> BTreeMap<String, (String, Project)> {
@@ -389,17 +379,12 @@ impl Projects {
     }
 }
 
-/// Keeps `projects` current from a watch of AppProjects in Argo CD's `namespace`; every app
-/// of a project that changed is looked at at the controller's next tick (Argo CD requeues a
-/// project's apps when it changes).
-pub async fn watch(
-    env: SharedEnv,
-    client: kube::Client,
-    namespace: String,
-    projects: Projects,
-    apps: Store<Shared<DynamicObject>>,
-    touched: super::touched::Touched,
-) {
+/// Keeps `projects` current from a watch of AppProjects in Argo CD's `namespace`. An app
+/// sees its project's change at its next refresh (periodic, or urgent for its own reasons):
+/// argo-cd v3.2's project informer only invalidates the controller's project cache and
+/// requeues no app (`controller/appcontroller.go`, `projInformer`'s handlers; the Argo CD
+/// conformance suite found it — a narrowed project refused nothing for 60 s until a refresh).
+pub async fn watch(env: SharedEnv, client: kube::Client, namespace: String, projects: Projects) {
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
     let api: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &app_project_resource());
@@ -448,18 +433,7 @@ pub async fn watch(
             }
             Err(_) => continue, // retried with backoff
         };
-        let changed = projects.replace(next);
-        if changed.is_empty() {
-            continue;
-        }
-        for app in apps.state() {
-            if changed.contains(&project_name(&app)) {
-                touched.touch(&super::app_key(
-                    app.metadata.namespace.as_deref().unwrap_or(""),
-                    app.metadata.name.as_deref().unwrap_or(""),
-                ));
-            }
-        }
+        projects.replace(next);
     }
 }
 

@@ -20,6 +20,20 @@
 //! its apps are refused until it is fixed — fail closed, never the old permissions. Only
 //! objects marked as generated from a source in the operator's own namespace are deleted.
 //!
+//! **Deny entries** (`!pattern` in `sourceRepos` or in a destination's `server`, `name` or
+//! `namespace`). Argo CD's documentation says a repository is permitted when an allow entry
+//! matches it and no deny entry does; its code (`IsSourcePermitted`, `isDestinationMatched`,
+//! v3.2) counts a deny entry that does not match as a match, so **one deny entry permits
+//! every repository (destination) it does not name**, whatever the allow entries say
+//! (argoproj/argo-cd#21264, open, labelled bug and security; the Argo CD conformance suite
+//! shows it on a real Argo CD 3.2). An admin who writes `team-a/*` and `!team-a/legacy`
+//! opens team-a's project to every other tenant's repositories. Argo CD's patterns cannot say
+//! "allowed and not denied" once a deny entry is present, so: faithful copies the entries
+//! into the project as they are (**inferred**: the operator is described as an AppProject
+//! generator and nothing says it rewrites them); hardened refuses such a source as
+//! `invalid` — fail closed, its project and Git Source removed, the reason in the event —
+//! until its deny entries are gone.
+//!
 //! **Inferred** (the operator's source is not public): the names, the mapping above and
 //! when it runs. faithful reconciles the sources on the task loop's `TASK_POLLING_INTERVAL`
 //! (10 s): a changed source reaches Argo CD up to one poll later. hardened watches the
@@ -83,6 +97,18 @@ pub enum InvalidSource {
         /// The field.
         field: &'static str,
     },
+    /// hardened: a deny entry, which Argo CD would turn into a permit for everything else.
+    #[error(
+        "RestrictedGitSource {source_name}: spec.{field} has the deny entry {entry:?}; Argo CD permits every value a deny entry does not name (argoproj/argo-cd#21264), so the source is refused until its deny entries are removed"
+    )]
+    Deny {
+        /// `namespace/name`.
+        source_name: String,
+        /// Where: `sourceRepos` or `destinations[i].server|name|namespace`.
+        field: String,
+        /// The entry.
+        entry: String,
+    },
 }
 
 /// The Argo CD objects a source describes.
@@ -94,10 +120,12 @@ pub struct Generated {
     pub application: Value,
 }
 
-/// The AppProject and Git Source Application `source` describes, in `argocd_namespace`.
+/// The AppProject and Git Source Application `source` describes, in `argocd_namespace`
+/// (hardened refuses deny entries: see the module's doc).
 pub fn generate(
     source: &DynamicObject,
     argocd_namespace: &str,
+    variant: Variant,
 ) -> Result<Generated, InvalidSource> {
     let name = source.metadata.name.clone().unwrap_or_default();
     let namespace = source.metadata.namespace.clone().unwrap_or_default();
@@ -119,6 +147,15 @@ pub fn generate(
     let listed = spec["destinations"].as_array().cloned().unwrap_or_default();
     if listed.is_empty() {
         return Err(missing("destinations"));
+    }
+    if variant == Variant::Hardened {
+        if let Some((field, entry)) = deny_entry(&spec) {
+            return Err(InvalidSource::Deny {
+                source_name,
+                field,
+                entry,
+            });
+        }
     }
     let mut repos = vec![repo.to_string()];
     for extra in spec["sourceRepos"].as_array().into_iter().flatten() {
@@ -181,6 +218,28 @@ pub fn generate(
             },
         }),
     })
+}
+
+/// The first deny entry (`!…`) of `spec`'s `sourceRepos` and `destinations`: (field, entry).
+fn deny_entry(spec: &Value) -> Option<(String, String)> {
+    let denies = |v: &Value| {
+        v.as_str()
+            .filter(|s| s.starts_with('!'))
+            .map(str::to_string)
+    };
+    let repos = spec["sourceRepos"].as_array().into_iter().flatten();
+    if let Some(entry) = repos.filter_map(denies).next() {
+        return Some(("sourceRepos".into(), entry));
+    }
+    let destinations = spec["destinations"].as_array().into_iter().flatten();
+    for (i, destination) in destinations.enumerate() {
+        for key in ["server", "name", "namespace"] {
+            if let Some(entry) = denies(&destination[key]) {
+                return Some((format!("destinations[{i}].{key}"), entry));
+            }
+        }
+    }
+    None
 }
 
 /// The sources' reconciler while this replica leads.
@@ -285,7 +344,7 @@ impl Generator {
                 source.metadata.namespace.as_deref().unwrap_or(""),
                 source.metadata.name.as_deref().unwrap_or("")
             );
-            match generate(&source, &self.config.argocd_namespace) {
+            match generate(&source, &self.config.argocd_namespace, self.config.variant) {
                 Ok(generated) => {
                     wanted.insert(
                         source.metadata.name.clone().unwrap_or_default(),
@@ -445,6 +504,7 @@ mod tests {
                 "namespaceResourceBlacklist": [{"group": "", "kind": "Secret"}],
             })),
             "argocd",
+            Variant::Faithful,
         )
         .expect("valid");
         assert_eq!(
@@ -481,16 +541,72 @@ mod tests {
         let error = generate(
             &source(json!({"source": {"repoURL": "https://x"}, "sourceNamespace": "a"})),
             "argocd",
+            Variant::Faithful,
         )
         .unwrap_err();
         assert_eq!(
             error.to_string(),
             "RestrictedGitSource runtime/team-a: spec.destinations is required"
         );
-        let error = generate(&source(json!({"destinations": [{}]})), "argocd").unwrap_err();
+        let error = generate(
+            &source(json!({"destinations": [{}]})),
+            "argocd",
+            Variant::Faithful,
+        )
+        .unwrap_err();
         assert_eq!(
             error.to_string(),
             "RestrictedGitSource runtime/team-a: spec.source.repoURL is required"
+        );
+    }
+
+    #[test]
+    fn hardened_refuses_a_deny_entry_and_faithful_copies_it() {
+        let spec = |repos: Value, namespace: &str| {
+            source(json!({
+                "source": {"repoURL": "https://git.example/team-a/gitops.git"},
+                "sourceNamespace": "team-a",
+                "sourceRepos": repos,
+                "destinations": [{"server": IN_CLUSTER, "namespace": namespace}],
+            }))
+        };
+        let denying = spec(
+            json!([
+                "https://git.example/team-a/*",
+                "!https://git.example/team-a/legacy*"
+            ]),
+            "team-a-*",
+        );
+        let copied = generate(&denying, "argocd", Variant::Faithful).expect("faithful copies it");
+        assert_eq!(
+            copied.project["spec"]["sourceRepos"],
+            json!([
+                "https://git.example/team-a/gitops.git",
+                "https://git.example/team-a/*",
+                "!https://git.example/team-a/legacy*"
+            ])
+        );
+        let error = generate(&denying, "argocd", Variant::Hardened).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "RestrictedGitSource runtime/team-a: spec.sourceRepos has the deny entry \"!https://git.example/team-a/legacy*\"; Argo CD permits every value a deny entry does not name (argoproj/argo-cd#21264), so the source is refused until its deny entries are removed"
+        );
+        let error = generate(
+            &spec(json!(["https://git.example/team-a/*"]), "!kube-*"),
+            "argocd",
+            Variant::Hardened,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&error, InvalidSource::Deny { field, entry, .. }
+                if field == "destinations[0].namespace" && entry == "!kube-*"),
+            "{error}"
+        );
+        // Without deny entries both variants generate the same objects.
+        let plain = spec(json!(["https://git.example/team-a/*"]), "team-a-*");
+        assert_eq!(
+            generate(&plain, "argocd", Variant::Hardened).unwrap(),
+            generate(&plain, "argocd", Variant::Faithful).unwrap()
         );
     }
 
@@ -503,6 +619,7 @@ mod tests {
                 "destinations": [{"server": IN_CLUSTER, "namespace": "a"}],
             })),
             "argocd",
+            Variant::Faithful,
         )
         .unwrap();
         let held: DynamicObject = serde_json::from_value(generated.project.clone()).unwrap();
