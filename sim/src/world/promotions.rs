@@ -38,6 +38,8 @@ pub struct Planned {
     pub environments: Vec<String>,
     /// `spec.concurrency`.
     pub concurrency: Concurrency,
+    /// The PromotionTemplates that choose by label (when the Product names none).
+    pub templates: plan::Templates,
 }
 
 impl Planned {
@@ -52,6 +54,7 @@ impl Planned {
             flows: product.flows,
             environments: product.environments,
             concurrency: product.concurrency,
+            templates: product.templates,
         })
     }
 
@@ -82,6 +85,7 @@ impl Planned {
             ORCHESTRATOR_TOKEN,
         );
         config.flows = self.flows.clone();
+        config.templates = self.templates.clone();
         config.concurrency = self.concurrency;
         config.targets = self
             .environments
@@ -93,6 +97,7 @@ impl Planned {
                         runtime: runtime.into(),
                         app: self.app(env),
                         path: format!("envs/{env}"),
+                        labels: BTreeMap::new(),
                     },
                 )
             })

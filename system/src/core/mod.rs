@@ -4,6 +4,7 @@
 pub mod buggify;
 pub mod event;
 pub mod json;
+pub mod label_selector;
 pub mod names;
 pub mod runner;
 pub mod secret;

@@ -27,6 +27,7 @@ fn shop_targets() -> std::collections::BTreeMap<String, crate::platform::promoti
                     runtime: runtime.into(),
                     app: format!("shop-{environment}"),
                     path: format!("envs/{environment}"),
+                    labels: Default::default(),
                 },
             )
         })

@@ -12,6 +12,8 @@
 //! targets:                       # every environment of every flow: its app
 //!   dev: {runtime: acme-prod, app: shop-dev, path: envs/dev}
 //!   prod: {runtime: acme-prod, app: shop-prod, path: envs/prod}
+//!   # labels: {codefresh.io/product: shop}  # optional: the Application's labels, which
+//!   #   PromotionTemplates select by when the Product names no template
 //! objects:                       # exactly one Product; its PromotionFlows, policies, template
 //!   - apiVersion: codefresh.io/v1beta1
 //!     kind: Product
@@ -86,6 +88,8 @@ struct TargetEntry {
     runtime: String,
     app: String,
     path: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 /// An orchestrator file, checked.
@@ -198,6 +202,7 @@ impl OrchestratorFile {
             &file.token,
         );
         config.flows = product.flows;
+        config.templates = product.templates;
         config.concurrency = product.concurrency;
         config.targets = file
             .targets
@@ -209,6 +214,7 @@ impl OrchestratorFile {
                         runtime: t.runtime,
                         app: t.app,
                         path: t.path,
+                        labels: t.labels,
                     },
                 )
             })
@@ -267,6 +273,51 @@ objects:
         assert_eq!(config.flows["main"].stages[0].environment, "prod");
         assert_eq!(config.targets["prod"].app, "shop-prod");
         assert_eq!(config.check(), Ok("dev".to_string()));
+    }
+
+    #[test]
+    fn a_product_without_a_template_gets_the_templates_that_select_its_app() {
+        let inline = "      promotionTemplate: {versionSource: {file: values.json, jsonPath: $.image.tag}, promotion: {values.json: {jsonPaths: [$.image.tag]}}}\n";
+        let templates = "  - apiVersion: codefresh.io/v1beta1
+    kind: PromotionTemplate
+    metadata: {name: base-helm}
+    spec:
+      applicationSourceSelector: {matchExpressions: [{key: codefresh.io/product, operator: Exists}]}
+      priority: 0
+      versionSource: {file: Chart.yaml, jsonPath: $.appVersion}
+      promotion: {values.yaml: {jsonPaths: [$..image]}}
+  - apiVersion: codefresh.io/v1beta1
+    kind: PromotionTemplate
+    metadata: {name: shop}
+    spec:
+      applicationSourceSelector: {matchLabels: {codefresh.io/product: shop}}
+      priority: 10
+      promotion: {values.yaml: {jsonPaths: [$.image.tag]}}
+";
+        let labelled = GOOD.replacen(inline, "", 1).replacen(
+            "app: shop-dev, path: envs/dev}",
+            "app: shop-dev, path: envs/dev, labels: {codefresh.io/product: shop}}",
+            1,
+        ) + templates;
+        let config = OrchestratorFile::parse("promotions.yaml", &labelled)
+            .unwrap()
+            .config;
+        assert_eq!(
+            config.template_for(&config.targets["dev"]),
+            Some(serde_json::json!({
+                "versionSource": {"file": "Chart.yaml", "jsonPath": "$.appVersion"},
+                "promotion": {"values.yaml": {"jsonPaths": ["$.image.tag"]}},
+            }))
+        );
+        // The trigger environment's app carries no label a template selects.
+        let unlabelled = GOOD.replacen(inline, "", 1) + templates;
+        let error = OrchestratorFile::parse("promotions.yaml", &unlabelled)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "promotions.yaml: targets: Product shop: it names no promotion template, and no PromotionTemplate's applicationSourceSelector matches app shop-dev (environment dev) with labels {}"
+        );
     }
 
     #[test]

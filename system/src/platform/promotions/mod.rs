@@ -44,6 +44,9 @@ pub struct Target {
     pub app: String,
     /// Its path in the repository (the trigger environment's is watched for commits).
     pub path: String,
+    /// The Application's labels: PromotionTemplates choose their apps by them when the
+    /// Product names no template.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// What a new release does to one still running (Product v1beta2 `concurrency`).
@@ -74,6 +77,9 @@ pub struct Config {
     pub product_spec: Value,
     /// Its flows, planned.
     pub flows: BTreeMap<String, FlowPlan>,
+    /// When `product_spec` has no `promotionTemplate`: the PromotionTemplates that choose
+    /// each app's template by its labels.
+    pub templates: plan::Templates,
     /// Environment → its app.
     pub targets: BTreeMap<String, Target>,
     /// The GitOps repository.
@@ -108,6 +114,7 @@ impl Config {
             product: product.into(),
             product_spec,
             flows: BTreeMap::new(),
+            templates: plan::Templates::default(),
             targets: BTreeMap::new(),
             repo: repo.into(),
             git_addr: git_addr.into(),
@@ -147,6 +154,15 @@ impl Config {
         }
         let triggers: std::collections::BTreeSet<&String> =
             self.flows.values().map(|f| &f.trigger).collect();
+        for trigger in &triggers {
+            let target = &self.targets[*trigger];
+            if self.template_for(target).is_none() {
+                return Err(format!(
+                    "Product {}: it names no promotion template, and no PromotionTemplate's applicationSourceSelector matches app {} (environment {trigger}) with labels {:?}",
+                    self.product, target.app, target.labels
+                ));
+            }
+        }
         if triggers.len() > 1 {
             let triggers: Vec<&str> = triggers.into_iter().map(String::as_str).collect();
             return Err(format!(
@@ -156,6 +172,15 @@ impl Config {
             ));
         }
         Ok(trigger)
+    }
+
+    /// The promotion template for `target`'s app: the Product's own, or the composite of
+    /// the PromotionTemplates that select the app by its labels; `None` when neither.
+    pub fn template_for(&self, target: &Target) -> Option<Value> {
+        match self.product_spec.get("promotionTemplate") {
+            Some(template) if template.is_object() => Some(template.clone()),
+            _ => self.templates.composite(&target.labels).map(|(t, _)| t),
+        }
     }
 }
 
@@ -590,7 +615,7 @@ fn end(env: &SharedEnv, release: &mut Release, phase: ReleasePhase, why: &str) {
 
 /// The steps of the trigger environment's task: read the values at the commit, verify it.
 fn trigger_steps(config: &Config, target: &Target, commit: &str) -> Value {
-    let template = &config.product_spec["promotionTemplate"];
+    let template = &config.template_for(target).unwrap_or(Value::Null);
     let properties: serde_json::Map<String, Value> = template["promotion"]
         .as_object()
         .cloned()

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
+use crate::core::label_selector::LabelSelector;
+
 /// What a promotion into an environment does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -270,30 +272,124 @@ pub fn plan_flow(
 }
 
 /// The Product's promotion template: its inline `promotionTemplate`, or the
-/// `PromotionTemplate` its `promotionTemplateRef` names (`templates`: name → spec); an
-/// error names a missing or unknown reference. (Choosing a template by its
-/// `applicationSourceSelector` and `priority` when the Product names none is not modelled.)
+/// `PromotionTemplate` its `promotionTemplateRef` names (`templates`: name → spec); `None`
+/// when it names neither and the file holds PromotionTemplates, which then choose their
+/// applications by label ([`Templates`]). An error names a missing or unknown reference.
 pub fn promotion_template(
     product: &str,
     spec: &Value,
     templates: &BTreeMap<String, Value>,
-) -> Result<Value, PlanError> {
+) -> Result<Option<Value>, PlanError> {
     if let Some(inline) = spec.get("promotionTemplate").filter(|t| t.is_object()) {
-        return Ok(inline.clone());
+        return Ok(Some(inline.clone()));
     }
     let reference = spec
         .get("promotionTemplateRef")
         .and_then(|r| r.as_str().or_else(|| r.get("name").and_then(Value::as_str)));
     let Some(name) = reference else {
+        if !templates.is_empty() {
+            return Ok(None);
+        }
         return Err(PlanError(format!(
-            "Product {product}: spec.promotionTemplate or spec.promotionTemplateRef: required"
+            "Product {product}: spec.promotionTemplate or spec.promotionTemplateRef, or a PromotionTemplate that selects its applications: required"
         )));
     };
-    templates.get(name).cloned().ok_or_else(|| {
+    templates.get(name).cloned().map(Some).ok_or_else(|| {
         PlanError(format!(
             "Product {product}: spec.promotionTemplateRef names PromotionTemplate {name:?}, which does not exist"
         ))
     })
+}
+
+/// One PromotionTemplate that chooses its applications by label.
+#[derive(Clone, Debug)]
+struct Template {
+    name: String,
+    selector: LabelSelector,
+    priority: i64,
+    spec: Value,
+}
+
+/// The PromotionTemplates, for a Product that names none: every template whose
+/// `applicationSourceSelector` matches an application's labels applies to it, merged into
+/// one composite — the highest `priority` is the base, and what it lacks is taken from the
+/// next (docs.codefresh.io, "Promotable changes": "Codefresh generates a composite Promotion
+/// Template by merging the specifications from all relevant Promotion Templates"). Merged
+/// per field: `versionSource` whole, `promotion` file by file (inferred: the docs give no
+/// finer rule). Equal priorities rank by name (inferred).
+#[derive(Clone, Debug, Default)]
+pub struct Templates {
+    /// Highest priority first.
+    ranked: Vec<Template>,
+}
+
+impl Templates {
+    /// Reads `templates` (name → spec); an error names the template and field.
+    pub fn of(templates: &BTreeMap<String, Value>) -> Result<Templates, PlanError> {
+        let mut ranked = Vec::new();
+        for (name, spec) in templates {
+            let at = format!("PromotionTemplate {name}: spec.applicationSourceSelector");
+            let selector = match spec.get("applicationSourceSelector") {
+                None | Some(Value::Null) => return Err(PlanError(format!("{at}: required"))),
+                Some(selector) => {
+                    LabelSelector::from_json(selector, &at).map_err(|e| PlanError(e.to_string()))?
+                }
+            };
+            let priority = match spec.get("priority") {
+                None | Some(Value::Null) => {
+                    return Err(PlanError(format!(
+                        "PromotionTemplate {name}: spec.priority: required"
+                    )))
+                }
+                Some(p) => p.as_i64().ok_or_else(|| {
+                    PlanError(format!(
+                        "PromotionTemplate {name}: spec.priority: want an integer, not {p}"
+                    ))
+                })?,
+            };
+            ranked.push(Template {
+                name: name.clone(),
+                selector,
+                priority,
+                spec: spec.clone(),
+            });
+        }
+        ranked.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
+        Ok(Templates { ranked })
+    }
+
+    /// The composite template for an application with `labels`, and the names it was made
+    /// of (highest priority first); `None` when no template selects it.
+    pub fn composite(&self, labels: &BTreeMap<String, String>) -> Option<(Value, Vec<String>)> {
+        let matching: Vec<&Template> = self
+            .ranked
+            .iter()
+            .filter(|t| t.selector.matches(labels))
+            .collect();
+        if matching.is_empty() {
+            return None;
+        }
+        let mut composite = serde_json::Map::new();
+        let mut files = serde_json::Map::new();
+        for template in &matching {
+            if let Some(source) = template.spec.get("versionSource").filter(|v| v.is_object()) {
+                composite
+                    .entry("versionSource")
+                    .or_insert_with(|| source.clone());
+            }
+            for (file, paths) in template.spec["promotion"].as_object().into_iter().flatten() {
+                files.entry(file.clone()).or_insert_with(|| paths.clone());
+            }
+        }
+        composite.insert("promotion".into(), Value::Object(files));
+        let names = matching.iter().map(|t| t.name.clone()).collect();
+        Some((Value::Object(composite), names))
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.ranked.is_empty()
+    }
 }
 
 /// The flow a commit triggers for a Product (`spec`): the first of its `promotionFlows`
@@ -338,6 +434,8 @@ pub struct Product {
     pub environments: Vec<String>,
     /// `spec.concurrency`.
     pub concurrency: super::Concurrency,
+    /// When its spec names no template: the PromotionTemplates that choose by label.
+    pub templates: Templates,
 }
 
 impl Product {
@@ -367,7 +465,11 @@ impl Product {
         };
         let templates: BTreeMap<String, Value> = of_kind("PromotionTemplate").into_iter().collect();
         let mut spec = spec.clone();
-        spec["promotionTemplate"] = promotion_template(product, &spec, &templates)?;
+        let mut by_label = Templates::default();
+        match promotion_template(product, &spec, &templates)? {
+            Some(template) => spec["promotionTemplate"] = template,
+            None => by_label = Templates::of(&templates)?,
+        }
         let flow_specs: BTreeMap<String, Value> = of_kind("PromotionFlow").into_iter().collect();
         let policies = of_kind("PromotionPolicy");
         let mut flows = BTreeMap::new();
@@ -406,6 +508,7 @@ impl Product {
             flows,
             environments,
             concurrency,
+            templates: by_label,
         })
     }
 }
@@ -550,21 +653,129 @@ mod tests {
         let inline = json!({"promotionTemplate": {"promotion": {}}});
         assert_eq!(
             promotion_template("shop", &inline, &templates).unwrap(),
-            json!({"promotion": {}})
+            Some(json!({"promotion": {}}))
         );
         for reference in [json!("web"), json!({"name": "web"})] {
             let spec = json!({ "promotionTemplateRef": reference });
             assert_eq!(
                 promotion_template("shop", &spec, &templates).unwrap(),
-                templates["web"]
+                Some(templates["web"].clone())
             );
         }
+        // Neither: the templates choose by label.
+        assert_eq!(
+            promotion_template("shop", &json!({}), &templates).unwrap(),
+            None
+        );
         assert_eq!(
             promotion_template("shop", &json!({"promotionTemplateRef": "api"}), &templates)
                 .unwrap_err()
                 .to_string(),
             "Product shop: spec.promotionTemplateRef names PromotionTemplate \"api\", which does not exist"
         );
-        assert!(promotion_template("shop", &json!({}), &templates).is_err());
+        assert_eq!(
+            promotion_template("shop", &json!({}), &BTreeMap::new())
+                .unwrap_err()
+                .to_string(),
+            "Product shop: spec.promotionTemplate or spec.promotionTemplateRef, or a PromotionTemplate that selects its applications: required"
+        );
+    }
+
+    #[test]
+    fn templates_that_select_an_app_merge_highest_priority_first() {
+        use serde_json::json;
+        let templates = BTreeMap::from([
+            (
+                "base-helm".to_string(),
+                json!({
+                    "applicationSourceSelector": {"matchExpressions": [
+                        {"key": "codefresh.io/product", "operator": "Exists"}]},
+                    "priority": 0,
+                    "versionSource": {"file": "Chart.yaml", "jsonPath": "$.appVersion"},
+                    "promotion": {
+                        "Chart.yaml": {"jsonPaths": ["$.appVersion"]},
+                        "values.yaml": {"jsonPaths": ["$..image"]},
+                    },
+                }),
+            ),
+            (
+                "loans".to_string(),
+                json!({
+                    "applicationSourceSelector": {"matchLabels": {"codefresh.io/product": "loans"}},
+                    "priority": 5,
+                    "promotion": {"values.yaml": {"jsonPaths": ["$.image.tag"]}},
+                }),
+            ),
+            (
+                "prod-only".to_string(),
+                json!({
+                    "applicationSourceSelector": {"matchLabels": {"codefresh.io/environment": "prod"}},
+                    "priority": -1,
+                    "versionSource": {"file": "VERSION.json", "jsonPath": "$.v"},
+                }),
+            ),
+        ]);
+        let templates = Templates::of(&templates).unwrap();
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        // loans (5) is the base: its values.yaml wins; base-helm (0) adds Chart.yaml and the
+        // versionSource loans lacks.
+        let (composite, names) = templates
+            .composite(&labels(&[("codefresh.io/product", "loans")]))
+            .unwrap();
+        assert_eq!(names, ["loans", "base-helm"]);
+        assert_eq!(
+            composite,
+            json!({
+                "versionSource": {"file": "Chart.yaml", "jsonPath": "$.appVersion"},
+                "promotion": {
+                    "Chart.yaml": {"jsonPaths": ["$.appVersion"]},
+                    "values.yaml": {"jsonPaths": ["$.image.tag"]},
+                },
+            })
+        );
+        // A lower priority gives only what the higher ones lack.
+        let (composite, names) = templates
+            .composite(&labels(&[
+                ("codefresh.io/product", "cards"),
+                ("codefresh.io/environment", "prod"),
+            ]))
+            .unwrap();
+        assert_eq!(names, ["base-helm", "prod-only"]);
+        assert_eq!(composite["versionSource"]["file"], "Chart.yaml");
+        let (composite, _) = templates
+            .composite(&labels(&[("codefresh.io/environment", "prod")]))
+            .unwrap();
+        assert_eq!(
+            composite,
+            json!({"versionSource": {"file": "VERSION.json", "jsonPath": "$.v"}, "promotion": {}})
+        );
+        assert!(templates.composite(&labels(&[("team", "x")])).is_none());
+        // Bad templates are named.
+        for (spec, message) in [
+            (
+                json!({"priority": 1}),
+                "PromotionTemplate t: spec.applicationSourceSelector: required",
+            ),
+            (
+                json!({"applicationSourceSelector": {}}),
+                "PromotionTemplate t: spec.priority: required",
+            ),
+            (
+                json!({"applicationSourceSelector": {}, "priority": "high"}),
+                "PromotionTemplate t: spec.priority: want an integer, not \"high\"",
+            ),
+            (
+                json!({"applicationSourceSelector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}, "priority": 1}),
+                "PromotionTemplate t: spec.applicationSourceSelector.matchExpressions[0].operator: \"Is\" is not In, NotIn, Exists or DoesNotExist",
+            ),
+        ] {
+            let error = Templates::of(&BTreeMap::from([("t".to_string(), spec)])).unwrap_err();
+            assert_eq!(error.to_string(), message);
+        }
     }
 }
