@@ -430,6 +430,9 @@ events! {
         "promotion.release_end" => ReleaseEnd { release: String, phase: String, lead_ms: u64, why: String },
         /// A call to a runtime (through the gateway and tunnel) failed; retried.
         "promotion.runtime_error" => RuntimeError { release: String, runtime: String, error: String },
+        /// A promotion hook (`hook`: `release.onStart`, `<environment>.onFail`, …) was handed
+        /// to `runtime` as PromotionTask `task` running workflow template `template`.
+        "promotion.hook" => Hook { release: String, hook: String, template: String, runtime: String, task: String },
     }
 }
 

@@ -962,6 +962,7 @@ fn release(
             })
             .collect(),
         ended_ms: if phase.is_final() { 9_000 } else { 0 },
+        hooks: Vec::new(),
     }
 }
 

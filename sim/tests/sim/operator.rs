@@ -495,3 +495,95 @@ fn a_helm_values_file_is_promoted_in_place_keeping_every_other_byte() {
         );
     }
 }
+
+/// Promotion hooks (issue 51 item 4): the shop flow with release-level hooks and staging's
+/// own, two releases — the first succeeds, the second's staging smoke test fails. Each hook
+/// due is handed to the runtime once as a PromotionTask of its own running its workflow
+/// template, which the operator runs to the end; a hook never changes a release's outcome.
+#[test]
+fn promotion_hooks_run_once_each_when_a_release_or_an_environment_starts_succeeds_or_fails() {
+    use orrery_sim::harness::runner;
+    use orrery_sim::scenario;
+    use orrery_system::observe::PromotionEvent;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/promotion-failover.yaml");
+    let mut scenario = scenario::parse::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    scenario.faults.clear();
+    let promotions = scenario.promotions.as_mut().expect("a promotion world");
+    promotions.releases = 2;
+    promotions.health.clear();
+    for object in &mut promotions.objects {
+        if object["kind"] == "PromotionFlow" {
+            object["spec"]["hooks"] = json!({"onStart": "notify-start", "onSuccess": "notify-done", "onFail": "open-bug"});
+            object["spec"]["steps"][0]["hooks"] =
+                json!({"onStart": "staging-start", "onFail": "staging-bug"});
+        }
+    }
+    let run = runner::run(&scenario, 1, Variant::Hardened);
+    assert_eq!(run.harness_error, None);
+    let events = run.trace.events();
+    let hooks: Vec<(String, String, String)> = events
+        .iter()
+        .filter_map(|e| match e.promotion() {
+            Some(PromotionEvent::Hook {
+                release,
+                hook,
+                template,
+                ..
+            }) => Some((release.clone(), hook.clone(), template.clone())),
+            _ => None,
+        })
+        .collect();
+    let want = |r: &str, h: &str, t: &str| (r.to_string(), h.to_string(), t.to_string());
+    assert_eq!(
+        hooks,
+        [
+            want("shop-1", "release.onStart", "notify-start"),
+            want("shop-1", "staging.onStart", "staging-start"),
+            want("shop-1", "release.onSuccess", "notify-done"),
+            want("shop-2", "release.onStart", "notify-start"),
+            want("shop-2", "staging.onStart", "staging-start"),
+            want("shop-2", "staging.onFail", "staging-bug"),
+            want("shop-2", "release.onFail", "open-bug"),
+        ]
+    );
+    // The operator ran every hook's task to the end, each once.
+    let ran: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e.operator() {
+            Some(OperatorEvent::Task { task, phase, .. })
+                if task.contains("-hook-") && phase == "Succeeded" =>
+            {
+                Some(task.rsplit('/').next().unwrap_or("").to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    let mut ran_sorted = ran.clone();
+    ran_sorted.sort();
+    ran_sorted.dedup();
+    assert_eq!(
+        ran_sorted.len(),
+        ran.len(),
+        "each hook task ran once: {ran:?}"
+    );
+    assert_eq!(ran.len(), 7, "{ran:?}");
+    assert!(ran.contains(&"shop-2-hook-staging-onfail".to_string()));
+    // The releases ended as they would without hooks.
+    let ends: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match e.promotion() {
+            Some(PromotionEvent::ReleaseEnd { release, phase, .. }) => {
+                Some((release.clone(), phase.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("shop-1".to_string(), "Succeeded".to_string()),
+            ("shop-2".to_string(), "Failed".to_string())
+        ]
+    );
+}

@@ -84,6 +84,7 @@ fn shop_release(n: u64, phase: ReleasePhase) -> Release {
         } else {
             0
         },
+        hooks: Vec::new(),
     }
 }
 

@@ -293,6 +293,141 @@ pub struct Release {
     pub environments: BTreeMap<String, EnvStatus>,
     /// When it ended (Unix ms; 0 while it runs).
     pub ended_ms: u64,
+    /// Its promotion hooks, in the order they became due.
+    pub hooks: Vec<HookRun>,
+}
+
+/// A promotion hook of a release: a Promotion Workflow run once, as a PromotionTask of its
+/// own with one `runWorkflow` step, when the release or an environment's promotion starts,
+/// succeeds or fails (docs.codefresh.io, "Configure hooks in Promotion Workflows"). A hook
+/// does not change the release's outcome and nothing waits for it (**inferred**: the docs
+/// present hooks as notifications and audit, "without requiring users to monitor the
+/// promotion").
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct HookRun {
+    /// `release.onStart`, `<environment>.onSuccess`, ….
+    pub hook: String,
+    /// The workflow template it runs.
+    pub template: String,
+    /// The runtime it runs on: the environment's, or for a release hook the trigger
+    /// environment's (**inferred**).
+    pub runtime: String,
+    /// Its PromotionTask.
+    pub task: String,
+    /// Its environment (empty for a release hook).
+    pub environment: String,
+    /// Whether the runtime accepted the task (retried until it does).
+    pub sent: bool,
+}
+
+/// Queues `release`'s hook `event` (`onStart`, `onSuccess`, `onFail`) of `scope` (`release`
+/// or an environment) running `template`, once.
+fn queue_hook(
+    config: &Config,
+    release: &mut Release,
+    scope: &str,
+    event: &str,
+    template: Option<&String>,
+) {
+    let Some(template) = template else {
+        return;
+    };
+    let hook = format!("{scope}.{event}");
+    if release.hooks.iter().any(|h| h.hook == hook) {
+        return;
+    }
+    let (environment, runtime_env) = if scope == "release" {
+        (String::new(), config.flows[&release.flow].trigger.clone())
+    } else {
+        (scope.to_string(), scope.to_string())
+    };
+    let Some(target) = config.targets.get(&runtime_env) else {
+        return;
+    };
+    release.hooks.push(HookRun {
+        task: format!("{}-hook-{scope}-{}", release.id, event.to_lowercase()),
+        hook,
+        template: template.clone(),
+        runtime: target.runtime.clone(),
+        environment,
+        sent: false,
+    });
+}
+
+/// The hooks a release's end makes due (`onSuccess`, `onFail`; none when terminated).
+fn queue_end_hooks(config: &Config, release: &mut Release) {
+    let hooks = config.flows[&release.flow].hooks.clone();
+    match release.phase {
+        ReleasePhase::Succeeded => queue_hook(
+            config,
+            release,
+            "release",
+            "onSuccess",
+            hooks.on_success.as_ref(),
+        ),
+        ReleasePhase::Failed => {
+            queue_hook(config, release, "release", "onFail", hooks.on_fail.as_ref())
+        }
+        _ => {}
+    }
+}
+
+/// Hands the runtimes the hooks not yet accepted (each until its create succeeded; a
+/// retried create is answered as one).
+async fn send_hooks(env: &SharedEnv, releases: &Releases, links: &Links) {
+    let pending: Vec<(Release, HookRun)> = releases
+        .lock()
+        .iter()
+        .flat_map(|r| {
+            r.hooks
+                .iter()
+                .filter(|h| !h.sent)
+                .map(|h| (r.clone(), h.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (release, hook) in pending {
+        let mut parameters = json!({"release": release.id, "commit": release.commit,
+            "hook": hook.hook});
+        if let Some(version) = release.version.as_ref().and_then(Value::as_str) {
+            parameters["version"] = json!(version);
+        }
+        if !hook.environment.is_empty() {
+            parameters["environment"] = json!(hook.environment);
+        }
+        let steps = json!([{"runWorkflow": {"workflowTemplateName": hook.template,
+            "stage": "hook", "parameters": parameters}}]);
+        match links.create_task(&hook.runtime, &hook.task, steps).await {
+            Ok(()) => {
+                if let Some(slot) = releases
+                    .lock()
+                    .iter_mut()
+                    .find(|r| r.id == release.id)
+                    .and_then(|r| r.hooks.iter_mut().find(|h| h.hook == hook.hook))
+                {
+                    slot.sent = true;
+                }
+                env.observe(
+                    PromotionEvent::Hook {
+                        release: release.id.clone(),
+                        hook: hook.hook.clone(),
+                        template: hook.template.clone(),
+                        runtime: hook.runtime.clone(),
+                        task: hook.task.clone(),
+                    }
+                    .into(),
+                );
+            }
+            Err(e) => env.observe(
+                PromotionEvent::RuntimeError {
+                    release: release.id.clone(),
+                    runtime: hook.runtime.clone(),
+                    error: e.to_string(),
+                }
+                .into(),
+            ),
+        }
+    }
 }
 
 /// The platform's read model of releases, shared with whoever shows it (the harness's
@@ -463,6 +598,7 @@ pub async fn run(env: SharedEnv, config: Config, releases: Releases) {
         for id in running {
             advance(&env, &config, &releases, &links, &id).await;
         }
+        send_hooks(&env, &releases, &links).await;
         env.sleep(config.poll).await;
     }
 }
@@ -572,6 +708,7 @@ fn start(env: &SharedEnv, config: &Config, releases: &Releases, flow: &str, comm
         version: None,
         environments,
         ended_ms: 0,
+        hooks: Vec::new(),
     });
 }
 
@@ -690,6 +827,13 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
         release.started_ms = env.unix_millis();
     }
     let plan = config.flows[&release.flow].clone();
+    queue_hook(
+        config,
+        &mut release,
+        "release",
+        "onStart",
+        plan.hooks.on_start.as_ref(),
+    );
     let now = env.unix_millis();
     let timeout = plan
         .timeout_s
@@ -753,6 +897,25 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
             }
             .into(),
         );
+        if let Some(stage) = plan.stages.iter().find(|s| s.environment == name) {
+            match phase {
+                EnvPhase::Succeeded => queue_hook(
+                    config,
+                    &mut release,
+                    &name,
+                    "onSuccess",
+                    stage.hooks.on_success.as_ref(),
+                ),
+                EnvPhase::Failed => queue_hook(
+                    config,
+                    &mut release,
+                    &name,
+                    "onFail",
+                    stage.hooks.on_fail.as_ref(),
+                ),
+                _ => {}
+            }
+        }
         if phase != EnvPhase::Succeeded {
             let why = format!(
                 "{name}: {}",
@@ -761,6 +924,7 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
                     .unwrap_or("task did not succeed")
             );
             end(env, &mut release, ReleasePhase::Failed, &why);
+            queue_end_hooks(config, &mut release);
             store(releases, release);
             return;
         }
@@ -805,6 +969,15 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
                 entry.phase = EnvPhase::Promoting;
                 entry.task = task.clone();
                 entry.started_ms = env.unix_millis();
+                if let Some(stage) = plan.stages.iter().find(|s| s.environment == name) {
+                    queue_hook(
+                        config,
+                        &mut release,
+                        &name,
+                        "onStart",
+                        stage.hooks.on_start.as_ref(),
+                    );
+                }
                 env.observe(
                     PromotionEvent::Environment {
                         release: release.id.clone(),
@@ -831,6 +1004,7 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
         .all(|s| s.phase == EnvPhase::Succeeded)
     {
         end(env, &mut release, ReleasePhase::Succeeded, "");
+        queue_end_hooks(config, &mut release);
     }
     store(releases, release);
 }

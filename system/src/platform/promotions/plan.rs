@@ -78,6 +78,57 @@ pub struct Stage {
     pub depends_on: Vec<String>,
     /// Its merged policy.
     pub policy: Policy,
+    /// The step's hooks (run once for this environment in each release).
+    pub hooks: Hooks,
+}
+
+/// A flow's or a step's promotion hooks: the Promotion Workflow (a WorkflowTemplate's name)
+/// run when the release (or its promotion into the environment) starts, succeeds or fails
+/// (docs.codefresh.io, "Promotion Flow YAML": `hooks: {onStart: slack-start-hook,
+/// onSuccess: …, onFail: …}`, and "Configure hooks in Promotion Workflows").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// `onStart`.
+    pub on_start: Option<String>,
+    /// `onSuccess`.
+    pub on_success: Option<String>,
+    /// `onFail`.
+    pub on_fail: Option<String>,
+}
+
+impl Hooks {
+    fn read(value: Option<&Value>, at: &str) -> Result<Hooks, PlanError> {
+        let Some(value) = value.filter(|v| !v.is_null()) else {
+            return Ok(Hooks::default());
+        };
+        let Some(object) = value.as_object() else {
+            return Err(PlanError(format!(
+                "{at}: want a map of onStart, onSuccess, onFail to workflow template names"
+            )));
+        };
+        if let Some(unknown) = object
+            .keys()
+            .find(|k| !matches!(k.as_str(), "onStart" | "onSuccess" | "onFail"))
+        {
+            return Err(PlanError(format!(
+                "{at}.{unknown}: unknown hook; hooks are onStart, onSuccess, onFail"
+            )));
+        }
+        let name = |key: &str| -> Result<Option<String>, PlanError> {
+            match object.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+                Some(other) => Err(PlanError(format!(
+                    "{at}.{key}: want a workflow template's name, not {other}"
+                ))),
+            }
+        };
+        Ok(Hooks {
+            on_start: name("onStart")?,
+            on_success: name("onSuccess")?,
+            on_fail: name("onFail")?,
+        })
+    }
 }
 
 /// A flow, planned: its trigger environment and the stages after it, in a topological
@@ -92,6 +143,8 @@ pub struct FlowPlan {
     pub stages: Vec<Stage>,
     /// `promotionTimeoutLimit` in seconds, if set.
     pub timeout_s: Option<u64>,
+    /// The flow's hooks (run once per release).
+    pub hooks: Hooks,
 }
 
 /// An environment as the platform knows it (name, tags and type, for policy selectors).
@@ -200,7 +253,8 @@ pub fn plan_flow(
         .ok_or_else(|| PlanError(format!("{at}: spec.triggerEnvironment: required")))?
         .to_string();
     let steps = flow["steps"].as_array().cloned().unwrap_or_default();
-    let mut declared: BTreeMap<String, (Vec<String>, Option<Value>)> = BTreeMap::new();
+    let flow_hooks = Hooks::read(flow.get("hooks"), &format!("{at}: spec.hooks"))?;
+    let mut declared: BTreeMap<String, (Vec<String>, Option<Value>, Hooks)> = BTreeMap::new();
     for (i, step) in steps.iter().enumerate() {
         let env = step["environment"]
             .as_str()
@@ -216,9 +270,10 @@ pub fn plan_flow(
         if depends_on.is_empty() {
             depends_on.push(trigger.clone());
         }
-        declared.insert(env, (depends_on, step.get("policy").cloned()));
+        let hooks = Hooks::read(step.get("hooks"), &format!("{at}: spec.steps[{i}].hooks"))?;
+        declared.insert(env, (depends_on, step.get("policy").cloned(), hooks));
     }
-    for (env, (depends_on, _)) in &declared {
+    for (env, (depends_on, _, _)) in &declared {
         for dep in depends_on {
             if *dep != trigger && !declared.contains_key(dep) {
                 return Err(PlanError(format!(
@@ -233,7 +288,9 @@ pub fn plan_flow(
     while order.len() < declared.len() {
         let ready = declared
             .iter()
-            .find(|(env, (deps, _))| !done.contains(*env) && deps.iter().all(|d| done.contains(d)))
+            .find(|(env, (deps, _, _))| {
+                !done.contains(*env) && deps.iter().all(|d| done.contains(d))
+            })
             .map(|(env, _)| env.clone());
         let Some(env) = ready else {
             let stuck: Vec<&String> = declared.keys().filter(|e| !done.contains(*e)).collect();
@@ -246,7 +303,7 @@ pub fn plan_flow(
     }
     let mut stages = Vec::new();
     for env in order {
-        let (depends_on, inline) = &declared[&env];
+        let (depends_on, inline, hooks) = &declared[&env];
         let environment = environments.get(&env).cloned().unwrap_or(Environment {
             name: env.clone(),
             ..Environment::default()
@@ -261,6 +318,7 @@ pub fn plan_flow(
             )?,
             environment: env,
             depends_on: depends_on.clone(),
+            hooks: hooks.clone(),
         });
     }
     Ok(FlowPlan {
@@ -268,6 +326,7 @@ pub fn plan_flow(
         trigger,
         stages,
         timeout_s: flow["promotionTimeoutLimit"].as_u64(),
+        hooks: flow_hooks,
     })
 }
 
@@ -679,6 +738,45 @@ mod tests {
                 .to_string(),
             "Product shop: spec.promotionTemplate or spec.promotionTemplateRef, or a PromotionTemplate that selects its applications: required"
         );
+    }
+
+    #[test]
+    fn hooks_are_read_from_the_flow_and_its_steps_and_a_bad_one_is_named() {
+        use serde_json::json;
+        let flow = json!({
+            "triggerEnvironment": "dev",
+            "hooks": {"onStart": "notify", "onFail": "page"},
+            "steps": [{"environment": "prod", "hooks": {"onSuccess": "done"}}],
+        });
+        let plan = plan_flow("main", &flow, &[], "shop", &[], &BTreeMap::new()).unwrap();
+        assert_eq!(
+            plan.hooks,
+            Hooks {
+                on_start: Some("notify".into()),
+                on_success: None,
+                on_fail: Some("page".into()),
+            }
+        );
+        assert_eq!(plan.stages[0].hooks.on_success.as_deref(), Some("done"));
+        for (hooks, message) in [
+            (
+                json!({"onStart": {"name": "notify"}}),
+                "PromotionFlow main: spec.hooks.onStart: want a workflow template's name, not {\"name\":\"notify\"}",
+            ),
+            (
+                json!({"onFinish": "x"}),
+                "PromotionFlow main: spec.hooks.onFinish: unknown hook; hooks are onStart, onSuccess, onFail",
+            ),
+            (
+                json!("notify"),
+                "PromotionFlow main: spec.hooks: want a map of onStart, onSuccess, onFail to workflow template names",
+            ),
+        ] {
+            let mut flow = flow.clone();
+            flow["hooks"] = hooks;
+            let error = plan_flow("main", &flow, &[], "shop", &[], &BTreeMap::new()).unwrap_err();
+            assert_eq!(error.to_string(), message);
+        }
     }
 
     #[test]
