@@ -1057,21 +1057,13 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         views,
     );
     // 8b. The project permits Services again; a refresh compares anew.
-    for side in [&real, &sim] {
-        let projects: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &side_namespace(side),
-            &argocd::projects::app_project_resource(),
-        );
-        projects
-            .patch(
-                &kinds_project,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"spec": {"namespaceResourceBlacklist": null}})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{}: widen the project: {e}", side.name));
-    }
+    patch_project(
+        &client,
+        [&real, &sim],
+        &kinds_project,
+        json!({"namespaceResourceBlacklist": null}),
+    )
+    .await;
     let expected = synced("commit-4", &["commit-4"], "Healthy");
     let mut views = Vec::new();
     for side in [&real, &sim] {
@@ -1090,11 +1082,11 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
     // entry to permit it too (the GitOps operator's flaw builds on this). A project change
     // requeues no app (v3.2's project informer only drops its cache): each change is
     // followed by a refresh, as a user would ask for one.
-    set_source_repos(
+    patch_project(
         &client,
         [&real, &sim],
         &kinds_project,
-        json!([FOREIGN_REPO]),
+        json!({"sourceRepos": [FOREIGN_REPO]}),
     )
     .await;
     refresh(&real, &sim, &kinds).await;
@@ -1123,11 +1115,11 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         "the app's repository no longer permitted".into(),
         found,
     ));
-    set_source_repos(
+    patch_project(
         &client,
         [&real, &sim],
         &kinds_project,
-        json!([format!("!{FOREIGN_REPO}")]),
+        json!({"sourceRepos": [format!("!{FOREIGN_REPO}")]}),
     )
     .await;
     refresh(&real, &sim, &kinds).await;
@@ -1242,8 +1234,8 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
     );
 }
 
-/// Sets the AppProject `name`'s `sourceRepos` on both sides.
-async fn set_source_repos(client: &kube::Client, sides: [&Side; 2], name: &str, repos: Value) {
+/// Merges `spec` into the AppProject `name`'s spec on both sides.
+async fn patch_project(client: &kube::Client, sides: [&Side; 2], name: &str, spec: Value) {
     for side in sides {
         let projects: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),
@@ -1254,10 +1246,10 @@ async fn set_source_repos(client: &kube::Client, sides: [&Side; 2], name: &str, 
             .patch(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(&json!({"spec": {"sourceRepos": repos}})),
+                &Patch::Merge(&json!({ "spec": spec })),
             )
             .await
-            .unwrap_or_else(|e| panic!("{}: set sourceRepos of {name}: {e}", side.name));
+            .unwrap_or_else(|e| panic!("{}: patch the project {name}: {e}", side.name));
     }
 }
 
