@@ -51,6 +51,28 @@ pub struct Permits {
     pub destinations: BTreeSet<(String, String)>,
     /// The namespace its Applications live in.
     pub namespaces: BTreeSet<String>,
+    /// Whether a repository or destination entry (its server, name or namespace) is a deny
+    /// entry (`!…`).
+    pub deny: bool,
+}
+
+/// Whether `spec`'s `sourceRepos` or `destinations` hold a deny entry (`!…`).
+fn any_deny(spec: &Value) -> bool {
+    let denies = |v: &Value| v.as_str().is_some_and(|s| s.starts_with('!'));
+    spec["sourceRepos"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(denies)
+        || spec["destinations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|d| {
+                ["server", "name", "namespace"]
+                    .iter()
+                    .any(|k| denies(&d[*k]))
+            })
 }
 
 impl Permits {
@@ -67,6 +89,7 @@ impl Permits {
             repos,
             destinations,
             namespaces: BTreeSet::from([namespace]),
+            deny: any_deny(spec),
         }
     }
 
@@ -76,16 +99,13 @@ impl Permits {
             repos: strings(&spec["sourceRepos"]),
             destinations: destinations(&spec["destinations"]),
             namespaces: strings(&spec["sourceNamespaces"]),
+            deny: any_deny(spec),
         }
     }
 
     /// Whether any repository or destination entry is a deny entry (`!…`).
     pub fn has_deny(&self) -> bool {
-        self.repos.iter().any(|r| r.starts_with('!'))
-            || self
-                .destinations
-                .iter()
-                .any(|(server, namespace)| server.starts_with('!') || namespace.starts_with('!'))
+        self.deny
     }
 
     /// Whether `deployed` is inside the source `source` permits this: it lives in the
@@ -127,7 +147,9 @@ pub fn intended_repo(patterns: &[String], repo: &str) -> bool {
 
 /// Argo CD's documented rule for `destinations`: an allow entry matches and no deny entry
 /// (a `!` server or namespace) rejects — a deny entry rejects what it matches with its `!`
-/// removed. Without deny entries this is exactly Argo CD's [`destination_permitted`].
+/// removed (an entry denying both server and namespace rejects only the pair). Without deny
+/// entries this is exactly Argo CD's [`destination_permitted`]. Destinations are compared
+/// by server (the scenarios' Applications name no cluster by `name`).
 pub fn intended_destination(destinations: &[Destination], server: &str, namespace: &str) -> bool {
     let deny = |d: &&Destination| d.server.starts_with('!') || d.namespace.starts_with('!');
     let allows: Vec<Destination> = destinations.iter().filter(|d| !deny(d)).cloned().collect();

@@ -1302,6 +1302,24 @@ fn restricted_sources_judges_a_deny_entry_as_argo_cds_documentation_promises_not
     assert!(intended("team-a-web"));
     assert!(!intended("team-a-admin"));
     assert!(!intended("kube-system"));
+    // A denied server rejects every namespace on it, whatever an allow entry says.
+    let server_denied = [
+        Destination {
+            server: "*".into(),
+            name: String::new(),
+            namespace: "team-a-*".into(),
+        },
+        Destination {
+            server: format!("!{in_cluster}"),
+            name: String::new(),
+            namespace: "*".into(),
+        },
+    ];
+    let intended = |server: &str| {
+        super::restricted::intended_destination(&server_denied, server, "team-a-web")
+    };
+    assert!(!intended(in_cluster));
+    assert!(intended("https://other.example"));
 }
 
 #[test]
@@ -1380,6 +1398,14 @@ fn restricted_source_applied_fires_when_a_change_reaches_its_project_late_or_nev
         violations("restricted_source_applied", &stale, &state).len(),
         1
     );
+    // A deny entry in a destination's cluster name counts too.
+    let mut named = team_a("team-a-*");
+    named["destinations"] = serde_json::json!([{"name": "!prod", "namespace": "team-a-*"}]);
+    let refused = [
+        source_changed(0, named),
+        project_seen(1_000, serde_json::Value::Null),
+    ];
+    assert!(violations("restricted_source_applied", &refused, &state).is_empty());
 }
 
 fn shown(ms: u64, health: &str) -> TraceEvent {

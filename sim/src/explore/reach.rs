@@ -44,7 +44,7 @@
 //! | `restricted_child_refused` | Argo CD did not create a Git Source's child Application in a namespace its project does not permit |
 //! | `restricted_app_revoked` | an app Argo CD had deployed was refused later (its source narrowed or deleted) |
 //! | `restricted_source_deleted` | a RestrictedGitSource was deleted and its AppProject went with it |
-//! | `restricted_deny_entry` | a RestrictedGitSource with a deny entry (`!…`, argo-cd#21264) was applied |
+//! | `restricted_deny_entry` | the scenario wrote a RestrictedGitSource with a deny entry (`!…`, argo-cd#21264) |
 //! | `runtime_shown_unable` | the platform showed a runtime it had shown healthy as `Unable to communicate` |
 //! | `runtime_shown_recovered` | the platform showed a runtime healthy again after showing it unreachable |
 //! | `platform_crashed_with_backlog` | the platform crashed with events in its bus (lost, or on disk and still owed to the read model) |

@@ -114,7 +114,7 @@ conditions! {
     RestrictedAppRevoked = "restricted_app_revoked",
     /// A RestrictedGitSource was deleted and its AppProject went with it.
     RestrictedSourceDeleted = "restricted_source_deleted",
-    /// A RestrictedGitSource with a deny entry (`!…`) was applied.
+    /// The scenario wrote a RestrictedGitSource with a deny entry (`!…`).
     RestrictedDenyEntry = "restricted_deny_entry",
     /// The platform showed a runtime it had shown healthy as `Unable to communicate`.
     RuntimeShownUnable = "runtime_shown_unable",

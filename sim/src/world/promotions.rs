@@ -48,6 +48,16 @@ impl Planned {
     /// `promotionFlows` name, the PromotionPolicies; an error names what is wrong.
     pub fn of(promotions: &Promotions) -> Result<Planned, String> {
         let product = plan::Product::of(&promotions.objects).map_err(|e| e.to_string())?;
+        // The simulated apps carry no labels: templates that select by label must select
+        // an app without any, or the orchestrator would have no template.
+        if !product.spec["promotionTemplate"].is_object()
+            && product.templates.composite(&BTreeMap::new()).is_none()
+        {
+            return Err(format!(
+                "Product {} names no promotion template (promotionTemplate or promotionTemplateRef), and the simulated apps carry no labels for a PromotionTemplate's applicationSourceSelector to match",
+                product.name
+            ));
+        }
         Ok(Planned {
             product: product.name,
             spec: product.spec,
@@ -227,4 +237,44 @@ enum Action {
     Release(u32),
     /// Set an app's health.
     Health(String, String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn promotions(objects: Vec<Value>) -> Promotions {
+        let mut promotions: Promotions =
+            serde_json::from_value(json!({"resources": "shop.yaml"})).expect("promotions");
+        promotions.objects = objects;
+        promotions
+    }
+
+    #[test]
+    fn a_product_whose_templates_cannot_select_the_unlabelled_apps_is_refused() {
+        let product = json!({"kind": "Product", "metadata": {"name": "shop"},
+            "spec": {"promotionFlows": [{"name": "main"}]}});
+        let flow = json!({"kind": "PromotionFlow", "metadata": {"name": "main"},
+            "spec": {"triggerEnvironment": "dev", "steps": [{"environment": "prod"}]}});
+        let template = |selector: Value| {
+            json!({"kind": "PromotionTemplate", "metadata": {"name": "t"},
+                "spec": {"applicationSourceSelector": selector, "priority": 0,
+                    "promotion": {"values.json": {"jsonPaths": ["$.image.tag"]}}}})
+        };
+        let error = Planned::of(&promotions(vec![
+            product.clone(),
+            flow.clone(),
+            template(json!({"matchLabels": {"product": "shop"}})),
+        ]))
+        .unwrap_err();
+        assert!(
+            error.contains("the simulated apps carry no labels"),
+            "{error}"
+        );
+        // A selector every app matches serves them.
+        let planned =
+            Planned::of(&promotions(vec![product, flow, template(json!({}))])).expect("planned");
+        let config = planned.orchestrator("acme-prod", "git:80", "gateway:8081");
+        assert!(config.template_for(&config.targets["dev"]).is_some());
+    }
 }

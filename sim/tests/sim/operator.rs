@@ -568,7 +568,8 @@ fn promotion_hooks_run_once_each_when_a_release_or_an_environment_starts_succeed
         "each hook task ran once: {ran:?}"
     );
     assert_eq!(ran.len(), 7, "{ran:?}");
-    assert!(ran.contains(&"shop-2-hook-staging-onfail".to_string()));
+    assert!(ran.contains(&"shop-2-hook-env-staging-onfail".to_string()));
+    assert!(ran.contains(&"shop-1-hook-release-onsuccess".to_string()));
     // The releases ended as they would without hooks.
     let ends: Vec<(String, String)> = events
         .iter()

@@ -307,6 +307,10 @@ pub struct Release {
 pub struct HookRun {
     /// `release.onStart`, `<environment>.onSuccess`, ….
     pub hook: String,
+    /// `onStart`, `onSuccess` or `onFail`.
+    pub event: String,
+    /// Creates tried so far (it is given up after [`HOOK_ATTEMPTS`]).
+    pub attempts: u32,
     /// The workflow template it runs.
     pub template: String,
     /// The runtime it runs on: the environment's, or for a release hook the trigger
@@ -320,6 +324,12 @@ pub struct HookRun {
     pub sent: bool,
 }
 
+/// The scope of a release's own hooks.
+const RELEASE_SCOPE: &str = "release";
+/// A hook's task is created at most this many times (one a poll) before it is given up
+/// (inferred, as the operator's `MAX_RECONCILE_RETRIES`).
+pub const HOOK_ATTEMPTS: u32 = 10;
+
 /// Queues `release`'s hook `event` (`onStart`, `onSuccess`, `onFail`) of `scope` (`release`
 /// or an environment) running `template`, once.
 fn queue_hook(
@@ -332,24 +342,40 @@ fn queue_hook(
     let Some(template) = template else {
         return;
     };
-    let hook = format!("{scope}.{event}");
-    if release.hooks.iter().any(|h| h.hook == hook) {
+    // A release hook has no environment (an environment may well be named `release`).
+    let environment = if scope == RELEASE_SCOPE { "" } else { scope };
+    if release
+        .hooks
+        .iter()
+        .any(|h| h.environment == environment && h.event == event)
+    {
         return;
     }
-    let (environment, runtime_env) = if scope == "release" {
-        (String::new(), config.flows[&release.flow].trigger.clone())
+    let runtime_env = if environment.is_empty() {
+        config.flows[&release.flow].trigger.clone()
     } else {
-        (scope.to_string(), scope.to_string())
+        environment.to_string()
     };
     let Some(target) = config.targets.get(&runtime_env) else {
         return;
     };
+    let task = if environment.is_empty() {
+        format!("{}-hook-release-{}", release.id, event.to_lowercase())
+    } else {
+        format!(
+            "{}-hook-env-{environment}-{}",
+            release.id,
+            event.to_lowercase()
+        )
+    };
     release.hooks.push(HookRun {
-        task: format!("{}-hook-{scope}-{}", release.id, event.to_lowercase()),
-        hook,
+        task,
+        hook: format!("{scope}.{event}"),
+        event: event.to_string(),
+        attempts: 0,
         template: template.clone(),
         runtime: target.runtime.clone(),
-        environment,
+        environment: environment.to_string(),
         sent: false,
     });
 }
@@ -365,9 +391,13 @@ fn queue_end_hooks(config: &Config, release: &mut Release) {
             "onSuccess",
             hooks.on_success.as_ref(),
         ),
-        ReleasePhase::Failed => {
-            queue_hook(config, release, "release", "onFail", hooks.on_fail.as_ref())
-        }
+        ReleasePhase::Failed => queue_hook(
+            config,
+            release,
+            RELEASE_SCOPE,
+            "onFail",
+            hooks.on_fail.as_ref(),
+        ),
         _ => {}
     }
 }
@@ -381,12 +411,18 @@ async fn send_hooks(env: &SharedEnv, releases: &Releases, links: &Links) {
         .flat_map(|r| {
             r.hooks
                 .iter()
-                .filter(|h| !h.sent)
+                .filter(|h| !h.sent && h.attempts < HOOK_ATTEMPTS)
                 .map(|h| (r.clone(), h.clone()))
                 .collect::<Vec<_>>()
         })
         .collect();
+    // A runtime that failed a create is not asked again in this poll (each call may wait
+    // for its timeout, and the releases' own work waits behind it).
+    let mut failed_runtimes = std::collections::BTreeSet::new();
     for (release, hook) in pending {
+        if failed_runtimes.contains(&hook.runtime) {
+            continue;
+        }
         let mut parameters = json!({"release": release.id, "commit": release.commit,
             "hook": hook.hook});
         if let Some(version) = release.version.as_ref().and_then(Value::as_str) {
@@ -397,16 +433,18 @@ async fn send_hooks(env: &SharedEnv, releases: &Releases, links: &Links) {
         }
         let steps = json!([{"runWorkflow": {"workflowTemplateName": hook.template,
             "stage": "hook", "parameters": parameters}}]);
-        match links.create_task(&hook.runtime, &hook.task, steps).await {
+        let result = links.create_task(&hook.runtime, &hook.task, steps).await;
+        if let Some(slot) = releases
+            .lock()
+            .iter_mut()
+            .find(|r| r.id == release.id)
+            .and_then(|r| r.hooks.iter_mut().find(|h| h.task == hook.task))
+        {
+            slot.attempts += 1;
+            slot.sent = result.is_ok();
+        }
+        match result {
             Ok(()) => {
-                if let Some(slot) = releases
-                    .lock()
-                    .iter_mut()
-                    .find(|r| r.id == release.id)
-                    .and_then(|r| r.hooks.iter_mut().find(|h| h.hook == hook.hook))
-                {
-                    slot.sent = true;
-                }
                 env.observe(
                     PromotionEvent::Hook {
                         release: release.id.clone(),
@@ -418,14 +456,17 @@ async fn send_hooks(env: &SharedEnv, releases: &Releases, links: &Links) {
                     .into(),
                 );
             }
-            Err(e) => env.observe(
-                PromotionEvent::RuntimeError {
-                    release: release.id.clone(),
-                    runtime: hook.runtime.clone(),
-                    error: e.to_string(),
-                }
-                .into(),
-            ),
+            Err(e) => {
+                failed_runtimes.insert(hook.runtime.clone());
+                env.observe(
+                    PromotionEvent::RuntimeError {
+                        release: release.id.clone(),
+                        runtime: hook.runtime.clone(),
+                        error: format!("hook {}: {e}", hook.hook),
+                    }
+                    .into(),
+                );
+            }
         }
     }
 }
@@ -830,7 +871,7 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
     queue_hook(
         config,
         &mut release,
-        "release",
+        RELEASE_SCOPE,
         "onStart",
         plan.hooks.on_start.as_ref(),
     );
@@ -855,6 +896,7 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
         .filter(|(_, s)| s.phase == EnvPhase::Promoting)
         .map(|(n, _)| n.clone())
         .collect();
+    let mut failure: Option<String> = None;
     for name in promoting {
         let target = &config.targets[&name];
         let task = release.environments[&name].task.clone();
@@ -898,36 +940,28 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
             .into(),
         );
         if let Some(stage) = plan.stages.iter().find(|s| s.environment == name) {
-            match phase {
-                EnvPhase::Succeeded => queue_hook(
-                    config,
-                    &mut release,
-                    &name,
-                    "onSuccess",
-                    stage.hooks.on_success.as_ref(),
-                ),
-                EnvPhase::Failed => queue_hook(
-                    config,
-                    &mut release,
-                    &name,
-                    "onFail",
-                    stage.hooks.on_fail.as_ref(),
-                ),
-                _ => {}
-            }
+            let (event, template) = match phase {
+                EnvPhase::Succeeded => ("onSuccess", stage.hooks.on_success.as_ref()),
+                _ => ("onFail", stage.hooks.on_fail.as_ref()),
+            };
+            queue_hook(config, &mut release, &name, event, template);
         }
-        if phase != EnvPhase::Succeeded {
-            let why = format!(
+        // Every environment whose task ended is read first (its hook queued), then the
+        // release fails for the first that did not succeed.
+        if phase != EnvPhase::Succeeded && failure.is_none() {
+            failure = Some(format!(
                 "{name}: {}",
                 status["failure"]["error"]["message"]
                     .as_str()
                     .unwrap_or("task did not succeed")
-            );
-            end(env, &mut release, ReleasePhase::Failed, &why);
-            queue_end_hooks(config, &mut release);
-            store(releases, release);
-            return;
+            ));
         }
+    }
+    if let Some(why) = failure {
+        end(env, &mut release, ReleasePhase::Failed, &why);
+        queue_end_hooks(config, &mut release);
+        store(releases, release);
+        return;
     }
     // Start what is ready: the trigger environment first, then stages whose dependencies
     // all succeeded.
