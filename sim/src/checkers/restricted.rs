@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 
 use orrery_system::core::json::Pointer as _;
 use orrery_system::observe::WorldEvent;
-use orrery_system::runtime::gitops_operator::restricted::IN_CLUSTER;
+use orrery_system::runtime::gitops_operator::restricted::{deny_entry, IN_CLUSTER};
 
 use super::{Checker, Class, FinalState, Violation};
 use crate::trace::TraceEvent;
@@ -56,25 +56,6 @@ pub struct Permits {
     pub deny: bool,
 }
 
-/// Whether `spec`'s `sourceRepos` or `destinations` hold a deny entry (`!…`).
-fn any_deny(spec: &Value) -> bool {
-    let denies = |v: &Value| v.as_str().is_some_and(|s| s.starts_with('!'));
-    spec["sourceRepos"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(denies)
-        || spec["destinations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|d| {
-                ["server", "name", "namespace"]
-                    .iter()
-                    .any(|k| denies(&d[*k]))
-            })
-}
-
 impl Permits {
     /// What a RestrictedGitSource's `spec` permits.
     pub fn of_source(spec: &Value) -> Permits {
@@ -89,7 +70,7 @@ impl Permits {
             repos,
             destinations,
             namespaces: BTreeSet::from([namespace]),
-            deny: any_deny(spec),
+            deny: deny_entry(spec).is_some(),
         }
     }
 
@@ -99,13 +80,8 @@ impl Permits {
             repos: strings(&spec["sourceRepos"]),
             destinations: destinations(&spec["destinations"]),
             namespaces: strings(&spec["sourceNamespaces"]),
-            deny: any_deny(spec),
+            deny: deny_entry(spec).is_some(),
         }
-    }
-
-    /// Whether any repository or destination entry is a deny entry (`!…`).
-    pub fn has_deny(&self) -> bool {
-        self.deny
     }
 
     /// Whether `deployed` is inside the source `source` permits this: it lives in the
@@ -167,7 +143,7 @@ pub fn intended_destination(destinations: &[Destination], server: &str, namespac
 /// Whether the project state `project` reflects the source state `source`: the same
 /// permits, or — for a source with a deny entry — no project (refused: fail closed).
 fn reflects(project: &Option<Permits>, source: &Option<Permits>) -> bool {
-    project == source || (project.is_none() && source.as_ref().is_some_and(Permits::has_deny))
+    project == source || (project.is_none() && source.as_ref().is_some_and(|s| s.deny))
 }
 
 fn strings(value: &Value) -> BTreeSet<String> {

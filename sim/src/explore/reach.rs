@@ -365,7 +365,7 @@ impl Condition {
             }
             Condition::RestrictedDenyEntry => events.iter().any(|e| {
                 matches!(e.world(), Some(WorldEvent::SourceChanged { spec, .. })
-                    if !spec.is_null() && crate::checkers::restricted::Permits::of_source(spec).has_deny())
+                    if !spec.is_null() && crate::checkers::restricted::Permits::of_source(spec).deny)
             }),
             Condition::RuntimeShownUnable => health_shown(events, &["Healthy", UNABLE]),
             Condition::RuntimeShownRecovered => {

@@ -305,8 +305,6 @@ pub struct Release {
 /// promotion").
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct HookRun {
-    /// `release.onStart`, `<environment>.onSuccess`, ….
-    pub hook: String,
     /// `onStart`, `onSuccess` or `onFail`.
     pub event: String,
     /// Creates tried so far (it is given up after [`HOOK_ATTEMPTS`]).
@@ -324,26 +322,32 @@ pub struct HookRun {
     pub sent: bool,
 }
 
-/// The scope of a release's own hooks.
-const RELEASE_SCOPE: &str = "release";
+impl HookRun {
+    /// `release.onStart`, `<environment>.onSuccess`, …: how events and errors name it.
+    pub fn name(&self) -> String {
+        match self.environment.as_str() {
+            "" => format!("release.{}", self.event),
+            environment => format!("{environment}.{}", self.event),
+        }
+    }
+}
+
 /// A hook's task is created at most this many times (one a poll) before it is given up
 /// (inferred, as the operator's `MAX_RECONCILE_RETRIES`).
 pub const HOOK_ATTEMPTS: u32 = 10;
 
-/// Queues `release`'s hook `event` (`onStart`, `onSuccess`, `onFail`) of `scope` (`release`
-/// or an environment) running `template`, once.
+/// Queues `release`'s hook `event` (`onStart`, `onSuccess`, `onFail`) running `template`,
+/// once: the release's own when `environment` is empty, else that environment's.
 fn queue_hook(
     config: &Config,
     release: &mut Release,
-    scope: &str,
+    environment: &str,
     event: &str,
     template: Option<&String>,
 ) {
     let Some(template) = template else {
         return;
     };
-    // A release hook has no environment (an environment may well be named `release`).
-    let environment = if scope == RELEASE_SCOPE { "" } else { scope };
     if release
         .hooks
         .iter()
@@ -370,7 +374,6 @@ fn queue_hook(
     };
     release.hooks.push(HookRun {
         task,
-        hook: format!("{scope}.{event}"),
         event: event.to_string(),
         attempts: 0,
         template: template.clone(),
@@ -384,20 +387,10 @@ fn queue_hook(
 fn queue_end_hooks(config: &Config, release: &mut Release) {
     let hooks = config.flows[&release.flow].hooks.clone();
     match release.phase {
-        ReleasePhase::Succeeded => queue_hook(
-            config,
-            release,
-            "release",
-            "onSuccess",
-            hooks.on_success.as_ref(),
-        ),
-        ReleasePhase::Failed => queue_hook(
-            config,
-            release,
-            RELEASE_SCOPE,
-            "onFail",
-            hooks.on_fail.as_ref(),
-        ),
+        ReleasePhase::Succeeded => {
+            queue_hook(config, release, "", "onSuccess", hooks.on_success.as_ref())
+        }
+        ReleasePhase::Failed => queue_hook(config, release, "", "onFail", hooks.on_fail.as_ref()),
         _ => {}
     }
 }
@@ -424,7 +417,7 @@ async fn send_hooks(env: &SharedEnv, releases: &Releases, links: &Links) {
             continue;
         }
         let mut parameters = json!({"release": release.id, "commit": release.commit,
-            "hook": hook.hook});
+            "hook": hook.name()});
         if let Some(version) = release.version.as_ref().and_then(Value::as_str) {
             parameters["version"] = json!(version);
         }
@@ -448,7 +441,7 @@ async fn send_hooks(env: &SharedEnv, releases: &Releases, links: &Links) {
                 env.observe(
                     PromotionEvent::Hook {
                         release: release.id.clone(),
-                        hook: hook.hook.clone(),
+                        hook: hook.name(),
                         template: hook.template.clone(),
                         runtime: hook.runtime.clone(),
                         task: hook.task.clone(),
@@ -462,7 +455,7 @@ async fn send_hooks(env: &SharedEnv, releases: &Releases, links: &Links) {
                     PromotionEvent::RuntimeError {
                         release: release.id.clone(),
                         runtime: hook.runtime.clone(),
-                        error: format!("hook {}: {e}", hook.hook),
+                        error: format!("hook {}: {e}", hook.name()),
                     }
                     .into(),
                 );
@@ -871,7 +864,7 @@ async fn advance(env: &SharedEnv, config: &Config, releases: &Releases, links: &
     queue_hook(
         config,
         &mut release,
-        RELEASE_SCOPE,
+        "",
         "onStart",
         plan.hooks.on_start.as_ref(),
     );

@@ -221,7 +221,7 @@ pub fn generate(
 }
 
 /// The first deny entry (`!…`) of `spec`'s `sourceRepos` and `destinations`: (field, entry).
-fn deny_entry(spec: &Value) -> Option<(String, String)> {
+pub fn deny_entry(spec: &Value) -> Option<(String, String)> {
     let denies = |v: &Value| {
         v.as_str()
             .filter(|s| s.starts_with('!'))
