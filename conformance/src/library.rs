@@ -12,6 +12,7 @@ use crate::script::Script;
 const CM: &str = "/api/v1/namespaces/{ns}/configmaps";
 const NAMESPACES: &str = "/api/v1/namespaces";
 const EVENTS: &str = "/api/v1/namespaces/{ns}/events";
+const EVENTS_V1: &str = "/apis/events.k8s.io/v1/namespaces/{ns}/events";
 const APPS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/applications";
 const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/rollouts";
 const ANALYSIS_RUNS: &str = "/apis/argoproj.io/v1alpha1/namespaces/{ns}/analysisruns";
@@ -300,6 +301,28 @@ pub fn scripts() -> Vec<Script> {
             .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "f.1", "labels": {"bad key": "v"}}, "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}"}, "reason": "Tested"}))
             .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "g.1"}, "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}"}, "eventTime": "0001-01-01T00:00:00.000000Z", "firstTimestamp": "0001-01-01T00:00:00Z", "reportingComponent": "example.com/tester", "reportingInstance": "tester-1", "action": "Testing", "reason": "Tested"}))
             .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "h.1"}, "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}"}, "eventTime": "0001-01-01T00:00:00.000000Z", "reason": "Tested"})),
+        Script::new("events-k8s-io-v1", "events.k8s.io/v1 serves core/v1's stored Events in another version: regarding for involvedObject, note for message, reportingController for reportingComponent, deprecated* for the old recorder's fields; a create there is strict (eventTime, a type of Normal or Warning, the deprecated fields unset, a DNS-subdomain name, a series of at least 2 with its time; the causes name the stored fields); an update there finds most fields immutable (reason reported twice, as upstream does); selectable by regarding.*, reason, type and reportingController only; a body of another version is 400; NotFound names the group, a validation error the internal kind")
+            .post(EVENTS_V1, json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "a.1"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "example.com/tester", "reportingInstance": "i1", "action": "Testing", "reason": "Tested", "regarding": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}"}, "note": "hello", "type": "Normal", "series": {"count": 2, "lastObservedTime": "2026-01-01T00:00:01.000000Z"}}))
+            .get(&at(EVENTS, "a.1"))
+            .post(EVENTS, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "b.1"}, "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}"}, "reason": "Old", "message": "m", "count": 3, "source": {"component": "c"}, "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"}))
+            .get(EVENTS_V1)
+            .get(&at(EVENTS_V1, "b.1"))
+            .post(EVENTS_V1, json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "Bad_c"}, "deprecatedCount": 2, "deprecatedSource": {"component": "x"}, "deprecatedFirstTimestamp": "2026-01-01T00:00:00Z", "deprecatedLastTimestamp": "2026-01-01T00:00:00Z", "series": {"count": 1}, "type": "Odd", "note": "x"}))
+            .post(EVENTS_V1, json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "c.1"}, "reportingController": "Bad Name!", "reportingInstance": "i1", "action": "Testing", "reason": "Tested", "regarding": {"kind": "ConfigMap", "name": "a", "namespace": "{ns}"}, "type": "Normal"}))
+            .post(EVENTS_V1, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "d.1"}}))
+            .get(&format!("{EVENTS_V1}?fieldSelector=reason%3DTested,type%3DNormal,reportingController%3Dexample.com%2Ftester"))
+            .get(&format!("{EVENTS_V1}?fieldSelector=regarding.kind%3DConfigMap,regarding.name%3Da"))
+            .get(&format!("{EVENTS_V1}?fieldSelector=involvedObject.name%3Da"))
+            .get(&format!("{EVENTS_V1}?fieldSelector=note%3Dhello"))
+            .put(&at(EVENTS_V1, "a.1"), json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "a.1", "namespace": "{ns}"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "example.com/other", "reportingInstance": "i1", "action": "Testing", "reason": "Tested2", "regarding": {"kind": "ConfigMap", "name": "b", "namespace": "{ns}"}, "note": "changed", "type": "Warning", "series": {"count": 1}}))
+            .merge_patch(&at(EVENTS_V1, "a.1"), json!({"series": {"count": 3, "lastObservedTime": "2026-01-01T00:00:09.000000Z"}, "metadata": {"labels": {"seen": "twice"}}}))
+            .merge_patch(&at(EVENTS_V1, "a.1"), json!({"note": "other"}))
+            .merge_patch(&at(EVENTS, "a.1"), json!({"message": "changed through core/v1"}))
+            .get(&at(EVENTS_V1, "a.1"))
+            .get(&at(EVENTS_V1, "missing"))
+            .watch(&format!("{EVENTS_V1}?fieldSelector=regarding.name%3Da"))
+            .delete(&at(EVENTS_V1, "b.1"))
+            .get(&at(EVENTS, "b.1")),
         Script::new("analysisrun-status-with-the-object", "an AnalysisRun has no subresources: its status is written with the object, and /status is 404")
             .post(ANALYSIS_RUNS, json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisRun", "metadata": {"name": "canary-1"}, "spec": {"metrics": [{"name": "success-rate"}]}}))
             .put(&at(ANALYSIS_RUNS, "canary-1"), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisRun", "metadata": {"name": "canary-1", "resourceVersion": "{rv:0}"}, "spec": {"metrics": [{"name": "success-rate"}]}, "status": {"phase": "Running"}}))

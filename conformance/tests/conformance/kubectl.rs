@@ -111,6 +111,7 @@ const ROLLOUT: &str =
     "apiVersion: argoproj.io/v1alpha1\nkind: Rollout\nmetadata: {name: web}\nspec: {replicas: 2}\n";
 const EVENT: &str = "apiVersion: v1\nkind: Event\nmetadata: {name: a.1}\ninvolvedObject: {kind: ConfigMap, name: a, namespace: '{ns}', apiVersion: v1}\nreason: Tested\nmessage: '  hello there  '\ntype: Normal\nsource: {component: tester, host: h1}\nfirstTimestamp: '2026-01-01T00:00:00Z'\nlastTimestamp: '2026-01-01T00:01:00Z'\ncount: 3\n";
 const EVENT_BARE: &str = "apiVersion: v1\nkind: Event\nmetadata: {name: a.2}\ninvolvedObject: {kind: ConfigMap, name: a}\n";
+const EVENT_V1: &str = "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: a.3}\nregarding: {kind: ConfigMap, name: a, namespace: '{ns}'}\neventTime: '2026-01-01T00:00:00.000000Z'\nreportingController: example.com/tester\nreportingInstance: tester-1\naction: Testing\nreason: Checked\nnote: seen in events.k8s.io/v1\ntype: Warning\n";
 const LEASE: &str = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: l}\nspec: {holderIdentity: pod-a, leaseDurationSeconds: 15}\n";
 
 /// The everyday commands, in order; each runs against both servers and the outputs are
@@ -132,6 +133,13 @@ const SCRIPT: &[Step] = &[
     run(&["get", "events", "-o", "wide"]),
     run(&["get", "events", "--field-selector", "reason=Tested", "-o", "name"]),
     run(&["events"]),
+    // The same store in events.k8s.io/v1: an Event created there, both listed there (the same
+    // table), one shown in that version's fields, and selected by `regarding`.
+    piped(&["create", "-f", "-"], EVENT_V1),
+    run(&["get", "events.events.k8s.io"]),
+    run(&["get", "events.v1.events.k8s.io", "a.1", "-o", "yaml"]),
+    run(&["get", "events.events.k8s.io", "--field-selector", "regarding.name=a,type=Warning", "-o", "name"]),
+    run(&["api-resources", "--api-group=events.k8s.io"]),
     run(&["describe", "configmap", "a"]),
     run(&["label", "configmap", "a", "tier=web"]),
     run(&["annotate", "configmap", "a", "note=hi"]),

@@ -241,7 +241,8 @@ struct CrdVersion {
     printer_columns: Vec<PrinterColumn>,
 }
 
-/// All resource types: core `ConfigMap`, `Secret`, the cluster-scoped `Namespace`, `Event`, `Pod`,
+/// All resource types: core `ConfigMap`, `Secret`, the cluster-scoped `Namespace`, `Event` (also
+/// served as `events.k8s.io/v1`), `Pod`,
 /// `PersistentVolumeClaim` (the Runner's builds; no kubelet runs them) and the cluster-scoped
 /// `PersistentVolume` (bound by the dind volume provisioner, not by a controller manager),
 /// `apps/v1 ReplicaSet`, `Lease`, and the fixture CRDs.
@@ -280,6 +281,10 @@ pub fn registry() -> Vec<ResourceKind> {
         .cluster_scoped(),
         ResourceKind::builtin("apps", "v1", "ReplicaSet", "replicasets", true, true)
             .named(&["rs"], &["all"]),
+        // core/v1's Events in another version, from the same store
+        // (`world::apiserver::events_v1`); registered where kube-apiserver lists the group.
+        ResourceKind::builtin("events.k8s.io", "v1", "Event", "events", false, false)
+            .named(&["ev"], &[]),
         ResourceKind::builtin("coordination.k8s.io", "v1", "Lease", "leases", false, false),
     ];
     for (path, text) in FIXTURE_CRDS {

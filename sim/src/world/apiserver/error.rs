@@ -135,8 +135,8 @@ impl ApiError {
     }
 
     /// 422 Invalid with several `(field, detail)` causes: one is worded as
-    /// [`ApiError::invalid`], more as `[field: detail, field: detail]`, as kube-apiserver's
-    /// `ErrorList` prints them.
+    /// [`ApiError::invalid`], more as `[field: detail, field: detail]` (each distinct one
+    /// once), as kube-apiserver's `ErrorList` prints them.
     /// Object validation names the *kind* (`ConfigMap`, `Application.argoproj.io`), where
     /// other errors name the resource (`errors.NewInvalid` takes a `GroupKind`).
     pub fn invalid_causes(kind: &ResourceKind, name: &str, causes: &[(String, String)]) -> Self {
@@ -153,10 +153,15 @@ impl ApiError {
             .iter()
             .map(|(field, detail)| json!({"reason": field_reason(detail), "message": detail, "field": field}))
             .collect();
-        let listed: Vec<String> = causes
-            .iter()
-            .map(|(field, detail)| format!("{field}: {detail}"))
-            .collect();
+        // The message is the errors' aggregate, which drops repeats (`ToAggregate`); the
+        // causes keep every one.
+        let mut listed: Vec<String> = Vec::new();
+        for (field, detail) in causes {
+            let line = format!("{field}: {detail}");
+            if !listed.contains(&line) {
+                listed.push(line);
+            }
+        }
         let what = match listed.as_slice() {
             [one] => one.clone(),
             many => format!("[{}]", many.join(", ")),

@@ -26,6 +26,7 @@ use orrery_system::observe::WorldEvent;
 
 use super::discovery;
 use super::error::ApiError;
+use super::events_v1;
 use super::openapi;
 use super::protobuf;
 use super::resources::ResourceKind;
@@ -110,7 +111,7 @@ fn answers_json(accept: &str) -> bool {
 pub const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
 
 /// A parsed resource path.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct Target {
     kind: ResourceKind,
     namespace: Option<String>,
@@ -322,8 +323,12 @@ impl Handler {
                 .insert("retry-after", knobs.retry_after_seconds.into());
             return response;
         }
+        // events.k8s.io/v1 is core/v1's store in another version: answers are converted.
+        let events_v1 = path.starts_with("/apis/events.k8s.io/");
         match self.dispatch(req, &path, &knobs).await {
+            Ok(response) if events_v1 => events_v1_answer(response).await,
             Ok(response) => response,
+            Err(error) if events_v1 => error_response(&events_v1::regroup(error)),
             Err(error) => error_response(&error),
         }
     }
@@ -338,6 +343,16 @@ impl Handler {
         let params = orrery_system::env::http::query(req.uri());
         let method = req.method().clone();
         authorize(&req, &target, verb_of(&method, &target, &params), knobs)?;
+        // events.k8s.io/v1 reads and writes core/v1's stored Events ([`events_v1`]).
+        let events_v1 = events_v1::is_events_v1(&target.kind);
+        let target = if events_v1 {
+            Target {
+                kind: self.server.event_kind().clone(),
+                ..target
+            }
+        } else {
+            target
+        };
         let content_type = req
             .headers()
             .get("content-type")
@@ -382,9 +397,9 @@ impl Handler {
             .transpose()?;
         match (&method, &target.name) {
             (&Method::GET, None) => {
-                let filter = filter(&target, &params)?;
+                let filter = filter(&target, &params, events_v1)?;
                 if matches!(params.get("watch").map(String::as_str), Some("true" | "1")) {
-                    return self.watch(target.kind, filter, &params, as_table);
+                    return self.watch(target.kind, filter, &params, as_table, events_v1);
                 }
                 let limit = params
                     .get("limit")
@@ -470,7 +485,12 @@ impl Handler {
                 }
             }
             (&Method::POST, None) => {
-                let body = read_json(req, &content_type, &target.kind).await?;
+                let mut body = read_json(req, &content_type, &target.kind).await?;
+                if events_v1 {
+                    body = events_v1::to_stored(&body)?;
+                    let name = body["metadata"]["name"].as_str().unwrap_or_default();
+                    events_v1::check_create(&target.kind, name, &namespace, &body)?;
+                }
                 check_body_namespace(&target, &body)?;
                 self.admit_create(&target, &namespace, &body)?;
                 let created = self.write("create", &target, dry_run, |store| {
@@ -479,7 +499,17 @@ impl Handler {
                 Ok(written(StatusCode::CREATED, &created))
             }
             (&Method::PUT, Some(name)) => {
-                let body = read_json(req, &content_type, &target.kind).await?;
+                let mut body = read_json(req, &content_type, &target.kind).await?;
+                if events_v1 {
+                    body = events_v1::to_stored(&body)?;
+                    // An Event may be created by an update (its strategy allows it).
+                    match self.server.store().get(&target.kind, &namespace, name) {
+                        Ok(old) => {
+                            events_v1::check_update(&target.kind, name, &namespace, &body, &old)?
+                        }
+                        Err(_) => events_v1::check_create(&target.kind, name, &namespace, &body)?,
+                    }
+                }
                 check_body_namespace(&target, &body)?;
                 let replaced = self.write("replace", &target, dry_run, |store| {
                     store.replace(&target.kind, &namespace, name, body, target.status, now)
@@ -497,13 +527,19 @@ impl Handler {
                     "application/merge-patch+json" => {
                         let patch = read_json(req, "application/json", &target.kind).await?;
                         self.write("merge_patch", &target, dry_run, |store| {
-                            store.patch_merge(
+                            store.patch_with(
                                 &target.kind,
                                 &namespace,
                                 name,
                                 &patch,
                                 target.status,
                                 now,
+                                |object, patch| {
+                                    patched(events_v1, &target.kind, object, |shown| {
+                                        super::mergepatch::merge_patch(shown, patch);
+                                        Ok(())
+                                    })
+                                },
                             )
                         })?
                     }
@@ -518,7 +554,11 @@ impl Handler {
                                 &patch,
                                 target.status,
                                 now,
-                                |object, patch| super::strategic::apply(object, patch, schema),
+                                |object, patch| {
+                                    patched(events_v1, &target.kind, object, |shown| {
+                                        super::strategic::apply(shown, patch, schema)
+                                    })
+                                },
                             )
                         })?
                     }
@@ -529,7 +569,12 @@ impl Handler {
                             .cloned()
                             .ok_or_else(ApiError::field_manager_required)?;
                         let force = params.get("force").is_some_and(|f| f == "true");
-                        let applied = read_yaml(req).await?;
+                        let mut applied = read_yaml(req).await?;
+                        if events_v1 {
+                            // Managed fields are recorded under core/v1's names and the
+                            // stricter rules of this version are not applied (a declared gap).
+                            applied = events_v1::to_stored(&applied)?;
+                        }
                         check_body_namespace(&target, &applied)?;
                         let existed = self
                             .server
@@ -577,7 +622,9 @@ impl Handler {
                                 now,
                                 |object, _| {
                                     let before = object["metadata"]["resourceVersion"].clone();
-                                    super::jsonpatch::apply(object, &patch)?;
+                                    patched(events_v1, &target.kind, object, |shown| {
+                                        super::jsonpatch::apply(shown, &patch)
+                                    })?;
                                     // A resourceVersion the patch sets is a precondition.
                                     match &object["metadata"]["resourceVersion"] {
                                         Value::String(rv)
@@ -823,6 +870,7 @@ impl Handler {
         filter: Filter,
         params: &BTreeMap<String, String>,
         as_table: Option<Include>,
+        events_v1: bool,
     ) -> Result<Response<Body>, ApiError> {
         let resource_version =
             match params.get("resourceVersion").map(String::as_str) {
@@ -848,6 +896,7 @@ impl Handler {
                 .is_some_and(|b| b == "true"),
             send_initial_events: params.get("sendInitialEvents").is_some_and(|b| b == "true"),
             as_table,
+            events_v1,
         };
         let (tx, body) = channel(self.server.knobs().watch_buffer);
         tokio::spawn(watch::serve(
@@ -865,7 +914,53 @@ impl Handler {
     }
 }
 
-fn filter(target: &Target, params: &BTreeMap<String, String>) -> Result<Filter, ApiError> {
+/// A patch of a stored object: of an Event seen in events.k8s.io/v1 (`events_v1`), applied
+/// to it in that version and checked by that version's update rules; otherwise as it is.
+fn patched(
+    events_v1: bool,
+    kind: &ResourceKind,
+    object: &mut Value,
+    patch: impl FnOnce(&mut Value) -> Result<(), ApiError>,
+) -> Result<(), ApiError> {
+    if !events_v1 {
+        return patch(object);
+    }
+    let mut shown = events_v1::to_v1(object, false);
+    patch(&mut shown)?;
+    let stored = events_v1::to_stored(&shown)?;
+    let meta = |field: &str| {
+        object["metadata"][field]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    events_v1::check_update(kind, &meta("name"), &meta("namespace"), &stored, object)?;
+    *object = stored;
+    Ok(())
+}
+
+/// A converted answer for a request in events.k8s.io/v1 (a watch converts its own lines).
+async fn events_v1_answer(response: Response<Body>) -> Response<Body> {
+    if response.headers().contains_key("transfer-encoding") {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    parts.headers.remove("content-length");
+    let Ok(collected) = body.collect().await else {
+        return Response::from_parts(parts, full(Bytes::new()));
+    };
+    let bytes = collected.to_bytes();
+    let converted = serde_json::from_slice::<Value>(&bytes).ok().map(|value| {
+        Bytes::from(serde_json::to_vec(&events_v1::answer(value)).unwrap_or_default())
+    });
+    Response::from_parts(parts, full(converted.unwrap_or(bytes)))
+}
+
+fn filter(
+    target: &Target,
+    params: &BTreeMap<String, String>,
+    events_v1: bool,
+) -> Result<Filter, ApiError> {
     Ok(Filter {
         namespace: target.namespace.clone(),
         labels: LabelSelector::parse(
@@ -875,7 +970,7 @@ fn filter(target: &Target, params: &BTreeMap<String, String>) -> Result<Filter, 
                 .unwrap_or(""),
         )
         .map_err(|e| ApiError::bad_request(&e))?,
-        fields: FieldSelector::parse_for(
+        fields: FieldSelector::parse_labelled(
             if target.kind.custom {
                 ""
             } else {
@@ -885,6 +980,13 @@ fn filter(target: &Target, params: &BTreeMap<String, String>) -> Result<Filter, 
                 .get("fieldSelector")
                 .map(String::as_str)
                 .unwrap_or(""),
+            |label| {
+                if events_v1 {
+                    events_v1::field_label(label)
+                } else {
+                    Ok(label.to_string())
+                }
+            },
         )
         .map_err(|e| ApiError::bad_request(&e))?,
     })

@@ -19,6 +19,7 @@ pub mod discovery;
 pub mod encoded;
 pub mod error;
 pub mod events;
+pub mod events_v1;
 pub mod http;
 pub mod jsonpatch;
 pub mod mergepatch;
@@ -120,6 +121,14 @@ impl ApiServer {
         };
         self.notify(rv);
         Ok(())
+    }
+
+    /// core/v1's Event type (events.k8s.io/v1 is served from its store).
+    pub fn event_kind(&self) -> &ResourceKind {
+        self.kinds
+            .iter()
+            .find(|k| events::is_event(k))
+            .expect("the registry serves core/v1 Events")
     }
 
     /// The served Namespace type.

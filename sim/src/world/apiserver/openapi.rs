@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use super::resources::ResourceKind;
 
 /// `(group version path, fixture file, document)` of every served OpenAPI v3 document.
-pub const DOCUMENTS: [(&str, &str, &str); 6] = [
+pub const DOCUMENTS: [(&str, &str, &str); 7] = [
     (
         "api/v1",
         "v3-api-v1.json",
@@ -22,6 +22,11 @@ pub const DOCUMENTS: [(&str, &str, &str); 6] = [
         "apis/apps/v1",
         "v3-apis-apps-v1.json",
         include_str!("../../../../fixtures/openapi/v3-apis-apps-v1.json"),
+    ),
+    (
+        "apis/events.k8s.io/v1",
+        "v3-apis-events.k8s.io-v1.json",
+        include_str!("../../../../fixtures/openapi/v3-apis-events.k8s.io-v1.json"),
     ),
     (
         "apis/coordination.k8s.io/v1",

@@ -180,6 +180,17 @@ impl FieldSelector {
     /// `metadata.namespace` and the type's own ([`selectable`]); any other field is 400
     /// `field label not supported: <field>`, as there.
     pub fn parse_for(kind: &str, text: &str) -> Result<Self, String> {
+        Self::parse_labelled(kind, text, |label| Ok(label.to_string()))
+    }
+
+    /// [`FieldSelector::parse_for`] with each label first renamed by `label` (a version
+    /// whose fields are named otherwise than the stored object's, or an error for a label
+    /// that version does not select by).
+    pub fn parse_labelled(
+        kind: &str,
+        text: &str,
+        label: impl Fn(&str) -> Result<String, String>,
+    ) -> Result<Self, String> {
         let mut terms = Vec::new();
         for part in split_top_level(text) {
             let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
@@ -191,7 +202,8 @@ impl FieldSelector {
             } else {
                 return Err(format!("invalid selector: {part:?}; can't understand it"));
             };
-            let field = field.trim();
+            let field = label(field.trim())?;
+            let field = field.as_str();
             let pointer = match field {
                 "metadata.name" => "/metadata/name",
                 "metadata.namespace" => "/metadata/namespace",

@@ -120,6 +120,21 @@ pub fn metadata(
     object: &Value,
     check_name: bool,
 ) -> Result<(), ApiError> {
+    let causes = metadata_causes(kind, name, object, check_name);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_causes(kind, name, &causes))
+    }
+}
+
+/// [`metadata`]'s errors as `(field, detail)` causes, for a type whose own rules add more.
+pub fn metadata_causes(
+    kind: &ResourceKind,
+    name: &str,
+    object: &Value,
+    check_name: bool,
+) -> Vec<(String, String)> {
     let mut causes: Vec<(String, String)> = Vec::new();
     let quote = |v: &str| serde_json::to_string(v).unwrap_or_default();
     if check_name {
@@ -176,11 +191,7 @@ pub fn metadata(
             ));
         }
     }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_causes(kind, name, &causes))
-    }
+    causes
 }
 
 /// Everything a write is validated for before it is stored: the metadata, and a type's own
@@ -247,6 +258,22 @@ const EVENT_NOTE_LIMIT: usize = 1024;
 /// `reportingInstance`, `action` and `reason` required and at most 128 bytes, `message` at
 /// most 1,024.
 fn event(kind: &ResourceKind, name: &str, namespace: &str, object: &Value) -> Result<(), ApiError> {
+    let causes = event_causes(namespace, object, "reportingComponent");
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_causes(kind, name, &causes))
+    }
+}
+
+/// [`event`]'s errors as causes, with the reporting controller's field named as the request's
+/// version names it (`reportingComponent` in core/v1, `reportingController` in
+/// events.k8s.io/v1); `object` is in core/v1's shape.
+pub fn event_causes(
+    namespace: &str,
+    object: &Value,
+    component_field: &str,
+) -> Vec<(String, String)> {
     let text = |pointer: &str| object.at(pointer).and_then(Value::as_str).unwrap_or("");
     let involved = text("/involvedObject/namespace");
     let quoted_involved = serde_json::to_string(involved).unwrap_or_default();
@@ -272,12 +299,12 @@ fn event(kind: &ResourceKind, name: &str, namespace: &str, object: &Value) -> Re
         }
         let component = text("/reportingComponent");
         if component.is_empty() {
-            causes.push(("reportingComponent".into(), "Required value".into()));
+            causes.push((component_field.into(), "Required value".into()));
         }
         let quoted = serde_json::to_string(component).unwrap_or_default();
         for error in qualified_name(component) {
             causes.push((
-                "reportingComponent".into(),
+                component_field.into(),
                 format!("Invalid value: {quoted}: {error}"),
             ));
         }
@@ -304,11 +331,7 @@ fn event(kind: &ResourceKind, name: &str, namespace: &str, object: &Value) -> Re
             ));
         }
     }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_causes(kind, name, &causes))
-    }
+    causes
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ pub struct WatchRequest {
     pub send_initial_events: bool,
     /// Events as one-row tables (`kubectl get -w`): column definitions in the first only.
     pub as_table: Option<Include>,
+    /// Objects shown in events.k8s.io/v1 (`kind` is then core/v1's Event, whose store it is).
+    pub events_v1: bool,
 }
 
 /// How a stream ended (the `apiserver.watch_end` observation carries it).
@@ -108,6 +110,8 @@ struct Stream {
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
     /// For a table watch: the type and what rows carry, and whether columns were sent.
     table: Option<(ResourceKind, Include, std::sync::atomic::AtomicBool)>,
+    /// Whether lines are shown in events.k8s.io/v1 ([`super::events_v1`]).
+    events_v1: bool,
 }
 
 impl Stream {
@@ -139,7 +143,11 @@ impl Stream {
 
     /// Sends one line, applying the cut and slow-watcher knobs.
     async fn send(&self, bytes: Bytes) -> Result<(), End> {
-        let bytes = self.tabled(bytes);
+        let bytes = if self.events_v1 && self.table.is_none() {
+            super::events_v1::watch_line(&bytes).map_or(bytes, Bytes::from)
+        } else {
+            self.tabled(bytes)
+        };
         let knobs = self.server.knobs();
         if knobs.cut_stream_rate > 0.0
             && self.env.random_u64() % 1_000_000 < (knobs.cut_stream_rate * 1e6) as u64
@@ -283,6 +291,7 @@ pub async fn serve(
                 std::sync::atomic::AtomicBool::new(false),
             )
         }),
+        events_v1: request.events_v1,
     };
     let end = stream.run(request).await;
     env.observe(
