@@ -3,7 +3,10 @@
 // schema built from its answer, typed queries with variables validated against that schema,
 // a field error, the GraphQL-over-HTTP media types, and abuse refused quickly.
 //
-//   node client.mjs http://127.0.0.1:PORT TOKEN path/to/schema.graphql
+//   node client.mjs http://127.0.0.1:PORT TOKEN path/to/schema.graphql [RUNTIME_TOKEN]
+//
+// With RUNTIME_TOKEN, also the query a runtime's source server sends (go-sdk's
+// GetVersionSourceByRuntime), validated and run with that token.
 //
 // Prints one line per check and exits 1 when any failed (make conformance-graphql runs it
 // from the `graphql_client` test, which starts the control plane it talks to).
@@ -19,7 +22,7 @@ import {
   version,
 } from "graphql";
 
-const [base, token, sdlPath] = process.argv.slice(2);
+const [base, token, sdlPath, runtimeToken] = process.argv.slice(2);
 if (!base || !token || !sdlPath) {
   console.error("usage: node client.mjs BASE_URL TOKEN SCHEMA_SDL");
   process.exit(2);
@@ -32,12 +35,12 @@ function check(name, ok, detail) {
   if (!ok) failed += 1;
 }
 
-async function post(body, accept = "application/json") {
+async function post(body, accept = "application/json", as = token) {
   const started = performance.now();
   const response = await fetch(url, {
     method: "POST",
     headers: {
-      authorization: `Bearer ${token}`,
+      authorization: `Bearer ${as}`,
       "content-type": "application/json",
       accept,
     },
@@ -105,6 +108,34 @@ check(
   apps.status === 200 && !apps.json.errors && apps.json.data?.applications?.totalCount >= 1,
   `${apps.status} ${JSON.stringify(apps.json).slice(0, 300)}`,
 );
+if (runtimeToken) {
+  // go-sdk's query, word for word (pkg/graphql/promotion_template.go).
+  const bySdk = `query ($applicationMetadata: Object!) {
+    promotionTemplateByRuntime(applicationMetadata: $applicationMetadata) {
+    versionSource {
+      file
+      jsonPath
+    }
+  }
+}`;
+  if (schema) {
+    const errors = validate(schema, parse(bySdk));
+    check("go-sdk's promotionTemplateByRuntime query validates against the schema", errors.length === 0, errors.join("; "));
+  }
+  const variables = { applicationMetadata: { name: "web", namespace: "argocd", labels: { tier: "web" } } };
+  const asked = await post({ query: bySdk, variables }, "application/json", runtimeToken);
+  check(
+    "a runtime's token is answered (null: no template applies)",
+    asked.status === 200 && !asked.json.errors && asked.json.data?.promotionTemplateByRuntime === null,
+    `${asked.status} ${JSON.stringify(asked.json).slice(0, 300)}`,
+  );
+  const byUser = await post({ query: bySdk, variables });
+  check(
+    "a user's token is refused FORBIDDEN",
+    byUser.json.errors?.[0]?.extensions?.code === "FORBIDDEN",
+    `${byUser.status} ${JSON.stringify(byUser.json).slice(0, 300)}`,
+  );
+}
 check(
   "application/json is the default media type",
   apps.type?.startsWith("application/json"),

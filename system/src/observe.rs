@@ -471,6 +471,9 @@ events! {
         "sources.served" => Served { what: String, app: String, revision: String, cached: bool },
         /// A request could not be answered (Argo CD or Git unavailable, and nothing cached).
         "sources.unavailable" => Unavailable { what: String, app: String, revision: String, error: String },
+        /// The platform said where an app's version is read (`file`/`json_path` empty: no
+        /// template applies, so the default).
+        "sources.template" => Template { app: String, file: String, json_path: String },
     }
 }
 

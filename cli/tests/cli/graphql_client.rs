@@ -51,6 +51,7 @@ fn graphql_js_reads_the_schema_by_introspection_and_runs_typed_queries_and_error
         .arg(format!("http://{gateway_addr}"))
         .arg("alice-token")
         .arg(sdl)
+        .arg("tok-1")
         .output()
         .expect("run node (conformance/graphql/run.sh checked it is there)");
     let stdout = String::from_utf8_lossy(&output.stdout);

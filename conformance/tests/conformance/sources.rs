@@ -184,3 +184,176 @@ async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outa
     argo.abort();
     let _ = cluster.cleanup(&namespace).await;
 }
+
+/// The source server asks the platform (orrery's control plane, real mode) which template
+/// versions each app: a web-tier app reads its version from `values.yaml`'s image tag as the
+/// account's PromotionTemplate says, an unlabelled one from `Chart.yaml`; the answer is kept
+/// while the platform is gone, and an app never asked about is then refused (503), not given
+/// a version read from the default file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
+async fn source_server_reads_each_apps_version_where_the_platforms_template_says() {
+    use orrery_system::platform::assembly::{
+        self as control_plane, ControlPlaneConfig, ControlPlaneState, GatewayConfig,
+        TunnelServerConfig,
+    };
+    use orrery_system::platform::promotions::{plan::Templates, TemplateSource};
+    let (cluster, namespace) = prepared(format!("orrery-templates-{}", std::process::id())).await;
+    let target = real_target(&namespace).await;
+    let git = SharedGit::default();
+    let files = |tag: &str| {
+        BTreeMap::from([
+            (
+                "teams/web/Chart.yaml".to_string(),
+                "apiVersion: v2\nname: web\nversion: 0.1.0\nappVersion: \"9.9\"\n".to_string(),
+            ),
+            (
+                "teams/web/values.yaml".to_string(),
+                format!("# web's values\nimage:\n  repository: registry.example/web\n  tag: \"{tag}\" # promoted\n"),
+            ),
+            (
+                "teams/web/web.yaml".to_string(),
+                "kind: Deployment\nspec: {replicas: 1}\n".to_string(),
+            ),
+        ])
+    };
+    let mut all = files("2.4.1");
+    for (path, text) in files("0") {
+        all.insert(path.replace("teams/web", "teams/db"), text);
+    }
+    let commit = git
+        .lock()
+        .commit(REPO, "Dev <dev@example.com>", "web 2.4.1", unix_ms(), all);
+    let argo_port = free_port();
+    let argo = start_argocd(&target, &git, argo_port, Duration::ZERO, ARGO_TOKEN);
+
+    // The platform: acme's runtime "prod" with its token, and one PromotionTemplate that
+    // versions web-tier apps by their image tag.
+    let state = ControlPlaneState::default();
+    state.registry.insert("prod-token", "acme", "prod");
+    let templates: BTreeMap<String, Value> = [(
+        "by-image-tag".to_string(),
+        json!({"applicationSourceSelector": {"matchLabels": {"tier": "web"}}, "priority": 1,
+               "versionSource": {"file": "values.yaml", "jsonPath": "$.image.tag"}}),
+    )]
+    .into();
+    state.releases.keep_templates(TemplateSource {
+        product_template: None,
+        templates: Templates::of(&templates).expect("a valid template"),
+    });
+    let (platform_port, tunnel_port) = (free_port(), free_port());
+    let config = ControlPlaneConfig {
+        tunnel: Some(TunnelServerConfig {
+            listen: format!("127.0.0.1:{tunnel_port}"),
+            config: orrery_system::platform::tunnel::Config::new(
+                orrery_system::core::variant::Variant::Hardened,
+            ),
+        }),
+        gateway: Some(GatewayConfig {
+            listen: format!("127.0.0.1:{platform_port}"),
+            admin_token: "adm".into(),
+        }),
+        ..ControlPlaneConfig::default()
+    };
+    let platform = tokio::spawn(async move {
+        let env = std::sync::Arc::new(orrery_system::env::RealEnv::new("platform"));
+        drop(control_plane::run(env, config, state, std::future::pending()).await)
+    });
+
+    let sources_port = free_port();
+    let mut sources = source_server::Config::new(
+        &format!("127.0.0.1:{sources_port}"),
+        &format!("127.0.0.1:{argo_port}"),
+        ARGO_TOKEN,
+    );
+    sources.templates = Some(source_server::TemplateLookup::new(
+        &format!("127.0.0.1:{platform_port}"),
+        "prod-token",
+    ));
+    let runtime = start_runtime(
+        "sources",
+        RuntimeConfig {
+            source_server: Some(sources),
+            ..Default::default()
+        },
+    );
+    let apps: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), &namespace, &application_resource());
+    for (name, labels) in [
+        ("web", json!({"tier": "web"})),
+        ("db", json!({})),
+        ("late", json!({})),
+    ] {
+        let mut app = DynamicObject::new(name, &application_resource()).within(&namespace);
+        app.metadata.labels = serde_json::from_value(labels).ok();
+        let path = if name == "web" {
+            "teams/web"
+        } else {
+            "teams/db"
+        };
+        app.data = json!({"spec": {"source": {"repoURL": REPO, "path": path}}});
+        apps.create(&PostParams::default(), &app)
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    let manifests = |app: &str| {
+        format!("/api/v1/applications/{app}/manifests?appNamespace={namespace}&revision={commit}")
+    };
+    let version = |app: &'static str| {
+        let path = manifests(app);
+        async move {
+            eventually(
+                &format!("the source server answers {app}'s manifests"),
+                || async {
+                    match try_get(sources_port, &path).await? {
+                        (200, body) => Ok(body["applicationVersions"]["appVersion"].clone()),
+                        other => Err(format!("{other:?}")),
+                    }
+                },
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        version("web").await,
+        "2.4.1",
+        "values.yaml's image tag, as the template says"
+    );
+    assert_eq!(
+        version("db").await,
+        "9.9",
+        "no template selects db: Chart.yaml's appVersion"
+    );
+
+    // The platform goes away: web's kept answer still says where its version is (a new
+    // release is read from values.yaml), and an app never asked about is refused naming the
+    // platform.
+    platform.abort();
+    let _ = platform.await;
+    let mut next = files("2.5.0");
+    for (path, text) in files("0") {
+        next.insert(path.replace("teams/web", "teams/db"), text);
+    }
+    let newer = git
+        .lock()
+        .commit(REPO, "Dev <dev@example.com>", "web 2.5.0", unix_ms(), next);
+    let (status, body) = get(
+        sources_port,
+        &format!("/api/v1/applications/web/manifests?appNamespace={namespace}&revision={newer}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["applicationVersions"]["appVersion"], "2.5.0");
+    let (status, body) = get(sources_port, &manifests("late")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("promotion template") && m.contains("late")),
+        "{body}"
+    );
+
+    runtime.abort();
+    argo.abort();
+    let _ = cluster.cleanup(&namespace).await;
+}

@@ -116,11 +116,31 @@ pub fn runtime(scenario: &Scenario, host: &Host, variant: Variant) -> Option<Run
             Install::Bundled => ARGOCD_TOKEN,
             Install::Existing => EXISTING_ARGOCD_TOKEN,
         };
-        config.source_server = Some(source_server::Config::new(
+        let mut sources = source_server::Config::new(
             &format!("0.0.0.0:{}", source_server::PORT),
             &format!("{}:8080", host_of(scenario, Role::Argocd)),
             token,
-        ));
+        );
+        // With a control plane in the world, each app's versionSource is asked of it with
+        // the (first) runtime's own token.
+        let runtime_host = scenario
+            .topology
+            .hosts
+            .iter()
+            .find(|h| h.has(Role::Runtime));
+        if let (true, Some(runtime_host)) = (
+            scenario.topology.hosts.iter().any(|h| h.has(Role::Gateway)),
+            runtime_host,
+        ) {
+            let per_host = scenario.tunnel.runtimes_per_host;
+            if let Some((_, _, runtime_token)) = runtimes_of(&runtime_host.name, per_host).first() {
+                sources.templates = Some(source_server::TemplateLookup::new(
+                    &format!("{}:{GATEWAY_PORT}", host_of(scenario, Role::Gateway)),
+                    runtime_token,
+                ));
+            }
+        }
+        config.source_server = Some(sources);
     }
     if host.has(Role::Runtime) {
         let gateway = host_of(scenario, Role::Gateway);

@@ -518,7 +518,15 @@ impl Gateway {
                 )
             }
             Caller::Unknown { why, .. } => {
-                return refuse(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", why.clone())
+                // A runtime's own token (its source server asks for promotion templates).
+                let token = bearer(&request).unwrap_or_default();
+                match self.sources.registry.lookup(token) {
+                    Some(runtime) if !self.sources.registry.is_revoked(token) => {
+                        let viewer = graphql::Viewer::runtime(&runtime, token);
+                        return self.graphql_for(env, seen, viewer, request).await;
+                    }
+                    _ => return refuse(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", why.clone()),
+                }
             }
             Caller::Admin => {
                 return refuse(
@@ -538,6 +546,29 @@ impl Gateway {
             );
         };
         let token = bearer(&request).unwrap_or_default().to_string();
+        let viewer = graphql::Viewer {
+            user,
+            account,
+            token,
+            runtime: None,
+        };
+        self.graphql_for(env, seen, viewer, request).await
+    }
+
+    /// The GitOps API's answer to `viewer`'s request: its body read within the limit, then
+    /// executed.
+    async fn graphql_for(
+        &self,
+        env: &SharedEnv,
+        seen: &Seen,
+        viewer: crate::platform::graphql::Viewer,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        use crate::platform::graphql;
+        let refuse = |status: StatusCode, code: &str, reason: String| {
+            self.record_denial(env, seen, &viewer.account, "", status, &reason);
+            graphql::graphql_error(status, code, &reason)
+        };
         let media = graphql::Media::from_accept(
             request
                 .headers()
@@ -561,11 +592,6 @@ impl Gateway {
                     format!("{e} (at most {limit} bytes)"),
                 )
             }
-        };
-        let viewer = graphql::Viewer {
-            user,
-            account,
-            token,
         };
         graphql::answer(
             env,

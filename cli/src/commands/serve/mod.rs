@@ -550,7 +550,8 @@ pub struct RuntimeArgs {
     /// the downward API); default: --name, else "runtime".
     #[arg(long, env = "POD_NAME")]
     pod_name: Option<String>,
-    /// This runtime's token; needed by the tunnel client and the reporters.
+    /// This runtime's token; needed by the tunnel client, the reporters and the source
+    /// server's promotion templates.
     #[arg(long, env = "ORRERY_RUNTIME_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Seconds between the runtime's heartbeats (sent with --events-api and --token).
@@ -568,7 +569,8 @@ pub struct RuntimeArgs {
     /// Run the app-proxy against this Git provider (host:port).
     #[arg(long, requires = "platform_api")]
     git: Option<String>,
-    /// The platform's client API, for the app-proxy's permissions.
+    /// The platform's client API (host:port): the app-proxy's permissions, and with --token
+    /// the source server's promotion templates (each app's versionSource).
     #[arg(long)]
     platform_api: Option<String>,
     /// A plain-HTTP Kubernetes API server for the app-proxy (default: the KUBECONFIG cluster).
@@ -1244,11 +1246,13 @@ fn runtime(args: RuntimeArgs) -> Result<(), Fail> {
         }
         if let (Some(argocd), true) = (args.argocd.clone(), has(Component::SourceServer)) {
             if let Some(listen) = &args.serve_sources {
-                config.source_server = Some(source_server::Config::new(
-                    listen,
-                    &argocd,
-                    &args.argocd_token,
-                ));
+                let mut sources = source_server::Config::new(listen, &argocd, &args.argocd_token);
+                // With the platform's API and the runtime's token, each app's versionSource
+                // is asked of the platform (its PromotionTemplates).
+                if let (Some(platform), Some(token)) = (&args.platform_api, &args.token) {
+                    sources.templates = Some(source_server::TemplateLookup::new(platform, token));
+                }
+                config.source_server = Some(sources);
             }
         }
         if let (Some(argocd), Some(kube), true) =

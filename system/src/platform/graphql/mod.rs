@@ -85,6 +85,28 @@ pub struct Viewer {
     pub account: String,
     /// The token they sent (passed on to a runtime's app-proxy).
     pub token: String,
+    /// For a runtime's own token: the runtime's gateway name (`<account>-<runtime>`). Such a
+    /// caller is a user of no account's rules ([`Viewer::runtime`]): it may ask only what a
+    /// runtime asks (`promotionTemplateByRuntime`); every other field finds nothing it may read.
+    pub runtime: Option<String>,
+}
+
+impl Viewer {
+    /// The viewer a runtime's token makes: its account, and a user with no account of its
+    /// own, so every permission check refuses it.
+    pub fn runtime(runtime: &crate::platform::registry::Runtime, token: &str) -> Viewer {
+        Viewer {
+            user: User {
+                name: format!("runtime {}", runtime.tunnel_name()),
+                account: None,
+                role: crate::platform::permissions::Role::Member,
+                teams: Default::default(),
+            },
+            account: runtime.account.clone(),
+            token: token.to_string(),
+            runtime: Some(runtime.tunnel_name()),
+        }
+    }
 }
 
 /// What a resolver needs besides its arguments.

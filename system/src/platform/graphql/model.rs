@@ -712,6 +712,33 @@ fn page_cost(first: i32, child_complexity: usize) -> usize {
 /// The queries.
 pub struct QueryRoot;
 
+/// An application's `metadata` as a runtime sends it (`name`, `namespace`, `labels`, …): the
+/// fork's repo-server and go-sdk pass the Kubernetes object's metadata whole.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ApplicationMetadata(pub serde_json::Map<String, serde_json::Value>);
+
+async_graphql::scalar!(
+    ApplicationMetadata,
+    "Object",
+    "A JSON object: an application's Kubernetes metadata."
+);
+
+/// The part of a PromotionTemplate a runtime reads (go-sdk `PromotionTemplateShort`).
+#[derive(SimpleObject, Clone, Debug)]
+pub struct PromotionTemplateShort {
+    /// Where the application's version is read from; null when the template names none.
+    pub version_source: Option<VersionSource>,
+}
+
+/// A file under the application's path and a JSONPath in it.
+#[derive(SimpleObject, Clone, Debug)]
+pub struct VersionSource {
+    /// The file (`Chart.yaml`).
+    pub file: String,
+    /// The JSONPath (`$.appVersion`).
+    pub json_path: String,
+}
+
 #[Object]
 impl QueryRoot {
     /// The caller.
@@ -915,6 +942,63 @@ impl QueryRoot {
                 scope.audit("release", "", Outcome::Denied, 404, reason.clone());
                 error("NOT_FOUND", StatusCode::NOT_FOUND, reason)
             })
+    }
+
+    /// The promotion template that applies to one of the calling runtime's applications
+    /// (go-sdk `GetVersionSourceByRuntime`; the fork's repo-server asks the same): the
+    /// Product's own for one of its environments' apps, else the composite of the
+    /// PromotionTemplates whose selector matches its labels; null when none applies. Only a
+    /// runtime's own token may ask (`FORBIDDEN` otherwise).
+    async fn promotion_template_by_runtime(
+        &self,
+        ctx: &Context<'_>,
+        application_metadata: ApplicationMetadata,
+    ) -> Result<Option<PromotionTemplateShort>> {
+        let scope = scope(ctx);
+        let field = "promotionTemplateByRuntime";
+        let Some(runtime) = &scope.viewer.runtime else {
+            let reason = format!("{field} answers a runtime's token, not a user's");
+            scope.audit(field, "", Outcome::Denied, 403, reason.clone());
+            return Err(error("FORBIDDEN", StatusCode::FORBIDDEN, reason));
+        };
+        let bad = |reason: String| {
+            scope.audit(field, runtime, Outcome::Denied, 400, reason.clone());
+            error("BAD_USER_INPUT", StatusCode::BAD_REQUEST, reason)
+        };
+        let metadata = &application_metadata.0;
+        let name = metadata
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| bad("applicationMetadata.name: required, a string".into()))?;
+        let mut labels = BTreeMap::new();
+        match metadata.get("labels") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Object(given)) => {
+                for (key, value) in given {
+                    let value = value.as_str().ok_or_else(|| {
+                        bad(format!("applicationMetadata.labels.{key}: not a string"))
+                    })?;
+                    labels.insert(key.clone(), value.to_string());
+                }
+            }
+            Some(_) => return Err(bad("applicationMetadata.labels: not an object".into())),
+        }
+        let text = |source: &serde_json::Value, key: &str| {
+            source
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        };
+        Ok(scope
+            .sources
+            .releases
+            .version_source_for(runtime, name, &labels)
+            .map(|source| PromotionTemplateShort {
+                version_source: text(&source, "file")
+                    .zip(text(&source, "jsonPath"))
+                    .map(|(file, json_path)| VersionSource { file, json_path }),
+            }))
     }
 
     /// The account's audit log after `after` (a `seq`), oldest first, at most `first`

@@ -227,6 +227,19 @@ fn world() -> World {
     );
     let releases = crate::platform::promotions::Releases::default();
     releases.place("shop", &shop_targets());
+    // shop's own template for its apps; the account's PromotionTemplate for web-tier apps.
+    let templates: std::collections::BTreeMap<String, Value> = [(
+        "charts".to_string(),
+        json!({"applicationSourceSelector": {"matchLabels": {"tier": "web"}}, "priority": 10,
+               "versionSource": {"file": "values.yaml", "jsonPath": "$.image.tag"}}),
+    )]
+    .into();
+    releases.keep_templates(crate::platform::promotions::TemplateSource {
+        product_template: Some(
+            json!({"versionSource": {"file": "VERSION.json", "jsonPath": "$.v"}}),
+        ),
+        templates: crate::platform::promotions::plan::Templates::of(&templates).unwrap(),
+    });
     releases.lock().extend([
         shop_release(1, ReleasePhase::Succeeded),
         shop_release(2, ReleasePhase::Running),
@@ -267,6 +280,7 @@ impl World {
             account: user.account.clone().expect("an account"),
             user,
             token: token.into(),
+            runtime: None,
         }
     }
 
@@ -971,4 +985,74 @@ async fn a_big_page_of_a_deep_selection_is_refused_as_too_complex_and_a_smaller_
         )
         .await;
     assert_eq!(status, 400, "{answer}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_runtime_asks_which_template_versions_its_app_and_nothing_else() {
+    let world = world();
+    let runtime = |account: &str, name: &str| {
+        Viewer::runtime(
+            &crate::platform::registry::Runtime {
+                account: account.into(),
+                runtime: name.into(),
+            },
+            &format!("{account}-{name}-token"),
+        )
+    };
+    let ask = |viewer: Viewer, metadata: Value| {
+        let body = json!({
+            "query": "query ($m: Object!) { promotionTemplateByRuntime(applicationMetadata: $m) { versionSource { file jsonPath } } }",
+            "variables": {"m": metadata},
+        })
+        .to_string();
+        let world = &world;
+        async move { world.raw(viewer, body.as_bytes()).await }
+    };
+    // A web-tier app: the account's PromotionTemplate that selects it by label.
+    let (status, answer) = ask(
+        runtime("acme", "prod"),
+        json!({"name": "web", "namespace": "argocd", "labels": {"tier": "web"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["data"]["promotionTemplateByRuntime"]["versionSource"],
+        json!({"file": "values.yaml", "jsonPath": "$.image.tag"})
+    );
+    // shop's prod app on acme-prod: the Product's own template, whatever its labels.
+    let (_, answer) = ask(
+        runtime("acme", "prod"),
+        json!({"name": "shop-prod", "namespace": "argocd", "labels": {"tier": "web"}}),
+    )
+    .await;
+    assert_eq!(
+        answer["data"]["promotionTemplateByRuntime"]["versionSource"]["file"],
+        "VERSION.json"
+    );
+    // The same app name on a runtime shop does not place it on: by label only; none applies.
+    let (_, answer) = ask(runtime("acme", "staging"), json!({"name": "shop-prod"})).await;
+    assert_eq!(
+        answer["data"]["promotionTemplateByRuntime"],
+        Value::Null,
+        "{answer}"
+    );
+    // Bad metadata is named.
+    let (status, answer) = ask(
+        runtime("acme", "prod"),
+        json!({"name": "web", "labels": {"tier": 3}}),
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("applicationMetadata.labels.tier: not a string"));
+    // A user may not ask; a runtime may read nothing else.
+    let (status, answer) = ask(world.viewer("alice"), json!({"name": "web"})).await;
+    assert_eq!(status, 403, "{answer}");
+    let body = json!({"query": "{ runtimes { name } applications { totalCount } }"}).to_string();
+    let (status, answer) = world.raw(runtime("acme", "prod"), body.as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["runtimes"], json!([]));
+    assert_eq!(answer["data"]["applications"]["totalCount"], 0);
 }

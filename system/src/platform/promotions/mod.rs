@@ -470,6 +470,18 @@ async fn send_hooks(env: &SharedEnv, releases: &Releases, links: &Links) {
 pub struct Releases {
     releases: Arc<Mutex<Vec<Release>>>,
     placement: Arc<Mutex<Option<Placement>>>,
+    templates: Arc<Mutex<Option<TemplateSource>>>,
+}
+
+/// The promotion templates the GitOps API answers a runtime's `promotionTemplateByRuntime`
+/// from: the Product's own template (for its environments' apps), else the account's
+/// PromotionTemplates chosen by the app's labels.
+#[derive(Clone, Debug, Default)]
+pub struct TemplateSource {
+    /// The Product's `promotionTemplate`, if it has one.
+    pub product_template: Option<Value>,
+    /// The PromotionTemplates that choose their apps by label.
+    pub templates: plan::Templates,
 }
 
 /// Which Product the releases are of and where each environment's app lives: what the
@@ -494,6 +506,43 @@ impl Releases {
             .lock()
             .expect("placement lock poisoned")
             .clone()
+    }
+
+    /// Records the templates the GitOps API answers versionSource lookups from.
+    pub fn keep_templates(&self, source: TemplateSource) {
+        *self.templates.lock().expect("templates lock poisoned") = Some(source);
+    }
+
+    /// The `versionSource` of the template that applies to app `app` (labelled `labels`) of
+    /// the runtime whose gateway name is `runtime`: the Product's own template for one of its
+    /// environments' apps, else the composite of the PromotionTemplates that select it;
+    /// `None` when no template applies or it names no versionSource (the reader then takes
+    /// `Chart.yaml` / `$.appVersion`).
+    pub fn version_source_for(
+        &self,
+        runtime: &str,
+        app: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<Value> {
+        let source = self
+            .templates
+            .lock()
+            .expect("templates lock poisoned")
+            .clone()?;
+        let in_product = self.placement().is_some_and(|placement| {
+            placement
+                .targets
+                .values()
+                .any(|t| t.runtime == runtime && t.app == app)
+        });
+        let template = match source.product_template {
+            Some(template) if in_product => template,
+            _ => source.templates.composite(labels)?.0,
+        };
+        template
+            .get("versionSource")
+            .filter(|v| v.is_object())
+            .cloned()
     }
 
     /// Records the Product whose releases these are and its environments' apps.
@@ -602,6 +651,14 @@ pub async fn run(env: SharedEnv, config: Config, releases: Releases) {
         }
     };
     releases.place(&config.product, &config.targets);
+    releases.keep_templates(TemplateSource {
+        product_template: config
+            .product_spec
+            .get("promotionTemplate")
+            .filter(|t| t.is_object())
+            .cloned(),
+        templates: config.templates.clone(),
+    });
     let watched = config.targets[&trigger].clone();
     // The commit the trigger environment was at when we started (or last released).
     let mut last_seen: Option<String> = releases.lock().last().map(|r| r.commit.clone());

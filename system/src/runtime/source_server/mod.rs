@@ -26,6 +26,15 @@
 //! upstream's failure in `message` (404 when Argo CD says the app or revision does not
 //! exist, or refuses a missing app as it does without its project), never an empty answer
 //! that could pass for "no versions".
+//!
+//! **Which file holds the version.** With [`Config::templates`] set, each app's
+//! `versionSource` is asked of the platform: the GraphQL query `promotionTemplateByRuntime`
+//! with the app's metadata and the runtime's token, as go-sdk's `GetVersionSourceByRuntime`
+//! sends it and the fork's repo-server asked it (research §4.3). No template (null) means
+//! the default, `Chart.yaml` / `$.appVersion`. The answer is kept per app for
+//! [`TemplateLookup::ttl`] [inferred: the fork kept it in Redis per `<ns>/<name>`; how long
+//! is not public]; when the platform cannot answer, the last answer is used, and without one
+//! the request is 503 (a version read from the wrong file would be a wrong version).
 
 pub mod version;
 
@@ -63,7 +72,36 @@ pub struct Config {
     pub version_source: VersionSource,
     /// Answers kept. Default 10,000.
     pub cache_entries: usize,
+    /// Where each app's `versionSource` is asked for; `None`: every app reads
+    /// [`Config::version_source`].
+    pub templates: Option<TemplateLookup>,
 }
+
+/// How the source server asks the platform which template versions an app.
+#[derive(Clone, Debug)]
+pub struct TemplateLookup {
+    /// The platform's gateway, `host:port` (`POST /2.0/api/graphql`).
+    pub platform_addr: String,
+    /// The runtime's own token.
+    pub token: String,
+    /// How long an app's answer is used before it is asked again. Default 10 minutes
+    /// [inferred].
+    pub ttl: Duration,
+}
+
+impl TemplateLookup {
+    /// Asks the platform at `platform_addr` with the runtime's `token`.
+    pub fn new(platform_addr: &str, token: &str) -> Self {
+        TemplateLookup {
+            platform_addr: platform_addr.into(),
+            token: token.into(),
+            ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+/// The query go-sdk sends (`pkg/graphql/promotion_template.go`).
+pub const TEMPLATE_QUERY: &str = "query ($applicationMetadata: Object!) { promotionTemplateByRuntime(applicationMetadata: $applicationMetadata) { versionSource { file jsonPath } } }";
 
 impl Config {
     /// Defaults, listening on `listen`, reading from Argo CD at `argocd_addr` with `token`.
@@ -75,6 +113,7 @@ impl Config {
             call_timeout: Duration::from_secs(30),
             version_source: VersionSource::default(),
             cache_entries: 10_000,
+            templates: None,
         }
     }
 }
@@ -204,6 +243,10 @@ struct Sources {
     config: Config,
     argocd: Client,
     cache: Mutex<Cache>,
+    /// The platform, when templates are asked for.
+    platform: Option<Client>,
+    /// `namespace/name` → (when asked, the answer).
+    templates: Mutex<BTreeMap<String, (Duration, VersionSource)>>,
 }
 
 impl Sources {
@@ -265,13 +308,78 @@ impl Sources {
                 json!({"compiledManifest": compiled_text, "rawManifest": raw, "path": path, "line": line})
             })
             .collect();
-        let versions =
-            version::application_versions(&files, &app_path, &self.config.version_source)?;
+        let source = self.version_source(&app, name, ns).await?;
+        let versions = version::application_versions(&files, &app_path, &source)?;
         Ok(json!({
             "manifests": manifests,
             "revision": rendered.get("revision").cloned().unwrap_or(json!(revision)),
             "applicationVersions": versions,
         }))
+    }
+
+    /// Where `app`'s version is read: the configured source, or the platform's answer for
+    /// it (kept for the lookup's ttl; the last one when the platform cannot answer).
+    async fn version_source(
+        &self,
+        app: &Value,
+        name: &str,
+        ns: &str,
+    ) -> Result<VersionSource, Unanswered> {
+        let (Some(lookup), Some(platform)) = (&self.config.templates, &self.platform) else {
+            return Ok(self.config.version_source.clone());
+        };
+        let key = format!("{ns}/{name}");
+        let now = self.env.elapsed();
+        let kept = self
+            .templates
+            .lock()
+            .expect("templates lock poisoned")
+            .get(&key)
+            .cloned();
+        if let Some((at, source)) = &kept {
+            if now.saturating_sub(*at) < lookup.ttl {
+                return Ok(source.clone());
+            }
+        }
+        let metadata = app.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let metadata: serde_json::Map<String, Value> =
+            ["name", "namespace", "labels", "annotations"]
+                .into_iter()
+                .filter_map(|field| Some((field.to_string(), metadata.get(field)?.clone())))
+                .collect();
+        let body = json!({"query": TEMPLATE_QUERY, "variables": {"applicationMetadata": metadata}});
+        let asked = platform
+            .send(
+                http::Method::POST,
+                "/2.0/api/graphql".into(),
+                Some(&lookup.token),
+                Some(&body),
+            )
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|answer| template_of(&answer));
+        match asked {
+            Ok(answer) => {
+                let source = answer.clone().unwrap_or_default();
+                self.env.observe(
+                    SourcesEvent::Template {
+                        app: key.clone(),
+                        file: answer.as_ref().map(|s| s.file.clone()).unwrap_or_default(),
+                        json_path: answer.map(|s| s.json_path).unwrap_or_default(),
+                    }
+                    .into(),
+                );
+                self.templates
+                    .lock()
+                    .expect("templates lock poisoned")
+                    .insert(key, (now, source.clone()));
+                Ok(source)
+            }
+            Err(_) if kept.is_some() => Ok(kept.map(|(_, s)| s).unwrap_or_default()),
+            Err(e) => Err(Unanswered::Unavailable(format!(
+                "the platform's promotion template of {key}: {e}"
+            ))),
+        }
     }
 
     async fn metadata(&self, name: &str, ns: &str, revision: &str) -> Result<Value, Unanswered> {
@@ -399,6 +507,38 @@ impl Sources {
     }
 }
 
+/// The `versionSource` a `promotionTemplateByRuntime` answer names: `None` when no template
+/// applies or it names none; an error for a GraphQL error or an answer of another shape.
+fn template_of(answer: &Value) -> Result<Option<VersionSource>, String> {
+    if let Some(errors) = answer.get("errors").filter(|e| !e.is_null()) {
+        let first = errors
+            .get(0)
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or("an error without a message");
+        return Err(format!("promotionTemplateByRuntime: {first}"));
+    }
+    let template = answer
+        .at("/data/promotionTemplateByRuntime")
+        .ok_or("promotionTemplateByRuntime: the answer has no data")?;
+    let Some(source) = template.get("versionSource").filter(|s| !s.is_null()) else {
+        return Ok(None);
+    };
+    let text = |key: &str| {
+        source
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| {
+                format!("promotionTemplateByRuntime: versionSource.{key} is not a string")
+            })
+    };
+    Ok(Some(VersionSource {
+        file: text("file")?,
+        json_path: text("jsonPath")?,
+    }))
+}
+
 /// Runs the source server until its listener fails.
 pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
     let listener = env.listen(&config.listen).await?;
@@ -411,6 +551,11 @@ pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
     let sources = Arc::new(Sources {
         argocd: Client::new(env.clone(), &config.argocd_addr, config.call_timeout),
         cache: Mutex::new(Cache::default()),
+        platform: config
+            .templates
+            .as_ref()
+            .map(|t| Client::new(env.clone(), &t.platform_addr, config.call_timeout)),
+        templates: Mutex::new(BTreeMap::new()),
         env,
         config,
     });
@@ -424,6 +569,38 @@ pub async fn run(env: SharedEnv, config: Config) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_answer_names_the_file_or_none_and_a_bad_one_is_an_error() {
+        let answer = |template: Value| json!({"data": {"promotionTemplateByRuntime": template}});
+        assert_eq!(
+            template_of(&answer(
+                json!({"versionSource": {"file": "values.yaml", "jsonPath": "$.image.tag"}})
+            )),
+            Ok(Some(VersionSource {
+                file: "values.yaml".into(),
+                json_path: "$.image.tag".into()
+            }))
+        );
+        assert_eq!(
+            template_of(&answer(Value::Null)),
+            Ok(None),
+            "no template applies"
+        );
+        assert_eq!(
+            template_of(&answer(json!({"versionSource": null}))),
+            Ok(None),
+            "a template without a versionSource"
+        );
+        let refused = json!({"data": null, "errors": [{"message": "promotionTemplateByRuntime answers a runtime's token, not a user's"}]});
+        assert!(template_of(&refused)
+            .unwrap_err()
+            .contains("a runtime's token"));
+        assert!(template_of(&answer(json!({"versionSource": {"file": 3}})))
+            .unwrap_err()
+            .contains("versionSource.file is not a string"));
+        assert!(template_of(&json!({})).unwrap_err().contains("no data"));
+    }
 
     #[test]
     fn documents_start_at_their_first_line() {
