@@ -1055,4 +1055,12 @@ async fn a_runtime_asks_which_template_versions_its_app_and_nothing_else() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["data"]["runtimes"], json!([]));
     assert_eq!(answer["data"]["applications"]["totalCount"], 0);
+    // Nor may it act: a sync it asks for is refused before anything reaches a runtime.
+    let body = json!({"query": r#"mutation { syncApplication(runtime: "prod", namespace: "argocd", name: "web") { status } }"#}).to_string();
+    let (status, answer) = world.raw(runtime("acme", "prod"), body.as_bytes()).await;
+    assert!(
+        status == 403 || status == 404,
+        "a runtime's token may not sync: {status} {answer}"
+    );
+    assert!(answer["data"].is_null(), "{answer}");
 }
