@@ -172,6 +172,66 @@ impl Side {
     }
 }
 
+/// The Kubernetes Events recorded about `app` on `side`, oldest first (their names end in
+/// the time they were made), as what they say: reason, type, message (commit SHAs named
+/// `commit-N`), source, annotations, the involved object's kind, API version and name, the
+/// count, and whether the name is `<app>.<hex>`. Left out, as what the stand-in models
+/// otherwise (docs/components/argocd.md): sync-status changes (the stand-in here folds a sync
+/// into one write, no `OutOfSync` before `Synced`, where the real one writes the operation,
+/// its end, then the new status), and health changes from or to no status, `Missing` or
+/// `Progressing` (the stand-in's health is the workload's from the start; a real rollout
+/// passes through them). Operations, and health between `Healthy` and `Degraded`, are compared.
+async fn events_view(client: &kube::Client, side: &Side, app: &str) -> Value {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(client.clone(), &side_namespace(side));
+    let params = kube::api::ListParams::default().fields(&format!("involvedObject.name={app}"));
+    let mut listed = events
+        .list(&params)
+        .await
+        .unwrap_or_else(|e| panic!("{}: list events: {e}", side.name))
+        .items;
+    listed.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let named = |text: &str| {
+        side.shas
+            .iter()
+            .enumerate()
+            .fold(text.to_string(), |text, (i, sha)| {
+                text.replace(sha.as_str(), &format!("commit-{}", i + 1))
+            })
+    };
+    let view: Vec<Value> = listed
+        .iter()
+        .filter(|e| {
+            let message = e.message.as_deref().unwrap_or("");
+            let transient = |status: &str| matches!(status.trim(), "" | "Missing" | "Progressing");
+            let health = message
+                .strip_prefix("Updated health status:")
+                .and_then(|change| change.split_once("->"))
+                .is_some_and(|(from, to)| transient(from) || transient(to));
+            !message.starts_with("Updated sync status:") && !health
+        })
+        .map(|e| {
+            let name = e.metadata.name.clone().unwrap_or_default();
+            let suffix = name.strip_prefix(&format!("{app}.")).unwrap_or("");
+            json!({
+                "reason": e.reason,
+                "type": e.type_,
+                "message": named(e.message.as_deref().unwrap_or("")),
+                "source": e.source.as_ref().and_then(|s| s.component.clone()),
+                "annotations": e.metadata.annotations,
+                "involvedObject": {
+                    "kind": e.involved_object.kind,
+                    "apiVersion": e.involved_object.api_version,
+                    "name": e.involved_object.name,
+                },
+                "count": e.count,
+                "named <app>.<hex>": !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
+            })
+        })
+        .collect();
+    Value::Array(view)
+}
+
 /// The real side's Git repository: a bare repository and a work tree that pushes to it.
 struct RealRepo {
     bare: std::path::PathBuf,
@@ -860,6 +920,19 @@ async fn the_simulated_argo_cd_answers_as_a_real_one_through_commits_health_chan
         synced("commit-3", &["commit-1", "commit-2"], "Healthy"),
     ));
     run_checkpoint(&real, &sim, &app, &steps[4], &mut rows, &mut unsettled).await;
+
+    // 5b. The Kubernetes Events each controller recorded about the app through 1–5.
+    let (a, b) = (
+        events_view(&client, &real, &app).await,
+        events_view(&client, &sim, &app).await,
+    );
+    let mut found = Vec::new();
+    diff("events", "", &a, &b, &mut found);
+    rows.push((
+        "5b. the Events recorded through 1–5".into(),
+        "events".into(),
+        found,
+    ));
 
     // 6. The app is deleted: both answer 404.
     for side in [&real, &sim] {

@@ -585,6 +585,9 @@ struct Memory {
     /// Token bucket (thousandths of a token).
     tokens_milli: u64,
     last_fill: Duration,
+    /// Events recorded so far: what keeps two events of one millisecond apart in their
+    /// names (Argo CD's are Unix nanoseconds).
+    events_recorded: u64,
 }
 
 /// One planned write: the app's status, after the child Applications its sync creates.
@@ -602,6 +605,26 @@ struct Plan {
     completes: Option<Completion>,
     /// Children the parent's project does not permit (not created).
     refused: Vec<String>,
+    /// The Kubernetes Events to record before the write ([`super::events`]).
+    events: Vec<Value>,
+}
+
+/// The Event objects writing `patch` to `app` records, named apart by `memory`'s count.
+fn events_for(
+    app: &DynamicObject,
+    patch: &Value,
+    memory: &mut Memory,
+    unix_ms: u64,
+    stamp: &str,
+) -> Vec<Value> {
+    super::events::recorded(app, patch)
+        .iter()
+        .map(|what| {
+            memory.events_recorded += 1;
+            let nanos = unix_ms * 1_000_000 + memory.events_recorded % 1_000_000;
+            super::events::event(app, what, nanos, stamp)
+        })
+        .collect()
 }
 
 /// A finished sync operation, as `argocd.synced` records it.
@@ -921,6 +944,7 @@ async fn tick(
             break;
         }
         planned.insert(key.clone());
+        let events = events_for(&app, &patch, memory, unix_ms, &stamp);
         plans.push(Plan {
             key,
             inputs: None,
@@ -930,6 +954,7 @@ async fn tick(
             starts: false,
             completes: Some(done),
             refused: Vec::new(),
+            events,
         });
     }
     for key in candidates {
@@ -981,6 +1006,7 @@ async fn tick(
             schedule_retry(memory, &key, &patch);
             let (children, incomplete, refused) =
                 plan_children(&app, &patch, git, store, config, memory);
+            let events = events_for(&app, &patch, memory, unix_ms, &stamp);
             plans.push(Plan {
                 key,
                 inputs,
@@ -990,6 +1016,7 @@ async fn tick(
                 incomplete,
                 completes: None,
                 refused,
+                events,
             });
         }
     }
@@ -1061,6 +1088,7 @@ async fn tick(
             schedule_retry(memory, &key, &patch);
             let (children, incomplete, refused) =
                 plan_children(&app, &patch, git, store, config, memory);
+            let events = events_for(&app, &patch, memory, unix_ms, &stamp);
             plans.push(Plan {
                 key,
                 inputs,
@@ -1070,6 +1098,7 @@ async fn tick(
                 incomplete,
                 completes: None,
                 refused,
+                events,
             });
         }
     }
@@ -1084,8 +1113,23 @@ async fn tick(
                  starts,
                  completes,
                  refused,
+                 events,
              }| async move {
                 let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
+                // Recorded before the write, as Argo CD does; a failure to record is only
+                // logged there (`Unable to create audit event`), so it changes nothing here.
+                if !events.is_empty() {
+                    let recorder: Api<DynamicObject> = Api::namespaced_with(
+                        client.clone(),
+                        namespace,
+                        &super::events::event_resource(),
+                    );
+                    for event in events {
+                        if let Ok(object) = serde_json::from_value::<DynamicObject>(event) {
+                            let _ = recorder.create(&PostParams::default(), &object).await;
+                        }
+                    }
+                }
                 for error in refused {
                     env.observe(
                         WorldEvent::ReconcileError {

@@ -9,6 +9,7 @@
 
 pub mod clusters;
 pub mod controller;
+pub mod events;
 pub mod projects;
 pub mod repo_server;
 pub mod server;
