@@ -47,6 +47,28 @@ async fn get(port: u16, path: &str) -> (u16, Value) {
         .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
+/// The source server on loopback `port`, reading orrery's Argo CD at `argo_port`, asking
+/// `templates` for each app's versionSource when given; run by the runtime assembly.
+fn start_sources(
+    port: u16,
+    argo_port: u16,
+    templates: Option<source_server::TemplateLookup>,
+) -> tokio::task::JoinHandle<()> {
+    let mut sources = source_server::Config::new(
+        &format!("127.0.0.1:{port}"),
+        &format!("127.0.0.1:{argo_port}"),
+        ARGO_TOKEN,
+    );
+    sources.templates = templates;
+    start_runtime(
+        "sources",
+        RuntimeConfig {
+            source_server: Some(sources),
+            ..Default::default()
+        },
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real cluster: make conformance-apiserver or make conformance"]
 async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outage() {
@@ -64,18 +86,7 @@ async fn source_server_serves_manifests_versions_and_metadata_through_a_git_outa
     let argo_port = free_port();
     let mut argo = start_argocd(&target, &git, argo_port, Duration::ZERO, ARGO_TOKEN);
     let sources_port = free_port();
-    let sources = source_server::Config::new(
-        &format!("127.0.0.1:{sources_port}"),
-        &format!("127.0.0.1:{argo_port}"),
-        ARGO_TOKEN,
-    );
-    let runtime = start_runtime(
-        "sources",
-        RuntimeConfig {
-            source_server: Some(sources),
-            ..Default::default()
-        },
-    );
+    let runtime = start_sources(sources_port, argo_port, None);
     let apps: Api<DynamicObject> =
         Api::namespaced_with(cluster.client(), &namespace, &application_resource());
     let mut app = DynamicObject::new("a", &application_resource()).within(&namespace);
@@ -261,21 +272,13 @@ async fn source_server_reads_each_apps_version_where_the_platforms_template_says
     });
 
     let sources_port = free_port();
-    let mut sources = source_server::Config::new(
-        &format!("127.0.0.1:{sources_port}"),
-        &format!("127.0.0.1:{argo_port}"),
-        ARGO_TOKEN,
-    );
-    sources.templates = Some(source_server::TemplateLookup::new(
-        &format!("127.0.0.1:{platform_port}"),
-        "prod-token",
-    ));
-    let runtime = start_runtime(
-        "sources",
-        RuntimeConfig {
-            source_server: Some(sources),
-            ..Default::default()
-        },
+    let runtime = start_sources(
+        sources_port,
+        argo_port,
+        Some(source_server::TemplateLookup::new(
+            &format!("127.0.0.1:{platform_port}"),
+            "prod-token",
+        )),
     );
     let apps: Api<DynamicObject> =
         Api::namespaced_with(cluster.client(), &namespace, &application_resource());

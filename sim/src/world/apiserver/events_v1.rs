@@ -213,7 +213,7 @@ pub fn check_create(
             "Invalid value: \"\": needs to be unset".into(),
         ));
     }
-    invalid(kind, name, causes)
+    super::validation::refuse(kind, name, &causes)
 }
 
 /// The stricter rules of an update in this version (`ValidateEventUpdate`): a changed series
@@ -262,15 +262,7 @@ pub fn check_update(
             ));
         }
     }
-    invalid(kind, name, causes)
-}
-
-fn invalid(kind: &ResourceKind, name: &str, causes: Vec<(String, String)>) -> Result<(), ApiError> {
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_causes(kind, name, &causes))
-    }
+    super::validation::refuse(kind, name, &causes)
 }
 
 /// A field's value as the real server prints it in a "field is immutable" cause: strings

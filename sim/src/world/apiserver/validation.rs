@@ -121,11 +121,7 @@ pub fn metadata(
     check_name: bool,
 ) -> Result<(), ApiError> {
     let causes = metadata_causes(kind, name, object, check_name);
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_causes(kind, name, &causes))
-    }
+    refuse(kind, name, &causes)
 }
 
 /// [`metadata`]'s errors as `(field, detail)` causes, for a type whose own rules add more.
@@ -238,10 +234,19 @@ fn namespace_finalizers(kind: &ResourceKind, name: &str, object: &Value) -> Resu
             ));
         }
     }
+    refuse(kind, name, &causes)
+}
+
+/// 422 Invalid with `causes`, or `Ok` when there are none.
+pub fn refuse(
+    kind: &ResourceKind,
+    name: &str,
+    causes: &[(String, String)],
+) -> Result<(), ApiError> {
     if causes.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::invalid_causes(kind, name, &causes))
+        Err(ApiError::invalid_causes(kind, name, causes))
     }
 }
 
@@ -259,11 +264,7 @@ const EVENT_NOTE_LIMIT: usize = 1024;
 /// most 1,024.
 fn event(kind: &ResourceKind, name: &str, namespace: &str, object: &Value) -> Result<(), ApiError> {
     let causes = event_causes(namespace, object, "reportingComponent");
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_causes(kind, name, &causes))
-    }
+    refuse(kind, name, &causes)
 }
 
 /// [`event`]'s errors as causes, with the reporting controller's field named as the request's
