@@ -407,8 +407,10 @@ fn world_pieces(
         // A destination cluster: its own API server; a restart boots it empty.
         let knobs = scenario.apiserver.clone();
         let cost = world.cost.clone();
+        let namespaces = namespaces_used(scenario);
         pieces.push(Box::new(move |env| {
-            let api = ApiServer::counted(knobs.clone(), cost.clone());
+            let (now, unix_millis) = (env.elapsed(), env.unix_millis());
+            let api = ApiServer::booted(knobs.clone(), cost.clone(), &namespaces, now, unix_millis);
             Box::pin(async move {
                 if let Err(error) = apiserver::run(env, api, "0.0.0.0:6443").await {
                     tracing::error!(%error, "destination cluster's API server stopped");
@@ -1557,8 +1559,25 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
         Install::Existing => argocd::Tokens::from(EXISTING_ARGOCD_TOKEN),
     };
     let cost = Arc::<crate::world::cost::Cost>::default();
+    let namespaces = namespaces_used(scenario);
+    let booted = |namespaces: &[String]| {
+        let (knobs, cost) = (scenario.apiserver.clone(), cost.clone());
+        ApiServer::booted(knobs, cost, namespaces, Duration::ZERO, SIM_EPOCH_UNIX_MS)
+    };
+    // The host cluster also holds each virtual cluster's namespace (the platform made it
+    // with the vcluster).
+    let vclusters = hosts_with(scenario, Role::Vcluster);
+    let host_namespaces = vclusters
+        .iter()
+        .map(|v| crate::world::hosted::host_namespace(v));
     let world = World {
-        api: ApiServer::counted(scenario.apiserver.clone(), cost.clone()),
+        api: booted(
+            &namespaces
+                .iter()
+                .cloned()
+                .chain(host_namespaces)
+                .collect::<Vec<_>>(),
+        ),
         git: SharedGit::default(),
         health: HealthOverrides::default(),
         calm: Arc::new(AtomicBool::new(false)),
@@ -1590,11 +1609,11 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
             .iter()
             .any(|h| h.has(Role::Database))
             .then(crate::world::database::Database::default),
-        vclusters: hosts_with(scenario, Role::Vcluster)
+        vclusters: vclusters
             .into_iter()
             .map(|host| {
                 let tenant = crate::world::hosted::Tenant {
-                    api: ApiServer::counted(scenario.apiserver.clone(), cost.clone()),
+                    api: booted(&namespaces),
                     git: SharedGit::default(),
                     health: HealthOverrides::default(),
                 };
@@ -1604,6 +1623,27 @@ fn build_world(scenario: &Scenario, variant: Variant, trace: &Trace) -> World {
     };
     seed_world(scenario, &world);
     world
+}
+
+/// The namespaces the scenario's components write into, which every API server of its
+/// world holds from its first boot (with kube-apiserver's own four), as a cluster's
+/// bootstrap creates them: a write into any other namespace is refused as kube-apiserver
+/// refuses it (404, `namespaces "x" not found`).
+fn namespaces_used(scenario: &Scenario) -> Vec<String> {
+    let mut names = BTreeSet::from([argocd::NAMESPACE.to_string()]);
+    names.extend(scenario.argocd.application_namespaces.iter().cloned());
+    let loads = &scenario.workload;
+    names.extend(loads.rollouts.as_ref().map(|l| l.namespace.clone()));
+    names.extend(loads.workflows.as_ref().map(|l| l.namespace.clone()));
+    if scenario.runner.is_some() {
+        names.insert(crate::world::runner::NAMESPACE.to_string());
+    }
+    if scenario.hosted.is_some() {
+        let hosted = crate::world::hosted::NAMESPACES.iter();
+        let colliding = crate::world::hosted::COLLIDING.iter().map(|(ns, _)| ns);
+        names.extend(hosted.chain(colliding).map(|ns| ns.to_string()));
+    }
+    names.into_iter().collect()
 }
 
 /// What the world holds before the run starts, as an earlier life of the platform left it:
@@ -1898,6 +1938,63 @@ mod tests {
                 [v.key, v.sync, v.revision, v.health]
             })
             .collect()
+    }
+
+    /// The Namespace objects `api` holds, by name.
+    fn namespaces_in(api: &ApiServer) -> Vec<String> {
+        let store = api.store();
+        let kind = api.namespace_kind();
+        store
+            .iter_shared(kind)
+            .map(|(_, name, _)| name.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_world_creates_the_namespaces_its_scenario_writes_into_and_requires_them() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+        let load = |name: &str| crate::scenario::load(&root.join(name)).expect("a scenario");
+        let system = ["default", "kube-node-lease", "kube-public", "kube-system"];
+
+        let resources = load("swarm-resources.yaml");
+        let world = build_world(&resources, Variant::Hardened, &Trace::default());
+        assert_eq!(
+            world.api.namespace_mode(),
+            apiserver::namespaces::Mode::Required
+        );
+        let mut want = vec!["argocd", "rollouts", "workflows"];
+        want.extend(system);
+        want.sort_unstable();
+        assert_eq!(namespaces_in(&world.api), want);
+
+        // The host cluster holds each virtual cluster's namespace; a virtual cluster only
+        // what its tenants write into.
+        let hosted = load("hosted-tenants.yaml");
+        let world = build_world(&hosted, Variant::Faithful, &Trace::default());
+        let host = namespaces_in(&world.api);
+        let (name, tenant) = world.vclusters.iter().next().expect("a vcluster");
+        let inside = namespaces_in(&tenant.api);
+        for ns in [
+            "prod",
+            "staging",
+            "team",
+            "team-x-prod",
+            "argocd",
+            "default",
+        ] {
+            assert!(
+                host.iter().any(|h| h == ns) && inside.iter().any(|i| i == ns),
+                "{ns}"
+            );
+        }
+        let vc = crate::world::hosted::host_namespace(name);
+        assert!(host.contains(&vc) && !inside.contains(&vc), "{vc}");
+
+        let runner = load("runner-agent-restart.yaml");
+        let world = build_world(&runner, Variant::Faithful, &Trace::default());
+        assert!(namespaces_in(&world.api)
+            .iter()
+            .any(|n| n == crate::world::runner::NAMESPACE));
     }
 
     fn kept(views: &AppViews) -> Vec<[String; 4]> {

@@ -739,6 +739,24 @@ fn validate_workload(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioErro
             format!("a {load} load needs one host with role {role:?} and one with role workload"),
         )?;
     }
+    for (load, namespace) in [
+        (
+            "rollouts",
+            s.workload.rollouts.as_ref().map(|l| &l.namespace),
+        ),
+        (
+            "workflows",
+            s.workload.workflows.as_ref().map(|l| &l.namespace),
+        ),
+    ] {
+        if let Some(namespace) = namespace {
+            v.check(
+                namespace_label(namespace),
+                &Field::root("workload").key(load).key("namespace"),
+                format!("`{namespace}` is not a namespace name (DNS-1123 label)"),
+            )?;
+        }
+    }
     if let Some(load) = &s.workload.rollouts {
         let field = Field::root("workload").key("rollouts");
         v.check(
@@ -898,20 +916,25 @@ fn validate_argocd(v: &Validator<'_>, s: &Scenario) -> Result<(), ScenarioError>
         )?;
     }
     for (i, namespace) in s.argocd.application_namespaces.iter().enumerate() {
-        let valid = !namespace.is_empty()
-            && namespace.len() <= 63
-            && namespace
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !namespace.starts_with('-')
-            && !namespace.ends_with('-');
         v.check(
-            valid && namespace != "argocd",
+            namespace_label(namespace) && namespace != "argocd",
             &Field::root("argocd").key("application_namespaces").index(i),
             format!("`{namespace}` is not a namespace name other than argocd (DNS-1123 label)"),
         )?;
     }
     Ok(())
+}
+
+/// Whether `name` is a namespace's name (a DNS-1123 label): the world creates the
+/// namespaces a scenario names before its components write into them.
+fn namespace_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
 }
 
 /// The fault schedule, the invariants' settings, the declared results and fault points.
@@ -1654,6 +1677,22 @@ expect:
         assert!(
             err.starts_with("t.yaml:14:43: argocd.application_namespaces[1]:")
                 && err.contains("`Team_B` is not a namespace name"),
+            "{err}"
+        );
+        // The world creates the loads' namespaces, so they are names too.
+        let rollouts = GOOD
+            .replace(
+                "    - {name: probe, role: probe}",
+                "    - {name: probe, role: probe}\n    - {name: r, role: rollouts}",
+            )
+            .replace(
+                "calm: 10s",
+                "calm: 10s\nworkload: {rollouts: {namespace: Roll}}",
+            );
+        let err = parse("t.yaml", &rollouts).unwrap_err().to_string();
+        assert!(
+            err.contains("workload.rollouts.namespace:")
+                && err.contains("`Roll` is not a namespace name"),
             "{err}"
         );
     }

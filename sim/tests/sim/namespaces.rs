@@ -2,7 +2,7 @@
 //! v1.36.3; the kubectl conformance suite compares them): a server that requires namespaces
 //! refuses content in a missing or terminating one, a deleted namespace is Terminating until
 //! the namespace stand-in has removed its content and its `kubernetes` finalizer, and the
-//! system namespaces cannot be deleted. The simulated world's implicit namespaces stay.
+//! system namespaces cannot be deleted. Unit tests' servers (`ApiServer::new`) keep implicit namespaces.
 
 use std::time::Duration;
 

@@ -94,14 +94,33 @@ impl ApiServer {
     /// creates on start (`default`, `kube-node-lease`, `kube-public`, `kube-system`), made
     /// at `unix_millis`: what `orrery apiserver` and the conformance suites serve.
     pub fn requiring_namespaces(knobs: Knobs, now: Duration, unix_millis: u64) -> Arc<Self> {
+        Self::booted(knobs, Arc::default(), &[], now, unix_millis)
+    }
+
+    /// A server that requires namespaces, counting into `cost` like [`ApiServer::counted`],
+    /// holding the system namespaces and `namespaces` (a cluster's bootstrap: what the
+    /// simulated world creates before its components write), made at `unix_millis`.
+    pub fn booted(
+        knobs: Knobs,
+        cost: Arc<crate::world::cost::Cost>,
+        namespaces: &[String],
+        now: Duration,
+        unix_millis: u64,
+    ) -> Arc<Self> {
         let server = Arc::new(ApiServer {
             namespaces: namespaces::Mode::Required,
-            ..Arc::into_inner(Self::new(knobs)).expect("just made")
+            ..Arc::into_inner(Self::counted(knobs, cost)).expect("just made")
         });
-        for name in namespaces::SYSTEM {
+        let system = namespaces::SYSTEM.iter().copied();
+        let mut names: Vec<&str> = system
+            .chain(namespaces.iter().map(String::as_str))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
             server
                 .create_namespace(name, now, unix_millis)
-                .expect("a fresh store takes the system namespaces");
+                .expect("a fresh store takes valid namespace names");
         }
         server
     }

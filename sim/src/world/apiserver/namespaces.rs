@@ -5,9 +5,10 @@
 //! not be deleted), and a stand-in for kube-controller-manager's namespace controller, which
 //! deletes a terminating namespace's content and then its finalizer ([`finish`]).
 //!
-//! Two modes ([`Mode`]): `orrery apiserver` and the conformance suites' simulated server
-//! require namespaces, as a real cluster does; the simulated world still treats every valid
-//! name as an existing, active namespace (fidelity gap `apiserver-namespaces-implicit`).
+//! Two modes ([`Mode`]): `orrery apiserver`, the conformance suites' simulated server and
+//! every scenario's world require namespaces, as a real cluster does (the world creates the
+//! ones its components use); servers made with `ApiServer::new` for unit tests take every
+//! valid name as an existing, active namespace.
 //! Every answer here was read off a real kube-apiserver v1.36.3 (the kubectl suite compares
 //! them).
 
@@ -40,7 +41,7 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Every valid name is an existing, active namespace unless a Namespace object says
-    /// otherwise (the simulated world; a declared fidelity gap).
+    /// otherwise (servers made for unit tests, which need no bootstrap).
     Implicit,
     /// As kube-apiserver: a create into a namespace with no Namespace object is 404.
     Required,
