@@ -112,6 +112,56 @@ fn workflows_succeed_fail_stop_and_are_collected() {
             long.data["status"]["message"],
             "Stopped with strategy 'Terminate'"
         );
+        // The Events the controller recorded, as argo-workflows v3.6 words them.
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(api.clone().into_client(), "ci");
+        let said = |workflow: &str, list: &[k8s_openapi::api::core::v1::Event]| {
+            let mut said: Vec<(String, String, String)> = list
+                .iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(workflow))
+                .map(|e| {
+                    let text = |s: &Option<String>| s.clone().unwrap_or_default();
+                    (text(&e.reason), text(&e.type_), text(&e.message))
+                })
+                .collect();
+            said.sort();
+            said
+        };
+        let list = events.list(&Default::default()).await?.items;
+        assert!(list.iter().all(|e| {
+            e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("workflow-controller")
+                && e.involved_object.kind.as_deref() == Some("Workflow")
+        }));
+        let broken = said("broken", &list);
+        let failed = format!("child '{test}' failed");
+        for want in [
+            ("WorkflowRunning", "Normal", "Workflow Running"),
+            ("WorkflowFailed", "Warning", failed.as_str()),
+            (
+                "WorkflowNodeRunning",
+                "Normal",
+                "Running node broken[1].test",
+            ),
+            (
+                "WorkflowNodeFailed",
+                "Warning",
+                "Failed node broken[1].test: Error (exit code 1)",
+            ),
+        ] {
+            let want = (want.0.to_string(), want.1.to_string(), want.2.to_string());
+            assert!(broken.contains(&want), "{want:?} in {broken:#?}");
+        }
+        let ok = said("ok", &list);
+        let done = ("WorkflowSucceeded", "Normal", "Workflow completed");
+        let done = (done.0.to_string(), done.1.to_string(), done.2.to_string());
+        assert!(ok.contains(&done), "{ok:#?}");
+        assert!(ok.iter().all(|(_, kind, _)| kind == "Normal"), "{ok:#?}");
+        let stopped = (
+            "WorkflowFailed".to_string(),
+            "Warning".to_string(),
+            "Stopped with strategy 'Terminate'".to_string(),
+        );
+        assert!(said("long", &list).contains(&stopped));
         env.sleep(Duration::from_secs(40)).await;
         assert!(
             api.get_opt("ok").await?.is_none(),

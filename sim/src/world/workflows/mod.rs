@@ -5,6 +5,7 @@
 //! phase and how long it runs) is the world's [`Jobs`], set by the workload or a test.
 //!
 //! - [`operate`]: one operation on one Workflow, as a pure function;
+//! - [`events`]: the Kubernetes Events the controller records about it;
 //! - [`run`]: a reflector of Workflows in every namespace and, every second, each one
 //!   operated on and its status and labels merge-patched, or deleted when its TTL ran out.
 //!
@@ -16,6 +17,7 @@
 //! those docs; the runtime's chart installs Argo Workflows as a subchart (research §2, `argo-workflows`), so
 //! the finalizer the hardened resource reporter relies on is the runtime's own setting.
 
+pub mod events;
 pub mod operate;
 pub mod workload;
 
@@ -181,6 +183,8 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs, finalizers: Vec
     // Per workflow: the resourceVersion of our last write (a reflector view older than it
     // is skipped) and the phase it wrote.
     let mut written: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    // Events recorded so far: each one's name gets a distinct nanosecond.
+    let mut recorded: u64 = 0;
     let no_spec = json!({});
     loop {
         env.sleep(TICK).await;
@@ -226,9 +230,28 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs, finalizers: Vec
                     }
                     written.remove(&id);
                 }
-                operate::Step::Write { labels, status } => {
-                    let phase = status["phase"].as_str().unwrap_or("").to_string();
-                    let message = status["message"].as_str().unwrap_or("").to_string();
+                operate::Step::Write {
+                    labels,
+                    status: next,
+                } => {
+                    let phase = next["phase"].as_str().unwrap_or("").to_string();
+                    let message = next["message"].as_str().unwrap_or("").to_string();
+                    // The phase's event while operating, before the write; the nodes' after
+                    // it succeeded, about the object it wrote.
+                    let was = status["phase"].as_str().unwrap_or("");
+                    let on_phase = events::workflow_phase(was, &phase, &message);
+                    let on_nodes = events::node_phases(status, &next);
+                    let uid = object.metadata.uid.clone().unwrap_or_default();
+                    let mut record = |what: &events::Recorded, rv: &str| {
+                        recorded += 1;
+                        let nanos = now_ms * 1_000_000 + recorded % 1_000_000;
+                        let stamp = orrery_system::core::time::rfc3339(now_ms);
+                        events::event((&ns, &name), (&uid, rv), what, nanos, &stamp)
+                    };
+                    let before = object.metadata.resource_version.clone().unwrap_or_default();
+                    let first: Vec<Value> = on_phase.iter().map(|w| record(w, &before)).collect();
+                    create_events(&client, &ns, first).await;
+                    let status = next;
                     let mut body = json!({"metadata": {"labels": labels}, "status": status});
                     // workflowDefaults' finalizers, with the first status (a merge patch
                     // replaces the list: the ones it has are kept).
@@ -252,6 +275,9 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs, finalizers: Vec
                                 .as_deref()
                                 .and_then(|rv| rv.parse().ok())
                                 .unwrap_or(0);
+                            let after = rv.to_string();
+                            let made = on_nodes.iter().map(|w| record(w, &after)).collect();
+                            create_events(&client, &ns, made).await;
                             if written.get(&id).is_none_or(|(_, p)| *p != phase) {
                                 env.observe(
                                     WorldEvent::WorkflowPhase {
@@ -268,6 +294,24 @@ pub async fn run(env: SharedEnv, target: KubeTarget, jobs: Jobs, finalizers: Vec
                     }
                 }
             }
+        }
+    }
+}
+
+/// Creates `events` in `namespace`; a failure is only logged by client-go's broadcaster, so
+/// it changes nothing here.
+async fn create_events(client: &kube::Client, namespace: &str, events: Vec<Value>) {
+    if events.is_empty() {
+        return;
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &crate::world::argocd::events::event_resource(),
+    );
+    for event in events {
+        if let Ok(object) = serde_json::from_value::<DynamicObject>(event) {
+            let _ = api.create(&kube::api::PostParams::default(), &object).await;
         }
     }
 }
