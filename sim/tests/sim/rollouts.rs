@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use orrery_sim::env::SimEnv;
 use orrery_sim::world::apiserver::Knobs;
@@ -50,6 +51,20 @@ async fn state(api: &Api<DynamicObject>, name: &str) -> kube::Result<(String, St
     ))
 }
 
+/// The Events recorded about Rollout `name`, in the order they were made: (reason, type,
+/// message).
+async fn recorded(events: &Api<Event>, name: &str) -> kube::Result<Vec<(String, String, String)>> {
+    let mut list = events.list(&Default::default()).await?.items;
+    list.retain(|e| e.involved_object.name.as_deref() == Some(name));
+    // Named `<rollout>.<hex nanoseconds>`: one length of hex, so the name orders them.
+    list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let text = |s: &Option<String>| s.clone().unwrap_or_default();
+    Ok(list
+        .iter()
+        .map(|e| (text(&e.reason), text(&e.type_), text(&e.message)))
+        .collect())
+}
+
 fn boot(w: &mut World, verdicts: &Verdicts) {
     let (trace, verdicts) = (w.trace.clone(), verdicts.clone());
     w.sim.host("rollouts", move || {
@@ -77,6 +92,7 @@ fn a_canary_pauses_until_promoted_runs_its_analysis_and_becomes_stable() {
         let (env, client) = kube("client", &trace, Duration::from_secs(30));
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &rollout_resource());
         let sets: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &replica_set_resource());
+        let events: Api<Event> = Api::namespaced(client.clone(), NS);
         let runs: Api<DynamicObject> = Api::namespaced_with(client, NS, &analysis_run_resource());
         let steps = json!({"canary": {"steps": [{"setWeight": 25}, {"pause": {}}, {"analysis": {"templates": [{"templateName": "success-rate"}]}}]}});
         let created = api.create(&PostParams::default(), &rollout("web", steps)).await?;
@@ -118,6 +134,38 @@ fn a_canary_pauses_until_promoted_runs_its_analysis_and_becomes_stable() {
         let done = api.get("web").await?;
         assert_eq!(done.data["status"]["stableRS"], v2.as_str());
         assert_eq!(sets.get(&format!("web-{v1}")).await?.data["spec"]["replicas"], 0);
+        // The Events, in argo-rollouts v1.8's words and order (its e2e tests' sequence, less
+        // RolloutNotCompleted; a promote by the plugin clears the pause itself, so the
+        // controller records no RolloutResumed).
+        let said: Vec<String> = recorded(&events, "web")
+            .await?
+            .into_iter()
+            .map(|(reason, kind, message)| format!("{reason} {kind}: {message}"))
+            .collect();
+        let scaled = |way: &str, hash: &str, rev: u8, from: u8, to: u8| {
+            format!("ScalingReplicaSet Normal: Scaled {way} ReplicaSet web-{hash} (revision {rev}) from {from} to {to}")
+        };
+        let want = vec![
+            "RolloutUpdated Normal: Rollout updated to revision 1".to_string(),
+            format!("NewReplicaSetCreated Normal: Created ReplicaSet web-{v1} (revision 1)"),
+            scaled("up", &v1, 1, 0, 4),
+            format!("RolloutCompleted Normal: Rollout completed update to revision 1 ({v1}): Initial deploy"),
+            "RolloutUpdated Normal: Rollout updated to revision 2".to_string(),
+            format!("NewReplicaSetCreated Normal: Created ReplicaSet web-{v2} (revision 2)"),
+            scaled("up", &v2, 2, 0, 1),
+            scaled("down", &v1, 1, 4, 3),
+            "RolloutStepCompleted Normal: Rollout step 1/3 completed (setWeight: 25)".to_string(),
+            "RolloutPaused Normal: Rollout is paused (CanaryPauseStep)".to_string(),
+            "RolloutStepCompleted Normal: Rollout step 2/3 completed (pause)".to_string(),
+            "RolloutStepCompleted Normal: Rollout step 3/3 completed (analysis)".to_string(),
+            scaled("up", &v2, 2, 1, 2),
+            scaled("down", &v1, 1, 3, 2),
+            scaled("up", &v2, 2, 2, 3),
+            scaled("down", &v1, 1, 2, 0),
+            scaled("up", &v2, 2, 3, 4),
+            format!("RolloutCompleted Normal: Rollout completed update to revision 2 ({v2}): Completed all 3 canary steps"),
+        ];
+        assert_eq!(said, want);
         Ok(())
     });
     w.sim.run().unwrap();
@@ -132,7 +180,8 @@ fn a_failing_analysis_degrades_a_canary_and_a_blue_green_switches_after_promotio
     w.sim.client("client", async move {
         let (env, client) = kube("client", &trace, Duration::from_secs(30));
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &rollout_resource());
-        let sets: Api<DynamicObject> = Api::namespaced_with(client, NS, &replica_set_resource());
+        let sets: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &replica_set_resource());
+        let events: Api<Event> = Api::namespaced(client, NS);
         let canary = json!({"canary": {"steps": [{"setWeight": 50}, {"analysis": {"templates": [{"templateName": "success-rate"}]}}]}});
         api.create(&PostParams::default(), &rollout("api", canary)).await?;
         let blue_green = json!({"blueGreen": {"activeService": "pay-active", "previewService": "pay-preview", "autoPromotionEnabled": false}});
@@ -153,6 +202,14 @@ fn a_failing_analysis_degrades_a_canary_and_a_blue_green_switches_after_promotio
         assert_eq!(phase, "Degraded");
         assert!(message.starts_with("RolloutAborted: Rollout aborted update to revision 2: Metric \"success-rate\" assessed Failed"), "{message}");
         assert_eq!(sets.get(&format!("api-{v2}")).await?.data["spec"]["replicas"], 0);
+        let aborted: Vec<_> = recorded(&events, "api")
+            .await?
+            .into_iter()
+            .filter(|(reason, ..)| reason == "RolloutAborted")
+            .collect();
+        assert_eq!(aborted.len(), 1, "{aborted:?}");
+        assert_eq!(aborted[0].1, "Warning");
+        assert_eq!(format!("RolloutAborted: {}", aborted[0].2), message);
 
         assert_eq!(state(&api, "pay").await?.1, "BlueGreenPause");
         let pay = api.get("pay").await?;
@@ -160,9 +217,12 @@ fn a_failing_analysis_degrades_a_canary_and_a_blue_green_switches_after_promotio
         plugin::promote(&api, "pay", false).await?;
         env.sleep(Duration::from_secs(5)).await;
         let pay = api.get("pay").await?;
-        let new_pay = pay.data["status"]["currentPodHash"].as_str().unwrap();
+        let new_pay = pay.data["status"]["currentPodHash"].as_str().unwrap().to_string();
         assert_eq!(pay.data["status"]["blueGreen"]["activeSelector"], new_pay);
         assert_eq!(pay.data["status"]["phase"], "Healthy");
+        let pay_said = recorded(&events, "pay").await?;
+        let paused = ("RolloutPaused".to_string(), "Normal".to_string(), "Rollout is paused (BlueGreenPause)".to_string());
+        assert!(pay_said.contains(&paused), "{pay_said:#?}");
         assert_eq!(sets.get(&format!("pay-{old_pay}")).await?.data["spec"]["replicas"], 4, "kept for the scale-down delay");
         env.sleep(Duration::from_secs(35)).await;
         assert_eq!(sets.get(&format!("pay-{old_pay}")).await?.data["spec"]["replicas"], 0);
@@ -170,6 +230,16 @@ fn a_failing_analysis_degrades_a_canary_and_a_blue_green_switches_after_promotio
         let before = api.get("pay").await?.metadata.resource_version;
         plugin::promote(&api, "pay", true).await?;
         assert_eq!(api.get("pay").await?.metadata.resource_version, before);
+        let completed: Vec<String> = recorded(&events, "pay")
+            .await?
+            .into_iter()
+            .filter(|(reason, ..)| reason == "RolloutCompleted")
+            .map(|(.., message)| message)
+            .collect();
+        assert_eq!(completed, vec![
+            format!("Rollout completed update to revision 1 ({old_pay}): Initial deploy"),
+            format!("Rollout completed update to revision 2 ({new_pay}): Completed blue-green update"),
+        ]);
         Ok(())
     });
     w.sim.run().unwrap();

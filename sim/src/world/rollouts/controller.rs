@@ -70,6 +70,8 @@ struct Memory {
     /// Typed views by uid, with the resourceVersion they were read at: a view is a pure
     /// function of the object, and most objects are unchanged from one tick to the next.
     views: Views,
+    /// Events recorded so far: each one's name gets a distinct nanosecond.
+    events_recorded: u64,
 }
 
 /// The typed views the controller read last tick (see [`Memory::views`]).
@@ -425,6 +427,18 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
             let body = json!({"spec": {"terminate": true}});
             patch(env, &run_api, name, body, false, format!("{ns}/{name}")).await;
         }
+        // What the writes above record, before the status write; a pause's start or end
+        // after it, about the Rollout it wrote.
+        let (first, then) = super::events::recorded(&rollout, owned, &plan, revision);
+        record(
+            env,
+            client,
+            &rollout,
+            &rv(&object).to_string(),
+            first,
+            memory,
+        )
+        .await;
         let before = serde_json::to_value(&rollout.status).unwrap_or(Value::Null);
         let after = serde_json::to_value(&plan.status).unwrap_or(Value::Null);
         let Some(diff) = merge_diff(&before, &after) else {
@@ -433,6 +447,15 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
         let api: Api<Wire> = Api::namespaced_with(client.clone(), ns, &super::rollout_resource());
         let body = json!({"status": diff});
         if let Some(written) = patch(env, &api, &rollout.name, body, true, id.clone()).await {
+            record(
+                env,
+                client,
+                &rollout,
+                &rv(&written).to_string(),
+                then,
+                memory,
+            )
+            .await;
             let phase = plan.status.phase.clone().unwrap_or_default();
             let step = if rollout.spec.strategy.blue_green.is_some() {
                 -1
@@ -456,6 +479,36 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
                 );
             }
             memory.written.insert(id, (rv(&written), phase, step));
+        }
+    }
+}
+
+/// Creates the Events `what` about `rollout` (at `resource_version`); a failure is only
+/// logged by client-go's broadcaster, so it changes nothing here.
+async fn record(
+    env: &SharedEnv,
+    client: &kube::Client,
+    rollout: &Rollout,
+    resource_version: &str,
+    what: Vec<super::events::Recorded>,
+    memory: &mut Memory,
+) {
+    if what.is_empty() {
+        return;
+    }
+    let now_ms = env.unix_millis();
+    let stamp = orrery_system::core::time::rfc3339(now_ms);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &rollout.namespace,
+        &crate::world::argocd::events::event_resource(),
+    );
+    for recorded in &what {
+        memory.events_recorded += 1;
+        let nanos = now_ms * 1_000_000 + memory.events_recorded % 1_000_000;
+        let event = super::events::event(rollout, resource_version, recorded, nanos, &stamp);
+        if let Ok(object) = serde_json::from_value::<DynamicObject>(event) {
+            let _ = api.create(&PostParams::default(), &object).await;
         }
     }
 }

@@ -10,11 +10,13 @@
 //! - [`reconcile`]: one reconcile of one Rollout, as a pure function;
 //! - [`analysis`]: AnalysisRun measurements, with the world's metric provider ([`Verdicts`]);
 //! - [`controller`]: the loop that reads the reflectors and writes the plans;
+//! - [`events`]: the Kubernetes Events a reconcile records;
 //! - [`plugin`]: `kubectl argo rollouts promote | abort | retry`, as the plugin patches.
 
 pub mod analysis;
 pub mod canary;
 pub mod controller;
+pub mod events;
 pub mod model;
 pub mod plugin;
 pub mod reconcile;
