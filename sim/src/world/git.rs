@@ -39,7 +39,7 @@ impl Commit {
     /// Whether this commit's changes (relative to its first parent) touch an app with
     /// `refresh` paths (Argo CD's `AppFilesHaveChanged`); a commit without changes does not.
     pub fn touches(&self, refresh: &[String]) -> bool {
-        let files: Vec<String> = self.changes.keys().cloned().collect();
+        let files: Vec<&str> = self.changes.keys().map(String::as_str).collect();
         !files.is_empty() && orrery_system::runtime::acr::paths::files_have_changed(refresh, &files)
     }
 }

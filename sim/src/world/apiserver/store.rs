@@ -945,30 +945,74 @@ impl Store {
         }
     }
 
-    /// The objects of `kind` as they were at `rv`, or `None` if history no longer reaches back.
-    fn snapshot_at(&self, kind: &ResourceKind, rv: u64) -> Option<BTreeMap<Key, Arc<Value>>> {
+    /// What the objects of `kind` were at `rv` where they differ from now: the body before
+    /// the oldest change since (`None`: created since), or `None` if history no longer
+    /// reaches back. A list walks the live objects through it, so it copies no key and
+    /// looks at no other kind (a store holds tens of thousands of Events beside the apps).
+    fn changed_since(&self, resource: &str, rv: u64) -> Option<BTreeMap<Key, Option<Arc<Value>>>> {
         if rv < self.compacted_rv {
             return None;
         }
-        let resource = kind.key();
-        let mut state: BTreeMap<Key, Arc<Value>> = self
-            .objects
-            .iter()
-            .filter(|((r, _, _), _)| *r == resource)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for change in self.history.iter().rev().take_while(|c| c.rv > rv) {
+        let mut earlier = BTreeMap::new();
+        let since = self.history.partition_point(|c| c.rv <= rv);
+        // Newest first, so the oldest change's body is the one left.
+        for change in self.history.range(since..).rev() {
             if change.resource != resource {
                 continue;
             }
             let name = meta_str(&change.object, "name").unwrap_or("").to_string();
-            let key = (resource.clone(), change.namespace.clone(), name);
-            match &change.previous {
-                Some(previous) => state.insert(key, previous.clone()),
-                None => state.remove(&key),
-            };
+            let key = (resource.to_string(), change.namespace.clone(), name);
+            earlier.insert(key, change.previous.clone());
         }
-        Some(state)
+        Some(earlier)
+    }
+
+    /// The objects of `resource` as they were when `earlier` was taken, in key order, from
+    /// the first key after `after` (every one when `None`).
+    fn snapshot<'a>(
+        &'a self,
+        resource: &'a str,
+        earlier: &'a BTreeMap<Key, Option<Arc<Value>>>,
+        after: Option<&Key>,
+    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> + 'a {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(key) => Bound::Excluded(key.clone()),
+            None => Bound::Included((resource.to_string(), String::new(), String::new())),
+        };
+        let of_kind = move |((r, _, _), _): &(&Key, _)| r == resource;
+        let mut now = self
+            .objects
+            .range((lower.clone(), Bound::Unbounded))
+            .take_while(of_kind)
+            .peekable();
+        let mut then = earlier.range((lower, Bound::Unbounded)).peekable();
+        std::iter::from_fn(move || loop {
+            let order = match (now.peek(), then.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some((a, _)), Some((b, _))) => a.cmp(b),
+            };
+            let (key, body) = match order {
+                std::cmp::Ordering::Less => {
+                    let (key, body) = now.next()?;
+                    (key, Some(body))
+                }
+                std::cmp::Ordering::Greater => {
+                    let (key, body) = then.next()?;
+                    (key, body.as_ref())
+                }
+                std::cmp::Ordering::Equal => {
+                    now.next();
+                    let (key, body) = then.next()?;
+                    (key, body.as_ref())
+                }
+            };
+            if let Some(body) = body {
+                return Some((key, body));
+            }
+        })
     }
 
     /// Drops `namespace/name` whatever its finalizers, as etcd drops a key whose lease ran
@@ -1017,20 +1061,20 @@ impl Store {
             }
             None => (self.rv.saturating_sub(lag).max(self.compacted_rv), None),
         };
-        let snapshot = self.snapshot_at(kind, rv).ok_or_else(|| {
+        let resource = kind.key();
+        let earlier = self.changed_since(&resource, rv).ok_or_else(|| {
             ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
         })?;
-        let mut matching = snapshot
-            .into_iter()
-            .filter(|(k, _)| after.as_ref().is_none_or(|a| k > a))
+        let mut matching = self
+            .snapshot(&resource, &earlier, after.as_ref())
             .filter(|((_, ns, _), v)| filter.matches(ns, v));
         let limit = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
         let mut items = Vec::new();
         let mut last_key = None;
         for (key, value) in matching.by_ref() {
-            items.push(value);
-            last_key = Some(key);
+            items.push(value.clone());
             if items.len() == limit {
+                last_key = Some(key.clone());
                 break;
             }
         }
@@ -1395,6 +1439,71 @@ mod tests {
         assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
         assert_eq!(first.rv, second.rv);
         assert!(third.continue_token.is_none());
+    }
+
+    #[test]
+    fn a_lagging_list_shows_each_object_as_it_was_and_only_its_kind() {
+        let mut store = Store::default();
+        let (maps, secrets) = (kind("configmaps"), kind("secrets"));
+        let body =
+            |name: &str, v: u64| json!({"metadata": {"name": name}, "data": {"v": v.to_string()}});
+        for (ns, name) in [("a", "c0"), ("a", "c1"), ("b", "c0")] {
+            store
+                .create(&maps, ns, body(name, 1), Duration::ZERO, 0)
+                .unwrap();
+            store
+                .create(&secrets, ns, body(name, 1), Duration::ZERO, 0)
+                .unwrap();
+        }
+        // Since the list's revision: one changed twice, one deleted, one created, and
+        // another kind written.
+        for v in [2, 3] {
+            store
+                .replace(&maps, "a", "c1", body("c1", v), false, Duration::ZERO)
+                .unwrap();
+        }
+        store.delete(&maps, "b", "c0", Duration::ZERO, 0).unwrap();
+        store
+            .create(&maps, "a", body("c2", 1), Duration::ZERO, 0)
+            .unwrap();
+        store
+            .create(&secrets, "a", body("s9", 1), Duration::ZERO, 0)
+            .unwrap();
+        let seen = |page: &ListPage| -> Vec<String> {
+            page.items
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}/{}={}",
+                        o["metadata"]["namespace"].as_str().unwrap_or(""),
+                        o["metadata"]["name"].as_str().unwrap(),
+                        o["data"]["v"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        let lagging = store
+            .list_lagging(&maps, &Filter::default(), None, None, 5)
+            .unwrap();
+        assert_eq!(seen(&lagging), ["a/c0=1", "a/c1=1", "b/c0=1"]);
+        let now = store.list(&maps, &Filter::default(), None, None).unwrap();
+        assert_eq!(seen(&now), ["a/c0=1", "a/c1=3", "a/c2=1"]);
+        // Paged from the lagging snapshot: the same objects, one at a time.
+        let mut paged = Vec::new();
+        let mut token = None;
+        let first = store
+            .list_lagging(&maps, &Filter::default(), Some(1), None, 5)
+            .unwrap();
+        paged.extend(seen(&first));
+        token = first.continue_token.clone().or(token);
+        while let Some(t) = token.take() {
+            let page = store
+                .list(&maps, &Filter::default(), Some(1), Some(&t))
+                .unwrap();
+            paged.extend(seen(&page));
+            token = page.continue_token;
+        }
+        assert_eq!(paged, seen(&lagging));
     }
 
     #[test]

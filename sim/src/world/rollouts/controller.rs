@@ -75,20 +75,34 @@ struct Memory {
 }
 
 /// The typed views the controller read last tick (see [`Memory::views`]).
+/// What a reconcile reads of one version of a Rollout, worked out once for it: every
+/// Rollout is reconciled every tick.
+struct RolloutView {
+    rollout: Rollout,
+    hashes: reconcile::Hashes,
+    /// `status` as the typed view writes it: what a new status is diffed against.
+    status: Value,
+}
+
 #[derive(Default)]
 struct Views {
-    rollouts: BTreeMap<String, (u64, std::sync::Arc<Rollout>)>,
+    rollouts: BTreeMap<String, (u64, std::sync::Arc<RolloutView>)>,
     replica_sets: BTreeMap<String, (u64, ReplicaSet)>,
 }
 
 impl Views {
     /// `object`'s Rollout view, read again only if the object changed.
-    fn rollout(&mut self, object: &DynamicObject) -> std::sync::Arc<Rollout> {
+    fn rollout(&mut self, object: &DynamicObject) -> std::sync::Arc<RolloutView> {
         let (uid, at) = (object.metadata.uid.clone().unwrap_or_default(), rv(object));
         match self.rollouts.get(&uid) {
             Some((seen, view)) if *seen == at && at != 0 => view.clone(),
             _ => {
-                let view = std::sync::Arc::new(rollout_of(object));
+                let rollout = rollout_of(object);
+                let view = std::sync::Arc::new(RolloutView {
+                    hashes: reconcile::Hashes::of(&rollout),
+                    status: serde_json::to_value(&rollout.status).unwrap_or(Value::Null),
+                    rollout,
+                });
                 self.rollouts.insert(uid, (at, view.clone()));
                 view
             }
@@ -381,13 +395,19 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
         {
             continue; // the reflector has not seen our last write yet
         }
-        let rollout = memory.views.rollout(&object);
+        let view = memory.views.rollout(&object);
+        let RolloutView {
+            rollout,
+            hashes,
+            status: before,
+        } = &*view;
         let owned = replica_sets
             .get(&rollout.uid)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let plan = reconcile::reconcile(
-            &rollout,
+        let plan = reconcile::reconcile_hashed(
+            rollout,
+            hashes,
             owned,
             runs.get(&rollout.uid).map(Vec::as_slice).unwrap_or(&[]),
             now_ms,
@@ -405,7 +425,7 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
                 .map_or(0, |rs| rs.revision)
         });
         if let Some(new) = &plan.create {
-            let object = replica_set_object(&rollout, new);
+            let object = replica_set_object(rollout, new);
             create(env, &rs_api, object, format!("{ns}/{}", new.name)).await;
         }
         for (name, replicas) in &plan.scale {
@@ -420,7 +440,7 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
             patch(env, &rs_api, name, body, false, format!("{ns}/{name}")).await;
         }
         for run in &plan.runs {
-            let object = run_object(&rollout, run, revision);
+            let object = run_object(rollout, run, revision);
             create(env, &run_api, object, format!("{ns}/{}", run.name)).await;
         }
         for name in &plan.terminate {
@@ -429,19 +449,18 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
         }
         // What the writes above record, before the status write; a pause's start or end
         // after it, about the Rollout it wrote.
-        let (first, then) = super::events::recorded(&rollout, owned, &plan, revision);
+        let (first, then) = super::events::recorded(rollout, owned, &plan, revision);
         record(
             env,
             client,
-            &rollout,
+            rollout,
             &rv(&object).to_string(),
             first,
             memory,
         )
         .await;
-        let before = serde_json::to_value(&rollout.status).unwrap_or(Value::Null);
         let after = serde_json::to_value(&plan.status).unwrap_or(Value::Null);
-        let Some(diff) = merge_diff(&before, &after) else {
+        let Some(diff) = merge_diff(before, &after) else {
             continue;
         };
         let api: Api<Wire> = Api::namespaced_with(client.clone(), ns, &super::rollout_resource());
@@ -450,7 +469,7 @@ async fn rollouts(env: &SharedEnv, client: &kube::Client, stores: &Stores, memor
             record(
                 env,
                 client,
-                &rollout,
+                rollout,
                 &rv(&written).to_string(),
                 then,
                 memory,
@@ -537,7 +556,7 @@ async fn pods(
     let replica_sets = sorted(&stores.replica_sets);
     for object in &replica_sets {
         let id = key(object);
-        let rs = replica_set_of(object);
+        let rs = memory.views.replica_set(object);
         let since = match memory.scaled.get(&id) {
             Some((replicas, since)) if *replicas == rs.replicas => *since,
             _ => {

@@ -98,15 +98,53 @@ pub fn reconcile(
     runs: &[AnalysisRun],
     now_ms: u64,
 ) -> Plan {
+    reconcile_hashed(rollout, &Hashes::of(rollout), replica_sets, runs, now_ms)
+}
+
+/// The hashes a reconcile compares, worked out once per version of a Rollout: the
+/// controller reconciles every Rollout every tick, and hashing the pod template each time
+/// was a tenth of a rollout-storm seed.
+#[derive(Clone, Debug)]
+pub struct Hashes {
+    /// `pod_template_hash` of `spec.template`.
+    pub template: String,
+    /// `pod_template_hash` of the canary steps (`currentStepHash`).
+    pub steps: String,
+}
+
+impl Hashes {
+    /// `rollout`'s hashes.
+    pub fn of(rollout: &Rollout) -> Hashes {
+        let steps: &[Step] = rollout
+            .spec
+            .strategy
+            .canary
+            .as_ref()
+            .map_or(&[], |c| c.steps.as_slice());
+        Hashes {
+            template: pod_template_hash(&rollout.spec.template, None),
+            steps: pod_template_hash(&serde_json::to_value(steps).unwrap_or(Value::Null), None),
+        }
+    }
+}
+
+/// [`reconcile`] with `rollout`'s [`Hashes`] already worked out.
+pub fn reconcile_hashed(
+    rollout: &Rollout,
+    hashes: &Hashes,
+    replica_sets: &[ReplicaSet],
+    runs: &[AnalysisRun],
+    now_ms: u64,
+) -> Plan {
     let spec = &rollout.spec;
     let now = rfc3339(now_ms);
-    let hash = pod_template_hash(&spec.template, None);
+    let hash = hashes.template.clone();
+    let steps_hash = hashes.steps.clone();
     let steps: &[Step] = spec
         .strategy
         .canary
         .as_ref()
         .map_or(&[], |c| c.steps.as_slice());
-    let steps_hash = pod_template_hash(&serde_json::to_value(steps).unwrap_or(Value::Null), None);
     let mut plan = Plan {
         status: rollout.status.clone(),
         ..Plan::default()

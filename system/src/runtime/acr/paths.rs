@@ -75,44 +75,63 @@ fn dir(path: &str) -> String {
     }
 }
 
-/// `security.EnforceToCurrentRoot(root, file)` for a file path (not a directory on disk):
-/// whether the file's directory is `root` or under it.
-fn under(root: &str, file: &str) -> bool {
-    let root = clean(root);
-    let requested = dir(file);
-    if root == "/" || root == requested {
-        return true;
-    }
-    let with_slash = |s: &str| {
-        if s.ends_with('/') {
-            s.to_string()
-        } else {
-            format!("{s}/")
-        }
-    };
-    with_slash(&requested).starts_with(&with_slash(&root))
-}
-
 /// Whether a commit that changed `changed` touches an app with `refresh` paths
 /// (`AppFilesHaveChanged`): no changed files or no refresh paths means yes (a payload
 /// without a list must refresh); otherwise a file equal to a path, in or under a path's
 /// directory, or matching a path as a glob (`filepath.Match`).
-pub fn files_have_changed(refresh: &[String], changed: &[String]) -> bool {
+pub fn files_have_changed<S: AsRef<str>>(refresh: &[String], changed: &[S]) -> bool {
     if changed.is_empty() || refresh.is_empty() {
         return true;
     }
-    // Each refresh path made absolute once, not once per changed file; a path without a
-    // glob metacharacter matches as a glob exactly when it is equal, which is tested first.
-    let refresh: Vec<(String, bool)> = refresh
-        .iter()
-        .map(|item| (ensure_abs(item), item.contains(['*', '?', '[', '\\'])))
-        .collect();
+    // Each refresh path prepared once (absolute; its cleaned root with a trailing `/`;
+    // whether it is a glob), and each changed file's directory once, not once per pair:
+    // a commit storm asks this for every app and commit. A path without a glob
+    // metacharacter matches as a glob exactly when it is equal, which is tested first.
+    let refresh: Vec<Refresh> = refresh.iter().map(|item| Refresh::of(item)).collect();
     changed.iter().any(|file| {
-        let file = ensure_abs(file);
-        refresh.iter().any(|(item, pattern)| {
-            file == *item || under(item, &file) || (*pattern && glob(item, &file).unwrap_or(false))
+        let file = ensure_abs(file.as_ref());
+        let requested = with_slash(dir(&file));
+        refresh.iter().any(|item| {
+            file == item.path
+                || item.contains(&requested)
+                || (item.pattern && glob(&item.path, &file).unwrap_or(false))
         })
     })
+}
+
+/// One refresh path as `files_have_changed` compares it.
+struct Refresh {
+    /// The path made absolute.
+    path: String,
+    /// `clean(path)` with a trailing `/`.
+    root: String,
+    /// Whether it holds a glob metacharacter.
+    pattern: bool,
+}
+
+impl Refresh {
+    fn of(item: &str) -> Refresh {
+        let path = ensure_abs(item);
+        Refresh {
+            root: with_slash(clean(&path)),
+            pattern: item.contains(['*', '?', '[', '\\']),
+            path,
+        }
+    }
+
+    /// `security.EnforceToCurrentRoot(root, file)` for a file whose directory, with a
+    /// trailing `/`, is `requested`: the root is `/`, that directory or one of its parents.
+    fn contains(&self, requested: &str) -> bool {
+        self.root == "/" || requested.starts_with(&self.root)
+    }
+}
+
+/// `s` with a trailing `/`.
+fn with_slash(mut s: String) -> String {
+    if !s.ends_with('/') {
+        s.push('/');
+    }
+    s
 }
 
 /// Go's `filepath.Match` for `/`-separated names: `*` any run of non-`/` characters, `?`
@@ -261,7 +280,7 @@ mod tests {
         ));
         // The root touches everything; no list or no paths means "refresh".
         assert!(files_have_changed(&s(&["."]), &s(&["anything/at/all"])));
-        assert!(files_have_changed(&refresh, &[]));
+        assert!(files_have_changed::<String>(&refresh, &[]));
         assert!(files_have_changed(&[], &s(&["elsewhere/f"])));
     }
 
@@ -280,5 +299,43 @@ mod tests {
         // A class may match the separator; `?` may not.
         assert_eq!(glob("/a[/]b", "/a/b"), Some(true));
         assert_eq!(glob("/a?b", "/a/b"), Some(false));
+    }
+
+    /// `EnforceToCurrentRoot` pair by pair, as `files_have_changed` asked it before it
+    /// prepared each side once.
+    fn under_pairwise(root: &str, file: &str) -> bool {
+        let root = clean(root);
+        let requested = dir(file);
+        if root == "/" || root == requested {
+            return true;
+        }
+        let with_slash = |s: &str| {
+            if s.ends_with('/') {
+                s.to_string()
+            } else {
+                format!("{s}/")
+            }
+        };
+        with_slash(&requested).starts_with(&with_slash(&root))
+    }
+
+    #[test]
+    fn a_prepared_root_contains_what_the_pairwise_test_put_under_it() {
+        let paths = [
+            "", "/", ".", "a", "a/", "a/b", "a/b/", "a//b", "a/./b", "a/../b", "../a", "ab",
+            "a/bc", "a/b/c", "/a/b", "b", "a/b/../c", "a/*", "a/?",
+        ];
+        for root in paths {
+            let prepared = Refresh::of(root);
+            for file in paths {
+                let file = ensure_abs(file);
+                let requested = with_slash(dir(&file));
+                assert_eq!(
+                    prepared.contains(&requested),
+                    under_pairwise(&prepared.path, &file),
+                    "root {root:?}, file {file:?}"
+                );
+            }
+        }
     }
 }

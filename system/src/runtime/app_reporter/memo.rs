@@ -26,11 +26,27 @@ pub struct Memo {
     entries: Mutex<Entries>,
 }
 
-/// The answers by key, and the keys in the order they came.
+/// The answers by key with the number of their insertion, and the keys in the order they
+/// came. A forgotten key's place in `order` is left behind and skipped when it comes up
+/// (its number no longer matches), so forgetting one app's answers costs what they are, not
+/// a pass over every kept key: hard refreshes come in storms.
 #[derive(Default)]
 struct Entries {
-    answers: BTreeMap<String, Arc<Value>>,
-    order: VecDeque<String>,
+    answers: BTreeMap<String, (u64, Arc<Value>)>,
+    order: VecDeque<(u64, String)>,
+    inserted: u64,
+}
+
+impl Entries {
+    /// Drops the places in `order` of keys forgotten since, once they outnumber the live
+    /// ones (each place is dropped once: amortised, the order stays within twice the bound).
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.answers.len() + 64 {
+            let answers = &self.answers;
+            self.order
+                .retain(|(n, k)| answers.get(k).is_some_and(|(m, _)| m == n));
+        }
+    }
 }
 
 impl Memo {
@@ -48,7 +64,7 @@ impl Memo {
 
     /// The answer kept under `key`.
     pub fn get(&self, key: &str) -> Option<Arc<Value>> {
-        self.lock().answers.get(key).cloned()
+        self.lock().answers.get(key).map(|(_, a)| a.clone())
     }
 
     /// Keeps `answer` under `key`, evicting the oldest entry when full.
@@ -56,13 +72,23 @@ impl Memo {
         if self.capacity == 0 {
             return;
         }
-        let mut entries = self.lock();
-        if entries.answers.insert(key.clone(), answer).is_none() {
-            entries.order.push_back(key);
-            while entries.order.len() > self.capacity {
-                if let Some(old) = entries.order.pop_front() {
-                    entries.answers.remove(&old);
-                }
+        let mut guard = self.lock();
+        let entries = &mut *guard;
+        if let Some((_, kept)) = entries.answers.get_mut(&key) {
+            // Replaced in place: its place in the order stays.
+            *kept = answer;
+            return;
+        }
+        entries.inserted += 1;
+        let n = entries.inserted;
+        entries.answers.insert(key.clone(), (n, answer));
+        entries.order.push_back((n, key));
+        while entries.answers.len() > self.capacity {
+            let Some((n, old)) = entries.order.pop_front() else {
+                break;
+            };
+            if entries.answers.get(&old).is_some_and(|(m, _)| *m == n) {
+                entries.answers.remove(&old);
             }
         }
     }
@@ -73,7 +99,10 @@ impl Memo {
         let entries = &mut *guard;
         let gone: Vec<String> = entries
             .answers
-            .range(prefix.to_string()..)
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, _)| k.clone())
             .collect();
@@ -83,8 +112,7 @@ impl Memo {
         for key in &gone {
             entries.answers.remove(key);
         }
-        let answers = &entries.answers;
-        entries.order.retain(|k| answers.contains_key(k));
+        entries.compact();
     }
 
     /// Forgets everything (a new Argo CD token: perhaps another Argo CD).
@@ -148,5 +176,67 @@ mod tests {
         let b = manifests_key("argocd/app", &json!({"path": "b"}), "sha");
         assert_ne!(a, b);
         assert!(a.starts_with("argocd/app|"));
+    }
+
+    /// The memo before forgetting became lazy: the order holds exactly the live keys.
+    struct Eager {
+        capacity: usize,
+        answers: BTreeMap<String, i64>,
+        order: VecDeque<String>,
+    }
+
+    impl Eager {
+        fn put(&mut self, key: String, answer: i64) {
+            if self.answers.insert(key.clone(), answer).is_none() {
+                self.order.push_back(key);
+                while self.order.len() > self.capacity {
+                    let old = self.order.pop_front().unwrap();
+                    self.answers.remove(&old);
+                }
+            }
+        }
+
+        fn forget(&mut self, prefix: &str) {
+            self.answers.retain(|k, _| !k.starts_with(prefix));
+            let answers = &self.answers;
+            self.order.retain(|k| answers.contains_key(k));
+        }
+    }
+
+    #[test]
+    fn forgetting_lazily_evicts_exactly_what_forgetting_eagerly_did() {
+        let memo = Memo::new(16);
+        let mut eager = Eager {
+            capacity: 16,
+            answers: BTreeMap::new(),
+            order: VecDeque::new(),
+        };
+        let mut x: u64 = 7;
+        for step in 0..20_000i64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let app = (x >> 33) % 24;
+            let rev = (x >> 40) % 3;
+            if (x >> 20).is_multiple_of(5) {
+                memo.forget(&format!("{app}|"));
+                eager.forget(&format!("{app}|"));
+            } else {
+                memo.put(format!("{app}|{rev}"), Arc::new(json!(step)));
+                eager.put(format!("{app}|{rev}"), step);
+            }
+            let kept: Vec<(String, i64)> = {
+                let entries = memo.lock();
+                entries
+                    .answers
+                    .iter()
+                    .map(|(k, (_, a))| (k.clone(), a.as_i64().unwrap()))
+                    .collect()
+            };
+            let expected: Vec<(String, i64)> =
+                eager.answers.iter().map(|(k, a)| (k.clone(), *a)).collect();
+            assert_eq!(kept, expected, "step {step}");
+            assert!(memo.lock().order.len() <= 2 * 16 + 64 + 1);
+        }
     }
 }
