@@ -11,8 +11,9 @@
 # tree (e.g. NEW=target/pgo/orrery after scripts/pgo-build.sh); OLD=path/to/orrery, one
 # already built from BASE, as the "before" one.
 # The table also goes to reports/perf/compare.md (ignored by git), and the after-side's
-# columns, as the README's Performance table has them, to reports/perf/readme-table.md
-# (paste it into the README with the date, the revision and the machine).
+# columns, one row per scenario with faithful / hardened side by side as the README's
+# Performance table has them, to reports/perf/readme-table.md (paste it into the README
+# with the date, the revision and the machine).
 #
 #   scripts/perf-table.sh BASE [scenario-name...]     e.g. scripts/perf-table.sh HEAD~3 queue-overflow
 set -euo pipefail
@@ -106,14 +107,30 @@ for name in "${names[@]}"; do
 done
 mkdir -p reports/perf
 { echo "Before: \`$base\` ($(git rev-parse --short "$base")); after: ${NEW:-the working tree}. Release builds, seed 1, one run at a time, $(nproc) cores."; echo; cat "$table"; } > reports/perf/compare.md
-# The README's table: the after binary's figures, the before binary's wall time beside them.
-awk -F' [|] ' 'NR > 2 {
-  sub(/^[|] /, "", $1)
-  printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $4, $7, $9, $10, $11, $3
-}' "$table" > "$work/readme-rows"
+# The README's table: one row per scenario, faithful / hardened side by side, the after
+# binary's figures with the before binary's wall time in the last column.
+awk -F' [|] ' '
+  function num(x, d) { return (x == "—" || x == "") ? "—" : sprintf("%." d "f", x) }
+  function pair(a, b) { return a " / " b }
+  NR > 2 {
+    sub(/^[|] /, "", $1)
+    n = $1; v = $2
+    if (!(n in seen)) { order[++count] = n; seen[n] = 1 }
+    wall[n, v] = $4; rate[n, v] = num($7, 0); rss[n, v] = $9
+    asked[n, v] = num($10, 2); bytes[n, v] = num($11, 0); before[n, v] = $3
+  }
+  END {
+    for (i = 1; i <= count; i++) {
+      n = order[i]
+      printf "| %s | %s | %s | %s | %s | %s | %s |\n", n,
+        pair(wall[n, "faithful"], wall[n, "hardened"]), pair(rate[n, "faithful"], rate[n, "hardened"]),
+        pair(rss[n, "faithful"], rss[n, "hardened"]), pair(asked[n, "faithful"], asked[n, "hardened"]),
+        pair(bytes[n, "faithful"], bytes[n, "hardened"]), pair(before[n, "faithful"], before[n, "hardened"])
+    }
+  }' "$table" > "$work/readme-rows"
 {
-  echo "| scenario | variant | wall s/seed | sim s per wall s | peak RSS MB | Argo CD requests per app change | bytes posted per app change | wall s/seed at \`$base\` |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| scenario | wall s/seed | sim s per wall s | peak RSS MB | Argo CD requests per app change | bytes posted per app change | wall s/seed at \`$base\` |"
+  echo "|---|---|---|---|---|---|---|"
   cat "$work/readme-rows"
 } > reports/perf/readme-table.md
 cat reports/perf/compare.md

@@ -9,7 +9,7 @@
 //! | `requests_answered` | safety | every client request through the tunnel is answered (success or a clear error) within 15 s; none hangs |
 //! | `executed_at_most_once` | safety | no state-changing request (idempotency key) is executed twice by the runtime |
 //! | `all_reconnect` | liveness | after the tunnel server restarts (or the calm phase starts), every runtime that had a tunnel has it back within 60 s |
-//! | `tunnel_recovers` | liveness | after a repair, a restart or the calm phase, a request succeeds through the tunnel within 30 s (judged from the clients' side: a dead but unnoticed tunnel is not back) |
+//! | `tunnel_recovers` | liveness | after a repair, a restart or the calm phase, a request succeeds through the tunnel within 30 s (judged from the clients' side: a dead but unnoticed tunnel is not back); the clock waits while a link is still cut or a host is still down |
 //! | `platform_shows_rollouts` | safety | after the calm phase the platform shows every Rollout's phase, step and ReplicaSet replicas as the API server has them (see `resources`) |
 //! | `platform_never_older` | safety | the platform never moves a cluster-stream object to an older resourceVersion |
 //! | `platform_resources_never_older` | safety | the platform never shows a resource of an app from an older deployment of the app (history id) than it showed it from before (see `platform`) |

@@ -304,6 +304,51 @@ fn tunnel_recovers_fires_when_nothing_succeeds_within_the_bound_after_a_repair()
 }
 
 #[test]
+fn tunnel_recovers_starts_no_clock_at_a_repair_while_a_host_is_down() {
+    // The seed farm's mutant, shrunk: the runtime crashes, a link is repaired a moment later,
+    // and the runtime stays down until the calm phase restarts it.
+    let fault = |ms, fault| harness(ms, HarnessEvent::Fault(fault));
+    let bad = |ms| at(ms, "client", request(RequestOutcome::Status(503), 5));
+    let state = FinalState {
+        end_ms: 300_000,
+        ..Default::default()
+    };
+    let calm = harness(
+        240_000,
+        HarnessEvent::CalmStart {
+            restarted: vec!["prod".into()],
+        },
+    );
+    let down_until_calm = [
+        fault(178_093, Fault::Crash("prod".into())),
+        fault(178_100, Fault::Repair(["prod".into(), "gateway".into()])),
+        bad(200_000),
+        bad(230_000),
+        calm.clone(),
+        at(245_000, "client", request(RequestOutcome::Status(200), 5)),
+    ];
+    assert!(violations("tunnel_recovers", &down_until_calm, &state).is_empty());
+    // The calm phase's restart starts the clock: nothing back by its bound still fires.
+    let never_back = [
+        down_until_calm[0].clone(),
+        down_until_calm[1].clone(),
+        calm,
+        bad(280_000),
+    ];
+    let found = violations("tunnel_recovers", &never_back, &state);
+    assert_eq!((found.len(), found[0].at_ms), (1, 270_000));
+    // A restart before the calm phase starts it too.
+    let restarted = [
+        down_until_calm[0].clone(),
+        down_until_calm[1].clone(),
+        fault(190_000, Fault::Restart("prod".into())),
+        bad(225_000),
+    ];
+    let found = violations("tunnel_recovers", &restarted, &state);
+    assert_eq!((found.len(), found[0].at_ms), (1, 220_000));
+}
+
+#[test]
 fn all_reconnect_fires_when_a_runtime_is_not_back_within_the_bound_after_a_restart() {
     let restart = harness(
         10_000,

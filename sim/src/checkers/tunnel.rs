@@ -174,11 +174,18 @@ impl Checker for ExecutedAtMostOnce {
 /// `tunnel_recovers`: judged end to end, from the clients' side — a tunnel that is dead but
 /// not yet noticed is not "back". After a repair, a restart or the calm phase at `t` (with no
 /// new fault before the bound), some request must succeed through the tunnel by `t + bound`.
+/// Like a cut link, a crashed host holds the clock: a repair while a host is down starts
+/// none (no tunnel can come back through a host that is not running); its restart, or the
+/// calm phase that restarts it, does. (Found by the seed farm's mutation: a mutant without
+/// a restart step repaired a link while the runtime stayed down for 62 s, and this checker
+/// blamed hardened 30 s after the repair; `scenarios/regressions/swarm-tunnel-172-m0.yaml`.)
 #[derive(Default)]
 pub struct TunnelRecovers {
     /// (start ms, deadline ms, what started the clock).
     pending: Option<(u64, u64, String)>,
     links: Links,
+    /// Hosts crashed and not restarted yet.
+    down: BTreeSet<String>,
     violated: bool,
 }
 
@@ -222,9 +229,21 @@ impl Checker for TunnelRecovers {
                 self.pending = None;
             }
         }
+        match event.harness() {
+            Some(HarnessEvent::Fault(Fault::Crash(host))) => {
+                self.down.insert(host.clone());
+            }
+            Some(HarnessEvent::Fault(Fault::Restart(host))) => {
+                self.down.remove(host);
+            }
+            Some(HarnessEvent::CalmStart { .. }) => self.down.clear(),
+            _ => {}
+        }
         match self.links.clock(event) {
             // A new fault stops the clock: the bound applies to repairs that stay repaired.
             Some(Clock::Stop) => self.pending = None,
+            // A host still down: recovery is due from its restart, not before.
+            Some(Clock::Start(_)) if !self.down.is_empty() => {}
             Some(Clock::Start(cause)) => {
                 let deadline = event.at_ms + RECOVERY_BOUND.as_millis() as u64;
                 self.pending = Some((

@@ -83,6 +83,21 @@ pub struct Run {
     pub trace_hash: String,
 }
 
+/// AFL's hit-count class of a count (its technical whitepaper, "hit counts").
+fn bucket(n: u64) -> &'static str {
+    match n {
+        0 => "0",
+        1 => "1",
+        2 => "2",
+        3 => "3",
+        4..=7 => "4-7",
+        8..=15 => "8-15",
+        16..=31 => "16-31",
+        32..=127 => "32-127",
+        _ => "128+",
+    }
+}
+
 impl Run {
     /// What identifies a run across shards and sessions.
     pub fn key(&self) -> (String, String, u64, Origin) {
@@ -94,11 +109,19 @@ impl Run {
         )
     }
 
-    /// The coverage features it reached: its reach conditions and `point:<name>` for each
-    /// fault point that fired.
+    /// The coverage features it reached: its reach conditions, `point:<name>` for each
+    /// fault point that fired, and `point:<name>#<bucket>` for how often it fired.
+    ///
+    /// The buckets are AFL's hit-count classes (1, 2, 3, 4-7, 8-15, 16-31, 32-127, 128+): a
+    /// family's reach conditions and fault points are each reached by a tenth of its seeds or
+    /// more (they are drawn to be), so without counts no feature is rare and mutation has no
+    /// parent; a point that fired unusually often or seldom is where rare schedules show.
     pub fn features(&self) -> Vec<String> {
         let mut features = self.reached.clone();
-        features.extend(self.fault_points.keys().map(|p| format!("point:{p}")));
+        for (point, fired) in &self.fault_points {
+            features.push(format!("point:{point}"));
+            features.push(format!("point:{point}#{}", bucket(*fired)));
+        }
         features
     }
 
@@ -342,7 +365,10 @@ mod tests {
         let mut merged = Db::open(&dir.join("none.jsonl")).unwrap();
         assert_eq!(merged.read(&path).unwrap(), 2);
         assert_eq!(merged.read(&path).unwrap(), 0);
-        assert_eq!(merged.runs().next().unwrap().features(), ["a", "point:p"]);
+        assert_eq!(
+            merged.runs().next().unwrap().features(),
+            ["a", "point:p", "point:p#2"]
+        );
         // A bad line that is not the last is an error naming the file and line.
         std::fs::write(&path, "nonsense\n{}\n").unwrap();
         let e = Db::open(&path).unwrap_err().to_string();

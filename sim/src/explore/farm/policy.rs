@@ -328,6 +328,34 @@ mod tests {
     }
 
     #[test]
+    fn a_fault_point_that_fired_unusually_often_is_rare_though_the_point_is_not() {
+        let mut plan = Plan::new(files(), &empty_db(), Policy::Adaptive, 200, None, None, "s");
+        let fired = |seed: u64, n: u64| {
+            let mut r = run(
+                "fnv-swarm-tunnel",
+                "hardened",
+                seed,
+                0.4,
+                &["write_retried"],
+            );
+            r.fault_points = BTreeMap::from([("tunnel.frame_split".to_string(), n)]);
+            r
+        };
+        for seed in 0..150 {
+            plan.record(3, &fired(seed, 1 + seed % 3));
+        }
+        assert!(
+            plan.rare(3, &fired(200, 2)).is_empty(),
+            "every feature of a usual run is common"
+        );
+        assert_eq!(
+            plan.rare(3, &fired(201, 20)),
+            ["point:tunnel.frame_split#16-31"],
+            "twenty firings where 1-3 is the rule"
+        );
+    }
+
+    #[test]
     fn shards_split_each_arms_seeds_and_uniform_stops_after_its_window() {
         let mut seen = Vec::new();
         for index in 0..2 {

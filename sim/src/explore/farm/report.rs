@@ -409,7 +409,7 @@ impl FarmReport {
         let _ = writeln!(md, "![coverage](coverage.svg)\n");
         let _ = writeln!(
             md,
-            "## Per scenario and variant\n\nSeeds beyond each file's `seeds:` list. *features*: distinct reach conditions and fault points reached by the file's seeds over every farm run in the database.\n\n| scenario | variant | declared | seeds | seed range | all farm runs | results | not as declared | mutants | features | CPU s / seed |\n|---|---|---|---|---|---|---|---|---|---|---|"
+            "## Per scenario and variant\n\nSeeds beyond each file's `seeds:` list. *features*: distinct reach conditions, fault points and fault points' hit-count buckets (AFL's 1, 2, 3, 4-7, 8-15, 16-31, 32-127, 128+ firings) reached by the file's seeds over every farm run in the database.\n\n| scenario | variant | declared | seeds | seed range | all farm runs | results | not as declared | mutants | features | CPU s / seed |\n|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for a in &self.arms {
             let results: Vec<String> = a.results.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -458,7 +458,7 @@ impl FarmReport {
         }
         let _ = writeln!(
             md,
-            "## Coverage-guided mutation\n\nA run that reaches a condition rarer than 1 % of its file's seeds (once the file has 100) becomes a parent: its concrete scenario is mutated (a fault step shifted, removed or added, knobs redrawn) and the children run at its seed, in the variants the file declares to pass. Rare features reached per CPU-hour (a run reaching two counts two):\n\n| runs | count | CPU-hours | rare features reached | per CPU-hour |\n|---|---|---|---|---|\n| uniform seeds | {} | {:.3} | {} | {:.1} |\n| mutants | {} | {:.3} | {} | {:.1} |\n",
+            "## Coverage-guided mutation\n\nA run that reaches a feature (a reach condition, a fault point, or how often a fault point fired, in AFL's hit-count buckets) rarer than 1 % of its file's seeds (once the file has 100) becomes a parent: its concrete scenario is mutated (a fault step shifted, removed or added, knobs redrawn) and the children run at its seed, in the variants the file declares to pass. Rare features reached per CPU-hour (a run reaching two counts two):\n\n| runs | count | CPU-hours | rare features reached | per CPU-hour |\n|---|---|---|---|---|\n| uniform seeds | {} | {:.3} | {} | {:.1} |\n| mutants | {} | {:.3} | {} | {:.1} |\n",
             self.mutation.seed_runs,
             self.mutation.seed_cpu_hours,
             self.mutation.seed_rare_hits,
