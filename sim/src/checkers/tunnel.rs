@@ -62,8 +62,10 @@ enum Clock {
 /// The links partitioned now. A recovery bound applies only once none is: a tunnel cannot
 /// come back through a link that is still cut (a restart during a partition starts no
 /// clock; the repair that clears the last partition does).
+/// It also keeps the hosts crashed and not restarted yet, for a clock that must wait for them
+/// too (`tunnel_recovers`).
 #[derive(Default)]
-struct Links(BTreeSet<[String; 2]>);
+struct Links(BTreeSet<[String; 2]>, BTreeSet<String>);
 
 impl Links {
     /// Folds in a harness event; returns what it means to a recovery clock.
@@ -81,18 +83,30 @@ impl Links {
                 self.0.insert(key(link));
                 Some(Clock::Stop)
             }
-            HarnessEvent::Fault(Fault::Crash(_)) => Some(Clock::Stop),
+            HarnessEvent::Fault(Fault::Crash(host)) => {
+                self.1.insert(host.clone());
+                Some(Clock::Stop)
+            }
             HarnessEvent::Fault(Fault::Repair(link)) => {
                 self.0.remove(&key(link));
                 start(self, "fault.repair")
             }
-            HarnessEvent::Fault(Fault::Restart(_)) => start(self, "fault.restart"),
+            HarnessEvent::Fault(Fault::Restart(host)) => {
+                self.1.remove(host);
+                start(self, "fault.restart")
+            }
             HarnessEvent::CalmStart { .. } => {
                 self.0.clear();
+                self.1.clear();
                 Some(Clock::Start("calm.start"))
             }
             _ => None,
         }
+    }
+
+    /// Whether a crashed host has not been restarted yet.
+    fn host_down(&self) -> bool {
+        !self.1.is_empty()
     }
 }
 
@@ -184,8 +198,6 @@ pub struct TunnelRecovers {
     /// (start ms, deadline ms, what started the clock).
     pending: Option<(u64, u64, String)>,
     links: Links,
-    /// Hosts crashed and not restarted yet.
-    down: BTreeSet<String>,
     violated: bool,
 }
 
@@ -229,21 +241,11 @@ impl Checker for TunnelRecovers {
                 self.pending = None;
             }
         }
-        match event.harness() {
-            Some(HarnessEvent::Fault(Fault::Crash(host))) => {
-                self.down.insert(host.clone());
-            }
-            Some(HarnessEvent::Fault(Fault::Restart(host))) => {
-                self.down.remove(host);
-            }
-            Some(HarnessEvent::CalmStart { .. }) => self.down.clear(),
-            _ => {}
-        }
         match self.links.clock(event) {
             // A new fault stops the clock: the bound applies to repairs that stay repaired.
             Some(Clock::Stop) => self.pending = None,
             // A host still down: recovery is due from its restart, not before.
-            Some(Clock::Start(_)) if !self.down.is_empty() => {}
+            Some(Clock::Start(_)) if self.links.host_down() => {}
             Some(Clock::Start(cause)) => {
                 let deadline = event.at_ms + RECOVERY_BOUND.as_millis() as u64;
                 self.pending = Some((
